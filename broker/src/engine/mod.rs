@@ -1,0 +1,2 @@
+//! The engine: queues, leases, slots, rings and the timing wheel. No sockets,
+//! no clock reads: time and randomness are parameters.

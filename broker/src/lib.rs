@@ -1,0 +1,5 @@
+//! The sluice broker: the engine (queues, leases, timing wheel), the io layer
+//! and the thread-per-core server.
+
+pub mod engine;
+mod sync;

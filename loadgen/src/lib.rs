@@ -1,0 +1,1 @@
+//! The sluice load generator. Not written yet: see the issue "Load generator".

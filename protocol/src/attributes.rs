@@ -1,0 +1,496 @@
+//! Queue attributes, their defaults and ranges (DESIGN §2), and per-queue
+//! statistics.
+
+use crate::error::{ErrorCode, WireError};
+use crate::limits::FRAME_RESERVED_BYTES;
+
+const SECOND_MS: u64 = 1000;
+const MINUTE_MS: u64 = 60 * SECOND_MS;
+const HOUR_MS: u64 = 60 * MINUTE_MS;
+const DAY_MS: u64 = 24 * HOUR_MS;
+
+/// Default visibility timeout.
+pub const VISIBILITY_TIMEOUT_MS_DEFAULT: u32 = 30 * SECOND_MS as u32;
+/// Largest visibility timeout (12 h).
+pub const VISIBILITY_TIMEOUT_MS_MAX: u32 = (12 * HOUR_MS) as u32;
+/// Largest delivery delay (15 min).
+pub const DELAY_MS_MAX: u32 = (15 * MINUTE_MS) as u32;
+/// Default retention (4 days).
+pub const RETENTION_MS_DEFAULT: u32 = (4 * DAY_MS) as u32;
+/// Smallest retention (60 s).
+pub const RETENTION_MS_MIN: u32 = MINUTE_MS as u32;
+/// Largest retention (14 days).
+pub const RETENTION_MS_MAX: u32 = (14 * DAY_MS) as u32;
+/// Default max message size (256 KiB).
+pub const MESSAGE_BYTES_MAX_DEFAULT: u32 = 256 * 1024;
+/// Largest default receive wait (long poll, 20 s).
+pub const RECEIVE_WAIT_MS_MAX: u32 = 20 * SECOND_MS as u32;
+/// Largest max receive count of a redrive policy.
+pub const MAX_RECEIVES_MAX: u16 = 1000;
+/// Largest max depth (2^32).
+pub const MAX_DEPTH_MAX: u64 = 1 << 32;
+/// Default dedup window (5 min).
+pub const DEDUP_WINDOW_MS_DEFAULT: u32 = (5 * MINUTE_MS) as u32;
+/// Largest dedup window (1 h).
+pub const DEDUP_WINDOW_MS_MAX: u32 = HOUR_MS as u32;
+/// Smallest backoff base (1 ms).
+pub const BACKOFF_BASE_MS_MIN: u32 = 1;
+/// Largest backoff base (15 min).
+pub const BACKOFF_BASE_MS_MAX: u32 = (15 * MINUTE_MS) as u32;
+/// Largest backoff max (12 h).
+pub const BACKOFF_MAX_MS_MAX: u32 = (12 * HOUR_MS) as u32;
+
+/// Where a queue's messages go after too many deliveries.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RedrivePolicy {
+    /// Name of the dead-letter queue; it must exist.
+    pub dead_letter_queue: String,
+    /// A receive that would make delivery `max_receives + 1` dead-letters the
+    /// message instead (1 ..= 1000).
+    pub max_receives: u16,
+}
+
+/// Exponential retry backoff after a release or an expired lease:
+/// `min(base * 2^(n-1), max)` with jitter, n the receive count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Backoff {
+    /// Base delay, 1 ms ..= 15 min.
+    pub base_ms: u32,
+    /// Cap, base ..= 12 h.
+    pub max_ms: u32,
+}
+
+/// A queue's complete attributes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct QueueAttributes {
+    /// Lease length of a receive that does not override it (0 ..= 12 h).
+    pub visibility_timeout_ms: u32,
+    /// Delay of a send that does not set one (0 ..= 15 min).
+    pub delay_ms: u32,
+    /// Age since the original send at which an undeleted message is dropped
+    /// (60 s ..= 14 days).
+    pub retention_ms: u32,
+    /// Largest body plus attributes (1 ..= frame limit - 256 B).
+    pub message_bytes_max: u32,
+    /// Wait of a receive that does not set one (0 ..= 20 s).
+    pub receive_wait_ms: u32,
+    /// Dead-letter policy, if any.
+    pub redrive: Option<RedrivePolicy>,
+    /// Largest number of messages held (visible + delayed + in flight);
+    /// `None` is unbounded.
+    pub max_depth: Option<u64>,
+    /// How long an accepted dedup key suppresses repeats (0 ..= 1 h).
+    pub dedup_window_ms: u32,
+    /// Retry backoff, if any.
+    pub backoff: Option<Backoff>,
+}
+
+impl Default for QueueAttributes {
+    fn default() -> Self {
+        QueueAttributes {
+            visibility_timeout_ms: VISIBILITY_TIMEOUT_MS_DEFAULT,
+            delay_ms: 0,
+            retention_ms: RETENTION_MS_DEFAULT,
+            message_bytes_max: MESSAGE_BYTES_MAX_DEFAULT,
+            receive_wait_ms: 0,
+            redrive: None,
+            max_depth: None,
+            dedup_window_ms: DEDUP_WINDOW_MS_DEFAULT,
+            backoff: None,
+        }
+    }
+}
+
+/// A partial set of attributes, as CREATE and SET carry them: `None` leaves an
+/// attribute at its default (CREATE) or unchanged (SET). `clear_redrive` and
+/// `clear_backoff` remove those policies (SET only).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AttributeUpdate {
+    /// See [`QueueAttributes::visibility_timeout_ms`].
+    pub visibility_timeout_ms: Option<u32>,
+    /// See [`QueueAttributes::delay_ms`].
+    pub delay_ms: Option<u32>,
+    /// See [`QueueAttributes::retention_ms`].
+    pub retention_ms: Option<u32>,
+    /// See [`QueueAttributes::message_bytes_max`].
+    pub message_bytes_max: Option<u32>,
+    /// See [`QueueAttributes::receive_wait_ms`].
+    pub receive_wait_ms: Option<u32>,
+    /// See [`QueueAttributes::redrive`].
+    pub redrive: Option<RedrivePolicy>,
+    /// See [`QueueAttributes::max_depth`].
+    pub max_depth: Option<u64>,
+    /// See [`QueueAttributes::dedup_window_ms`].
+    pub dedup_window_ms: Option<u32>,
+    /// See [`QueueAttributes::backoff`].
+    pub backoff: Option<Backoff>,
+    /// Remove the redrive policy.
+    pub clear_redrive: bool,
+    /// Remove the backoff.
+    pub clear_backoff: bool,
+}
+
+fn range_error(attribute: &str, value: u64, min: u64, max: u64) -> WireError {
+    WireError::new(
+        ErrorCode::InvalidArgument,
+        format!("{attribute}: {value} is outside {min} ..= {max}"),
+    )
+}
+
+fn check(attribute: &str, value: u64, min: u64, max: u64) -> Result<(), WireError> {
+    if value < min || value > max {
+        Err(range_error(attribute, value, min, max))
+    } else {
+        Ok(())
+    }
+}
+
+impl AttributeUpdate {
+    /// Applies the update to `attrs`, checking every range. `frame_bytes_max`
+    /// bounds the max message size. On error `attrs` is unchanged. Whether a
+    /// named dead-letter queue exists is the broker's to check.
+    pub fn apply_to(
+        &self,
+        attrs: &QueueAttributes,
+        frame_bytes_max: u32,
+    ) -> Result<QueueAttributes, WireError> {
+        if self.clear_redrive && self.redrive.is_some() {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                "redrive: cannot both set and clear the redrive policy",
+            ));
+        }
+        if self.clear_backoff && self.backoff.is_some() {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                "backoff: cannot both set and clear the backoff",
+            ));
+        }
+        let mut out = attrs.clone();
+        if let Some(v) = self.visibility_timeout_ms {
+            check(
+                "visibility_timeout_ms",
+                v.into(),
+                0,
+                VISIBILITY_TIMEOUT_MS_MAX.into(),
+            )?;
+            out.visibility_timeout_ms = v;
+        }
+        if let Some(v) = self.delay_ms {
+            check("delay_ms", v.into(), 0, DELAY_MS_MAX.into())?;
+            out.delay_ms = v;
+        }
+        if let Some(v) = self.retention_ms {
+            check(
+                "retention_ms",
+                v.into(),
+                RETENTION_MS_MIN.into(),
+                RETENTION_MS_MAX.into(),
+            )?;
+            out.retention_ms = v;
+        }
+        if let Some(v) = self.message_bytes_max {
+            let max = frame_bytes_max.saturating_sub(FRAME_RESERVED_BYTES);
+            check("message_bytes_max", v.into(), 1, max.into())?;
+            out.message_bytes_max = v;
+        }
+        if let Some(v) = self.receive_wait_ms {
+            check("receive_wait_ms", v.into(), 0, RECEIVE_WAIT_MS_MAX.into())?;
+            out.receive_wait_ms = v;
+        }
+        if let Some(r) = &self.redrive {
+            check(
+                "max_receives",
+                r.max_receives.into(),
+                1,
+                MAX_RECEIVES_MAX.into(),
+            )?;
+            if !crate::is_valid_queue_name(&r.dead_letter_queue) {
+                return Err(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    "dead_letter_queue: not a valid queue name ([A-Za-z0-9_.-]{1,80})",
+                ));
+            }
+            out.redrive = Some(r.clone());
+        }
+        if self.clear_redrive {
+            out.redrive = None;
+        }
+        if let Some(v) = self.max_depth {
+            check("max_depth", v, 1, MAX_DEPTH_MAX)?;
+            out.max_depth = Some(v);
+        }
+        if let Some(v) = self.dedup_window_ms {
+            check("dedup_window_ms", v.into(), 0, DEDUP_WINDOW_MS_MAX.into())?;
+            out.dedup_window_ms = v;
+        }
+        if let Some(b) = self.backoff {
+            check(
+                "backoff_base_ms",
+                b.base_ms.into(),
+                BACKOFF_BASE_MS_MIN.into(),
+                BACKOFF_BASE_MS_MAX.into(),
+            )?;
+            check(
+                "backoff_max_ms",
+                b.max_ms.into(),
+                b.base_ms.into(),
+                BACKOFF_MAX_MS_MAX.into(),
+            )?;
+            out.backoff = Some(b);
+        }
+        if self.clear_backoff {
+            out.backoff = None;
+        }
+        Ok(out)
+    }
+}
+
+/// A queue's counters (DESIGN §2 "Accounting"). The identity
+/// `sent + moved_in = visible + delayed + in_flight + deleted + dead_lettered
+/// + redriven + dropped + purged` holds whenever no request is in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct QueueStats {
+    /// Messages that can be received now.
+    pub visible: u64,
+    /// Messages waiting out a delay or a backoff.
+    pub delayed: u64,
+    /// Messages under a lease.
+    pub in_flight: u64,
+    /// Sends accepted (duplicates excluded).
+    pub sent: u64,
+    /// Messages that arrived from another queue (dead-lettered into it or
+    /// redriven back into it).
+    pub moved_in: u64,
+    /// Deliveries.
+    pub received: u64,
+    /// Deletes.
+    pub deleted: u64,
+    /// Leases that expired.
+    pub redelivered: u64,
+    /// Leases released (visibility set to 0).
+    pub released: u64,
+    /// Messages moved out to the dead-letter queue.
+    pub dead_lettered: u64,
+    /// Messages moved out by a redrive.
+    pub redriven: u64,
+    /// Messages dropped by retention.
+    pub dropped: u64,
+    /// Messages removed by a purge.
+    pub purged: u64,
+    /// Age of the oldest message held (since its original send), in ms; 0
+    /// when the queue is empty.
+    pub oldest_age_ms: u64,
+}
+
+impl QueueStats {
+    /// Whether the accounting identity holds.
+    #[must_use]
+    pub fn identity_holds(&self) -> bool {
+        let lhs = u128::from(self.sent) + u128::from(self.moved_in);
+        let rhs = [
+            self.visible,
+            self.delayed,
+            self.in_flight,
+            self.deleted,
+            self.dead_lettered,
+            self.redriven,
+            self.dropped,
+            self.purged,
+        ]
+        .iter()
+        .map(|&v| u128::from(v))
+        .sum::<u128>();
+        lhs == rhs
+    }
+
+    /// Adds another partition's counters (the server sums shards). The oldest
+    /// age is the maximum of both.
+    pub fn merge(&mut self, other: &QueueStats) {
+        self.visible += other.visible;
+        self.delayed += other.delayed;
+        self.in_flight += other.in_flight;
+        self.sent += other.sent;
+        self.moved_in += other.moved_in;
+        self.received += other.received;
+        self.deleted += other.deleted;
+        self.redelivered += other.redelivered;
+        self.released += other.released;
+        self.dead_lettered += other.dead_lettered;
+        self.redriven += other.redriven;
+        self.dropped += other.dropped;
+        self.purged += other.purged;
+        self.oldest_age_ms = self.oldest_age_ms.max(other.oldest_age_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_design() {
+        let a = QueueAttributes::default();
+        assert_eq!(a.visibility_timeout_ms, 30_000);
+        assert_eq!(a.retention_ms, 4 * 86_400_000);
+        assert_eq!(a.message_bytes_max, 262_144);
+        assert_eq!(a.dedup_window_ms, 300_000);
+        assert!(a.redrive.is_none() && a.backoff.is_none() && a.max_depth.is_none());
+    }
+
+    #[test]
+    fn out_of_range_names_the_attribute_and_changes_nothing() {
+        let a = QueueAttributes::default();
+        let cases: Vec<(AttributeUpdate, &str)> = vec![
+            (
+                AttributeUpdate {
+                    visibility_timeout_ms: Some(VISIBILITY_TIMEOUT_MS_MAX + 1),
+                    ..Default::default()
+                },
+                "visibility_timeout_ms",
+            ),
+            (
+                AttributeUpdate {
+                    delay_ms: Some(DELAY_MS_MAX + 1),
+                    ..Default::default()
+                },
+                "delay_ms",
+            ),
+            (
+                AttributeUpdate {
+                    retention_ms: Some(59_999),
+                    ..Default::default()
+                },
+                "retention_ms",
+            ),
+            (
+                AttributeUpdate {
+                    message_bytes_max: Some(0),
+                    ..Default::default()
+                },
+                "message_bytes_max",
+            ),
+            (
+                AttributeUpdate {
+                    message_bytes_max: Some(1024 * 1024 - 255),
+                    ..Default::default()
+                },
+                "message_bytes_max",
+            ),
+            (
+                AttributeUpdate {
+                    receive_wait_ms: Some(20_001),
+                    ..Default::default()
+                },
+                "receive_wait_ms",
+            ),
+            (
+                AttributeUpdate {
+                    max_depth: Some(0),
+                    ..Default::default()
+                },
+                "max_depth",
+            ),
+            (
+                AttributeUpdate {
+                    max_depth: Some(MAX_DEPTH_MAX + 1),
+                    ..Default::default()
+                },
+                "max_depth",
+            ),
+            (
+                AttributeUpdate {
+                    dedup_window_ms: Some(3_600_001),
+                    ..Default::default()
+                },
+                "dedup_window_ms",
+            ),
+            (
+                AttributeUpdate {
+                    redrive: Some(RedrivePolicy {
+                        dead_letter_queue: "dlq".into(),
+                        max_receives: 0,
+                    }),
+                    ..Default::default()
+                },
+                "max_receives",
+            ),
+            (
+                AttributeUpdate {
+                    redrive: Some(RedrivePolicy {
+                        dead_letter_queue: "bad name".into(),
+                        max_receives: 3,
+                    }),
+                    ..Default::default()
+                },
+                "dead_letter_queue",
+            ),
+            (
+                AttributeUpdate {
+                    backoff: Some(Backoff {
+                        base_ms: 0,
+                        max_ms: 10,
+                    }),
+                    ..Default::default()
+                },
+                "backoff_base_ms",
+            ),
+            (
+                AttributeUpdate {
+                    backoff: Some(Backoff {
+                        base_ms: 100,
+                        max_ms: 10,
+                    }),
+                    ..Default::default()
+                },
+                "backoff_max_ms",
+            ),
+        ];
+        for (update, name) in cases {
+            let err = update.apply_to(&a, 1024 * 1024).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidArgument);
+            assert!(err.message.starts_with(name), "{name}: {}", err.message);
+        }
+    }
+
+    #[test]
+    fn set_and_clear_policies() {
+        let a = AttributeUpdate {
+            redrive: Some(RedrivePolicy {
+                dead_letter_queue: "dlq".into(),
+                max_receives: 3,
+            }),
+            backoff: Some(Backoff {
+                base_ms: 10,
+                max_ms: 1000,
+            }),
+            ..Default::default()
+        }
+        .apply_to(&QueueAttributes::default(), 1 << 20)
+        .unwrap();
+        assert_eq!(a.redrive.as_ref().unwrap().max_receives, 3);
+        let b = AttributeUpdate {
+            clear_redrive: true,
+            clear_backoff: true,
+            ..Default::default()
+        }
+        .apply_to(&a, 1 << 20)
+        .unwrap();
+        assert!(b.redrive.is_none() && b.backoff.is_none());
+        assert_eq!(b.visibility_timeout_ms, a.visibility_timeout_ms);
+    }
+
+    #[test]
+    fn identity_counts_every_term() {
+        let mut s = QueueStats {
+            sent: 5,
+            moved_in: 1,
+            visible: 2,
+            deleted: 3,
+            ..Default::default()
+        };
+        assert!(!s.identity_holds());
+        s.purged = 1;
+        assert!(s.identity_holds());
+    }
+}
