@@ -1,4 +1,5 @@
-//! The server: configuration and metrics, and (to come from the integrator)
-//! the shards and connections that use them.
+//! The server: configuration and metrics, and (to come) the shards and
+//! connections that use them.
 
 pub mod config;
+pub mod metrics;
