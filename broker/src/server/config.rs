@@ -1,0 +1,1152 @@
+//! The server's configuration: raw flags, environment and config file in,
+//! one validated [`Config`] out.
+//!
+//! Parse, don't validate: [`RawArgs`] is what clap read from the command line
+//! and the `SLUICE_*` environment, every setting optional and only checked for
+//! syntax. [`Config::from_args`] reads the `--config` TOML file, layers the
+//! sources (flag > environment > config file > default), reads the auth token,
+//! detects the defaults that depend on the host, and checks every range and
+//! every relation between settings once. Code past that point takes a
+//! [`Config`] and never re-checks.
+//!
+//! ```no_run
+//! use clap::Parser;
+//! use sluice_broker::server::config::{Config, RawArgs};
+//!
+//! let config = Config::from_args(RawArgs::parse()).unwrap_or_else(|err| {
+//!     eprintln!("sluice-server: {err}");
+//!     std::process::exit(2);
+//! });
+//! println!("{config}"); // the effective configuration, token redacted
+//! ```
+//!
+//! Every limit, default and bound is a named constant below, beside the
+//! protocol's own limits in [`sluice_protocol::limits`].
+
+pub mod memory;
+pub mod units;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io::Read;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::builder::BoolishValueParser;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use sluice_protocol::limits as wire;
+
+use self::memory::MemoryLimit;
+use self::units::{format_bytes, format_duration, parse_bytes, parse_duration};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const TIB: u64 = 1 << 40;
+
+/// Default client listen address.
+pub const LISTEN_DEFAULT: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7171));
+/// Default metrics listen address.
+pub const METRICS_ADDR_DEFAULT: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7172));
+/// Most shards (threads) a server runs.
+pub const SHARDS_MAX: u16 = 64;
+/// Default for `--max-connections`.
+pub const CONNECTIONS_MAX_DEFAULT: u32 = 10_000;
+/// Upper bound for `--max-connections`.
+pub const CONNECTIONS_MAX_LIMIT: u32 = 1_000_000;
+/// Lower bound for `--frame-bytes-max`.
+pub const FRAME_BYTES_MAX_MIN: u32 = 4 * KIB as u32;
+/// Lower bound for `--hello-frame-bytes-max`: room for the largest auth
+/// token and the rest of a HELLO.
+pub const HELLO_FRAME_BYTES_MAX_MIN: u32 = 2 * KIB as u32;
+/// Default for `--hello-timeout`: time from accept to a successful HELLO.
+pub const HELLO_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Default for `--frame-timeout`: time to finish a frame once begun.
+pub const FRAME_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Bounds of `--hello-timeout` and `--frame-timeout`.
+pub const TIMEOUT_MIN: Duration = Duration::from_millis(10);
+/// Upper bound of `--hello-timeout` and `--frame-timeout`.
+pub const TIMEOUT_MAX: Duration = Duration::from_secs(3600);
+/// Default for `--requests-in-flight-max` (per connection).
+pub const REQUESTS_IN_FLIGHT_MAX_DEFAULT: u32 = 1024;
+/// Upper bound for `--requests-in-flight-max`.
+pub const REQUESTS_IN_FLIGHT_MAX_LIMIT: u32 = 65_536;
+/// Default for `--unsent-bytes-max` (per connection).
+pub const UNSENT_BYTES_MAX_DEFAULT: u64 = 4 * MIB;
+/// Upper bound for `--unsent-bytes-max`.
+pub const UNSENT_BYTES_MAX_LIMIT: u64 = GIB;
+/// Default for `--unsent-bytes-total-max` (all connections together).
+pub const UNSENT_BYTES_TOTAL_MAX_DEFAULT: u64 = 256 * MIB;
+/// Upper bound for `--unsent-bytes-total-max`.
+pub const UNSENT_BYTES_TOTAL_MAX_LIMIT: u64 = TIB;
+/// Lower bound for `--memory-max`.
+pub const MEMORY_MAX_MIN: u64 = MIB;
+/// Upper bound for `--memory-max` (1 PiB).
+pub const MEMORY_MAX_LIMIT: u64 = 1024 * TIB;
+/// `--memory-max` when neither a cgroup limit nor physical memory could be
+/// read (not Linux).
+pub const MEMORY_MAX_FALLBACK: u64 = GIB;
+/// Default for `--queues-max`.
+pub const QUEUES_MAX_DEFAULT: u32 = 10_000;
+/// Upper bound for `--queues-max`.
+pub const QUEUES_MAX_LIMIT: u32 = 1_000_000;
+/// Default for `--log`.
+pub const LOG_DEFAULT: &str = "info";
+/// Default for `--shutdown-timeout`.
+pub const SHUTDOWN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Upper bound for `--shutdown-timeout`.
+pub const SHUTDOWN_TIMEOUT_MAX: Duration = Duration::from_secs(3600);
+/// Largest config file read.
+pub const CONFIG_FILE_BYTES_MAX: u64 = MIB;
+/// Bytes beyond the token an auth token file may hold (its trailing line
+/// ends).
+const TOKEN_FILE_SLACK_BYTES: usize = 64;
+
+const _: () = assert!(FRAME_BYTES_MAX_MIN <= wire::FRAME_BYTES_MAX_DEFAULT);
+const _: () = assert!(wire::FRAME_BYTES_MAX_DEFAULT <= wire::FRAME_BYTES_MAX_LIMIT);
+const _: () = assert!(HELLO_FRAME_BYTES_MAX_MIN <= wire::FRAME_BYTES_MAX_BEFORE_HELLO);
+const _: () = assert!(HELLO_FRAME_BYTES_MAX_MIN <= FRAME_BYTES_MAX_MIN);
+const _: () = assert!(
+    HELLO_FRAME_BYTES_MAX_MIN as usize
+        >= wire::AUTH_TOKEN_BYTES_MAX + wire::FRAME_RESERVED_BYTES as usize
+);
+const _: () = assert!(UNSENT_BYTES_MAX_DEFAULT >= wire::FRAME_BYTES_MAX_DEFAULT as u64);
+const _: () = assert!(UNSENT_BYTES_MAX_LIMIT >= wire::FRAME_BYTES_MAX_LIMIT as u64);
+const _: () = assert!(UNSENT_BYTES_TOTAL_MAX_DEFAULT >= UNSENT_BYTES_MAX_DEFAULT);
+const _: () = assert!(UNSENT_BYTES_TOTAL_MAX_LIMIT >= UNSENT_BYTES_MAX_LIMIT);
+const _: () = assert!(MEMORY_MAX_MIN <= MEMORY_MAX_FALLBACK);
+
+const LONG_ABOUT: &str = "\
+sluice-server: an in-memory message broker.
+
+Every setting below can be given three ways: as a flag; as an environment
+variable, SLUICE_ and the flag's name in capitals with underscores (e.g.
+SLUICE_MAX_CONNECTIONS=5000); or as a key of the TOML file named by --config,
+the flag's name with underscores (e.g. max_connections = 5000). Precedence:
+flag, then environment, then config file, then the built-in default. A key the
+config file does not know is an error.
+
+Durations take a unit: 250ms, 10s, 2m, 1h30m (ns, us, ms, s, m, h, d). A
+plain number is refused (is 10 seconds or milliseconds?), except 0.
+Sizes are bytes, or a binary unit: 1048576, 512KiB, 1MiB, 2GiB (K, M, G, T
+mean KiB, MiB, GiB, TiB); KB, MB and GB are refused as ambiguous.
+
+Logging follows --log (SLUICE_LOG), a tracing filter such as `info` or
+`info,sluice_broker=debug`. RUST_LOG is not read, so a RUST_LOG meant for other
+programs does not change the broker's logs.
+
+Everything is held in memory: a restart loses every queue and message.";
+
+/// How the server talks to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IoChoice {
+    /// io_uring where the kernel allows it, else epoll (the reason is logged).
+    Auto,
+    /// io_uring or fail to start.
+    Uring,
+    /// epoll, even where io_uring is available.
+    Epoll,
+}
+
+impl fmt::Display for IoChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IoChoice::Auto => "auto",
+            IoChoice::Uring => "uring",
+            IoChoice::Epoll => "epoll",
+        })
+    }
+}
+
+/// A metrics address as given: an address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsAddr {
+    /// `off`: no metrics endpoint.
+    Off,
+    /// Serve metrics here (port 0: any free port).
+    At(SocketAddr),
+}
+
+/// Parses `HOST:PORT` where HOST is an IP address (`[...]` for IPv6) or
+/// `localhost` (127.0.0.1). Names are not resolved: what the server binds
+/// must not depend on DNS.
+pub fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
+    let s = s.trim();
+    if let Some(port) = s.strip_prefix("localhost:") {
+        if let Ok(port) = port.parse::<u16>() {
+            return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+        }
+    }
+    s.parse().map_err(|_| {
+        format!(
+            "`{s}` is not HOST:PORT with an IP address \
+             (e.g. 127.0.0.1:7171, 0.0.0.0:7171, [::1]:7171, localhost:7171)"
+        )
+    })
+}
+
+/// Parses a `--metrics-addr` value: `HOST:PORT` as in [`parse_socket_addr`],
+/// or `off`.
+pub fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
+    if s.trim().eq_ignore_ascii_case("off") {
+        return Ok(MetricsAddr::Off);
+    }
+    parse_socket_addr(s)
+        .map(MetricsAddr::At)
+        .map_err(|e| format!("{e}, or `off`"))
+}
+
+/// Parses a whole non-negative number.
+fn parse_count(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("`{s}` is not a whole number"));
+    }
+    s.parse().map_err(|_| format!("`{s}` is too large"))
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    parse_bytes(s).map_err(|e| e.to_string())
+}
+
+fn parse_time(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+fn parse_io(s: &str) -> Result<IoChoice, String> {
+    IoChoice::from_str(s.trim(), true)
+        .map_err(|_| format!("`{s}` is not an io backend: use auto, uring or epoll"))
+}
+
+/// The command line of `sluice-server`, as read, before validation.
+#[derive(Debug, Clone, Default, PartialEq, Parser)]
+#[command(
+    name = "sluice-server",
+    version,
+    about = "sluice-server: an in-memory message broker (thread-per-core, io_uring)",
+    long_about = LONG_ABOUT,
+    max_term_width = 100
+)]
+pub struct RawArgs {
+    /// TOML file with settings; keys are flag names with underscores
+    /// (e.g. `max_connections = 5000`). Flags and environment override it.
+    #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Every other setting.
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// Every setting, each optional: one layer of configuration (the command
+/// line and environment, or a config file) before the layers are merged.
+#[derive(Debug, Clone, Default, PartialEq, Args)]
+pub struct Settings {
+    /// Address for clients, HOST:PORT [default: 127.0.0.1:7171]. A
+    /// non-loopback address needs --auth-token-file or --insecure.
+    #[arg(long, env = "SLUICE_LISTEN", value_name = "HOST:PORT", value_parser = parse_socket_addr)]
+    pub listen: Option<SocketAddr>,
+
+    /// Shards, one thread per core, 1..=64 [default: available cores].
+    #[arg(long, env = "SLUICE_SHARDS", value_name = "N", value_parser = parse_count)]
+    pub shards: Option<u64>,
+
+    /// Kernel interface: auto (io_uring, else epoll), uring (or fail), epoll
+    /// [default: auto].
+    #[arg(long, env = "SLUICE_IO", value_name = "BACKEND", value_parser = parse_io)]
+    pub io: Option<IoChoice>,
+
+    /// File holding the auth token every client must present, up to 1024
+    /// bytes; trailing line ends are trimmed [default: no token].
+    #[arg(long, env = "SLUICE_AUTH_TOKEN_FILE", value_name = "PATH")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// Allow a non-loopback --listen address without an auth token
+    /// [default: false].
+    #[arg(
+        long,
+        env = "SLUICE_INSECURE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new()
+    )]
+    pub insecure: Option<bool>,
+
+    /// Address of the Prometheus endpoint (/metrics, /healthz), HOST:PORT
+    /// (port 0: any free port) or `off` [default: 127.0.0.1:7172].
+    #[arg(long, env = "SLUICE_METRICS_ADDR", value_name = "HOST:PORT|off", value_parser = parse_metrics_addr)]
+    pub metrics_addr: Option<MetricsAddr>,
+
+    /// Open client connections; more are refused with an error frame
+    /// [default: 10000].
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS", value_name = "N", value_parser = parse_count)]
+    pub max_connections: Option<u64>,
+
+    /// Largest frame after HELLO, 4KiB..=64MiB [default: 1MiB].
+    #[arg(long, env = "SLUICE_FRAME_BYTES_MAX", value_name = "SIZE", value_parser = parse_size)]
+    pub frame_bytes_max: Option<u64>,
+
+    /// Largest frame before HELLO succeeded, 2KiB..=--frame-bytes-max
+    /// [default: 4KiB].
+    #[arg(long, env = "SLUICE_HELLO_FRAME_BYTES_MAX", value_name = "SIZE", value_parser = parse_size)]
+    pub hello_frame_bytes_max: Option<u64>,
+
+    /// Time from accept to a successful HELLO before the connection is closed
+    /// [default: 10s].
+    #[arg(long, env = "SLUICE_HELLO_TIMEOUT", value_name = "DURATION", value_parser = parse_time)]
+    pub hello_timeout: Option<Duration>,
+
+    /// Time to finish a frame once its first byte arrived before the
+    /// connection is closed [default: 30s].
+    #[arg(long, env = "SLUICE_FRAME_TIMEOUT", value_name = "DURATION", value_parser = parse_time)]
+    pub frame_timeout: Option<Duration>,
+
+    /// Requests in flight per connection; beyond it the connection is not
+    /// read until replies drain [default: 1024].
+    #[arg(long, env = "SLUICE_REQUESTS_IN_FLIGHT_MAX", value_name = "N", value_parser = parse_count)]
+    pub requests_in_flight_max: Option<u64>,
+
+    /// Unsent reply bytes per connection; beyond it the connection is not
+    /// read until it drains; at least --frame-bytes-max [default: 4MiB].
+    #[arg(long, env = "SLUICE_UNSENT_BYTES_MAX", value_name = "SIZE", value_parser = parse_size)]
+    pub unsent_bytes_max: Option<u64>,
+
+    /// Unsent reply bytes of all connections together; at least
+    /// --unsent-bytes-max [default: 256MiB].
+    #[arg(long, env = "SLUICE_UNSENT_BYTES_TOTAL_MAX", value_name = "SIZE", value_parser = parse_size)]
+    pub unsent_bytes_total_max: Option<u64>,
+
+    /// Memory for messages (bodies, attributes, per-message state, dedup
+    /// entries); sends fail with Busy beyond it [default: half of the cgroup
+    /// memory limit, or of physical memory].
+    #[arg(long, env = "SLUICE_MEMORY_MAX", value_name = "SIZE", value_parser = parse_size)]
+    pub memory_max: Option<u64>,
+
+    /// Queues the server holds [default: 10000].
+    #[arg(long, env = "SLUICE_QUEUES_MAX", value_name = "N", value_parser = parse_count)]
+    pub queues_max: Option<u64>,
+
+    /// Log filter in tracing's env-filter syntax, e.g. `info` or
+    /// `warn,sluice_broker=debug`; RUST_LOG is not read [default: info].
+    #[arg(long, env = "SLUICE_LOG", value_name = "FILTER")]
+    pub log: Option<String>,
+
+    /// On SIGTERM or Ctrl-C, time to answer requests in flight before
+    /// exiting anyway [default: 10s].
+    #[arg(long, env = "SLUICE_SHUTDOWN_TIMEOUT", value_name = "DURATION", value_parser = parse_time)]
+    pub shutdown_timeout: Option<Duration>,
+}
+
+/// The keys a config file may hold: the flag names with underscores.
+pub const CONFIG_FILE_KEYS: [&str; 18] = [
+    "listen",
+    "shards",
+    "io",
+    "auth_token_file",
+    "insecure",
+    "metrics_addr",
+    "max_connections",
+    "frame_bytes_max",
+    "hello_frame_bytes_max",
+    "hello_timeout",
+    "frame_timeout",
+    "requests_in_flight_max",
+    "unsent_bytes_max",
+    "unsent_bytes_total_max",
+    "memory_max",
+    "queues_max",
+    "log",
+    "shutdown_timeout",
+];
+
+impl RawArgs {
+    /// Parses `args` (program name first) with the environment given by
+    /// `env` instead of the process's: `env("SLUICE_LISTEN")` and so on are
+    /// asked for each setting, and the process environment is not read.
+    /// Precedence is the same as [`Parser::try_parse_from`]'s: a flag beats
+    /// its variable. For tests and for embedding the server.
+    pub fn try_parse_from_env<I, T>(
+        args: I,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<RawArgs, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let command = RawArgs::command().mut_args(|arg| {
+            let Some(name) = arg
+                .get_env()
+                .and_then(|name| name.to_str())
+                .map(str::to_owned)
+            else {
+                return arg;
+            };
+            // A default value stands below a flag, as a variable does.
+            match env(&name) {
+                Some(value) => arg.env(None).default_value(value),
+                None => arg.env(None),
+            }
+        });
+        let matches = command.try_get_matches_from(args)?;
+        RawArgs::from_arg_matches(&matches)
+    }
+}
+
+impl Settings {
+    /// This layer, with each setting it lacks taken from `lower`.
+    pub fn or(self, lower: Settings) -> Settings {
+        Settings {
+            listen: self.listen.or(lower.listen),
+            shards: self.shards.or(lower.shards),
+            io: self.io.or(lower.io),
+            auth_token_file: self.auth_token_file.or(lower.auth_token_file),
+            insecure: self.insecure.or(lower.insecure),
+            metrics_addr: self.metrics_addr.or(lower.metrics_addr),
+            max_connections: self.max_connections.or(lower.max_connections),
+            frame_bytes_max: self.frame_bytes_max.or(lower.frame_bytes_max),
+            hello_frame_bytes_max: self.hello_frame_bytes_max.or(lower.hello_frame_bytes_max),
+            hello_timeout: self.hello_timeout.or(lower.hello_timeout),
+            frame_timeout: self.frame_timeout.or(lower.frame_timeout),
+            requests_in_flight_max: self.requests_in_flight_max.or(lower.requests_in_flight_max),
+            unsent_bytes_max: self.unsent_bytes_max.or(lower.unsent_bytes_max),
+            unsent_bytes_total_max: self.unsent_bytes_total_max.or(lower.unsent_bytes_total_max),
+            memory_max: self.memory_max.or(lower.memory_max),
+            queues_max: self.queues_max.or(lower.queues_max),
+            log: self.log.or(lower.log),
+            shutdown_timeout: self.shutdown_timeout.or(lower.shutdown_timeout),
+        }
+    }
+
+    /// Reads a config file: at most [`CONFIG_FILE_BYTES_MAX`] bytes of TOML.
+    /// A relative `auth_token_file` in it is taken relative to the file's
+    /// folder.
+    pub fn from_file(path: &Path) -> Result<Settings, ConfigError> {
+        let read_error = |source| ConfigError::ReadConfigFile {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        let mut text = String::new();
+        file.take(CONFIG_FILE_BYTES_MAX + 1)
+            .read_to_string(&mut text)
+            .map_err(read_error)?;
+        if text.len() as u64 > CONFIG_FILE_BYTES_MAX {
+            return Err(ConfigError::ConfigFileTooLarge {
+                path: path.to_owned(),
+                max: format_bytes(CONFIG_FILE_BYTES_MAX),
+            });
+        }
+        let mut settings = Settings::from_toml(&text, path)?;
+        if let Some(token) = &mut settings.auth_token_file {
+            if token.is_relative() {
+                if let Some(folder) = path.parent() {
+                    *token = folder.join(&*token);
+                }
+            }
+        }
+        Ok(settings)
+    }
+
+    /// Parses config file text; `path` names the file in errors.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+        let table: toml::Table =
+            text.parse()
+                .map_err(|err: toml::de::Error| ConfigError::ConfigFileSyntax {
+                    path: path.to_owned(),
+                    message: err.to_string(),
+                })?;
+        let mut settings = Settings::default();
+        for (key, value) in &table {
+            settings
+                .set_from_toml(key, value)
+                .map_err(|problem| match problem {
+                    KeyProblem::Unknown => ConfigError::UnknownKey {
+                        path: path.to_owned(),
+                        key: key.clone(),
+                        known: CONFIG_FILE_KEYS.join(", "),
+                    },
+                    KeyProblem::Value(message) => ConfigError::BadValue {
+                        path: path.to_owned(),
+                        key: key.clone(),
+                        message,
+                    },
+                })?;
+        }
+        Ok(settings)
+    }
+
+    fn set_from_toml(&mut self, key: &str, value: &toml::Value) -> Result<(), KeyProblem> {
+        fn text(value: &toml::Value) -> Result<String, KeyProblem> {
+            match value {
+                toml::Value::String(s) => Ok(s.clone()),
+                toml::Value::Integer(n) => Ok(n.to_string()),
+                other => Err(KeyProblem::Value(format!(
+                    "expected a string or a number, found a {}",
+                    other.type_str()
+                ))),
+            }
+        }
+        fn with<T>(
+            value: &toml::Value,
+            parse: impl Fn(&str) -> Result<T, String>,
+        ) -> Result<Option<T>, KeyProblem> {
+            parse(&text(value)?).map(Some).map_err(KeyProblem::Value)
+        }
+        match key {
+            "listen" => self.listen = with(value, parse_socket_addr)?,
+            "shards" => self.shards = with(value, parse_count)?,
+            "io" => self.io = with(value, parse_io)?,
+            "auth_token_file" => match value {
+                toml::Value::String(s) => self.auth_token_file = Some(PathBuf::from(s)),
+                other => {
+                    return Err(KeyProblem::Value(format!(
+                        "expected a path in a string, found a {}",
+                        other.type_str()
+                    )));
+                }
+            },
+            "insecure" => match value {
+                toml::Value::Boolean(b) => self.insecure = Some(*b),
+                other => {
+                    return Err(KeyProblem::Value(format!(
+                        "expected true or false, found a {}",
+                        other.type_str()
+                    )));
+                }
+            },
+            "metrics_addr" => self.metrics_addr = with(value, parse_metrics_addr)?,
+            "max_connections" => self.max_connections = with(value, parse_count)?,
+            "frame_bytes_max" => self.frame_bytes_max = with(value, parse_size)?,
+            "hello_frame_bytes_max" => self.hello_frame_bytes_max = with(value, parse_size)?,
+            "hello_timeout" => self.hello_timeout = with(value, parse_time)?,
+            "frame_timeout" => self.frame_timeout = with(value, parse_time)?,
+            "requests_in_flight_max" => self.requests_in_flight_max = with(value, parse_count)?,
+            "unsent_bytes_max" => self.unsent_bytes_max = with(value, parse_size)?,
+            "unsent_bytes_total_max" => self.unsent_bytes_total_max = with(value, parse_size)?,
+            "memory_max" => self.memory_max = with(value, parse_size)?,
+            "queues_max" => self.queues_max = with(value, parse_count)?,
+            "log" => self.log = with(value, |s| Ok(s.to_owned()))?,
+            "shutdown_timeout" => self.shutdown_timeout = with(value, parse_time)?,
+            _ => return Err(KeyProblem::Unknown),
+        }
+        Ok(())
+    }
+}
+
+enum KeyProblem {
+    Unknown,
+    Value(String),
+}
+
+/// What the host offers, for the defaults that depend on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// CPUs this process may run on (affinity and cgroup quota included).
+    pub cores: usize,
+    /// Memory this process may use, if it could be read.
+    pub memory: Option<MemoryLimit>,
+}
+
+impl Host {
+    /// Reads the host: `std::thread::available_parallelism` (1 when it
+    /// fails) and [`MemoryLimit::detect`].
+    pub fn detect() -> Host {
+        Host {
+            cores: std::thread::available_parallelism().map_or(1, usize::from),
+            memory: MemoryLimit::detect(),
+        }
+    }
+}
+
+/// The auth token clients must present in HELLO. Its `Debug` shows the
+/// length, never the bytes.
+#[derive(Clone)]
+pub struct AuthToken {
+    bytes: Vec<u8>,
+    path: PathBuf,
+}
+
+impl AuthToken {
+    /// Reads a token file: its content less trailing `\n` and `\r`, 1 ..=
+    /// [`wire::AUTH_TOKEN_BYTES_MAX`] bytes.
+    pub fn read(path: &Path) -> Result<AuthToken, ConfigError> {
+        let read_error = |source| ConfigError::ReadTokenFile {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        let cap = wire::AUTH_TOKEN_BYTES_MAX + TOKEN_FILE_SLACK_BYTES;
+        let mut bytes = Vec::with_capacity(cap + 1);
+        file.take(cap as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        let too_long = || ConfigError::TokenTooLong {
+            path: path.to_owned(),
+            max: wire::AUTH_TOKEN_BYTES_MAX,
+        };
+        if bytes.len() > cap {
+            return Err(too_long());
+        }
+        while bytes.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
+            bytes.pop();
+        }
+        if bytes.is_empty() {
+            return Err(ConfigError::TokenFileEmpty {
+                path: path.to_owned(),
+            });
+        }
+        if bytes.len() > wire::AUTH_TOKEN_BYTES_MAX {
+            return Err(too_long());
+        }
+        Ok(AuthToken {
+            bytes,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The token.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The file it was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether `presented` is the token, comparing every byte whatever the
+    /// first difference (the time taken tells only the lengths).
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        if presented.len() != self.bytes.len() {
+            return false;
+        }
+        let diff = self
+            .bytes
+            .iter()
+            .zip(presented)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        std::hint::black_box(diff) == 0
+    }
+}
+
+impl fmt::Debug for AuthToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuthToken")
+            .field("path", &self.path)
+            .field(
+                "bytes",
+                &format_args!("<{} bytes, redacted>", self.bytes.len()),
+            )
+            .finish()
+    }
+}
+
+/// Where `--memory-max` came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemoryMaxOrigin {
+    /// Given by a flag, the environment or the config file.
+    Given,
+    /// Half of this detected limit.
+    HalfOf(MemoryLimit),
+    /// Nothing could be detected: [`MEMORY_MAX_FALLBACK`].
+    Fallback,
+}
+
+/// The validated configuration. Every field is in range and consistent with
+/// the others; see the flags for what each means.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address for clients.
+    pub listen: SocketAddr,
+    /// Shards, 1 ..= [`SHARDS_MAX`].
+    pub shards: u16,
+    /// Kernel interface.
+    pub io: IoChoice,
+    /// Token clients must present, if any.
+    pub auth_token: Option<AuthToken>,
+    /// Whether `--insecure` was given (a non-loopback listen address without
+    /// a token is then allowed).
+    pub insecure: bool,
+    /// Metrics endpoint address; `None` when off.
+    pub metrics: Option<SocketAddr>,
+    /// Open client connections at most.
+    pub connections_max: u32,
+    /// Largest frame after HELLO.
+    pub frame_bytes_max: u32,
+    /// Largest frame before HELLO succeeded; at most `frame_bytes_max`.
+    pub hello_frame_bytes_max: u32,
+    /// Time from accept to a successful HELLO.
+    pub hello_timeout: Duration,
+    /// Time to finish a frame once begun.
+    pub frame_timeout: Duration,
+    /// Requests in flight per connection.
+    pub requests_in_flight_max: u32,
+    /// Unsent reply bytes per connection; at least `frame_bytes_max`.
+    pub unsent_bytes_max: u64,
+    /// Unsent reply bytes of all connections; at least `unsent_bytes_max`.
+    pub unsent_bytes_total_max: u64,
+    /// Memory for messages.
+    pub memory_max_bytes: u64,
+    /// Where `memory_max_bytes` came from.
+    pub memory_max_origin: MemoryMaxOrigin,
+    /// Queues at most.
+    pub queues_max: u32,
+    /// Log filter directive, checked to parse as a tracing `EnvFilter`.
+    pub log_filter: String,
+    /// Time to answer requests in flight on shutdown.
+    pub shutdown_timeout: Duration,
+}
+
+/// Why a configuration was refused. Each message names the setting (flag
+/// and config key are the same name) or the file and says what to change.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    ReadConfigFile {
+        /// The file named by `--config`.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The config file is larger than [`CONFIG_FILE_BYTES_MAX`].
+    #[error("config file {} is larger than {max}: is it the right file?", path.display())]
+    ConfigFileTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit, formatted.
+        max: String,
+    },
+    /// The config file is not valid TOML.
+    #[error("config file {} is not valid TOML: {message}", path.display())]
+    ConfigFileSyntax {
+        /// The file.
+        path: PathBuf,
+        /// The TOML parser's message, with line and column.
+        message: String,
+    },
+    /// The config file holds a key that is no setting.
+    #[error(
+        "config file {}: unknown key `{key}`; the keys are the flag names with underscores: {known}",
+        path.display()
+    )]
+    UnknownKey {
+        /// The file.
+        path: PathBuf,
+        /// The key as written.
+        key: String,
+        /// The keys that exist.
+        known: String,
+    },
+    /// A config file value does not parse.
+    #[error("config file {}: bad value for `{key}`: {message}", path.display())]
+    BadValue {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: String,
+        /// What is wrong and what would be accepted.
+        message: String,
+    },
+    /// The auth token file could not be read.
+    #[error("cannot read auth token file {} (--auth-token-file): {source}", path.display())]
+    ReadTokenFile {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The auth token file holds no token.
+    #[error(
+        "auth token file {} is empty: put the token in it, or drop --auth-token-file",
+        path.display()
+    )]
+    TokenFileEmpty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The auth token is too long.
+    #[error("the token in {} is longer than {max} bytes", path.display())]
+    TokenTooLong {
+        /// The file.
+        path: PathBuf,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// A setting is outside its bounds.
+    #[error("--{flag} is {value}: it must be at least {min} and at most {max}")]
+    OutOfRange {
+        /// The flag, without dashes.
+        flag: &'static str,
+        /// The value given, formatted.
+        value: String,
+        /// The smallest value allowed, formatted.
+        min: String,
+        /// The largest value allowed, formatted.
+        max: String,
+    },
+    /// The HELLO frame limit is above the frame limit.
+    #[error(
+        "--hello-frame-bytes-max ({hello}) is larger than --frame-bytes-max ({frame}): \
+         a HELLO is a frame too, lower the first or raise the second"
+    )]
+    HelloFrameAboveFrame {
+        /// `--hello-frame-bytes-max`, formatted.
+        hello: String,
+        /// `--frame-bytes-max`, formatted.
+        frame: String,
+    },
+    /// A connection could not queue one reply of the largest size.
+    #[error(
+        "--unsent-bytes-max ({unsent}) is smaller than --frame-bytes-max ({frame}): \
+         a connection must be able to hold one reply of the largest size"
+    )]
+    UnsentBelowFrame {
+        /// `--unsent-bytes-max`, formatted.
+        unsent: String,
+        /// `--frame-bytes-max`, formatted.
+        frame: String,
+    },
+    /// The total unsent budget is below one connection's.
+    #[error(
+        "--unsent-bytes-total-max ({total}) is smaller than --unsent-bytes-max ({unsent}), \
+         the budget of a single connection"
+    )]
+    UnsentTotalBelowPerConnection {
+        /// `--unsent-bytes-total-max`, formatted.
+        total: String,
+        /// `--unsent-bytes-max`, formatted.
+        unsent: String,
+    },
+    /// A non-loopback listen address without a token or `--insecure`.
+    #[error(
+        "refusing to listen on {listen} without an auth token: anyone who can reach it could \
+         read and delete every message. Give --auth-token-file FILE, listen on a loopback \
+         address (e.g. 127.0.0.1:{port}), or pass --insecure if the network is trusted"
+    )]
+    InsecureListen {
+        /// The listen address.
+        listen: SocketAddr,
+        /// Its port, for the suggestion.
+        port: u16,
+    },
+    /// The metrics endpoint and the client listener would share an address.
+    #[error("--metrics-addr {addr} is the --listen address: give them different ports, or `off`")]
+    MetricsOnListenAddr {
+        /// The shared address.
+        addr: SocketAddr,
+    },
+    /// The log filter does not parse.
+    #[error(
+        "--log `{directive}` is not a log filter: {message} \
+         (examples: info, warn,sluice_broker=debug, off)"
+    )]
+    BadLogFilter {
+        /// The filter as given.
+        directive: String,
+        /// The parser's message.
+        message: String,
+    },
+}
+
+/// Checks `value` against `min ..= max`.
+fn in_range<T: PartialOrd + Copy>(
+    flag: &'static str,
+    value: T,
+    min: T,
+    max: T,
+    show: impl Fn(T) -> String,
+) -> Result<T, ConfigError> {
+    if value < min || value > max {
+        return Err(ConfigError::OutOfRange {
+            flag,
+            value: show(value),
+            min: show(min),
+            max: show(max),
+        });
+    }
+    Ok(value)
+}
+
+/// A count in `min ..= max`, narrowed to `u32`.
+fn count_u32(flag: &'static str, value: u64, min: u32, max: u32) -> Result<u32, ConfigError> {
+    let value = in_range(flag, value, u64::from(min), u64::from(max), |n| {
+        n.to_string()
+    })?;
+    // In range of a u32 bound, so it fits.
+    Ok(u32::try_from(value).unwrap_or(max))
+}
+
+/// A size in `min ..= max`, narrowed to `u32`.
+fn size_u32(flag: &'static str, value: u64, min: u32, max: u32) -> Result<u32, ConfigError> {
+    let value = in_range(flag, value, u64::from(min), u64::from(max), format_bytes)?;
+    Ok(u32::try_from(value).unwrap_or(max))
+}
+
+impl Config {
+    /// Validates `raw` on this host: reads `--config` and the token file,
+    /// detects cores and memory for the defaults.
+    pub fn from_args(raw: RawArgs) -> Result<Config, ConfigError> {
+        Config::from_args_on(raw, &Host::detect())
+    }
+
+    /// Validates `raw` with the defaults of `host`.
+    pub fn from_args_on(raw: RawArgs, host: &Host) -> Result<Config, ConfigError> {
+        let file = match &raw.config {
+            Some(path) => Settings::from_file(path)?,
+            None => Settings::default(),
+        };
+        Config::from_settings(raw.settings.or(file), host)
+    }
+
+    /// Validates merged settings, filling in the defaults of `host`.
+    pub fn from_settings(s: Settings, host: &Host) -> Result<Config, ConfigError> {
+        let shards_default = host.cores.clamp(1, usize::from(SHARDS_MAX)) as u64;
+        let shards = s.shards.unwrap_or(shards_default);
+        let shards = in_range("shards", shards, 1, u64::from(SHARDS_MAX), |n| {
+            n.to_string()
+        })?;
+        let shards = u16::try_from(shards).unwrap_or(SHARDS_MAX);
+
+        let connections_max = count_u32(
+            "max-connections",
+            s.max_connections.unwrap_or(CONNECTIONS_MAX_DEFAULT.into()),
+            1,
+            CONNECTIONS_MAX_LIMIT,
+        )?;
+        let frame_bytes_max = size_u32(
+            "frame-bytes-max",
+            s.frame_bytes_max
+                .unwrap_or(wire::FRAME_BYTES_MAX_DEFAULT.into()),
+            FRAME_BYTES_MAX_MIN,
+            wire::FRAME_BYTES_MAX_LIMIT,
+        )?;
+        let hello_frame_bytes_max = size_u32(
+            "hello-frame-bytes-max",
+            s.hello_frame_bytes_max
+                .unwrap_or(wire::FRAME_BYTES_MAX_BEFORE_HELLO.into()),
+            HELLO_FRAME_BYTES_MAX_MIN,
+            wire::FRAME_BYTES_MAX_LIMIT,
+        )?;
+        if hello_frame_bytes_max > frame_bytes_max {
+            return Err(ConfigError::HelloFrameAboveFrame {
+                hello: format_bytes(hello_frame_bytes_max.into()),
+                frame: format_bytes(frame_bytes_max.into()),
+            });
+        }
+        let hello_timeout = in_range(
+            "hello-timeout",
+            s.hello_timeout.unwrap_or(HELLO_TIMEOUT_DEFAULT),
+            TIMEOUT_MIN,
+            TIMEOUT_MAX,
+            format_duration,
+        )?;
+        let frame_timeout = in_range(
+            "frame-timeout",
+            s.frame_timeout.unwrap_or(FRAME_TIMEOUT_DEFAULT),
+            TIMEOUT_MIN,
+            TIMEOUT_MAX,
+            format_duration,
+        )?;
+        let requests_in_flight_max = count_u32(
+            "requests-in-flight-max",
+            s.requests_in_flight_max
+                .unwrap_or(REQUESTS_IN_FLIGHT_MAX_DEFAULT.into()),
+            1,
+            REQUESTS_IN_FLIGHT_MAX_LIMIT,
+        )?;
+        let unsent_bytes_max = in_range(
+            "unsent-bytes-max",
+            s.unsent_bytes_max.unwrap_or(UNSENT_BYTES_MAX_DEFAULT),
+            u64::from(FRAME_BYTES_MAX_MIN),
+            UNSENT_BYTES_MAX_LIMIT,
+            format_bytes,
+        )?;
+        if unsent_bytes_max < u64::from(frame_bytes_max) {
+            return Err(ConfigError::UnsentBelowFrame {
+                unsent: format_bytes(unsent_bytes_max),
+                frame: format_bytes(frame_bytes_max.into()),
+            });
+        }
+        let unsent_bytes_total_max = in_range(
+            "unsent-bytes-total-max",
+            s.unsent_bytes_total_max
+                .unwrap_or(UNSENT_BYTES_TOTAL_MAX_DEFAULT),
+            u64::from(FRAME_BYTES_MAX_MIN),
+            UNSENT_BYTES_TOTAL_MAX_LIMIT,
+            format_bytes,
+        )?;
+        if unsent_bytes_total_max < unsent_bytes_max {
+            return Err(ConfigError::UnsentTotalBelowPerConnection {
+                total: format_bytes(unsent_bytes_total_max),
+                unsent: format_bytes(unsent_bytes_max),
+            });
+        }
+        let (memory_max_bytes, memory_max_origin) = match (s.memory_max, &host.memory) {
+            (Some(bytes), _) => (bytes, MemoryMaxOrigin::Given),
+            (None, Some(limit)) => (limit.bytes / 2, MemoryMaxOrigin::HalfOf(limit.clone())),
+            (None, None) => (MEMORY_MAX_FALLBACK, MemoryMaxOrigin::Fallback),
+        };
+        let memory_max_bytes = in_range(
+            "memory-max",
+            memory_max_bytes,
+            MEMORY_MAX_MIN,
+            MEMORY_MAX_LIMIT,
+            format_bytes,
+        )?;
+        let queues_max = count_u32(
+            "queues-max",
+            s.queues_max.unwrap_or(QUEUES_MAX_DEFAULT.into()),
+            1,
+            QUEUES_MAX_LIMIT,
+        )?;
+        let shutdown_timeout = in_range(
+            "shutdown-timeout",
+            s.shutdown_timeout.unwrap_or(SHUTDOWN_TIMEOUT_DEFAULT),
+            Duration::ZERO,
+            SHUTDOWN_TIMEOUT_MAX,
+            format_duration,
+        )?;
+
+        let log_filter = s.log.unwrap_or_else(|| LOG_DEFAULT.to_owned());
+        check_log_filter(&log_filter)?;
+
+        let listen = s.listen.unwrap_or(LISTEN_DEFAULT);
+        let metrics = match s
+            .metrics_addr
+            .unwrap_or(MetricsAddr::At(METRICS_ADDR_DEFAULT))
+        {
+            MetricsAddr::Off => None,
+            MetricsAddr::At(addr) => Some(addr),
+        };
+        if metrics == Some(listen) && listen.port() != 0 {
+            return Err(ConfigError::MetricsOnListenAddr { addr: listen });
+        }
+        let auth_token = s
+            .auth_token_file
+            .as_deref()
+            .map(AuthToken::read)
+            .transpose()?;
+        let insecure = s.insecure.unwrap_or(false);
+        if auth_token.is_none() && !insecure && !listen.ip().to_canonical().is_loopback() {
+            return Err(ConfigError::InsecureListen {
+                listen,
+                port: listen.port(),
+            });
+        }
+
+        Ok(Config {
+            listen,
+            shards,
+            io: s.io.unwrap_or(IoChoice::Auto),
+            auth_token,
+            insecure,
+            metrics,
+            connections_max,
+            frame_bytes_max,
+            hello_frame_bytes_max,
+            hello_timeout,
+            frame_timeout,
+            requests_in_flight_max,
+            unsent_bytes_max,
+            unsent_bytes_total_max,
+            memory_max_bytes,
+            memory_max_origin,
+            queues_max,
+            log_filter,
+            shutdown_timeout,
+        })
+    }
+}
+
+fn check_log_filter(directive: &str) -> Result<(), ConfigError> {
+    let bad = |message: String| ConfigError::BadLogFilter {
+        directive: directive.to_owned(),
+        message,
+    };
+    if directive.trim().is_empty() {
+        return Err(bad("it is empty; use `off` to turn logging off".to_owned()));
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(directive)
+        .map(drop)
+        .map_err(|err| bad(err.to_string()))
+}
+
+/// A TOML string literal.
+fn quoted(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+/// The effective configuration as a config file (token redacted: the file is
+/// named, the token is not shown), one `key = value` line per setting, with
+/// comments where a value came from the host. It parses back, through
+/// `--config`, to the same configuration.
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "listen = {}", quoted(&self.listen.to_string()))?;
+        writeln!(f, "shards = {}", self.shards)?;
+        writeln!(f, "io = {}", quoted(&self.io.to_string()))?;
+        match &self.auth_token {
+            Some(token) => writeln!(
+                f,
+                "auth_token_file = {}  # token of {} bytes, not shown",
+                quoted(&token.path.to_string_lossy()),
+                token.bytes.len()
+            )?,
+            None => writeln!(f, "# auth_token_file: none, clients need no token")?,
+        }
+        writeln!(f, "insecure = {}", self.insecure)?;
+        match self.metrics {
+            Some(addr) => writeln!(f, "metrics_addr = {}", quoted(&addr.to_string()))?,
+            None => writeln!(f, "metrics_addr = \"off\"")?,
+        }
+        writeln!(f, "max_connections = {}", self.connections_max)?;
+        let size = |n: u64| quoted(&format_bytes(n));
+        let time = |d: Duration| quoted(&format_duration(d));
+        writeln!(f, "frame_bytes_max = {}", size(self.frame_bytes_max.into()))?;
+        writeln!(
+            f,
+            "hello_frame_bytes_max = {}",
+            size(self.hello_frame_bytes_max.into())
+        )?;
+        writeln!(f, "hello_timeout = {}", time(self.hello_timeout))?;
+        writeln!(f, "frame_timeout = {}", time(self.frame_timeout))?;
+        writeln!(
+            f,
+            "requests_in_flight_max = {}",
+            self.requests_in_flight_max
+        )?;
+        writeln!(f, "unsent_bytes_max = {}", size(self.unsent_bytes_max))?;
+        writeln!(
+            f,
+            "unsent_bytes_total_max = {}",
+            size(self.unsent_bytes_total_max)
+        )?;
+        write!(f, "memory_max = {}", size(self.memory_max_bytes))?;
+        match &self.memory_max_origin {
+            MemoryMaxOrigin::Given => writeln!(f)?,
+            MemoryMaxOrigin::HalfOf(limit) => writeln!(
+                f,
+                "  # half of {} ({})",
+                limit.source,
+                format_bytes(limit.bytes)
+            )?,
+            MemoryMaxOrigin::Fallback => writeln!(
+                f,
+                "  # fallback: neither a cgroup limit nor physical memory was found"
+            )?,
+        }
+        writeln!(f, "queues_max = {}", self.queues_max)?;
+        writeln!(f, "log = {}", quoted(&self.log_filter))?;
+        writeln!(f, "shutdown_timeout = {}", time(self.shutdown_timeout))
+    }
+}
+
+#[cfg(test)]
+mod tests;

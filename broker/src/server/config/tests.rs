@@ -1,0 +1,764 @@
+//! Tests of the configuration: defaults, every flag and variable, the config
+//! file, precedence, every validation error and the effective rendering.
+
+use super::memory::{MemoryLimit, MemorySource};
+use super::*;
+
+use std::collections::HashMap;
+use std::net::Ipv6Addr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const TOKEN: &str = "s3cr3t-t0ken-value";
+
+/// A file in the system temp folder, removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str, content: &[u8]) -> TempFile {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "sluice-config-test-{}-{n}-{name}",
+            std::process::id()
+        ));
+        std::fs::write(&path, content).expect("the temp folder is writable");
+        TempFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("temp paths are UTF-8 here")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn host() -> Host {
+    Host {
+        cores: 4,
+        memory: Some(MemoryLimit {
+            bytes: 8 * GIB,
+            source: MemorySource::PhysicalMemory,
+        }),
+    }
+}
+
+fn raw(args: &[&str], env: &[(&str, &str)]) -> Result<RawArgs, clap::Error> {
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let argv = std::iter::once("sluice-server").chain(args.iter().copied());
+    RawArgs::try_parse_from_env(argv, |name| env.get(name).cloned())
+}
+
+fn config_env(args: &[&str], env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let raw = raw(args, env).unwrap_or_else(|err| panic!("{args:?} {env:?}: {err}"));
+    Config::from_args_on(raw, &host())
+}
+
+fn config(args: &[&str]) -> Result<Config, ConfigError> {
+    config_env(args, &[])
+}
+
+fn ok(args: &[&str]) -> Config {
+    config(args).unwrap_or_else(|err| panic!("{args:?}: {err}"))
+}
+
+fn err(args: &[&str]) -> ConfigError {
+    match config(args) {
+        Ok(config) => panic!("{args:?} was accepted:\n{config}"),
+        Err(err) => err,
+    }
+}
+
+fn sock(s: &str) -> SocketAddr {
+    s.parse().expect("test addresses are valid")
+}
+
+#[test]
+fn clap_command_is_well_formed() {
+    RawArgs::command().debug_assert();
+}
+
+#[test]
+fn defaults() {
+    let c = ok(&[]);
+    assert_eq!(c.listen, sock("127.0.0.1:7171"));
+    assert_eq!(c.shards, 4);
+    assert_eq!(c.io, IoChoice::Auto);
+    assert!(c.auth_token.is_none());
+    assert!(!c.insecure);
+    assert_eq!(c.metrics, Some(sock("127.0.0.1:7172")));
+    assert_eq!(c.connections_max, 10_000);
+    assert_eq!(c.frame_bytes_max, 1 << 20);
+    assert_eq!(c.hello_frame_bytes_max, 4 << 10);
+    assert_eq!(c.hello_timeout, Duration::from_secs(10));
+    assert_eq!(c.frame_timeout, Duration::from_secs(30));
+    assert_eq!(c.requests_in_flight_max, 1024);
+    assert_eq!(c.unsent_bytes_max, 4 << 20);
+    assert_eq!(c.unsent_bytes_total_max, 256 << 20);
+    assert_eq!(c.memory_max_bytes, 4 * GIB);
+    assert_eq!(
+        c.memory_max_origin,
+        MemoryMaxOrigin::HalfOf(host().memory.expect("set"))
+    );
+    assert_eq!(c.queues_max, 10_000);
+    assert_eq!(c.log_filter, "info");
+    assert_eq!(c.shutdown_timeout, Duration::from_secs(10));
+}
+
+#[test]
+fn host_dependent_defaults() {
+    let on = |cores, memory| {
+        let raw = raw(&[], &[]).expect("no arguments parse");
+        Config::from_args_on(raw, &Host { cores, memory }).expect("defaults are valid")
+    };
+    assert_eq!(on(128, None).shards, SHARDS_MAX);
+    assert_eq!(on(0, None).shards, 1);
+    assert_eq!(on(1, None).shards, 1);
+    let fallback = on(2, None);
+    assert_eq!(fallback.memory_max_bytes, MEMORY_MAX_FALLBACK);
+    assert_eq!(fallback.memory_max_origin, MemoryMaxOrigin::Fallback);
+    let cgroup = MemoryLimit {
+        bytes: 3 * GIB,
+        source: MemorySource::CgroupV2("/sys/fs/cgroup/memory.max".into()),
+    };
+    let limited = on(2, Some(cgroup.clone()));
+    assert_eq!(limited.memory_max_bytes, 3 * GIB / 2);
+    assert_eq!(limited.memory_max_origin, MemoryMaxOrigin::HalfOf(cgroup));
+    assert!(
+        limited
+            .to_string()
+            .contains("half of cgroup v2 limit /sys/fs/cgroup/memory.max (3GiB)")
+    );
+}
+
+/// Every setting at a value other than its default, as flags.
+fn every_flag(token_path: &str) -> Vec<String> {
+    [
+        "--listen=0.0.0.0:9000",
+        "--shards=3",
+        "--io=epoll",
+        &format!("--auth-token-file={token_path}"),
+        "--insecure",
+        "--metrics-addr=[::1]:0",
+        "--max-connections=500",
+        "--frame-bytes-max=2MiB",
+        "--hello-frame-bytes-max=8KiB",
+        "--hello-timeout=2s",
+        "--frame-timeout=1m",
+        "--requests-in-flight-max=64",
+        "--unsent-bytes-max=8MiB",
+        "--unsent-bytes-total-max=1GiB",
+        "--memory-max=512MiB",
+        "--queues-max=20",
+        "--log=warn,sluice_broker=debug",
+        "--shutdown-timeout=250ms",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn assert_every_setting(c: &Config, token_path: &str) {
+    assert_eq!(c.listen, sock("0.0.0.0:9000"));
+    assert_eq!(c.shards, 3);
+    assert_eq!(c.io, IoChoice::Epoll);
+    let token = c.auth_token.as_ref().expect("token configured");
+    assert_eq!(token.as_bytes(), TOKEN.as_bytes());
+    assert_eq!(token.path(), Path::new(token_path));
+    assert!(c.insecure);
+    assert_eq!(
+        c.metrics,
+        Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 0))
+    );
+    assert_eq!(c.connections_max, 500);
+    assert_eq!(c.frame_bytes_max, 2 << 20);
+    assert_eq!(c.hello_frame_bytes_max, 8 << 10);
+    assert_eq!(c.hello_timeout, Duration::from_secs(2));
+    assert_eq!(c.frame_timeout, Duration::from_secs(60));
+    assert_eq!(c.requests_in_flight_max, 64);
+    assert_eq!(c.unsent_bytes_max, 8 << 20);
+    assert_eq!(c.unsent_bytes_total_max, GIB);
+    assert_eq!(c.memory_max_bytes, 512 << 20);
+    assert_eq!(c.memory_max_origin, MemoryMaxOrigin::Given);
+    assert_eq!(c.queues_max, 20);
+    assert_eq!(c.log_filter, "warn,sluice_broker=debug");
+    assert_eq!(c.shutdown_timeout, Duration::from_millis(250));
+}
+
+#[test]
+fn every_flag_is_read() {
+    let token = TempFile::new("token", format!("{TOKEN}\n").as_bytes());
+    let args = every_flag(token.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_every_setting(&ok(&args), token.path());
+}
+
+/// `--flag=value` as `SLUICE_FLAG=value`.
+fn as_env(flags: &[String]) -> Vec<(String, String)> {
+    flags
+        .iter()
+        .map(|flag| {
+            let (name, value) = flag.split_once('=').unwrap_or((flag, "true"));
+            let var = format!("SLUICE_{}", name.trim_start_matches("--").replace('-', "_"));
+            (var.to_ascii_uppercase(), value.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn every_variable_is_read() {
+    let token = TempFile::new("token", format!("{TOKEN}\r\n").as_bytes());
+    let env = as_env(&every_flag(token.path()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_every_setting(
+        &config_env(&[], &env).expect("valid environment"),
+        token.path(),
+    );
+}
+
+/// `--flag=value` as a config file line.
+fn as_toml(flags: &[String]) -> String {
+    let mut text = String::new();
+    for flag in flags {
+        let (name, value) = flag.split_once('=').unwrap_or((flag, "true"));
+        let key = name.trim_start_matches("--").replace('-', "_");
+        let value = match key.as_str() {
+            "insecure" => value.to_owned(),
+            _ => quoted(value),
+        };
+        text.push_str(&format!("{key} = {value}\n"));
+    }
+    text
+}
+
+#[test]
+fn every_config_file_key_is_read() {
+    let token = TempFile::new("token", TOKEN.as_bytes());
+    let file = TempFile::new("all.toml", as_toml(&every_flag(token.path())).as_bytes());
+    assert_every_setting(&ok(&["--config", file.path()]), token.path());
+    // Also when the file is named by the environment.
+    let c = config_env(&[], &[("SLUICE_CONFIG", file.path())]).expect("valid file");
+    assert_every_setting(&c, token.path());
+}
+
+#[test]
+fn config_file_numbers_and_strings() {
+    let file = TempFile::new(
+        "numbers.toml",
+        b"max_connections = 5000\nframe_bytes_max = 2097152\nqueues_max = \"7\"\n\
+          unsent_bytes_max = \"2MiB\"\nhello_timeout = \"1m30s\"\ninsecure = false\n",
+    );
+    let c = ok(&["--config", file.path()]);
+    assert_eq!(c.connections_max, 5000);
+    assert_eq!(c.frame_bytes_max, 2 << 20);
+    assert_eq!(c.queues_max, 7);
+    assert_eq!(c.unsent_bytes_max, 2 << 20);
+    assert_eq!(c.hello_timeout, Duration::from_secs(90));
+    assert!(!c.insecure);
+}
+
+#[test]
+fn precedence_flag_then_env_then_file_then_default() {
+    let file = TempFile::new(
+        "precedence.toml",
+        b"max_connections = 1\nqueues_max = 2\nrequests_in_flight_max = 3\ninsecure = true\n",
+    );
+    let env = [
+        ("SLUICE_MAX_CONNECTIONS", "10"),
+        ("SLUICE_QUEUES_MAX", "20"),
+        ("SLUICE_INSECURE", "false"),
+    ];
+    let c = config_env(&["--config", file.path(), "--max-connections=100"], &env)
+        .expect("valid layers");
+    assert_eq!(c.connections_max, 100, "flag beats env and file");
+    assert_eq!(c.queues_max, 20, "env beats file");
+    assert_eq!(c.requests_in_flight_max, 3, "file beats default");
+    assert!(
+        !c.insecure,
+        "SLUICE_INSECURE=false beats insecure = true in the file"
+    );
+    assert_eq!(
+        c.frame_bytes_max,
+        wire::FRAME_BYTES_MAX_DEFAULT,
+        "default when nobody says"
+    );
+
+    let c = config_env(&["--insecure=false"], &[("SLUICE_INSECURE", "yes")]).expect("valid");
+    assert!(!c.insecure, "--insecure=false beats the environment");
+    let c = config_env(&[], &[("SLUICE_INSECURE", "1")]).expect("valid");
+    assert!(c.insecure);
+}
+
+#[test]
+fn the_process_environment_is_not_read_with_an_explicit_one() {
+    // Whatever this process's environment holds, an empty explicit one
+    // yields the defaults.
+    let parsed = raw(&[], &[]).expect("no arguments parse");
+    assert_eq!(parsed, RawArgs::default());
+}
+
+#[test]
+fn syntax_errors_on_the_command_line() {
+    for (args, needle) in [
+        (&["--hello-timeout=10"][..], "has no unit"),
+        (&["--frame-timeout=1.5s"], "fractions"),
+        (&["--frame-bytes-max=1MB"], "ambiguous"),
+        (&["--io=kqueue"], "auto, uring or epoll"),
+        (&["--listen=example.com:80"], "IP address"),
+        (&["--listen=127.0.0.1"], "HOST:PORT"),
+        (&["--metrics-addr=nowhere"], "`off`"),
+        (&["--shards=-1"], "whole number"),
+        (&["--queues-max=99999999999999999999999"], "too large"),
+        (&["--insecure=maybe"], "maybe"),
+        (&["--no-such-flag"], "no-such-flag"),
+    ] {
+        let err = raw(args, &[]).expect_err("refused by the parser");
+        assert!(err.to_string().contains(needle), "{args:?}: {err}");
+    }
+    let err = raw(&[], &[("SLUICE_SHUTDOWN_TIMEOUT", "5")]).expect_err("no unit");
+    assert!(err.to_string().contains("has no unit"), "{err}");
+}
+
+#[test]
+fn config_file_errors_name_the_file_and_key() {
+    let unknown = TempFile::new(
+        "unknown.toml",
+        b"listen = \"127.0.0.1:1\"\nmax_conections = 5\n",
+    );
+    let e = err(&["--config", unknown.path()]);
+    assert!(
+        matches!(&e, ConfigError::UnknownKey { key, .. } if key == "max_conections"),
+        "{e}"
+    );
+    let message = e.to_string();
+    assert!(
+        message.contains(unknown.path()) && message.contains("max_connections"),
+        "{message}"
+    );
+
+    let table = TempFile::new("table.toml", b"[server]\nlisten = \"127.0.0.1:1\"\n");
+    assert!(
+        matches!(err(&["--config", table.path()]), ConfigError::UnknownKey { key, .. } if key == "server")
+    );
+
+    let config_key = TempFile::new("config.toml", b"config = \"other.toml\"\n");
+    assert!(matches!(
+        err(&["--config", config_key.path()]),
+        ConfigError::UnknownKey { .. }
+    ));
+
+    for (text, key, needle) in [
+        ("hello_timeout = 10\n", "hello_timeout", "has no unit"),
+        (
+            "frame_bytes_max = [1]\n",
+            "frame_bytes_max",
+            "found a array",
+        ),
+        ("max_connections = -5\n", "max_connections", "whole number"),
+        ("insecure = \"yes\"\n", "insecure", "true or false"),
+        ("auth_token_file = 3\n", "auth_token_file", "path"),
+        ("io = \"fast\"\n", "io", "auto, uring or epoll"),
+        ("shards = 2.5\n", "shards", "found a float"),
+    ] {
+        let file = TempFile::new("bad.toml", text.as_bytes());
+        let e = err(&["--config", file.path()]);
+        assert!(
+            matches!(&e, ConfigError::BadValue { key: k, message, .. } if k == key && message.contains(needle)),
+            "{text}: {e}"
+        );
+    }
+
+    let syntax = TempFile::new("syntax.toml", b"listen = \n");
+    let e = err(&["--config", syntax.path()]);
+    assert!(matches!(e, ConfigError::ConfigFileSyntax { .. }), "{e}");
+    assert!(e.to_string().contains("line 1"), "{e}");
+
+    let duplicate = TempFile::new("dup.toml", b"shards = 1\nshards = 2\n");
+    assert!(matches!(
+        err(&["--config", duplicate.path()]),
+        ConfigError::ConfigFileSyntax { .. }
+    ));
+
+    let missing = "/nonexistent/sluice/config.toml";
+    let e = err(&["--config", missing]);
+    assert!(matches!(e, ConfigError::ReadConfigFile { .. }), "{e}");
+    assert!(e.to_string().contains(missing), "{e}");
+
+    let huge = TempFile::new("huge.toml", &vec![b'#'; CONFIG_FILE_BYTES_MAX as usize + 1]);
+    assert!(matches!(
+        err(&["--config", huge.path()]),
+        ConfigError::ConfigFileTooLarge { .. }
+    ));
+}
+
+#[test]
+fn a_relative_token_path_in_a_config_file_is_beside_the_file() {
+    let token = TempFile::new("beside-token", TOKEN.as_bytes());
+    let name = token
+        .0
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("UTF-8 name");
+    let file = TempFile::new(
+        "relative.toml",
+        format!("auth_token_file = {}\n", quoted(name)).as_bytes(),
+    );
+    let c = ok(&["--config", file.path()]);
+    assert_eq!(c.auth_token.expect("token read").path(), token.0.as_path());
+}
+
+fn assert_out_of_range(args: &[&str], flag: &str, min: &str, max: &str) {
+    let e = err(args);
+    match &e {
+        ConfigError::OutOfRange {
+            flag: f,
+            min: lo,
+            max: hi,
+            ..
+        } => {
+            assert_eq!((*f, lo.as_str(), hi.as_str()), (flag, min, max), "{args:?}");
+        }
+        other => panic!("{args:?}: expected out of range, got {other}"),
+    }
+    assert!(e.to_string().starts_with(&format!("--{flag} is ")), "{e}");
+}
+
+#[test]
+fn every_range_is_checked() {
+    let cases: &[(&[&str], &str, &str, &str)] = &[
+        (&["--shards=0"], "shards", "1", "64"),
+        (&["--shards=65"], "shards", "1", "64"),
+        (&["--max-connections=0"], "max-connections", "1", "1000000"),
+        (
+            &["--max-connections=1000001"],
+            "max-connections",
+            "1",
+            "1000000",
+        ),
+        (
+            &["--frame-bytes-max=4095"],
+            "frame-bytes-max",
+            "4KiB",
+            "64MiB",
+        ),
+        (
+            &["--frame-bytes-max=65537KiB"],
+            "frame-bytes-max",
+            "4KiB",
+            "64MiB",
+        ),
+        (
+            &["--hello-frame-bytes-max=1KiB"],
+            "hello-frame-bytes-max",
+            "2KiB",
+            "64MiB",
+        ),
+        (&["--hello-timeout=0"], "hello-timeout", "10ms", "1h"),
+        (&["--hello-timeout=2h"], "hello-timeout", "10ms", "1h"),
+        (&["--frame-timeout=9ms"], "frame-timeout", "10ms", "1h"),
+        (&["--frame-timeout=1h1ns"], "frame-timeout", "10ms", "1h"),
+        (
+            &["--requests-in-flight-max=0"],
+            "requests-in-flight-max",
+            "1",
+            "65536",
+        ),
+        (
+            &["--requests-in-flight-max=65537"],
+            "requests-in-flight-max",
+            "1",
+            "65536",
+        ),
+        (
+            &["--unsent-bytes-max=2KiB"],
+            "unsent-bytes-max",
+            "4KiB",
+            "1GiB",
+        ),
+        (
+            &["--unsent-bytes-max=2GiB"],
+            "unsent-bytes-max",
+            "4KiB",
+            "1GiB",
+        ),
+        (
+            &["--unsent-bytes-total-max=2TiB"],
+            "unsent-bytes-total-max",
+            "4KiB",
+            "1TiB",
+        ),
+        (&["--memory-max=0"], "memory-max", "1MiB", "1024TiB"),
+        (&["--memory-max=2048TiB"], "memory-max", "1MiB", "1024TiB"),
+        (&["--queues-max=0"], "queues-max", "1", "1000000"),
+        (&["--queues-max=1000001"], "queues-max", "1", "1000000"),
+        (&["--shutdown-timeout=61m"], "shutdown-timeout", "0", "1h"),
+    ];
+    for (args, flag, min, max) in cases {
+        assert_out_of_range(args, flag, min, max);
+    }
+    // The bounds themselves are accepted.
+    let c = ok(&[
+        "--shards=64",
+        "--max-connections=1",
+        "--frame-bytes-max=64MiB",
+        "--hello-frame-bytes-max=2KiB",
+        "--hello-timeout=10ms",
+        "--frame-timeout=1h",
+        "--requests-in-flight-max=65536",
+        "--unsent-bytes-max=1GiB",
+        "--unsent-bytes-total-max=1TiB",
+        "--memory-max=1MiB",
+        "--queues-max=1000000",
+        "--shutdown-timeout=0",
+    ]);
+    assert_eq!((c.shards, c.frame_bytes_max), (64, 64 << 20));
+    assert_eq!(c.shutdown_timeout, Duration::ZERO);
+}
+
+#[test]
+fn relations_between_limits_are_checked() {
+    let e = err(&["--frame-bytes-max=4KiB", "--hello-frame-bytes-max=8KiB"]);
+    assert!(matches!(e, ConfigError::HelloFrameAboveFrame { .. }), "{e}");
+    assert!(
+        e.to_string().contains("(8KiB)") && e.to_string().contains("(4KiB)"),
+        "{e}"
+    );
+    ok(&["--frame-bytes-max=4KiB", "--hello-frame-bytes-max=4KiB"]);
+
+    let e = err(&["--frame-bytes-max=8MiB"]);
+    assert!(
+        matches!(e, ConfigError::UnsentBelowFrame { .. }),
+        "default 4MiB < 8MiB: {e}"
+    );
+    ok(&["--frame-bytes-max=8MiB", "--unsent-bytes-max=8MiB"]);
+
+    let e = err(&["--unsent-bytes-total-max=2MiB"]);
+    assert!(
+        matches!(e, ConfigError::UnsentTotalBelowPerConnection { .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_public_address_needs_a_token_or_insecure() {
+    for listen in [
+        "0.0.0.0:7171",
+        "10.1.2.3:7171",
+        "[::]:7171",
+        "[::ffff:10.0.0.1]:1",
+    ] {
+        let e = err(&["--listen", listen]);
+        assert!(
+            matches!(e, ConfigError::InsecureListen { .. }),
+            "{listen}: {e}"
+        );
+        let message = e.to_string();
+        assert!(
+            message.contains("--auth-token-file") && message.contains("--insecure"),
+            "{message}"
+        );
+        assert!(ok(&["--listen", listen, "--insecure"]).insecure);
+    }
+    for listen in [
+        "127.0.0.1:1",
+        "127.8.9.10:1",
+        "[::1]:1",
+        "[::ffff:127.0.0.1]:1",
+        "localhost:1",
+    ] {
+        ok(&["--listen", listen]);
+    }
+    let token = TempFile::new("token", TOKEN.as_bytes());
+    let c = ok(&["--listen=0.0.0.0:7171", "--auth-token-file", token.path()]);
+    assert!(c.auth_token.is_some() && !c.insecure);
+}
+
+#[test]
+fn token_file_problems() {
+    let missing = "/nonexistent/sluice/token";
+    let e = err(&["--auth-token-file", missing]);
+    assert!(matches!(e, ConfigError::ReadTokenFile { .. }), "{e}");
+    assert!(e.to_string().contains(missing), "{e}");
+
+    let folder = std::env::temp_dir();
+    let folder = folder.to_str().expect("UTF-8 temp folder");
+    assert!(matches!(
+        err(&["--auth-token-file", folder]),
+        ConfigError::ReadTokenFile { .. }
+    ));
+
+    for content in [&b""[..], b"\n", b"\r\n\n"] {
+        let empty = TempFile::new("empty-token", content);
+        let e = err(&["--auth-token-file", empty.path()]);
+        assert!(
+            matches!(e, ConfigError::TokenFileEmpty { .. }),
+            "{content:?}: {e}"
+        );
+        assert!(e.to_string().contains(empty.path()), "{e}");
+    }
+
+    let max = wire::AUTH_TOKEN_BYTES_MAX;
+    let longest = TempFile::new("longest", format!("{}\r\n", "x".repeat(max)).as_bytes());
+    let c = ok(&["--auth-token-file", longest.path()]);
+    assert_eq!(c.auth_token.expect("read").as_bytes().len(), max);
+    for content in [format!("{}\n", "x".repeat(max + 1)), "x".repeat(100_000)] {
+        let long = TempFile::new("long", content.as_bytes());
+        assert!(matches!(
+            err(&["--auth-token-file", long.path()]),
+            ConfigError::TokenTooLong { .. }
+        ));
+    }
+
+    let inner = TempFile::new("inner", b"a b\nc\n\n");
+    let c = ok(&["--auth-token-file", inner.path()]);
+    assert_eq!(
+        c.auth_token.expect("read").as_bytes(),
+        b"a b\nc",
+        "only trailing line ends go"
+    );
+}
+
+#[test]
+fn the_token_is_compared_and_never_shown() {
+    let token = TempFile::new("token", format!("{TOKEN}\n").as_bytes());
+    let c = ok(&["--auth-token-file", token.path()]);
+    let t = c.auth_token.as_ref().expect("read");
+    assert!(t.matches(TOKEN.as_bytes()));
+    assert!(!t.matches(b"s3cr3t-t0ken-valuX"));
+    assert!(!t.matches(b"s3cr3t"));
+    assert!(!t.matches(b""));
+    let shown = format!("{c}\n{c:?}");
+    assert!(!shown.contains(TOKEN), "{shown}");
+    assert!(shown.contains(token.path()), "{shown}");
+}
+
+#[test]
+fn metrics_and_listen_addresses() {
+    assert_eq!(ok(&["--metrics-addr=off"]).metrics, None);
+    assert_eq!(ok(&["--metrics-addr=OFF"]).metrics, None);
+    assert_eq!(
+        ok(&["--metrics-addr=127.0.0.1:0"]).metrics,
+        Some(sock("127.0.0.1:0"))
+    );
+    let e = err(&["--listen=127.0.0.1:9000", "--metrics-addr=127.0.0.1:9000"]);
+    assert!(matches!(e, ConfigError::MetricsOnListenAddr { .. }), "{e}");
+    // Port 0 twice means two different free ports.
+    ok(&["--listen=127.0.0.1:0", "--metrics-addr=127.0.0.1:0"]);
+    assert_eq!(
+        ok(&["--listen=localhost:8000"]).listen,
+        sock("127.0.0.1:8000")
+    );
+}
+
+#[test]
+fn log_filters_are_checked() {
+    ok(&["--log=off"]);
+    ok(&["--log=sluice_broker::server=trace,info"]);
+    for bad in ["", "  ", "info,sluice=loud"] {
+        let e = err(&["--log", bad]);
+        assert!(
+            matches!(e, ConfigError::BadLogFilter { .. }),
+            "{bad:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn help_documents_precedence_and_every_variable() {
+    let help = RawArgs::command().render_long_help().to_string();
+    // clap wraps to the terminal: compare with whitespace folded.
+    let help: String = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("Precedence: flag, then environment, then config file"),
+        "{help}"
+    );
+    assert!(help.contains("RUST_LOG is not read"), "{help}");
+    assert!(
+        help.contains("has no unit") || help.contains("plain number is refused"),
+        "{help}"
+    );
+    let command = RawArgs::command();
+    let mut keys = Vec::new();
+    for arg in command.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if matches!(long, "help" | "version") {
+            continue;
+        }
+        let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_default();
+        let want = format!("SLUICE_{}", long.replace('-', "_").to_ascii_uppercase());
+        assert_eq!(env, want, "--{long}");
+        assert!(help.contains(&want), "{want} not in help");
+        assert!(
+            long == "config"
+                || arg
+                    .get_help()
+                    .is_some_and(|h| h.to_string().contains("default")),
+            "--{long} help names its default"
+        );
+        if long != "config" {
+            keys.push(long.replace('-', "_"));
+        }
+    }
+    assert_eq!(keys, CONFIG_FILE_KEYS, "config file keys follow the flags");
+}
+
+#[test]
+fn the_help_texts_name_the_real_defaults() {
+    let c = ok(&[]);
+    let help = RawArgs::command().render_help().to_string();
+    for shown in [
+        format!("[default: {}]", c.listen),
+        format!("[default: {}]", c.io),
+        format!("[default: {}]", c.metrics.expect("on by default")),
+        format!("[default: {}]", c.connections_max),
+        format!("[default: {}]", format_bytes(c.frame_bytes_max.into())),
+        format!(
+            "[default: {}]",
+            format_bytes(c.hello_frame_bytes_max.into())
+        ),
+        format!("[default: {}]", format_duration(c.hello_timeout)),
+        format!("[default: {}]", format_duration(c.frame_timeout)),
+        format!("[default: {}]", c.requests_in_flight_max),
+        format!("[default: {}]", format_bytes(c.unsent_bytes_max)),
+        format!("[default: {}]", format_bytes(c.unsent_bytes_total_max)),
+        format!("[default: {}]", c.queues_max),
+        format!("[default: {}]", c.log_filter),
+        format!("[default: {}]", format_duration(c.shutdown_timeout)),
+    ] {
+        // clap may wrap lines: compare with whitespace folded.
+        let folded: String = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(folded.contains(&shown), "{shown} not in help:\n{help}");
+    }
+}
+
+#[test]
+fn the_effective_configuration_reads_back_as_a_config_file() {
+    let token = TempFile::new("token", TOKEN.as_bytes());
+    let args = every_flag(token.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for c in [
+        ok(&[]),
+        ok(&args),
+        ok(&["--metrics-addr=off", "--log=a\"b=debug"]),
+    ] {
+        let rendered = c.to_string();
+        let file = TempFile::new("effective.toml", rendered.as_bytes());
+        let again = ok(&["--config", file.path()]);
+        assert_eq!(
+            again.to_string(),
+            rendered.replace("  # half of physical memory (8GiB)", "")
+        );
+    }
+    let rendered = ok(&[]).to_string();
+    assert!(
+        rendered.contains("frame_bytes_max = \"1MiB\"\n"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("memory_max = \"4GiB\"  # half of physical memory (8GiB)\n"));
+    assert!(rendered.contains("# auth_token_file: none"), "{rendered}");
+}

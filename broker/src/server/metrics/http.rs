@@ -1,0 +1,450 @@
+//! A tiny HTTP/1.1 server on its own thread for `GET /metrics` and
+//! `GET /healthz`.
+//!
+//! One connection at a time, one request per connection
+//! (`Connection: close`): a scraper every few seconds needs no more, and the
+//! thread holds no more than one socket and one request buffer. Every
+//! connection is bounded: the request head must fit
+//! [`MetricsServerOptions::request_bytes_max`] (else 431) and arrive within
+//! [`MetricsServerOptions::read_timeout`] in all, not per read (else 408), so
+//! a client trickling bytes cannot hold the thread longer. Anything that is
+//! not an HTTP/1.x request line gets 400; a method other than GET or HEAD
+//! gets 405; a path other than the two gets 404. Nothing a client sends can
+//! make the thread panic, and a panic in the caller's [`MetricsSource`] is
+//! caught and answered with 500.
+//!
+//! Stopping: [`MetricsServer::shutdown`] (or drop) sets a flag and connects
+//! to the listener to wake the blocking `accept`, then joins the thread.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Where the metrics text comes from: called on every scrape of `/metrics`
+/// on the metrics thread, to append Prometheus text (see
+/// [`PromWriter`](super::PromWriter)) to `out`, which arrives empty.
+///
+/// Any `Fn(&mut String) + Send + Sync` closure is a source.
+pub trait MetricsSource: Send + Sync + 'static {
+    /// Appends the exposition text.
+    fn render(&self, out: &mut String);
+}
+
+impl<F> MetricsSource for F
+where
+    F: Fn(&mut String) + Send + Sync + 'static,
+{
+    fn render(&self, out: &mut String) {
+        self(out)
+    }
+}
+
+/// Limits of the metrics server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricsServerOptions {
+    /// Largest request head (request line and headers) read.
+    pub request_bytes_max: usize,
+    /// Time for the whole request head to arrive.
+    pub read_timeout: Duration,
+    /// Time for a write of the reply to make progress.
+    pub write_timeout: Duration,
+    /// After the reply, time to read and discard what the client still
+    /// sends, so that closing does not reset the connection under the reply.
+    pub linger_timeout: Duration,
+}
+
+impl Default for MetricsServerOptions {
+    fn default() -> Self {
+        MetricsServerOptions {
+            request_bytes_max: 8 * 1024,
+            read_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(5),
+            linger_timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Bytes read and discarded after a reply, at most.
+const LINGER_BYTES_MAX: usize = 64 * 1024;
+
+/// The running metrics server. Stops on [`shutdown`](Self::shutdown) or drop.
+#[derive(Debug)]
+pub struct MetricsServer {
+    local_addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Binds `addr` (port 0: any free port) and serves `source` on a thread
+    /// named `sluice-metrics`, with default limits.
+    pub fn start(addr: SocketAddr, source: impl MetricsSource) -> io::Result<MetricsServer> {
+        MetricsServer::start_with(addr, source, MetricsServerOptions::default())
+    }
+
+    /// As [`start`](Self::start), with these limits.
+    pub fn start_with(
+        addr: SocketAddr,
+        source: impl MetricsSource,
+        options: MetricsServerOptions,
+    ) -> io::Result<MetricsServer> {
+        let listener = TcpListener::bind(addr)?;
+        let local_addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread_stop = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("sluice-metrics".to_owned())
+            .spawn(move || accept_loop(&listener, &source, options, &thread_stop))?;
+        Ok(MetricsServer {
+            local_addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address bound, with the actual port when 0 was asked for.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting, lets a request being served finish, and waits for the
+    /// thread to end.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        self.stop.store(true, Ordering::Release);
+        // Wake the blocking accept with a connection of our own.
+        let wake = match self.local_addr.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => {
+                SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.local_addr.port())
+            }
+            IpAddr::V6(ip) if ip.is_unspecified() => {
+                SocketAddr::new(Ipv6Addr::LOCALHOST.into(), self.local_addr.port())
+            }
+            _ => self.local_addr,
+        };
+        match TcpStream::connect_timeout(&wake, Duration::from_secs(1)) {
+            Ok(_) => {
+                if thread.join().is_err() {
+                    tracing::error!("the metrics thread panicked");
+                }
+            }
+            // Without the wake-up the thread would only notice the flag at
+            // its next connection: leave it rather than block here.
+            Err(err) => {
+                tracing::warn!(%wake, %err, "could not wake the metrics thread; leaving it")
+            }
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+fn accept_loop(
+    listener: &TcpListener,
+    source: &dyn MetricsSource,
+    options: MetricsServerOptions,
+    stop: &AtomicBool,
+) {
+    let mut body = String::new();
+    let mut request = Vec::with_capacity(options.request_bytes_max + 1);
+    loop {
+        let accepted = listener.accept();
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        match accepted {
+            Ok((stream, peer)) => {
+                if let Err(err) = serve(stream, source, &options, &mut request, &mut body) {
+                    tracing::debug!(%peer, %err, "metrics connection ended with an error");
+                }
+            }
+            Err(err) => {
+                // Out of file descriptors and the like: do not spin.
+                tracing::warn!(%err, "metrics endpoint could not accept a connection");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// How reading a request head ended.
+enum Head {
+    /// A complete head.
+    Complete,
+    /// Larger than the limit.
+    TooLarge,
+    /// The deadline passed.
+    TimedOut,
+    /// The client closed its side first.
+    Closed,
+}
+
+/// The end of the request head: the index after the blank line, if any.
+fn head_end(buf: &[u8]) -> Option<usize> {
+    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    match (crlf, lf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn read_head(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    limit: usize,
+    deadline: Instant,
+) -> io::Result<Head> {
+    let mut chunk = [0u8; 1024];
+    loop {
+        if head_end(buf).is_some() {
+            return Ok(Head::Complete);
+        }
+        if buf.len() > limit {
+            return Ok(Head::TooLarge);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Head::TimedOut);
+        }
+        stream.set_read_timeout(Some(left))?;
+        let want = chunk.len().min(limit + 1 - buf.len());
+        match stream.read(&mut chunk[..want]) {
+            Ok(0) => return Ok(Head::Closed),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(Head::TimedOut);
+            }
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Metrics,
+    Health,
+    NotFound,
+    MethodNotAllowed,
+    BadRequest,
+}
+
+/// Parses the request line: `METHOD SP TARGET SP HTTP/1.x`. Returns the
+/// route and whether the method was HEAD.
+fn route(head: &[u8]) -> (Route, bool) {
+    let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
+    let line = head[..line_end]
+        .strip_suffix(b"\r")
+        .unwrap_or(&head[..line_end]);
+    let mut parts = line.split(|&b| b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return (Route::BadRequest, false);
+    };
+    let is_token = |s: &[u8]| {
+        !s.is_empty()
+            && s.iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b))
+    };
+    if !is_token(method)
+        || !version.starts_with(b"HTTP/1.")
+        || target.is_empty()
+        || !target.iter().all(|b| b.is_ascii_graphic())
+    {
+        return (Route::BadRequest, false);
+    }
+    let head_only = method == b"HEAD";
+    if method != b"GET" && !head_only {
+        return (Route::MethodNotAllowed, false);
+    }
+    let path = target.split(|&b| b == b'?').next().unwrap_or(target);
+    let route = match path {
+        b"/metrics" => Route::Metrics,
+        b"/healthz" => Route::Health,
+        _ => Route::NotFound,
+    };
+    (route, head_only)
+}
+
+fn serve(
+    mut stream: TcpStream,
+    source: &dyn MetricsSource,
+    options: &MetricsServerOptions,
+    request: &mut Vec<u8>,
+    body: &mut String,
+) -> io::Result<()> {
+    stream.set_write_timeout(Some(options.write_timeout))?;
+    let deadline = Instant::now() + options.read_timeout;
+    request.clear();
+    let head = read_head(&mut stream, request, options.request_bytes_max, deadline)?;
+    body.clear();
+    let (status, content_type, head_only) = match head {
+        Head::Complete => {
+            let (route, head_only) = route(request);
+            let (status, content_type) = match route {
+                Route::Metrics => match catch_unwind(AssertUnwindSafe(|| source.render(body))) {
+                    Ok(()) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8"),
+                    Err(_) => {
+                        body.clear();
+                        body.push_str("the metrics source failed\n");
+                        ("500 Internal Server Error", "text/plain; charset=utf-8")
+                    }
+                },
+                Route::Health => {
+                    body.push_str("ok\n");
+                    ("200 OK", "text/plain; charset=utf-8")
+                }
+                Route::NotFound => {
+                    body.push_str("not found: try /metrics or /healthz\n");
+                    ("404 Not Found", "text/plain; charset=utf-8")
+                }
+                Route::MethodNotAllowed => {
+                    body.push_str("method not allowed: use GET\n");
+                    ("405 Method Not Allowed", "text/plain; charset=utf-8")
+                }
+                Route::BadRequest => {
+                    body.push_str("bad request\n");
+                    ("400 Bad Request", "text/plain; charset=utf-8")
+                }
+            };
+            (status, content_type, head_only)
+        }
+        Head::TooLarge => {
+            body.push_str("request too large\n");
+            (
+                "431 Request Header Fields Too Large",
+                "text/plain; charset=utf-8",
+                false,
+            )
+        }
+        Head::TimedOut => {
+            body.push_str("request timeout\n");
+            ("408 Request Timeout", "text/plain; charset=utf-8", false)
+        }
+        // A client that sent part of a request and closed its side.
+        Head::Closed if !request.is_empty() => {
+            body.push_str("bad request\n");
+            ("400 Bad Request", "text/plain; charset=utf-8", false)
+        }
+        Head::Closed => return Ok(()),
+    };
+    let allow = if status.starts_with("405") {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
+    let header = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(header.as_bytes())?;
+    if !head_only {
+        stream.write_all(body.as_bytes())?;
+    }
+    stream.flush()?;
+    stream.shutdown(Shutdown::Write)?;
+    linger(&mut stream, options.linger_timeout);
+    Ok(())
+}
+
+/// Reads and discards what the client still sends until it closes, for at
+/// most `timeout` and [`LINGER_BYTES_MAX`] bytes. Closing with unread bytes
+/// would reset the connection, and the client could lose the reply.
+fn linger(stream: &mut TcpStream, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    let mut chunk = [0u8; 4096];
+    let mut discarded = 0;
+    while discarded < LINGER_BYTES_MAX {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => discarded += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_lines() {
+        let cases: &[(&[u8], Route, bool)] = &[
+            (
+                b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+                Route::Metrics,
+                false,
+            ),
+            (b"GET /metrics?name[]=x HTTP/1.0\n\n", Route::Metrics, false),
+            (b"HEAD /healthz HTTP/1.1\r\n\r\n", Route::Health, true),
+            (b"GET /healthz/ HTTP/1.1\r\n\r\n", Route::NotFound, false),
+            (b"GET / HTTP/1.1\r\n\r\n", Route::NotFound, false),
+            (
+                b"POST /metrics HTTP/1.1\r\n\r\n",
+                Route::MethodNotAllowed,
+                false,
+            ),
+            (
+                b"DELETE /healthz HTTP/1.1\r\n\r\n",
+                Route::MethodNotAllowed,
+                false,
+            ),
+            (b"GET /metrics HTTP/2.0\r\n\r\n", Route::BadRequest, false),
+            (b"GET /metrics\r\n\r\n", Route::BadRequest, false),
+            (b"GET  /metrics HTTP/1.1\r\n\r\n", Route::BadRequest, false),
+            (b"GET /me trics HTTP/1.1\r\n\r\n", Route::BadRequest, false),
+            (b"G(T /metrics HTTP/1.1\r\n\r\n", Route::BadRequest, false),
+            (
+                b"GET /m\xffetrics HTTP/1.1\r\n\r\n",
+                Route::BadRequest,
+                false,
+            ),
+            (b"\r\n\r\n", Route::BadRequest, false),
+            (b"", Route::BadRequest, false),
+        ];
+        for (head, want, head_only) in cases {
+            let got = route(head);
+            assert_eq!(
+                (&got.0, got.1),
+                (want, *head_only),
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
+        }
+    }
+
+    #[test]
+    fn head_ends() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nbody"), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.1\n\nbody"), Some(16));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
+        assert_eq!(head_end(b""), None);
+    }
+}
