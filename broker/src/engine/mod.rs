@@ -3,3 +3,4 @@
 
 pub mod doorbell;
 pub mod ring;
+pub mod wheel;
