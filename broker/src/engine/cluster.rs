@@ -11,15 +11,23 @@ use std::sync::Arc;
 
 use sluice_protocol::QueueStats;
 
+use super::doorbell::{self, Wake};
 use super::ops::{Op, OpResult};
 use super::random::splitmix64;
 use super::registry::{Registry, RegistryConfig};
-use super::ring;
 use super::shard::{MessageView, Shard, ShardConfig};
 
 /// Capacity of each ring in a [`Cluster`]: small, so overflow queues are
 /// exercised too.
 pub const CLUSTER_RING_CAPACITY: usize = 8;
+
+/// The cluster polls every shard in turn: nobody sleeps, nobody needs waking.
+#[derive(Debug)]
+struct NoWake;
+
+impl Wake for NoWake {
+    fn wake(&self) {}
+}
 
 /// N shards on one thread with a virtual clock.
 #[derive(Debug)]
@@ -43,7 +51,10 @@ impl Cluster {
         let registry = Arc::new(Registry::new(config));
         let now_ns = 1_000_000_000;
         let wall_ms = 1_700_000_000_000;
-        let links = ring::mesh(usize::from(shards_n), CLUSTER_RING_CAPACITY);
+        let wakers = (0..shards_n)
+            .map(|_| Box::new(NoWake) as Box<dyn Wake>)
+            .collect();
+        let links = doorbell::mesh(usize::from(shards_n), CLUSTER_RING_CAPACITY, wakers);
         let shards = links
             .into_iter()
             .enumerate()

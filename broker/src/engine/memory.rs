@@ -8,7 +8,7 @@
 //! shard asks for exactly what it needs, so a budget is never refused while
 //! the bytes are free (one shard's idle credit aside, at most two chunks).
 
-use super::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Ordering};
 
 /// Bytes a shard takes from the shared budget at a time.
 pub const MEMORY_CHUNK_BYTES: u64 = 256 * 1024;

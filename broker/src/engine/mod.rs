@@ -34,11 +34,8 @@ pub mod registry;
 pub mod shard;
 pub mod slab;
 
-#[path = "standin_ring.rs"]
+pub mod doorbell;
 pub mod ring;
-#[path = "standin_sync.rs"]
-mod sync;
-#[path = "standin_wheel.rs"]
 pub mod wheel;
 
 pub use check::ReceiptKey;

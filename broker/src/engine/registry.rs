@@ -36,7 +36,7 @@ use sluice_protocol::{AttributeUpdate, ErrorCode, QueueAttributes, WireError};
 use super::check::ReceiptKey;
 use super::memory::MemoryBudget;
 use super::random::splitmix64;
-use super::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Ordering};
 
 /// Default maximum number of queues (DESIGN §5).
 pub const QUEUES_MAX_DEFAULT: usize = 10_000;

@@ -44,6 +44,7 @@ use sluice_protocol::limits::{
 use sluice_protocol::{ErrorCode, MessageId, QueueStats, Receipt, WireError};
 
 use super::dedup::{DedupTable, owner_shard};
+use super::doorbell::ShardLinks;
 use super::memory::{DEDUP_ENTRY_BYTES, MESSAGE_STATE_BYTES, ShardMemory};
 use super::message::{Message, MessageState};
 use super::msg::{ForwardEntry, GatherReply, GatherRequest, ReceiptAction, ShardMsg};
@@ -51,7 +52,6 @@ use super::ops::{Op, OpResult, PeekedMessage, QueueInfo, ReceivedMessage, SendEn
 use super::partition::Partition;
 use super::random::Rng;
 use super::registry::{Registry, not_found};
-use super::ring::ShardLinks;
 use super::slab::{Slab, SlotKey};
 use super::wheel::{TimerId, TimerWheel};
 
@@ -582,7 +582,7 @@ impl Shard {
             self.overflow[d].push_back(msg);
             return;
         }
-        if let Err(msg) = self.links.send(d, msg) {
+        if let Err(msg) = self.links.push(d, msg) {
             self.overflow[d].push_back(msg);
         }
     }
@@ -590,12 +590,14 @@ impl Shard {
     fn flush_overflow(&mut self) {
         for d in 0..self.overflow.len() {
             while let Some(msg) = self.overflow[d].pop_front() {
-                if let Err(msg) = self.links.send(d, msg) {
+                if let Err(msg) = self.links.push(d, msg) {
                     self.overflow[d].push_front(msg);
                     break;
                 }
             }
         }
+        // One doorbell ring per destination for everything pushed.
+        self.links.flush();
     }
 
     fn others(&self) -> impl Iterator<Item = u16> + '_ {
