@@ -7,6 +7,7 @@ mod engine_util;
 mod engine_dead_letter;
 mod engine_leases;
 mod engine_long_poll;
+mod engine_model;
 mod engine_queues;
 mod engine_receipts;
 mod engine_send;
