@@ -12,3 +12,4 @@ mod engine_queues;
 mod engine_receipts;
 mod engine_send;
 mod engine_shards;
+mod engine_stress;
