@@ -1,2 +1,98 @@
 //! Sync facade: loom's types under `cfg(sluice_loom)`, std's otherwise, so the
 //! same code is the production type and the loom model.
+//!
+//! Everything that crosses a thread boundary in the broker (the shard rings,
+//! the doorbells) takes its atomics, `Arc`, threads and cells from here, never
+//! from `std` directly. Built normally this module is a thin re-export of
+//! `std`; built with `RUSTFLAGS="--cfg sluice_loom"` it re-exports loom's
+//! instrumented twins, and loom then explores every interleaving of a model
+//! built from the very same production code.
+//!
+//! `model(f)` (test builds only) runs a test body: under loom as `loom::model(f)` (all
+//! interleavings), otherwise once, as an ordinary unit test. Constants that
+//! size concurrent structures in tests shrink under loom (see
+//! [`crate::engine::ring::LINK_CAPACITY_DEFAULT`]) so that a model reaches
+//! wrap-around within a handful of operations.
+
+#[cfg(sluice_loom)]
+#[allow(
+    unused_imports,
+    reason = "the facade offers the whole set; not every build uses all"
+)]
+pub(crate) use loom::{
+    cell::UnsafeCell,
+    hint::spin_loop,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering, fence},
+    },
+    thread,
+};
+
+#[cfg(not(sluice_loom))]
+#[allow(
+    unused_imports,
+    reason = "the facade offers the whole set; not every build uses all"
+)]
+pub(crate) use std::{
+    hint::spin_loop,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering, fence},
+    },
+    thread,
+};
+
+#[cfg(not(sluice_loom))]
+pub(crate) use self::std_cell::UnsafeCell;
+
+/// Runs `f` as a loom model (every interleaving, under `cfg(sluice_loom)`) or
+/// once as a plain test body.
+#[cfg(all(test, sluice_loom))]
+pub(crate) fn model<F>(f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    loom::model(f);
+}
+
+/// Runs `f` as a loom model (every interleaving, under `cfg(sluice_loom)`) or
+/// once as a plain test body.
+#[cfg(all(test, not(sluice_loom)))]
+pub(crate) fn model<F>(f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    f();
+}
+
+#[cfg(not(sluice_loom))]
+mod std_cell {
+    /// `std::cell::UnsafeCell` behind loom's closure API, so code written
+    /// against the facade compiles unchanged in both builds.
+    ///
+    /// The closures receive raw pointers; dereferencing them is the caller's
+    /// `unsafe`, justified where it happens. Under loom the same calls are
+    /// checked: loom panics on a read that races a write.
+    #[derive(Debug, Default)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        /// Wraps `value`.
+        pub(crate) const fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+
+        /// Calls `f` with a shared raw pointer to the value.
+        #[inline(always)]
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        /// Calls `f` with a mutable raw pointer to the value.
+        #[inline(always)]
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+}

@@ -1,2 +1,49 @@
 //! The engine: queues, leases, slots, rings and the timing wheel. No sockets,
 //! no clock reads: time and randomness are parameters.
+//!
+//! One [`Shard`] per core owns its partition of every queue and the messages
+//! it accepted; queue metadata is shared through the [`Registry`]; shards
+//! talk through SPSC rings ([`ShardMsg`]). The server calls
+//! [`Shard::submit`], [`Shard::poll`] and [`Shard::drain_completions`];
+//! [`Cluster`] drives N shards on one thread, deterministically, for tests.
+//!
+//! | file | concept |
+//! |---|---|
+//! | `ops.rs` | operations and results (what the server maps to and from the wire) |
+//! | `shard.rs` | the shard engine: leases, timers, steals, waiters, fan-out |
+//! | `partition.rs` | one queue's partition on one shard |
+//! | `message.rs` | a stored message and its attributes |
+//! | `slab.rs` | slots reused with generations |
+//! | `registry.rs` | queue metadata shared across shards |
+//! | `dedup.rs` | dedup windows and key ownership |
+//! | `memory.rs` | the memory budget |
+//! | `check.rs` | the receipt MAC |
+//! | `msg.rs` | cross-shard messages |
+//! | `cluster.rs` | deterministic in-process driver |
+
+pub mod check;
+pub mod cluster;
+pub mod dedup;
+pub mod memory;
+pub mod message;
+pub mod msg;
+pub mod ops;
+mod partition;
+pub mod random;
+pub mod registry;
+pub mod shard;
+pub mod slab;
+
+pub mod doorbell;
+pub mod ring;
+pub mod wheel;
+
+pub use check::ReceiptKey;
+pub use cluster::Cluster;
+pub use message::{MessageAttributes, MessageState};
+pub use msg::ShardMsg;
+pub use ops::{
+    Op, OpResult, PeekedMessage, QueueInfo, ReceivedMessage, SendEntry, SendOk, VisibilityChange,
+};
+pub use registry::{Registry, RegistryConfig};
+pub use shard::{MessageView, Shard, ShardConfig};

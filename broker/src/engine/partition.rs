@@ -1,0 +1,73 @@
+//! One queue's partition on one shard: its counters, its ready FIFO, its
+//! membership index and its long-poll waiters. Plain single-threaded data;
+//! the shard ([`super::Shard`]) holds the logic.
+//!
+//! - `ready`: keys of messages that were visible when pushed, oldest first.
+//!   Lazy deletion: an entry is skipped when its key no longer matches (the
+//!   slot's generation moved on: deleted, moved to another queue) or the
+//!   message is not visible. A message has at most one entry (its
+//!   `in_ready` flag), so the FIFO never holds more entries than messages,
+//!   stale ones aside, and those are compacted away when they outnumber the
+//!   live ones.
+//! - `age` (sent here, in send order, so oldest first) and `moved` (moved in
+//!   from another queue, ordered by original send time) together index every
+//!   message of the partition: purge and delete-queue walk them, and the
+//!   oldest message's age comes from their fronts.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use sluice_protocol::{QueueAttributes, QueueStats};
+
+use super::registry::QueueShared;
+use super::slab::SlotKey;
+
+/// Stale entries tolerated in a FIFO before it is compacted.
+pub const FIFO_SLACK: usize = 64;
+
+#[derive(Debug)]
+pub(crate) struct Partition {
+    pub incarnation: u32,
+    pub name: Arc<str>,
+    pub attrs: QueueAttributes,
+    pub shared: Arc<QueueShared>,
+    /// Counters and gauges; `oldest_age_ms` is computed on demand.
+    pub stats: QueueStats,
+    pub ready: VecDeque<SlotKey>,
+    pub age: VecDeque<SlotKey>,
+    pub moved: BTreeSet<(u64, u32)>,
+    /// Correlation ids of parked receives, oldest first.
+    pub waiters: VecDeque<u64>,
+    /// Whether the visible count changed since the hint was published.
+    pub touched: bool,
+    /// Whether messages became visible since waiters were last served.
+    pub gained: bool,
+}
+
+impl Partition {
+    pub fn new(name: Arc<str>, attrs: QueueAttributes, shared: Arc<QueueShared>) -> Partition {
+        Partition {
+            incarnation: shared.incarnation(),
+            name,
+            attrs,
+            shared,
+            stats: QueueStats::default(),
+            ready: VecDeque::new(),
+            age: VecDeque::new(),
+            moved: BTreeSet::new(),
+            waiters: VecDeque::new(),
+            touched: false,
+            gained: false,
+        }
+    }
+
+    /// Messages held here.
+    pub fn live(&self) -> u64 {
+        self.stats.visible + self.stats.delayed + self.stats.in_flight
+    }
+
+    /// Whether a FIFO of `len` entries should be compacted.
+    pub fn needs_compaction(&self, len: usize) -> bool {
+        len > 2 * usize::try_from(self.live()).unwrap_or(usize::MAX) + FIFO_SLACK
+    }
+}

@@ -1,0 +1,529 @@
+//! Queue metadata shared by every shard.
+//!
+//! # Ground rules
+//!
+//! - Admin operations (create, set, delete, list) take the registry's mutex,
+//!   change the map, then bump `epoch` with `Release`. The send / receive /
+//!   delete path never takes the mutex: each shard compares `epoch` (an
+//!   `Acquire` load) with the epoch of its last snapshot at the start of every
+//!   call, and only when it moved does it take the mutex to copy a new
+//!   snapshot (attributes and `Arc<QueueShared>`).
+//! - [`QueueShared`] holds what the shards must agree on at once: the
+//!   queue's depth across shards (max depth) as one atomic that a send
+//!   reserves with `fetch_add` and undoes when over the limit; a per-shard
+//!   *visible hint* (how many messages that shard's partition has visible,
+//!   written by the owner only, read by would-be stealers); and a per-shard
+//!   *waiter count* (long-poll receives waiting on that shard).
+//! - Lost wake-ups are excluded by a Dekker pairing, both sides `SeqCst`: a
+//!   shard that parks a waiter first increments its waiter count, then reads
+//!   every other shard's hint; an owner that makes messages visible first
+//!   stores its hint, then reads every other shard's waiter count. In the
+//!   single total order of `SeqCst` operations one of the two reads sees the
+//!   other side's write, so either the waiter steals or the owner wakes it.
+//! - Hints are advisory: a steal may find nothing (the owner's own consumers
+//!   got there first) and that is fine; no message is ever *lost* through a
+//!   stale hint, only a steal wasted.
+//! - The memory budget is one atomic counter of bytes; shards reserve from
+//!   it in chunks (see [`super::memory`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crossbeam_utils::CachePadded;
+use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
+use sluice_protocol::{AttributeUpdate, ErrorCode, QueueAttributes, WireError};
+
+use super::check::ReceiptKey;
+use super::memory::MemoryBudget;
+use super::random::splitmix64;
+use crate::sync::{AtomicUsize, Ordering};
+
+/// Default maximum number of queues (DESIGN §5).
+pub const QUEUES_MAX_DEFAULT: usize = 10_000;
+
+/// How the registry (and so the whole engine) is set up.
+#[derive(Clone, Debug)]
+pub struct RegistryConfig {
+    /// Number of shards (1 ..= 1024).
+    pub shards: u16,
+    /// Seed of the run: the receipt key and the message id prefix derive
+    /// from it. The server draws it from the OS at start, so a receipt of an
+    /// earlier run fails the check and ids never repeat across runs.
+    pub seed: u64,
+    /// Memory budget for messages, bytes (bodies, attributes, per-message
+    /// state, dedup entries).
+    pub memory_bytes_max: u64,
+    /// Maximum number of queues.
+    pub queues_max: usize,
+    /// Largest frame: bounds max message size and a receive's reply.
+    pub frame_bytes_max: u32,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            shards: 1,
+            seed: 0,
+            memory_bytes_max: u64::MAX,
+            queues_max: QUEUES_MAX_DEFAULT,
+            frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// What the shards share about one queue incarnation.
+#[derive(Debug)]
+pub struct QueueShared {
+    name: Arc<str>,
+    incarnation: u32,
+    /// Messages held (visible + delayed + in flight) over all shards.
+    depth: AtomicUsize,
+    /// Per shard: messages visible in its partition (advisory).
+    visible: Box<[CachePadded<AtomicUsize>]>,
+    /// Per shard: long-poll receives waiting on it.
+    waiters: Box<[CachePadded<AtomicUsize>]>,
+}
+
+impl QueueShared {
+    fn new(name: Arc<str>, incarnation: u32, shards: u16) -> QueueShared {
+        let per_shard = || {
+            (0..shards)
+                .map(|_| CachePadded::new(AtomicUsize::new(0)))
+                .collect::<Vec<_>>()
+                .into_boxed_slice()
+        };
+        QueueShared {
+            name,
+            incarnation,
+            depth: AtomicUsize::new(0),
+            visible: per_shard(),
+            waiters: per_shard(),
+        }
+    }
+
+    /// The queue's name.
+    #[must_use]
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The incarnation.
+    #[must_use]
+    pub fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
+    /// Reserves room for one message under `max_depth`; false when full.
+    pub fn try_reserve_depth(&self, max_depth: Option<u64>) -> bool {
+        let before = self.depth.fetch_add(1, Ordering::Relaxed) as u64;
+        match max_depth {
+            Some(max) if before >= max => {
+                self.depth.fetch_sub(1, Ordering::Relaxed);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Counts a message in without a limit (dead-lettering never refuses).
+    pub fn add_depth(&self) {
+        self.depth.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a message out.
+    pub fn release_depth(&self) {
+        self.depth.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Messages held over all shards.
+    #[must_use]
+    pub fn depth(&self) -> u64 {
+        self.depth.load(Ordering::Relaxed) as u64
+    }
+
+    /// Stores shard `shard`'s visible count (owner only). `SeqCst`: see the
+    /// module's ground rules.
+    pub fn store_visible_hint(&self, shard: u16, visible: u64) {
+        let v = usize::try_from(visible).unwrap_or(usize::MAX);
+        self.visible[usize::from(shard)].store(v, Ordering::SeqCst);
+    }
+
+    /// Shard `shard`'s visible count, as last published.
+    #[must_use]
+    pub fn visible_hint(&self, shard: u16) -> u64 {
+        self.visible[usize::from(shard)].load(Ordering::SeqCst) as u64
+    }
+
+    /// One more waiter parked on `shard`.
+    pub fn add_waiter(&self, shard: u16) {
+        self.waiters[usize::from(shard)].fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// One waiter fewer on `shard`.
+    pub fn remove_waiter(&self, shard: u16) {
+        self.waiters[usize::from(shard)].fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Waiters parked on `shard`.
+    #[must_use]
+    pub fn waiters(&self, shard: u16) -> u64 {
+        self.waiters[usize::from(shard)].load(Ordering::SeqCst) as u64
+    }
+}
+
+/// One queue as a snapshot carries it.
+#[derive(Clone, Debug)]
+pub struct QueueEntry {
+    /// Current attributes.
+    pub attributes: QueueAttributes,
+    /// Shared state of this incarnation.
+    pub shared: Arc<QueueShared>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    queues: BTreeMap<Arc<str>, QueueEntry>,
+    next_incarnation: u32,
+}
+
+/// Queue metadata shared across shards; see the module docs.
+#[derive(Debug)]
+pub struct Registry {
+    config: RegistryConfig,
+    key: ReceiptKey,
+    run_prefix: u64,
+    epoch: AtomicUsize,
+    inner: Mutex<Inner>,
+    memory: MemoryBudget,
+}
+
+impl Registry {
+    /// A registry with no queues.
+    ///
+    /// # Panics
+    /// When `config.shards` is 0 or above 1024 (a configuration bug the
+    /// server's flag parsing rules out).
+    #[must_use]
+    pub fn new(config: RegistryConfig) -> Registry {
+        assert!(
+            (1..=1024).contains(&config.shards),
+            "shards must be 1 ..= 1024"
+        );
+        let mut st = config.seed;
+        let key = ReceiptKey::new(splitmix64(&mut st), splitmix64(&mut st));
+        let run_prefix = splitmix64(&mut st);
+        Registry {
+            memory: MemoryBudget::new(config.memory_bytes_max),
+            config,
+            key,
+            run_prefix,
+            epoch: AtomicUsize::new(1),
+            inner: Mutex::new(Inner {
+                queues: BTreeMap::new(),
+                next_incarnation: 1,
+            }),
+        }
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &RegistryConfig {
+        &self.config
+    }
+
+    /// The run's receipt key.
+    #[must_use]
+    pub fn receipt_key(&self) -> &ReceiptKey {
+        &self.key
+    }
+
+    /// The run's id prefix (high 64 bits of every message id).
+    #[must_use]
+    pub fn run_prefix(&self) -> u64 {
+        self.run_prefix
+    }
+
+    /// The memory budget shared by the shards.
+    #[must_use]
+    pub fn memory(&self) -> &MemoryBudget {
+        &self.memory
+    }
+
+    /// The metadata epoch: it moves after every change.
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire) as u64
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves the map consistent (every
+        // mutation is a single insert/remove), so poisoning is ignored.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn bump(&self) {
+        self.epoch.fetch_add(1, Ordering::Release);
+    }
+
+    /// The current epoch and every queue.
+    #[must_use]
+    pub fn snapshot(&self) -> (u64, Vec<(Arc<str>, QueueEntry)>) {
+        let inner = self.lock();
+        // Read under the lock: no change can slip between the two.
+        let epoch = self.epoch.load(Ordering::Acquire) as u64;
+        let queues = inner
+            .queues
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        (epoch, queues)
+    }
+
+    /// One queue.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<QueueEntry> {
+        self.lock().queues.get(name).cloned()
+    }
+
+    fn check_dead_letter(
+        queues: &BTreeMap<Arc<str>, QueueEntry>,
+        name: &str,
+        attrs: &QueueAttributes,
+    ) -> Result<(), WireError> {
+        let Some(r) = &attrs.redrive else {
+            return Ok(());
+        };
+        let dlq = r.dead_letter_queue.as_str();
+        if dlq == name {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("dead_letter_queue: {name} cannot be its own dead-letter queue"),
+            ));
+        }
+        if !queues.contains_key(dlq) {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("dead_letter_queue: queue {dlq} does not exist"),
+            ));
+        }
+        // Follow the chain from the dead-letter queue: reaching `name` again
+        // would close a cycle. The chain is at most as long as the map.
+        let mut at = dlq;
+        for _ in 0..=queues.len() {
+            let Some(next) = queues
+                .get(at)
+                .and_then(|q| q.attributes.redrive.as_ref())
+                .map(|r| r.dead_letter_queue.as_str())
+            else {
+                return Ok(());
+            };
+            if next == name {
+                return Err(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("dead_letter_queue: {dlq} would form a cycle with {name}"),
+                ));
+            }
+            at = next;
+        }
+        Ok(())
+    }
+
+    /// Creates a queue; `Ok((incarnation, created))`. Idempotent when the
+    /// resulting attributes equal the existing queue's.
+    pub fn create(&self, name: &str, update: &AttributeUpdate) -> Result<(u32, bool), WireError> {
+        if !sluice_protocol::is_valid_queue_name(name) {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                "name: not a valid queue name ([A-Za-z0-9_.-]{1,80})",
+            ));
+        }
+        if update.clear_redrive || update.clear_backoff {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                "clear_redrive/clear_backoff: only SET can clear a policy",
+            ));
+        }
+        let attrs = update.apply_to(&QueueAttributes::default(), self.config.frame_bytes_max)?;
+        let mut inner = self.lock();
+        if let Some(existing) = inner.queues.get(name) {
+            return if existing.attributes == attrs {
+                Ok((existing.shared.incarnation, false))
+            } else {
+                Err(WireError::new(
+                    ErrorCode::QueueExists,
+                    format!("queue {name} exists with other attributes"),
+                ))
+            };
+        }
+        if inner.queues.len() >= self.config.queues_max {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("queues: at most {} queues", self.config.queues_max),
+            ));
+        }
+        Self::check_dead_letter(&inner.queues, name, &attrs)?;
+        let incarnation = inner.next_incarnation;
+        inner.next_incarnation = incarnation
+            .checked_add(1)
+            .ok_or_else(|| WireError::new(ErrorCode::Internal, "queue incarnations exhausted"))?;
+        let name: Arc<str> = Arc::from(name);
+        let shared = Arc::new(QueueShared::new(
+            name.clone(),
+            incarnation,
+            self.config.shards,
+        ));
+        inner.queues.insert(
+            name,
+            QueueEntry {
+                attributes: attrs,
+                shared,
+            },
+        );
+        self.bump();
+        Ok((incarnation, true))
+    }
+
+    /// Changes attributes of a queue.
+    pub fn set(&self, name: &str, update: &AttributeUpdate) -> Result<(), WireError> {
+        let mut inner = self.lock();
+        let Some(existing) = inner.queues.get(name) else {
+            return Err(not_found(name));
+        };
+        let attrs = update.apply_to(&existing.attributes, self.config.frame_bytes_max)?;
+        Self::check_dead_letter(&inner.queues, name, &attrs)?;
+        if let Some(q) = inner.queues.get_mut(name) {
+            q.attributes = attrs;
+        }
+        self.bump();
+        Ok(())
+    }
+
+    /// Removes a queue; refused while another queue names it as its
+    /// dead-letter queue. Returns the removed incarnation.
+    pub fn delete(&self, name: &str) -> Result<u32, WireError> {
+        let mut inner = self.lock();
+        if !inner.queues.contains_key(name) {
+            return Err(not_found(name));
+        }
+        if let Some((user, _)) = inner.queues.iter().find(|(n, q)| {
+            &***n != name
+                && q.attributes
+                    .redrive
+                    .as_ref()
+                    .is_some_and(|r| r.dead_letter_queue == name)
+        }) {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("queue {user} uses {name} as its dead-letter queue"),
+            ));
+        }
+        let removed = inner.queues.remove(name).map(|q| q.shared.incarnation);
+        self.bump();
+        removed.ok_or_else(|| not_found(name))
+    }
+
+    /// Names starting with `prefix`, sorted.
+    #[must_use]
+    pub fn list(&self, prefix: &str) -> Vec<String> {
+        self.lock()
+            .queues
+            .range::<str, _>((
+                core::ops::Bound::Included(prefix),
+                core::ops::Bound::Unbounded,
+            ))
+            .take_while(|(n, _)| n.starts_with(prefix))
+            .map(|(n, _)| n.to_string())
+            .collect()
+    }
+}
+
+/// `QueueNotFound` naming the queue.
+#[must_use]
+pub fn not_found(name: &str) -> WireError {
+    WireError::new(ErrorCode::QueueNotFound, format!("queue {name} not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_protocol::RedrivePolicy;
+
+    fn dlq(name: &str) -> AttributeUpdate {
+        AttributeUpdate {
+            redrive: Some(RedrivePolicy {
+                dead_letter_queue: name.into(),
+                max_receives: 3,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn create_is_idempotent_and_bumps_epoch() {
+        let r = Registry::new(RegistryConfig::default());
+        let e0 = r.epoch();
+        let (inc, created) = r.create("a", &AttributeUpdate::default()).unwrap();
+        assert!(created);
+        assert!(r.epoch() > e0);
+        assert_eq!(
+            r.create("a", &AttributeUpdate::default()).unwrap(),
+            (inc, false)
+        );
+        let other = AttributeUpdate {
+            delay_ms: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(
+            r.create("a", &other).unwrap_err().code,
+            ErrorCode::QueueExists
+        );
+        assert_eq!(
+            r.create("bad name", &other).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn dead_letter_rules() {
+        let r = Registry::new(RegistryConfig::default());
+        assert!(r.create("a", &dlq("nope")).is_err());
+        assert!(r.create("a", &dlq("a")).is_err());
+        r.create("a", &AttributeUpdate::default()).unwrap();
+        r.create("b", &dlq("a")).unwrap();
+        // a -> b would close a cycle b -> a -> b.
+        let e = r.set("a", &dlq("b")).unwrap_err();
+        assert!(e.message.contains("cycle"), "{e}");
+        let e = r.delete("a").unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert!(e.message.contains("queue b"), "{e}");
+        r.delete("b").unwrap();
+        r.delete("a").unwrap();
+        assert_eq!(r.delete("a").unwrap_err().code, ErrorCode::QueueNotFound);
+    }
+
+    #[test]
+    fn list_by_prefix_and_queue_limit() {
+        let r = Registry::new(RegistryConfig {
+            queues_max: 3,
+            ..Default::default()
+        });
+        for n in ["ab", "abc", "b"] {
+            r.create(n, &AttributeUpdate::default()).unwrap();
+        }
+        assert_eq!(r.list("ab"), vec!["ab", "abc"]);
+        assert_eq!(r.list(""), vec!["ab", "abc", "b"]);
+        let e = r.create("c", &AttributeUpdate::default()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn depth_reservation_respects_the_limit() {
+        let q = QueueShared::new(Arc::from("q"), 1, 2);
+        assert!(q.try_reserve_depth(Some(2)));
+        assert!(q.try_reserve_depth(Some(2)));
+        assert!(!q.try_reserve_depth(Some(2)));
+        assert_eq!(q.depth(), 2);
+        q.release_depth();
+        assert!(q.try_reserve_depth(Some(2)));
+    }
+}

@@ -1,0 +1,192 @@
+//! A slab of slots reused with a generation counter.
+//!
+//! A slot's generation is bumped every time its occupant is removed, and
+//! whenever the owner asks ([`Slab::bump`]: a message moving to another queue
+//! is a new occupant as far as old receipts are concerned). A reference is a
+//! `(slot, generation)` pair, so one taken before a reuse never reaches the
+//! new occupant (no ABA) unless the slot is reused 2^32 times in between.
+
+/// A key into a [`Slab`]: slot index and the generation it was taken at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SlotKey {
+    /// Slot index.
+    pub slot: u32,
+    /// Generation of the occupant.
+    pub generation: u32,
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    generation: u32,
+    value: Option<T>,
+}
+
+/// Slots of `T`, reused through a free list.
+#[derive(Debug)]
+pub struct Slab<T> {
+    entries: Vec<Entry<T>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab::new()
+    }
+}
+
+impl<T> Slab<T> {
+    /// An empty slab.
+    #[must_use]
+    pub fn new() -> Slab<T> {
+        Slab {
+            entries: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// An empty slab with room for `n` values.
+    #[must_use]
+    pub fn with_capacity(n: usize) -> Slab<T> {
+        Slab {
+            entries: Vec::with_capacity(n),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Occupied slots.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no slot is occupied.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Stores `value` and returns its key. `None` when the slab already
+    /// holds 2^32 slots (the caller answers `Busy`).
+    pub fn insert(&mut self, value: T) -> Option<SlotKey> {
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                let slot = u32::try_from(self.entries.len()).ok()?;
+                self.entries.push(Entry {
+                    generation: 0,
+                    value: None,
+                });
+                slot
+            }
+        };
+        let entry = &mut self.entries[slot as usize];
+        debug_assert!(entry.value.is_none());
+        entry.value = Some(value);
+        self.len += 1;
+        Some(SlotKey {
+            slot,
+            generation: entry.generation,
+        })
+    }
+
+    /// The occupant of `slot` if its generation is `generation`.
+    #[must_use]
+    pub fn get(&self, key: SlotKey) -> Option<&T> {
+        let e = self.entries.get(key.slot as usize)?;
+        if e.generation == key.generation {
+            e.value.as_ref()
+        } else {
+            None
+        }
+    }
+
+    /// Mutable access to the occupant of `slot` if its generation matches.
+    pub fn get_mut(&mut self, key: SlotKey) -> Option<&mut T> {
+        let e = self.entries.get_mut(key.slot as usize)?;
+        if e.generation == key.generation {
+            e.value.as_mut()
+        } else {
+            None
+        }
+    }
+
+    /// The occupant of `slot` and its current generation, whatever it is.
+    #[must_use]
+    pub fn get_any(&self, slot: u32) -> Option<(u32, &T)> {
+        let e = self.entries.get(slot as usize)?;
+        e.value.as_ref().map(|v| (e.generation, v))
+    }
+
+    /// Removes the occupant if the generation matches, bumping the
+    /// generation so older keys no longer reach this slot.
+    pub fn remove(&mut self, key: SlotKey) -> Option<T> {
+        let e = self.entries.get_mut(key.slot as usize)?;
+        if e.generation != key.generation {
+            return None;
+        }
+        let v = e.value.take()?;
+        e.generation = e.generation.wrapping_add(1);
+        self.free.push(key.slot);
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// Bumps the generation of an occupied slot and returns the new key:
+    /// every key taken before now misses.
+    pub fn bump(&mut self, key: SlotKey) -> Option<SlotKey> {
+        let e = self.entries.get_mut(key.slot as usize)?;
+        if e.generation != key.generation || e.value.is_none() {
+            return None;
+        }
+        e.generation = e.generation.wrapping_add(1);
+        Some(SlotKey {
+            slot: key.slot,
+            generation: e.generation,
+        })
+    }
+
+    /// Every occupied slot's key, in slot order.
+    pub fn keys(&self) -> impl Iterator<Item = SlotKey> + '_ {
+        self.entries.iter().enumerate().filter_map(|(i, e)| {
+            e.value.as_ref().map(|_| SlotKey {
+                // The slab never holds more than 2^32 slots (see insert).
+                slot: i as u32,
+                generation: e.generation,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuse_bumps_generation_and_old_keys_miss() {
+        let mut s = Slab::new();
+        let a = s.insert("a").unwrap();
+        assert_eq!(s.get(a), Some(&"a"));
+        assert_eq!(s.remove(a), Some("a"));
+        assert_eq!(s.remove(a), None);
+        let b = s.insert("b").unwrap();
+        assert_eq!(b.slot, a.slot);
+        assert_ne!(b.generation, a.generation);
+        assert_eq!(s.get(a), None);
+        assert_eq!(s.get(b), Some(&"b"));
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn bump_invalidates_old_keys_but_keeps_the_value() {
+        let mut s = Slab::new();
+        let a = s.insert(1).unwrap();
+        let a2 = s.bump(a).unwrap();
+        assert_eq!(s.get(a), None);
+        assert_eq!(s.get(a2), Some(&1));
+        assert_eq!(s.bump(a), None);
+        assert_eq!(s.keys().collect::<Vec<_>>(), vec![a2]);
+    }
+}

@@ -1,0 +1,168 @@
+//! Dead-lettering and redrive.
+
+use crate::engine_util::*;
+use sluice_broker::engine::{Cluster, Op};
+use sluice_protocol::{AttributeUpdate, ErrorCode, RedrivePolicy};
+
+fn setup(shards: u16, max_receives: u16) -> Cluster {
+    let mut c = cluster(shards);
+    create(&mut c, "dlq", AttributeUpdate::default());
+    create(
+        &mut c,
+        "q",
+        AttributeUpdate {
+            visibility_timeout_ms: Some(1000),
+            redrive: Some(RedrivePolicy {
+                dead_letter_queue: "dlq".into(),
+                max_receives,
+            }),
+            ..Default::default()
+        },
+    );
+    c
+}
+
+#[test]
+fn the_receive_that_would_exceed_max_moves_the_message() {
+    for shards in [1u16, 2] {
+        let mut c = setup(shards, 2);
+        let mut e = entry("poison");
+        e.attributes = attrs(&[("k", "v")]);
+        let id = send_entries(&mut c, 0, "q", vec![e]).remove(0).unwrap().id;
+        let sent_at = c.wall_ms();
+        let r1 = receive(&mut c, 0, "q", 1).remove(0);
+        c.advance_ms(1000);
+        let r2 = receive(&mut c, shards as usize - 1, "q", 1).remove(0);
+        assert_eq!(r2.receive_count, 2);
+        c.advance_ms(1000);
+        // Until the third receive the message counts as visible and a late
+        // delete would still work; the receive moves it instead.
+        assert_eq!(stats(&mut c, "q").visible, 1);
+        assert!(receive(&mut c, 0, "q", 10).is_empty());
+        let s = stats(&mut c, "q");
+        assert_eq!((s.dead_lettered, s.visible, s.received), (1, 0, 2));
+        let d = stats(&mut c, "dlq");
+        assert_eq!((d.moved_in, d.visible, d.sent), (1, 1, 0));
+        assert_eq!(delete_one(&mut c, 0, "q", r2.receipt), Err(ErrorCode::Gone));
+        assert_eq!(delete_one(&mut c, 0, "q", r1.receipt), Err(ErrorCode::Gone));
+        let m = receive(&mut c, shards as usize - 1, "dlq", 1).remove(0);
+        assert_eq!(m.id, id);
+        assert_eq!(
+            m.receive_count, 3,
+            "max + 1 on its first delivery from the DLQ"
+        );
+        assert_eq!(m.delivery, 3);
+        assert_eq!(m.sent_at_ms, sent_at);
+        assert_eq!(m.attributes, attrs(&[("k", "v")]));
+        assert_eq!(delete_one(&mut c, 0, "dlq", m.receipt), Ok(()));
+    }
+}
+
+#[test]
+fn a_late_delete_before_the_next_receive_still_works() {
+    let mut c = setup(1, 1);
+    send(&mut c, 0, "q", "a");
+    let r = receive(&mut c, 0, "q", 1).remove(0);
+    c.advance_ms(5000);
+    assert_eq!(delete_one(&mut c, 0, "q", r.receipt), Ok(()));
+    assert_eq!(stats(&mut c, "dlq").moved_in, 0);
+}
+
+#[test]
+fn retention_in_the_dlq_counts_from_the_original_send() {
+    let mut c = setup(1, 1);
+    call(
+        &mut c,
+        0,
+        Op::SetQueueAttributes {
+            name: "dlq".into(),
+            update: AttributeUpdate {
+                retention_ms: Some(60_000),
+                ..Default::default()
+            },
+        },
+    );
+    send(&mut c, 0, "q", "a");
+    receive(&mut c, 0, "q", 1);
+    c.advance_ms(50_000);
+    assert!(receive(&mut c, 0, "q", 1).is_empty());
+    assert_eq!(stats(&mut c, "dlq").visible, 1);
+    c.advance_ms(10_000);
+    let d = stats(&mut c, "dlq");
+    assert_eq!((d.dropped, d.visible), (1, 0));
+}
+
+#[test]
+fn redrive_moves_back_resets_receive_count_and_keeps_what_cannot_move() {
+    for shards in [1u16, 2] {
+        let mut c = setup(shards, 1);
+        create(&mut c, "other", AttributeUpdate::default());
+        for s in 0..shards as usize {
+            send(&mut c, s, "q", "a");
+            send(&mut c, s, "q", "b");
+        }
+        let n = 2 * u64::from(shards);
+        assert_eq!(receive(&mut c, 0, "q", 100).len() as u64, n);
+        c.advance_ms(1000);
+        assert!(receive(&mut c, 0, "q", 100).is_empty());
+        assert_eq!(stats(&mut c, "dlq").visible, n);
+        // A message sent straight to the DLQ has no source: it stays.
+        send(&mut c, 0, "dlq", "native");
+        let (moved, stayed) = redrive(&mut c, shards as usize - 1, "dlq", 100);
+        assert_eq!((moved, stayed), (n, 1));
+        let d = stats(&mut c, "dlq");
+        assert_eq!((d.redriven, d.visible), (n, 1));
+        let s = stats(&mut c, "q");
+        assert_eq!((s.moved_in, s.visible), (n, n));
+        let m = receive(&mut c, 0, "q", 1).remove(0);
+        assert_eq!((m.receive_count, m.delivery), (1, 2));
+        let r = call(
+            &mut c,
+            0,
+            Op::Redrive {
+                queue: "nope".into(),
+                max: 1,
+            },
+        );
+        assert_eq!(error_code(r), ErrorCode::QueueNotFound);
+    }
+}
+
+#[test]
+fn redrive_leaves_messages_whose_source_is_full_or_gone() {
+    let mut c = setup(1, 1);
+    send(&mut c, 0, "q", "a");
+    send(&mut c, 0, "q", "b");
+    receive(&mut c, 0, "q", 10);
+    c.advance_ms(1000);
+    receive(&mut c, 0, "q", 10);
+    call(
+        &mut c,
+        0,
+        Op::SetQueueAttributes {
+            name: "q".into(),
+            update: AttributeUpdate {
+                max_depth: Some(1),
+                ..Default::default()
+            },
+        },
+    );
+    assert_eq!(redrive(&mut c, 0, "dlq", 10), (1, 1));
+    assert_eq!(redrive(&mut c, 0, "dlq", 10), (0, 1));
+    // Source gone.
+    call(
+        &mut c,
+        0,
+        Op::SetQueueAttributes {
+            name: "q".into(),
+            update: AttributeUpdate {
+                clear_redrive: true,
+                ..Default::default()
+            },
+        },
+    );
+    call(&mut c, 0, Op::DeleteQueue { name: "q".into() });
+    create(&mut c, "q", AttributeUpdate::default());
+    assert_eq!(redrive(&mut c, 0, "dlq", 10), (0, 1));
+    assert_eq!(stats(&mut c, "dlq").visible, 1);
+}

@@ -1,0 +1,894 @@
+//! Model-based test: random operations and clock advances applied to the
+//! engine (2 or 3 shards, driven deterministically, operations submitted on
+//! random shards so steals, forwards and fan-outs happen) and to a small
+//! single-threaded reference model with no shards. After every step the
+//! replies, the deliveries, every message's state and every queue's stats
+//! must agree.
+//!
+//! Where DESIGN §2 leaves a choice to the engine (which visible messages a
+//! receive, peek or redrive takes when it cannot take them all; the jitter
+//! of a backoff) the model checks that the engine's choice is allowed and
+//! then adopts it.
+//!
+//! Cases: `PROPTEST_CASES` (default 64 here; CI runs 10,000 in release:
+//! `PROPTEST_CASES=10000 cargo test -p sluice-broker --profile ci --test it engine_model`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use sluice_broker::engine::dedup::owner_shard;
+use sluice_broker::engine::{
+    Cluster, MessageAttributes, MessageState, MessageView, Op, OpResult, RegistryConfig, SendEntry,
+    VisibilityChange,
+};
+use sluice_protocol::{
+    AttributeUpdate, Backoff, ErrorCode, MessageId, QueueStats, Receipt, RedrivePolicy,
+};
+
+const NS: u64 = 1_000_000;
+const Q: usize = 0;
+const DLQ: usize = 1;
+const NAMES: [&str; 2] = ["q", "dlq"];
+const MAX_RECEIVES: u32 = 2;
+const MAX_DEPTH: u64 = 8;
+const MESSAGE_BYTES_MAX: usize = 16;
+const WINDOW_MS: u64 = 100;
+const RETENTION_MS: [u64; 2] = [60_000, 120_000];
+const VISIBILITY_MS: [u64; 2] = [50, 30];
+
+#[derive(Clone, Debug)]
+enum Step {
+    Send {
+        shard: usize,
+        queue: usize,
+        entries: Vec<(usize, Option<u32>, Option<u8>, bool)>,
+    },
+    Receive {
+        shard: usize,
+        queue: usize,
+        max: u32,
+        vis: Option<u32>,
+    },
+    Delete {
+        shard: usize,
+        queue: usize,
+        pick: usize,
+        forged: bool,
+    },
+    ChangeVisibility {
+        shard: usize,
+        queue: usize,
+        pick: usize,
+        forged: bool,
+        timeout_ms: u32,
+    },
+    Advance(u64),
+    Purge {
+        shard: usize,
+        queue: usize,
+    },
+    Redrive {
+        shard: usize,
+        max: u32,
+    },
+    Peek {
+        shard: usize,
+        queue: usize,
+        max: u32,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let shard = 0usize..3;
+    let queue = prop_oneof![4 => Just(Q), 1 => Just(DLQ)];
+    prop_oneof![
+        6 => (
+            shard.clone(),
+            queue.clone(),
+            prop::collection::vec(
+                (
+                    0usize..20,
+                    prop_oneof![3 => Just(None), 1 => Just(Some(0u32)), 1 => Just(Some(5)), 1 => Just(Some(20))],
+                    prop_oneof![2 => Just(None), 1 => (0u8..3).prop_map(Some)],
+                    any::<bool>()
+                ),
+                1..5
+            )
+        )
+            .prop_map(|(shard, queue, entries)| Step::Send { shard, queue, entries }),
+        6 => (
+            shard.clone(),
+            queue.clone(),
+            prop_oneof![3 => 1u32..4, 1 => Just(100u32)],
+            prop_oneof![3 => Just(None), 1 => Just(Some(0u32)), 1 => Just(Some(10)), 1 => Just(Some(100))]
+        )
+            .prop_map(|(shard, queue, max, vis)| Step::Receive { shard, queue, max, vis }),
+        3 => (shard.clone(), queue.clone(), any::<usize>(), prop::bool::weighted(0.1))
+            .prop_map(|(shard, queue, pick, forged)| Step::Delete { shard, queue, pick, forged }),
+        3 => (
+            shard.clone(),
+            queue.clone(),
+            any::<usize>(),
+            prop::bool::weighted(0.1),
+            prop_oneof![Just(0u32), Just(10), Just(100)]
+        )
+            .prop_map(|(shard, queue, pick, forged, timeout_ms)| Step::ChangeVisibility {
+                shard,
+                queue,
+                pick,
+                forged,
+                timeout_ms
+            }),
+        5 => prop_oneof![4 => 1u64..60, 1 => Just(30_000u64)].prop_map(Step::Advance),
+        1 => (shard.clone(), queue.clone()).prop_map(|(shard, queue)| Step::Purge { shard, queue }),
+        1 => (shard.clone(), 1u32..6).prop_map(|(shard, max)| Step::Redrive { shard, max }),
+        1 => (shard, queue, 1u32..6).prop_map(|(shard, queue, max)| Step::Peek { shard, queue, max }),
+    ]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    Visible,
+    Delayed(u64),
+    InFlight(u64),
+    /// Entered a backoff at `at`; the engine picked the wait in lo ..= hi ms.
+    Backoff {
+        at: u64,
+        lo: u64,
+        hi: u64,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct MMsg {
+    queue: usize,
+    body: Bytes,
+    attributes: MessageAttributes,
+    st: St,
+    sent_ns: u64,
+    sent_at_ms: u64,
+    retain_until: u64,
+    rc: u32,
+    delivery: u64,
+    first_recv: Option<u64>,
+    source: Option<usize>,
+    /// Moves between queues so far: receipts taken before a move are Gone.
+    moves: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct MReceipt {
+    receipt: Receipt,
+    queue: usize,
+    id: MessageId,
+    moves: u32,
+    delivery: u64,
+}
+
+struct Model {
+    backoff: Option<Backoff>,
+    msgs: BTreeMap<MessageId, MMsg>,
+    stats: [QueueStats; 2],
+    dedup: [HashMap<u8, (MessageId, u64)>; 2],
+    receipts: Vec<MReceipt>,
+}
+
+fn gauge(s: &mut QueueStats, st: St) -> &mut u64 {
+    match st {
+        St::Visible => &mut s.visible,
+        St::Delayed(_) | St::Backoff { .. } => &mut s.delayed,
+        St::InFlight(_) => &mut s.in_flight,
+    }
+}
+
+impl Model {
+    fn set_st(&mut self, id: MessageId, st: St) {
+        let m = self.msgs.get_mut(&id).unwrap();
+        *gauge(&mut self.stats[m.queue], m.st) -= 1;
+        *gauge(&mut self.stats[m.queue], st) += 1;
+        m.st = st;
+    }
+
+    fn remove(&mut self, id: MessageId) -> MMsg {
+        let m = self.msgs.remove(&id).unwrap();
+        *gauge(&mut self.stats[m.queue], m.st) -= 1;
+        m
+    }
+
+    fn make_available(&mut self, id: MessageId, at: u64) {
+        let m = &self.msgs[&id];
+        let st = match (m.queue, self.backoff) {
+            (Q, Some(b)) => {
+                let n = m.rc.max(1);
+                let d = if n > 32 {
+                    u64::from(b.max_ms)
+                } else {
+                    (u64::from(b.base_ms) << (n - 1)).min(u64::from(b.max_ms))
+                };
+                St::Backoff {
+                    at,
+                    lo: d / 2,
+                    hi: d,
+                }
+            }
+            _ => St::Visible,
+        };
+        self.set_st(id, st);
+    }
+
+    /// Everything whose time came by `now`, as the engine's timers do.
+    fn process(&mut self, now: u64) {
+        loop {
+            let mut changed = false;
+            let ids: Vec<MessageId> = self.msgs.keys().copied().collect();
+            for id in ids {
+                let m = &self.msgs[&id];
+                if m.retain_until <= now {
+                    let q = m.queue;
+                    self.remove(id);
+                    self.stats[q].dropped += 1;
+                    changed = true;
+                    continue;
+                }
+                match m.st {
+                    St::InFlight(u) if u <= now => {
+                        let q = m.queue;
+                        self.stats[q].redelivered += 1;
+                        self.make_available(id, u);
+                        changed = true;
+                    }
+                    St::Delayed(u) if u <= now => {
+                        self.set_st(id, St::Visible);
+                        changed = true;
+                    }
+                    _ => {}
+                }
+            }
+            for d in &mut self.dedup {
+                d.retain(|_, (_, exp)| *exp > now);
+            }
+            if !changed {
+                return;
+            }
+        }
+    }
+
+    /// Adopts the engine's backoff jitter, checking it is in range.
+    fn adopt_backoffs(&mut self, now: u64, views: &HashMap<MessageId, MessageView>) {
+        let ids: Vec<MessageId> = self.msgs.keys().copied().collect();
+        for id in ids {
+            let St::Backoff { at, lo, hi } = self.msgs[&id].st else {
+                continue;
+            };
+            let v = &views[&id];
+            match v.state {
+                MessageState::Delayed => {
+                    let due = v.due_ns.unwrap();
+                    assert!(
+                        at + lo * NS <= due && due <= at + hi * NS && due > now,
+                        "backoff of {id:?}: due {due} outside {at} + [{lo}, {hi}] ms (now {now})"
+                    );
+                    self.set_st(id, St::Delayed(due));
+                }
+                MessageState::Visible => {
+                    assert!(at + lo * NS <= now, "backoff of {id:?} ended early");
+                    self.set_st(id, St::Visible);
+                }
+                MessageState::InFlight => panic!("{id:?} leased while in backoff"),
+            }
+        }
+    }
+
+    fn visible_in(&self, q: usize) -> Vec<MessageId> {
+        self.msgs
+            .iter()
+            .filter(|(_, m)| m.queue == q && m.st == St::Visible)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    fn depth(&self, q: usize) -> u64 {
+        self.msgs.values().filter(|m| m.queue == q).count() as u64
+    }
+
+    fn oldest_age_ms(&self, q: usize, now: u64) -> u64 {
+        self.msgs
+            .values()
+            .filter(|m| m.queue == q)
+            .map(|m| (now - m.sent_ns) / NS)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Moves a visible message to another queue (dead-letter or redrive).
+    fn move_to(&mut self, id: MessageId, to: usize, redrive: bool) {
+        let m = self.remove(id);
+        let from = m.queue;
+        if redrive {
+            self.stats[from].redriven += 1;
+        } else {
+            self.stats[from].dead_lettered += 1;
+        }
+        self.stats[to].moved_in += 1;
+        self.stats[to].visible += 1;
+        self.msgs.insert(
+            id,
+            MMsg {
+                queue: to,
+                st: St::Visible,
+                retain_until: m.sent_ns + RETENTION_MS[to] * NS,
+                rc: if redrive { 0 } else { m.rc },
+                source: if redrive { None } else { Some(from) },
+                moves: m.moves + 1,
+                ..m
+            },
+        );
+    }
+}
+
+fn views(c: &Cluster) -> HashMap<MessageId, MessageView> {
+    c.messages().into_iter().map(|v| (v.id, v)).collect()
+}
+
+fn engine_stats(c: &mut Cluster, shard: usize, q: usize) -> QueueStats {
+    match c.call(
+        shard,
+        Op::GetQueue {
+            name: NAMES[q].into(),
+        },
+    ) {
+        OpResult::Queue(i) => i.stats,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn setup(shards: u16, backoff: bool, seed: u64) -> (Cluster, Model) {
+    let mut c = Cluster::new(RegistryConfig {
+        shards,
+        seed,
+        ..Default::default()
+    });
+    let backoff = backoff.then_some(Backoff {
+        base_ms: 5,
+        max_ms: 20,
+    });
+    let create = |c: &mut Cluster, name: &str, a: AttributeUpdate| {
+        let r = c.call(
+            0,
+            Op::CreateQueue {
+                name: name.into(),
+                attributes: a,
+            },
+        );
+        assert!(matches!(r, OpResult::QueueCreated { .. }), "{r:?}");
+    };
+    create(
+        &mut c,
+        "dlq",
+        AttributeUpdate {
+            visibility_timeout_ms: Some(VISIBILITY_MS[DLQ] as u32),
+            retention_ms: Some(RETENTION_MS[DLQ] as u32),
+            dedup_window_ms: Some(WINDOW_MS as u32),
+            ..Default::default()
+        },
+    );
+    create(
+        &mut c,
+        "q",
+        AttributeUpdate {
+            visibility_timeout_ms: Some(VISIBILITY_MS[Q] as u32),
+            retention_ms: Some(RETENTION_MS[Q] as u32),
+            message_bytes_max: Some(MESSAGE_BYTES_MAX as u32),
+            max_depth: Some(MAX_DEPTH),
+            dedup_window_ms: Some(WINDOW_MS as u32),
+            redrive: Some(RedrivePolicy {
+                dead_letter_queue: "dlq".into(),
+                max_receives: MAX_RECEIVES as u16,
+            }),
+            backoff,
+            ..Default::default()
+        },
+    );
+    let model = Model {
+        backoff,
+        msgs: BTreeMap::new(),
+        stats: [QueueStats::default(); 2],
+        dedup: [HashMap::new(), HashMap::new()],
+        receipts: Vec::new(),
+    };
+    (c, model)
+}
+
+fn incarnation(c: &Cluster, q: usize) -> u32 {
+    c.registry().get(NAMES[q]).unwrap().shared.incarnation()
+}
+
+fn run(shards: u16, backoff: bool, seed: u64, steps: Vec<Step>) {
+    let (mut c, mut m) = setup(shards, backoff, seed);
+    let n = usize::from(shards);
+    for step in steps {
+        apply(&mut c, &mut m, n, step);
+        let now = c.now_ns();
+        m.process(now);
+        let vs = views(&c);
+        m.adopt_backoffs(now, &vs);
+        compare(&mut c, &m, &vs, n);
+    }
+}
+
+fn compare(c: &mut Cluster, m: &Model, vs: &HashMap<MessageId, MessageView>, shards: usize) {
+    if let Err(e) = c.check_invariants() {
+        panic!("invariant: {e}");
+    }
+    assert_eq!(vs.len(), m.msgs.len(), "message count");
+    for (id, mm) in &m.msgs {
+        let v = vs
+            .get(id)
+            .unwrap_or_else(|| panic!("{id:?} missing from the engine"));
+        assert_eq!(&*v.queue, NAMES[mm.queue], "{id:?} queue");
+        let (state, due) = match mm.st {
+            St::Visible => (MessageState::Visible, None),
+            St::Delayed(u) => (MessageState::Delayed, Some(u)),
+            St::InFlight(u) => (MessageState::InFlight, Some(u)),
+            St::Backoff { .. } => unreachable!("adopted"),
+        };
+        assert_eq!((v.state, v.due_ns), (state, due), "{id:?} state");
+        assert_eq!(
+            (v.receive_count, v.delivery),
+            (mm.rc, mm.delivery),
+            "{id:?} counters"
+        );
+        assert_eq!(v.retain_until_ns, mm.retain_until, "{id:?} retention");
+    }
+    let now = c.now_ns();
+    for q in [Q, DLQ] {
+        let shard = (now as usize / NS as usize + q) % shards;
+        let s = engine_stats(c, shard, q);
+        let mut want = m.stats[q];
+        want.oldest_age_ms = m.oldest_age_ms(q, now);
+        assert_eq!(s, want, "stats of {}", NAMES[q]);
+    }
+}
+
+fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
+    let now = c.now_ns();
+    match step {
+        Step::Advance(ms) => c.advance_ms(ms),
+        Step::Send {
+            shard,
+            queue,
+            entries,
+        } => {
+            let shard = shard % shards;
+            let inc = incarnation(c, queue);
+            let built: Vec<SendEntry> = entries
+                .iter()
+                .map(|&(len, delay, key, with_attrs)| SendEntry {
+                    body: Bytes::from(vec![b'a' + (len % 26) as u8; len]),
+                    delay_ms: delay,
+                    attributes: if with_attrs {
+                        MessageAttributes::from_pairs([("k", "v")]).unwrap()
+                    } else {
+                        MessageAttributes::empty()
+                    },
+                    dedup_key: key.map(|k| Bytes::from(vec![b'a' + k])),
+                })
+                .collect();
+            let r = match c.call(
+                shard,
+                Op::Send {
+                    queue: NAMES[queue].into(),
+                    entries: built.clone(),
+                },
+            ) {
+                OpResult::Sent(r) => r,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(r.len(), built.len());
+            // The engine's order: entries it handles itself in batch order,
+            // then those forwarded to dedup-key owners, by owner index.
+            let owner = |e: &SendEntry| match &e.dedup_key {
+                Some(k) if shards > 1 => owner_shard(inc, k, shards as u16) as usize,
+                _ => shard,
+            };
+            let mut order: Vec<usize> = (0..built.len())
+                .filter(|&i| owner(&built[i]) == shard)
+                .collect();
+            for o in 0..shards {
+                if o != shard {
+                    order.extend((0..built.len()).filter(|&i| owner(&built[i]) == o));
+                }
+            }
+            for i in order {
+                let e = &built[i];
+                let key = entries[i].2;
+                let size = e.body.len() + e.attributes.size_bytes();
+                let got = &r[i];
+                if queue == Q && size > MESSAGE_BYTES_MAX {
+                    assert_eq!(got.as_ref().unwrap_err().code, ErrorCode::MessageTooLarge);
+                    continue;
+                }
+                if let Some(k) = key {
+                    if let Some((id, _)) = m.dedup[queue].get(&k) {
+                        let ok = got.as_ref().unwrap();
+                        assert!(ok.duplicate && ok.id == *id, "duplicate of {k}: {ok:?}");
+                        continue;
+                    }
+                }
+                if queue == Q && m.depth(Q) >= MAX_DEPTH {
+                    assert_eq!(got.as_ref().unwrap_err().code, ErrorCode::QueueFull);
+                    continue;
+                }
+                let ok = got.as_ref().unwrap_or_else(|e| panic!("entry {i}: {e}"));
+                assert!(!ok.duplicate);
+                assert!(!m.msgs.contains_key(&ok.id), "id reused");
+                if let Some(k) = key {
+                    m.dedup[queue].insert(k, (ok.id, now + WINDOW_MS * NS));
+                }
+                let delay = u64::from(e.delay_ms.unwrap_or(0));
+                let st = if delay > 0 {
+                    St::Delayed(now + delay * NS)
+                } else {
+                    St::Visible
+                };
+                m.stats[queue].sent += 1;
+                *gauge(&mut m.stats[queue], st) += 1;
+                m.msgs.insert(
+                    ok.id,
+                    MMsg {
+                        queue,
+                        body: e.body.clone(),
+                        attributes: e.attributes.clone(),
+                        st,
+                        sent_ns: now,
+                        sent_at_ms: c.wall_ms(),
+                        retain_until: now + RETENTION_MS[queue] * NS,
+                        rc: 0,
+                        delivery: 0,
+                        first_recv: None,
+                        source: None,
+                        moves: 0,
+                    },
+                );
+            }
+        }
+        Step::Receive {
+            shard,
+            queue,
+            max,
+            vis,
+        } => {
+            let shard = shard % shards;
+            let got = match c.call(
+                shard,
+                Op::Receive {
+                    queue: NAMES[queue].into(),
+                    max,
+                    visibility_timeout_ms: vis,
+                    wait_ms: Some(0),
+                },
+            ) {
+                OpResult::Received(g) => g,
+                other => panic!("{other:?}"),
+            };
+            let visible = m.visible_in(queue);
+            let dead_letters = queue == Q;
+            let (eligible, ineligible): (Vec<_>, Vec<_>) = visible
+                .iter()
+                .partition(|id| !dead_letters || m.msgs[id].rc < MAX_RECEIVES);
+            assert_eq!(
+                got.len(),
+                (max as usize).min(eligible.len()),
+                "receive size"
+            );
+            let mut seen = HashSet::new();
+            for d in &got {
+                assert!(seen.insert(d.id), "twice in one receive");
+                assert!(eligible.contains(&d.id), "{:?} was not receivable", d.id);
+            }
+            // Dead-lettered by this receive: the engine's choice, adopted.
+            let vs = views(c);
+            let moved: Vec<MessageId> = ineligible
+                .iter()
+                .copied()
+                .filter(|id| vs.get(id).is_some_and(|v| &*v.queue == "dlq"))
+                .collect();
+            if got.len() < max as usize {
+                assert_eq!(
+                    moved.len(),
+                    ineligible.len(),
+                    "all ineligible dead-lettered"
+                );
+            }
+            for id in moved {
+                m.move_to(id, DLQ, false);
+            }
+            let wall = c.wall_ms() - (c.now_ns() - now) / NS;
+            for d in got {
+                let vis_ms = u64::from(vis.map_or(VISIBILITY_MS[queue] as u32, |v| v));
+                m.set_st(d.id, St::InFlight(now + vis_ms * NS));
+                m.stats[queue].received += 1;
+                let mm = m.msgs.get_mut(&d.id).unwrap();
+                mm.rc += 1;
+                mm.delivery += 1;
+                let first = *mm.first_recv.get_or_insert(wall);
+                assert_eq!(
+                    (
+                        d.receive_count,
+                        d.delivery,
+                        d.sent_at_ms,
+                        d.first_received_at_ms
+                    ),
+                    (mm.rc, mm.delivery, mm.sent_at_ms, first)
+                );
+                assert_eq!(d.body, mm.body);
+                assert_eq!(d.attributes, mm.attributes);
+                m.receipts.push(MReceipt {
+                    receipt: d.receipt,
+                    queue,
+                    id: d.id,
+                    moves: mm.moves,
+                    delivery: d.delivery,
+                });
+            }
+        }
+        Step::Delete {
+            shard,
+            queue,
+            pick,
+            forged,
+        }
+        | Step::ChangeVisibility {
+            shard,
+            queue,
+            pick,
+            forged,
+            ..
+        } => {
+            let shard = shard % shards;
+            let timeout = match step {
+                Step::ChangeVisibility { timeout_ms, .. } => Some(timeout_ms),
+                _ => None,
+            };
+            let rec = if m.receipts.is_empty() {
+                None
+            } else {
+                Some(m.receipts[pick % m.receipts.len()])
+            };
+            let mut receipt = rec.map_or(Receipt::default(), |r| r.receipt);
+            if forged {
+                receipt.check ^= 1;
+            }
+            let expect = match rec {
+                None => Err(ErrorCode::InvalidReceipt),
+                Some(_) if forged => Err(ErrorCode::InvalidReceipt),
+                Some(r) if r.queue != queue => Err(ErrorCode::InvalidReceipt),
+                Some(r) => match m.msgs.get(&r.id) {
+                    None => Err(ErrorCode::Gone),
+                    Some(mm) if mm.queue != r.queue || mm.moves != r.moves => Err(ErrorCode::Gone),
+                    Some(mm) if r.delivery < mm.delivery => Err(ErrorCode::StaleReceipt),
+                    Some(_) => Ok(r.id),
+                },
+            };
+            let op = match timeout {
+                None => Op::Delete {
+                    queue: NAMES[queue].into(),
+                    receipts: vec![receipt],
+                },
+                Some(t) => Op::ChangeVisibility {
+                    queue: NAMES[queue].into(),
+                    entries: vec![VisibilityChange {
+                        receipt,
+                        timeout_ms: t,
+                    }],
+                },
+            };
+            let got = match c.call(shard, op) {
+                OpResult::Deleted(r) | OpResult::VisibilityChanged(r) => {
+                    r[0].clone().map_err(|e| e.code)
+                }
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(
+                got,
+                expect.map(|_| ()),
+                "receipt {rec:?} forged={forged} on {}",
+                NAMES[queue]
+            );
+            if let Ok(id) = expect {
+                match timeout {
+                    None => {
+                        m.remove(id);
+                        m.stats[queue].deleted += 1;
+                    }
+                    Some(0) => {
+                        if matches!(m.msgs[&id].st, St::InFlight(_)) {
+                            m.stats[queue].released += 1;
+                            m.make_available(id, now);
+                        }
+                    }
+                    Some(t) => m.set_st(id, St::InFlight(now + u64::from(t) * NS)),
+                }
+            }
+        }
+        Step::Purge { shard, queue } => {
+            let ids: Vec<MessageId> = m
+                .msgs
+                .iter()
+                .filter(|(_, x)| x.queue == queue)
+                .map(|(id, _)| *id)
+                .collect();
+            let r = c.call(
+                shard % shards,
+                Op::PurgeQueue {
+                    name: NAMES[queue].into(),
+                },
+            );
+            assert_eq!(
+                r,
+                OpResult::Purged {
+                    messages: ids.len() as u64
+                }
+            );
+            for id in ids {
+                m.remove(id);
+                m.stats[queue].purged += 1;
+            }
+        }
+        Step::Peek { shard, queue, max } => {
+            let got = match c.call(
+                shard % shards,
+                Op::Peek {
+                    queue: NAMES[queue].into(),
+                    max,
+                },
+            ) {
+                OpResult::Peeked(p) => p,
+                other => panic!("{other:?}"),
+            };
+            let visible = m.visible_in(queue);
+            assert_eq!(got.len(), (max as usize).min(visible.len()));
+            let mut seen = HashSet::new();
+            for p in got {
+                assert!(seen.insert(p.id) && visible.contains(&p.id));
+                let mm = &m.msgs[&p.id];
+                assert_eq!(
+                    (p.receive_count, p.delivery, p.first_received_at_ms),
+                    (mm.rc, mm.delivery, mm.first_recv)
+                );
+            }
+        }
+        Step::Redrive { shard, max } => {
+            let (moved, stayed) = match c.call(
+                shard % shards,
+                Op::Redrive {
+                    queue: "dlq".into(),
+                    max,
+                },
+            ) {
+                OpResult::Redriven { moved, stayed } => (moved, stayed),
+                other => panic!("{other:?}"),
+            };
+            let visible = m.visible_in(DLQ);
+            assert!(moved + stayed <= u64::from(max));
+            if moved + stayed < u64::from(max) {
+                assert_eq!(
+                    moved + stayed,
+                    visible.len() as u64,
+                    "every visible message considered"
+                );
+            }
+            let vs = views(c);
+            let back: Vec<MessageId> = visible
+                .iter()
+                .copied()
+                .filter(|id| match vs.get(id) {
+                    Some(v) => &*v.queue == "q",
+                    // Moved back, then dropped at once: older than q's
+                    // retention (its DLQ retention is longer).
+                    None => m.msgs[id].sent_ns + RETENTION_MS[Q] * NS <= now,
+                })
+                .collect();
+            assert_eq!(back.len() as u64, moved);
+            let room = MAX_DEPTH.saturating_sub(m.depth(Q));
+            assert!(moved <= room, "redrive overfilled q");
+            for id in back {
+                assert_eq!(m.msgs[&id].source, Some(Q));
+                m.move_to(id, Q, true);
+            }
+        }
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn engine_matches_the_reference_model(
+        shards in 2u16..=3,
+        backoff in any::<bool>(),
+        seed in any::<u64>(),
+        steps in prop::collection::vec(step(), 1..60),
+    ) {
+        run(shards, backoff, seed, steps);
+    }
+}
+
+#[test]
+fn the_model_run_covers_a_fixed_scenario_on_one_shard_too() {
+    // A hand-written sequence, so the single-shard path runs through the
+    // same comparisons.
+    let steps = vec![
+        Step::Send {
+            shard: 0,
+            queue: Q,
+            entries: vec![
+                (3, None, Some(0), false),
+                (4, None, Some(0), true),
+                (2, Some(5), None, false),
+            ],
+        },
+        Step::Receive {
+            shard: 0,
+            queue: Q,
+            max: 100,
+            vis: Some(10),
+        },
+        Step::Advance(10),
+        Step::Receive {
+            shard: 0,
+            queue: Q,
+            max: 1,
+            vis: None,
+        },
+        Step::ChangeVisibility {
+            shard: 0,
+            queue: Q,
+            pick: 1,
+            forged: false,
+            timeout_ms: 0,
+        },
+        Step::Advance(50),
+        Step::Receive {
+            shard: 0,
+            queue: Q,
+            max: 100,
+            vis: None,
+        },
+        Step::Advance(50),
+        Step::Receive {
+            shard: 0,
+            queue: Q,
+            max: 100,
+            vis: None,
+        },
+        Step::Redrive { shard: 0, max: 5 },
+        Step::Peek {
+            shard: 0,
+            queue: Q,
+            max: 5,
+        },
+        Step::Delete {
+            shard: 0,
+            queue: Q,
+            pick: 0,
+            forged: false,
+        },
+        Step::Advance(30_000),
+        Step::Advance(30_000),
+        Step::Purge {
+            shard: 0,
+            queue: DLQ,
+        },
+    ];
+    run(1, true, 3, steps.clone());
+    run(1, false, 4, steps);
+}

@@ -1,0 +1,356 @@
+//! Queue administration: create, set, delete, list, get, purge, limits,
+//! incarnations.
+
+use crate::engine_util::*;
+use sluice_broker::engine::{Cluster, Op, OpResult, RegistryConfig};
+use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode, RedrivePolicy};
+
+fn dlq_update(dlq: &str, max_receives: u16) -> AttributeUpdate {
+    AttributeUpdate {
+        redrive: Some(RedrivePolicy {
+            dead_letter_queue: dlq.into(),
+            max_receives,
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn create_is_idempotent_and_refuses_other_attributes() {
+    for shards in [1, 2] {
+        let mut c = cluster(shards);
+        let inc = create(&mut c, "q", AttributeUpdate::default());
+        let again = call(
+            &mut c,
+            shards as usize - 1,
+            Op::CreateQueue {
+                name: "q".into(),
+                attributes: AttributeUpdate::default(),
+            },
+        );
+        assert_eq!(
+            again,
+            OpResult::QueueCreated {
+                incarnation: inc,
+                created: false
+            }
+        );
+        let other = AttributeUpdate {
+            visibility_timeout_ms: Some(5),
+            ..Default::default()
+        };
+        let r = call(
+            &mut c,
+            0,
+            Op::CreateQueue {
+                name: "q".into(),
+                attributes: other,
+            },
+        );
+        assert_eq!(error_code(r), ErrorCode::QueueExists);
+        for bad in ["", "has space", &"x".repeat(81)] {
+            let r = call(
+                &mut c,
+                0,
+                Op::CreateQueue {
+                    name: bad.into(),
+                    attributes: AttributeUpdate::default(),
+                },
+            );
+            assert_eq!(error_code(r), ErrorCode::InvalidArgument);
+        }
+        let r = call(
+            &mut c,
+            0,
+            Op::CreateQueue {
+                name: "r".into(),
+                attributes: AttributeUpdate {
+                    delay_ms: Some(15 * 60 * 1000 + 1),
+                    ..Default::default()
+                },
+            },
+        );
+        match r {
+            OpResult::Error(e) => {
+                assert_eq!(e.code, ErrorCode::InvalidArgument);
+                assert!(e.message.contains("delay_ms"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn set_changes_and_removes_policies() {
+    let mut c = cluster(2);
+    create(&mut c, "dlq", AttributeUpdate::default());
+    create(&mut c, "q", AttributeUpdate::default());
+    let set = |c: &mut Cluster, update| {
+        call(
+            c,
+            1,
+            Op::SetQueueAttributes {
+                name: "q".into(),
+                update,
+            },
+        )
+    };
+    let mut u = dlq_update("dlq", 3);
+    u.backoff = Some(Backoff {
+        base_ms: 10,
+        max_ms: 100,
+    });
+    u.visibility_timeout_ms = Some(1000);
+    assert_eq!(set(&mut c, u), OpResult::QueueUpdated);
+    let i = info(&mut c, 0, "q");
+    assert_eq!(i.attributes.visibility_timeout_ms, 1000);
+    assert_eq!(i.attributes.redrive.as_ref().unwrap().max_receives, 3);
+    assert!(i.attributes.backoff.is_some());
+    let clear = AttributeUpdate {
+        clear_redrive: true,
+        clear_backoff: true,
+        ..Default::default()
+    };
+    assert_eq!(set(&mut c, clear), OpResult::QueueUpdated);
+    let i = info(&mut c, 1, "q");
+    assert!(i.attributes.redrive.is_none() && i.attributes.backoff.is_none());
+    assert_eq!(i.attributes.visibility_timeout_ms, 1000);
+    let r = call(
+        &mut c,
+        0,
+        Op::SetQueueAttributes {
+            name: "nope".into(),
+            update: AttributeUpdate::default(),
+        },
+    );
+    assert_eq!(error_code(r), ErrorCode::QueueNotFound);
+}
+
+#[test]
+fn dead_letter_queue_must_exist_not_be_itself_nor_cycle() {
+    let mut c = cluster(1);
+    let r = call(
+        &mut c,
+        0,
+        Op::CreateQueue {
+            name: "a".into(),
+            attributes: dlq_update("missing", 2),
+        },
+    );
+    assert_eq!(error_code(r), ErrorCode::InvalidArgument);
+    let r = call(
+        &mut c,
+        0,
+        Op::CreateQueue {
+            name: "a".into(),
+            attributes: dlq_update("a", 2),
+        },
+    );
+    assert_eq!(error_code(r), ErrorCode::InvalidArgument);
+    create(&mut c, "a", AttributeUpdate::default());
+    create(&mut c, "b", dlq_update("a", 2));
+    create(&mut c, "c", dlq_update("b", 2));
+    let r = call(
+        &mut c,
+        0,
+        Op::SetQueueAttributes {
+            name: "a".into(),
+            update: dlq_update("c", 2),
+        },
+    );
+    assert_eq!(error_code(r), ErrorCode::InvalidArgument);
+    let r = call(
+        &mut c,
+        0,
+        Op::SetQueueAttributes {
+            name: "a".into(),
+            update: dlq_update("a", 2),
+        },
+    );
+    assert_eq!(error_code(r), ErrorCode::InvalidArgument);
+}
+
+#[test]
+fn delete_refused_while_used_as_dead_letter_queue_naming_the_user() {
+    let mut c = cluster(2);
+    create(&mut c, "dlq", AttributeUpdate::default());
+    create(&mut c, "src", dlq_update("dlq", 2));
+    match call(&mut c, 1, Op::DeleteQueue { name: "dlq".into() }) {
+        OpResult::Error(e) => {
+            assert_eq!(e.code, ErrorCode::InvalidArgument);
+            assert!(e.message.contains("src"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        call(&mut c, 1, Op::DeleteQueue { name: "src".into() }),
+        OpResult::QueueDeleted
+    );
+    assert_eq!(
+        call(&mut c, 0, Op::DeleteQueue { name: "dlq".into() }),
+        OpResult::QueueDeleted
+    );
+    let r = call(&mut c, 0, Op::DeleteQueue { name: "dlq".into() });
+    assert_eq!(error_code(r), ErrorCode::QueueNotFound);
+}
+
+#[test]
+fn delete_drops_messages_on_every_shard_and_old_receipts_are_invalid() {
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        create(&mut c, "q", AttributeUpdate::default());
+        for s in 0..shards as usize {
+            send(&mut c, s, "q", "a");
+            send(&mut c, s, "q", "b");
+        }
+        let got = receive(&mut c, 0, "q", 1);
+        let receipt = got[0].receipt;
+        assert_eq!(
+            call(&mut c, 0, Op::DeleteQueue { name: "q".into() }),
+            OpResult::QueueDeleted
+        );
+        assert!(c.messages().is_empty());
+        for s in 0..shards as usize {
+            assert_eq!(c.shard(s).memory_in_use(), 0);
+        }
+        let r = call(
+            &mut c,
+            0,
+            Op::Send {
+                queue: "q".into(),
+                entries: vec![entry("x")],
+            },
+        );
+        assert_eq!(error_code(r), ErrorCode::QueueNotFound);
+        // Same name again: a new incarnation, the old receipt is invalid.
+        let inc2 = create(&mut c, "q", AttributeUpdate::default());
+        assert_ne!(inc2, receipt.incarnation);
+        assert_eq!(
+            delete_one(&mut c, 0, "q", receipt),
+            Err(ErrorCode::InvalidReceipt)
+        );
+        assert_eq!(stats(&mut c, "q").sent, 0);
+    }
+}
+
+#[test]
+fn list_by_prefix_sorted() {
+    let mut c = cluster(2);
+    for n in ["orders.eu", "orders.us", "billing", "orders-dlq"] {
+        create(&mut c, n, AttributeUpdate::default());
+    }
+    assert_eq!(
+        call(
+            &mut c,
+            1,
+            Op::ListQueues {
+                prefix: "orders".into()
+            }
+        ),
+        OpResult::Queues(vec![
+            "orders-dlq".into(),
+            "orders.eu".into(),
+            "orders.us".into()
+        ])
+    );
+    match call(
+        &mut c,
+        0,
+        Op::ListQueues {
+            prefix: String::new(),
+        },
+    ) {
+        OpResult::Queues(v) => assert_eq!(v.len(), 4),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn queue_count_is_limited() {
+    let mut c = Cluster::new(RegistryConfig {
+        shards: 2,
+        queues_max: 3,
+        ..Default::default()
+    });
+    for n in ["a", "b", "c"] {
+        create(&mut c, n, AttributeUpdate::default());
+    }
+    let r = call(
+        &mut c,
+        1,
+        Op::CreateQueue {
+            name: "d".into(),
+            attributes: AttributeUpdate::default(),
+        },
+    );
+    assert_eq!(error_code(r), ErrorCode::InvalidArgument);
+    assert_eq!(
+        RegistryConfig::default().queues_max,
+        10_000,
+        "DESIGN §5 default"
+    );
+}
+
+#[test]
+fn get_sums_stats_over_shards_with_oldest_age() {
+    let mut c = cluster(2);
+    create(&mut c, "q", AttributeUpdate::default());
+    send(&mut c, 0, "q", "a");
+    c.advance_ms(1500);
+    send(&mut c, 1, "q", "b");
+    c.advance_ms(500);
+    let s = stats(&mut c, "q");
+    assert_eq!(s.sent, 2);
+    assert_eq!(s.visible, 2);
+    assert_eq!(s.oldest_age_ms, 2000);
+    let i = info(&mut c, 1, "q");
+    assert_eq!(i.name, "q");
+    assert_eq!(i.stats, s);
+    let r = call(
+        &mut c,
+        0,
+        Op::GetQueue {
+            name: "nope".into(),
+        },
+    );
+    assert_eq!(error_code(r), ErrorCode::QueueNotFound);
+    assert_eq!(stats(&mut c, "q").oldest_age_ms, 2000);
+    let got = receive(&mut c, 0, "q", 10);
+    let receipts = got.iter().map(|m| m.receipt).collect();
+    assert!(delete(&mut c, 0, "q", receipts).iter().all(Result::is_ok));
+    assert_eq!(stats(&mut c, "q").oldest_age_ms, 0);
+}
+
+#[test]
+fn purge_removes_every_state_and_receipts_then_give_gone() {
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        create(&mut c, "q", AttributeUpdate::default());
+        send(&mut c, 0, "q", "visible");
+        send(&mut c, shards as usize - 1, "q", "in flight");
+        let mut delayed = entry("delayed");
+        delayed.delay_ms = Some(60_000);
+        send_entries(&mut c, 0, "q", vec![delayed]);
+        let got = receive(&mut c, 0, "q", 1);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            call(&mut c, 0, Op::PurgeQueue { name: "q".into() }),
+            OpResult::Purged { messages: 3 }
+        );
+        let s = stats(&mut c, "q");
+        assert_eq!((s.purged, s.visible, s.delayed, s.in_flight), (3, 0, 0, 0));
+        assert_eq!(
+            delete_one(&mut c, 0, "q", got[0].receipt),
+            Err(ErrorCode::Gone)
+        );
+        assert!(receive(&mut c, 0, "q", 10).is_empty());
+        let r = call(
+            &mut c,
+            0,
+            Op::PurgeQueue {
+                name: "nope".into(),
+            },
+        );
+        assert_eq!(error_code(r), ErrorCode::QueueNotFound);
+    }
+}

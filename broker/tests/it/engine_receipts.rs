@@ -1,0 +1,226 @@
+//! Delete and change visibility by receipt: every outcome of DESIGN §2
+//! "Receipts and leases".
+
+use crate::engine_util::*;
+use sluice_broker::engine::{Cluster, RegistryConfig};
+use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode};
+
+fn queue(c: &mut Cluster, vis_ms: u32) {
+    create(
+        c,
+        "q",
+        AttributeUpdate {
+            visibility_timeout_ms: Some(vis_ms),
+            ..Default::default()
+        },
+    );
+}
+
+#[test]
+fn delete_after_lease_end_succeeds_if_nobody_received_since() {
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        queue(&mut c, 1000);
+        send(&mut c, 0, "q", "a");
+        let m = receive(&mut c, 0, "q", 1).remove(0);
+        c.advance_ms(5000);
+        let s = stats(&mut c, "q");
+        assert_eq!((s.visible, s.redelivered), (1, 1));
+        assert_eq!(
+            delete_one(&mut c, shards as usize - 1, "q", m.receipt),
+            Ok(())
+        );
+        assert_eq!(stats(&mut c, "q").deleted, 1);
+        assert_eq!(delete_one(&mut c, 0, "q", m.receipt), Err(ErrorCode::Gone));
+    }
+}
+
+#[test]
+fn older_delivery_is_stale_and_leaves_the_message_alone() {
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        queue(&mut c, 1000);
+        send(&mut c, 0, "q", "a");
+        let first = receive(&mut c, 0, "q", 1).remove(0);
+        c.advance_ms(1000);
+        let second = receive(&mut c, shards as usize - 1, "q", 1).remove(0);
+        assert_eq!(second.delivery, 2);
+        assert_eq!(
+            delete_one(&mut c, 0, "q", first.receipt),
+            Err(ErrorCode::StaleReceipt)
+        );
+        assert_eq!(
+            change_vis(&mut c, 0, "q", first.receipt, 0),
+            Err(ErrorCode::StaleReceipt)
+        );
+        let s = stats(&mut c, "q");
+        assert_eq!((s.in_flight, s.deleted, s.released), (1, 0, 0));
+        assert_eq!(delete_one(&mut c, 0, "q", second.receipt), Ok(()));
+    }
+}
+
+#[test]
+fn forged_other_queue_and_other_run_receipts_are_invalid() {
+    let mut c = cluster(2);
+    queue(&mut c, 1000);
+    create(&mut c, "other", AttributeUpdate::default());
+    send(&mut c, 0, "q", "a");
+    send(&mut c, 0, "other", "b");
+    let m = receive(&mut c, 0, "q", 1).remove(0);
+    let o = receive(&mut c, 0, "other", 1).remove(0);
+    let mut forged = m.receipt;
+    forged.delivery += 1;
+    assert_eq!(
+        delete_one(&mut c, 0, "q", forged),
+        Err(ErrorCode::InvalidReceipt)
+    );
+    let mut forged = m.receipt;
+    forged.check ^= 1;
+    assert_eq!(
+        delete_one(&mut c, 1, "q", forged),
+        Err(ErrorCode::InvalidReceipt)
+    );
+    assert_eq!(
+        delete_one(&mut c, 0, "q", o.receipt),
+        Err(ErrorCode::InvalidReceipt)
+    );
+    assert_eq!(
+        change_vis(&mut c, 1, "q", o.receipt, 10),
+        Err(ErrorCode::InvalidReceipt)
+    );
+    assert_eq!(
+        delete_one(&mut c, 0, "q", sluice_protocol::Receipt::default()),
+        Err(ErrorCode::InvalidReceipt)
+    );
+    // Another run: same layout, another seed.
+    let mut c2 = Cluster::new(RegistryConfig {
+        shards: 2,
+        seed: 7,
+        ..Default::default()
+    });
+    queue(&mut c2, 1000);
+    send(&mut c2, 0, "q", "a");
+    assert_eq!(
+        delete_one(&mut c2, 0, "q", m.receipt),
+        Err(ErrorCode::InvalidReceipt)
+    );
+    assert_eq!(delete_one(&mut c, 0, "q", m.receipt), Ok(()));
+}
+
+#[test]
+fn change_visibility_after_expiry_leases_again_without_counting() {
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        queue(&mut c, 1000);
+        send(&mut c, 0, "q", "a");
+        let m = receive(&mut c, 0, "q", 1).remove(0);
+        c.advance_ms(1500);
+        let before = stats(&mut c, "q");
+        assert_eq!(before.visible, 1);
+        assert_eq!(
+            change_vis(&mut c, shards as usize - 1, "q", m.receipt, 10_000),
+            Ok(())
+        );
+        let after = stats(&mut c, "q");
+        assert_eq!((after.visible, after.in_flight), (0, 1));
+        assert_eq!(
+            (after.received, after.redelivered, after.released),
+            (before.received, before.redelivered, before.released)
+        );
+        assert!(receive(&mut c, 0, "q", 1).is_empty());
+        c.advance_ms(9999);
+        assert!(receive(&mut c, 0, "q", 1).is_empty());
+        c.advance_ms(1);
+        assert_eq!(receive(&mut c, 0, "q", 1).len(), 1);
+    }
+}
+
+#[test]
+fn change_visibility_extends_and_zero_releases() {
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        queue(&mut c, 1000);
+        send(&mut c, 0, "q", "a");
+        let m = receive(&mut c, 0, "q", 1).remove(0);
+        assert_eq!(change_vis(&mut c, 0, "q", m.receipt, 5000), Ok(()));
+        c.advance_ms(4999);
+        assert!(receive(&mut c, 0, "q", 1).is_empty());
+        assert_eq!(
+            change_vis(&mut c, shards as usize - 1, "q", m.receipt, 0),
+            Ok(())
+        );
+        let s = stats(&mut c, "q");
+        assert_eq!((s.released, s.visible, s.redelivered), (1, 1, 0));
+        let again = receive(&mut c, 0, "q", 1).remove(0);
+        assert_eq!(again.receive_count, 2);
+        let r = change_vis(&mut c, 0, "q", again.receipt, 12 * 3600 * 1000 + 1);
+        assert_eq!(r, Err(ErrorCode::InvalidArgument));
+    }
+}
+
+#[test]
+fn a_message_in_backoff_can_be_deleted() {
+    let mut c = cluster(2);
+    create(
+        &mut c,
+        "q",
+        AttributeUpdate {
+            visibility_timeout_ms: Some(1000),
+            backoff: Some(Backoff {
+                base_ms: 60_000,
+                max_ms: 60_000,
+            }),
+            ..Default::default()
+        },
+    );
+    send(&mut c, 0, "q", "a");
+    let m = receive(&mut c, 1, "q", 1).remove(0);
+    c.advance_ms(1000);
+    let s = stats(&mut c, "q");
+    assert_eq!((s.delayed, s.redelivered), (1, 1));
+    assert_eq!(delete_one(&mut c, 1, "q", m.receipt), Ok(()));
+    assert_eq!(stats(&mut c, "q").deleted, 1);
+}
+
+#[test]
+fn old_receipt_after_slot_reuse_is_gone_and_never_touches_the_new_message() {
+    let mut c = cluster(1);
+    queue(&mut c, 1000);
+    send(&mut c, 0, "q", "old");
+    let old = receive(&mut c, 0, "q", 1).remove(0);
+    assert_eq!(delete_one(&mut c, 0, "q", old.receipt), Ok(()));
+    send(&mut c, 0, "q", "new");
+    let new = receive(&mut c, 0, "q", 1).remove(0);
+    assert_eq!(new.receipt.slot, old.receipt.slot, "the slot was reused");
+    assert_eq!(
+        delete_one(&mut c, 0, "q", old.receipt),
+        Err(ErrorCode::Gone)
+    );
+    assert_eq!(
+        change_vis(&mut c, 0, "q", old.receipt, 0),
+        Err(ErrorCode::Gone)
+    );
+    assert_eq!(stats(&mut c, "q").in_flight, 1);
+    assert_eq!(delete_one(&mut c, 0, "q", new.receipt), Ok(()));
+}
+
+#[test]
+fn batch_results_in_order_mixing_local_and_forwarded() {
+    let mut c = cluster(2);
+    queue(&mut c, 30_000);
+    send(&mut c, 0, "q", "on 0");
+    send(&mut c, 1, "q", "on 1");
+    let got = receive(&mut c, 0, "q", 2);
+    assert_eq!(got.len(), 2);
+    let mut receipts: Vec<_> = got.iter().map(|m| m.receipt).collect();
+    let mut forged = receipts[0];
+    forged.check ^= 0xff;
+    receipts.insert(1, forged);
+    let r = delete(&mut c, 1, "q", receipts.clone());
+    assert!(r[0].is_ok() && r[2].is_ok());
+    assert_eq!(r[1].as_ref().unwrap_err().code, ErrorCode::InvalidReceipt);
+    let r = delete(&mut c, 0, "q", receipts);
+    assert_eq!(r[0].as_ref().unwrap_err().code, ErrorCode::Gone);
+    assert_eq!(r[2].as_ref().unwrap_err().code, ErrorCode::Gone);
+    assert_eq!(stats(&mut c, "q").deleted, 2);
+}

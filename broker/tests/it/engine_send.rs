@@ -1,0 +1,279 @@
+//! Send: batches, sizes, depth, memory, delays, dedup, ids, attributes.
+
+use std::collections::HashSet;
+
+use crate::engine_util::*;
+use bytes::Bytes;
+use sluice_broker::engine::{Cluster, Op, RegistryConfig};
+use sluice_protocol::{AttributeUpdate, ErrorCode};
+
+#[test]
+fn batch_limits() {
+    let mut c = cluster(1);
+    create(&mut c, "q", AttributeUpdate::default());
+    let r = call(
+        &mut c,
+        0,
+        Op::Send {
+            queue: "q".into(),
+            entries: (0..1025).map(|_| entry("x")).collect(),
+        },
+    );
+    assert_eq!(error_code(r), ErrorCode::BatchTooLarge);
+    let r = call(
+        &mut c,
+        0,
+        Op::Send {
+            queue: "q".into(),
+            entries: vec![],
+        },
+    );
+    assert_eq!(error_code(r), ErrorCode::InvalidArgument);
+    let ok = send_entries(&mut c, 0, "q", (0..1024).map(|_| entry("x")).collect());
+    assert!(ok.iter().all(Result::is_ok));
+    let r = call(
+        &mut c,
+        0,
+        Op::Send {
+            queue: "nope".into(),
+            entries: vec![entry("x")],
+        },
+    );
+    assert_eq!(error_code(r), ErrorCode::QueueNotFound);
+}
+
+#[test]
+fn message_too_large_counts_body_and_attributes_per_entry() {
+    let mut c = cluster(1);
+    create(
+        &mut c,
+        "q",
+        AttributeUpdate {
+            message_bytes_max: Some(10),
+            ..Default::default()
+        },
+    );
+    let mut with_attrs = entry("12345");
+    with_attrs.attributes = attrs(&[("ab", "cde")]);
+    let mut too_big = entry("123456");
+    too_big.attributes = attrs(&[("ab", "cde")]);
+    let r = send_entries(
+        &mut c,
+        0,
+        "q",
+        vec![with_attrs, too_big, entry("12345678901")],
+    );
+    assert!(r[0].is_ok());
+    assert_eq!(r[1].as_ref().unwrap_err().code, ErrorCode::MessageTooLarge);
+    assert_eq!(r[2].as_ref().unwrap_err().code, ErrorCode::MessageTooLarge);
+    assert_eq!(stats(&mut c, "q").sent, 1);
+}
+
+#[test]
+fn per_entry_argument_errors() {
+    let mut c = cluster(1);
+    create(&mut c, "q", AttributeUpdate::default());
+    let mut long_delay = entry("a");
+    long_delay.delay_ms = Some(15 * 60 * 1000 + 1);
+    let mut long_key = entry("b");
+    long_key.dedup_key = Some(Bytes::from(vec![b'k'; 129]));
+    let mut empty_key = entry("c");
+    empty_key.dedup_key = Some(Bytes::new());
+    let r = send_entries(
+        &mut c,
+        0,
+        "q",
+        vec![long_delay, long_key, empty_key, entry("ok")],
+    );
+    for e in &r[..3] {
+        assert_eq!(e.as_ref().unwrap_err().code, ErrorCode::InvalidArgument);
+    }
+    assert!(r[3].is_ok());
+}
+
+#[test]
+fn queue_full_counts_every_state_across_shards() {
+    let mut c = cluster(2);
+    create(
+        &mut c,
+        "q",
+        AttributeUpdate {
+            max_depth: Some(3),
+            ..Default::default()
+        },
+    );
+    send(&mut c, 0, "q", "a");
+    let mut d = entry("delayed");
+    d.delay_ms = Some(1000);
+    assert!(send_entries(&mut c, 1, "q", vec![d])[0].is_ok());
+    send(&mut c, 1, "q", "b");
+    let got = receive(&mut c, 1, "q", 1);
+    assert_eq!(got.len(), 1);
+    for s in 0..2 {
+        let r = send_entries(&mut c, s, "q", vec![entry("x")]);
+        assert_eq!(r[0].as_ref().unwrap_err().code, ErrorCode::QueueFull);
+    }
+    assert_eq!(delete_one(&mut c, 1, "q", got[0].receipt), Ok(()));
+    send(&mut c, 0, "q", "room again");
+    let s = stats(&mut c, "q");
+    assert_eq!(s.sent, 4);
+}
+
+#[test]
+fn busy_when_memory_is_spent_while_receive_and_delete_go_on() {
+    let mut c = Cluster::new(RegistryConfig {
+        shards: 1,
+        seed: 1,
+        memory_bytes_max: 1000,
+        ..Default::default()
+    });
+    create(&mut c, "q", AttributeUpdate::default());
+    let body = "x".repeat(200);
+    let r = send_entries(&mut c, 0, "q", (0..5).map(|_| entry(&body)).collect());
+    let busy = r
+        .iter()
+        .filter(|e| matches!(e, Err(e) if e.code == ErrorCode::Busy))
+        .count();
+    let ok = r.iter().filter(|e| e.is_ok()).count();
+    assert!(ok >= 1 && busy >= 1, "{r:?}");
+    assert_eq!(ok + busy, 5);
+    assert_eq!(stats(&mut c, "q").sent, ok as u64);
+    let got = receive(&mut c, 0, "q", 10);
+    assert_eq!(got.len(), ok);
+    let receipts = got.iter().map(|m| m.receipt).collect();
+    assert!(delete(&mut c, 0, "q", receipts).iter().all(Result::is_ok));
+    assert!(send_entries(&mut c, 0, "q", vec![entry(&body)])[0].is_ok());
+}
+
+#[test]
+fn delay_per_message_and_queue_default() {
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        create(
+            &mut c,
+            "q",
+            AttributeUpdate {
+                delay_ms: Some(1000),
+                ..Default::default()
+            },
+        );
+        let mut now = entry("now");
+        now.delay_ms = Some(0);
+        let mut later = entry("later");
+        later.delay_ms = Some(3000);
+        send_entries(&mut c, 0, "q", vec![entry("default"), now, later]);
+        let s = stats(&mut c, "q");
+        assert_eq!((s.visible, s.delayed), (1, 2));
+        let got = receive(&mut c, shards as usize - 1, "q", 10);
+        assert_eq!(
+            got.iter().map(|m| &m.body[..]).collect::<Vec<_>>(),
+            vec![b"now"]
+        );
+        c.advance_ms(999);
+        assert!(receive(&mut c, 0, "q", 10).is_empty());
+        c.advance_ms(1);
+        let got = receive(&mut c, 0, "q", 10);
+        assert_eq!(
+            got.iter().map(|m| &m.body[..]).collect::<Vec<_>>(),
+            vec![b"default"]
+        );
+        c.advance_ms(2000);
+        assert_eq!(receive(&mut c, 0, "q", 10).len(), 1);
+    }
+}
+
+#[test]
+fn dedup_within_batch_across_shards_and_window() {
+    let mut c = cluster(2);
+    create(
+        &mut c,
+        "q",
+        AttributeUpdate {
+            dedup_window_ms: Some(10_000),
+            ..Default::default()
+        },
+    );
+    let keyed = |body: &str, key: &str| {
+        let mut e = entry(body);
+        e.dedup_key = Some(Bytes::copy_from_slice(key.as_bytes()));
+        e
+    };
+    let r = send_entries(
+        &mut c,
+        0,
+        "q",
+        vec![keyed("a", "k1"), keyed("b", "k1"), keyed("c", "k2")],
+    );
+    let first = r[0].as_ref().unwrap();
+    assert!(!first.duplicate);
+    let dup = r[1].as_ref().unwrap();
+    assert!(dup.duplicate);
+    assert_eq!(dup.id, first.id);
+    assert!(!r[2].as_ref().unwrap().duplicate);
+    // The other shard sees the same window.
+    c.advance_ms(6000);
+    let r = send_entries(&mut c, 1, "q", vec![keyed("d", "k1")]);
+    assert!(r[0].as_ref().unwrap().duplicate);
+    assert_eq!(r[0].as_ref().unwrap().id, first.id);
+    let s = stats(&mut c, "q");
+    assert_eq!(s.sent, 2, "duplicates are not counted");
+    // Duplicates did not refresh the window: it ends 10 s after the first.
+    c.advance_ms(4000);
+    let r = send_entries(&mut c, 1, "q", vec![keyed("e", "k1")]);
+    assert!(!r[0].as_ref().unwrap().duplicate);
+    assert_ne!(r[0].as_ref().unwrap().id, first.id);
+    // Window 0 disables dedup.
+    create(
+        &mut c,
+        "nodedup",
+        AttributeUpdate {
+            dedup_window_ms: Some(0),
+            ..Default::default()
+        },
+    );
+    let r = send_entries(&mut c, 0, "nodedup", vec![keyed("a", "k"), keyed("b", "k")]);
+    assert!(r.iter().all(|e| !e.as_ref().unwrap().duplicate));
+}
+
+#[test]
+fn ids_are_unique_and_differ_across_runs() {
+    let mut ids = HashSet::new();
+    for seed in [1u64, 2] {
+        let mut c = Cluster::new(RegistryConfig {
+            shards: 2,
+            seed,
+            ..Default::default()
+        });
+        create(&mut c, "q", AttributeUpdate::default());
+        for s in 0..2 {
+            let r = send_entries(&mut c, s, "q", (0..100).map(|_| entry("x")).collect());
+            for e in r {
+                assert!(ids.insert(e.unwrap().id));
+            }
+        }
+    }
+    assert_eq!(ids.len(), 400);
+}
+
+#[test]
+fn delivered_message_carries_everything() {
+    let mut c = cluster(2);
+    create(&mut c, "q", AttributeUpdate::default());
+    let mut e = entry("body");
+    e.attributes = attrs(&[("trace", "t-1"), ("kind", "order")]);
+    let id = send_entries(&mut c, 0, "q", vec![e]).remove(0).unwrap().id;
+    let sent_at = c.wall_ms();
+    c.advance_ms(5);
+    let got = receive(&mut c, 1, "q", 1);
+    let m = &got[0];
+    assert_eq!(m.id, id);
+    assert_eq!(&m.body[..], b"body");
+    assert_eq!(
+        m.attributes.iter().collect::<Vec<_>>(),
+        vec![("trace", "t-1"), ("kind", "order")]
+    );
+    assert_eq!((m.receive_count, m.delivery), (1, 1));
+    assert_eq!(m.sent_at_ms, sent_at);
+    assert_eq!(m.first_received_at_ms, sent_at + 5);
+    assert_eq!(m.receipt.shard, 0, "the owner leased it");
+}

@@ -1,0 +1,200 @@
+//! Helpers for the engine tests: one call per operation, each followed by
+//! the invariants check.
+
+use bytes::Bytes;
+use sluice_broker::engine::{
+    Cluster, MessageAttributes, Op, OpResult, PeekedMessage, QueueInfo, ReceivedMessage,
+    RegistryConfig, SendEntry, SendOk, VisibilityChange,
+};
+use sluice_protocol::{AttributeUpdate, ErrorCode, MessageId, QueueStats, Receipt, WireError};
+
+pub fn cluster(shards: u16) -> Cluster {
+    Cluster::new(RegistryConfig {
+        shards,
+        seed: 42,
+        ..Default::default()
+    })
+}
+
+pub fn check(c: &mut Cluster) {
+    if let Err(e) = c.check_invariants() {
+        panic!("invariant broken: {e}");
+    }
+}
+
+pub fn call(c: &mut Cluster, shard: usize, op: Op) -> OpResult {
+    let r = c.call(shard, op);
+    check(c);
+    r
+}
+
+pub fn create(c: &mut Cluster, name: &str, attributes: AttributeUpdate) -> u32 {
+    match call(
+        c,
+        0,
+        Op::CreateQueue {
+            name: name.into(),
+            attributes,
+        },
+    ) {
+        OpResult::QueueCreated { incarnation, .. } => incarnation,
+        other => panic!("create {name}: {other:?}"),
+    }
+}
+
+pub fn entry(body: &str) -> SendEntry {
+    SendEntry {
+        body: Bytes::copy_from_slice(body.as_bytes()),
+        ..Default::default()
+    }
+}
+
+pub fn send_entries(
+    c: &mut Cluster,
+    shard: usize,
+    queue: &str,
+    entries: Vec<SendEntry>,
+) -> Vec<Result<SendOk, WireError>> {
+    match call(
+        c,
+        shard,
+        Op::Send {
+            queue: queue.into(),
+            entries,
+        },
+    ) {
+        OpResult::Sent(r) => r,
+        other => panic!("send: {other:?}"),
+    }
+}
+
+pub fn send(c: &mut Cluster, shard: usize, queue: &str, body: &str) -> MessageId {
+    let r = send_entries(c, shard, queue, vec![entry(body)]);
+    r[0].as_ref().expect("send accepted").id
+}
+
+pub fn receive_vis(
+    c: &mut Cluster,
+    shard: usize,
+    queue: &str,
+    max: u32,
+    vis: Option<u32>,
+) -> Vec<ReceivedMessage> {
+    match call(
+        c,
+        shard,
+        Op::Receive {
+            queue: queue.into(),
+            max,
+            visibility_timeout_ms: vis,
+            wait_ms: Some(0),
+        },
+    ) {
+        OpResult::Received(m) => m,
+        other => panic!("receive: {other:?}"),
+    }
+}
+
+pub fn receive(c: &mut Cluster, shard: usize, queue: &str, max: u32) -> Vec<ReceivedMessage> {
+    receive_vis(c, shard, queue, max, None)
+}
+
+pub fn delete(
+    c: &mut Cluster,
+    shard: usize,
+    queue: &str,
+    receipts: Vec<Receipt>,
+) -> Vec<Result<(), WireError>> {
+    match call(
+        c,
+        shard,
+        Op::Delete {
+            queue: queue.into(),
+            receipts,
+        },
+    ) {
+        OpResult::Deleted(r) => r,
+        other => panic!("delete: {other:?}"),
+    }
+}
+
+pub fn delete_one(c: &mut Cluster, shard: usize, queue: &str, r: Receipt) -> Result<(), ErrorCode> {
+    delete(c, shard, queue, vec![r])[0]
+        .clone()
+        .map_err(|e| e.code)
+}
+
+pub fn change_vis(
+    c: &mut Cluster,
+    shard: usize,
+    queue: &str,
+    receipt: Receipt,
+    timeout_ms: u32,
+) -> Result<(), ErrorCode> {
+    match call(
+        c,
+        shard,
+        Op::ChangeVisibility {
+            queue: queue.into(),
+            entries: vec![VisibilityChange {
+                receipt,
+                timeout_ms,
+            }],
+        },
+    ) {
+        OpResult::VisibilityChanged(r) => r[0].clone().map_err(|e| e.code),
+        other => panic!("change visibility: {other:?}"),
+    }
+}
+
+pub fn info(c: &mut Cluster, shard: usize, queue: &str) -> QueueInfo {
+    match call(c, shard, Op::GetQueue { name: queue.into() }) {
+        OpResult::Queue(i) => i,
+        other => panic!("get {queue}: {other:?}"),
+    }
+}
+
+pub fn stats(c: &mut Cluster, queue: &str) -> QueueStats {
+    let s = info(c, 0, queue).stats;
+    assert!(s.identity_holds(), "{s:?}");
+    s
+}
+
+pub fn peek(c: &mut Cluster, shard: usize, queue: &str, max: u32) -> Vec<PeekedMessage> {
+    match call(
+        c,
+        shard,
+        Op::Peek {
+            queue: queue.into(),
+            max,
+        },
+    ) {
+        OpResult::Peeked(m) => m,
+        other => panic!("peek: {other:?}"),
+    }
+}
+
+pub fn redrive(c: &mut Cluster, shard: usize, queue: &str, max: u32) -> (u64, u64) {
+    match call(
+        c,
+        shard,
+        Op::Redrive {
+            queue: queue.into(),
+            max,
+        },
+    ) {
+        OpResult::Redriven { moved, stayed } => (moved, stayed),
+        other => panic!("redrive: {other:?}"),
+    }
+}
+
+pub fn error_code(r: OpResult) -> ErrorCode {
+    match r {
+        OpResult::Error(e) => e.code,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+pub fn attrs(pairs: &[(&str, &str)]) -> MessageAttributes {
+    MessageAttributes::from_pairs(pairs.iter().copied()).unwrap()
+}
