@@ -2,4 +2,5 @@
 //! and the thread-per-core server.
 
 pub mod engine;
+pub mod io;
 mod sync;
