@@ -60,7 +60,6 @@ struct EConn {
 }
 
 /// The epoll driver.
-#[derive(Debug)]
 pub(crate) struct EpollDriver {
     epoll: OwnedFd,
     ops: Ops,
@@ -73,6 +72,17 @@ pub(crate) struct EpollDriver {
     accept_paused: Option<Instant>,
     /// Connections whose read budget ran out with data left.
     carry: Vec<u32>,
+}
+
+impl std::fmt::Debug for EpollDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EpollDriver")
+            .field("epoll", &self.epoll)
+            .field("local_addr", &self.local_addr)
+            .field("accept_paused", &self.accept_paused)
+            .field("ops", &self.ops)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EpollDriver {
