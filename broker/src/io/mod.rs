@@ -427,6 +427,12 @@ pub fn open(config: &DriverConfig, choice: BackendChoice) -> Result<Opened, Open
     }
 }
 
+/// Pins the calling thread to CPU `cpu` (`sched_setaffinity`), as a
+/// thread-per-core shard (or a benchmark) wants.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    sys::pin_current_thread(cpu)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

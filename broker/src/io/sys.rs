@@ -282,6 +282,24 @@ pub(crate) fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     check_size(n)
 }
 
+/// Pins the calling thread to one CPU.
+pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= mem::size_of::<libc::cpu_set_t>() * 8 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "CPU index too large",
+        ));
+    }
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
+    // SAFETY: `cpu` is within the set's bits, checked above.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: passes a live cpu_set_t and its exact size; pid 0 is the
+    // calling thread.
+    let ret = unsafe { libc::sched_setaffinity(0, mem::size_of::<libc::cpu_set_t>(), &set) };
+    check(ret).map(drop)
+}
+
 /// The memory page size.
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf takes no pointers.
