@@ -775,6 +775,33 @@ fn stop_accepting_keeps_connections(choice: BackendChoice) {
     assert_eq!(server.ask(|ops| ops.connections()), 1);
 }
 
+fn poll_returns_after_timeout(choice: BackendChoice) {
+    let mut driver = match open(&config(localhost()), choice) {
+        Ok(opened) => opened.driver,
+        Err(OpenError::UringUnavailable(why)) => {
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "io_uring is required under CI=true: {why}"
+            );
+            eprintln!("SKIP: io_uring unavailable here ({why}); this test needs it");
+            return;
+        }
+        Err(e) => panic!("open: {e}"),
+    };
+    // Nothing happens: each poll ends by its timeout, with no event.
+    for timeout in [
+        Duration::ZERO,
+        Duration::from_millis(1),
+        Duration::from_millis(20),
+    ] {
+        let mut events = 0;
+        driver
+            .poll(Some(timeout), &mut |_, _| events += 1)
+            .expect("poll");
+        assert_eq!(events, 0);
+    }
+}
+
 macro_rules! both_backends {
     ($($body:ident),* $(,)?) => {
         $(
@@ -808,6 +835,7 @@ both_backends!(
     reuse_port_spreads_connections,
     unsent_bytes_grow_then_stop,
     stop_accepting_keeps_connections,
+    poll_returns_after_timeout,
 );
 
 #[test]

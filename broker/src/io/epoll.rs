@@ -459,8 +459,10 @@ impl Driver for EpollDriver {
                 }
             }
             delivered += self.process(cb)?;
+            // A wait cut short by a paused accept's re-arm time, or a turn
+            // for connections with data left that gave nothing, goes on.
             let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
-            if delivered > 0 || wait == Some(Duration::ZERO) || timed_out {
+            if delivered > 0 || timed_out {
                 return Ok(());
             }
         }

@@ -206,6 +206,14 @@ enum Accept {
     Stopped,
 }
 
+/// How a wait in `io_uring_enter` ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Waited {
+    Completed,
+    TimedOut,
+    Interrupted,
+}
+
 /// Pushes one entry, submitting to make room when the queue is full.
 fn push(ring: &mut IoUring, entry: &squeue::Entry) -> io::Result<()> {
     for _ in 0..2 {
@@ -639,8 +647,8 @@ impl UringDriver {
     }
 
     /// Submits what is queued and waits for at least one completion, at
-    /// most `wait`. Returns false when the wait timed out or was interrupted.
-    fn enter(&mut self, wait: Option<Duration>) -> io::Result<bool> {
+    /// most `wait`.
+    fn enter(&mut self, wait: Option<Duration>) -> io::Result<Waited> {
         let res = match wait {
             None => self.ring.submit_and_wait(1),
             Some(wait) => {
@@ -650,11 +658,12 @@ impl UringDriver {
             }
         };
         match res {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(Waited::Completed),
             Err(e) => match e.raw_os_error() {
-                Some(libc::ETIME | libc::EINTR) => Ok(false),
+                Some(libc::ETIME) => Ok(Waited::TimedOut),
+                Some(libc::EINTR) => Ok(Waited::Interrupted),
                 // Completions are backed up: reaping them is the remedy.
-                Some(libc::EBUSY | libc::EAGAIN) => Ok(true),
+                Some(libc::EBUSY | libc::EAGAIN) => Ok(Waited::Completed),
                 _ => Err(e),
             },
         }
@@ -973,7 +982,7 @@ impl Driver for UringDriver {
             } else {
                 self.wait_time(deadline)
             };
-            let completed = self.enter(wait)?;
+            let waited = self.enter(wait)?;
             delivered += self.reap(cb)?;
             delivered += self.process(cb)?;
             if !self.ring.submission().is_empty() {
@@ -988,8 +997,9 @@ impl Driver for UringDriver {
                     self.submit_now()?;
                 }
             }
+            // A wait cut short by a paused accept's re-arm time goes on.
             let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
-            if delivered > 0 || wait == Some(Duration::ZERO) || timed_out || !completed {
+            if delivered > 0 || timed_out || waited == Waited::Interrupted {
                 return Ok(());
             }
         }
