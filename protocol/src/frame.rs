@@ -21,7 +21,7 @@ use crate::limits::{
 };
 
 /// Operation codes. A reply's opcode is its request's with the high bit set;
-/// an error reply to any request is [`ERROR`].
+/// an error reply to any request is [`ERROR`](opcode::ERROR).
 pub mod opcode {
     /// HELLO: version and auth token; must be the first frame.
     pub const HELLO: u8 = 0x01;
