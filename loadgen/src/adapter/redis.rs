@@ -12,9 +12,16 @@
 //! Redis has no lease timer: a pending entry whose idle time passed the
 //! visibility timeout only becomes receivable when a consumer runs
 //! `XAUTOCLAIM`. Each consumer runs one claim scan per claim interval
-//! (visibility timeout / 20, between 10 ms and 1 s, staggered across
-//! consumers), so redelivery lateness includes up to one interval of
-//! waiting for the next scan, on top of the scan itself. `XACK` on an entry
+//! (visibility timeout / 100, between 5 ms and 1 s, staggered across
+//! consumers). The pending list is ordered by entry id, not by lease end,
+//! so an entry whose lease ends just after a scan's cursor passed it waits
+//! for the next scan: redelivery lateness includes up to one interval, on
+//! top of the scan itself (a pending list of N entries takes N / (10 x
+//! batch) calls to scan). Redis times out a
+//! blocked `XREADGROUP` only on its `serverCron` tick (`hz`, 10 per second by
+//! default), so a `BLOCK` shorter than 100 ms can last 100 ms: while a scan
+//! is due within the long-poll wait, consumers read without `BLOCK` every
+//! 2 ms instead, so the scan starts on time. `XACK` on an entry
 //! another consumer claimed in the meantime still succeeds (any consumer of
 //! the group may acknowledge), and `XDEL` removes the entry, so a delete
 //! never fails the way a stale sluice receipt does.
@@ -29,8 +36,10 @@ const PEER: &str = "redis";
 /// The consumer group every pass uses.
 const GROUP: &str = "loadgen";
 /// Bounds of the XAUTOCLAIM interval.
-const CLAIM_INTERVAL_MIN: Duration = Duration::from_millis(10);
+const CLAIM_INTERVAL_MIN: Duration = Duration::from_millis(5);
 const CLAIM_INTERVAL_MAX: Duration = Duration::from_secs(1);
+/// Pause between non-blocking reads while a claim scan is due soon.
+const POLL_PAUSE: Duration = Duration::from_millis(2);
 
 /// A RESP reply header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,7 +288,7 @@ impl RedisTarget {
 
 /// The XAUTOCLAIM interval for a visibility timeout.
 pub fn claim_interval(visibility: Duration) -> Duration {
-    (visibility / 20).clamp(CLAIM_INTERVAL_MIN, CLAIM_INTERVAL_MAX)
+    (visibility / 100).clamp(CLAIM_INTERVAL_MIN, CLAIM_INTERVAL_MAX)
 }
 
 impl Target for RedisTarget {
@@ -313,9 +322,10 @@ impl Target for RedisTarget {
         // CONFIG may be renamed or forbidden; the run goes on without it.
         r.command(&[b"CONFIG", b"GET", b"save"]);
         r.command(&[b"CONFIG", b"GET", b"appendonly"]);
+        r.command(&[b"CONFIG", b"GET", b"hz"]);
         r.conn.flush()?;
         let mut persistence = Vec::new();
-        for _ in 0..2 {
+        for _ in 0..3 {
             match r.expect_array() {
                 Ok(Some(2)) => {
                     let name = String::from_utf8_lossy(r.expect_bulk()?).into_owned();
@@ -333,7 +343,7 @@ impl Target for RedisTarget {
             }
         }
         if !persistence.is_empty() {
-            server.push(Setting::new("persistence", persistence.join(" ")));
+            server.push(Setting::new("config", persistence.join(" ")));
         }
         self.server = server;
         self.stream = Some(Stream {
@@ -500,42 +510,50 @@ impl Adapter for RedisAdapter {
                 return Ok(got);
             }
         }
+        // Redis times a blocked XREADGROUP out on its serverCron tick (hz,
+        // 10 per second by default), so a short BLOCK lasts up to 100 ms.
+        // When the next claim scan is due sooner than the long-poll wait,
+        // read without BLOCK and poll instead, so the scan is not delayed.
         let until_claim = self.next_claim.saturating_duration_since(Instant::now());
-        let block_ms = wait.min(until_claim).as_millis().clamp(1, 100_000) as u64;
+        let block_ms = (until_claim >= wait).then(|| wait.as_millis().clamp(1, 100_000) as u64);
         let mut count = Vec::new();
         push_u64(&mut count, max as u64);
         let mut block = Vec::new();
-        push_u64(&mut block, block_ms);
+        if let Some(ms) = block_ms {
+            push_u64(&mut block, ms);
+        }
         let key = self.stream.key.clone();
         let consumer = self.consumer.clone();
-        self.resp.command(&[
+        let mut args: Vec<&[u8]> = vec![
             b"XREADGROUP",
             b"GROUP",
             GROUP.as_bytes(),
             consumer.as_bytes(),
             b"COUNT",
             &count,
-            b"BLOCK",
-            &block,
-            b"STREAMS",
-            key.as_bytes(),
-            b">",
-        ]);
+        ];
+        if block_ms.is_some() {
+            args.extend([&b"BLOCK"[..], &block]);
+        }
+        args.extend([&b"STREAMS"[..], key.as_bytes(), b">"]);
+        self.resp.command(&args);
         self.resp.conn.flush()?;
-        let Some(streams) = self.resp.expect_array()? else {
-            return Ok(0);
-        };
         let mut got = 0;
-        for _ in 0..streams {
-            if self.resp.expect_array()? != Some(2) {
-                return Err(self
-                    .resp
-                    .conn
-                    .protocol("XREADGROUP stream is not [key, entries]"));
+        if let Some(streams) = self.resp.expect_array()? {
+            for _ in 0..streams {
+                if self.resp.expect_array()? != Some(2) {
+                    return Err(self
+                        .resp
+                        .conn
+                        .protocol("XREADGROUP stream is not [key, entries]"));
+                }
+                self.resp.expect_bulk()?;
+                let n = self.resp.expect_array()?.unwrap_or(0);
+                got += self.resp.read_entries(n, on_message)?;
             }
-            self.resp.expect_bulk()?;
-            let n = self.resp.expect_array()?.unwrap_or(0);
-            got += self.resp.read_entries(n, on_message)?;
+        }
+        if got == 0 && block_ms.is_none() {
+            std::thread::sleep(until_claim.min(POLL_PAUSE));
         }
         Ok(got)
     }
@@ -598,14 +616,10 @@ mod tests {
         let mut w = Vec::new();
         push_id_bulk(&mut w, (5, 7));
         assert_eq!(w, b"$3\r\n5-7\r\n");
-        assert_eq!(
-            claim_interval(Duration::from_secs(1)),
-            Duration::from_millis(50)
-        );
-        assert_eq!(
-            claim_interval(Duration::from_millis(50)),
-            CLAIM_INTERVAL_MIN
-        );
-        assert_eq!(claim_interval(Duration::from_secs(30)), CLAIM_INTERVAL_MAX);
+        let ms = Duration::from_millis;
+        assert_eq!(claim_interval(Duration::from_secs(1)), ms(10));
+        assert_eq!(claim_interval(ms(50)), CLAIM_INTERVAL_MIN);
+        assert_eq!(claim_interval(Duration::from_secs(30)), ms(300));
+        assert_eq!(claim_interval(Duration::from_secs(600)), CLAIM_INTERVAL_MAX);
     }
 }
