@@ -37,8 +37,17 @@ pub mod limits {
     /// Messages sent and not yet deleted beyond which closed-loop producers
     /// wait (throughput and redelivery workloads), so the broker's backlog
     /// stays bounded. The open-loop latency workload never waits: that
-    /// would be coordinated omission.
+    /// would be coordinated omission. The redelivery workload uses this
+    /// bound (room for a million leases in flight).
     pub const IN_FLIGHT_MAX: u64 = 1 << 21;
+    /// The throughput workload's window: enough backlog to keep every
+    /// consumer busy (this many batches per consumer, at least
+    /// [`IN_FLIGHT_THROUGHPUT_MIN`] messages), small enough that
+    /// send-to-receive latency measures a saturated broker rather than how
+    /// long the producers ran ahead.
+    pub const IN_FLIGHT_BATCHES_PER_CONSUMER: u64 = 64;
+    /// The smallest throughput window.
+    pub const IN_FLIGHT_THROUGHPUT_MIN: u64 = 8_192;
     /// How long consumers keep going after the producers stop, beyond twice
     /// the visibility timeout when messages are left undeleted.
     pub const DRAIN_BASE: Duration = Duration::from_secs(10);
@@ -151,6 +160,9 @@ pub struct RunConfig {
     pub token: Option<String>,
     /// How long consumers may keep going after the producers stop.
     pub drain_timeout: Duration,
+    /// Closed-loop producers wait while this many messages are sent and not
+    /// yet deleted; `None` for the open loop.
+    pub in_flight_max: Option<u64>,
 }
 
 /// `--messages` when neither it nor `--duration` is given.
@@ -270,7 +282,16 @@ impl RunConfig {
         } else {
             DRAIN_BASE
         };
+        let in_flight_max = match workload {
+            Workload::Latency => None,
+            Workload::Redelivery => Some(IN_FLIGHT_MAX),
+            Workload::Throughput => Some(
+                (IN_FLIGHT_BATCHES_PER_CONSUMER * batch as u64 * consumers as u64)
+                    .clamp(IN_FLIGHT_THROUGHPUT_MIN, IN_FLIGHT_MAX),
+            ),
+        };
         Ok(RunConfig {
+            in_flight_max,
             workload,
             targets: spec.targets,
             passes,
@@ -322,6 +343,9 @@ impl RunConfig {
         if let Some(rate) = self.rate {
             s.push_str(&format!(", open loop at {rate} messages/s"));
         }
+        if let Some(window) = self.in_flight_max {
+            s.push_str(&format!(", producers wait while {window} are in flight"));
+        }
         s
     }
 }
@@ -348,6 +372,14 @@ mod tests {
         );
         assert_eq!(c.visibility_timeout, Duration::from_secs(30));
         assert_eq!(c.drain_timeout, limits::DRAIN_BASE);
+        assert_eq!(c.in_flight_max, Some(limits::IN_FLIGHT_THROUGHPUT_MIN));
+        let wide = RunConfig::new(RunSpec {
+            batch: Some(256),
+            consumers: Some(4),
+            ..spec()
+        })
+        .unwrap();
+        assert_eq!(wide.in_flight_max, Some(64 * 256 * 4));
         let r = RunConfig::new(RunSpec {
             workload: Some(Workload::Redelivery),
             ..spec()
@@ -365,6 +397,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(l.rate, Some(DEFAULT_RATE));
+        assert_eq!(l.in_flight_max, None);
         assert_eq!(l.capacity(), 2 * DEFAULT_RATE);
         assert!(l.describe().contains("open loop at 10000 messages/s"));
     }

@@ -387,7 +387,8 @@ impl Target for RedisTarget {
             ));
             s.push(Setting::new(
                 "receive",
-                "XREADGROUP COUNT <batch> BLOCK <= 100 ms",
+                "XREADGROUP COUNT <batch> BLOCK 100 ms; without BLOCK, every 2 ms, while a \
+                 claim scan is due within 100 ms",
             ));
             s.push(Setting::new(
                 "delete",

@@ -302,7 +302,7 @@ impl Pass<'_> {
                 .sent
                 .load(Ordering::Relaxed)
                 .saturating_sub(self.settled.load(Ordering::Relaxed));
-            if in_flight >= limits::IN_FLIGHT_MAX {
+            if in_flight >= self.cfg.in_flight_max.unwrap_or(limits::IN_FLIGHT_MAX) {
                 std::thread::sleep(Duration::from_micros(200));
                 continue;
             }
