@@ -6,7 +6,7 @@
 //! | set up | `$JS.API.STREAM.CREATE.<name>`: work-queue retention, memory storage, one subject; `$JS.API.CONSUMER.DURABLE.CREATE.<name>.loadgen`: durable pull consumer, explicit ack, `ack_wait` = visibility timeout, unlimited `max_ack_pending` and `max_deliver` |
 //! | send batch | one `PUB <subject> <inbox>` per message, pipelined in one write, then every JetStream publish ack read |
 //! | receive batch | `PUB $JS.API.CONSUMER.MSG.NEXT.<name>.loadgen <inbox>` with `{"batch":<max>,"expires":<wait>,"no_wait":true}`: the server sends what is available (up to the batch) at once, or waits up to `expires` and sends as soon as something arrives, then ends the request with a 404/408 status |
-//! | delete batch | one `PUB <ack subject> <inbox>` with an empty body (`+ACK`) per message, pipelined, then every ack confirmation read (double ack) |
+//! | delete batch | one `PUB <ack subject>` with an empty body (`+ACK`) per message, pipelined; the last one carries a reply inbox (a double ack) and its confirmation, sent after the acks before it were processed, ends the batch |
 //! | tear down | `$JS.API.STREAM.DELETE.<name>` |
 //!
 //! What it cannot do like the others: an ack for a delivery that expired and
@@ -128,8 +128,10 @@ impl NatsConn {
         w.extend_from_slice(b"PUB ");
         w.extend_from_slice(subject);
         w.push(b' ');
-        w.extend_from_slice(reply);
-        w.push(b' ');
+        if !reply.is_empty() {
+            w.extend_from_slice(reply);
+            w.push(b' ');
+        }
         push_u64(w, payload.len() as u64);
         w.extend_from_slice(b"\r\n");
         w.extend_from_slice(payload);
@@ -380,7 +382,7 @@ impl Target for NatsTarget {
             ));
             s.push(Setting::new(
                 "delete",
-                "+ACK with a reply (double ack) per message, pipelined",
+                "+ACK per message, pipelined; the last with a reply (double ack) confirming the batch",
             ));
         }
         s
@@ -510,28 +512,31 @@ impl Adapter for NatsAdapter {
         receipts: &[Receipt],
         _rejected: &mut Vec<usize>,
     ) -> Result<(), AdapterError> {
-        // One reply subject for the whole batch: the confirmations are empty
-        // and only counted.
+        // Acks from one connection reach the consumer in order and are
+        // processed in order, so only the batch's last ack asks for a
+        // confirmation (a double ack): its reply confirms them all.
+        let Some(last) = receipts.len().checked_sub(1) else {
+            return Ok(());
+        };
         self.conn.reply_subject(&mut self.reply);
-        for r in receipts {
+        for (i, r) in receipts.iter().enumerate() {
             let Receipt::Bytes(subject) = r else {
                 return Err(AdapterError::Unsupported(
                     "nats: a receipt from another adapter".into(),
                 ));
             };
-            self.conn.publish(subject, &self.reply, b"");
+            let reply: &[u8] = if i == last { &self.reply } else { b"" };
+            self.conn.publish(subject, reply, b"");
         }
         self.conn.conn.flush()?;
-        let mut confirmed = 0;
-        while confirmed < receipts.len() {
+        loop {
             let m = self.conn.next_msg()?;
             if is_ack_subject(m.reply) {
                 Self::stash_delivery(&mut self.stash, &m);
             } else if m.subject == self.reply.as_slice() {
-                confirmed += 1;
+                return Ok(());
             }
         }
-        Ok(())
     }
 }
 
