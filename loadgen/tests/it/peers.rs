@@ -80,7 +80,7 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
-fn command(kind: PeerKind, binary: &Path, port: u16, dir: &Path) -> Command {
+fn command(kind: PeerKind, binary: &Path, port: u16, dir: &Path, extra: &[&str]) -> Command {
     let port = port.to_string();
     let mut c = Command::new(binary);
     match kind {
@@ -105,6 +105,7 @@ fn command(kind: PeerKind, binary: &Path, port: u16, dir: &Path) -> Command {
                 .arg(dir);
         }
     }
+    c.args(extra);
     c.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -114,6 +115,11 @@ fn command(kind: PeerKind, binary: &Path, port: u16, dir: &Path) -> Command {
 /// Starts a peer, or returns `None` (saying why) when its binary is missing
 /// and `CI` is not `true`.
 pub fn start(kind: PeerKind) -> Option<Peer> {
+    start_with(kind, &[])
+}
+
+/// [`start`] with extra command-line arguments for the peer.
+pub fn start_with(kind: PeerKind, extra: &[&str]) -> Option<Peer> {
     let Some(binary) = find_binary(kind.binary()) else {
         let reason = format!(
             "{} not found: install it with `apt-get install -y {}`",
@@ -132,7 +138,7 @@ pub fn start(kind: PeerKind) -> Option<Peer> {
             .join("peers")
             .join(format!("{}-{}-{port}", kind.binary(), std::process::id()));
         std::fs::create_dir_all(&dir).expect("create the peer's directory");
-        let child = command(kind, &binary, port, &dir)
+        let child = command(kind, &binary, port, &dir, extra)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
         let mut peer = Peer {

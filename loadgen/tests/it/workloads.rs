@@ -200,3 +200,40 @@ fn passes_interleave_over_targets_with_fresh_queues() {
         "a fresh queue per target and pass: {queues:?}"
     );
 }
+
+/// The token reaches the peers that have authentication; a wrong one fails
+/// the pass with the server's refusal.
+fn authenticated(kind: PeerKind, flags: &[&str]) {
+    let Some(peer) = peers::start_with(kind, flags) else {
+        return;
+    };
+    let mut s = spec(&peer, Workload::Throughput);
+    s.messages = Some(200);
+    s.token = Some("s3cret".into());
+    let r = run_one(s.clone());
+    assert_eq!((r.tally.deleted, r.tally.lost), (200, 0));
+    s.token = Some("wrong".into());
+    let cfg = RunConfig::new(s).unwrap();
+    let mut printed = Vec::new();
+    let outcomes = run::run(
+        &cfg,
+        &mut Output {
+            config: &mut printed,
+            progress: None,
+        },
+    );
+    match &outcomes[0].result {
+        Ok(_) => panic!("a wrong token was accepted"),
+        Err(e) => assert!(e.to_string().contains("set-up failed"), "{e}"),
+    }
+}
+
+#[test]
+fn redis_auth() {
+    authenticated(PeerKind::Redis, &["--requirepass", "s3cret"]);
+}
+
+#[test]
+fn nats_auth() {
+    authenticated(PeerKind::Nats, &["--auth", "s3cret"]);
+}
