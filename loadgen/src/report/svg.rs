@@ -12,11 +12,14 @@ use hdrhistogram::Histogram;
 use crate::adapter::TargetUrl;
 
 const WIDTH: f64 = 960.0;
-const HEIGHT: f64 = 560.0;
+/// Height of the plot area with its axes; the legend adds a line per curve.
+const PLOT_HEIGHT: f64 = 560.0;
 const LEFT: f64 = 80.0;
-const RIGHT: f64 = 250.0;
+const RIGHT: f64 = 40.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 60.0;
+/// Height of one legend line, below the plot.
+const LEGEND_LINE: f64 = 22.0;
 /// The right end of the x axis: four nines.
 const NINES_MAX: f64 = 4.0;
 const COLORS: [&str; 8] = [
@@ -96,7 +99,8 @@ pub fn render(title: &str, curves: &[(TargetUrl, Histogram<u64>)]) -> String {
     };
     let hi_exp = (hi.log10().ceil() as i32).max(lo_exp + 1);
     let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
+    let plot_h = PLOT_HEIGHT - TOP - BOTTOM;
+    let height = PLOT_HEIGHT + LEGEND_LINE * curves.len() as f64 + 10.0;
     let x_of = |n: f64| LEFT + n / NINES_MAX * plot_w;
     let y_of = |us: f64| {
         let t = (us.log10() - f64::from(lo_exp)) / f64::from(hi_exp - lo_exp);
@@ -107,11 +111,11 @@ pub fn render(title: &str, curves: &[(TargetUrl, Histogram<u64>)]) -> String {
     // Writing to a String cannot fail.
     let _ = writeln!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(
         s,
-        r#"<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="white"/>"#
+        r#"<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="white"/>"#
     );
     let _ = writeln!(
         s,
@@ -188,8 +192,8 @@ pub fn render(title: &str, curves: &[(TargetUrl, Histogram<u64>)]) -> String {
             d.trim_end(),
             escape(&target.to_string())
         );
-        let ly = TOP + 10.0 + i as f64 * 22.0;
-        let lx = LEFT + plot_w + 16.0;
+        let ly = PLOT_HEIGHT + i as f64 * LEGEND_LINE;
+        let lx = LEFT;
         let _ = writeln!(
             s,
             r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="3"/>"#,
