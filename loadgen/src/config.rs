@@ -150,7 +150,8 @@ pub struct RunConfig {
     pub size: usize,
     /// Largest send, receive and delete batch.
     pub batch: usize,
-    /// Open-loop rate in messages/s (the latency workload only).
+    /// Open-loop rate in messages/s: always for the latency workload, when
+    /// asked for the redelivery workload.
     pub rate: Option<u64>,
     /// Visibility timeout (lease) of every receive.
     pub visibility_timeout: Duration,
@@ -229,21 +230,21 @@ impl RunConfig {
             return fail(format!("--batch must be 1..={BATCH_MAX}"));
         }
         let rate = match (workload, spec.rate) {
-            (Workload::Latency, r) => {
-                let r = r.unwrap_or(DEFAULT_RATE);
-                if !(1..=RATE_MAX).contains(&r) {
-                    return fail(format!("--rate must be 1..={RATE_MAX}"));
-                }
-                Some(r)
-            }
-            (_, Some(_)) => {
+            (Workload::Latency, r) => Some(r.unwrap_or(DEFAULT_RATE)),
+            // Paced sends make the leases end evenly spread, as they would
+            // in service, instead of all at once after a burst.
+            (Workload::Redelivery, r) => r,
+            (Workload::Throughput, Some(_)) => {
                 return fail(
-                    "--rate applies to the latency workload only (the others are closed loop)"
+                    "--rate applies to the latency and redelivery workloads (throughput is closed loop)"
                         .into(),
                 );
             }
-            (_, None) => None,
+            (Workload::Throughput, None) => None,
         };
+        if rate.is_some_and(|r| !(1..=RATE_MAX).contains(&r)) {
+            return fail(format!("--rate must be 1..={RATE_MAX}"));
+        }
         if let (Some(rate), Bound::Duration(d)) = (rate, bound) {
             let n = d.as_secs_f64() * rate as f64;
             if n > MESSAGES_MAX as f64 {
@@ -283,6 +284,7 @@ impl RunConfig {
             DRAIN_BASE
         };
         let in_flight_max = match workload {
+            _ if rate.is_some() => None,
             Workload::Latency => None,
             Workload::Redelivery => Some(IN_FLIGHT_MAX),
             Workload::Throughput => Some(
@@ -390,6 +392,17 @@ mod tests {
             (1.0, Duration::from_secs(1))
         );
         assert_eq!(r.drain_timeout, limits::DRAIN_BASE + Duration::from_secs(4));
+        assert_eq!(
+            (r.rate, r.in_flight_max),
+            (None, Some(limits::IN_FLIGHT_MAX))
+        );
+        let paced = RunConfig::new(RunSpec {
+            workload: Some(Workload::Redelivery),
+            rate: Some(1_000),
+            ..spec()
+        })
+        .unwrap();
+        assert_eq!((paced.rate, paced.in_flight_max), (Some(1_000), None));
         let l = RunConfig::new(RunSpec {
             workload: Some(Workload::Latency),
             duration: Some(Duration::from_secs(2)),
@@ -446,7 +459,7 @@ mod tests {
                     rate: Some(5),
                     ..spec()
                 },
-                "latency workload only",
+                "throughput is closed loop",
             ),
             (
                 RunSpec {

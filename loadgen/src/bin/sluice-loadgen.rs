@@ -121,8 +121,9 @@ struct Args {
     )]
     batch: usize,
 
-    /// Messages/s over all producers, open loop (latency workload only;
-    /// default 10000).
+    /// Messages/s over all producers, open loop: the latency workload
+    /// (default 10000), and the redelivery workload when given, so leases
+    /// end evenly spread instead of all at once after a burst.
     #[arg(long, value_name = "N", value_parser = parse_count, env = "SLUICE_LOADGEN_RATE")]
     rate: Option<u64>,
 

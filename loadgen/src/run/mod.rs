@@ -632,9 +632,9 @@ fn run_set_up(
             let h = std::thread::Builder::new()
                 .name(format!("producer-{i}"))
                 .spawn_scoped(s, move || {
-                    let r = match state.cfg.workload {
-                        Workload::Latency => state.produce_open(i, a.as_mut()),
-                        _ => state.produce_closed(a.as_mut()),
+                    let r = match state.schedule {
+                        Some(_) => state.produce_open(i, a.as_mut()),
+                        None => state.produce_closed(a.as_mut()),
                     };
                     state.producer_finished();
                     if let Err(source) = r {

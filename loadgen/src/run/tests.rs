@@ -122,3 +122,22 @@ fn leave_decisions_follow_the_ratio() {
     assert!((0..100).all(|s| leaves(s, 7, 1.0)));
     assert!((0..100).all(|s| !leaves(s, 7, 0.0)));
 }
+
+#[test]
+fn paced_redelivery_spreads_the_leases() {
+    let mut cfg = config(Workload::Redelivery, 300);
+    cfg.rate = Some(3_000);
+    cfg.in_flight_max = None;
+    let (r, printed) = pass(&cfg, Faults::default());
+    assert!(
+        printed.contains("open loop at 3000 messages/s"),
+        "{printed}"
+    );
+    assert_eq!(
+        (r.tally.left, r.tally.redelivered, r.tally.lost),
+        (300, 300, 0)
+    );
+    // 300 messages at 3,000/s: the schedule spreads the sends over 100 ms,
+    // a lower bound no machine can beat, however slow or fast.
+    assert!(r.active >= Duration::from_millis(99), "{:?}", r.active);
+}
