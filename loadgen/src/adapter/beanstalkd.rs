@@ -22,6 +22,9 @@
 //!   TTR of 1 s every reservation is inside that margin, so a consumer that
 //!   holds jobs it left undeleted polls every millisecond instead of
 //!   blocking, which adds up to 1 ms of redelivery lateness.
+//! - beanstalkd 1.12 returns an expired reservation to the ready queue only
+//!   when the connection holding it sends something: consumers here never
+//!   sit idle while holding jobs, so redeliveries are not held back.
 //! - Blocking reserves wait in whole seconds, so a consumer may take up to a
 //!   second to notice the end of a pass.
 
