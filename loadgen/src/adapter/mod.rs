@@ -1,0 +1,403 @@
+//! The adapter contract: one broker, the same semantics for each.
+//!
+//! A [`Target`] is one broker as the run sees it: it sets up a fresh queue
+//! for a pass, hands out one [`Adapter`] (a connection bound to that queue)
+//! per producer or consumer thread, describes its settings for the printed
+//! configuration, and tears the queue down. An [`Adapter`] sends a batch,
+//! receives a batch under the queue's visibility timeout, and deletes a
+//! batch, each through its peer's batch or pipeline path. Every adapter is
+//! blocking, one TCP connection with `TCP_NODELAY`, one batch in flight.
+//!
+//! The sluice adapter will implement the same two traits over the native
+//! client once `sluice-client` exists; until then `sluice://` targets are
+//! refused with [`AdapterError::Unsupported`].
+
+use std::fmt;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+pub mod beanstalkd;
+pub mod nats;
+pub mod redis;
+mod wire;
+
+/// How long a connection waits for a reply before giving up. Every wait the
+/// adapters ask the broker for (long polls) is far shorter.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection attempt may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Something a broker or the network did wrong, as an adapter sees it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdapterError {
+    /// The TCP connection could not be made.
+    #[error("{peer}: cannot connect to {addr}: {source}")]
+    Connect {
+        /// The broker kind.
+        peer: &'static str,
+        /// The address tried.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Reading or writing failed (a timeout included).
+    #[error("{peer}: {source}")]
+    Io {
+        /// The broker kind.
+        peer: &'static str,
+        /// The socket error.
+        source: std::io::Error,
+    },
+    /// The broker closed the connection.
+    #[error("{peer}: connection closed by the server")]
+    Closed {
+        /// The broker kind.
+        peer: &'static str,
+    },
+    /// A reply the adapter does not understand.
+    #[error("{peer}: unexpected reply: {detail}")]
+    Protocol {
+        /// The broker kind.
+        peer: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The broker answered with an error.
+    #[error("{peer}: server error: {message}")]
+    Server {
+        /// The broker kind.
+        peer: &'static str,
+        /// The broker's message.
+        message: String,
+    },
+    /// The run asks for something this adapter cannot do.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Names one delivery, for deleting it. Which variant an adapter uses is its
+/// own business; the runner only hands receipts back to the adapter that
+/// made them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Receipt {
+    /// Two integers: a Redis stream entry id `ms-seq`, a beanstalkd job id
+    /// (second field 0).
+    Ids(u64, u64),
+    /// Opaque bytes: a NATS JetStream ack subject.
+    Bytes(Box<[u8]>),
+}
+
+/// The queue a pass runs against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSpec {
+    /// A fresh name per pass, valid for every peer (`[A-Za-z0-9_]`).
+    pub name: String,
+    /// How long a received message stays invisible before it comes back.
+    pub visibility_timeout: Duration,
+    /// The largest batch the run sends, receives or deletes.
+    pub batch_max: usize,
+    /// Body size in bytes.
+    pub body_bytes: usize,
+    /// Producer connections that will be opened.
+    pub producers: usize,
+    /// Consumer connections that will be opened.
+    pub consumers: usize,
+}
+
+/// What a connection is for; adapters set up differently for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Producer number `n`.
+    Producer(usize),
+    /// Consumer number `n`.
+    Consumer(usize),
+}
+
+/// One line of the printed configuration: `name = value`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting {
+    /// What is set.
+    pub name: String,
+    /// Its value, in words.
+    pub value: String,
+}
+
+impl Setting {
+    /// A setting line.
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+}
+
+/// One broker under test, for one pass at a time.
+pub trait Target: Send + Sync {
+    /// The broker kind, as in the URL scheme.
+    fn kind(&self) -> &'static str;
+    /// Creates the pass's queue (stream, tube, consumer group...).
+    fn setup(&mut self, spec: &QueueSpec) -> Result<(), AdapterError>;
+    /// Opens a connection bound to the queue set up last.
+    fn connect(&self, role: Role) -> Result<Box<dyn Adapter>, AdapterError>;
+    /// The settings in force: batch and pipeline paths, peer settings,
+    /// server version. Valid after `setup`.
+    fn settings(&self) -> Vec<Setting>;
+    /// Removes the queue and whatever it still holds.
+    fn teardown(&mut self) -> Result<(), AdapterError>;
+}
+
+/// One connection to a broker, bound to a queue. Used by one thread.
+pub trait Adapter: Send {
+    /// Sends the bodies as one batch (pipelined where the peer has no batch
+    /// send) and returns when the broker has acknowledged every one.
+    fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError>;
+
+    /// Receives up to `max` messages under the queue's visibility timeout,
+    /// waiting up to about `wait` for the first one, and calls `on_message`
+    /// with each body and its receipt as it is read. Returns how many.
+    fn receive_batch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError>;
+
+    /// Deletes the deliveries named by `receipts` as one batch and returns
+    /// when the broker has answered. The indices of receipts the broker
+    /// refused (a lease that expired and was taken by someone else) are
+    /// pushed to `rejected`; those messages were not deleted.
+    fn delete_batch(
+        &mut self,
+        receipts: &[Receipt],
+        rejected: &mut Vec<usize>,
+    ) -> Result<(), AdapterError>;
+}
+
+/// The broker kinds a target URL can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// sluice's native protocol.
+    Sluice,
+    /// Redis 7 streams.
+    Redis,
+    /// beanstalkd.
+    Beanstalkd,
+    /// NATS JetStream.
+    Nats,
+}
+
+impl Kind {
+    /// The URL scheme.
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Kind::Sluice => "sluice",
+            Kind::Redis => "redis",
+            Kind::Beanstalkd => "beanstalkd",
+            Kind::Nats => "nats",
+        }
+    }
+
+    /// The port used when the URL gives none.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Kind::Sluice => 7171,
+            Kind::Redis => 6379,
+            Kind::Beanstalkd => 11300,
+            Kind::Nats => 4222,
+        }
+    }
+}
+
+/// A `--target` URL that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid target {input:?}: {reason}")]
+pub struct UrlError {
+    /// The URL as given.
+    pub input: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+/// A parsed `--target`: `SCHEME://HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetUrl {
+    /// The broker kind.
+    pub kind: Kind,
+    /// Host name or address (IPv6 without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl TargetUrl {
+    /// Reads `sluice://HOST:PORT`, `redis://...`, `beanstalkd://...` or
+    /// `nats://...`; the port defaults to the peer's usual one.
+    pub fn parse(input: &str) -> Result<TargetUrl, UrlError> {
+        let err = |reason: &str| UrlError {
+            input: input.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let (scheme, rest) = input
+            .split_once("://")
+            .ok_or_else(|| err("expected SCHEME://HOST:PORT"))?;
+        let kind = match scheme {
+            "sluice" => Kind::Sluice,
+            "redis" => Kind::Redis,
+            "beanstalkd" | "beanstalk" => Kind::Beanstalkd,
+            "nats" => Kind::Nats,
+            _ => return Err(err("the scheme must be sluice, redis, beanstalkd or nats")),
+        };
+        let rest = rest.trim_end_matches('/');
+        if rest.contains('/') || rest.contains('@') || rest.contains('?') {
+            return Err(err("only HOST:PORT may follow the scheme"));
+        }
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or_else(|| err("unclosed '['"))?;
+            let port = match after.strip_prefix(':') {
+                Some(p) => Some(p),
+                None if after.is_empty() => None,
+                None => return Err(err("expected ':' after ']'")),
+            };
+            (host, port)
+        } else {
+            match rest.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (rest, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(err("no host"));
+        }
+        let port = match port {
+            Some(p) => p
+                .parse::<u16>()
+                .map_err(|_| err("the port must be 0..65535"))?,
+            None => kind.default_port(),
+        };
+        if port == 0 {
+            return Err(err("port 0 cannot be connected to"));
+        }
+        Ok(TargetUrl {
+            kind,
+            host: host.to_owned(),
+            port,
+        })
+    }
+
+    /// Connects a target for this URL; `token` is the auth token for peers
+    /// that have one (Redis `AUTH`, NATS `auth_token`).
+    pub fn open(&self, token: Option<&str>) -> Result<Box<dyn Target>, AdapterError> {
+        let token = token.map(str::to_owned);
+        match self.kind {
+            Kind::Redis => Ok(Box::new(redis::RedisTarget::new(self.clone(), token))),
+            Kind::Beanstalkd => Ok(Box::new(beanstalkd::BeanstalkdTarget::new(self.clone()))),
+            Kind::Nats => Ok(Box::new(nats::NatsTarget::new(self.clone(), token))),
+            Kind::Sluice => Err(AdapterError::Unsupported(format!(
+                "{self}: the sluice adapter needs the native client (sluice-client), \
+                 which is not written yet"
+            ))),
+        }
+    }
+
+    /// A short label for file names: `redis-127.0.0.1-6379`.
+    pub fn label(&self) -> String {
+        let host: String = self
+            .host
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("{}-{}-{}", self.kind.scheme(), host, self.port)
+    }
+
+    /// Opens a TCP connection with `TCP_NODELAY` and the reply timeout set.
+    pub(crate) fn tcp(&self, peer: &'static str) -> Result<TcpStream, AdapterError> {
+        let addr_text = format!("{}:{}", self.host, self.port);
+        let connect_err = |source| AdapterError::Connect {
+            peer,
+            addr: addr_text.clone(),
+            source,
+        };
+        let addrs: Vec<SocketAddr> = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(connect_err)?
+            .collect();
+        let mut last = None;
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(stream) => {
+                    let io = |source| AdapterError::Io { peer, source };
+                    stream.set_nodelay(true).map_err(io)?;
+                    stream.set_read_timeout(Some(REPLY_TIMEOUT)).map_err(io)?;
+                    stream.set_write_timeout(Some(REPLY_TIMEOUT)).map_err(io)?;
+                    return Ok(stream);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(connect_err(last.unwrap_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
+        })))
+    }
+}
+
+impl fmt::Display for TargetUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "{}://[{}]:{}", self.kind.scheme(), self.host, self.port)
+        } else {
+            write!(f, "{}://{}:{}", self.kind.scheme(), self.host, self.port)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_urls() {
+        let t = TargetUrl::parse("redis://127.0.0.1:6380").unwrap();
+        assert_eq!(
+            (t.kind, t.host.as_str(), t.port),
+            (Kind::Redis, "127.0.0.1", 6380)
+        );
+        assert_eq!(t.to_string(), "redis://127.0.0.1:6380");
+        assert_eq!(t.label(), "redis-127.0.0.1-6380");
+        assert_eq!(TargetUrl::parse("nats://localhost").unwrap().port, 4222);
+        assert_eq!(
+            TargetUrl::parse("beanstalkd://h:1/").unwrap().kind,
+            Kind::Beanstalkd
+        );
+        let v6 = TargetUrl::parse("sluice://[::1]:7000").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 7000));
+        assert_eq!(v6.to_string(), "sluice://[::1]:7000");
+        for bad in [
+            "127.0.0.1:6379",
+            "kafka://h:1",
+            "redis://:6379",
+            "redis://h:99999",
+            "redis://h:0",
+            "redis://h:1/db",
+            "redis://user@h:1",
+        ] {
+            assert!(TargetUrl::parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn sluice_targets_say_why_they_cannot_run_yet() {
+        let t = TargetUrl::parse("sluice://127.0.0.1:7171").unwrap();
+        match t.open(None) {
+            Err(AdapterError::Unsupported(m)) => assert!(m.contains("sluice-client"), "{m}"),
+            other => panic!("expected Unsupported, got {:?}", other.map(|t| t.kind())),
+        }
+    }
+}

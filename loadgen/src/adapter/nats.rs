@@ -1,0 +1,564 @@
+//! NATS JetStream (server 2.9+), over the NATS core text protocol written by
+//! hand, with the JetStream API as JSON request/reply on top.
+//!
+//! | operation | NATS JetStream |
+//! |---|---|
+//! | set up | `$JS.API.STREAM.CREATE.<name>`: work-queue retention, memory storage, one subject; `$JS.API.CONSUMER.DURABLE.CREATE.<name>.loadgen`: durable pull consumer, explicit ack, `ack_wait` = visibility timeout, unlimited `max_ack_pending` and `max_deliver` |
+//! | send batch | one `PUB <subject> <inbox>` per message, pipelined in one write, then every JetStream publish ack read |
+//! | receive batch | `PUB $JS.API.CONSUMER.MSG.NEXT.<name>.loadgen <inbox>` with `{"batch":<max>,"expires":<wait>,"no_wait":true}`: the server sends what is available (up to the batch) at once, or waits up to `expires` and sends as soon as something arrives, then ends the request with a 404/408 status |
+//! | delete batch | one `PUB <ack subject>` with an empty body (`+ACK`) per message, pipelined; the last one carries a reply inbox (a double ack) and its confirmation, sent after the acks before it were processed, ends the batch |
+//! | tear down | `$JS.API.STREAM.DELETE.<name>` |
+//!
+//! What it cannot do like the others: an ack for a delivery that expired and
+//! was delivered again still acks the message (JetStream acks by stream
+//! sequence), so a late delete is never rejected; and JetStream checks
+//! expired acks on its own timer, which the redelivery lateness shows.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use super::wire::{LineConn, last_len, push_u64, text};
+use super::{Adapter, AdapterError, QueueSpec, Receipt, Role, Setting, Target, TargetUrl};
+use crate::units::format_duration;
+
+const PEER: &str = "nats";
+/// The durable consumer every pass uses.
+const DURABLE: &str = "loadgen";
+/// The subscription id of each connection's inbox.
+const INBOX_SID: &[u8] = b"1";
+/// The shortest pull `expires` sent (the server wants a positive one).
+const EXPIRES_MIN: Duration = Duration::from_millis(1);
+
+/// Where a message's line and payload sit in the read buffer.
+type FrameAt = (Range<usize>, Range<usize>);
+
+/// One message from the server.
+struct Msg<'a> {
+    subject: &'a [u8],
+    reply: Option<&'a [u8]>,
+    /// The status code of an `HMSG` whose headers start `NATS/1.0 <code>`.
+    status: Option<u16>,
+    payload: &'a [u8],
+}
+
+/// A NATS core connection with one wildcard inbox subscription.
+struct NatsConn {
+    conn: LineConn,
+    inbox: String,
+    next_reply: u64,
+    max_payload: usize,
+    /// The server's version and whether JetStream is on, from INFO.
+    server: String,
+}
+
+fn unique_token() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}{:x}", std::process::id(), nanos)
+}
+
+impl NatsConn {
+    fn connect(url: &TargetUrl, token: Option<&str>) -> Result<NatsConn, AdapterError> {
+        let mut conn = LineConn::new(url.tcp(PEER)?, PEER);
+        let info = String::from_utf8_lossy(conn.line()?).into_owned();
+        let info_json = info.strip_prefix("INFO ").ok_or_else(|| {
+            conn.protocol(format!("expected INFO, got {:?}", text(info.as_bytes())))
+        })?;
+        let info: Value = serde_json::from_str(info_json)
+            .map_err(|e| conn.protocol(format!("INFO is not JSON: {e}")))?;
+        let max_payload = info["max_payload"].as_u64().unwrap_or(1 << 20) as usize;
+        let server = format!(
+            "NATS {} (JetStream {})",
+            info["version"].as_str().unwrap_or("?"),
+            if info["jetstream"].as_bool() == Some(true) {
+                "on"
+            } else {
+                "off"
+            }
+        );
+        if info["headers"].as_bool() != Some(true) {
+            return Err(AdapterError::Unsupported(
+                "nats: the server does not support headers, which JetStream pulls need".into(),
+            ));
+        }
+        let mut connect = json!({
+            "verbose": false, "pedantic": false, "headers": true, "no_responders": true,
+            "protocol": 1, "name": "sluice-loadgen", "lang": "rust", "version": env!("CARGO_PKG_VERSION"),
+        });
+        if let Some(t) = token {
+            connect["auth_token"] = Value::String(t.to_owned());
+        }
+        let inbox = format!("_INBOX.{}", unique_token());
+        let mut c = NatsConn {
+            conn,
+            inbox,
+            next_reply: 0,
+            max_payload,
+            server,
+        };
+        let w = &mut c.conn.wbuf;
+        w.extend_from_slice(b"CONNECT ");
+        w.extend_from_slice(connect.to_string().as_bytes());
+        w.extend_from_slice(b"\r\nSUB ");
+        w.extend_from_slice(c.inbox.as_bytes());
+        w.extend_from_slice(b".* ");
+        w.extend_from_slice(INBOX_SID);
+        w.extend_from_slice(b"\r\nPING\r\n");
+        c.conn.flush()?;
+        // The PONG says CONNECT and SUB were accepted (errors come first).
+        while c.next_frame()?.is_some() {}
+        Ok(c)
+    }
+
+    /// A fresh reply subject under the inbox.
+    fn reply_subject(&mut self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(self.inbox.as_bytes());
+        out.push(b'.');
+        push_u64(out, self.next_reply);
+        self.next_reply += 1;
+    }
+
+    fn publish(&mut self, subject: &[u8], reply: &[u8], payload: &[u8]) {
+        let w = &mut self.conn.wbuf;
+        w.extend_from_slice(b"PUB ");
+        w.extend_from_slice(subject);
+        w.push(b' ');
+        if !reply.is_empty() {
+            w.extend_from_slice(reply);
+            w.push(b' ');
+        }
+        push_u64(w, payload.len() as u64);
+        w.extend_from_slice(b"\r\n");
+        w.extend_from_slice(payload);
+        w.extend_from_slice(b"\r\n");
+    }
+
+    /// Reads until a message (its line and payload ranges) or a PONG
+    /// (`None`), answering the server's PINGs and skipping INFO and +OK.
+    fn next_frame(&mut self) -> Result<Option<FrameAt>, AdapterError> {
+        loop {
+            let (line, payload) = self.conn.frame_at(|l| {
+                Ok(if l.starts_with(b"MSG ") || l.starts_with(b"HMSG ") {
+                    last_len(l)
+                } else {
+                    None
+                })
+            })?;
+            let l = self.conn.bytes(line.clone());
+            if l.starts_with(b"MSG ") || l.starts_with(b"HMSG ") {
+                return Ok(Some((line, payload)));
+            }
+            if l == b"PING" {
+                self.conn.wbuf.extend_from_slice(b"PONG\r\n");
+                self.conn.flush()?;
+            } else if l == b"PONG" {
+                return Ok(None);
+            } else if let Some(err) = l.strip_prefix(b"-ERR") {
+                return Err(AdapterError::Server {
+                    peer: PEER,
+                    message: text(err).trim().to_owned(),
+                });
+            } else if !(l.starts_with(b"INFO ") || l == b"+OK") {
+                return Err(self.conn.protocol(format!("unexpected line {:?}", text(l))));
+            }
+        }
+    }
+
+    /// Reads until a message arrives (a PONG nobody asked for is skipped).
+    fn next_msg(&mut self) -> Result<Msg<'_>, AdapterError> {
+        let (line, payload) = loop {
+            if let Some(frame) = self.next_frame()? {
+                break frame;
+            }
+        };
+        parse_msg(self.conn.bytes(line), self.conn.bytes(payload))
+    }
+
+    /// A JetStream API call: request, wait for its reply, fail on an error.
+    fn api(&mut self, subject: &str, body: &Value) -> Result<Value, AdapterError> {
+        let mut reply = Vec::new();
+        self.reply_subject(&mut reply);
+        self.publish(subject.as_bytes(), &reply, body.to_string().as_bytes());
+        self.conn.flush()?;
+        loop {
+            let m = self.next_msg()?;
+            if m.subject != reply.as_slice() {
+                continue;
+            }
+            if m.status == Some(503) {
+                return Err(AdapterError::Server {
+                    peer: PEER,
+                    message: format!("no responders for {subject}: is JetStream enabled (-js)?"),
+                });
+            }
+            let v: Value =
+                serde_json::from_slice(m.payload).map_err(|e| AdapterError::Protocol {
+                    peer: PEER,
+                    detail: format!("{subject} reply is not JSON: {e}"),
+                })?;
+            if let Some(err) = v.get("error") {
+                return Err(AdapterError::Server {
+                    peer: PEER,
+                    message: format!("{subject}: {err}"),
+                });
+            }
+            return Ok(v);
+        }
+    }
+}
+
+/// Parses `MSG <subject> <sid> [reply] <bytes>` or
+/// `HMSG <subject> <sid> [reply] <header bytes> <total bytes>`.
+fn parse_msg<'a>(line: &'a [u8], payload: &'a [u8]) -> Result<Msg<'a>, AdapterError> {
+    let bad = || AdapterError::Protocol {
+        peer: PEER,
+        detail: format!("bad message line {:?}", text(line)),
+    };
+    let mut tokens = line.split(|&b| b == b' ').filter(|t| !t.is_empty());
+    let verb = tokens.next().ok_or_else(bad)?;
+    let tokens: Vec<&[u8]> = tokens.collect();
+    let headers = verb == b"HMSG";
+    let sizes = if headers { 2 } else { 1 };
+    if tokens.len() < 2 + sizes || tokens.len() > 3 + sizes {
+        return Err(bad());
+    }
+    let subject = tokens[0];
+    let reply = (tokens.len() == 3 + sizes).then(|| tokens[2]);
+    if !headers {
+        return Ok(Msg {
+            subject,
+            reply,
+            status: None,
+            payload,
+        });
+    }
+    let header_len = last_len(tokens[tokens.len() - 2]).ok_or_else(bad)?;
+    if header_len > payload.len() {
+        return Err(bad());
+    }
+    let (head, body) = payload.split_at(header_len);
+    // "NATS/1.0 408 Request Timeout\r\n..." or "NATS/1.0\r\n..."
+    let status = head
+        .strip_prefix(b"NATS/1.0 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|code| std::str::from_utf8(code).ok()?.parse::<u16>().ok());
+    Ok(Msg {
+        subject,
+        reply,
+        status,
+        payload: body,
+    })
+}
+
+/// The stream and consumer of a pass.
+#[derive(Debug, Clone)]
+struct Queue {
+    stream: String,
+    ack_wait: Duration,
+}
+
+/// A NATS server with JetStream under test.
+pub struct NatsTarget {
+    url: TargetUrl,
+    token: Option<String>,
+    queue: Option<Queue>,
+    server: Vec<Setting>,
+}
+
+impl std::fmt::Debug for NatsTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsTarget")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl NatsTarget {
+    /// A target for `url`, with `token` as `auth_token` when given.
+    pub fn new(url: TargetUrl, token: Option<String>) -> Self {
+        Self {
+            url,
+            token,
+            queue: None,
+            server: Vec::new(),
+        }
+    }
+}
+
+impl Target for NatsTarget {
+    fn kind(&self) -> &'static str {
+        PEER
+    }
+
+    fn setup(&mut self, spec: &QueueSpec) -> Result<(), AdapterError> {
+        let mut c = NatsConn::connect(&self.url, self.token.as_deref())?;
+        if spec.body_bytes > c.max_payload {
+            return Err(AdapterError::Unsupported(format!(
+                "nats: bodies of {} bytes are over the server's max_payload {}",
+                spec.body_bytes, c.max_payload
+            )));
+        }
+        let ack_wait_ns = u64::try_from(spec.visibility_timeout.as_nanos()).unwrap_or(u64::MAX);
+        if ack_wait_ns == 0 {
+            return Err(AdapterError::Unsupported(
+                "nats: ack_wait must be positive; give a visibility timeout above 0".into(),
+            ));
+        }
+        let stream = c.api(
+            &format!("$JS.API.STREAM.CREATE.{}", spec.name),
+            &json!({
+                "name": spec.name, "subjects": [spec.name], "retention": "workqueue",
+                "storage": "memory", "discard": "old", "num_replicas": 1,
+            }),
+        )?;
+        c.api(
+            &format!("$JS.API.CONSUMER.DURABLE.CREATE.{}.{DURABLE}", spec.name),
+            &json!({
+                "stream_name": spec.name,
+                "config": {
+                    "durable_name": DURABLE, "ack_policy": "explicit", "ack_wait": ack_wait_ns,
+                    "deliver_policy": "all", "replay_policy": "instant",
+                    "max_ack_pending": -1, "max_deliver": -1,
+                },
+            }),
+        )?;
+        let mut server = vec![Setting::new("server", c.server.clone())];
+        server.push(Setting::new(
+            "stream",
+            format!(
+                "{} (retention {}, storage {}, replicas {})",
+                spec.name,
+                stream["config"]["retention"].as_str().unwrap_or("?"),
+                stream["config"]["storage"].as_str().unwrap_or("?"),
+                stream["config"]["num_replicas"].as_u64().unwrap_or(1),
+            ),
+        ));
+        self.server = server;
+        self.queue = Some(Queue {
+            stream: spec.name.clone(),
+            ack_wait: spec.visibility_timeout,
+        });
+        Ok(())
+    }
+
+    fn connect(&self, _role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
+        let queue = self
+            .queue
+            .clone()
+            .ok_or_else(|| AdapterError::Unsupported("nats: connect before setup".into()))?;
+        let conn = NatsConn::connect(&self.url, self.token.as_deref())?;
+        Ok(Box::new(NatsAdapter {
+            next_subject: format!("$JS.API.CONSUMER.MSG.NEXT.{}.{DURABLE}", queue.stream)
+                .into_bytes(),
+            queue,
+            conn,
+            reply: Vec::new(),
+            stash: VecDeque::new(),
+        }))
+    }
+
+    fn settings(&self) -> Vec<Setting> {
+        let mut s = self.server.clone();
+        if let Some(q) = &self.queue {
+            s.push(Setting::new(
+                "consumer",
+                format!(
+                    "durable pull {DURABLE}, ack explicit, ack_wait {}, max_ack_pending unlimited",
+                    format_duration(q.ack_wait)
+                ),
+            ));
+            s.push(Setting::new(
+                "send",
+                "PUB per message with a reply inbox, one batch pipelined, every JetStream ack awaited",
+            ));
+            s.push(Setting::new(
+                "receive",
+                "CONSUMER.MSG.NEXT {batch: <batch>, expires: <= 100 ms, no_wait: true}",
+            ));
+            s.push(Setting::new(
+                "delete",
+                "+ACK per message, pipelined; the last with a reply (double ack) confirming the batch",
+            ));
+        }
+        s
+    }
+
+    fn teardown(&mut self) -> Result<(), AdapterError> {
+        if let Some(q) = self.queue.take() {
+            let mut c = NatsConn::connect(&self.url, self.token.as_deref())?;
+            c.api(&format!("$JS.API.STREAM.DELETE.{}", q.stream), &json!({}))?;
+        }
+        Ok(())
+    }
+}
+
+/// One NATS connection of a pass.
+struct NatsAdapter {
+    conn: NatsConn,
+    queue: Queue,
+    next_subject: Vec<u8>,
+    reply: Vec<u8>,
+    /// Deliveries that arrived while waiting for something else (they are
+    /// leased to this connection, so they are handed out next time).
+    stash: VecDeque<(Vec<u8>, Receipt)>,
+}
+
+fn is_ack_subject(reply: Option<&[u8]>) -> bool {
+    reply.is_some_and(|r| r.starts_with(b"$JS.ACK."))
+}
+
+impl NatsAdapter {
+    /// Keeps a delivery that arrived while waiting for something else.
+    fn stash_delivery(stash: &mut VecDeque<(Vec<u8>, Receipt)>, m: &Msg<'_>) {
+        if let Some(reply) = m.reply {
+            stash.push_back((m.payload.to_vec(), Receipt::Bytes(reply.into())));
+        }
+    }
+}
+
+impl Adapter for NatsAdapter {
+    fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        let subject = self.queue.stream.as_bytes();
+        for body in bodies {
+            self.conn.reply_subject(&mut self.reply);
+            self.conn.publish(subject, &self.reply, body);
+        }
+        self.conn.conn.flush()?;
+        let mut acked = 0;
+        while acked < bodies.len() {
+            let m = self.conn.next_msg()?;
+            if is_ack_subject(m.reply) {
+                Self::stash_delivery(&mut self.stash, &m);
+                continue;
+            }
+            if m.status == Some(503) {
+                return Err(AdapterError::Server {
+                    peer: PEER,
+                    message: "no responders: the stream is gone".into(),
+                });
+            }
+            if m.payload.windows(8).any(|w| w == b"\"error\":") {
+                return Err(AdapterError::Server {
+                    peer: PEER,
+                    message: text(m.payload),
+                });
+            }
+            acked += 1;
+        }
+        Ok(())
+    }
+
+    fn receive_batch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
+        if !self.stash.is_empty() {
+            let mut got = 0;
+            while got < max {
+                let Some((body, receipt)) = self.stash.pop_front() else {
+                    break;
+                };
+                on_message(&body, receipt);
+                got += 1;
+            }
+            return Ok(got);
+        }
+        let expires = u64::try_from(wait.max(EXPIRES_MIN).as_nanos()).unwrap_or(u64::MAX);
+        let request = format!(r#"{{"batch":{max},"expires":{expires},"no_wait":true}}"#);
+        self.conn.reply_subject(&mut self.reply);
+        self.conn
+            .publish(&self.next_subject, &self.reply, request.as_bytes());
+        self.conn.conn.flush()?;
+        let mut got = 0;
+        while got < max {
+            let m = self.conn.next_msg()?;
+            if let Some(ack) = m.reply.filter(|r| r.starts_with(b"$JS.ACK.")) {
+                on_message(m.payload, Receipt::Bytes(ack.into()));
+                got += 1;
+                continue;
+            }
+            if m.subject != self.reply.as_slice() {
+                // A status for an earlier request, or a stray reply.
+                continue;
+            }
+            match m.status {
+                // No messages, or the request's time is up: the pull is over.
+                Some(404 | 408) => break,
+                // Idle heartbeat, or a plain message.
+                Some(100) | None => continue,
+                Some(code) => {
+                    return Err(AdapterError::Server {
+                        peer: PEER,
+                        message: format!(
+                            "pull request ended with status {code}: {}",
+                            text(m.payload)
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(got)
+    }
+
+    fn delete_batch(
+        &mut self,
+        receipts: &[Receipt],
+        _rejected: &mut Vec<usize>,
+    ) -> Result<(), AdapterError> {
+        // Acks from one connection reach the consumer in order and are
+        // processed in order, so only the batch's last ack asks for a
+        // confirmation (a double ack): its reply confirms them all.
+        let Some(last) = receipts.len().checked_sub(1) else {
+            return Ok(());
+        };
+        self.conn.reply_subject(&mut self.reply);
+        for (i, r) in receipts.iter().enumerate() {
+            let Receipt::Bytes(subject) = r else {
+                return Err(AdapterError::Unsupported(
+                    "nats: a receipt from another adapter".into(),
+                ));
+            };
+            let reply: &[u8] = if i == last { &self.reply } else { b"" };
+            self.conn.publish(subject, reply, b"");
+        }
+        self.conn.conn.flush()?;
+        loop {
+            let m = self.conn.next_msg()?;
+            if is_ack_subject(m.reply) {
+                Self::stash_delivery(&mut self.stash, &m);
+            } else if m.subject == self.reply.as_slice() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_lines() {
+        let m = parse_msg(b"MSG S1 1 $JS.ACK.S1.d.1.1.1.17.0 6", b"hello0").unwrap();
+        assert_eq!(m.subject, b"S1");
+        assert_eq!(m.reply, Some(&b"$JS.ACK.S1.d.1.1.1.17.0"[..]));
+        assert!(is_ack_subject(m.reply));
+        assert_eq!(m.payload, b"hello0");
+        let m = parse_msg(b"MSG _INBOX.x.p0 1  24", b"{\"stream\":\"S1\", \"seq\":1}").unwrap();
+        assert_eq!((m.subject, m.reply), (&b"_INBOX.x.p0"[..], None));
+        let head = b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 7\r\n\r\n";
+        let line = format!("HMSG _INBOX.x.f1 1  {} {}", head.len(), head.len());
+        let m = parse_msg(line.as_bytes(), head).unwrap();
+        assert_eq!(m.status, Some(408));
+        assert!(m.payload.is_empty());
+        assert!(parse_msg(b"MSG a", b"").is_err());
+        assert!(parse_msg(b"HMSG a 1 99 5", b"12345").is_err());
+    }
+}

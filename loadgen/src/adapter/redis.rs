@@ -1,0 +1,626 @@
+//! Redis 7 streams with a consumer group, over hand-written RESP2.
+//!
+//! | operation | Redis |
+//! |---|---|
+//! | set up | `XGROUP CREATE <stream> loadgen 0 MKSTREAM` |
+//! | send batch | one `XADD <stream> * d <body>` per message, all pipelined in one write |
+//! | receive batch | `XREADGROUP GROUP loadgen c<n> COUNT <max> BLOCK <ms> STREAMS <stream> >` |
+//! | expired leases | `XAUTOCLAIM <stream> loadgen c<n> <visibility ms> <cursor> COUNT <max>`, run by every consumer every claim interval |
+//! | delete batch | `XACK <stream> loadgen <ids...>` and `XDEL <stream> <ids...>`, pipelined |
+//! | tear down | `DEL <stream>` |
+//!
+//! Redis has no lease timer: a pending entry whose idle time passed the
+//! visibility timeout only becomes receivable when a consumer runs
+//! `XAUTOCLAIM`. Each consumer runs one claim scan per claim interval
+//! (visibility timeout / 100, between 5 ms and 1 s, staggered across
+//! consumers). The pending list is ordered by entry id, not by lease end,
+//! so an entry whose lease ends just after a scan's cursor passed it waits
+//! for the next scan: redelivery lateness includes up to one interval, on
+//! top of the scan itself (a pending list of N entries takes N / (10 x
+//! batch) calls to scan). Redis times out a
+//! blocked `XREADGROUP` only on its `serverCron` tick (`hz`, 10 per second by
+//! default), so a `BLOCK` shorter than 100 ms can last 100 ms: while a scan
+//! is due within the long-poll wait, consumers read without `BLOCK` every
+//! 2 ms instead, so the scan starts on time. `XACK` on an entry
+//! another consumer claimed in the meantime still succeeds (any consumer of
+//! the group may acknowledge), and `XDEL` removes the entry, so a delete
+//! never fails the way a stale sluice receipt does.
+
+use std::time::{Duration, Instant};
+
+use super::wire::{LineConn, parse_u64, push_u64, text};
+use super::{Adapter, AdapterError, QueueSpec, Receipt, Role, Setting, Target, TargetUrl};
+use crate::units::format_duration;
+
+const PEER: &str = "redis";
+/// The consumer group every pass uses.
+const GROUP: &str = "loadgen";
+/// Bounds of the XAUTOCLAIM interval.
+const CLAIM_INTERVAL_MIN: Duration = Duration::from_millis(5);
+const CLAIM_INTERVAL_MAX: Duration = Duration::from_secs(1);
+/// Pause between non-blocking reads while a claim scan is due soon.
+const POLL_PAUSE: Duration = Duration::from_millis(2);
+
+/// A RESP reply header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    Simple,
+    Int(i64),
+    /// A bulk string whose bytes are returned alongside.
+    Bulk,
+    Nil,
+    Array(usize),
+}
+
+/// A RESP connection.
+struct Resp {
+    conn: LineConn,
+}
+
+impl Resp {
+    fn connect(url: &TargetUrl, token: Option<&str>) -> Result<Resp, AdapterError> {
+        let mut r = Resp {
+            conn: LineConn::new(url.tcp(PEER)?, PEER),
+        };
+        if let Some(token) = token {
+            r.command(&[b"AUTH", token.as_bytes()]);
+            r.conn.flush()?;
+            r.expect_simple()?;
+        }
+        Ok(r)
+    }
+
+    /// Appends one command to the write buffer.
+    fn command(&mut self, args: &[&[u8]]) {
+        let w = &mut self.conn.wbuf;
+        w.push(b'*');
+        push_u64(w, args.len() as u64);
+        w.extend_from_slice(b"\r\n");
+        for a in args {
+            push_bulk(w, a);
+        }
+    }
+
+    /// Reads one reply header; a bulk string's bytes come with it. Error
+    /// replies become [`AdapterError::Server`].
+    fn read(&mut self) -> Result<(Head, &[u8]), AdapterError> {
+        let (line, payload) = self.conn.frame(|line| match line.first() {
+            Some(b'$') if line.get(1) != Some(&b'-') => parse_u64(&line[1..])
+                .map(|n| Some(n as usize))
+                .ok_or_else(|| AdapterError::Protocol {
+                    peer: PEER,
+                    detail: format!("bad bulk length in {:?}", text(line)),
+                }),
+            _ => Ok(None),
+        })?;
+        let bad = || AdapterError::Protocol {
+            peer: PEER,
+            detail: format!("bad reply line {:?}", text(line)),
+        };
+        let head = match line.first() {
+            Some(b'+') => Head::Simple,
+            Some(b'-') => {
+                return Err(AdapterError::Server {
+                    peer: PEER,
+                    message: text(&line[1..]),
+                });
+            }
+            Some(b':') => {
+                let (neg, digits) = match line.get(1) {
+                    Some(b'-') => (true, &line[2..]),
+                    _ => (false, &line[1..]),
+                };
+                let v = parse_u64(digits)
+                    .and_then(|v| i64::try_from(v).ok())
+                    .ok_or_else(bad)?;
+                Head::Int(if neg { -v } else { v })
+            }
+            Some(b'$') if line.get(1) == Some(&b'-') => Head::Nil,
+            Some(b'$') => Head::Bulk,
+            Some(b'*') if line.get(1) == Some(&b'-') => Head::Nil,
+            Some(b'*') => Head::Array(
+                parse_u64(&line[1..])
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(bad)?,
+            ),
+            _ => return Err(bad()),
+        };
+        Ok((head, payload))
+    }
+
+    fn expect_simple(&mut self) -> Result<(), AdapterError> {
+        match self.read()?.0 {
+            Head::Simple => Ok(()),
+            other => Err(self.conn.protocol(format!("expected +OK, got {other:?}"))),
+        }
+    }
+
+    fn expect_int(&mut self) -> Result<i64, AdapterError> {
+        match self.read()?.0 {
+            Head::Int(v) => Ok(v),
+            other => Err(self
+                .conn
+                .protocol(format!("expected an integer, got {other:?}"))),
+        }
+    }
+
+    fn expect_array(&mut self) -> Result<Option<usize>, AdapterError> {
+        match self.read()?.0 {
+            Head::Array(n) => Ok(Some(n)),
+            Head::Nil => Ok(None),
+            other => Err(self
+                .conn
+                .protocol(format!("expected an array, got {other:?}"))),
+        }
+    }
+
+    fn expect_bulk(&mut self) -> Result<&[u8], AdapterError> {
+        match self.read()? {
+            (Head::Bulk, bytes) => Ok(bytes),
+            (other, _) => Err(AdapterError::Protocol {
+                peer: PEER,
+                detail: format!("expected a bulk string, got {other:?}"),
+            }),
+        }
+    }
+
+    /// Reads and discards one whole reply.
+    fn skip(&mut self) -> Result<(), AdapterError> {
+        let mut left = 1usize;
+        while left > 0 {
+            left -= 1;
+            if let Head::Array(n) = self.read()?.0 {
+                left += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends one command and reads its bulk reply as text (for set-up).
+    fn call_text(&mut self, args: &[&[u8]]) -> Result<String, AdapterError> {
+        self.command(args);
+        self.conn.flush()?;
+        Ok(String::from_utf8_lossy(self.expect_bulk()?).into_owned())
+    }
+
+    /// Reads `n` stream entries (`[id, [field, value, ...]]`) and hands each
+    /// `d` field to `on_message`.
+    fn read_entries(
+        &mut self,
+        n: usize,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
+        let mut delivered = 0;
+        for _ in 0..n {
+            if self.expect_array()? != Some(2) {
+                return Err(self.conn.protocol("stream entry is not [id, fields]"));
+            }
+            let id = parse_id(self.expect_bulk()?).ok_or_else(|| AdapterError::Protocol {
+                peer: PEER,
+                detail: "bad stream entry id".into(),
+            })?;
+            let fields = self.expect_array()?.unwrap_or(0);
+            if fields % 2 != 0 {
+                return Err(self.conn.protocol("odd number of fields in a stream entry"));
+            }
+            let mut seen = false;
+            for _ in 0..fields / 2 {
+                let is_body = self.expect_bulk()? == b"d";
+                let value = self.expect_bulk()?;
+                if is_body && !seen {
+                    seen = true;
+                    on_message(value, Receipt::Ids(id.0, id.1));
+                }
+            }
+            if seen {
+                delivered += 1;
+            }
+        }
+        Ok(delivered)
+    }
+}
+
+fn push_bulk(w: &mut Vec<u8>, a: &[u8]) {
+    w.push(b'$');
+    push_u64(w, a.len() as u64);
+    w.extend_from_slice(b"\r\n");
+    w.extend_from_slice(a);
+    w.extend_from_slice(b"\r\n");
+}
+
+/// Parses a stream id `ms-seq`.
+fn parse_id(id: &[u8]) -> Option<(u64, u64)> {
+    let dash = id.iter().position(|&b| b == b'-')?;
+    Some((parse_u64(&id[..dash])?, parse_u64(&id[dash + 1..])?))
+}
+
+/// Appends a stream id `ms-seq` as a bulk string.
+fn push_id_bulk(w: &mut Vec<u8>, (ms, seq): (u64, u64)) {
+    let mut id = Vec::with_capacity(41);
+    push_u64(&mut id, ms);
+    id.push(b'-');
+    push_u64(&mut id, seq);
+    push_bulk(w, &id);
+}
+
+/// The queue as Redis sees it.
+#[derive(Debug, Clone)]
+struct Stream {
+    key: String,
+    visibility_ms: u64,
+    claim_interval: Duration,
+    consumers: usize,
+}
+
+/// A Redis server under test.
+pub struct RedisTarget {
+    url: TargetUrl,
+    token: Option<String>,
+    stream: Option<Stream>,
+    server: Vec<Setting>,
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTarget")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl RedisTarget {
+    /// A target for `url`, authenticating with `token` when given.
+    pub fn new(url: TargetUrl, token: Option<String>) -> Self {
+        Self {
+            url,
+            token,
+            stream: None,
+            server: Vec::new(),
+        }
+    }
+
+    fn stream(&self) -> Result<&Stream, AdapterError> {
+        self.stream
+            .as_ref()
+            .ok_or_else(|| AdapterError::Unsupported("redis: connect before setup".into()))
+    }
+}
+
+/// The XAUTOCLAIM interval for a visibility timeout.
+pub fn claim_interval(visibility: Duration) -> Duration {
+    (visibility / 100).clamp(CLAIM_INTERVAL_MIN, CLAIM_INTERVAL_MAX)
+}
+
+impl Target for RedisTarget {
+    fn kind(&self) -> &'static str {
+        PEER
+    }
+
+    fn setup(&mut self, spec: &QueueSpec) -> Result<(), AdapterError> {
+        let visibility_ms = u64::try_from(spec.visibility_timeout.as_millis()).unwrap_or(u64::MAX);
+        if visibility_ms == 0 {
+            return Err(AdapterError::Unsupported(
+                "redis: XAUTOCLAIM needs a visibility timeout of at least 1 ms".into(),
+            ));
+        }
+        let mut r = Resp::connect(&self.url, self.token.as_deref())?;
+        r.command(&[
+            b"XGROUP",
+            b"CREATE",
+            spec.name.as_bytes(),
+            GROUP.as_bytes(),
+            b"0",
+            b"MKSTREAM",
+        ]);
+        r.conn.flush()?;
+        r.expect_simple()?;
+        let mut server = Vec::new();
+        let info = r.call_text(&[b"INFO", b"server"])?;
+        if let Some(v) = info.lines().find_map(|l| l.strip_prefix("redis_version:")) {
+            server.push(Setting::new("server", format!("Redis {}", v.trim())));
+        }
+        // CONFIG may be renamed or forbidden; the run goes on without it.
+        r.command(&[b"CONFIG", b"GET", b"save"]);
+        r.command(&[b"CONFIG", b"GET", b"appendonly"]);
+        r.command(&[b"CONFIG", b"GET", b"hz"]);
+        r.conn.flush()?;
+        let mut persistence = Vec::new();
+        for _ in 0..3 {
+            match r.expect_array() {
+                Ok(Some(2)) => {
+                    let name = String::from_utf8_lossy(r.expect_bulk()?).into_owned();
+                    let value = String::from_utf8_lossy(r.expect_bulk()?).into_owned();
+                    persistence.push(format!("{name}={value:?}"));
+                }
+                Ok(Some(n)) => {
+                    for _ in 0..n {
+                        r.skip()?;
+                    }
+                }
+                Ok(None) => {}
+                Err(AdapterError::Server { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !persistence.is_empty() {
+            server.push(Setting::new("config", persistence.join(" ")));
+        }
+        self.server = server;
+        self.stream = Some(Stream {
+            key: spec.name.clone(),
+            visibility_ms,
+            claim_interval: claim_interval(spec.visibility_timeout),
+            consumers: spec.consumers.max(1),
+        });
+        Ok(())
+    }
+
+    fn connect(&self, role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
+        let stream = self.stream()?.clone();
+        let resp = Resp::connect(&self.url, self.token.as_deref())?;
+        let index = match role {
+            Role::Producer(n) | Role::Consumer(n) => n,
+        };
+        // Stagger the consumers' claim scans over one interval.
+        let offset = stream.claim_interval * (index as u32 % stream.consumers as u32 + 1)
+            / stream.consumers as u32;
+        Ok(Box::new(RedisAdapter {
+            resp,
+            consumer: format!("c{index}"),
+            next_claim: Instant::now() + offset,
+            claim_cursor: None,
+            ids: Vec::new(),
+            stream,
+        }))
+    }
+
+    fn settings(&self) -> Vec<Setting> {
+        let mut s = self.server.clone();
+        if let Some(st) = &self.stream {
+            s.push(Setting::new(
+                "stream",
+                format!("{} (consumer group {GROUP})", st.key),
+            ));
+            s.push(Setting::new(
+                "send",
+                "XADD per message, one batch pipelined per write",
+            ));
+            s.push(Setting::new(
+                "receive",
+                "XREADGROUP COUNT <batch> BLOCK 100 ms; without BLOCK, every 2 ms, while a \
+                 claim scan is due within 100 ms",
+            ));
+            s.push(Setting::new(
+                "delete",
+                "XACK + XDEL with every id of the batch, pipelined",
+            ));
+            s.push(Setting::new(
+                "expired leases",
+                format!(
+                    "XAUTOCLAIM min-idle {} ms COUNT <batch>, every {} per consumer",
+                    st.visibility_ms,
+                    format_duration(st.claim_interval)
+                ),
+            ));
+        }
+        s
+    }
+
+    fn teardown(&mut self) -> Result<(), AdapterError> {
+        if let Some(st) = self.stream.take() {
+            let mut r = Resp::connect(&self.url, self.token.as_deref())?;
+            r.command(&[b"DEL", st.key.as_bytes()]);
+            r.conn.flush()?;
+            r.expect_int()?;
+        }
+        Ok(())
+    }
+}
+
+/// One Redis connection of a pass.
+struct RedisAdapter {
+    resp: Resp,
+    stream: Stream,
+    consumer: String,
+    next_claim: Instant,
+    /// Where the claim scan in progress resumes.
+    claim_cursor: Option<(u64, u64)>,
+    ids: Vec<(u64, u64)>,
+}
+
+impl RedisAdapter {
+    /// One XAUTOCLAIM step; returns the entries claimed.
+    fn claim(
+        &mut self,
+        max: usize,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
+        let start = self.claim_cursor.unwrap_or((0, 0));
+        let mut start_text = Vec::new();
+        push_u64(&mut start_text, start.0);
+        start_text.push(b'-');
+        push_u64(&mut start_text, start.1);
+        let mut idle = Vec::new();
+        push_u64(&mut idle, self.stream.visibility_ms);
+        let mut count = Vec::new();
+        push_u64(&mut count, max as u64);
+        let key = self.stream.key.clone();
+        let consumer = self.consumer.clone();
+        self.resp.command(&[
+            b"XAUTOCLAIM",
+            key.as_bytes(),
+            GROUP.as_bytes(),
+            consumer.as_bytes(),
+            &idle,
+            &start_text,
+            b"COUNT",
+            &count,
+        ]);
+        self.resp.conn.flush()?;
+        if self.resp.expect_array()? != Some(3) {
+            return Err(self
+                .resp
+                .conn
+                .protocol("XAUTOCLAIM reply is not [cursor, entries, deleted]"));
+        }
+        let cursor = parse_id(self.resp.expect_bulk()?).ok_or_else(|| AdapterError::Protocol {
+            peer: PEER,
+            detail: "bad XAUTOCLAIM cursor".into(),
+        })?;
+        let n = self.resp.expect_array()?.unwrap_or(0);
+        let got = self.resp.read_entries(n, on_message)?;
+        // Ids of entries deleted while pending: Redis has already dropped them.
+        self.resp.skip()?;
+        if cursor == (0, 0) {
+            self.claim_cursor = None;
+            self.next_claim = Instant::now() + self.stream.claim_interval;
+        } else {
+            self.claim_cursor = Some(cursor);
+        }
+        Ok(got)
+    }
+}
+
+impl Adapter for RedisAdapter {
+    fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        for body in bodies {
+            let key = self.stream.key.as_bytes();
+            let w = &mut self.resp.conn.wbuf;
+            w.extend_from_slice(b"*5\r\n$4\r\nXADD\r\n");
+            push_bulk(w, key);
+            w.extend_from_slice(b"$1\r\n*\r\n$1\r\nd\r\n");
+            push_bulk(w, body);
+        }
+        self.resp.conn.flush()?;
+        for _ in bodies {
+            self.resp.expect_bulk()?;
+        }
+        Ok(())
+    }
+
+    fn receive_batch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
+        let now = Instant::now();
+        if self.claim_cursor.is_some() || now >= self.next_claim {
+            let got = self.claim(max, on_message)?;
+            if got > 0 {
+                return Ok(got);
+            }
+        }
+        // Redis times a blocked XREADGROUP out on its serverCron tick (hz,
+        // 10 per second by default), so a short BLOCK lasts up to 100 ms.
+        // When the next claim scan is due sooner than the long-poll wait,
+        // read without BLOCK and poll instead, so the scan is not delayed.
+        let until_claim = self.next_claim.saturating_duration_since(Instant::now());
+        let block_ms = (until_claim >= wait).then(|| wait.as_millis().clamp(1, 100_000) as u64);
+        let mut count = Vec::new();
+        push_u64(&mut count, max as u64);
+        let mut block = Vec::new();
+        if let Some(ms) = block_ms {
+            push_u64(&mut block, ms);
+        }
+        let key = self.stream.key.clone();
+        let consumer = self.consumer.clone();
+        let mut args: Vec<&[u8]> = vec![
+            b"XREADGROUP",
+            b"GROUP",
+            GROUP.as_bytes(),
+            consumer.as_bytes(),
+            b"COUNT",
+            &count,
+        ];
+        if block_ms.is_some() {
+            args.extend([&b"BLOCK"[..], &block]);
+        }
+        args.extend([&b"STREAMS"[..], key.as_bytes(), b">"]);
+        self.resp.command(&args);
+        self.resp.conn.flush()?;
+        let mut got = 0;
+        if let Some(streams) = self.resp.expect_array()? {
+            for _ in 0..streams {
+                if self.resp.expect_array()? != Some(2) {
+                    return Err(self
+                        .resp
+                        .conn
+                        .protocol("XREADGROUP stream is not [key, entries]"));
+                }
+                self.resp.expect_bulk()?;
+                let n = self.resp.expect_array()?.unwrap_or(0);
+                got += self.resp.read_entries(n, on_message)?;
+            }
+        }
+        if got == 0 && block_ms.is_none() {
+            std::thread::sleep(until_claim.min(POLL_PAUSE));
+        }
+        Ok(got)
+    }
+
+    fn delete_batch(
+        &mut self,
+        receipts: &[Receipt],
+        _rejected: &mut Vec<usize>,
+    ) -> Result<(), AdapterError> {
+        if receipts.is_empty() {
+            return Ok(());
+        }
+        self.ids.clear();
+        for r in receipts {
+            match r {
+                Receipt::Ids(ms, seq) => self.ids.push((*ms, *seq)),
+                Receipt::Bytes(_) => {
+                    return Err(AdapterError::Unsupported(
+                        "redis: a receipt from another adapter".into(),
+                    ));
+                }
+            }
+        }
+        let key = self.stream.key.as_bytes();
+        let w = &mut self.resp.conn.wbuf;
+        w.push(b'*');
+        push_u64(w, 3 + self.ids.len() as u64);
+        w.extend_from_slice(b"\r\n$4\r\nXACK\r\n");
+        push_bulk(w, key);
+        push_bulk(w, GROUP.as_bytes());
+        for id in &self.ids {
+            push_id_bulk(w, *id);
+        }
+        w.push(b'*');
+        push_u64(w, 2 + self.ids.len() as u64);
+        w.extend_from_slice(b"\r\n$4\r\nXDEL\r\n");
+        push_bulk(w, key);
+        for id in &self.ids {
+            push_id_bulk(w, *id);
+        }
+        self.resp.conn.flush()?;
+        // XACK counts entries that were pending, XDEL entries that existed.
+        // Any consumer of the group may acknowledge and XDEL removes the
+        // entry, so every id is gone afterwards: none is rejected.
+        self.resp.expect_int()?;
+        self.resp.expect_int()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_intervals() {
+        assert_eq!(parse_id(b"1700000000000-12"), Some((1_700_000_000_000, 12)));
+        assert_eq!(parse_id(b"0-0"), Some((0, 0)));
+        assert_eq!(parse_id(b"12"), None);
+        let mut w = Vec::new();
+        push_id_bulk(&mut w, (5, 7));
+        assert_eq!(w, b"$3\r\n5-7\r\n");
+        let ms = Duration::from_millis;
+        assert_eq!(claim_interval(Duration::from_secs(1)), ms(10));
+        assert_eq!(claim_interval(ms(50)), CLAIM_INTERVAL_MIN);
+        assert_eq!(claim_interval(Duration::from_secs(30)), ms(300));
+        assert_eq!(claim_interval(Duration::from_secs(600)), CLAIM_INTERVAL_MAX);
+    }
+}

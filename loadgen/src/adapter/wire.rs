@@ -1,0 +1,284 @@
+//! A buffered blocking connection for the CRLF text protocols the peers
+//! speak (RESP, beanstalkd, NATS): a command line, then optionally a
+//! length-prefixed payload followed by CRLF.
+//!
+//! Writes collect in `wbuf` and go out in one `write_all` on `flush`, which
+//! is how a batch becomes one pipelined write. Reads hand out slices of the
+//! read buffer, valid until the next read.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::ops::Range;
+
+use super::AdapterError;
+
+/// The longest command line accepted from a peer.
+const LINE_BYTES_MAX: usize = 64 * 1024;
+/// The largest payload accepted from a peer.
+pub(crate) const PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Initial size of the read buffer; it grows for large payloads.
+const READ_BUFFER_BYTES: usize = 256 * 1024;
+
+pub(crate) struct LineConn {
+    stream: TcpStream,
+    peer: &'static str,
+    rbuf: Vec<u8>,
+    /// Start of unread data in `rbuf`.
+    pos: usize,
+    /// End of valid data in `rbuf`.
+    len: usize,
+    /// Bytes to send at the next `flush`.
+    pub(crate) wbuf: Vec<u8>,
+}
+
+impl LineConn {
+    pub(crate) fn new(stream: TcpStream, peer: &'static str) -> Self {
+        Self {
+            stream,
+            peer,
+            rbuf: vec![0; READ_BUFFER_BYTES],
+            pos: 0,
+            len: 0,
+            wbuf: Vec::with_capacity(64 * 1024),
+        }
+    }
+
+    pub(crate) fn protocol(&self, detail: impl Into<String>) -> AdapterError {
+        AdapterError::Protocol {
+            peer: self.peer,
+            detail: detail.into(),
+        }
+    }
+
+    fn io(&self, source: std::io::Error) -> AdapterError {
+        let source = if matches!(source.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+            std::io::Error::new(
+                ErrorKind::TimedOut,
+                format!("no reply within {:?}", super::REPLY_TIMEOUT),
+            )
+        } else {
+            source
+        };
+        AdapterError::Io {
+            peer: self.peer,
+            source,
+        }
+    }
+
+    /// Sends everything written to `wbuf`.
+    pub(crate) fn flush(&mut self) -> Result<(), AdapterError> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        let result = self.stream.write_all(&self.wbuf);
+        self.wbuf.clear();
+        result.map_err(|e| self.io(e))
+    }
+
+    /// Reads more bytes, making room for at least `need` unread bytes.
+    fn fill(&mut self, need: usize) -> Result<(), AdapterError> {
+        if self.pos == self.len {
+            self.pos = 0;
+            self.len = 0;
+        }
+        if self.pos > 0 && (self.rbuf.len() - self.len < 4096 || self.rbuf.len() - self.pos < need)
+        {
+            self.rbuf.copy_within(self.pos..self.len, 0);
+            self.len -= self.pos;
+            self.pos = 0;
+        }
+        if self.rbuf.len() - self.pos < need {
+            self.rbuf.resize(self.pos + need.max(READ_BUFFER_BYTES), 0);
+        }
+        loop {
+            match self.stream.read(&mut self.rbuf[self.len..]) {
+                Ok(0) => return Err(AdapterError::Closed { peer: self.peer }),
+                Ok(n) => {
+                    self.len += n;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.io(e)),
+            }
+        }
+    }
+
+    /// Reads one line and, when `payload_len` says the line announces one,
+    /// its payload and the CRLF after it. Returns where the line and the
+    /// payload sit in the read buffer (without the CRLFs; an empty payload
+    /// range when there is none); read them with [`LineConn::bytes`] before
+    /// the next read.
+    pub(crate) fn frame_at(
+        &mut self,
+        payload_len: impl FnOnce(&[u8]) -> Result<Option<usize>, AdapterError>,
+    ) -> Result<(Range<usize>, Range<usize>), AdapterError> {
+        let mut scanned = 0;
+        let line_len = loop {
+            let unread = &self.rbuf[self.pos + scanned..self.len];
+            if let Some(i) = unread.iter().position(|&b| b == b'\n') {
+                let end = scanned + i;
+                if end == 0 || self.rbuf[self.pos + end - 1] != b'\r' {
+                    return Err(self.protocol("line not ended by CRLF"));
+                }
+                break end - 1;
+            }
+            scanned = self.len - self.pos;
+            if scanned > LINE_BYTES_MAX {
+                return Err(self.protocol(format!("line longer than {LINE_BYTES_MAX} bytes")));
+            }
+            self.fill(scanned + 1)?;
+        };
+        let payload = payload_len(&self.rbuf[self.pos..self.pos + line_len])?;
+        if let Some(n) = payload
+            && n > PAYLOAD_BYTES_MAX
+        {
+            return Err(self.protocol(format!("payload of {n} bytes is over the limit")));
+        }
+        let total = line_len + 2 + payload.map_or(0, |n| n + 2);
+        while self.len - self.pos < total {
+            self.fill(total)?;
+        }
+        let start = self.pos;
+        // The bytes stay where they are until the next read compacts the buffer.
+        self.pos += total;
+        let line = start..start + line_len;
+        match payload {
+            None => Ok((line, start..start)),
+            Some(n) => {
+                let body = start + line_len + 2..start + line_len + 2 + n;
+                if &self.rbuf[body.end..body.end + 2] != b"\r\n" {
+                    return Err(self.protocol("payload not followed by CRLF"));
+                }
+                Ok((line, body))
+            }
+        }
+    }
+
+    /// Bytes of the read buffer at a range [`LineConn::frame_at`] returned.
+    pub(crate) fn bytes(&self, range: Range<usize>) -> &[u8] {
+        &self.rbuf[range]
+    }
+
+    /// [`LineConn::frame_at`], returning the slices.
+    pub(crate) fn frame(
+        &mut self,
+        payload_len: impl FnOnce(&[u8]) -> Result<Option<usize>, AdapterError>,
+    ) -> Result<(&[u8], &[u8]), AdapterError> {
+        let (line, payload) = self.frame_at(payload_len)?;
+        Ok((&self.rbuf[line], &self.rbuf[payload]))
+    }
+
+    /// Reads one line without a payload.
+    pub(crate) fn line(&mut self) -> Result<&[u8], AdapterError> {
+        Ok(self.frame(|_| Ok(None))?.0)
+    }
+}
+
+/// Parses an unsigned decimal integer from ASCII.
+pub(crate) fn parse_u64(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    Some(v)
+}
+
+/// Appends the decimal form of `v`.
+pub(crate) fn push_u64(buf: &mut Vec<u8>, v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[i..]);
+}
+
+/// The last space-separated token of a line, parsed as a length.
+pub(crate) fn last_len(line: &[u8]) -> Option<usize> {
+    let token = line.rsplit(|&b| b == b' ').find(|t| !t.is_empty())?;
+    usize::try_from(parse_u64(token)?).ok()
+}
+
+/// Lossy text of a line, for error messages.
+pub(crate) fn text(line: &[u8]) -> String {
+    let shown = &line[..line.len().min(200)];
+    String::from_utf8_lossy(shown).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A connection whose peer has already written `bytes` in small pieces.
+    fn fed(bytes: &'static [u8]) -> (LineConn, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let writer = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            for chunk in bytes.chunks(3) {
+                s.write_all(chunk).unwrap();
+                s.flush().unwrap();
+            }
+        });
+        let stream = TcpStream::connect(addr).unwrap();
+        (LineConn::new(stream, "test"), writer)
+    }
+
+    #[test]
+    fn frames_split_across_reads() {
+        let (mut c, w) = fed(b"+OK\r\n$5\r\nhello\r\nRESERVED 7 3\r\nabc\r\n$0\r\n\r\n");
+        assert_eq!(c.line().unwrap(), b"+OK");
+        let (line, payload) = c
+            .frame(|l| Ok(l.strip_prefix(b"$").and_then(parse_u64).map(|n| n as usize)))
+            .unwrap();
+        assert_eq!((line, payload), (&b"$5"[..], &b"hello"[..]));
+        let (line, payload) = c.frame(|l| Ok(last_len(l))).unwrap();
+        assert_eq!((line, payload), (&b"RESERVED 7 3"[..], &b"abc"[..]));
+        let (_, payload) = c.frame(|_| Ok(Some(0))).unwrap();
+        assert!(payload.is_empty());
+        assert!(matches!(c.line(), Err(AdapterError::Closed { .. })));
+        w.join().unwrap();
+    }
+
+    #[test]
+    fn malformed_frames_are_errors() {
+        let (mut c, w) = fed(b"bare\n");
+        assert!(matches!(c.line(), Err(AdapterError::Protocol { .. })));
+        w.join().unwrap();
+        let (mut c, w) = fed(b"$3\r\nabcd\r\n");
+        assert!(matches!(
+            c.frame(|_| Ok(Some(3))),
+            Err(AdapterError::Protocol { .. })
+        ));
+        w.join().unwrap();
+    }
+
+    #[test]
+    fn integers() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b""), None);
+        assert_eq!(parse_u64(b"1a"), None);
+        let mut b = Vec::new();
+        push_u64(&mut b, 0);
+        b.push(b' ');
+        push_u64(&mut b, 1234567890);
+        assert_eq!(b, b"0 1234567890");
+        assert_eq!(last_len(b"MSG a 1  24"), Some(24));
+        assert_eq!(last_len(b"MSG"), None);
+    }
+}

@@ -1,0 +1,286 @@
+//! `sluice-loadgen`: drives sluice or a peer broker with a workload and
+//! reports throughput, latency percentiles and correctness.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, ValueEnum};
+
+use sluice_loadgen::adapter::TargetUrl;
+use sluice_loadgen::config::{RunConfig, RunSpec, Workload};
+use sluice_loadgen::report::{self, hgrm, json, svg, table};
+use sluice_loadgen::run::{self, Output, PassReport};
+use sluice_loadgen::slo::Slo;
+use sluice_loadgen::units::{parse_count, parse_duration, parse_size};
+
+/// Exit status when a pass failed (a broker error, a refused set-up).
+const EXIT_FAILED: u8 = 1;
+/// Exit status when an SLO was violated.
+const EXIT_SLO: u8 = 3;
+/// Exit status when messages were lost.
+const EXIT_LOST: u8 = 4;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum WorkloadArg {
+    /// Closed loop: producers and consumers run concurrently; send, receive,
+    /// delete; messages/s end to end and send-to-receive latency.
+    Throughput,
+    /// Open loop at --rate; latency from each message's intended send time
+    /// (coordinated omission corrected).
+    Latency,
+    /// Messages left undeleted (--fail-ratio of them) come back after the
+    /// visibility timeout; reports how late.
+    Redelivery,
+}
+
+impl From<WorkloadArg> for Workload {
+    fn from(w: WorkloadArg) -> Self {
+        match w {
+            WorkloadArg::Throughput => Workload::Throughput,
+            WorkloadArg::Latency => Workload::Latency,
+            WorkloadArg::Redelivery => Workload::Redelivery,
+        }
+    }
+}
+
+/// Load generator for sluice and, side by side with the same workload and
+/// the same measurement, Redis 7 streams, beanstalkd and NATS JetStream.
+///
+/// Every message body carries its sequence number and send time, so latency
+/// and correctness (lost, duplicated) are measured from the body. Each run
+/// prints the configuration it used, a progress line every second on stderr,
+/// and a table per target and pass.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice-loadgen",
+    version,
+    after_help = "Exit status: 0 all passes ran and met the SLO; 1 a pass failed; 2 bad flags; \
+                  3 an SLO was violated; 4 messages were lost.\n\
+                  Every flag but --target also reads SLUICE_LOADGEN_<FLAG> from the environment."
+)]
+struct Args {
+    /// The workload to run.
+    #[arg(value_enum)]
+    workload: WorkloadArg,
+
+    /// A broker to drive: sluice://HOST:PORT, redis://HOST:PORT,
+    /// beanstalkd://HOST:PORT or nats://HOST:PORT. Repeat to compare: every
+    /// target runs the same workload, interleaved over --passes.
+    #[arg(long = "target", value_name = "URL", required = true, value_parser = TargetUrl::parse)]
+    targets: Vec<TargetUrl>,
+
+    /// Passes over all targets (target A, B, C, then A, B, C again...); with
+    /// more than one, the table adds a median row per target.
+    #[arg(long, default_value_t = 1, env = "SLUICE_LOADGEN_PASSES")]
+    passes: u32,
+
+    /// Messages to send per target and pass (k, M, G suffixes; default
+    /// 100000 when --duration is not given).
+    #[arg(long, value_name = "N", value_parser = parse_count, conflicts_with = "duration",
+          env = "SLUICE_LOADGEN_MESSAGES")]
+    messages: Option<u64>,
+
+    /// Send for this long per target and pass instead (e.g. 10s, 2m).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, env = "SLUICE_LOADGEN_DURATION")]
+    duration: Option<Duration>,
+
+    /// Producer threads, one connection each.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        env = "SLUICE_LOADGEN_PRODUCERS"
+    )]
+    producers: usize,
+
+    /// Consumer threads, one connection each.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        env = "SLUICE_LOADGEN_CONSUMERS"
+    )]
+    consumers: usize,
+
+    /// Body size (at least 32 bytes: sequence number and timestamps); B,
+    /// KiB, MiB suffixes.
+    #[arg(long, value_name = "BYTES", default_value = "100", value_parser = parse_size,
+          env = "SLUICE_LOADGEN_SIZE")]
+    size: usize,
+
+    /// Largest send, receive and delete batch (1..=1024), through each
+    /// broker's batch or pipeline path.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 64,
+        env = "SLUICE_LOADGEN_BATCH"
+    )]
+    batch: usize,
+
+    /// Messages/s over all producers, open loop: the latency workload
+    /// (default 10000), and the redelivery workload when given, so leases
+    /// end evenly spread instead of all at once after a burst.
+    #[arg(long, value_name = "N", value_parser = parse_count, env = "SLUICE_LOADGEN_RATE")]
+    rate: Option<u64>,
+
+    /// Lease of every receive: how long a received message stays invisible
+    /// (default 30s; 1s for the redelivery workload). beanstalkd rounds it up
+    /// to whole seconds.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration,
+          env = "SLUICE_LOADGEN_VISIBILITY_TIMEOUT")]
+    visibility_timeout: Option<Duration>,
+
+    /// Share of first deliveries left undeleted, so they come back after the
+    /// visibility timeout (default 1 for redelivery, 0 otherwise).
+    #[arg(long, value_name = "F", env = "SLUICE_LOADGEN_FAIL_RATIO")]
+    fail_ratio: Option<f64>,
+
+    /// File holding the auth token (sluice HELLO, Redis AUTH, NATS
+    /// auth_token; beanstalkd has none).
+    #[arg(long, value_name = "PATH", env = "SLUICE_LOADGEN_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+
+    /// Write the results as JSON: an array with one object per target and
+    /// pass.
+    #[arg(long, value_name = "FILE", env = "SLUICE_LOADGEN_JSON")]
+    json: Option<PathBuf>,
+
+    /// Write HdrHistogram percentile files (.hgrm, values in ms) per target,
+    /// pass and metric into this directory.
+    #[arg(long, value_name = "DIR", env = "SLUICE_LOADGEN_HGRM")]
+    hgrm: Option<PathBuf>,
+
+    /// Draw an SVG percentile plot, one curve per target (send to receive;
+    /// redelivery lateness for the redelivery workload).
+    #[arg(long, value_name = "FILE.svg", env = "SLUICE_LOADGEN_PLOT")]
+    plot: Option<PathBuf>,
+
+    /// Objectives on the same metric, e.g. 'p99<2ms' or 'p50<200us,p999<=1ms,max<10ms'
+    /// (p50, p90, p99, p999, max; us, ms, s); exit 3 when any target or pass
+    /// violates one.
+    #[arg(long, value_name = "EXPR", value_parser = Slo::parse, env = "SLUICE_LOADGEN_SLO")]
+    slo: Option<Slo>,
+
+    /// No progress line on stderr.
+    #[arg(long, env = "SLUICE_LOADGEN_QUIET")]
+    quiet: bool,
+}
+
+fn read_token(path: &PathBuf) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the token file {}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        bail!("the token file {} is empty", path.display());
+    }
+    Ok(token.to_owned())
+}
+
+fn write_outputs(args: &Args, reports: &[PassReport], workload: Workload) -> Result<()> {
+    if let Some(path) = &args.json {
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        json::write(reports, &mut f).with_context(|| format!("writing {}", path.display()))?;
+        f.flush()?;
+        println!("wrote {}", path.display());
+    }
+    if let Some(dir) = &args.hgrm {
+        let written = hgrm::write_dir(dir, reports)
+            .with_context(|| format!("writing into {}", dir.display()))?;
+        println!("wrote {} .hgrm files into {}", written.len(), dir.display());
+    }
+    if let Some(path) = &args.plot {
+        let metric = match workload {
+            Workload::Redelivery => "redelivery lateness",
+            _ => "send to receive",
+        };
+        let title = format!("{metric} by percentile ({workload} workload)");
+        let plot = svg::render(&title, &report::merged_by_target(reports));
+        std::fs::write(path, plot).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn main_inner() -> Result<ExitCode> {
+    let args = Args::parse();
+    let token = args.token_file.as_ref().map(read_token).transpose()?;
+    let cfg = RunConfig::new(RunSpec {
+        workload: Some(args.workload.into()),
+        targets: args.targets.clone(),
+        passes: Some(args.passes),
+        messages: args.messages,
+        duration: args.duration,
+        producers: Some(args.producers),
+        consumers: Some(args.consumers),
+        size: Some(args.size),
+        batch: Some(args.batch),
+        rate: args.rate,
+        visibility_timeout: args.visibility_timeout,
+        fail_ratio: args.fail_ratio,
+        token,
+    })?;
+
+    let mut stdout = std::io::stdout();
+    let mut stderr = std::io::stderr();
+    let outcomes = {
+        let mut out = Output {
+            config: &mut stdout,
+            progress: if args.quiet { None } else { Some(&mut stderr) },
+        };
+        run::run(&cfg, &mut out)
+    };
+    println!();
+    table::write_all(&mut std::io::stdout(), &outcomes, cfg.passes)?;
+
+    let reports: Vec<PassReport> = outcomes
+        .iter()
+        .filter_map(|o| o.result.as_ref().ok().cloned())
+        .collect();
+    write_outputs(&args, &reports, cfg.workload)?;
+
+    let mut code = 0;
+    let failed = outcomes.iter().filter(|o| o.result.is_err()).count();
+    if failed > 0 {
+        eprintln!("error: {failed} pass(es) failed");
+        code = EXIT_FAILED;
+    }
+    if let Some(slo) = &args.slo {
+        for r in &reports {
+            for v in slo.check(&r.primary_percentiles()) {
+                eprintln!(
+                    "SLO violated: {} pass {}: {} {v}",
+                    r.target,
+                    r.pass,
+                    r.primary_name()
+                );
+                if code == 0 {
+                    code = EXIT_SLO;
+                }
+            }
+        }
+    }
+    let lost: u64 = reports.iter().map(|r| r.tally.lost).sum();
+    if lost > 0 {
+        eprintln!("error: {lost} message(s) lost");
+        if code == 0 {
+            code = EXIT_LOST;
+        }
+    }
+    Ok(ExitCode::from(code))
+}
+
+fn main() -> ExitCode {
+    match main_inner() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}

@@ -1,0 +1,515 @@
+//! The run's configuration: raw settings from the command line
+//! ([`RunSpec`]) become a validated [`RunConfig`] once, with every limit
+//! checked here and named in [`limits`].
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::adapter::TargetUrl;
+use crate::body::HEADER_BYTES;
+use crate::units::format_duration;
+
+/// Every bound the load generator enforces, in one place.
+pub mod limits {
+    use std::time::Duration;
+
+    /// Largest batch: the most any peer takes in one request (sluice's is
+    /// 1,024 entries).
+    pub const BATCH_MAX: usize = 1_024;
+    /// Most producer threads.
+    pub const PRODUCERS_MAX: usize = 256;
+    /// Most consumer threads.
+    pub const CONSUMERS_MAX: usize = 256;
+    /// Largest body: 1 MiB, NATS's default `max_payload`.
+    pub const BODY_BYTES_MAX: usize = 1 << 20;
+    /// Most messages in one pass (the tracker keeps a byte for each).
+    pub const MESSAGES_MAX: u64 = 1 << 32;
+    /// Most passes.
+    pub const PASSES_MAX: u32 = 100;
+    /// Most targets.
+    pub const TARGETS_MAX: usize = 16;
+    /// Highest open-loop rate, messages/s.
+    pub const RATE_MAX: u64 = 100_000_000;
+    /// Longest visibility timeout (sluice's own limit).
+    pub const VISIBILITY_TIMEOUT_MAX: Duration = Duration::from_secs(12 * 3600);
+    /// Longest `--duration`.
+    pub const DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
+    /// Messages sent and not yet deleted beyond which closed-loop producers
+    /// wait (throughput and redelivery workloads), so the broker's backlog
+    /// stays bounded. The open-loop latency workload never waits: that
+    /// would be coordinated omission. The redelivery workload uses this
+    /// bound (room for a million leases in flight).
+    pub const IN_FLIGHT_MAX: u64 = 1 << 21;
+    /// The throughput workload's window: enough backlog to keep every
+    /// consumer busy (this many batches per consumer, at least
+    /// [`IN_FLIGHT_THROUGHPUT_MIN`] messages), small enough that
+    /// send-to-receive latency measures a saturated broker rather than how
+    /// long the producers ran ahead.
+    pub const IN_FLIGHT_BATCHES_PER_CONSUMER: u64 = 64;
+    /// The smallest throughput window.
+    pub const IN_FLIGHT_THROUGHPUT_MIN: u64 = 8_192;
+    /// How long consumers keep going after the producers stop, beyond twice
+    /// the visibility timeout when messages are left undeleted.
+    pub const DRAIN_BASE: Duration = Duration::from_secs(10);
+    /// How long consumers keep receiving after the last message is deleted,
+    /// to catch late duplicates.
+    pub const LINGER: Duration = Duration::from_millis(250);
+    /// The longest a receive waits for a first message (the long poll).
+    pub const RECEIVE_WAIT: Duration = Duration::from_millis(100);
+}
+
+/// The three workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Closed loop: send, receive, delete as fast as they go.
+    Throughput,
+    /// Open loop at a fixed rate; latency from the intended send time.
+    Latency,
+    /// Messages left undeleted; how late they come back.
+    Redelivery,
+}
+
+impl Workload {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Throughput => "throughput",
+            Workload::Latency => "latency",
+            Workload::Redelivery => "redelivery",
+        }
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What ends the sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// This many messages per pass.
+    Messages(u64),
+    /// Sending stops after this long.
+    Duration(Duration),
+}
+
+/// The settings as given; `None` means the default.
+#[derive(Debug, Clone, Default)]
+pub struct RunSpec {
+    /// The workload.
+    pub workload: Option<Workload>,
+    /// `--target`, in order.
+    pub targets: Vec<TargetUrl>,
+    /// `--passes`.
+    pub passes: Option<u32>,
+    /// `--messages`.
+    pub messages: Option<u64>,
+    /// `--duration`.
+    pub duration: Option<Duration>,
+    /// `--producers`.
+    pub producers: Option<usize>,
+    /// `--consumers`.
+    pub consumers: Option<usize>,
+    /// `--size`.
+    pub size: Option<usize>,
+    /// `--batch`.
+    pub batch: Option<usize>,
+    /// `--rate`.
+    pub rate: Option<u64>,
+    /// `--visibility-timeout`.
+    pub visibility_timeout: Option<Duration>,
+    /// `--fail-ratio`.
+    pub fail_ratio: Option<f64>,
+    /// The token read from `--token-file`.
+    pub token: Option<String>,
+}
+
+/// A setting that cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The workload.
+    pub workload: Workload,
+    /// The brokers, in the order they run within a pass.
+    pub targets: Vec<TargetUrl>,
+    /// Passes over all targets, interleaved.
+    pub passes: u32,
+    /// What ends the sending.
+    pub bound: Bound,
+    /// Producer threads (one connection each).
+    pub producers: usize,
+    /// Consumer threads (one connection each).
+    pub consumers: usize,
+    /// Body size in bytes.
+    pub size: usize,
+    /// Largest send, receive and delete batch.
+    pub batch: usize,
+    /// Open-loop rate in messages/s: always for the latency workload, when
+    /// asked for the redelivery workload.
+    pub rate: Option<u64>,
+    /// Visibility timeout (lease) of every receive.
+    pub visibility_timeout: Duration,
+    /// Share of first deliveries left undeleted.
+    pub fail_ratio: f64,
+    /// Auth token for the peers that have one.
+    pub token: Option<String>,
+    /// How long consumers may keep going after the producers stop.
+    pub drain_timeout: Duration,
+    /// Closed-loop producers wait while this many messages are sent and not
+    /// yet deleted; `None` for the open loop.
+    pub in_flight_max: Option<u64>,
+}
+
+/// `--messages` when neither it nor `--duration` is given.
+pub const DEFAULT_MESSAGES: u64 = 100_000;
+/// `--rate` for the latency workload when not given.
+pub const DEFAULT_RATE: u64 = 10_000;
+/// `--batch` when not given.
+pub const DEFAULT_BATCH: usize = 64;
+/// `--size` when not given (DESIGN's 100-byte payloads).
+pub const DEFAULT_SIZE: usize = 100;
+
+impl RunConfig {
+    /// Validates raw settings.
+    pub fn new(spec: RunSpec) -> Result<RunConfig, ConfigError> {
+        use limits::*;
+        let fail = |m: String| Err(ConfigError(m));
+        let workload = spec.workload.unwrap_or(Workload::Throughput);
+        if spec.targets.is_empty() {
+            return fail("give at least one --target".into());
+        }
+        if spec.targets.len() > TARGETS_MAX {
+            return fail(format!("at most {TARGETS_MAX} targets"));
+        }
+        let passes = spec.passes.unwrap_or(1);
+        if !(1..=PASSES_MAX).contains(&passes) {
+            return fail(format!("--passes must be 1..={PASSES_MAX}"));
+        }
+        let bound = match (spec.messages, spec.duration) {
+            (Some(_), Some(_)) => return fail("give --messages or --duration, not both".into()),
+            (Some(n), None) => {
+                if !(1..=MESSAGES_MAX).contains(&n) {
+                    return fail(format!("--messages must be 1..={MESSAGES_MAX}"));
+                }
+                Bound::Messages(n)
+            }
+            (None, Some(d)) => {
+                if d.is_zero() || d > DURATION_MAX {
+                    return fail(format!(
+                        "--duration must be above 0 and at most {}",
+                        format_duration(DURATION_MAX)
+                    ));
+                }
+                Bound::Duration(d)
+            }
+            (None, None) => Bound::Messages(DEFAULT_MESSAGES),
+        };
+        let producers = spec.producers.unwrap_or(1);
+        if !(1..=PRODUCERS_MAX).contains(&producers) {
+            return fail(format!("--producers must be 1..={PRODUCERS_MAX}"));
+        }
+        let consumers = spec.consumers.unwrap_or(1);
+        if !(1..=CONSUMERS_MAX).contains(&consumers) {
+            return fail(format!("--consumers must be 1..={CONSUMERS_MAX}"));
+        }
+        let size = spec.size.unwrap_or(DEFAULT_SIZE);
+        if !(HEADER_BYTES..=BODY_BYTES_MAX).contains(&size) {
+            return fail(format!(
+                "--size must be {HEADER_BYTES}..={BODY_BYTES_MAX} bytes (the body carries a \
+                 {HEADER_BYTES}-byte header: sequence number and timestamps)"
+            ));
+        }
+        let batch = spec.batch.unwrap_or(DEFAULT_BATCH);
+        if !(1..=BATCH_MAX).contains(&batch) {
+            return fail(format!("--batch must be 1..={BATCH_MAX}"));
+        }
+        let rate = match (workload, spec.rate) {
+            (Workload::Latency, r) => Some(r.unwrap_or(DEFAULT_RATE)),
+            // Paced sends make the leases end evenly spread, as they would
+            // in service, instead of all at once after a burst.
+            (Workload::Redelivery, r) => r,
+            (Workload::Throughput, Some(_)) => {
+                return fail(
+                    "--rate applies to the latency and redelivery workloads (throughput is closed loop)"
+                        .into(),
+                );
+            }
+            (Workload::Throughput, None) => None,
+        };
+        if rate.is_some_and(|r| !(1..=RATE_MAX).contains(&r)) {
+            return fail(format!("--rate must be 1..={RATE_MAX}"));
+        }
+        if let (Some(rate), Bound::Duration(d)) = (rate, bound) {
+            let n = d.as_secs_f64() * rate as f64;
+            if n > MESSAGES_MAX as f64 {
+                return fail(format!(
+                    "--rate x --duration exceeds {MESSAGES_MAX} messages"
+                ));
+            }
+            if n < 1.0 {
+                return fail("--rate x --duration schedules no message".into());
+            }
+        }
+        let visibility_timeout = spec.visibility_timeout.unwrap_or(match workload {
+            Workload::Redelivery => Duration::from_secs(1),
+            _ => Duration::from_secs(30),
+        });
+        if visibility_timeout.is_zero() || visibility_timeout > VISIBILITY_TIMEOUT_MAX {
+            return fail(format!(
+                "--visibility-timeout must be above 0 and at most {}",
+                format_duration(VISIBILITY_TIMEOUT_MAX)
+            ));
+        }
+        let fail_ratio = spec.fail_ratio.unwrap_or(match workload {
+            Workload::Redelivery => 1.0,
+            _ => 0.0,
+        });
+        if !(0.0..=1.0).contains(&fail_ratio) {
+            return fail("--fail-ratio must be within 0..=1".into());
+        }
+        if workload == Workload::Redelivery && fail_ratio == 0.0 {
+            return fail("the redelivery workload needs a --fail-ratio above 0".into());
+        }
+        let drain_timeout = if fail_ratio > 0.0 {
+            // Leases rounded up to whole seconds (beanstalkd) end within
+            // visibility + 1 s; twice that leaves room for a slow broker.
+            DRAIN_BASE + (visibility_timeout + Duration::from_secs(1)) * 2
+        } else {
+            DRAIN_BASE
+        };
+        let in_flight_max = match workload {
+            _ if rate.is_some() => None,
+            Workload::Latency => None,
+            Workload::Redelivery => Some(IN_FLIGHT_MAX),
+            Workload::Throughput => Some(
+                (IN_FLIGHT_BATCHES_PER_CONSUMER * batch as u64 * consumers as u64)
+                    .clamp(IN_FLIGHT_THROUGHPUT_MIN, IN_FLIGHT_MAX),
+            ),
+        };
+        Ok(RunConfig {
+            in_flight_max,
+            workload,
+            targets: spec.targets,
+            passes,
+            bound,
+            producers,
+            consumers,
+            size,
+            batch,
+            rate,
+            visibility_timeout,
+            fail_ratio,
+            token: spec.token,
+            drain_timeout,
+        })
+    }
+
+    /// The upper bound on sequence numbers in a pass.
+    pub fn capacity(&self) -> u64 {
+        match (self.bound, self.rate) {
+            (Bound::Messages(n), _) => n,
+            (Bound::Duration(d), Some(rate)) => {
+                let n = d.as_nanos() * u128::from(rate) / 1_000_000_000;
+                u64::try_from(n)
+                    .unwrap_or(limits::MESSAGES_MAX)
+                    .min(limits::MESSAGES_MAX)
+            }
+            (Bound::Duration(_), None) => limits::MESSAGES_MAX,
+        }
+    }
+
+    /// One line describing the workload, for the printed configuration.
+    pub fn describe(&self) -> String {
+        let bound = match self.bound {
+            Bound::Messages(n) => format!("{n} messages"),
+            Bound::Duration(d) => format!("{} of sending", format_duration(d)),
+        };
+        let mut s = format!(
+            "{} workload: {bound}, {} B bodies, batch {}, {} producer(s), {} consumer(s), \
+             visibility timeout {}, fail ratio {}, drain timeout {}",
+            self.workload,
+            self.size,
+            self.batch,
+            self.producers,
+            self.consumers,
+            format_duration(self.visibility_timeout),
+            self.fail_ratio,
+            format_duration(self.drain_timeout),
+        );
+        if let Some(rate) = self.rate {
+            s.push_str(&format!(", open loop at {rate} messages/s"));
+        }
+        if let Some(window) = self.in_flight_max {
+            s.push_str(&format!(", producers wait while {window} are in flight"));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            targets: vec![TargetUrl::parse("redis://127.0.0.1:6379").unwrap()],
+            ..RunSpec::default()
+        }
+    }
+
+    #[test]
+    fn defaults_per_workload() {
+        let c = RunConfig::new(spec()).unwrap();
+        assert_eq!(c.workload, Workload::Throughput);
+        assert_eq!(c.bound, Bound::Messages(DEFAULT_MESSAGES));
+        assert_eq!(
+            (c.batch, c.size, c.fail_ratio),
+            (DEFAULT_BATCH, DEFAULT_SIZE, 0.0)
+        );
+        assert_eq!(c.visibility_timeout, Duration::from_secs(30));
+        assert_eq!(c.drain_timeout, limits::DRAIN_BASE);
+        assert_eq!(c.in_flight_max, Some(limits::IN_FLIGHT_THROUGHPUT_MIN));
+        let wide = RunConfig::new(RunSpec {
+            batch: Some(256),
+            consumers: Some(4),
+            ..spec()
+        })
+        .unwrap();
+        assert_eq!(wide.in_flight_max, Some(64 * 256 * 4));
+        let r = RunConfig::new(RunSpec {
+            workload: Some(Workload::Redelivery),
+            ..spec()
+        })
+        .unwrap();
+        assert_eq!(
+            (r.fail_ratio, r.visibility_timeout),
+            (1.0, Duration::from_secs(1))
+        );
+        assert_eq!(r.drain_timeout, limits::DRAIN_BASE + Duration::from_secs(4));
+        assert_eq!(
+            (r.rate, r.in_flight_max),
+            (None, Some(limits::IN_FLIGHT_MAX))
+        );
+        let paced = RunConfig::new(RunSpec {
+            workload: Some(Workload::Redelivery),
+            rate: Some(1_000),
+            ..spec()
+        })
+        .unwrap();
+        assert_eq!((paced.rate, paced.in_flight_max), (Some(1_000), None));
+        let l = RunConfig::new(RunSpec {
+            workload: Some(Workload::Latency),
+            duration: Some(Duration::from_secs(2)),
+            ..spec()
+        })
+        .unwrap();
+        assert_eq!(l.rate, Some(DEFAULT_RATE));
+        assert_eq!(l.in_flight_max, None);
+        assert_eq!(l.capacity(), 2 * DEFAULT_RATE);
+        assert!(l.describe().contains("open loop at 10000 messages/s"));
+    }
+
+    #[test]
+    fn refuses_what_cannot_run() {
+        let cases: Vec<(RunSpec, &str)> = vec![
+            (
+                RunSpec {
+                    targets: vec![],
+                    ..spec()
+                },
+                "--target",
+            ),
+            (
+                RunSpec {
+                    messages: Some(5),
+                    duration: Some(Duration::from_secs(1)),
+                    ..spec()
+                },
+                "not both",
+            ),
+            (
+                RunSpec {
+                    size: Some(HEADER_BYTES - 1),
+                    ..spec()
+                },
+                "--size",
+            ),
+            (
+                RunSpec {
+                    batch: Some(0),
+                    ..spec()
+                },
+                "--batch",
+            ),
+            (
+                RunSpec {
+                    batch: Some(limits::BATCH_MAX + 1),
+                    ..spec()
+                },
+                "--batch",
+            ),
+            (
+                RunSpec {
+                    rate: Some(5),
+                    ..spec()
+                },
+                "throughput is closed loop",
+            ),
+            (
+                RunSpec {
+                    fail_ratio: Some(1.5),
+                    ..spec()
+                },
+                "--fail-ratio",
+            ),
+            (
+                RunSpec {
+                    visibility_timeout: Some(Duration::ZERO),
+                    ..spec()
+                },
+                "--visibility-timeout",
+            ),
+            (
+                RunSpec {
+                    workload: Some(Workload::Redelivery),
+                    fail_ratio: Some(0.0),
+                    ..spec()
+                },
+                "above 0",
+            ),
+            (
+                RunSpec {
+                    passes: Some(0),
+                    ..spec()
+                },
+                "--passes",
+            ),
+            (
+                RunSpec {
+                    producers: Some(0),
+                    ..spec()
+                },
+                "--producers",
+            ),
+            (
+                RunSpec {
+                    workload: Some(Workload::Latency),
+                    rate: Some(1),
+                    duration: Some(Duration::from_millis(10)),
+                    ..spec()
+                },
+                "no message",
+            ),
+        ];
+        for (s, needle) in cases {
+            let err = RunConfig::new(s).unwrap_err();
+            assert!(err.0.contains(needle), "{err} should mention {needle}");
+        }
+    }
+}

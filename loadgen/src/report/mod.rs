@@ -1,0 +1,37 @@
+//! What a run leaves behind: the printed tables, the `--json` file, the
+//! `.hgrm` percentile files and the `--plot` SVG.
+
+pub mod hgrm;
+pub mod json;
+pub mod svg;
+pub mod table;
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+
+use crate::adapter::TargetUrl;
+use crate::run::PassReport;
+use crate::stats::{merge_into, new_histogram};
+
+/// Each target's primary histogram merged over its passes, in the order the
+/// targets first appear: the curves of the plot.
+pub fn merged_by_target(reports: &[PassReport]) -> Vec<(TargetUrl, Histogram<u64>)> {
+    let mut order: Vec<TargetUrl> = Vec::new();
+    let mut merged: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
+    for r in reports {
+        let key = r.target.to_string();
+        if !merged.contains_key(&key) {
+            order.push(r.target.clone());
+        }
+        let h = merged.entry(key).or_insert_with(new_histogram);
+        merge_into(h, r.primary());
+    }
+    order
+        .into_iter()
+        .map(|t| {
+            let h = merged.remove(&t.to_string()).unwrap_or_else(new_histogram);
+            (t, h)
+        })
+        .collect()
+}

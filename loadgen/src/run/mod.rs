@@ -1,0 +1,709 @@
+//! Running the workloads: one pass against one target at a time, every
+//! target in turn within a pass, passes interleaved.
+//!
+//! A pass sets up a fresh queue, opens one connection per producer and per
+//! consumer (before the clock starts), then runs plain std threads:
+//! producers send batches (closed loop, or open loop on the fixed schedule
+//! of the latency workload), consumers receive, classify each delivery with
+//! the [`Tracker`], record latencies into their own [`Recorder`], and delete
+//! in batches. Sending ends at `--messages` or `--duration`; consumers stop
+//! when every sent message is deleted (plus a short linger for late
+//! duplicates) or when the drain timeout runs out.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+
+use crate::adapter::{Adapter, AdapterError, QueueSpec, Receipt, Role, Setting, Target, TargetUrl};
+use crate::body::{Stamp, read_stamp, write_body};
+use crate::config::{Bound, RunConfig, Workload, limits};
+use crate::schedule::{Clock, OpenLoop, Schedule};
+use crate::stats::{Percentiles, Recorder, ns_to_us};
+use crate::tracker::{Arrival, Tally, Tracker};
+
+#[cfg(test)]
+mod fake;
+mod progress;
+
+/// Why a pass did not finish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The target could not be opened or its queue set up.
+    #[error("set-up failed: {0}")]
+    Setup(#[source] AdapterError),
+    /// A connection could not be opened.
+    #[error("connecting {role} failed: {source}")]
+    Connect {
+        /// Which connection.
+        role: String,
+        /// Why.
+        source: AdapterError,
+    },
+    /// A producer or consumer hit an error and the pass stopped.
+    #[error("{role} failed: {source}")]
+    Worker {
+        /// Which thread.
+        role: String,
+        /// Why.
+        source: AdapterError,
+    },
+    /// A producer or consumer thread panicked.
+    #[error("{0} panicked")]
+    Panicked(String),
+    /// Writing the configuration or progress failed.
+    #[error("writing output failed: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// Everything measured in one pass against one target.
+#[derive(Debug, Clone)]
+pub struct PassReport {
+    /// The target.
+    pub target: TargetUrl,
+    /// The workload.
+    pub workload: Workload,
+    /// Pass number, from 1.
+    pub pass: u32,
+    /// Per-message accounting.
+    pub tally: Tally,
+    /// Deliveries, redeliveries and duplicates included.
+    pub deliveries: u64,
+    /// Deliveries that should not have happened.
+    pub duplicates: u64,
+    /// Bodies that were not this pass's messages.
+    pub corrupt: u64,
+    /// Deletes the broker refused (the lease had passed to someone else).
+    pub delete_rejected: u64,
+    /// Redeliveries that came before the lease's end as this process saw it
+    /// (recorded as 0 lateness).
+    pub early_redeliveries: u64,
+    /// Whether consumers stopped at the drain timeout rather than after the
+    /// last delete.
+    pub drain_timed_out: bool,
+    /// From the first send to the last delete.
+    pub active: Duration,
+    /// Deleted messages per second over `active`.
+    pub throughput: f64,
+    /// The merged histograms.
+    pub recorder: Recorder,
+    /// The configuration in force (peer settings included).
+    pub settings: Vec<Setting>,
+}
+
+impl PassReport {
+    /// The metric SLOs and plots use: redelivery lateness for the
+    /// redelivery workload, send to receive otherwise.
+    pub fn primary(&self) -> &Histogram<u64> {
+        match self.workload {
+            Workload::Redelivery => &self.recorder.lateness,
+            _ => &self.recorder.send_to_receive,
+        }
+    }
+
+    /// The name of [`PassReport::primary`].
+    pub fn primary_name(&self) -> &'static str {
+        match self.workload {
+            Workload::Redelivery => "redelivery lateness",
+            _ => "send to receive",
+        }
+    }
+
+    /// Percentiles of the primary metric.
+    pub fn primary_percentiles(&self) -> Percentiles {
+        Percentiles::of(self.primary())
+    }
+}
+
+/// The result of one pass against one target.
+#[derive(Debug)]
+pub struct PassOutcome {
+    /// The target.
+    pub target: TargetUrl,
+    /// Pass number, from 1.
+    pub pass: u32,
+    /// The report, or why there is none.
+    pub result: Result<PassReport, RunError>,
+}
+
+/// Where a run writes as it goes.
+pub struct Output<'a> {
+    /// The printed configuration of each pass.
+    pub config: &'a mut dyn Write,
+    /// The progress line, once a second; `None` for `--quiet`.
+    pub progress: Option<&'a mut (dyn Write + Send)>,
+}
+
+impl std::fmt::Debug for Output<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Output")
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+/// Runs every pass over every target, interleaved: pass 1 of each target in
+/// the order given, then pass 2, and so on.
+pub fn run(cfg: &RunConfig, out: &mut Output<'_>) -> Vec<PassOutcome> {
+    let mut outcomes = Vec::new();
+    for pass in 1..=cfg.passes {
+        for url in &cfg.targets {
+            let result = url
+                .open(cfg.token.as_deref())
+                .map_err(RunError::Setup)
+                .and_then(|mut target| run_pass(cfg, url, target.as_mut(), pass, out));
+            outcomes.push(PassOutcome {
+                target: url.clone(),
+                pass,
+                result,
+            });
+        }
+    }
+    outcomes
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn wall_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Whether a message is left undeleted at its first delivery: a fixed
+/// pseudo-random choice per sequence number, so any consumer decides alike.
+fn leaves(seq: u64, run_tag: u32, ratio: f64) -> bool {
+    if ratio >= 1.0 {
+        return true;
+    }
+    if ratio <= 0.0 {
+        return false;
+    }
+    let r = splitmix64(seq ^ (u64::from(run_tag) << 32)) >> 11;
+    (r as f64 / (1u64 << 53) as f64) < ratio
+}
+
+/// State shared by the threads of one pass.
+struct Pass<'c> {
+    cfg: &'c RunConfig,
+    clock: Clock,
+    tracker: Tracker,
+    run_tag: u32,
+    capacity: u64,
+    visibility_ns: u64,
+    schedule: Option<Schedule>,
+    next_seq: AtomicU64,
+    sent: AtomicU64,
+    settled: AtomicU64,
+    deliveries: AtomicU64,
+    duplicates: AtomicU64,
+    corrupt: AtomicU64,
+    delete_rejected: AtomicU64,
+    early: AtomicU64,
+    producers_running: AtomicUsize,
+    producers_done_ns: AtomicU64,
+    first_send_ns: AtomicU64,
+    last_settle_ns: AtomicU64,
+    drain_timed_out: AtomicBool,
+    abort: AtomicBool,
+    finished: AtomicBool,
+    error: Mutex<Option<RunError>>,
+    recorders: Vec<Mutex<Recorder>>,
+}
+
+impl Pass<'_> {
+    fn fail(&self, err: RunError) {
+        self.abort.store(true, Ordering::SeqCst);
+        let mut slot = self.error.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(err);
+        }
+    }
+
+    fn producers_done(&self) -> bool {
+        self.producers_running.load(Ordering::Acquire) == 0
+    }
+
+    /// Every message sent has been deleted and no more will be sent.
+    fn all_settled(&self) -> bool {
+        self.producers_done()
+            && self.settled.load(Ordering::Acquire) >= self.sent.load(Ordering::Acquire)
+    }
+
+    fn drain_deadline_ns(&self) -> Option<u64> {
+        let done = self.producers_done_ns.load(Ordering::Acquire);
+        (done != u64::MAX).then(|| done.saturating_add(self.cfg.drain_timeout.as_nanos() as u64))
+    }
+
+    fn send_end_ns(&self) -> Option<u64> {
+        match self.cfg.bound {
+            Bound::Duration(d) => Some(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            Bound::Messages(_) => None,
+        }
+    }
+
+    fn producer_finished(&self) {
+        if self.producers_running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.producers_done_ns
+                .store(self.clock.now_ns(), Ordering::Release);
+        }
+    }
+
+    /// Sends `seqs` (with their intended times) as one batch.
+    fn send(
+        &self,
+        adapter: &mut dyn Adapter,
+        bodies: &mut [Vec<u8>],
+        seqs: &[(u64, u64)],
+    ) -> Result<(), AdapterError> {
+        let sent_ns = self.clock.now_ns();
+        for (body, &(seq, intended_ns)) in bodies.iter_mut().zip(seqs) {
+            write_body(
+                body,
+                self.cfg.size,
+                Stamp {
+                    run_tag: self.run_tag,
+                    seq,
+                    intended_ns,
+                    sent_ns,
+                },
+            );
+        }
+        let refs: Vec<&[u8]> = bodies[..seqs.len()].iter().map(Vec::as_slice).collect();
+        self.first_send_ns.fetch_min(sent_ns, Ordering::Relaxed);
+        adapter.send_batch(&refs)?;
+        for &(seq, _) in seqs {
+            self.tracker.mark_sent(seq);
+        }
+        self.sent.fetch_add(seqs.len() as u64, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// A closed-loop producer: claim a batch of sequence numbers, send it,
+    /// repeat; wait while too many messages are in flight.
+    fn produce_closed(&self, adapter: &mut dyn Adapter) -> Result<(), AdapterError> {
+        let batch = self.cfg.batch as u64;
+        let mut bodies = vec![Vec::with_capacity(self.cfg.size); self.cfg.batch];
+        let mut seqs = Vec::with_capacity(self.cfg.batch);
+        let end = self.send_end_ns();
+        loop {
+            if self.abort.load(Ordering::Relaxed) || end.is_some_and(|e| self.clock.now_ns() >= e) {
+                return Ok(());
+            }
+            let in_flight = self
+                .sent
+                .load(Ordering::Relaxed)
+                .saturating_sub(self.settled.load(Ordering::Relaxed));
+            if in_flight >= self.cfg.in_flight_max.unwrap_or(limits::IN_FLIGHT_MAX) {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            let first = self.next_seq.fetch_add(batch, Ordering::Relaxed);
+            if first >= self.capacity {
+                return Ok(());
+            }
+            let n = batch.min(self.capacity - first);
+            let now = self.clock.now_ns();
+            seqs.clear();
+            seqs.extend((first..first + n).map(|seq| (seq, now)));
+            self.send(adapter, &mut bodies, &seqs)?;
+        }
+    }
+
+    /// An open-loop producer on the fixed schedule: sends what is due, in
+    /// batches of up to `--batch`, never waiting for the broker to catch up.
+    fn produce_open(&self, producer: usize, adapter: &mut dyn Adapter) -> Result<(), AdapterError> {
+        let schedule = self.schedule.expect("the latency workload has a schedule");
+        let mut walk = OpenLoop::new(schedule, producer as u64, self.cfg.producers as u64);
+        let mut bodies = vec![Vec::with_capacity(self.cfg.size); self.cfg.batch];
+        let mut due = Vec::with_capacity(self.cfg.batch);
+        while let Some(next) = walk.next_intended_ns() {
+            if self.abort.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let now = self.clock.now_ns();
+            if next > now {
+                let ahead = next - now;
+                // Sleep while far ahead; the kernel wakes sleepers tens of
+                // microseconds late, so the last stretch yields instead.
+                if ahead > 150_000 {
+                    std::thread::sleep(Duration::from_nanos(ahead - 120_000));
+                } else {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            walk.take_due(now, self.cfg.batch, &mut due);
+            let top = due.iter().map(|&(seq, _)| seq).max().unwrap_or(0);
+            self.next_seq.fetch_max(top + 1, Ordering::Relaxed);
+            self.send(adapter, &mut bodies, &due)?;
+        }
+        Ok(())
+    }
+
+    /// A consumer: receive, classify, record, delete, until done.
+    fn consume(&self, index: usize, adapter: &mut dyn Adapter) -> Result<(), AdapterError> {
+        let batch = self.cfg.batch;
+        let latency_workload = self.cfg.workload == Workload::Latency;
+        let mut receipts: Vec<Receipt> = Vec::with_capacity(batch);
+        // (seq, intended send ns, first delivery); seq u64::MAX for foreign bodies.
+        let mut meta: Vec<(u64, u64, bool)> = Vec::with_capacity(batch);
+        let mut rejected = Vec::new();
+        let (mut s2r, mut naive, mut cycle, mut late) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut linger_until: Option<u64> = None;
+        loop {
+            if self.abort.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let now = self.clock.now_ns();
+            if self.all_settled() {
+                let until = *linger_until.get_or_insert(now + limits::LINGER.as_nanos() as u64);
+                if now >= until {
+                    return Ok(());
+                }
+            }
+            if self.drain_deadline_ns().is_some_and(|d| now >= d) {
+                if !self.all_settled() {
+                    self.drain_timed_out.store(true, Ordering::Relaxed);
+                }
+                return Ok(());
+            }
+            receipts.clear();
+            meta.clear();
+            let (mut dups, mut corrupt, mut early) = (0u64, 0u64, 0u64);
+            let got =
+                adapter.receive_batch(batch, limits::RECEIVE_WAIT, &mut |body, receipt| {
+                    let t = self.clock.now_ns();
+                    let stamp = match read_stamp(body) {
+                        Ok(s) if s.run_tag == self.run_tag && self.tracker.contains(s.seq) => s,
+                        _ => {
+                            corrupt += 1;
+                            receipts.push(receipt);
+                            meta.push((u64::MAX, 0, false));
+                            return;
+                        }
+                    };
+                    match self.tracker.on_receive(stamp.seq) {
+                        Arrival::First => {
+                            s2r.push(t.saturating_sub(stamp.intended_ns));
+                            if latency_workload {
+                                naive.push(t.saturating_sub(stamp.sent_ns));
+                            }
+                            if leaves(stamp.seq, self.run_tag, self.cfg.fail_ratio) {
+                                self.tracker.mark_left(stamp.seq, t);
+                            } else {
+                                receipts.push(receipt);
+                                meta.push((stamp.seq, stamp.intended_ns, true));
+                            }
+                        }
+                        Arrival::Redelivery { first_receive_ns } => {
+                            let lease_end = first_receive_ns.saturating_add(self.visibility_ns);
+                            if t < lease_end {
+                                early += 1;
+                            }
+                            late.push(t.saturating_sub(lease_end));
+                            receipts.push(receipt);
+                            meta.push((stamp.seq, 0, false));
+                        }
+                        Arrival::Duplicate => {
+                            dups += 1;
+                            receipts.push(receipt);
+                            meta.push((stamp.seq, 0, false));
+                        }
+                    }
+                })?;
+            self.deliveries.fetch_add(got as u64, Ordering::Relaxed);
+            self.duplicates.fetch_add(dups, Ordering::Relaxed);
+            self.corrupt.fetch_add(corrupt, Ordering::Relaxed);
+            self.early.fetch_add(early, Ordering::Relaxed);
+            if !receipts.is_empty() {
+                rejected.clear();
+                adapter.delete_batch(&receipts, &mut rejected)?;
+                let t = self.clock.now_ns();
+                rejected.sort_unstable();
+                let mut settled = 0;
+                for (i, &(seq, intended, first)) in meta.iter().enumerate() {
+                    if rejected.binary_search(&i).is_ok() || seq == u64::MAX {
+                        continue;
+                    }
+                    if self.tracker.mark_deleted(seq) {
+                        settled += 1;
+                        if first {
+                            cycle.push(t.saturating_sub(intended));
+                        }
+                    }
+                }
+                self.delete_rejected
+                    .fetch_add(rejected.len() as u64, Ordering::Relaxed);
+                if settled > 0 {
+                    self.last_settle_ns.fetch_max(t, Ordering::Relaxed);
+                    self.settled.fetch_add(settled, Ordering::AcqRel);
+                }
+            }
+            if !(s2r.is_empty() && cycle.is_empty() && late.is_empty()) {
+                let mut r = self.recorders[index]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                for ns in s2r.drain(..) {
+                    r.send_to_receive.saturating_record(ns_to_us(ns));
+                }
+                for ns in naive.drain(..) {
+                    r.send_to_receive_uncorrected
+                        .saturating_record(ns_to_us(ns));
+                }
+                for ns in cycle.drain(..) {
+                    r.cycle.saturating_record(ns_to_us(ns));
+                }
+                for ns in late.drain(..) {
+                    r.lateness.saturating_record(ns_to_us(ns));
+                }
+            }
+        }
+    }
+
+    fn merged(&self) -> Recorder {
+        let mut all = Recorder::new();
+        for r in &self.recorders {
+            all.merge(&r.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        all
+    }
+}
+
+/// A queue name valid for every peer, fresh for each pass.
+fn queue_name(pass: u32) -> String {
+    format!(
+        "sluice_loadgen_{}_{:x}_p{pass}",
+        std::process::id(),
+        wall_nanos() & 0xffff_ffff_ffff
+    )
+}
+
+/// Writes the configuration block of a pass.
+fn print_config(
+    out: &mut dyn Write,
+    cfg: &RunConfig,
+    url: &TargetUrl,
+    pass: u32,
+    settings: &[Setting],
+) -> std::io::Result<()> {
+    writeln!(out, "== {url}  pass {pass} of {} ==", cfg.passes)?;
+    let width = settings.iter().map(|s| s.name.len()).max().unwrap_or(0);
+    for s in settings {
+        writeln!(out, "  {:width$}  {}", s.name, s.value)?;
+    }
+    out.flush()
+}
+
+/// Runs one pass of the configured workload against `target`.
+pub fn run_pass(
+    cfg: &RunConfig,
+    url: &TargetUrl,
+    target: &mut dyn Target,
+    pass: u32,
+    out: &mut Output<'_>,
+) -> Result<PassReport, RunError> {
+    let spec = QueueSpec {
+        name: queue_name(pass),
+        visibility_timeout: cfg.visibility_timeout,
+        batch_max: cfg.batch,
+        body_bytes: cfg.size,
+        producers: cfg.producers,
+        consumers: cfg.consumers,
+    };
+    target.setup(&spec).map_err(RunError::Setup)?;
+    let result = run_set_up(cfg, url, target, pass, out);
+    let teardown = target.teardown();
+    let report = result?;
+    teardown.map_err(RunError::Setup)?;
+    Ok(report)
+}
+
+fn run_set_up(
+    cfg: &RunConfig,
+    url: &TargetUrl,
+    target: &mut dyn Target,
+    pass: u32,
+    out: &mut Output<'_>,
+) -> Result<PassReport, RunError> {
+    let mut settings = vec![
+        Setting::new("workload", cfg.describe()),
+        Setting::new(
+            "connections",
+            format!(
+                "{} producer + {} consumer, one each, plus one for set-up and tear-down",
+                cfg.producers, cfg.consumers
+            ),
+        ),
+        Setting::new(
+            "pipeline",
+            format!("one batch of up to {} in flight per connection", cfg.batch),
+        ),
+    ];
+    settings.extend(target.settings());
+    print_config(out.config, cfg, url, pass, &settings)?;
+
+    let mut producers = Vec::with_capacity(cfg.producers);
+    for i in 0..cfg.producers {
+        let a = target
+            .connect(Role::Producer(i))
+            .map_err(|source| RunError::Connect {
+                role: format!("producer {i}"),
+                source,
+            })?;
+        producers.push(a);
+    }
+    let mut consumers = Vec::with_capacity(cfg.consumers);
+    for i in 0..cfg.consumers {
+        let a = target
+            .connect(Role::Consumer(i))
+            .map_err(|source| RunError::Connect {
+                role: format!("consumer {i}"),
+                source,
+            })?;
+        consumers.push(a);
+    }
+
+    let clock = Clock::start();
+    let capacity = cfg.capacity();
+    let schedule = cfg.rate.map(|rate| {
+        // Start 10 ms out so every producer thread is up for message 0.
+        let start = 10_000_000;
+        match cfg.bound {
+            Bound::Messages(n) => Schedule::new(start, rate, n),
+            Bound::Duration(d) => Schedule::for_duration(start, rate, d),
+        }
+    });
+    let state = Pass {
+        cfg,
+        clock,
+        tracker: Tracker::new(capacity, cfg.fail_ratio > 0.0),
+        run_tag: splitmix64(wall_nanos() ^ u64::from(pass)) as u32,
+        capacity,
+        visibility_ns: u64::try_from(cfg.visibility_timeout.as_nanos()).unwrap_or(u64::MAX),
+        schedule,
+        next_seq: AtomicU64::new(0),
+        sent: AtomicU64::new(0),
+        settled: AtomicU64::new(0),
+        deliveries: AtomicU64::new(0),
+        duplicates: AtomicU64::new(0),
+        corrupt: AtomicU64::new(0),
+        delete_rejected: AtomicU64::new(0),
+        early: AtomicU64::new(0),
+        producers_running: AtomicUsize::new(cfg.producers),
+        producers_done_ns: AtomicU64::new(u64::MAX),
+        first_send_ns: AtomicU64::new(u64::MAX),
+        last_settle_ns: AtomicU64::new(0),
+        drain_timed_out: AtomicBool::new(false),
+        abort: AtomicBool::new(false),
+        finished: AtomicBool::new(false),
+        error: Mutex::new(None),
+        recorders: (0..cfg.consumers)
+            .map(|_| Mutex::new(Recorder::new()))
+            .collect(),
+    };
+
+    let label = format!("{url} pass {pass}/{}", cfg.passes);
+    std::thread::scope(|s| {
+        let state = &state;
+        let mut workers = Vec::new();
+        for (i, mut a) in consumers.into_iter().enumerate() {
+            let role = format!("consumer {i}");
+            let h = std::thread::Builder::new()
+                .name(format!("consumer-{i}"))
+                .spawn_scoped(s, move || {
+                    if let Err(source) = state.consume(i, a.as_mut()) {
+                        state.fail(RunError::Worker { role, source });
+                    }
+                });
+            workers.push((format!("consumer {i}"), h));
+        }
+        for (i, mut a) in producers.into_iter().enumerate() {
+            let role = format!("producer {i}");
+            let h = std::thread::Builder::new()
+                .name(format!("producer-{i}"))
+                .spawn_scoped(s, move || {
+                    let r = match state.schedule {
+                        Some(_) => state.produce_open(i, a.as_mut()),
+                        None => state.produce_closed(a.as_mut()),
+                    };
+                    state.producer_finished();
+                    if let Err(source) = r {
+                        state.fail(RunError::Worker { role, source });
+                    }
+                });
+            workers.push((format!("producer {i}"), h));
+        }
+        let progress = out.progress.as_deref_mut().map(|w| {
+            let label = label.clone();
+            s.spawn(move || progress::report(state, &label, w))
+        });
+        for (role, h) in workers {
+            match h {
+                Ok(h) => {
+                    if h.join().is_err() {
+                        state.fail(RunError::Panicked(role));
+                    }
+                }
+                Err(e) => state.fail(RunError::Worker {
+                    role,
+                    source: AdapterError::Io {
+                        peer: "loadgen",
+                        source: e,
+                    },
+                }),
+            }
+        }
+        state.finished.store(true, Ordering::Release);
+        if let Some(p) = progress {
+            let _ = p.join();
+        }
+    });
+
+    if let Some(err) = state
+        .error
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+    {
+        return Err(err);
+    }
+    let issued = state.next_seq.load(Ordering::Acquire).min(capacity);
+    let tally = state.tracker.tally(issued);
+    let first = state.first_send_ns.load(Ordering::Relaxed);
+    let last = state.last_settle_ns.load(Ordering::Relaxed);
+    let active = Duration::from_nanos(last.saturating_sub(first.min(last)));
+    let throughput = if active.is_zero() {
+        0.0
+    } else {
+        tally.deleted as f64 / active.as_secs_f64()
+    };
+    Ok(PassReport {
+        target: url.clone(),
+        workload: cfg.workload,
+        pass,
+        tally,
+        deliveries: state.deliveries.load(Ordering::Relaxed),
+        duplicates: state.duplicates.load(Ordering::Relaxed),
+        corrupt: state.corrupt.load(Ordering::Relaxed),
+        delete_rejected: state.delete_rejected.load(Ordering::Relaxed),
+        early_redeliveries: state.early.load(Ordering::Relaxed),
+        drain_timed_out: state.drain_timed_out.load(Ordering::Relaxed),
+        active,
+        throughput,
+        recorder: state.merged(),
+        settings,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,170 @@
+//! The binary end to end: flags, outputs, exit codes.
+
+use std::process::Command;
+
+use crate::peers::{self, PeerKind};
+
+fn loadgen() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sluice-loadgen"))
+}
+
+#[test]
+fn help_explains_every_flag() {
+    let out = loadgen().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--target",
+        "--passes",
+        "--messages",
+        "--duration",
+        "--producers",
+        "--consumers",
+        "--size",
+        "--batch",
+        "--rate",
+        "--visibility-timeout",
+        "--fail-ratio",
+        "--token-file",
+        "--json",
+        "--hgrm",
+        "--plot",
+        "--slo",
+        "--quiet",
+        "throughput",
+        "latency",
+        "redelivery",
+    ] {
+        assert!(help.contains(flag), "--help does not mention {flag}");
+    }
+}
+
+#[test]
+fn bad_flags_are_refused_with_a_reason() {
+    let out = loadgen()
+        .args([
+            "throughput",
+            "--target",
+            "redis://127.0.0.1:1",
+            "--slo",
+            "p98<1ms",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown statistic"));
+    let out = loadgen()
+        .args([
+            "throughput",
+            "--target",
+            "redis://127.0.0.1:1",
+            "--size",
+            "8",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--size"));
+}
+
+#[test]
+fn a_sluice_target_says_why_it_cannot_run() {
+    let out = loadgen()
+        .args([
+            "throughput",
+            "--target",
+            "sluice://127.0.0.1:7171",
+            "--messages",
+            "10",
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sluice-client"));
+}
+
+#[test]
+fn outputs_and_slo_against_redis() {
+    let Some(peer) = peers::start(PeerKind::Redis) else {
+        return;
+    };
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-{}", peer.port));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("out.json");
+    let plot = dir.join("plot.svg");
+    let hgrm = dir.join("hgrm");
+    let out = loadgen()
+        .args([
+            "throughput",
+            "--target",
+            &peer.url(),
+            "--messages",
+            "2000",
+            "--batch",
+            "32",
+        ])
+        .args(["--passes", "2", "--slo", "max<60s", "--quiet"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plot)
+        .arg("--hgrm")
+        .arg(&hgrm)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("XAUTOCLAIM"),
+        "the configuration is printed: {stdout}"
+    );
+    assert!(stdout.contains("median"), "two passes give a median row");
+
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let arr = v.as_array().unwrap();
+    assert_eq!(arr.len(), 2, "one object per target and pass");
+    for o in arr {
+        assert_eq!(o["sent"], 2000);
+        assert_eq!(o["deleted"], 2000);
+        assert_eq!(o["lost"], 0);
+        assert_eq!(o["duplicates"], 0);
+        assert!(o["send_to_receive_us"]["p99"].is_u64());
+        assert!(o["cycle_us"]["max"].is_u64());
+    }
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert_eq!(
+        svg.matches(r#"class="curve""#).count(),
+        1,
+        "one curve for the one target"
+    );
+    let files = std::fs::read_dir(&hgrm).unwrap().count();
+    assert_eq!(files, 4, "send_to_receive and cycle for each of two passes");
+
+    // An SLO nobody meets: exit 3, naming the violation.
+    let out = loadgen()
+        .args([
+            "throughput",
+            "--target",
+            &peer.url(),
+            "--messages",
+            "200",
+            "--quiet",
+        ])
+        .args(["--slo", "max<1us"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("SLO violated") && stderr.contains("max<1us"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

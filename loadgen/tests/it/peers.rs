@@ -1,0 +1,163 @@
+//! Starting and stopping peer brokers for the tests.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a peer may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// Fresh ports tried when a peer fails to start (another process took the port).
+const START_ATTEMPTS: usize = 5;
+
+/// The peer brokers the tests run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerKind {
+    Redis,
+    Beanstalkd,
+    Nats,
+}
+
+impl PeerKind {
+    fn binary(self) -> &'static str {
+        match self {
+            PeerKind::Redis => "redis-server",
+            PeerKind::Beanstalkd => "beanstalkd",
+            PeerKind::Nats => "nats-server",
+        }
+    }
+
+    fn package(self) -> &'static str {
+        match self {
+            PeerKind::Redis => "redis-server",
+            PeerKind::Beanstalkd => "beanstalkd",
+            PeerKind::Nats => "nats-server",
+        }
+    }
+
+    fn scheme(self) -> &'static str {
+        match self {
+            PeerKind::Redis => "redis",
+            PeerKind::Beanstalkd => "beanstalkd",
+            PeerKind::Nats => "nats",
+        }
+    }
+}
+
+/// A running peer, stopped (by process id) and its directory removed on drop.
+pub struct Peer {
+    child: Child,
+    dir: PathBuf,
+    pub kind: PeerKind,
+    pub port: u16,
+}
+
+impl Peer {
+    /// `scheme://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("{}://127.0.0.1:{}", self.kind.scheme(), self.port)
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn find_binary(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("local address").port()
+}
+
+fn command(kind: PeerKind, binary: &Path, port: u16, dir: &Path, extra: &[&str]) -> Command {
+    let port = port.to_string();
+    let mut c = Command::new(binary);
+    match kind {
+        PeerKind::Redis => {
+            c.args([
+                "--port",
+                &port,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(["--dir".as_ref(), dir.as_os_str()]);
+        }
+        PeerKind::Beanstalkd => {
+            c.args(["-l", "127.0.0.1", "-p", &port]);
+        }
+        PeerKind::Nats => {
+            c.args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
+                .arg(dir);
+        }
+    }
+    c.args(extra);
+    c.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
+/// Starts a peer, or returns `None` (saying why) when its binary is missing
+/// and `CI` is not `true`.
+pub fn start(kind: PeerKind) -> Option<Peer> {
+    start_with(kind, &[])
+}
+
+/// [`start`] with extra command-line arguments for the peer.
+pub fn start_with(kind: PeerKind, extra: &[&str]) -> Option<Peer> {
+    let Some(binary) = find_binary(kind.binary()) else {
+        let reason = format!(
+            "{} not found: install it with `apt-get install -y {}`",
+            kind.binary(),
+            kind.package()
+        );
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("CI=true and {reason}");
+        }
+        eprintln!("skipping: {reason}");
+        return None;
+    };
+    for _ in 0..START_ATTEMPTS {
+        let port = free_port();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("peers")
+            .join(format!("{}-{}-{port}", kind.binary(), std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the peer's directory");
+        let child = command(kind, &binary, port, &dir, extra)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        let mut peer = Peer {
+            child,
+            dir,
+            kind,
+            port,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = peer.child.try_wait() {
+                break; // It exited (the port was taken): try another.
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(peer);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(peer);
+    }
+    panic!("{} did not start on a free loopback port", kind.binary());
+}

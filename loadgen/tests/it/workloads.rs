@@ -1,0 +1,239 @@
+//! Each adapter against its real server, through the library.
+
+use std::time::Duration;
+
+use sluice_loadgen::adapter::TargetUrl;
+use sluice_loadgen::config::{RunConfig, RunSpec, Workload};
+use sluice_loadgen::run::{self, Output, PassReport};
+
+use crate::peers::{self, PeerKind};
+
+const MESSAGES: u64 = 2_000;
+
+fn spec(peer: &peers::Peer, workload: Workload) -> RunSpec {
+    RunSpec {
+        workload: Some(workload),
+        targets: vec![TargetUrl::parse(&peer.url()).unwrap()],
+        messages: Some(MESSAGES),
+        producers: Some(2),
+        consumers: Some(2),
+        batch: Some(64),
+        ..RunSpec::default()
+    }
+}
+
+fn run_one(spec: RunSpec) -> PassReport {
+    let cfg = RunConfig::new(spec).unwrap();
+    let mut printed = Vec::new();
+    let mut outcomes = {
+        let mut out = Output {
+            config: &mut printed,
+            progress: None,
+        };
+        run::run(&cfg, &mut out)
+    };
+    println!("{}", String::from_utf8_lossy(&printed));
+    assert_eq!(outcomes.len(), 1);
+    let o = outcomes.remove(0);
+    o.result.unwrap_or_else(|e| panic!("{}: {e}", o.target))
+}
+
+fn throughput(kind: PeerKind) {
+    let Some(peer) = peers::start(kind) else {
+        return;
+    };
+    let mut s = spec(&peer, Workload::Throughput);
+    s.visibility_timeout = Some(Duration::from_secs(1));
+    let r = run_one(s);
+    assert_eq!(r.tally.sent, MESSAGES);
+    assert_eq!(r.tally.deleted, MESSAGES);
+    assert_eq!(r.tally.lost, 0, "lost");
+    assert_eq!(r.duplicates, 0, "duplicates");
+    assert_eq!(r.corrupt, 0);
+    assert!(!r.drain_timed_out);
+    assert_eq!(r.recorder.send_to_receive.len(), MESSAGES);
+    assert_eq!(r.recorder.cycle.len(), MESSAGES);
+}
+
+fn redelivery(kind: PeerKind) {
+    let Some(peer) = peers::start(kind) else {
+        return;
+    };
+    let mut s = spec(&peer, Workload::Redelivery);
+    s.visibility_timeout = Some(Duration::from_secs(1));
+    s.fail_ratio = Some(0.5);
+    let r = run_one(s);
+    assert_eq!(r.tally.sent, MESSAGES);
+    assert!(r.tally.left > 0, "some messages were left undeleted");
+    assert_eq!(
+        r.tally.redelivered, r.tally.left,
+        "every left message came back"
+    );
+    assert_eq!(r.tally.deleted, MESSAGES);
+    assert_eq!(r.tally.lost, 0);
+    assert_eq!(r.recorder.lateness.len(), r.tally.left);
+}
+
+fn latency(kind: PeerKind) {
+    let Some(peer) = peers::start(kind) else {
+        return;
+    };
+    let mut s = spec(&peer, Workload::Latency);
+    s.messages = Some(1_000);
+    s.rate = Some(5_000);
+    let r = run_one(s);
+    assert_eq!((r.tally.sent, r.tally.deleted), (1_000, 1_000));
+    assert_eq!((r.tally.lost, r.duplicates), (0, 0));
+    assert_eq!(r.recorder.send_to_receive_uncorrected.len(), 1_000);
+}
+
+#[test]
+fn redis_throughput() {
+    throughput(PeerKind::Redis);
+}
+
+#[test]
+fn redis_redelivery() {
+    redelivery(PeerKind::Redis);
+}
+
+#[test]
+fn redis_latency() {
+    latency(PeerKind::Redis);
+}
+
+#[test]
+fn beanstalkd_throughput() {
+    throughput(PeerKind::Beanstalkd);
+}
+
+#[test]
+fn beanstalkd_redelivery() {
+    redelivery(PeerKind::Beanstalkd);
+}
+
+#[test]
+fn beanstalkd_latency() {
+    latency(PeerKind::Beanstalkd);
+}
+
+#[test]
+fn nats_throughput() {
+    throughput(PeerKind::Nats);
+}
+
+#[test]
+fn nats_redelivery() {
+    redelivery(PeerKind::Nats);
+}
+
+#[test]
+fn nats_latency() {
+    latency(PeerKind::Nats);
+}
+
+/// The queue is gone after a pass: a second pass gets a fresh one and the
+/// first leaves nothing behind to be received by it.
+#[test]
+fn passes_interleave_over_targets_with_fresh_queues() {
+    let Some(redis) = peers::start(PeerKind::Redis) else {
+        return;
+    };
+    let Some(beanstalkd) = peers::start(PeerKind::Beanstalkd) else {
+        return;
+    };
+    let cfg = RunConfig::new(RunSpec {
+        workload: Some(Workload::Throughput),
+        targets: vec![
+            TargetUrl::parse(&redis.url()).unwrap(),
+            TargetUrl::parse(&beanstalkd.url()).unwrap(),
+        ],
+        passes: Some(2),
+        messages: Some(500),
+        ..RunSpec::default()
+    })
+    .unwrap();
+    let mut printed = Vec::new();
+    let outcomes = run::run(
+        &cfg,
+        &mut Output {
+            config: &mut printed,
+            progress: None,
+        },
+    );
+    let order: Vec<(String, u32)> = outcomes
+        .iter()
+        .map(|o| (o.target.to_string(), o.pass))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            (redis.url(), 1),
+            (beanstalkd.url(), 1),
+            (redis.url(), 2),
+            (beanstalkd.url(), 2)
+        ]
+    );
+    for o in &outcomes {
+        let r = o.result.as_ref().unwrap();
+        assert_eq!(
+            (r.tally.deleted, r.tally.lost, r.duplicates, r.corrupt),
+            (500, 0, 0, 0)
+        );
+    }
+    let printed = String::from_utf8(printed).unwrap();
+    let queues: Vec<&str> = printed
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("stream")
+                .or_else(|| l.trim().strip_prefix("tube"))
+        })
+        .collect();
+    assert_eq!(queues.len(), 4);
+    let mut unique = queues.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        4,
+        "a fresh queue per target and pass: {queues:?}"
+    );
+}
+
+/// The token reaches the peers that have authentication; a wrong one fails
+/// the pass with the server's refusal.
+fn authenticated(kind: PeerKind, flags: &[&str]) {
+    let Some(peer) = peers::start_with(kind, flags) else {
+        return;
+    };
+    let mut s = spec(&peer, Workload::Throughput);
+    s.messages = Some(200);
+    s.token = Some("s3cret".into());
+    let r = run_one(s.clone());
+    assert_eq!((r.tally.deleted, r.tally.lost), (200, 0));
+    s.token = Some("wrong".into());
+    let cfg = RunConfig::new(s).unwrap();
+    let mut printed = Vec::new();
+    let outcomes = run::run(
+        &cfg,
+        &mut Output {
+            config: &mut printed,
+            progress: None,
+        },
+    );
+    match &outcomes[0].result {
+        Ok(_) => panic!("a wrong token was accepted"),
+        Err(e) => assert!(e.to_string().contains("set-up failed"), "{e}"),
+    }
+}
+
+#[test]
+fn redis_auth() {
+    authenticated(PeerKind::Redis, &["--requirepass", "s3cret"]);
+}
+
+#[test]
+fn nats_auth() {
+    authenticated(PeerKind::Nats, &["--auth", "s3cret"]);
+}
