@@ -1,4 +1,5 @@
-//! sluice-broker's integration tests, by area. Engine tests run on the
+//! sluice-broker's integration tests, by area: `engine_*` (the engine), `io_*`
+//! (the io layer against real sockets). Engine tests run on the
 //! deterministic [`Cluster`](sluice_broker::engine::Cluster) with a virtual
 //! clock, on 1 and 2 shards, and check the invariants after every step.
 
@@ -13,3 +14,5 @@ mod engine_receipts;
 mod engine_send;
 mod engine_shards;
 mod engine_stress;
+
+mod io_driver;
