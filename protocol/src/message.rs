@@ -1,0 +1,635 @@
+//! The per-message parts of SEND, RECEIVE and PEEK: message attributes, send
+//! entries, received and peeked messages.
+
+use core::fmt;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::codec::{DecodeError, EncodeError, Reader, len_u32};
+use crate::error::{ErrorCode, WireError};
+use crate::limits::{
+    DEDUP_KEY_BYTES_MAX, MESSAGE_ATTRIBUTES_BYTES_MAX, MESSAGE_ATTRIBUTES_MAX,
+    RECEIVE_ENTRY_OVERHEAD_BYTES, SEND_ENTRY_OVERHEAD_BYTES,
+};
+use crate::receipt::{MessageId, RECEIPT_BYTES, Receipt};
+
+/// Wire value of a delay, visibility timeout or wait that means "the queue's
+/// default".
+pub const USE_QUEUE_DEFAULT: u32 = u32::MAX;
+/// Largest first-received delta of a received message; larger deltas saturate
+/// here.
+pub const FIRST_RECEIVED_DELTA_MS_MAX: u32 = u32::MAX - 1;
+/// Wire value of a peeked message's first-received delta when it was never
+/// received.
+pub const NEVER_RECEIVED: u32 = u32::MAX;
+
+/// Bytes of a message attribute's framing: `u16` key length and `u16` value
+/// length.
+const ATTRIBUTE_FRAMING_BYTES: usize = 4;
+
+/// A message's attributes: up to 16 UTF-8 key/value pairs, keys and values 4
+/// KiB in all. Held in their wire form (`u16 key_len, key, u16 value_len,
+/// value` per pair), so decoding validates without allocating and the broker
+/// can store and send them back as they came. Pairs keep their order; keys
+/// are not required to be unique.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct MessageAttributes {
+    count: u8,
+    raw: Bytes,
+}
+
+impl MessageAttributes {
+    /// No attributes.
+    #[must_use]
+    pub const fn new() -> MessageAttributes {
+        MessageAttributes {
+            count: 0,
+            raw: Bytes::new(),
+        }
+    }
+
+    /// Attributes from key/value pairs, in order.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for more than 16 pairs or keys and values above 4 KiB
+    /// in all.
+    pub fn from_pairs<K, V, I>(pairs: I) -> Result<MessageAttributes, WireError>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+        I: IntoIterator<Item = (K, V)>,
+    {
+        let mut raw = BytesMut::new();
+        let mut count = 0usize;
+        let mut content = 0usize;
+        for (k, v) in pairs {
+            let (k, v) = (k.as_ref().as_bytes(), v.as_ref().as_bytes());
+            count += 1;
+            content += k.len() + v.len();
+            if count > MESSAGE_ATTRIBUTES_MAX {
+                return Err(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("attributes: more than {MESSAGE_ATTRIBUTES_MAX}"),
+                ));
+            }
+            if content > MESSAGE_ATTRIBUTES_BYTES_MAX {
+                return Err(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "attributes: keys and values above {MESSAGE_ATTRIBUTES_BYTES_MAX} bytes"
+                    ),
+                ));
+            }
+            // Both lengths are below 4 KiB (checked above), so they fit a u16.
+            #[allow(clippy::cast_possible_truncation, reason = "at most 4 KiB")]
+            {
+                raw.put_u16_le(k.len() as u16);
+                raw.put_slice(k);
+                raw.put_u16_le(v.len() as u16);
+                raw.put_slice(v);
+            }
+        }
+        #[allow(clippy::cast_possible_truncation, reason = "at most 16")]
+        Ok(MessageAttributes {
+            count: count as u8,
+            raw: raw.freeze(),
+        })
+    }
+
+    /// Attributes from their wire form: `count` pairs in `raw`, for example as
+    /// a broker stored them. Checks everything [`Self::decode`] checks.
+    ///
+    /// # Errors
+    /// As for decoding, with offsets counted from the start of `raw`.
+    pub fn from_wire(count: u8, raw: Bytes) -> Result<MessageAttributes, DecodeError> {
+        let mut r = Reader::new(raw);
+        let attrs = MessageAttributes::decode(&mut r, count, 0)?;
+        r.finish()?;
+        Ok(attrs)
+    }
+
+    /// Reads `count` pairs; `count_offset` is where the count was read, for
+    /// errors.
+    ///
+    /// # Errors
+    /// `TooLong` for more than 16 pairs or more than 4 KiB of keys and values,
+    /// `Truncated`, `InvalidUtf8`.
+    pub fn decode(
+        r: &mut Reader,
+        count: u8,
+        count_offset: usize,
+    ) -> Result<MessageAttributes, DecodeError> {
+        if count == 0 {
+            return Ok(MessageAttributes::new());
+        }
+        if usize::from(count) > MESSAGE_ATTRIBUTES_MAX {
+            return Err(DecodeError::TooLong {
+                offset: count_offset,
+                field: "attr_count",
+                len: count.into(),
+                max: MESSAGE_ATTRIBUTES_MAX,
+            });
+        }
+        let mut region = r.clone();
+        let start = region.remaining();
+        let mut content = 0usize;
+        for _ in 0..count {
+            for field in ["attribute key", "attribute value"] {
+                let len = usize::from(region.u16(field)?);
+                let offset = region.offset();
+                content += len;
+                if content > MESSAGE_ATTRIBUTES_BYTES_MAX {
+                    return Err(DecodeError::TooLong {
+                        offset,
+                        field: "attributes",
+                        len: content,
+                        max: MESSAGE_ATTRIBUTES_BYTES_MAX,
+                    });
+                }
+                let remaining = region.remaining();
+                let s = region.take_slice(len).ok_or(DecodeError::Truncated {
+                    offset,
+                    needed: len.saturating_sub(remaining),
+                    field,
+                })?;
+                if core::str::from_utf8(s).is_err() {
+                    return Err(DecodeError::InvalidUtf8 { offset, field });
+                }
+            }
+        }
+        let raw_len = start - region.remaining();
+        let raw = r.bytes(raw_len, "attributes")?;
+        Ok(MessageAttributes { count, raw })
+    }
+
+    /// Number of pairs.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.count.into()
+    }
+
+    /// Number of pairs, as the `u8` on the wire.
+    #[must_use]
+    pub fn count(&self) -> u8 {
+        self.count
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes of keys and values together: what the 4 KiB limit and a queue's
+    /// max message size count.
+    #[must_use]
+    pub fn content_bytes(&self) -> usize {
+        self.raw.len() - ATTRIBUTE_FRAMING_BYTES * self.len()
+    }
+
+    /// The pairs in their wire form (without the count).
+    #[must_use]
+    pub fn wire_bytes(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// The pairs, in order.
+    #[must_use]
+    pub fn iter(&self) -> AttributeIter<'_> {
+        AttributeIter { rest: &self.raw }
+    }
+
+    /// The value of the first pair with this key.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+}
+
+impl fmt::Debug for MessageAttributes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for &'a MessageAttributes {
+    type Item = (&'a str, &'a str);
+    type IntoIter = AttributeIter<'a>;
+    fn into_iter(self) -> AttributeIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over a message's attribute pairs.
+#[derive(Clone, Debug)]
+pub struct AttributeIter<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> AttributeIter<'a> {
+    fn string(&mut self) -> Option<&'a str> {
+        let (len, rest) = self.rest.split_first_chunk::<2>()?;
+        let len = usize::from(u16::from_le_bytes(*len));
+        let (s, rest) = rest.split_at_checked(len)?;
+        self.rest = rest;
+        core::str::from_utf8(s).ok()
+    }
+}
+
+impl<'a> Iterator for AttributeIter<'a> {
+    type Item = (&'a str, &'a str);
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        // The pairs were validated when the attributes were built, so this
+        // parse cannot fail part way.
+        let key = self.string()?;
+        let value = self.string()?;
+        Some((key, value))
+    }
+}
+
+/// One message of a SEND.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SendEntry {
+    /// The body, sharing the frame's buffer when decoded.
+    pub body: Bytes,
+    /// Delivery delay; `None` uses the queue's. `Some(0xFFFF_FFFF)` goes on
+    /// the wire as "queue default" too.
+    pub delay_ms: Option<u32>,
+    /// Dedup key (1 to 128 bytes); `None` for no deduplication. An empty key
+    /// goes on the wire as "none".
+    pub dedup_key: Option<Bytes>,
+    /// Attributes.
+    pub attributes: MessageAttributes,
+}
+
+impl SendEntry {
+    /// An entry with just a body.
+    #[must_use]
+    pub fn new(body: impl Into<Bytes>) -> SendEntry {
+        SendEntry {
+            body: body.into(),
+            ..SendEntry::default()
+        }
+    }
+
+    /// Bytes on the wire.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        SEND_ENTRY_OVERHEAD_BYTES
+            + self.dedup_key.as_ref().map_or(0, Bytes::len)
+            + self.attributes.wire_bytes().len()
+            + self.body.len()
+    }
+
+    pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let dedup = self.dedup_key.as_deref().unwrap_or_default();
+        let dedup_len = crate::codec::len_u8(dedup.len(), "dedup key")?;
+        buf.put_u32_le(len_u32(self.body.len(), "body")?);
+        buf.put_u32_le(self.delay_ms.unwrap_or(USE_QUEUE_DEFAULT));
+        buf.put_u8(dedup_len);
+        buf.put_u8(self.attributes.count());
+        buf.put_slice(dedup);
+        buf.put_slice(self.attributes.wire_bytes());
+        buf.put_slice(&self.body);
+        Ok(())
+    }
+
+    pub(crate) fn decode(r: &mut Reader) -> Result<SendEntry, DecodeError> {
+        let body_len = r.u32("body_len")?;
+        let delay_ms = r.u32("delay_ms")?;
+        let dedup_offset = r.offset();
+        let dedup_len = r.u8("dedup_len")?;
+        let attr_offset = r.offset();
+        let attr_count = r.u8("attr_count")?;
+        if usize::from(dedup_len) > DEDUP_KEY_BYTES_MAX {
+            return Err(DecodeError::TooLong {
+                offset: dedup_offset,
+                field: "dedup key",
+                len: dedup_len.into(),
+                max: DEDUP_KEY_BYTES_MAX,
+            });
+        }
+        let dedup_key = match dedup_len {
+            0 => None,
+            n => Some(r.bytes(n.into(), "dedup key")?),
+        };
+        let attributes = MessageAttributes::decode(r, attr_count, attr_offset)?;
+        let body = r.bytes(wire_len(body_len), "body")?;
+        Ok(SendEntry {
+            body,
+            delay_ms: (delay_ms != USE_QUEUE_DEFAULT).then_some(delay_ms),
+            dedup_key,
+            attributes,
+        })
+    }
+}
+
+/// A `u32` length from the wire as a `usize`. On a 16-bit platform a length
+/// that does not fit is clamped, and the read that uses it fails as truncated.
+pub(crate) fn wire_len(len: u32) -> usize {
+    usize::try_from(len).unwrap_or(usize::MAX)
+}
+
+/// The result of one accepted SEND entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SendOutcome {
+    /// The message's id; for a duplicate, the id of the message first sent
+    /// with that dedup key.
+    pub id: MessageId,
+    /// Whether the entry was a duplicate and enqueued nothing.
+    pub duplicate: bool,
+}
+
+/// One visibility change of a `CHANGE_VISIBILITY` batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VisibilityChange {
+    /// The delivery to change.
+    pub receipt: Receipt,
+    /// The lease ends this long from now; 0 releases the message.
+    pub visibility_timeout_ms: u32,
+}
+
+/// Bytes one received message takes in a RECEIVE reply: 63 fixed bytes, the
+/// attributes' wire form ([`MessageAttributes::wire_bytes`]) and the body. A
+/// broker adds these up (after [`crate::reply::RECEIVE_REPLY_FIXED_BYTES`])
+/// to stop filling a reply before it would exceed the frame limit.
+#[must_use]
+pub const fn received_message_encoded_len(
+    attributes_wire_bytes: usize,
+    body_bytes: usize,
+) -> usize {
+    RECEIVE_ENTRY_OVERHEAD_BYTES + attributes_wire_bytes + body_bytes
+}
+
+/// The saturated first-received delta of a received message:
+/// `first_received_at - sent_at`, 0 when the clock went backwards, at most
+/// [`FIRST_RECEIVED_DELTA_MS_MAX`].
+#[must_use]
+pub fn first_received_delta_ms(sent_at_ms: u64, first_received_at_ms: u64) -> u32 {
+    let delta = first_received_at_ms.saturating_sub(sent_at_ms);
+    u32::try_from(delta).map_or(FIRST_RECEIVED_DELTA_MS_MAX, |d| {
+        d.min(FIRST_RECEIVED_DELTA_MS_MAX)
+    })
+}
+
+/// A message delivered by RECEIVE.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceivedMessage {
+    /// The message id.
+    pub id: MessageId,
+    /// The receipt of this delivery; its delivery number is the message's.
+    pub receipt: Receipt,
+    /// Deliveries since the message was sent or last redriven, this one
+    /// included.
+    pub receive_count: u32,
+    /// When the message was first sent (Unix ms).
+    pub sent_at_ms: u64,
+    /// Milliseconds from the send to the first delivery, saturating at
+    /// [`FIRST_RECEIVED_DELTA_MS_MAX`] (the encoder clamps larger values).
+    /// See [`first_received_delta_ms`].
+    pub first_received_delta_ms: u32,
+    /// Attributes.
+    pub attributes: MessageAttributes,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl ReceivedMessage {
+    /// The message's delivery number (its fencing token).
+    #[must_use]
+    pub fn delivery(&self) -> u64 {
+        self.receipt.delivery
+    }
+
+    /// When the message was first delivered (Unix ms).
+    #[must_use]
+    pub fn first_received_at_ms(&self) -> u64 {
+        self.sent_at_ms
+            .saturating_add(self.first_received_delta_ms.into())
+    }
+
+    /// Bytes on the wire; see [`received_message_encoded_len`].
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        received_message_encoded_len(self.attributes.wire_bytes().len(), self.body.len())
+    }
+
+    pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let body_len = len_u32(self.body.len(), "body")?;
+        buf.put_slice(&self.id.to_bytes());
+        buf.put_slice(&self.receipt.to_bytes());
+        buf.put_u32_le(self.receive_count);
+        buf.put_u64_le(self.sent_at_ms);
+        buf.put_u32_le(
+            self.first_received_delta_ms
+                .min(FIRST_RECEIVED_DELTA_MS_MAX),
+        );
+        buf.put_u32_le(body_len);
+        buf.put_u8(self.attributes.count());
+        buf.put_slice(self.attributes.wire_bytes());
+        buf.put_slice(&self.body);
+        Ok(())
+    }
+
+    pub(crate) fn decode(r: &mut Reader) -> Result<ReceivedMessage, DecodeError> {
+        let id = MessageId::from_bytes(r.array("id")?);
+        let receipt = Receipt::from_bytes(&r.array::<RECEIPT_BYTES>("receipt")?);
+        let receive_count = r.u32("receive_count")?;
+        let sent_at_ms = r.u64("sent_at_ms")?;
+        let delta_offset = r.offset();
+        let first_received_delta_ms = r.u32("first_received_delta_ms")?;
+        if first_received_delta_ms > FIRST_RECEIVED_DELTA_MS_MAX {
+            return Err(DecodeError::InvalidValue {
+                offset: delta_offset,
+                field: "first_received_delta_ms",
+                reason: "0xFFFFFFFF (never received) in a received message",
+            });
+        }
+        let body_len = r.u32("body_len")?;
+        let attr_offset = r.offset();
+        let attr_count = r.u8("attr_count")?;
+        let attributes = MessageAttributes::decode(r, attr_count, attr_offset)?;
+        let body = r.bytes(wire_len(body_len), "body")?;
+        Ok(ReceivedMessage {
+            id,
+            receipt,
+            receive_count,
+            sent_at_ms,
+            first_received_delta_ms,
+            attributes,
+            body,
+        })
+    }
+}
+
+/// Fixed bytes of a peeked message before its attributes and body.
+pub const PEEK_ENTRY_OVERHEAD_BYTES: usize = 16 + 4 + 8 + 8 + 4 + 4 + 1;
+
+/// A message read by PEEK, without a lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeekedMessage {
+    /// The message id.
+    pub id: MessageId,
+    /// Deliveries since the message was sent or last redriven.
+    pub receive_count: u32,
+    /// The message's delivery number (that of its latest delivery; 0 if never
+    /// delivered).
+    pub delivery: u64,
+    /// When the message was first sent (Unix ms).
+    pub sent_at_ms: u64,
+    /// Milliseconds from the send to the first delivery (saturating at
+    /// [`FIRST_RECEIVED_DELTA_MS_MAX`]); `None` if never received.
+    pub first_received_delta_ms: Option<u32>,
+    /// Attributes.
+    pub attributes: MessageAttributes,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl PeekedMessage {
+    /// Bytes on the wire.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        PEEK_ENTRY_OVERHEAD_BYTES + self.attributes.wire_bytes().len() + self.body.len()
+    }
+
+    pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let body_len = len_u32(self.body.len(), "body")?;
+        buf.put_slice(&self.id.to_bytes());
+        buf.put_u32_le(self.receive_count);
+        buf.put_u64_le(self.delivery);
+        buf.put_u64_le(self.sent_at_ms);
+        buf.put_u32_le(
+            self.first_received_delta_ms
+                .map_or(NEVER_RECEIVED, |d| d.min(FIRST_RECEIVED_DELTA_MS_MAX)),
+        );
+        buf.put_u32_le(body_len);
+        buf.put_u8(self.attributes.count());
+        buf.put_slice(self.attributes.wire_bytes());
+        buf.put_slice(&self.body);
+        Ok(())
+    }
+
+    pub(crate) fn decode(r: &mut Reader) -> Result<PeekedMessage, DecodeError> {
+        let id = MessageId::from_bytes(r.array("id")?);
+        let receive_count = r.u32("receive_count")?;
+        let delivery = r.u64("delivery")?;
+        let sent_at_ms = r.u64("sent_at_ms")?;
+        let delta = r.u32("first_received_delta_ms")?;
+        let body_len = r.u32("body_len")?;
+        let attr_offset = r.offset();
+        let attr_count = r.u8("attr_count")?;
+        let attributes = MessageAttributes::decode(r, attr_count, attr_offset)?;
+        let body = r.bytes(wire_len(body_len), "body")?;
+        Ok(PeekedMessage {
+            id,
+            receive_count,
+            delivery,
+            sent_at_ms,
+            first_received_delta_ms: (delta != NEVER_RECEIVED).then_some(delta),
+            attributes,
+            body,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_round_trip_and_count_content() {
+        let a = MessageAttributes::from_pairs([("k", "v1"), ("type", "order")]).unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a.content_bytes(), 1 + 2 + 4 + 5);
+        assert_eq!(a.get("type"), Some("order"));
+        assert_eq!(a.get("nope"), None);
+        let pairs: Vec<_> = a.iter().collect();
+        assert_eq!(pairs, vec![("k", "v1"), ("type", "order")]);
+        let back = MessageAttributes::from_wire(a.count(), a.wire_bytes().clone()).unwrap();
+        assert_eq!(back, a);
+    }
+
+    #[test]
+    fn attribute_limits_hold_both_ways() {
+        let seventeen: Vec<(String, String)> =
+            (0..17).map(|i| (i.to_string(), String::new())).collect();
+        assert_eq!(
+            MessageAttributes::from_pairs(seventeen).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+        let big = "x".repeat(MESSAGE_ATTRIBUTES_BYTES_MAX);
+        assert!(MessageAttributes::from_pairs([("", big.as_str())]).is_ok());
+        assert!(MessageAttributes::from_pairs([("k", big.as_str())]).is_err());
+
+        // 4 KiB + 1 on the wire: two values of 2049 and 2048 bytes.
+        let mut raw = BytesMut::new();
+        for len in [2049u16, 2048] {
+            raw.put_u16_le(0);
+            raw.put_u16_le(len);
+            raw.put_slice(&vec![b'a'; len.into()]);
+        }
+        let err = MessageAttributes::from_wire(2, raw.freeze()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DecodeError::TooLong {
+                    field: "attributes",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = MessageAttributes::from_wire(17, Bytes::new()).unwrap_err();
+        assert!(matches!(
+            err,
+            DecodeError::TooLong {
+                field: "attr_count",
+                ..
+            }
+        ));
+        let err = MessageAttributes::from_wire(1, Bytes::from_static(b"\x01\x00\xff\x00\x00"))
+            .unwrap_err();
+        assert!(
+            matches!(err, DecodeError::InvalidUtf8 { offset: 2, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn deltas_saturate() {
+        assert_eq!(first_received_delta_ms(10, 5), 0);
+        assert_eq!(first_received_delta_ms(10, 15), 5);
+        assert_eq!(
+            first_received_delta_ms(0, u64::MAX),
+            FIRST_RECEIVED_DELTA_MS_MAX
+        );
+        assert_eq!(
+            first_received_delta_ms(0, u64::from(u32::MAX)),
+            FIRST_RECEIVED_DELTA_MS_MAX
+        );
+    }
+
+    #[test]
+    fn entry_framing_matches_the_design_limits() {
+        let entry = SendEntry::new(Bytes::from_static(b"body"));
+        let mut buf = BytesMut::new();
+        entry.encode(&mut buf).unwrap();
+        assert_eq!(buf.len(), SEND_ENTRY_OVERHEAD_BYTES + 4);
+        assert_eq!(entry.encoded_len(), buf.len());
+
+        let msg = ReceivedMessage {
+            id: MessageId(1),
+            receipt: Receipt::default(),
+            receive_count: 1,
+            sent_at_ms: 2,
+            first_received_delta_ms: 3,
+            attributes: MessageAttributes::new(),
+            body: Bytes::from_static(b"body"),
+        };
+        let mut buf = BytesMut::new();
+        msg.encode(&mut buf).unwrap();
+        assert_eq!(buf.len(), RECEIVE_ENTRY_OVERHEAD_BYTES + 4);
+        assert_eq!(msg.encoded_len(), buf.len());
+    }
+}
