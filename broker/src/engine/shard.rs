@@ -1163,7 +1163,10 @@ impl Shard {
                     continue;
                 }
             }
-            let cost = RECEIVE_ENTRY_OVERHEAD_BYTES + m.data.len();
+            // On the wire an attribute's key length is a u16, one byte more
+            // than the stored u8: count it, or a reply of many messages with
+            // attributes could outgrow the frame.
+            let cost = RECEIVE_ENTRY_OVERHEAD_BYTES + m.data.len() + m.attributes().len();
             if !budget.take(cost) {
                 // Back to the front: it is the next one to go.
                 if let Some(m) = self.messages.get_mut(key) {
