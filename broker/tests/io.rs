@@ -763,6 +763,8 @@ fn stop_accepting_keeps_connections(choice: BackendChoice) {
         assert!(Instant::now() < deadline, "the listener never closed");
         match TcpStream::connect(server.addr) {
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => break,
+            // Caught in the handshake as the listener closed.
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
             Err(e) => panic!("connect: {e}"),
             Ok(_) => thread::sleep(Duration::from_millis(2)),
         }

@@ -220,6 +220,36 @@ impl Reader {
         })
     }
 
+    /// Skips `n` bytes without creating a slice handle (no reference count
+    /// is touched), for validating a region that is sliced out as a whole.
+    ///
+    /// # Errors
+    /// `Truncated` when fewer than `n` bytes remain.
+    pub fn skip(&mut self, n: usize, field: &'static str) -> Result<(), DecodeError> {
+        if n > self.remaining() {
+            return Err(DecodeError::Truncated {
+                offset: self.offset(),
+                needed: n - self.remaining(),
+                field,
+            });
+        }
+        self.pos += n;
+        Ok(())
+    }
+
+    /// The reader's position in its own bytes, for [`Self::slice_since`].
+    #[must_use]
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The bytes read since `position` (an earlier [`Self::position`]), as a
+    /// slice sharing the payload's buffer.
+    #[must_use]
+    pub fn slice_since(&self, position: usize) -> Bytes {
+        self.bytes.slice(position.min(self.pos)..self.pos)
+    }
+
     /// A reader over the next `n` bytes, for a length-delimited region; its
     /// errors report offsets in the outer payload.
     ///
@@ -365,9 +395,9 @@ impl Reader {
         &mut self,
         field: &'static str,
         max: usize,
-    ) -> Result<usize, DecodeError> {
+    ) -> Result<u16, DecodeError> {
         let offset = self.offset();
-        let count = usize::from(self.u16(field)?);
+        let count = self.u16(field)?;
         if count == 0 {
             return Err(DecodeError::InvalidArgument {
                 offset,
@@ -375,7 +405,7 @@ impl Reader {
                 reason: "must be at least 1",
             });
         }
-        check_batch(offset, field, count, max)?;
+        check_batch(offset, field, count.into(), max)?;
         Ok(count)
     }
 
@@ -387,10 +417,10 @@ impl Reader {
         &mut self,
         field: &'static str,
         max: usize,
-    ) -> Result<usize, DecodeError> {
+    ) -> Result<u16, DecodeError> {
         let offset = self.offset();
-        let count = usize::from(self.u16(field)?);
-        check_batch(offset, field, count, max)?;
+        let count = self.u16(field)?;
+        check_batch(offset, field, count.into(), max)?;
         Ok(count)
     }
 }

@@ -12,18 +12,18 @@
 //! - [`codec`]: the bounds-checked [`Reader`] every decoder reads through, and
 //!   [`DecodeError`], which maps to the [`ErrorCode`] a server answers with.
 //!
-//! Decoding never copies bodies, dedup keys or attributes: they are [`Bytes`]
-//! slices of the receive buffer.
+//! Decoding never copies bodies, dedup keys or attributes: they are slices of
+//! the receive buffer ([`Bytes`] handles, or borrowed views for the hot
+//! batches: a SEND's entries and a RECEIVE reply's messages are validated
+//! once and then read without allocating or touching a reference count).
 //!
 //! ```
 //! use bytes::{Bytes, BytesMut};
 //! use sluice_protocol::{FrameDecoder, QueueName, Request, SendEntry, SendRequest};
 //!
 //! // A client encodes a SEND of one message...
-//! let request = Request::Send(SendRequest {
-//!     queue: QueueName::new("orders").unwrap(),
-//!     entries: vec![SendEntry::new(Bytes::from_static(b"hello"))],
-//! });
+//! let entries = [SendEntry::new(Bytes::from_static(b"hello"))];
+//! let request = Request::Send(SendRequest::new(QueueName::new("orders").unwrap(), &entries).unwrap());
 //! let mut wire = BytesMut::new();
 //! request.encode(7, &mut wire).unwrap();
 //! assert_eq!(wire.len(), request.encoded_len());
@@ -34,6 +34,11 @@
 //! assert_eq!(frame.request_id, 7);
 //! let decoded = Request::decode(frame.opcode, frame.payload).unwrap();
 //! assert_eq!(decoded, request);
+//! // Entries are borrowed views of the frame: no copy, no allocation.
+//! let Request::Send(send) = decoded else { unreachable!() };
+//! for entry in &send.entries {
+//!     assert_eq!(entry.body, b"hello");
+//! }
 //! ```
 //!
 //! [`Bytes`]: bytes::Bytes
@@ -61,12 +66,15 @@ pub use codec::{DecodeError, EncodeError, Reader};
 pub use error::{ErrorCode, WireError};
 pub use frame::{Frame, FrameDecoder, FrameError, opcode};
 pub use message::{
-    MessageAttributes, PeekedMessage, ReceivedMessage, SendEntry, SendOutcome, VisibilityChange,
+    AttributesRef, MessageAttributes, PeekedMessage, ReceivedBatch, ReceivedMessage,
+    ReceivedMessageRef, SendBatch, SendEntry, SendEntryRef, SendOutcome, VisibilityChange,
     received_message_encoded_len,
 };
 pub use name::{InvalidQueueName, QueueName};
 pub use receipt::{MessageId, RECEIPT_BYTES, Receipt};
-pub use reply::{Counter, HelloReply, QueueInfo, Reply, ServerLimits, ServerStatsReply};
+pub use reply::{
+    Counter, HelloReply, QueueInfo, ReceiveReplyWriter, Reply, ServerLimits, ServerStatsReply,
+};
 pub use request::{
     ChangeVisibilityRequest, DeleteRequest, HelloRequest, QueueAttributesRequest, ReceiveRequest,
     Request, SendRequest,

@@ -12,8 +12,10 @@ use crate::codec::{
 };
 use crate::error::{ErrorCode, WireError};
 use crate::frame::{FRAME_OVERHEAD_BYTES, opcode, put_header};
-use crate::limits::{BATCH_ENTRIES_MAX, ERROR_MESSAGE_BYTES_MAX, RECEIVE_ENTRY_OVERHEAD_BYTES};
-use crate::message::{PEEK_ENTRY_OVERHEAD_BYTES, PeekedMessage, ReceivedMessage, SendOutcome};
+use crate::limits::{BATCH_ENTRIES_MAX, ERROR_MESSAGE_BYTES_MAX, FRAME_HEADER_BYTES};
+use crate::message::{
+    PEEK_ENTRY_OVERHEAD_BYTES, PeekedMessage, ReceivedBatch, ReceivedMessageRef, SendOutcome,
+};
 use crate::name::QueueName;
 use crate::receipt::MessageId;
 
@@ -21,6 +23,120 @@ use crate::receipt::MessageId;
 /// the `u16` count. A reply with messages adds
 /// [`crate::message::received_message_encoded_len`] for each.
 pub const RECEIVE_REPLY_FIXED_BYTES: usize = FRAME_OVERHEAD_BYTES + 2;
+
+/// Writes a RECEIVE reply straight into an output buffer, one message at a
+/// time, so a broker can stop before the frame limit without building a
+/// batch first and without copying bodies twice.
+///
+/// ```
+/// use bytes::{Bytes, BytesMut};
+/// use sluice_protocol::{MessageAttributes, MessageId, Receipt, ReceivedMessage, Reply};
+/// use sluice_protocol::reply::ReceiveReplyWriter;
+///
+/// let msg = ReceivedMessage {
+///     id: MessageId(1),
+///     receipt: Receipt::default(),
+///     receive_count: 1,
+///     sent_at_ms: 0,
+///     first_received_delta_ms: 0,
+///     attributes: MessageAttributes::new(),
+///     body: Bytes::from_static(&[0; 100]),
+/// };
+/// let mut out = BytesMut::new();
+/// // A frame limit with room for two such messages only.
+/// let mut writer = ReceiveReplyWriter::begin(&mut out, 7, 12 + 2 * 163);
+/// assert!(writer.push(&mut out, &msg.as_view()));
+/// assert!(writer.push(&mut out, &msg.as_view()));
+/// assert!(!writer.push(&mut out, &msg.as_view()), "would exceed the frame limit");
+/// writer.finish(&mut out);
+/// assert_eq!(out.len(), 12 + 2 * 163);
+///
+/// let payload = out.split_off(10).freeze();
+/// let Ok(Reply::Receive { messages }) = Reply::decode(out[4], payload) else { panic!() };
+/// assert_eq!(messages.to_messages(), [msg.clone(), msg]);
+/// ```
+#[derive(Debug)]
+pub struct ReceiveReplyWriter {
+    start: usize,
+    count: u16,
+    frame_bytes_max: usize,
+}
+
+impl ReceiveReplyWriter {
+    /// Starts a reply to request `request_id` at the end of `buf`. The
+    /// whole frame will stay within `frame_bytes_max` (prefix included).
+    pub fn begin(buf: &mut BytesMut, request_id: u32, frame_bytes_max: u32) -> ReceiveReplyWriter {
+        let start = buf.len();
+        buf.reserve(RECEIVE_REPLY_FIXED_BYTES);
+        // Length and count are patched by `finish`.
+        buf.put_u32_le(0);
+        buf.put_u8(opcode::RECEIVE_REPLY);
+        buf.put_u8(0);
+        buf.put_u32_le(request_id);
+        buf.put_u16_le(0);
+        ReceiveReplyWriter {
+            start,
+            count: 0,
+            frame_bytes_max: usize::try_from(frame_bytes_max).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Messages written so far.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.count.into()
+    }
+
+    /// Whether no message was written.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Whether one more message of `encoded_len` bytes (see
+    /// [`crate::message::received_message_encoded_len`]) fits: within the
+    /// frame limit and the batch limit of 1,024.
+    #[must_use]
+    pub fn fits(&self, buf: &BytesMut, encoded_len: usize) -> bool {
+        let used = buf.len().saturating_sub(self.start);
+        usize::from(self.count) < BATCH_ENTRIES_MAX
+            && used.saturating_add(encoded_len) <= self.frame_bytes_max
+    }
+
+    /// Appends `message` if it [fits](Self::fits); returns whether it did.
+    /// Nothing is written when it does not.
+    pub fn push(&mut self, buf: &mut BytesMut, message: &ReceivedMessageRef<'_>) -> bool {
+        let len = message.encoded_len();
+        if !self.fits(buf, len) {
+            return false;
+        }
+        let before = buf.len();
+        buf.reserve(len);
+        // Fits within the frame limit, so the body length fits a u32.
+        if message.encode(buf).is_err() {
+            buf.truncate(before);
+            return false;
+        }
+        self.count += 1;
+        true
+    }
+
+    /// Completes the frame: writes its length and the message count.
+    ///
+    /// # Panics
+    /// When `buf` was truncated below the reply's start since
+    /// [`Self::begin`]: a bug in the caller.
+    pub fn finish(self, buf: &mut BytesMut) {
+        let frame_len = buf.len() - self.start - 4;
+        debug_assert!(frame_len >= FRAME_HEADER_BYTES + 2);
+        // At most the frame limit (itself at most 64 MiB), so it fits a u32.
+        let frame_len = u32::try_from(frame_len).unwrap_or(u32::MAX);
+        let s = self.start;
+        buf[s..s + 4].copy_from_slice(&frame_len.to_le_bytes());
+        buf[s + FRAME_OVERHEAD_BYTES..s + RECEIVE_REPLY_FIXED_BYTES]
+            .copy_from_slice(&self.count.to_le_bytes());
+    }
+}
 
 /// Bytes of the stats in a `GET_QUEUE` reply: 14 `u64`s.
 const QUEUE_STATS_BYTES: usize = 14 * 8;
@@ -139,8 +255,9 @@ pub enum Reply {
     },
     /// `0xA1` RECEIVE reply.
     Receive {
-        /// The messages leased (possibly none).
-        messages: Vec<ReceivedMessage>,
+        /// The messages leased (possibly none): a validated slice of the
+        /// frame when decoded.
+        messages: ReceivedBatch,
     },
     /// `0xA2` DELETE reply: one status per receipt, in order.
     Delete {
@@ -234,12 +351,7 @@ impl Reply {
                 info.queue.encoded_len() + info.attributes.encoded_len() + QUEUE_STATS_BYTES
             }
             Reply::Send { results } => 2 + results.iter().map(send_result_len).sum::<usize>(),
-            Reply::Receive { messages } => {
-                2 + messages
-                    .iter()
-                    .map(ReceivedMessage::encoded_len)
-                    .sum::<usize>()
-            }
+            Reply::Receive { messages } => 2 + messages.wire_bytes().len(),
             Reply::Delete { results } | Reply::ChangeVisibility { results } => {
                 2 + 2 * results.len()
             }
@@ -329,10 +441,8 @@ impl Reply {
                 }
             }
             Reply::Receive { messages } => {
-                buf.put_u16_le(len_u16(messages.len(), "message count")?);
-                for m in messages {
-                    m.encode(buf)?;
-                }
+                buf.put_u16_le(messages.count());
+                buf.put_slice(messages.wire_bytes());
             }
             Reply::Delete { results } | Reply::ChangeVisibility { results } => {
                 buf.put_u16_le(len_u16(results.len(), "result count")?);
@@ -422,7 +532,7 @@ impl Reply {
             },
             opcode::SEND_REPLY => {
                 let count = r.reply_count("result count", BATCH_ENTRIES_MAX)?;
-                let mut results = Vec::with_capacity(capacity_for(count, r.remaining(), 2));
+                let mut results = Vec::with_capacity(capacity_for(count.into(), r.remaining(), 2));
                 for _ in 0..count {
                     results.push(match read_status(&mut r, "status")? {
                         Ok(()) => Ok(SendOutcome {
@@ -436,15 +546,9 @@ impl Reply {
             }
             opcode::RECEIVE_REPLY => {
                 let count = r.reply_count("message count", BATCH_ENTRIES_MAX)?;
-                let mut messages = Vec::with_capacity(capacity_for(
-                    count,
-                    r.remaining(),
-                    RECEIVE_ENTRY_OVERHEAD_BYTES,
-                ));
-                for _ in 0..count {
-                    messages.push(ReceivedMessage::decode(&mut r)?);
+                Reply::Receive {
+                    messages: ReceivedBatch::decode(&mut r, count)?,
                 }
-                Reply::Receive { messages }
             }
             opcode::DELETE_REPLY => Reply::Delete {
                 results: read_statuses(&mut r)?,
@@ -459,7 +563,7 @@ impl Reply {
             opcode::PEEK_REPLY => {
                 let count = r.reply_count("message count", BATCH_ENTRIES_MAX)?;
                 let mut messages = Vec::with_capacity(capacity_for(
-                    count,
+                    count.into(),
                     r.remaining(),
                     PEEK_ENTRY_OVERHEAD_BYTES,
                 ));
@@ -520,7 +624,7 @@ impl Reply {
 
 fn read_statuses(r: &mut Reader) -> Result<Vec<Result<(), ErrorCode>>, DecodeError> {
     let count = r.reply_count("result count", BATCH_ENTRIES_MAX)?;
-    let mut results = Vec::with_capacity(capacity_for(count, r.remaining(), 2));
+    let mut results = Vec::with_capacity(capacity_for(count.into(), r.remaining(), 2));
     for _ in 0..count {
         results.push(read_status(r, "status")?);
     }
@@ -574,7 +678,7 @@ fn read_stats(r: &mut Reader) -> Result<QueueStats, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{MessageAttributes, received_message_encoded_len};
+    use crate::message::{MessageAttributes, ReceivedMessage, received_message_encoded_len};
     use crate::receipt::Receipt;
 
     #[test]
@@ -617,7 +721,7 @@ mod tests {
             body: Bytes::from_static(&[7; 100]),
         };
         let reply = Reply::Receive {
-            messages: vec![msg.clone(), msg.clone()],
+            messages: ReceivedBatch::from_messages([msg.as_view(), msg.as_view()]).unwrap(),
         };
         let expected = RECEIVE_REPLY_FIXED_BYTES
             + 2 * received_message_encoded_len(msg.attributes.wire_bytes().len(), 100);
@@ -625,6 +729,51 @@ mod tests {
         reply.encode(1, &mut buf).unwrap();
         assert_eq!(buf.len(), expected);
         assert_eq!(reply.encoded_len(), expected);
+    }
+
+    #[test]
+    fn the_writer_matches_the_encoder() {
+        let msgs: Vec<ReceivedMessage> = (0..3u8)
+            .map(|i| ReceivedMessage {
+                id: MessageId(i.into()),
+                receipt: Receipt::default(),
+                receive_count: 1,
+                sent_at_ms: 5,
+                first_received_delta_ms: u32::MAX,
+                attributes: MessageAttributes::from_pairs([("k", "v")]).unwrap(),
+                body: Bytes::from(vec![i; usize::from(i) * 10]),
+            })
+            .collect();
+        let mut expected = BytesMut::new();
+        Reply::Receive {
+            messages: ReceivedBatch::from_messages(msgs.iter().map(ReceivedMessage::as_view))
+                .unwrap(),
+        }
+        .encode(9, &mut expected)
+        .unwrap();
+        let mut out = BytesMut::from(&b"before"[..]);
+        let mut w = ReceiveReplyWriter::begin(&mut out, 9, 1 << 20);
+        for m in &msgs {
+            assert!(w.push(&mut out, &m.as_view()));
+        }
+        assert_eq!(w.len(), 3);
+        w.finish(&mut out);
+        assert_eq!(&out[6..], &expected[..]);
+
+        let mut out = BytesMut::new();
+        let w = ReceiveReplyWriter::begin(&mut out, 1, 1 << 20);
+        assert!(w.is_empty());
+        w.finish(&mut out);
+        let frame = crate::FrameDecoder::new(1 << 20)
+            .decode(&mut out)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            Reply::decode(frame.opcode, frame.payload),
+            Ok(Reply::Receive {
+                messages: ReceivedBatch::default()
+            })
+        );
     }
 
     #[test]

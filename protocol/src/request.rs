@@ -6,8 +6,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::attributes::AttributeUpdate;
 use crate::codec::{DecodeError, EncodeError, Reader, capacity_for, len_u16};
 use crate::frame::{opcode, put_header};
-use crate::limits::{AUTH_TOKEN_BYTES_MAX, BATCH_ENTRIES_MAX, SEND_ENTRY_OVERHEAD_BYTES};
-use crate::message::{SendEntry, USE_QUEUE_DEFAULT, VisibilityChange};
+use crate::limits::{AUTH_TOKEN_BYTES_MAX, BATCH_ENTRIES_MAX};
+use crate::message::{SendBatch, SendEntry, USE_QUEUE_DEFAULT, VisibilityChange};
 use crate::name::{QueueName, is_name_byte};
 use crate::receipt::{RECEIPT_BYTES, Receipt};
 
@@ -34,8 +34,24 @@ pub struct QueueAttributesRequest {
 pub struct SendRequest {
     /// The queue.
     pub queue: QueueName,
-    /// The messages, in order.
-    pub entries: Vec<SendEntry>,
+    /// The messages, in order: a validated slice of the frame when decoded.
+    pub entries: SendBatch,
+}
+
+impl SendRequest {
+    /// A SEND of `entries` to `queue` (their bytes are copied once).
+    ///
+    /// # Errors
+    /// As [`SendBatch::from_entries`].
+    pub fn new<'a>(
+        queue: QueueName,
+        entries: impl IntoIterator<Item = &'a SendEntry>,
+    ) -> Result<SendRequest, EncodeError> {
+        Ok(SendRequest {
+            queue,
+            entries: SendBatch::from_entries(entries)?,
+        })
+    }
 }
 
 /// RECEIVE: lease up to `max_messages` messages.
@@ -191,11 +207,7 @@ impl Request {
             | Request::GetQueue { queue }
             | Request::PurgeQueue { queue } => queue.encoded_len(),
             Request::ListQueues { prefix } => 1 + prefix.len(),
-            Request::Send(r) => {
-                r.queue.encoded_len()
-                    + 2
-                    + r.entries.iter().map(SendEntry::encoded_len).sum::<usize>()
-            }
+            Request::Send(r) => r.queue.encoded_len() + 2 + r.entries.wire_bytes().len(),
             Request::Receive(r) => r.queue.encoded_len() + 2 + 4 + 4,
             Request::Delete(r) => r.queue.encoded_len() + 2 + RECEIPT_BYTES * r.receipts.len(),
             Request::ChangeVisibility(r) => {
@@ -252,10 +264,8 @@ impl Request {
             Request::ListQueues { prefix } => crate::codec::put_string_u8(buf, prefix, "prefix")?,
             Request::Send(r) => {
                 r.queue.encode(buf);
-                buf.put_u16_le(len_u16(r.entries.len(), "entry count")?);
-                for e in &r.entries {
-                    e.encode(buf)?;
-                }
+                buf.put_u16_le(r.entries.count());
+                buf.put_slice(r.entries.wire_bytes());
             }
             Request::Receive(r) => {
                 r.queue.encode(buf);
@@ -349,14 +359,7 @@ impl Request {
             opcode::SEND => {
                 let queue = QueueName::decode(&mut r, "queue")?;
                 let count = r.batch_count("entry count", BATCH_ENTRIES_MAX)?;
-                let mut entries = Vec::with_capacity(capacity_for(
-                    count,
-                    r.remaining(),
-                    SEND_ENTRY_OVERHEAD_BYTES,
-                ));
-                for _ in 0..count {
-                    entries.push(SendEntry::decode(&mut r)?);
-                }
+                let entries = SendBatch::decode(&mut r, count)?;
                 Request::Send(SendRequest { queue, entries })
             }
             opcode::RECEIVE => {
@@ -366,7 +369,7 @@ impl Request {
                 let wait_ms = r.u32("wait_ms")?;
                 Request::Receive(ReceiveRequest {
                     queue,
-                    max_messages: u16::try_from(max).unwrap_or(u16::MAX),
+                    max_messages: max,
                     visibility_timeout_ms: (visibility_timeout_ms != USE_QUEUE_DEFAULT)
                         .then_some(visibility_timeout_ms),
                     wait_ms: (wait_ms != USE_QUEUE_DEFAULT).then_some(wait_ms),
@@ -376,7 +379,7 @@ impl Request {
                 let queue = QueueName::decode(&mut r, "queue")?;
                 let count = r.batch_count("receipt count", BATCH_ENTRIES_MAX)?;
                 let mut receipts =
-                    Vec::with_capacity(capacity_for(count, r.remaining(), RECEIPT_BYTES));
+                    Vec::with_capacity(capacity_for(count.into(), r.remaining(), RECEIPT_BYTES));
                 for _ in 0..count {
                     receipts.push(Receipt::from_bytes(&r.array("receipt")?));
                 }
@@ -385,8 +388,11 @@ impl Request {
             opcode::CHANGE_VISIBILITY => {
                 let queue = QueueName::decode(&mut r, "queue")?;
                 let count = r.batch_count("entry count", BATCH_ENTRIES_MAX)?;
-                let mut entries =
-                    Vec::with_capacity(capacity_for(count, r.remaining(), VISIBILITY_CHANGE_BYTES));
+                let mut entries = Vec::with_capacity(capacity_for(
+                    count.into(),
+                    r.remaining(),
+                    VISIBILITY_CHANGE_BYTES,
+                ));
                 for _ in 0..count {
                     entries.push(VisibilityChange {
                         receipt: Receipt::from_bytes(&r.array("receipt")?),
@@ -404,7 +410,7 @@ impl Request {
                 let max = r.batch_count("max_messages", BATCH_ENTRIES_MAX)?;
                 Request::Peek {
                     queue,
-                    max_messages: u16::try_from(max).unwrap_or(u16::MAX),
+                    max_messages: max,
                 }
             }
             opcode::SERVER_STATS => Request::ServerStats,

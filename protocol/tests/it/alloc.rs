@@ -55,3 +55,10 @@ pub fn measure<R>(f: impl FnOnce() -> R) -> (R, usize, usize) {
     let (b1, c1) = (BYTES.with(Cell::get), CALLS.with(Cell::get));
     (r, b1 - b0, c1 - c0)
 }
+
+#[test]
+fn the_counter_sees_allocations() {
+    let (v, bytes, calls) = measure(|| vec![0u8; 100]);
+    assert_eq!(v.len(), 100);
+    assert!(bytes >= 100 && calls >= 1, "{bytes} bytes, {calls} calls");
+}

@@ -215,3 +215,65 @@ fn a_full_batch_decodes_and_one_more_entry_is_batch_too_large() {
     assert_eq!(err.code(), ErrorCode::BatchTooLarge);
     assert_eq!(err.to_wire_error().code, ErrorCode::BatchTooLarge);
 }
+
+/// DESIGN §6 allows one allocation per message (its body, in the broker) and
+/// none per request beyond that: decoding a SEND or a RECEIVE reply cut from
+/// a receive buffer, and walking its entries, allocates nothing at all.
+#[test]
+fn hot_batches_decode_and_iterate_without_allocating() {
+    use sluice_protocol::{
+        MessageAttributes, MessageId, QueueName, Receipt, ReceivedBatch, ReceivedMessage,
+        SendEntry, SendRequest,
+    };
+    let entries: Vec<SendEntry> = (0..64u8)
+        .map(|i| SendEntry {
+            body: Bytes::from(vec![i; 100]),
+            delay_ms: Some(u32::from(i)),
+            dedup_key: (i % 2 == 0).then(|| Bytes::from(vec![i; 8])),
+            attributes: MessageAttributes::from_pairs([("k", "v")]).unwrap(),
+        })
+        .collect();
+    let messages: Vec<ReceivedMessage> = (0..64u8)
+        .map(|i| ReceivedMessage {
+            id: MessageId(i.into()),
+            receipt: Receipt::default(),
+            receive_count: 1,
+            sent_at_ms: 1,
+            first_received_delta_ms: 2,
+            attributes: MessageAttributes::from_pairs([("k", "v")]).unwrap(),
+            body: Bytes::from(vec![i; 100]),
+        })
+        .collect();
+    let mut wire = BytesMut::new();
+    Request::Send(SendRequest::new(QueueName::from_static("q"), &entries).unwrap())
+        .encode(1, &mut wire)
+        .unwrap();
+    Reply::Receive {
+        messages: ReceivedBatch::from_messages(messages.iter().map(ReceivedMessage::as_view))
+            .unwrap(),
+    }
+    .encode(1, &mut wire)
+    .unwrap();
+    let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX_DEFAULT);
+    let send = decoder.decode(&mut wire).unwrap().unwrap();
+    let receive = decoder.decode(&mut wire).unwrap().unwrap();
+
+    let (walked, bytes, calls) = measure(|| {
+        let Ok(Request::Send(send)) = Request::decode(send.opcode, send.payload) else {
+            return 0;
+        };
+        let Ok(Reply::Receive { messages }) = Reply::decode(receive.opcode, receive.payload) else {
+            return 0;
+        };
+        let mut n = 0;
+        for e in &send.entries {
+            n += usize::from(e.body.len() == 100 && e.attributes.get("k") == Some("v"));
+        }
+        for m in &messages {
+            n += usize::from(m.body.len() == 100 && m.attributes.len() == 1);
+        }
+        n
+    });
+    assert_eq!(walked, 128);
+    assert_eq!((bytes, calls), (0, 0), "decoding allocated");
+}

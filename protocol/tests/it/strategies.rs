@@ -10,8 +10,8 @@ use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, Counter, DeleteRequest, ErrorCode,
     HelloReply, HelloRequest, MessageAttributes, MessageId, PeekedMessage, QueueAttributes,
     QueueAttributesRequest, QueueInfo, QueueName, QueueStats, Receipt, ReceiveRequest,
-    ReceivedMessage, RedrivePolicy, Reply, Request, SendEntry, SendOutcome, SendRequest,
-    ServerLimits, ServerStatsReply, VisibilityChange, WireError,
+    ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply, Request, SendEntry, SendOutcome,
+    SendRequest, ServerLimits, ServerStatsReply, VisibilityChange, WireError,
 };
 
 /// Largest batch generated: enough to cover multi-entry layouts while
@@ -66,7 +66,7 @@ fn opt_u32_not_max() -> impl Strategy<Value = Option<u32>> {
     option::of(0..u32::MAX)
 }
 
-fn send_entry() -> impl Strategy<Value = SendEntry> {
+pub fn send_entry() -> impl Strategy<Value = SendEntry> {
     (
         bytes(64),
         opt_u32_not_max(),
@@ -202,7 +202,7 @@ pub fn request() -> impl Strategy<Value = Request> {
         )),
         queue_name().prop_map(|queue| Request::PurgeQueue { queue }),
         (queue_name(), vec(send_entry(), 1..=BATCH))
-            .prop_map(|(queue, entries)| Request::Send(SendRequest { queue, entries })),
+            .prop_map(|(queue, entries)| Request::Send(SendRequest::new(queue, &entries).unwrap())),
         (
             queue_name(),
             batch_max(),
@@ -243,7 +243,7 @@ pub fn request() -> impl Strategy<Value = Request> {
     ]
 }
 
-fn received_message() -> impl Strategy<Value = ReceivedMessage> {
+pub fn received_message() -> impl Strategy<Value = ReceivedMessage> {
     (
         message_id(),
         receipt(),
@@ -357,7 +357,10 @@ pub fn reply() -> impl Strategy<Value = Reply> {
             0..=64
         )
         .prop_map(|results| Reply::Send { results }),
-        vec(received_message(), 0..=BATCH).prop_map(|messages| Reply::Receive { messages }),
+        vec(received_message(), 0..=BATCH).prop_map(|messages| Reply::Receive {
+            messages: ReceivedBatch::from_messages(messages.iter().map(ReceivedMessage::as_view))
+                .unwrap()
+        }),
         statuses().prop_map(|results| Reply::Delete { results }),
         statuses().prop_map(|results| Reply::ChangeVisibility { results }),
         (any::<u64>(), any::<u64>()).prop_map(|(moved, stayed)| Reply::Redrive { moved, stayed }),

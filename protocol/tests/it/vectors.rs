@@ -17,8 +17,8 @@ use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, Counter, DeleteRequest, ErrorCode,
     FrameDecoder, HelloReply, HelloRequest, MessageAttributes, MessageId, PeekedMessage,
     QueueAttributes, QueueAttributesRequest, QueueInfo, QueueName, QueueStats, Receipt,
-    ReceiveRequest, ReceivedMessage, RedrivePolicy, Reply, Request, SendEntry, SendOutcome,
-    SendRequest, ServerLimits, ServerStatsReply, VisibilityChange, WireError, opcode,
+    ReceiveRequest, ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply, Request, SendEntry,
+    SendOutcome, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange, WireError, opcode,
 };
 
 use crate::dump::{Dump, frame, parse_blocks, rewrite_blocks};
@@ -407,18 +407,21 @@ pub fn all() -> Vec<Vector> {
     add(
         "send_request",
         9,
-        Message::Request(Request::Send(SendRequest {
-            queue: q("orders"),
-            entries: vec![
-                SendEntry::new(Bytes::from_static(b"hello")),
-                SendEntry {
-                    body: Bytes::from_static(b"world"),
-                    delay_ms: Some(5000),
-                    dedup_key: Some(Bytes::from_static(b"order-17")),
-                    attributes: attribute_pairs(&[("type", "order")]),
-                },
-            ],
-        })),
+        Message::Request(Request::Send(
+            SendRequest::new(
+                q("orders"),
+                &[
+                    SendEntry::new(Bytes::from_static(b"hello")),
+                    SendEntry {
+                        body: Bytes::from_static(b"world"),
+                        delay_ms: Some(5000),
+                        dedup_key: Some(Bytes::from_static(b"order-17")),
+                        attributes: attribute_pairs(&[("type", "order")]),
+                    },
+                ],
+            )
+            .unwrap(),
+        )),
         p,
     );
     let mut p = Dump::new();
@@ -480,7 +483,7 @@ pub fn all() -> Vec<Vector> {
         "receive_reply",
         10,
         Message::Reply(Reply::Receive {
-            messages: vec![ReceivedMessage {
+            messages: ReceivedBatch::from_messages([ReceivedMessage {
                 id: ID_B,
                 receipt: RECEIPT_A,
                 receive_count: 2,
@@ -488,7 +491,9 @@ pub fn all() -> Vec<Vector> {
                 first_received_delta_ms: 250,
                 attributes: attribute_pairs(&[("type", "order")]),
                 body: Bytes::from_static(b"world"),
-            }],
+            }
+            .as_view()])
+            .unwrap(),
         }),
         p,
     );
