@@ -16,4 +16,7 @@ mod engine_stress;
 
 mod server_util;
 
+mod server_auth;
+mod server_bad_input;
 mod server_leases;
+mod server_shards;

@@ -52,19 +52,19 @@ macro_rules! both_backends {
 /// shard, the given backend, then `args` (which may override those).
 pub fn config(io: IoChoice, args: &[&str]) -> Config {
     let io = io.to_string();
-    let mut argv = vec![
-        "sluice-server",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-addr",
-        "off",
-        "--shards",
-        "1",
-        "--memory-max",
-        "256MiB",
-        "--io",
-        &io,
+    let defaults = [
+        ("--listen", "127.0.0.1:0"),
+        ("--metrics-addr", "off"),
+        ("--shards", "1"),
+        ("--memory-max", "256MiB"),
+        ("--io", io.as_str()),
     ];
+    let mut argv = vec!["sluice-server"];
+    for (flag, value) in defaults {
+        if !args.contains(&flag) {
+            argv.extend([flag, value]);
+        }
+    }
     argv.extend_from_slice(args);
     let raw = RawArgs::try_parse_from_env(argv, |_| None).expect("test flags parse");
     let host = Host {
@@ -92,6 +92,12 @@ impl TestServer {
         let mut c = Client::connect(self.addr);
         c.hello(b"").expect("HELLO accepted");
         c
+    }
+
+    /// A client that completed HELLO, or `None` if the server refused it.
+    pub fn try_client(&self) -> Option<Client> {
+        let mut c = Client::connect(self.addr);
+        c.hello(b"").ok().map(|_| c)
     }
 
     /// Shuts the server down and waits for it.
@@ -179,17 +185,29 @@ impl Client {
         }
     }
 
-    /// Sends HELLO with `token`; the HELLO reply, or the ERROR.
+    /// Sends HELLO with `token`; the HELLO reply, or the ERROR (an ERROR
+    /// with request id 0, such as `TooManyConnections`, counts; so does the
+    /// server closing first, as `Internal`).
     pub fn hello(&mut self, token: &[u8]) -> Result<HelloReply, WireError> {
-        let reply = self.call(Request::Hello(HelloRequest {
+        let id = self.send(&Request::Hello(HelloRequest {
             version: 1,
             token: Bytes::copy_from_slice(token),
         }));
-        match reply {
-            Reply::Hello(h) => Ok(h),
-            Reply::Error(e) => Err(e),
-            other => panic!("HELLO answered {other:?}"),
+        for _ in 0..100 {
+            let Some(f) = self.read_frame() else {
+                return Err(WireError::new(
+                    ErrorCode::Internal,
+                    "closed before the HELLO reply",
+                ));
+            };
+            let got = f.request_id;
+            match Reply::decode(f.opcode, f.payload).expect("reply decodes") {
+                Reply::Hello(h) if got == id => return Ok(h),
+                Reply::Error(e) if got == id || got == 0 => return Err(e),
+                other => panic!("HELLO answered {other:?} (request id {got})"),
+            }
         }
+        panic!("no HELLO reply");
     }
 
     /// Writes raw bytes.
