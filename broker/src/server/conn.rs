@@ -44,6 +44,9 @@ pub struct Conn {
     pub partial_since_ns: Option<u64>,
     /// When closing began.
     pub closing_since_ns: u64,
+    /// When bytes last arrived (a draining server closes a connection once
+    /// it has been quiet a moment, so what was already sent gets answered).
+    pub last_data_ns: u64,
     /// Tickets of its requests the engine has not answered yet.
     pub deferred: Vec<u64>,
     /// Whether it holds one of `--max-connections`.
@@ -71,6 +74,7 @@ impl Conn {
             accepted_ns: now_ns,
             partial_since_ns: None,
             closing_since_ns: 0,
+            last_data_ns: now_ns,
             deferred: Vec::new(),
             counted,
             paused: false,

@@ -66,6 +66,11 @@ const OUTBOUND_RETRY: Duration = Duration::from_micros(200);
 const PAUSED_RECHECK: Duration = Duration::from_millis(1);
 /// Longest wait while shutting down (to notice the other shards finish).
 const DRAIN_RECHECK: Duration = Duration::from_millis(10);
+/// While shutting down, a connection with nothing in flight is closed once
+/// no bytes have arrived for this long: requests the client had already
+/// sent are read and answered (`ShuttingDown`) rather than left unread in
+/// the socket, and its last replies are not cut off by a reset.
+const DRAIN_QUIET_NS: u64 = 100_000_000;
 /// Time a closing connection has to take its last replies before it is
 /// closed at once (a peer that never reads would hold it forever).
 const CLOSE_FLUSH_TIMEOUT_NS: u64 = 5_000_000_000;
@@ -167,6 +172,7 @@ struct State {
     next_publish_ns: u64,
     published_generation: u64,
     drain_deadline_ns: Option<u64>,
+    drain_started_ns: u64,
     counted_out: bool,
     exit: bool,
 }
@@ -208,6 +214,7 @@ impl State {
             next_publish_ns: now,
             published_generation: 0,
             drain_deadline_ns: None,
+            drain_started_ns: 0,
             counted_out: false,
             exit: false,
         }
@@ -301,6 +308,7 @@ impl State {
 
     fn on_data(&mut self, ops: &mut Ops, id: ConnId, bytes: &[u8]) {
         let idx = id.index() as usize;
+        let now = self.now_ns;
         let Some(c) = self.conn_mut(id) else {
             return;
         };
@@ -308,6 +316,7 @@ impl State {
             return;
         }
         c.inbuf.extend_from_slice(bytes);
+        c.last_data_ns = now;
         self.process(ops, idx);
     }
 
@@ -414,17 +423,13 @@ impl State {
         let Some(c) = self.conns[idx].as_ref() else {
             return;
         };
-        let idle = c.deferred.is_empty();
         match c.phase {
             Phase::Closing => {}
             Phase::Hello => self.on_hello(ops, idx, frame),
             Phase::Ready if self.drain_deadline_ns.is_some() => {
                 // Shutting down: nothing new starts; the connection closes
-                // once what is in flight is answered.
+                // once what is in flight is answered and it is quiet.
                 self.reply(idx, frame.request_id, &shutting_down());
-                if idle {
-                    self.begin_close(ops, idx, false);
-                }
             }
             Phase::Ready => match Request::decode(frame.opcode, frame.payload) {
                 Err(e) => self.reply(idx, frame.request_id, &Reply::Error(e.to_wire_error())),
@@ -827,6 +832,7 @@ impl State {
 
     fn begin_drain(&mut self, ops: &mut Ops) {
         tracing::debug!(shard = self.index, "shard draining");
+        self.drain_started_ns = self.now_ns;
         self.drain_deadline_ns = Some(self.now_ns.saturating_add(self.limits.shutdown_timeout_ns));
         // Waiting receives get their empty batch now.
         self.engine.shutdown(self.now_ns);
@@ -842,11 +848,16 @@ impl State {
     }
 
     fn drain_step(&mut self, ops: &mut Ops) {
+        let drain_started = self.drain_started_ns;
         for idx in 0..self.conns.len() {
             let Some(c) = self.conns[idx].as_ref() else {
                 continue;
             };
-            if c.phase != Phase::Closing && c.deferred.is_empty() {
+            let quiet_since = c.last_data_ns.max(drain_started);
+            if c.phase != Phase::Closing
+                && c.deferred.is_empty()
+                && self.now_ns.saturating_sub(quiet_since) >= DRAIN_QUIET_NS
+            {
                 self.reply(idx, 0, &shutting_down());
                 self.begin_close(ops, idx, false);
             }

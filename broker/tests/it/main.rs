@@ -19,4 +19,6 @@ mod server_util;
 mod server_auth;
 mod server_bad_input;
 mod server_leases;
+mod server_metrics;
 mod server_shards;
+mod server_shutdown;

@@ -193,21 +193,18 @@ impl Client {
             version: 1,
             token: Bytes::copy_from_slice(token),
         }));
-        for _ in 0..100 {
-            let Some(f) = self.read_frame() else {
-                return Err(WireError::new(
-                    ErrorCode::Internal,
-                    "closed before the HELLO reply",
-                ));
-            };
-            let got = f.request_id;
-            match Reply::decode(f.opcode, f.payload).expect("reply decodes") {
-                Reply::Hello(h) if got == id => return Ok(h),
-                Reply::Error(e) if got == id || got == 0 => return Err(e),
-                other => panic!("HELLO answered {other:?} (request id {got})"),
-            }
+        let Some(f) = self.read_frame() else {
+            return Err(WireError::new(
+                ErrorCode::Internal,
+                "closed before the HELLO reply",
+            ));
+        };
+        let got = f.request_id;
+        match Reply::decode(f.opcode, f.payload).expect("reply decodes") {
+            Reply::Hello(h) if got == id => Ok(h),
+            Reply::Error(e) if got == id || got == 0 => Err(e),
+            other => panic!("HELLO answered {other:?} (request id {got})"),
         }
-        panic!("no HELLO reply");
     }
 
     /// Writes raw bytes.
