@@ -5,6 +5,7 @@
 //!
 //! Everything is held in memory: a restart loses every queue and message.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     tracing::info!(
         "sluice-server {} starting with this configuration:\n{config}",

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use sluice_broker::io::OpenError;
 use sluice_broker::server::config::{Config, Host, IoChoice, RawArgs};
 use sluice_broker::server::{Server, StartError};
 use sluice_protocol::ErrorCode;
