@@ -119,6 +119,7 @@ pub struct ShardStart {
 
 /// Runs shard `index` until shutdown completes. Errors are the driver's.
 pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Result<()> {
+    let _guard = StopOnPanic(start.shared.clone());
     let mut st = State::new(index, start);
     loop {
         let now = clock::now_ns();
@@ -146,6 +147,19 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
     }
     st.finish(driver.ops_mut());
     Ok(())
+}
+
+/// A shard that panics (a bug) stops the whole server, so that the process
+/// ends and is restarted rather than run on with a shard missing.
+struct StopOnPanic(Arc<Shared>);
+
+impl Drop for StopOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!("a shard panicked: shutting the server down");
+            self.0.begin_shutdown();
+        }
+    }
 }
 
 struct State {

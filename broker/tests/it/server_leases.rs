@@ -145,18 +145,27 @@ fn delay_hides_a_message_until_it_is_due(io: IoChoice) {
     let Some(server) = start(io, &[]) else { return };
     let mut c = server.client();
     c.create("later", attrs());
-    let mut e = SendEntry::new(Bytes::from_static(b"soon"));
-    e.delay_ms = Some(300);
-    let r = c.send_entries("later", &[e]);
-    assert!(r[0].is_ok());
+    // A minute away: hidden for the whole test.
+    let mut far = SendEntry::new(Bytes::from_static(b"far"));
+    far.delay_ms = Some(60_000);
+    // Soon: hidden, then received.
+    let mut soon = SendEntry::new(Bytes::from_static(b"soon"));
+    soon.delay_ms = Some(200);
+    assert!(
+        c.send_entries("later", &[far, soon])
+            .iter()
+            .all(Result::is_ok)
+    );
     let s = c.stats("later");
-    if s.delayed == 1 {
-        // Still delayed: a receive that does not wait finds nothing.
-        let got = c.receive("later", 1, None, 0);
-        assert!(got.is_empty() || c.stats("later").delayed == 0);
-    }
+    assert_eq!(s.visible, 0);
+    assert!(s.delayed >= 1, "{s:?}");
     let m = receive_one(&mut c, "later", None);
     assert_eq!(&m.body[..], b"soon");
+    assert!(
+        c.receive("later", 10, None, 0).is_empty(),
+        "the far one stays hidden"
+    );
+    assert_eq!(c.stats("later").delayed, 1);
 }
 
 fn dedup_returns_the_first_id(io: IoChoice) {
