@@ -1,5 +1,6 @@
 //! sluice-broker's integration tests, by area: `engine_*` (the engine), `io_*`
-//! (the io layer against real sockets). Engine tests run on the
+//! (the io layer against real sockets), `server_*` (the server end to end over
+//! loopback, on both io backends). Engine tests run on the
 //! deterministic [`Cluster`](sluice_broker::engine::Cluster) with a virtual
 //! clock, on 1 and 2 shards, and check the invariants after every step.
 
@@ -16,3 +17,12 @@ mod engine_shards;
 mod engine_stress;
 
 mod io_driver;
+
+mod server_util;
+
+mod server_auth;
+mod server_bad_input;
+mod server_leases;
+mod server_metrics;
+mod server_shards;
+mod server_shutdown;

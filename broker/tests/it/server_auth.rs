@@ -1,0 +1,101 @@
+//! Authentication, on both backends: with a token configured every
+//! connection must present it (loopback too); a non-loopback listen address
+//! without a token is refused at start unless `--insecure`.
+
+use std::path::PathBuf;
+
+use sluice_broker::io::OpenError;
+use sluice_broker::server::config::{Config, Host, IoChoice, RawArgs};
+use sluice_broker::server::{Server, StartError};
+use sluice_protocol::ErrorCode;
+
+use crate::both_backends;
+use crate::server_util::{Client, config, start};
+
+both_backends!(
+    a_token_is_required_on_every_connection,
+    non_loopback_without_a_token_is_refused
+);
+
+/// A token file unique to this test run, removed on drop.
+struct TokenFile(PathBuf);
+
+impl TokenFile {
+    fn new(tag: &str, token: &str) -> TokenFile {
+        let path =
+            std::env::temp_dir().join(format!("sluice-test-token-{}-{tag}", std::process::id()));
+        std::fs::write(&path, format!("{token}\n")).unwrap();
+        TokenFile(path)
+    }
+}
+
+impl Drop for TokenFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn a_token_is_required_on_every_connection(io: IoChoice) {
+    let token = TokenFile::new(&format!("{io}"), "s3cret-token");
+    let path = token.0.to_string_lossy().into_owned();
+    let cfg = config(io, &["--auth-token-file", &path]);
+    let server = match Server::start(cfg) {
+        Ok(h) => h,
+        Err(StartError::Io {
+            source: OpenError::UringUnavailable(why),
+            ..
+        }) if io == IoChoice::Uring && std::env::var("CI").as_deref() != Ok("true") => {
+            eprintln!("SKIPPED (io_uring unavailable here: {why})");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let addr = server.local_addr();
+    for bad in [&b""[..], b"wrong", b"s3cret-toke", b"s3cret-token\n"] {
+        let mut c = Client::connect(addr);
+        let e = c.hello(bad).expect_err("refused");
+        assert_eq!(e.code, ErrorCode::Unauthorized, "{}", e.message);
+        assert!(c.read_until_closed().is_empty(), "closed after the ERROR");
+    }
+    let mut c = Client::connect(addr);
+    c.hello(b"s3cret-token").expect("the right token");
+    c.ping();
+    let stats = c.server_stats();
+    let expected = if io == IoChoice::Uring {
+        "io_uring"
+    } else {
+        "epoll"
+    };
+    assert_eq!(stats.io_backend, expected);
+    assert!(stats.counter("connections_closed_bad_input").unwrap_or(0) >= 4);
+    server.shutdown();
+    server.join().unwrap();
+}
+
+fn non_loopback_without_a_token_is_refused(io: IoChoice) {
+    let io_flag = io.to_string();
+    let host = Host {
+        cores: 2,
+        memory: None,
+    };
+    let args = |extra: &[&str]| {
+        let mut argv = vec!["sluice-server", "--listen", "0.0.0.0:0", "--io", &io_flag];
+        argv.extend_from_slice(extra);
+        RawArgs::try_parse_from_env(argv, |_| None).unwrap()
+    };
+    let err = Config::from_args_on(args(&[]), &host).expect_err("refused");
+    assert!(err.to_string().contains("without an auth token"), "{err}");
+    assert!(Config::from_args_on(args(&["--insecure"]), &host).is_ok());
+    // A configuration built by hand is checked again at start, before
+    // anything is bound.
+    let mut cfg = config(io, &[]);
+    cfg.listen = "0.0.0.0:0".parse().unwrap();
+    assert!(matches!(
+        Server::start(cfg),
+        Err(StartError::InsecureListen(_))
+    ));
+    // The loopback server of the same configuration starts.
+    if let Some(server) = start(io, &[]) {
+        server.client().ping();
+    }
+}
