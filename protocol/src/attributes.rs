@@ -4,41 +4,41 @@
 use crate::error::{ErrorCode, WireError};
 use crate::limits::FRAME_RESERVED_BYTES;
 
-const SECOND_MS: u64 = 1000;
-const MINUTE_MS: u64 = 60 * SECOND_MS;
-const HOUR_MS: u64 = 60 * MINUTE_MS;
-const DAY_MS: u64 = 24 * HOUR_MS;
+const SECOND_MS: u32 = 1000;
+const MINUTE_MS: u32 = 60 * SECOND_MS;
+const HOUR_MS: u32 = 60 * MINUTE_MS;
+const DAY_MS: u32 = 24 * HOUR_MS;
 
 /// Default visibility timeout.
-pub const VISIBILITY_TIMEOUT_MS_DEFAULT: u32 = 30 * SECOND_MS as u32;
+pub const VISIBILITY_TIMEOUT_MS_DEFAULT: u32 = 30 * SECOND_MS;
 /// Largest visibility timeout (12 h).
-pub const VISIBILITY_TIMEOUT_MS_MAX: u32 = (12 * HOUR_MS) as u32;
+pub const VISIBILITY_TIMEOUT_MS_MAX: u32 = 12 * HOUR_MS;
 /// Largest delivery delay (15 min).
-pub const DELAY_MS_MAX: u32 = (15 * MINUTE_MS) as u32;
+pub const DELAY_MS_MAX: u32 = 15 * MINUTE_MS;
 /// Default retention (4 days).
-pub const RETENTION_MS_DEFAULT: u32 = (4 * DAY_MS) as u32;
+pub const RETENTION_MS_DEFAULT: u32 = 4 * DAY_MS;
 /// Smallest retention (60 s).
-pub const RETENTION_MS_MIN: u32 = MINUTE_MS as u32;
+pub const RETENTION_MS_MIN: u32 = MINUTE_MS;
 /// Largest retention (14 days).
-pub const RETENTION_MS_MAX: u32 = (14 * DAY_MS) as u32;
+pub const RETENTION_MS_MAX: u32 = 14 * DAY_MS;
 /// Default max message size (256 KiB).
 pub const MESSAGE_BYTES_MAX_DEFAULT: u32 = 256 * 1024;
 /// Largest default receive wait (long poll, 20 s).
-pub const RECEIVE_WAIT_MS_MAX: u32 = 20 * SECOND_MS as u32;
+pub const RECEIVE_WAIT_MS_MAX: u32 = 20 * SECOND_MS;
 /// Largest max receive count of a redrive policy.
 pub const MAX_RECEIVES_MAX: u16 = 1000;
 /// Largest max depth (2^32).
 pub const MAX_DEPTH_MAX: u64 = 1 << 32;
 /// Default dedup window (5 min).
-pub const DEDUP_WINDOW_MS_DEFAULT: u32 = (5 * MINUTE_MS) as u32;
+pub const DEDUP_WINDOW_MS_DEFAULT: u32 = 5 * MINUTE_MS;
 /// Largest dedup window (1 h).
-pub const DEDUP_WINDOW_MS_MAX: u32 = HOUR_MS as u32;
+pub const DEDUP_WINDOW_MS_MAX: u32 = HOUR_MS;
 /// Smallest backoff base (1 ms).
 pub const BACKOFF_BASE_MS_MIN: u32 = 1;
 /// Largest backoff base (15 min).
-pub const BACKOFF_BASE_MS_MAX: u32 = (15 * MINUTE_MS) as u32;
+pub const BACKOFF_BASE_MS_MAX: u32 = 15 * MINUTE_MS;
 /// Largest backoff max (12 h).
-pub const BACKOFF_MAX_MS_MAX: u32 = (12 * HOUR_MS) as u32;
+pub const BACKOFF_MAX_MS_MAX: u32 = 12 * HOUR_MS;
 
 /// Where a queue's messages go after too many deliveries.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -149,6 +149,10 @@ impl AttributeUpdate {
     /// Applies the update to `attrs`, checking every range. `frame_bytes_max`
     /// bounds the max message size. On error `attrs` is unchanged. Whether a
     /// named dead-letter queue exists is the broker's to check.
+    ///
+    /// # Errors
+    /// `InvalidArgument`, naming the attribute, when a value is out of range
+    /// or a policy is both set and cleared.
     pub fn apply_to(
         &self,
         attrs: &QueueAttributes,
@@ -247,8 +251,9 @@ impl AttributeUpdate {
 }
 
 /// A queue's counters (DESIGN §2 "Accounting"). The identity
-/// `sent + moved_in = visible + delayed + in_flight + deleted + dead_lettered
-/// + redriven + dropped + purged` holds whenever no request is in flight.
+/// `sent + moved_in = visible + delayed + in_flight + deleted +
+/// dead_lettered + redriven + dropped + purged` holds whenever no request is
+/// in flight.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct QueueStats {
     /// Messages that can be received now.
@@ -339,6 +344,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines, reason = "a table of cases, one per attribute")]
     fn out_of_range_names_the_attribute_and_changes_nothing() {
         let a = QueueAttributes::default();
         let cases: Vec<(AttributeUpdate, &str)> = vec![

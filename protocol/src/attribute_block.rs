@@ -1,0 +1,389 @@
+//! The attribute block of `CREATE_QUEUE`, `SET_QUEUE` and the `GET_QUEUE` reply.
+//!
+//! `u16 present_mask, u16 clear_mask`, then one field per set bit of
+//! `present_mask`, in bit order. `clear_mask` may only carry the redrive and
+//! backoff bits, and never a bit that is also present. Ranges are not checked
+//! here: the broker does that with [`AttributeUpdate::apply_to`].
+
+use bytes::{BufMut, BytesMut};
+
+use crate::attributes::{AttributeUpdate, Backoff, QueueAttributes, RedrivePolicy};
+use crate::codec::{DecodeError, EncodeError, Reader, len_u8};
+use crate::name::is_valid_name_bytes;
+
+/// Bits of the present and clear masks.
+pub mod bits {
+    /// `visibility_timeout_ms: u32`.
+    pub const VISIBILITY_TIMEOUT: u16 = 1 << 0;
+    /// `delay_ms: u32`.
+    pub const DELAY: u16 = 1 << 1;
+    /// `retention_ms: u32`.
+    pub const RETENTION: u16 = 1 << 2;
+    /// `message_bytes_max: u32`.
+    pub const MESSAGE_BYTES_MAX: u16 = 1 << 3;
+    /// `receive_wait_ms: u32`.
+    pub const RECEIVE_WAIT: u16 = 1 << 4;
+    /// `redrive: u8 len + dead-letter queue name, u16 max_receives`.
+    pub const REDRIVE: u16 = 1 << 5;
+    /// `max_depth: u64`.
+    pub const MAX_DEPTH: u16 = 1 << 6;
+    /// `dedup_window_ms: u32`.
+    pub const DEDUP_WINDOW: u16 = 1 << 7;
+    /// `backoff: u32 base_ms, u32 max_ms`.
+    pub const BACKOFF: u16 = 1 << 8;
+    /// Every defined bit.
+    pub const ALL: u16 = (1 << 9) - 1;
+    /// Bits `clear_mask` may carry.
+    pub const CLEARABLE: u16 = REDRIVE | BACKOFF;
+    /// Bits every `GET_QUEUE` reply carries (the others are optional
+    /// attributes, absent when unset).
+    pub const ALWAYS_PRESENT: u16 =
+        VISIBILITY_TIMEOUT | DELAY | RETENTION | MESSAGE_BYTES_MAX | RECEIVE_WAIT | DEDUP_WINDOW;
+}
+
+/// Bytes of the two masks.
+const MASKS_BYTES: usize = 4;
+
+impl AttributeUpdate {
+    fn present_mask(&self) -> u16 {
+        let mut m = 0;
+        let mut set = |present: bool, bit: u16| {
+            if present {
+                m |= bit;
+            }
+        };
+        set(
+            self.visibility_timeout_ms.is_some(),
+            bits::VISIBILITY_TIMEOUT,
+        );
+        set(self.delay_ms.is_some(), bits::DELAY);
+        set(self.retention_ms.is_some(), bits::RETENTION);
+        set(self.message_bytes_max.is_some(), bits::MESSAGE_BYTES_MAX);
+        set(self.receive_wait_ms.is_some(), bits::RECEIVE_WAIT);
+        set(self.redrive.is_some(), bits::REDRIVE);
+        set(self.max_depth.is_some(), bits::MAX_DEPTH);
+        set(self.dedup_window_ms.is_some(), bits::DEDUP_WINDOW);
+        set(self.backoff.is_some(), bits::BACKOFF);
+        m
+    }
+
+    fn clear_mask(&self) -> u16 {
+        (if self.clear_redrive { bits::REDRIVE } else { 0 })
+            | (if self.clear_backoff { bits::BACKOFF } else { 0 })
+    }
+
+    /// Bytes of the attribute block on the wire.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        let u32s = [
+            self.visibility_timeout_ms,
+            self.delay_ms,
+            self.retention_ms,
+            self.message_bytes_max,
+            self.receive_wait_ms,
+            self.dedup_window_ms,
+        ]
+        .iter()
+        .filter(|v| v.is_some())
+        .count();
+        MASKS_BYTES
+            + 4 * u32s
+            + self
+                .redrive
+                .as_ref()
+                .map_or(0, |r| 1 + r.dead_letter_queue.len() + 2)
+            + self.max_depth.map_or(0, |_| 8)
+            + self.backoff.map_or(0, |_| 8)
+    }
+
+    /// Writes the attribute block. An update that both sets and clears a
+    /// policy is written as it is, and decoders reject it as malformed.
+    ///
+    /// # Errors
+    /// `TooLong` when a dead-letter queue name has more than 255 bytes; `buf`
+    /// is then unchanged.
+    pub fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let dlq_len = match &self.redrive {
+            Some(r) => len_u8(r.dead_letter_queue.len(), "redrive.dead_letter_queue")?,
+            None => 0,
+        };
+        buf.reserve(self.encoded_len());
+        buf.put_u16_le(self.present_mask());
+        buf.put_u16_le(self.clear_mask());
+        let put = |buf: &mut BytesMut, v: Option<u32>| {
+            if let Some(v) = v {
+                buf.put_u32_le(v);
+            }
+        };
+        put(buf, self.visibility_timeout_ms);
+        put(buf, self.delay_ms);
+        put(buf, self.retention_ms);
+        put(buf, self.message_bytes_max);
+        put(buf, self.receive_wait_ms);
+        if let Some(r) = &self.redrive {
+            buf.put_u8(dlq_len);
+            buf.put_slice(r.dead_letter_queue.as_bytes());
+            buf.put_u16_le(r.max_receives);
+        }
+        if let Some(d) = self.max_depth {
+            buf.put_u64_le(d);
+        }
+        put(buf, self.dedup_window_ms);
+        if let Some(b) = self.backoff {
+            buf.put_u32_le(b.base_ms);
+            buf.put_u32_le(b.max_ms);
+        }
+        Ok(())
+    }
+
+    /// Reads an attribute block.
+    ///
+    /// # Errors
+    /// `InvalidValue` for an undefined bit, a clear bit other than redrive
+    /// and backoff, or a bit both present and cleared; `InvalidQueueName` for
+    /// a bad dead-letter queue name; `Truncated`.
+    pub fn decode(r: &mut Reader) -> Result<AttributeUpdate, DecodeError> {
+        let present_offset = r.offset();
+        let present = r.u16("present_mask")?;
+        let clear_offset = r.offset();
+        let clear = r.u16("clear_mask")?;
+        if present & !bits::ALL != 0 {
+            return Err(DecodeError::InvalidValue {
+                offset: present_offset,
+                field: "present_mask",
+                reason: "undefined attribute bit",
+            });
+        }
+        if clear & !bits::CLEARABLE != 0 {
+            return Err(DecodeError::InvalidValue {
+                offset: clear_offset,
+                field: "clear_mask",
+                reason: "only redrive (bit 5) and backoff (bit 8) can be cleared",
+            });
+        }
+        if clear & present != 0 {
+            return Err(DecodeError::InvalidValue {
+                offset: clear_offset,
+                field: "clear_mask",
+                reason: "an attribute is both present and cleared",
+            });
+        }
+        let mut u32_if = |bit: u16, field: &'static str| -> Result<Option<u32>, DecodeError> {
+            if present & bit == 0 {
+                Ok(None)
+            } else {
+                r.u32(field).map(Some)
+            }
+        };
+        let mut out = AttributeUpdate {
+            visibility_timeout_ms: u32_if(bits::VISIBILITY_TIMEOUT, "visibility_timeout_ms")?,
+            delay_ms: u32_if(bits::DELAY, "delay_ms")?,
+            retention_ms: u32_if(bits::RETENTION, "retention_ms")?,
+            message_bytes_max: u32_if(bits::MESSAGE_BYTES_MAX, "message_bytes_max")?,
+            receive_wait_ms: u32_if(bits::RECEIVE_WAIT, "receive_wait_ms")?,
+            clear_redrive: clear & bits::REDRIVE != 0,
+            clear_backoff: clear & bits::BACKOFF != 0,
+            ..AttributeUpdate::default()
+        };
+        if present & bits::REDRIVE != 0 {
+            let field = "redrive.dead_letter_queue";
+            let len = r.u8(field)?;
+            let offset = r.offset();
+            let name = r.bytes(len.into(), field)?;
+            // A valid name is ASCII, so the conversion cannot fail.
+            let dead_letter_queue = match core::str::from_utf8(&name) {
+                Ok(s) if is_valid_name_bytes(&name) => s.to_owned(),
+                _ => return Err(DecodeError::InvalidQueueName { offset, field }),
+            };
+            out.redrive = Some(RedrivePolicy {
+                dead_letter_queue,
+                max_receives: r.u16("redrive.max_receives")?,
+            });
+        }
+        if present & bits::MAX_DEPTH != 0 {
+            out.max_depth = Some(r.u64("max_depth")?);
+        }
+        if present & bits::DEDUP_WINDOW != 0 {
+            out.dedup_window_ms = Some(r.u32("dedup_window_ms")?);
+        }
+        if present & bits::BACKOFF != 0 {
+            out.backoff = Some(Backoff {
+                base_ms: r.u32("backoff.base_ms")?,
+                max_ms: r.u32("backoff.max_ms")?,
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl From<&QueueAttributes> for AttributeUpdate {
+    /// An update that sets every attribute to `attrs`' value (and leaves the
+    /// optional ones that are unset absent).
+    fn from(attrs: &QueueAttributes) -> AttributeUpdate {
+        AttributeUpdate {
+            visibility_timeout_ms: Some(attrs.visibility_timeout_ms),
+            delay_ms: Some(attrs.delay_ms),
+            retention_ms: Some(attrs.retention_ms),
+            message_bytes_max: Some(attrs.message_bytes_max),
+            receive_wait_ms: Some(attrs.receive_wait_ms),
+            redrive: attrs.redrive.clone(),
+            max_depth: attrs.max_depth,
+            dedup_window_ms: Some(attrs.dedup_window_ms),
+            backoff: attrs.backoff,
+            clear_redrive: false,
+            clear_backoff: false,
+        }
+    }
+}
+
+impl QueueAttributes {
+    /// Bytes of the attribute block that carries every attribute (as in a
+    /// `GET_QUEUE` reply).
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        AttributeUpdate::from(self).encoded_len()
+    }
+
+    /// Writes the attribute block with every attribute present; redrive, max
+    /// depth and backoff are absent when unset.
+    ///
+    /// # Errors
+    /// `TooLong` when the dead-letter queue name has more than 255 bytes.
+    pub fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        AttributeUpdate::from(self).encode(buf)
+    }
+
+    /// Reads an attribute block that must carry every attribute (redrive, max
+    /// depth and backoff may be absent: unset) and clear nothing.
+    ///
+    /// # Errors
+    /// As [`AttributeUpdate::decode`], and `InvalidValue` when an attribute
+    /// is missing or something is cleared.
+    pub fn decode(r: &mut Reader) -> Result<QueueAttributes, DecodeError> {
+        let offset = r.offset();
+        let u = AttributeUpdate::decode(r)?;
+        let missing = DecodeError::InvalidValue {
+            offset,
+            field: "present_mask",
+            reason: "a queue's attribute block carries every attribute and clears none",
+        };
+        if u.clear_redrive || u.clear_backoff {
+            return Err(missing);
+        }
+        match (
+            u.visibility_timeout_ms,
+            u.delay_ms,
+            u.retention_ms,
+            u.message_bytes_max,
+            u.receive_wait_ms,
+            u.dedup_window_ms,
+        ) {
+            (Some(vt), Some(d), Some(ret), Some(mbm), Some(rw), Some(dw)) => Ok(QueueAttributes {
+                visibility_timeout_ms: vt,
+                delay_ms: d,
+                retention_ms: ret,
+                message_bytes_max: mbm,
+                receive_wait_ms: rw,
+                redrive: u.redrive,
+                max_depth: u.max_depth,
+                dedup_window_ms: dw,
+                backoff: u.backoff,
+            }),
+            _ => Err(missing),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn decode(bytes: &[u8]) -> Result<AttributeUpdate, DecodeError> {
+        let mut r = Reader::new(Bytes::copy_from_slice(bytes));
+        let u = AttributeUpdate::decode(&mut r)?;
+        r.finish()?;
+        Ok(u)
+    }
+
+    #[test]
+    fn fields_follow_bit_order() {
+        let u = AttributeUpdate {
+            delay_ms: Some(0x0102_0304),
+            backoff: Some(Backoff {
+                base_ms: 5,
+                max_ms: 6,
+            }),
+            redrive: Some(RedrivePolicy {
+                dead_letter_queue: "d".into(),
+                max_receives: 3,
+            }),
+            ..AttributeUpdate::default()
+        };
+        let mut buf = BytesMut::new();
+        u.encode(&mut buf).unwrap();
+        assert_eq!(buf.len(), u.encoded_len());
+        assert_eq!(
+            &buf[..],
+            &[
+                0x22, 0x01, 0, 0, // masks: bits 1, 5, 8
+                4, 3, 2, 1, // delay
+                1, b'd', 3, 0, // redrive
+                5, 0, 0, 0, 6, 0, 0, 0, // backoff
+            ]
+        );
+        assert_eq!(decode(&buf), Ok(u));
+    }
+
+    #[test]
+    fn masks_are_strict() {
+        assert!(matches!(
+            decode(&[0, 0x02, 0, 0]),
+            Err(DecodeError::InvalidValue {
+                field: "present_mask",
+                ..
+            })
+        ));
+        assert!(matches!(
+            decode(&[0, 0, 1, 0]),
+            Err(DecodeError::InvalidValue {
+                field: "clear_mask",
+                ..
+            })
+        ));
+        let both = [0x20, 0, 0x20, 0, 1, b'd', 1, 0];
+        assert!(matches!(
+            decode(&both),
+            Err(DecodeError::InvalidValue {
+                field: "clear_mask",
+                ..
+            })
+        ));
+        let cleared = decode(&[0, 0, 0x20, 0x01]).unwrap();
+        assert!(cleared.clear_redrive && cleared.clear_backoff);
+        assert!(matches!(
+            decode(&[0x20, 0, 0, 0, 1, b' ', 1, 0]),
+            Err(DecodeError::InvalidQueueName { offset: 5, .. })
+        ));
+    }
+
+    #[test]
+    fn queue_attributes_need_every_attribute() {
+        let a = QueueAttributes {
+            max_depth: Some(10),
+            ..QueueAttributes::default()
+        };
+        let mut buf = BytesMut::new();
+        a.encode(&mut buf).unwrap();
+        assert_eq!(buf.len(), a.encoded_len());
+        let mut r = Reader::new(buf.freeze());
+        assert_eq!(QueueAttributes::decode(&mut r), Ok(a));
+        let partial = AttributeUpdate {
+            delay_ms: Some(1),
+            ..AttributeUpdate::default()
+        };
+        let mut buf = BytesMut::new();
+        partial.encode(&mut buf).unwrap();
+        assert!(QueueAttributes::decode(&mut Reader::new(buf.freeze())).is_err());
+    }
+}

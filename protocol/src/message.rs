@@ -1,0 +1,1234 @@
+//! The per-message parts of SEND, RECEIVE and PEEK: message attributes, send
+//! entries, received and peeked messages.
+//!
+//! The two hot batches, a SEND's entries and a RECEIVE reply's messages, are
+//! held as one validated wire-form slice of the frame ([`SendBatch`],
+//! [`ReceivedBatch`]) and read through borrowed views ([`SendEntryRef`],
+//! [`ReceivedMessageRef`]). Decoding checks every entry once and then costs no
+//! allocation and no reference-count traffic per message, whatever the batch
+//! size: a broker copies each body straight out of the receive buffer into
+//! its own storage. Owned forms ([`SendEntry`], [`ReceivedMessage`]) are there
+//! for building batches and for code that wants values.
+
+use core::fmt;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::codec::{DecodeError, EncodeError, Reader, len_u8, len_u16, len_u32};
+use crate::error::{ErrorCode, WireError};
+use crate::limits::{
+    DEDUP_KEY_BYTES_MAX, MESSAGE_ATTRIBUTES_BYTES_MAX, MESSAGE_ATTRIBUTES_MAX,
+    RECEIVE_ENTRY_OVERHEAD_BYTES, SEND_ENTRY_OVERHEAD_BYTES,
+};
+use crate::receipt::{MessageId, RECEIPT_BYTES, Receipt};
+
+/// Wire value of a delay, visibility timeout or wait that means "the queue's
+/// default".
+pub const USE_QUEUE_DEFAULT: u32 = u32::MAX;
+/// Largest first-received delta of a received message; larger deltas saturate
+/// here.
+pub const FIRST_RECEIVED_DELTA_MS_MAX: u32 = u32::MAX - 1;
+/// Wire value of a peeked message's first-received delta when it was never
+/// received.
+pub const NEVER_RECEIVED: u32 = u32::MAX;
+
+/// Bytes of a message attribute's framing: `u16` key length and `u16` value
+/// length.
+const ATTRIBUTE_FRAMING_BYTES: usize = 4;
+
+/// A forward-only reader over bytes that were validated already; every read
+/// is still checked and yields `None` on a shortfall, which validation rules
+/// out, so iterators built on it simply end.
+#[derive(Clone, Debug)]
+struct Cursor<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = self.rest.split_at_checked(n)?;
+        self.rest = rest;
+        Some(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.rest.split_first_chunk::<N>()?;
+        self.rest = rest;
+        Some(*head)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        self.array::<1>().map(|b| b[0])
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        self.array().map(u16::from_le_bytes)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.array().map(u64::from_le_bytes)
+    }
+
+    fn len_u32(&mut self) -> Option<usize> {
+        self.u32().and_then(|n| usize::try_from(n).ok())
+    }
+
+    /// `count` attribute pairs.
+    fn attributes(&mut self, count: u8) -> Option<AttributesRef<'a>> {
+        let start = self.rest;
+        for _ in 0..count {
+            let k = self.u16()?;
+            self.take(k.into())?;
+            let v = self.u16()?;
+            self.take(v.into())?;
+        }
+        let raw = start.get(..start.len() - self.rest.len())?;
+        Some(AttributesRef { count, raw })
+    }
+}
+
+/// A `u32` length from the wire as a `usize`. On a 16-bit platform a length
+/// that does not fit is clamped, and the read that uses it fails as truncated.
+fn wire_len(len: u32) -> usize {
+    usize::try_from(len).unwrap_or(usize::MAX)
+}
+
+/// Checks `count` attribute pairs at the reader's position and skips them.
+/// `count_offset` is where the count was read, for errors.
+fn skip_attributes(r: &mut Reader, count: u8, count_offset: usize) -> Result<(), DecodeError> {
+    if usize::from(count) > MESSAGE_ATTRIBUTES_MAX {
+        return Err(DecodeError::TooLong {
+            offset: count_offset,
+            field: "attr_count",
+            len: count.into(),
+            max: MESSAGE_ATTRIBUTES_MAX,
+        });
+    }
+    let mut content = 0usize;
+    for _ in 0..count {
+        for field in ["attribute key", "attribute value"] {
+            let len = usize::from(r.u16(field)?);
+            let offset = r.offset();
+            content += len;
+            if content > MESSAGE_ATTRIBUTES_BYTES_MAX {
+                return Err(DecodeError::TooLong {
+                    offset,
+                    field: "attributes",
+                    len: content,
+                    max: MESSAGE_ATTRIBUTES_BYTES_MAX,
+                });
+            }
+            let remaining = r.remaining();
+            let s = r.take_slice(len).ok_or(DecodeError::Truncated {
+                offset,
+                needed: len.saturating_sub(remaining),
+                field,
+            })?;
+            if core::str::from_utf8(s).is_err() {
+                return Err(DecodeError::InvalidUtf8 { offset, field });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A message's attributes: up to 16 UTF-8 key/value pairs, keys and values 4
+/// KiB in all. Held in their wire form (`u16 key_len, key, u16 value_len,
+/// value` per pair), so decoding validates without allocating and the broker
+/// can store and send them back as they came. Pairs keep their order; keys
+/// are not required to be unique.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct MessageAttributes {
+    count: u8,
+    raw: Bytes,
+}
+
+impl MessageAttributes {
+    /// No attributes.
+    #[must_use]
+    pub const fn new() -> MessageAttributes {
+        MessageAttributes {
+            count: 0,
+            raw: Bytes::new(),
+        }
+    }
+
+    /// Attributes from key/value pairs, in order.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for more than 16 pairs or keys and values above 4 KiB
+    /// in all.
+    pub fn from_pairs<K, V, I>(pairs: I) -> Result<MessageAttributes, WireError>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+        I: IntoIterator<Item = (K, V)>,
+    {
+        let mut raw = BytesMut::new();
+        let mut count = 0u8;
+        let mut content = 0usize;
+        for (k, v) in pairs {
+            let (k, v) = (k.as_ref().as_bytes(), v.as_ref().as_bytes());
+            if usize::from(count) == MESSAGE_ATTRIBUTES_MAX {
+                return Err(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("attributes: more than {MESSAGE_ATTRIBUTES_MAX}"),
+                ));
+            }
+            count += 1;
+            content += k.len() + v.len();
+            if content > MESSAGE_ATTRIBUTES_BYTES_MAX {
+                return Err(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "attributes: keys and values above {MESSAGE_ATTRIBUTES_BYTES_MAX} bytes"
+                    ),
+                ));
+            }
+            for s in [k, v] {
+                // At most 4 KiB (checked above), so the length fits a u16.
+                raw.put_u16_le(u16::try_from(s.len()).unwrap_or(u16::MAX));
+                raw.put_slice(s);
+            }
+        }
+        Ok(MessageAttributes {
+            count,
+            raw: raw.freeze(),
+        })
+    }
+
+    /// Attributes from their wire form: `count` pairs in `raw`, for example as
+    /// a broker stored them. Checks everything decoding checks.
+    ///
+    /// # Errors
+    /// As for decoding, with offsets counted from the start of `raw`.
+    pub fn from_wire(count: u8, raw: Bytes) -> Result<MessageAttributes, DecodeError> {
+        let mut r = Reader::new(raw);
+        let attrs = MessageAttributes::decode(&mut r, count, 0)?;
+        r.finish()?;
+        Ok(attrs)
+    }
+
+    /// Reads `count` pairs; `count_offset` is where the count was read, for
+    /// errors. The attributes share the reader's buffer.
+    ///
+    /// # Errors
+    /// `TooLong` for more than 16 pairs or more than 4 KiB of keys and values,
+    /// `Truncated`, `InvalidUtf8`.
+    pub fn decode(
+        r: &mut Reader,
+        count: u8,
+        count_offset: usize,
+    ) -> Result<MessageAttributes, DecodeError> {
+        if count == 0 {
+            return Ok(MessageAttributes::new());
+        }
+        let start = r.position();
+        skip_attributes(r, count, count_offset)?;
+        Ok(MessageAttributes {
+            count,
+            raw: r.slice_since(start),
+        })
+    }
+
+    /// A borrowed view.
+    #[must_use]
+    pub fn as_view(&self) -> AttributesRef<'_> {
+        AttributesRef {
+            count: self.count,
+            raw: &self.raw,
+        }
+    }
+
+    /// Number of pairs.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.count.into()
+    }
+
+    /// Number of pairs, as the `u8` on the wire.
+    #[must_use]
+    pub fn count(&self) -> u8 {
+        self.count
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes of keys and values together: what the 4 KiB limit and a queue's
+    /// max message size count.
+    #[must_use]
+    pub fn content_bytes(&self) -> usize {
+        self.as_view().content_bytes()
+    }
+
+    /// The pairs in their wire form (without the count).
+    #[must_use]
+    pub fn wire_bytes(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// The pairs, in order.
+    #[must_use]
+    pub fn iter(&self) -> AttributeIter<'_> {
+        self.as_view().iter()
+    }
+
+    /// The value of the first pair with this key.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+}
+
+impl fmt::Debug for MessageAttributes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.as_view(), f)
+    }
+}
+
+impl<'a> IntoIterator for &'a MessageAttributes {
+    type Item = (&'a str, &'a str);
+    type IntoIter = AttributeIter<'a>;
+    fn into_iter(self) -> AttributeIter<'a> {
+        self.iter()
+    }
+}
+
+/// A borrowed view of validated message attributes (see
+/// [`MessageAttributes`]).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct AttributesRef<'a> {
+    count: u8,
+    raw: &'a [u8],
+}
+
+impl<'a> AttributesRef<'a> {
+    /// A view of attributes in wire form, checked like decoding checks them.
+    ///
+    /// # Errors
+    /// As for decoding, with offsets counted from the start of `raw`.
+    pub fn from_wire(count: u8, raw: &'a [u8]) -> Result<AttributesRef<'a>, DecodeError> {
+        let mut r = Reader::new(Bytes::copy_from_slice(raw));
+        skip_attributes(&mut r, count, 0)?;
+        r.finish()?;
+        Ok(AttributesRef { count, raw })
+    }
+
+    /// Number of pairs.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.count.into()
+    }
+
+    /// Number of pairs, as the `u8` on the wire.
+    #[must_use]
+    pub fn count(&self) -> u8 {
+        self.count
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes of keys and values together.
+    #[must_use]
+    pub fn content_bytes(&self) -> usize {
+        self.raw.len() - ATTRIBUTE_FRAMING_BYTES * self.len()
+    }
+
+    /// The pairs in their wire form (without the count).
+    #[must_use]
+    pub fn wire_bytes(&self) -> &'a [u8] {
+        self.raw
+    }
+
+    /// The pairs, in order.
+    #[must_use]
+    pub fn iter(&self) -> AttributeIter<'a> {
+        AttributeIter {
+            cursor: Cursor { rest: self.raw },
+        }
+    }
+
+    /// The value of the first pair with this key.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    /// An owned copy.
+    #[must_use]
+    pub fn to_owned(&self) -> MessageAttributes {
+        MessageAttributes {
+            count: self.count,
+            raw: Bytes::copy_from_slice(self.raw),
+        }
+    }
+}
+
+impl<'a> IntoIterator for AttributesRef<'a> {
+    type Item = (&'a str, &'a str);
+    type IntoIter = AttributeIter<'a>;
+    fn into_iter(self) -> AttributeIter<'a> {
+        self.iter()
+    }
+}
+
+impl<'a> IntoIterator for &AttributesRef<'a> {
+    type Item = (&'a str, &'a str);
+    type IntoIter = AttributeIter<'a>;
+    fn into_iter(self) -> AttributeIter<'a> {
+        self.iter()
+    }
+}
+
+impl fmt::Debug for AttributesRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// Iterator over a message's attribute pairs.
+#[derive(Clone, Debug)]
+pub struct AttributeIter<'a> {
+    cursor: Cursor<'a>,
+}
+
+impl<'a> AttributeIter<'a> {
+    fn string(&mut self) -> Option<&'a str> {
+        let len = self.cursor.u16()?;
+        core::str::from_utf8(self.cursor.take(len.into())?).ok()
+    }
+}
+
+impl<'a> Iterator for AttributeIter<'a> {
+    type Item = (&'a str, &'a str);
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        // The pairs were validated when the attributes were built, so this
+        // parse cannot stop part way.
+        let key = self.string()?;
+        let value = self.string()?;
+        Some((key, value))
+    }
+}
+
+/// One message of a SEND, owned: what a client builds a batch from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SendEntry {
+    /// The body.
+    pub body: Bytes,
+    /// Delivery delay; `None` uses the queue's. `Some(0xFFFF_FFFF)` goes on
+    /// the wire as "queue default" too.
+    pub delay_ms: Option<u32>,
+    /// Dedup key (1 to 128 bytes); `None` for no deduplication. An empty key
+    /// goes on the wire as "none".
+    pub dedup_key: Option<Bytes>,
+    /// Attributes.
+    pub attributes: MessageAttributes,
+}
+
+impl SendEntry {
+    /// An entry with just a body.
+    #[must_use]
+    pub fn new(body: impl Into<Bytes>) -> SendEntry {
+        SendEntry {
+            body: body.into(),
+            ..SendEntry::default()
+        }
+    }
+
+    /// A borrowed view.
+    #[must_use]
+    pub fn as_view(&self) -> SendEntryRef<'_> {
+        SendEntryRef {
+            body: &self.body,
+            delay_ms: self.delay_ms,
+            dedup_key: self.dedup_key.as_deref().filter(|k| !k.is_empty()),
+            attributes: self.attributes.as_view(),
+        }
+    }
+
+    /// Bytes on the wire.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        self.as_view().encoded_len()
+    }
+}
+
+/// One message of a SEND, borrowed from the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendEntryRef<'a> {
+    /// The body.
+    pub body: &'a [u8],
+    /// Delivery delay; `None` uses the queue's.
+    pub delay_ms: Option<u32>,
+    /// Dedup key (1 to 128 bytes), if any.
+    pub dedup_key: Option<&'a [u8]>,
+    /// Attributes.
+    pub attributes: AttributesRef<'a>,
+}
+
+impl<'a> SendEntryRef<'a> {
+    /// Bytes on the wire: [`SEND_ENTRY_OVERHEAD_BYTES`] plus dedup key,
+    /// attributes and body.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        SEND_ENTRY_OVERHEAD_BYTES
+            + self.dedup_key.map_or(0, <[u8]>::len)
+            + self.attributes.wire_bytes().len()
+            + self.body.len()
+    }
+
+    fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let dedup = self.dedup_key.unwrap_or_default();
+        let mut head = [0u8; SEND_ENTRY_OVERHEAD_BYTES];
+        head[0..4].copy_from_slice(&len_u32(self.body.len(), "body")?.to_le_bytes());
+        head[4..8].copy_from_slice(&self.delay_ms.unwrap_or(USE_QUEUE_DEFAULT).to_le_bytes());
+        head[8] = len_u8(dedup.len(), "dedup key")?;
+        head[9] = self.attributes.count();
+        buf.put_slice(&head);
+        buf.put_slice(dedup);
+        buf.put_slice(self.attributes.wire_bytes());
+        buf.put_slice(self.body);
+        Ok(())
+    }
+
+    fn parse(c: &mut Cursor<'a>) -> Option<SendEntryRef<'a>> {
+        let body_len = c.len_u32()?;
+        let delay_ms = c.u32()?;
+        let dedup_len = c.u8()?;
+        let attr_count = c.u8()?;
+        let dedup_key = match dedup_len {
+            0 => None,
+            n => Some(c.take(n.into())?),
+        };
+        let attributes = c.attributes(attr_count)?;
+        Some(SendEntryRef {
+            body: c.take(body_len)?,
+            delay_ms: (delay_ms != USE_QUEUE_DEFAULT).then_some(delay_ms),
+            dedup_key,
+            attributes,
+        })
+    }
+}
+
+/// Checks one SEND entry at the reader's position and skips it.
+fn skip_send_entry(r: &mut Reader) -> Result<(), DecodeError> {
+    let body_len = r.u32("body_len")?;
+    r.u32("delay_ms")?;
+    let dedup_offset = r.offset();
+    let dedup_len = r.u8("dedup_len")?;
+    let attr_offset = r.offset();
+    let attr_count = r.u8("attr_count")?;
+    if usize::from(dedup_len) > DEDUP_KEY_BYTES_MAX {
+        return Err(DecodeError::TooLong {
+            offset: dedup_offset,
+            field: "dedup key",
+            len: dedup_len.into(),
+            max: DEDUP_KEY_BYTES_MAX,
+        });
+    }
+    r.skip(dedup_len.into(), "dedup key")?;
+    skip_attributes(r, attr_count, attr_offset)?;
+    r.skip(wire_len(body_len), "body")
+}
+
+/// The entries of a SEND, in wire form: one slice of the frame, validated
+/// when decoded. Iterate with [`SendBatch::iter`]; build with
+/// [`SendBatch::from_entries`].
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SendBatch {
+    count: u16,
+    raw: Bytes,
+}
+
+impl SendBatch {
+    /// A batch holding `entries`, in order (their bytes are copied once).
+    ///
+    /// # Errors
+    /// `TooLong` for more than 65,535 entries, a body above 4 GiB or a dedup
+    /// key above 255 bytes (the protocol's limits, 1,024 entries and 128
+    /// bytes, are the receiver's to enforce).
+    pub fn from_entries<'a>(
+        entries: impl IntoIterator<Item = &'a SendEntry>,
+    ) -> Result<SendBatch, EncodeError> {
+        let mut raw = BytesMut::new();
+        let mut count = 0usize;
+        for e in entries {
+            let e = e.as_view();
+            raw.reserve(e.encoded_len());
+            e.encode(&mut raw)?;
+            count += 1;
+        }
+        Ok(SendBatch {
+            count: len_u16(count, "entry count")?,
+            raw: raw.freeze(),
+        })
+    }
+
+    /// Checks `count` entries at the reader's position and takes them as one
+    /// slice.
+    pub(crate) fn decode(r: &mut Reader, count: u16) -> Result<SendBatch, DecodeError> {
+        let start = r.position();
+        for _ in 0..count {
+            skip_send_entry(r)?;
+        }
+        Ok(SendBatch {
+            count,
+            raw: r.slice_since(start),
+        })
+    }
+
+    /// Number of entries.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.count.into()
+    }
+
+    /// Number of entries, as the `u16` on the wire.
+    #[must_use]
+    pub fn count(&self) -> u16 {
+        self.count
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The entries in wire form (without the count).
+    #[must_use]
+    pub fn wire_bytes(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// The entries, in order, borrowed.
+    #[must_use]
+    pub fn iter(&self) -> SendBatchIter<'_> {
+        SendBatchIter {
+            cursor: Cursor { rest: &self.raw },
+            left: self.count,
+        }
+    }
+
+    /// The entries as owned values whose bodies, keys and attributes share
+    /// this batch's buffer (no copy).
+    #[must_use]
+    pub fn to_entries(&self) -> Vec<SendEntry> {
+        self.iter()
+            .map(|e| SendEntry {
+                body: self.raw.slice_ref(e.body),
+                delay_ms: e.delay_ms,
+                dedup_key: e.dedup_key.map(|k| self.raw.slice_ref(k)),
+                attributes: MessageAttributes {
+                    count: e.attributes.count(),
+                    raw: self.raw.slice_ref(e.attributes.wire_bytes()),
+                },
+            })
+            .collect()
+    }
+}
+
+impl fmt::Debug for SendBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for &'a SendBatch {
+    type Item = SendEntryRef<'a>;
+    type IntoIter = SendBatchIter<'a>;
+    fn into_iter(self) -> SendBatchIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over a [`SendBatch`].
+#[derive(Clone, Debug)]
+pub struct SendBatchIter<'a> {
+    cursor: Cursor<'a>,
+    left: u16,
+}
+
+impl<'a> Iterator for SendBatchIter<'a> {
+    type Item = SendEntryRef<'a>;
+    fn next(&mut self) -> Option<SendEntryRef<'a>> {
+        self.left = self.left.checked_sub(1)?;
+        SendEntryRef::parse(&mut self.cursor)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (usize::from(self.left), Some(usize::from(self.left)))
+    }
+}
+
+impl ExactSizeIterator for SendBatchIter<'_> {}
+
+/// The result of one accepted SEND entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SendOutcome {
+    /// The message's id; for a duplicate, the id of the message first sent
+    /// with that dedup key.
+    pub id: MessageId,
+    /// Whether the entry was a duplicate and enqueued nothing.
+    pub duplicate: bool,
+}
+
+/// One visibility change of a `CHANGE_VISIBILITY` batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VisibilityChange {
+    /// The delivery to change.
+    pub receipt: Receipt,
+    /// The lease ends this long from now; 0 releases the message.
+    pub visibility_timeout_ms: u32,
+}
+
+/// Bytes one received message takes in a RECEIVE reply: 63 fixed bytes, the
+/// attributes' wire form ([`MessageAttributes::wire_bytes`]) and the body. A
+/// broker adds these up (after [`crate::reply::RECEIVE_REPLY_FIXED_BYTES`])
+/// to stop filling a reply before it would exceed the frame limit; see also
+/// [`crate::reply::ReceiveReplyWriter`].
+#[must_use]
+pub const fn received_message_encoded_len(
+    attributes_wire_bytes: usize,
+    body_bytes: usize,
+) -> usize {
+    RECEIVE_ENTRY_OVERHEAD_BYTES + attributes_wire_bytes + body_bytes
+}
+
+/// The saturated first-received delta of a received message:
+/// `first_received_at - sent_at`, 0 when the clock went backwards, at most
+/// [`FIRST_RECEIVED_DELTA_MS_MAX`].
+#[must_use]
+pub fn first_received_delta_ms(sent_at_ms: u64, first_received_at_ms: u64) -> u32 {
+    let delta = first_received_at_ms.saturating_sub(sent_at_ms);
+    u32::try_from(delta).map_or(FIRST_RECEIVED_DELTA_MS_MAX, |d| {
+        d.min(FIRST_RECEIVED_DELTA_MS_MAX)
+    })
+}
+
+/// A message delivered by RECEIVE, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceivedMessage {
+    /// The message id.
+    pub id: MessageId,
+    /// The receipt of this delivery; its delivery number is the message's.
+    pub receipt: Receipt,
+    /// Deliveries since the message was sent or last redriven, this one
+    /// included.
+    pub receive_count: u32,
+    /// When the message was first sent (Unix ms).
+    pub sent_at_ms: u64,
+    /// Milliseconds from the send to the first delivery, saturating at
+    /// [`FIRST_RECEIVED_DELTA_MS_MAX`] (the encoder clamps larger values).
+    /// See [`first_received_delta_ms`].
+    pub first_received_delta_ms: u32,
+    /// Attributes.
+    pub attributes: MessageAttributes,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl ReceivedMessage {
+    /// A borrowed view.
+    #[must_use]
+    pub fn as_view(&self) -> ReceivedMessageRef<'_> {
+        ReceivedMessageRef {
+            id: self.id,
+            receipt: self.receipt,
+            receive_count: self.receive_count,
+            sent_at_ms: self.sent_at_ms,
+            first_received_delta_ms: self.first_received_delta_ms,
+            attributes: self.attributes.as_view(),
+            body: &self.body,
+        }
+    }
+
+    /// The message's delivery number (its fencing token).
+    #[must_use]
+    pub fn delivery(&self) -> u64 {
+        self.receipt.delivery
+    }
+
+    /// When the message was first delivered (Unix ms).
+    #[must_use]
+    pub fn first_received_at_ms(&self) -> u64 {
+        self.as_view().first_received_at_ms()
+    }
+
+    /// Bytes on the wire; see [`received_message_encoded_len`].
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        self.as_view().encoded_len()
+    }
+}
+
+/// A message delivered by RECEIVE, borrowed from the frame (when decoded) or
+/// from a broker's storage (when encoded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceivedMessageRef<'a> {
+    /// The message id.
+    pub id: MessageId,
+    /// The receipt of this delivery.
+    pub receipt: Receipt,
+    /// Deliveries since the message was sent or last redriven, this one
+    /// included.
+    pub receive_count: u32,
+    /// When the message was first sent (Unix ms).
+    pub sent_at_ms: u64,
+    /// Milliseconds from the send to the first delivery (clamped to
+    /// [`FIRST_RECEIVED_DELTA_MS_MAX`] when encoded).
+    pub first_received_delta_ms: u32,
+    /// Attributes.
+    pub attributes: AttributesRef<'a>,
+    /// The body.
+    pub body: &'a [u8],
+}
+
+impl<'a> ReceivedMessageRef<'a> {
+    /// The message's delivery number (its fencing token).
+    #[must_use]
+    pub fn delivery(&self) -> u64 {
+        self.receipt.delivery
+    }
+
+    /// When the message was first delivered (Unix ms).
+    #[must_use]
+    pub fn first_received_at_ms(&self) -> u64 {
+        self.sent_at_ms
+            .saturating_add(self.first_received_delta_ms.into())
+    }
+
+    /// Bytes on the wire; see [`received_message_encoded_len`].
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        received_message_encoded_len(self.attributes.wire_bytes().len(), self.body.len())
+    }
+
+    pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let body_len = len_u32(self.body.len(), "body")?;
+        // The fixed part is assembled on the stack and written at once: one
+        // capacity check instead of eight.
+        let mut head = [0u8; RECEIVE_ENTRY_OVERHEAD_BYTES];
+        head[0..16].copy_from_slice(&self.id.to_bytes());
+        head[16..42].copy_from_slice(&self.receipt.to_bytes());
+        head[42..46].copy_from_slice(&self.receive_count.to_le_bytes());
+        head[46..54].copy_from_slice(&self.sent_at_ms.to_le_bytes());
+        let delta = self
+            .first_received_delta_ms
+            .min(FIRST_RECEIVED_DELTA_MS_MAX);
+        head[54..58].copy_from_slice(&delta.to_le_bytes());
+        head[58..62].copy_from_slice(&body_len.to_le_bytes());
+        head[62] = self.attributes.count();
+        buf.put_slice(&head);
+        buf.put_slice(self.attributes.wire_bytes());
+        buf.put_slice(self.body);
+        Ok(())
+    }
+
+    fn parse(c: &mut Cursor<'a>) -> Option<ReceivedMessageRef<'a>> {
+        let id = MessageId::from_bytes(c.array()?);
+        let receipt = Receipt::from_bytes(&c.array::<RECEIPT_BYTES>()?);
+        let receive_count = c.u32()?;
+        let sent_at_ms = c.u64()?;
+        let first_received_delta_ms = c.u32()?;
+        let body_len = c.len_u32()?;
+        let attr_count = c.u8()?;
+        let attributes = c.attributes(attr_count)?;
+        Some(ReceivedMessageRef {
+            id,
+            receipt,
+            receive_count,
+            sent_at_ms,
+            first_received_delta_ms,
+            attributes,
+            body: c.take(body_len)?,
+        })
+    }
+
+    /// An owned copy.
+    #[must_use]
+    pub fn to_owned(&self) -> ReceivedMessage {
+        ReceivedMessage {
+            id: self.id,
+            receipt: self.receipt,
+            receive_count: self.receive_count,
+            sent_at_ms: self.sent_at_ms,
+            first_received_delta_ms: self.first_received_delta_ms,
+            attributes: self.attributes.to_owned(),
+            body: Bytes::copy_from_slice(self.body),
+        }
+    }
+}
+
+/// Checks one received message at the reader's position and skips it.
+fn skip_received_message(r: &mut Reader) -> Result<(), DecodeError> {
+    r.skip(16, "id")?;
+    r.skip(RECEIPT_BYTES, "receipt")?;
+    r.u32("receive_count")?;
+    r.u64("sent_at_ms")?;
+    let delta_offset = r.offset();
+    if r.u32("first_received_delta_ms")? > FIRST_RECEIVED_DELTA_MS_MAX {
+        return Err(DecodeError::InvalidValue {
+            offset: delta_offset,
+            field: "first_received_delta_ms",
+            reason: "0xFFFFFFFF (never received) in a received message",
+        });
+    }
+    let body_len = r.u32("body_len")?;
+    let attr_offset = r.offset();
+    let attr_count = r.u8("attr_count")?;
+    skip_attributes(r, attr_count, attr_offset)?;
+    r.skip(wire_len(body_len), "body")
+}
+
+/// The messages of a RECEIVE reply, in wire form: one slice of the frame,
+/// validated when decoded. Iterate with [`ReceivedBatch::iter`]; build with
+/// [`ReceivedBatch::from_messages`] (a broker writes replies directly with
+/// [`crate::reply::ReceiveReplyWriter`]).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ReceivedBatch {
+    count: u16,
+    raw: Bytes,
+}
+
+impl ReceivedBatch {
+    /// A batch holding `messages`, in order (their bytes are copied once).
+    ///
+    /// # Errors
+    /// `TooLong` for more than 65,535 messages or a body above 4 GiB.
+    pub fn from_messages<'a>(
+        messages: impl IntoIterator<Item = ReceivedMessageRef<'a>>,
+    ) -> Result<ReceivedBatch, EncodeError> {
+        let mut raw = BytesMut::new();
+        let mut count = 0usize;
+        for m in messages {
+            raw.reserve(m.encoded_len());
+            m.encode(&mut raw)?;
+            count += 1;
+        }
+        Ok(ReceivedBatch {
+            count: len_u16(count, "message count")?,
+            raw: raw.freeze(),
+        })
+    }
+
+    /// Checks `count` messages at the reader's position and takes them as one
+    /// slice.
+    pub(crate) fn decode(r: &mut Reader, count: u16) -> Result<ReceivedBatch, DecodeError> {
+        let start = r.position();
+        for _ in 0..count {
+            skip_received_message(r)?;
+        }
+        Ok(ReceivedBatch {
+            count,
+            raw: r.slice_since(start),
+        })
+    }
+
+    /// Number of messages.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.count.into()
+    }
+
+    /// Number of messages, as the `u16` on the wire.
+    #[must_use]
+    pub fn count(&self) -> u16 {
+        self.count
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The messages in wire form (without the count).
+    #[must_use]
+    pub fn wire_bytes(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// The messages, in order, borrowed.
+    #[must_use]
+    pub fn iter(&self) -> ReceivedBatchIter<'_> {
+        ReceivedBatchIter {
+            cursor: Cursor { rest: &self.raw },
+            left: self.count,
+        }
+    }
+
+    /// The messages as owned values whose bodies and attributes share this
+    /// batch's buffer (no copy).
+    #[must_use]
+    pub fn to_messages(&self) -> Vec<ReceivedMessage> {
+        self.iter()
+            .map(|m| ReceivedMessage {
+                id: m.id,
+                receipt: m.receipt,
+                receive_count: m.receive_count,
+                sent_at_ms: m.sent_at_ms,
+                first_received_delta_ms: m.first_received_delta_ms,
+                attributes: MessageAttributes {
+                    count: m.attributes.count(),
+                    raw: self.raw.slice_ref(m.attributes.wire_bytes()),
+                },
+                body: self.raw.slice_ref(m.body),
+            })
+            .collect()
+    }
+}
+
+impl fmt::Debug for ReceivedBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for &'a ReceivedBatch {
+    type Item = ReceivedMessageRef<'a>;
+    type IntoIter = ReceivedBatchIter<'a>;
+    fn into_iter(self) -> ReceivedBatchIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over a [`ReceivedBatch`].
+#[derive(Clone, Debug)]
+pub struct ReceivedBatchIter<'a> {
+    cursor: Cursor<'a>,
+    left: u16,
+}
+
+impl<'a> Iterator for ReceivedBatchIter<'a> {
+    type Item = ReceivedMessageRef<'a>;
+    fn next(&mut self) -> Option<ReceivedMessageRef<'a>> {
+        self.left = self.left.checked_sub(1)?;
+        ReceivedMessageRef::parse(&mut self.cursor)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (usize::from(self.left), Some(usize::from(self.left)))
+    }
+}
+
+impl ExactSizeIterator for ReceivedBatchIter<'_> {}
+
+/// Fixed bytes of a peeked message before its attributes and body.
+pub const PEEK_ENTRY_OVERHEAD_BYTES: usize = 16 + 4 + 8 + 8 + 4 + 4 + 1;
+
+/// A message read by PEEK, without a lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeekedMessage {
+    /// The message id.
+    pub id: MessageId,
+    /// Deliveries since the message was sent or last redriven.
+    pub receive_count: u32,
+    /// The message's delivery number (that of its latest delivery; 0 if never
+    /// delivered).
+    pub delivery: u64,
+    /// When the message was first sent (Unix ms).
+    pub sent_at_ms: u64,
+    /// Milliseconds from the send to the first delivery (saturating at
+    /// [`FIRST_RECEIVED_DELTA_MS_MAX`]); `None` if never received.
+    pub first_received_delta_ms: Option<u32>,
+    /// Attributes.
+    pub attributes: MessageAttributes,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl PeekedMessage {
+    /// Bytes on the wire.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        PEEK_ENTRY_OVERHEAD_BYTES + self.attributes.wire_bytes().len() + self.body.len()
+    }
+
+    pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let body_len = len_u32(self.body.len(), "body")?;
+        buf.put_slice(&self.id.to_bytes());
+        buf.put_u32_le(self.receive_count);
+        buf.put_u64_le(self.delivery);
+        buf.put_u64_le(self.sent_at_ms);
+        buf.put_u32_le(
+            self.first_received_delta_ms
+                .map_or(NEVER_RECEIVED, |d| d.min(FIRST_RECEIVED_DELTA_MS_MAX)),
+        );
+        buf.put_u32_le(body_len);
+        buf.put_u8(self.attributes.count());
+        buf.put_slice(self.attributes.wire_bytes());
+        buf.put_slice(&self.body);
+        Ok(())
+    }
+
+    pub(crate) fn decode(r: &mut Reader) -> Result<PeekedMessage, DecodeError> {
+        let id = MessageId::from_bytes(r.array("id")?);
+        let receive_count = r.u32("receive_count")?;
+        let delivery = r.u64("delivery")?;
+        let sent_at_ms = r.u64("sent_at_ms")?;
+        let delta = r.u32("first_received_delta_ms")?;
+        let body_len = r.u32("body_len")?;
+        let attr_offset = r.offset();
+        let attr_count = r.u8("attr_count")?;
+        let attributes = MessageAttributes::decode(r, attr_count, attr_offset)?;
+        let body = r.bytes(wire_len(body_len), "body")?;
+        Ok(PeekedMessage {
+            id,
+            receive_count,
+            delivery,
+            sent_at_ms,
+            first_received_delta_ms: (delta != NEVER_RECEIVED).then_some(delta),
+            attributes,
+            body,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_round_trip_and_count_content() {
+        let a = MessageAttributes::from_pairs([("k", "v1"), ("type", "order")]).unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a.content_bytes(), 1 + 2 + 4 + 5);
+        assert_eq!(a.get("type"), Some("order"));
+        assert_eq!(a.get("nope"), None);
+        let pairs: Vec<_> = a.iter().collect();
+        assert_eq!(pairs, vec![("k", "v1"), ("type", "order")]);
+        let back = MessageAttributes::from_wire(a.count(), a.wire_bytes().clone()).unwrap();
+        assert_eq!(back, a);
+        assert_eq!(
+            AttributesRef::from_wire(a.count(), a.wire_bytes()),
+            Ok(a.as_view())
+        );
+        assert_eq!(a.as_view().to_owned(), a);
+    }
+
+    #[test]
+    fn attribute_limits_hold_both_ways() {
+        let seventeen: Vec<(String, String)> =
+            (0..17).map(|i| (i.to_string(), String::new())).collect();
+        assert_eq!(
+            MessageAttributes::from_pairs(seventeen).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+        let big = "x".repeat(MESSAGE_ATTRIBUTES_BYTES_MAX);
+        assert!(MessageAttributes::from_pairs([("", big.as_str())]).is_ok());
+        assert!(MessageAttributes::from_pairs([("k", big.as_str())]).is_err());
+
+        // 4 KiB + 1 on the wire: two values of 2049 and 2048 bytes.
+        let mut raw = BytesMut::new();
+        for len in [2049u16, 2048] {
+            raw.put_u16_le(0);
+            raw.put_u16_le(len);
+            raw.put_slice(&vec![b'a'; len.into()]);
+        }
+        let err = MessageAttributes::from_wire(2, raw.freeze()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DecodeError::TooLong {
+                    field: "attributes",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = MessageAttributes::from_wire(17, Bytes::new()).unwrap_err();
+        assert!(matches!(
+            err,
+            DecodeError::TooLong {
+                field: "attr_count",
+                ..
+            }
+        ));
+        let err = MessageAttributes::from_wire(1, Bytes::from_static(b"\x01\x00\xff\x00\x00"))
+            .unwrap_err();
+        assert!(
+            matches!(err, DecodeError::InvalidUtf8 { offset: 2, .. }),
+            "{err}"
+        );
+        assert!(AttributesRef::from_wire(1, b"\x01\x00").is_err());
+    }
+
+    #[test]
+    fn deltas_saturate() {
+        assert_eq!(first_received_delta_ms(10, 5), 0);
+        assert_eq!(first_received_delta_ms(10, 15), 5);
+        assert_eq!(
+            first_received_delta_ms(0, u64::MAX),
+            FIRST_RECEIVED_DELTA_MS_MAX
+        );
+        assert_eq!(
+            first_received_delta_ms(0, u64::from(u32::MAX)),
+            FIRST_RECEIVED_DELTA_MS_MAX
+        );
+    }
+
+    #[test]
+    fn entry_framing_matches_the_design_limits() {
+        let entry = SendEntry::new(Bytes::from_static(b"body"));
+        let batch = SendBatch::from_entries([&entry]).unwrap();
+        assert_eq!(batch.wire_bytes().len(), SEND_ENTRY_OVERHEAD_BYTES + 4);
+        assert_eq!(entry.encoded_len(), batch.wire_bytes().len());
+
+        let msg = ReceivedMessage {
+            id: MessageId(1),
+            receipt: Receipt::default(),
+            receive_count: 1,
+            sent_at_ms: 2,
+            first_received_delta_ms: 3,
+            attributes: MessageAttributes::new(),
+            body: Bytes::from_static(b"body"),
+        };
+        let batch = ReceivedBatch::from_messages([msg.as_view()]).unwrap();
+        assert_eq!(batch.wire_bytes().len(), RECEIVE_ENTRY_OVERHEAD_BYTES + 4);
+        assert_eq!(msg.encoded_len(), batch.wire_bytes().len());
+    }
+
+    #[test]
+    fn batches_iterate_what_they_were_built_from_without_copying() {
+        let entries = vec![
+            SendEntry::new(Bytes::from_static(b"a")),
+            SendEntry {
+                body: Bytes::from_static(b"bb"),
+                delay_ms: Some(5),
+                dedup_key: Some(Bytes::from_static(b"k")),
+                attributes: MessageAttributes::from_pairs([("x", "y")]).unwrap(),
+            },
+        ];
+        let batch = SendBatch::from_entries(&entries).unwrap();
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch.iter().len(), 2);
+        let views: Vec<_> = batch.iter().collect();
+        assert_eq!(views[1].body, b"bb");
+        assert_eq!(views[1].attributes.get("x"), Some("y"));
+        assert_eq!(batch.to_entries(), entries);
+        let owned = batch.to_entries();
+        let base = batch.wire_bytes().as_ptr_range();
+        assert!(
+            base.contains(&owned[1].body.as_ptr()),
+            "to_entries shares the buffer"
+        );
+
+        let mut r = Reader::new(batch.wire_bytes().clone());
+        assert_eq!(SendBatch::decode(&mut r, 2).as_ref(), Ok(&batch));
+        let mut r = Reader::new(batch.wire_bytes().clone());
+        assert!(SendBatch::decode(&mut r, 3).is_err());
+    }
+}

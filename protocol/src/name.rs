@@ -1,0 +1,264 @@
+//! Queue names: validated once, then shared without copying.
+
+use core::borrow::Borrow;
+use core::fmt;
+use core::hash::{Hash, Hasher};
+use core::ops::Deref;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::codec::{DecodeError, Reader};
+
+/// A queue name, `[A-Za-z0-9_.-]{1,80}`. Decoded names share the frame's
+/// buffer; the syntax is checked on every construction, so a `QueueName` is
+/// always valid. It hashes, compares and borrows as its `str`, so maps keyed
+/// by `QueueName` can be searched with a `&str`.
+#[derive(Clone)]
+pub struct QueueName(Bytes);
+
+/// A string that is not a valid queue name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a valid queue name: names are 1 to 80 of [A-Za-z0-9_.-]")]
+pub struct InvalidQueueName;
+
+impl QueueName {
+    /// A name from a string, copied.
+    ///
+    /// # Errors
+    /// [`InvalidQueueName`] unless `name` matches `[A-Za-z0-9_.-]{1,80}`.
+    pub fn new(name: &str) -> Result<QueueName, InvalidQueueName> {
+        if crate::is_valid_queue_name(name) {
+            Ok(QueueName(Bytes::copy_from_slice(name.as_bytes())))
+        } else {
+            Err(InvalidQueueName)
+        }
+    }
+
+    /// A name from a static string, without copying.
+    ///
+    /// # Panics
+    /// When `name` is not a valid queue name: meant for names written in code.
+    #[must_use]
+    pub fn from_static(name: &'static str) -> QueueName {
+        assert!(
+            crate::is_valid_queue_name(name),
+            "{name:?} is not a valid queue name"
+        );
+        QueueName(Bytes::from_static(name.as_bytes()))
+    }
+
+    /// A name from bytes, without copying.
+    ///
+    /// # Errors
+    /// [`InvalidQueueName`] unless the bytes match `[A-Za-z0-9_.-]{1,80}`.
+    pub fn from_bytes(bytes: Bytes) -> Result<QueueName, InvalidQueueName> {
+        if is_valid_name_bytes(&bytes) {
+            Ok(QueueName(bytes))
+        } else {
+            Err(InvalidQueueName)
+        }
+    }
+
+    /// The name.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        // Every constructor checked that the bytes are ASCII, so this never
+        // falls back to the empty string.
+        core::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    /// The name's bytes, shared.
+    #[must_use]
+    pub fn as_bytes(&self) -> &Bytes {
+        &self.0
+    }
+
+    /// Bytes on the wire: the `u8` length and the name.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        1 + self.0.len()
+    }
+
+    /// Writes the `u8` length and the name.
+    pub fn encode(&self, buf: &mut BytesMut) {
+        // A valid name has at most 80 bytes, so the length fits a u8.
+        #[allow(clippy::cast_possible_truncation, reason = "at most 80 bytes")]
+        buf.put_u8(self.0.len() as u8);
+        buf.put_slice(&self.0);
+    }
+
+    /// Reads a `u8` length and a name, checking its syntax.
+    ///
+    /// # Errors
+    /// `Truncated`, or `InvalidQueueName` naming `field`.
+    pub fn decode(r: &mut Reader, field: &'static str) -> Result<QueueName, DecodeError> {
+        let len = r.u8(field)?;
+        let offset = r.offset();
+        let bytes = r.bytes(len.into(), field)?;
+        if is_valid_name_bytes(&bytes) {
+            Ok(QueueName(bytes))
+        } else {
+            Err(DecodeError::InvalidQueueName { offset, field })
+        }
+    }
+}
+
+/// Whether `b` is a valid queue name's bytes.
+pub(crate) fn is_valid_name_bytes(b: &[u8]) -> bool {
+    !b.is_empty()
+        && b.len() <= crate::limits::QUEUE_NAME_BYTES_MAX
+        && b.iter().all(|&c| is_name_byte(c))
+}
+
+/// Whether `c` may appear in a queue name.
+pub(crate) fn is_name_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-')
+}
+
+impl Deref for QueueName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for QueueName {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl Borrow<str> for QueueName {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for QueueName {
+    fn eq(&self, other: &QueueName) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for QueueName {}
+
+impl PartialEq<str> for QueueName {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for QueueName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Hash for QueueName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Must hash like the `str` it borrows as.
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialOrd for QueueName {
+    fn partial_cmp(&self, other: &QueueName) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for QueueName {
+    fn cmp(&self, other: &QueueName) -> core::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl fmt::Debug for QueueName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for QueueName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl core::str::FromStr for QueueName {
+    type Err = InvalidQueueName;
+    fn from_str(s: &str) -> Result<QueueName, InvalidQueueName> {
+        QueueName::new(s)
+    }
+}
+
+impl TryFrom<&str> for QueueName {
+    type Error = InvalidQueueName;
+    fn try_from(s: &str) -> Result<QueueName, InvalidQueueName> {
+        QueueName::new(s)
+    }
+}
+
+impl TryFrom<String> for QueueName {
+    type Error = InvalidQueueName;
+    fn try_from(s: String) -> Result<QueueName, InvalidQueueName> {
+        if crate::is_valid_queue_name(&s) {
+            Ok(QueueName(Bytes::from(s.into_bytes())))
+        } else {
+            Err(InvalidQueueName)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn syntax_is_checked_everywhere() {
+        assert!(QueueName::new("orders.v2_eu-1").is_ok());
+        assert_eq!(QueueName::new(""), Err(InvalidQueueName));
+        assert_eq!(QueueName::new("a b"), Err(InvalidQueueName));
+        assert_eq!(QueueName::new(&"a".repeat(81)), Err(InvalidQueueName));
+        assert!(QueueName::new(&"a".repeat(80)).is_ok());
+        assert_eq!(QueueName::try_from("é".to_owned()), Err(InvalidQueueName));
+        assert_eq!(
+            QueueName::from_bytes(Bytes::from_static(b"q\0")),
+            Err(InvalidQueueName)
+        );
+    }
+
+    #[test]
+    fn maps_keyed_by_name_are_searched_with_str() {
+        let mut m = HashMap::new();
+        m.insert(QueueName::from_static("jobs"), 1);
+        assert_eq!(m.get("jobs"), Some(&1));
+        assert_eq!(QueueName::from_static("jobs"), "jobs");
+    }
+
+    #[test]
+    fn decode_names_the_field_and_offset() {
+        let mut r = Reader::new(Bytes::from_static(b"\x02a!"));
+        assert_eq!(
+            QueueName::decode(&mut r, "queue"),
+            Err(DecodeError::InvalidQueueName {
+                offset: 1,
+                field: "queue"
+            })
+        );
+        let mut r = Reader::new(Bytes::from_static(b"\x00"));
+        assert!(matches!(
+            QueueName::decode(&mut r, "queue"),
+            Err(DecodeError::InvalidQueueName { .. })
+        ));
+        let name = QueueName::from_static("q-1");
+        let mut buf = BytesMut::new();
+        name.encode(&mut buf);
+        assert_eq!(buf.len(), name.encoded_len());
+        assert_eq!(
+            QueueName::decode(&mut Reader::new(buf.freeze()), "queue"),
+            Ok(name)
+        );
+    }
+}

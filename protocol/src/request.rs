@@ -1,0 +1,589 @@
+//! Requests: one type per operation and [`Request`], which decodes a frame's
+//! payload by its opcode and encodes a whole frame.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::attributes::AttributeUpdate;
+use crate::codec::{DecodeError, EncodeError, Reader, capacity_for, len_u16};
+use crate::frame::{opcode, put_header};
+use crate::limits::{AUTH_TOKEN_BYTES_MAX, BATCH_ENTRIES_MAX};
+use crate::message::{SendBatch, SendEntry, USE_QUEUE_DEFAULT, VisibilityChange};
+use crate::name::{QueueName, is_name_byte};
+use crate::receipt::{RECEIPT_BYTES, Receipt};
+
+/// HELLO: the first frame on every connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HelloRequest {
+    /// Protocol version the client speaks ([`crate::limits::PROTOCOL_VERSION`]).
+    pub version: u16,
+    /// Auth token (at most 1 KiB); empty when the client has none.
+    pub token: Bytes,
+}
+
+/// `CREATE_QUEUE` (and, with the same layout, `SET_QUEUE`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueAttributesRequest {
+    /// The queue.
+    pub queue: QueueName,
+    /// Attributes to set; on CREATE, absent ones take their defaults.
+    pub attributes: AttributeUpdate,
+}
+
+/// SEND: a batch of 1 to 1,024 messages to one queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendRequest {
+    /// The queue.
+    pub queue: QueueName,
+    /// The messages, in order: a validated slice of the frame when decoded.
+    pub entries: SendBatch,
+}
+
+impl SendRequest {
+    /// A SEND of `entries` to `queue` (their bytes are copied once).
+    ///
+    /// # Errors
+    /// As [`SendBatch::from_entries`].
+    pub fn new<'a>(
+        queue: QueueName,
+        entries: impl IntoIterator<Item = &'a SendEntry>,
+    ) -> Result<SendRequest, EncodeError> {
+        Ok(SendRequest {
+            queue,
+            entries: SendBatch::from_entries(entries)?,
+        })
+    }
+}
+
+/// RECEIVE: lease up to `max_messages` messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceiveRequest {
+    /// The queue.
+    pub queue: QueueName,
+    /// 1 ..= 1,024.
+    pub max_messages: u16,
+    /// Lease length; `None` uses the queue's.
+    pub visibility_timeout_ms: Option<u32>,
+    /// Long-poll wait; `None` uses the queue's.
+    pub wait_ms: Option<u32>,
+}
+
+/// DELETE: a batch of 1 to 1,024 receipts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteRequest {
+    /// The queue the messages were received from.
+    pub queue: QueueName,
+    /// The deliveries to delete.
+    pub receipts: Vec<Receipt>,
+}
+
+/// `CHANGE_VISIBILITY`: a batch of 1 to 1,024 lease changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangeVisibilityRequest {
+    /// The queue the messages were received from.
+    pub queue: QueueName,
+    /// The changes.
+    pub entries: Vec<VisibilityChange>,
+}
+
+/// Every request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// `0x01` HELLO.
+    Hello(HelloRequest),
+    /// `0x02` PING.
+    Ping {
+        /// Echoed by the PONG.
+        nonce: u64,
+    },
+    /// `0x10` `CREATE_QUEUE`.
+    CreateQueue(QueueAttributesRequest),
+    /// `0x11` `DELETE_QUEUE`.
+    DeleteQueue {
+        /// The queue.
+        queue: QueueName,
+    },
+    /// `0x12` `LIST_QUEUES`.
+    ListQueues {
+        /// Only names starting with this (0 to 80 name characters; empty
+        /// lists every queue).
+        prefix: String,
+    },
+    /// `0x13` `GET_QUEUE`.
+    GetQueue {
+        /// The queue.
+        queue: QueueName,
+    },
+    /// `0x14` `SET_QUEUE`.
+    SetQueue(QueueAttributesRequest),
+    /// `0x15` `PURGE_QUEUE`.
+    PurgeQueue {
+        /// The queue.
+        queue: QueueName,
+    },
+    /// `0x20` SEND.
+    Send(SendRequest),
+    /// `0x21` RECEIVE.
+    Receive(ReceiveRequest),
+    /// `0x22` DELETE.
+    Delete(DeleteRequest),
+    /// `0x23` `CHANGE_VISIBILITY`.
+    ChangeVisibility(ChangeVisibilityRequest),
+    /// `0x24` REDRIVE: move up to `max_messages` visible messages of a
+    /// dead-letter queue back to their source queues.
+    Redrive {
+        /// The dead-letter queue.
+        queue: QueueName,
+        /// How many messages to move at most.
+        max_messages: u32,
+    },
+    /// `0x25` PEEK.
+    Peek {
+        /// The queue.
+        queue: QueueName,
+        /// 1 ..= 1,024.
+        max_messages: u16,
+    },
+    /// `0x30` `SERVER_STATS`.
+    ServerStats,
+}
+
+/// Bytes of one `CHANGE_VISIBILITY` entry.
+const VISIBILITY_CHANGE_BYTES: usize = RECEIPT_BYTES + 4;
+
+impl Request {
+    /// The request's opcode.
+    #[must_use]
+    pub fn opcode(&self) -> u8 {
+        match self {
+            Request::Hello(_) => opcode::HELLO,
+            Request::Ping { .. } => opcode::PING,
+            Request::CreateQueue(_) => opcode::CREATE_QUEUE,
+            Request::DeleteQueue { .. } => opcode::DELETE_QUEUE,
+            Request::ListQueues { .. } => opcode::LIST_QUEUES,
+            Request::GetQueue { .. } => opcode::GET_QUEUE,
+            Request::SetQueue(_) => opcode::SET_QUEUE,
+            Request::PurgeQueue { .. } => opcode::PURGE_QUEUE,
+            Request::Send(_) => opcode::SEND,
+            Request::Receive(_) => opcode::RECEIVE,
+            Request::Delete(_) => opcode::DELETE,
+            Request::ChangeVisibility(_) => opcode::CHANGE_VISIBILITY,
+            Request::Redrive { .. } => opcode::REDRIVE,
+            Request::Peek { .. } => opcode::PEEK,
+            Request::ServerStats => opcode::SERVER_STATS,
+        }
+    }
+
+    /// The queue the request is about, if any.
+    #[must_use]
+    pub fn queue(&self) -> Option<&QueueName> {
+        match self {
+            Request::CreateQueue(r) | Request::SetQueue(r) => Some(&r.queue),
+            Request::DeleteQueue { queue }
+            | Request::GetQueue { queue }
+            | Request::PurgeQueue { queue }
+            | Request::Redrive { queue, .. }
+            | Request::Peek { queue, .. } => Some(queue),
+            Request::Send(r) => Some(&r.queue),
+            Request::Receive(r) => Some(&r.queue),
+            Request::Delete(r) => Some(&r.queue),
+            Request::ChangeVisibility(r) => Some(&r.queue),
+            Request::Hello(_)
+            | Request::Ping { .. }
+            | Request::ListQueues { .. }
+            | Request::ServerStats => None,
+        }
+    }
+
+    /// Bytes of the payload.
+    #[must_use]
+    pub fn payload_len(&self) -> usize {
+        match self {
+            Request::Hello(h) => 2 + 2 + h.token.len(),
+            Request::Ping { .. } => 8,
+            Request::CreateQueue(r) | Request::SetQueue(r) => {
+                r.queue.encoded_len() + r.attributes.encoded_len()
+            }
+            Request::DeleteQueue { queue }
+            | Request::GetQueue { queue }
+            | Request::PurgeQueue { queue } => queue.encoded_len(),
+            Request::ListQueues { prefix } => 1 + prefix.len(),
+            Request::Send(r) => r.queue.encoded_len() + 2 + r.entries.wire_bytes().len(),
+            Request::Receive(r) => r.queue.encoded_len() + 2 + 4 + 4,
+            Request::Delete(r) => r.queue.encoded_len() + 2 + RECEIPT_BYTES * r.receipts.len(),
+            Request::ChangeVisibility(r) => {
+                r.queue.encoded_len() + 2 + VISIBILITY_CHANGE_BYTES * r.entries.len()
+            }
+            Request::Redrive { queue, .. } => queue.encoded_len() + 4,
+            Request::Peek { queue, .. } => queue.encoded_len() + 2,
+            Request::ServerStats => 0,
+        }
+    }
+
+    /// Bytes of the whole frame, length prefix included.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        crate::frame::FRAME_OVERHEAD_BYTES + self.payload_len()
+    }
+
+    /// Writes the whole frame (prefix, header with flags 0, payload):
+    /// exactly [`Self::encoded_len`] bytes. Limits the decoder enforces (batch
+    /// sizes, token and prefix lengths) are not checked here, so a client can
+    /// send what a server must refuse; only values that do not fit their wire
+    /// fields are errors.
+    ///
+    /// # Errors
+    /// `TooLong` when a length or count does not fit its field; `buf` is then
+    /// as it was.
+    pub fn encode(&self, request_id: u32, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let start = buf.len();
+        let result = self.encode_inner(request_id, buf);
+        if result.is_err() {
+            buf.truncate(start);
+        }
+        result
+    }
+
+    fn encode_inner(&self, request_id: u32, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        put_header(buf, self.opcode(), request_id, self.payload_len())?;
+        match self {
+            Request::Hello(h) => {
+                buf.put_u16_le(h.version);
+                buf.put_u16_le(len_u16(h.token.len(), "token")?);
+                buf.put_slice(&h.token);
+            }
+            Request::Ping { nonce } => buf.put_u64_le(*nonce),
+            Request::CreateQueue(r) | Request::SetQueue(r) => {
+                r.queue.encode(buf);
+                r.attributes.encode(buf)?;
+            }
+            Request::DeleteQueue { queue }
+            | Request::GetQueue { queue }
+            | Request::PurgeQueue { queue } => {
+                queue.encode(buf);
+            }
+            Request::ListQueues { prefix } => crate::codec::put_string_u8(buf, prefix, "prefix")?,
+            Request::Send(r) => {
+                r.queue.encode(buf);
+                buf.put_u16_le(r.entries.count());
+                buf.put_slice(r.entries.wire_bytes());
+            }
+            Request::Receive(r) => {
+                r.queue.encode(buf);
+                buf.put_u16_le(r.max_messages);
+                buf.put_u32_le(r.visibility_timeout_ms.unwrap_or(USE_QUEUE_DEFAULT));
+                buf.put_u32_le(r.wait_ms.unwrap_or(USE_QUEUE_DEFAULT));
+            }
+            Request::Delete(r) => {
+                r.queue.encode(buf);
+                buf.put_u16_le(len_u16(r.receipts.len(), "receipt count")?);
+                for receipt in &r.receipts {
+                    buf.put_slice(&receipt.to_bytes());
+                }
+            }
+            Request::ChangeVisibility(r) => {
+                r.queue.encode(buf);
+                buf.put_u16_le(len_u16(r.entries.len(), "entry count")?);
+                for e in &r.entries {
+                    buf.put_slice(&e.receipt.to_bytes());
+                    buf.put_u32_le(e.visibility_timeout_ms);
+                }
+            }
+            Request::Redrive {
+                queue,
+                max_messages,
+            } => {
+                queue.encode(buf);
+                buf.put_u32_le(*max_messages);
+            }
+            Request::Peek {
+                queue,
+                max_messages,
+            } => {
+                queue.encode(buf);
+                buf.put_u16_le(*max_messages);
+            }
+            Request::ServerStats => {}
+        }
+        Ok(())
+    }
+
+    /// Decodes a request's payload. Bodies, dedup keys and the token share
+    /// `payload`'s buffer.
+    ///
+    /// # Errors
+    /// [`DecodeError`]: `UnknownOpcode` for an opcode that is not a request;
+    /// structural violations (queue name syntax, batch counts, dedup key and
+    /// attribute limits, token length) and malformed or trailing bytes.
+    /// [`DecodeError::code`] gives the error reply's code.
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one arm per opcode, each the layout of its request"
+    )]
+    pub fn decode(opcode: u8, payload: Bytes) -> Result<Request, DecodeError> {
+        let mut r = Reader::new(payload);
+        let request = match opcode {
+            opcode::HELLO => {
+                let version = r.u16("version")?;
+                let len_offset = r.offset();
+                let len = usize::from(r.u16("token_len")?);
+                if len > AUTH_TOKEN_BYTES_MAX {
+                    return Err(DecodeError::TooLong {
+                        offset: len_offset,
+                        field: "token",
+                        len,
+                        max: AUTH_TOKEN_BYTES_MAX,
+                    });
+                }
+                Request::Hello(HelloRequest {
+                    version,
+                    token: r.bytes(len, "token")?,
+                })
+            }
+            opcode::PING => Request::Ping {
+                nonce: r.u64("nonce")?,
+            },
+            opcode::CREATE_QUEUE => Request::CreateQueue(decode_attributes_request(&mut r)?),
+            opcode::DELETE_QUEUE => Request::DeleteQueue {
+                queue: QueueName::decode(&mut r, "queue")?,
+            },
+            opcode::LIST_QUEUES => Request::ListQueues {
+                prefix: decode_prefix(&mut r)?,
+            },
+            opcode::GET_QUEUE => Request::GetQueue {
+                queue: QueueName::decode(&mut r, "queue")?,
+            },
+            opcode::SET_QUEUE => Request::SetQueue(decode_attributes_request(&mut r)?),
+            opcode::PURGE_QUEUE => Request::PurgeQueue {
+                queue: QueueName::decode(&mut r, "queue")?,
+            },
+            opcode::SEND => {
+                let queue = QueueName::decode(&mut r, "queue")?;
+                let count = r.batch_count("entry count", BATCH_ENTRIES_MAX)?;
+                let entries = SendBatch::decode(&mut r, count)?;
+                Request::Send(SendRequest { queue, entries })
+            }
+            opcode::RECEIVE => {
+                let queue = QueueName::decode(&mut r, "queue")?;
+                let max = r.batch_count("max_messages", BATCH_ENTRIES_MAX)?;
+                let visibility_timeout_ms = r.u32("visibility_timeout_ms")?;
+                let wait_ms = r.u32("wait_ms")?;
+                Request::Receive(ReceiveRequest {
+                    queue,
+                    max_messages: max,
+                    visibility_timeout_ms: (visibility_timeout_ms != USE_QUEUE_DEFAULT)
+                        .then_some(visibility_timeout_ms),
+                    wait_ms: (wait_ms != USE_QUEUE_DEFAULT).then_some(wait_ms),
+                })
+            }
+            opcode::DELETE => {
+                let queue = QueueName::decode(&mut r, "queue")?;
+                let count = r.batch_count("receipt count", BATCH_ENTRIES_MAX)?;
+                let mut receipts =
+                    Vec::with_capacity(capacity_for(count.into(), r.remaining(), RECEIPT_BYTES));
+                for _ in 0..count {
+                    receipts.push(Receipt::from_bytes(&r.array("receipt")?));
+                }
+                Request::Delete(DeleteRequest { queue, receipts })
+            }
+            opcode::CHANGE_VISIBILITY => {
+                let queue = QueueName::decode(&mut r, "queue")?;
+                let count = r.batch_count("entry count", BATCH_ENTRIES_MAX)?;
+                let mut entries = Vec::with_capacity(capacity_for(
+                    count.into(),
+                    r.remaining(),
+                    VISIBILITY_CHANGE_BYTES,
+                ));
+                for _ in 0..count {
+                    entries.push(VisibilityChange {
+                        receipt: Receipt::from_bytes(&r.array("receipt")?),
+                        visibility_timeout_ms: r.u32("visibility_timeout_ms")?,
+                    });
+                }
+                Request::ChangeVisibility(ChangeVisibilityRequest { queue, entries })
+            }
+            opcode::REDRIVE => Request::Redrive {
+                queue: QueueName::decode(&mut r, "queue")?,
+                max_messages: r.u32("max_messages")?,
+            },
+            opcode::PEEK => {
+                let queue = QueueName::decode(&mut r, "queue")?;
+                let max = r.batch_count("max_messages", BATCH_ENTRIES_MAX)?;
+                Request::Peek {
+                    queue,
+                    max_messages: max,
+                }
+            }
+            opcode::SERVER_STATS => Request::ServerStats,
+            other => return Err(DecodeError::UnknownOpcode(other)),
+        };
+        r.finish()?;
+        Ok(request)
+    }
+}
+
+fn decode_attributes_request(r: &mut Reader) -> Result<QueueAttributesRequest, DecodeError> {
+    Ok(QueueAttributesRequest {
+        queue: QueueName::decode(r, "queue")?,
+        attributes: AttributeUpdate::decode(r)?,
+    })
+}
+
+fn decode_prefix(r: &mut Reader) -> Result<String, DecodeError> {
+    let len = r.u8("prefix")?;
+    let offset = r.offset();
+    let bytes = r.bytes(len.into(), "prefix")?;
+    let err = DecodeError::InvalidQueueName {
+        offset,
+        field: "prefix",
+    };
+    if bytes.len() > crate::limits::QUEUE_NAME_BYTES_MAX || !bytes.iter().all(|&c| is_name_byte(c))
+    {
+        return Err(err);
+    }
+    // Name characters are ASCII, so this conversion succeeds.
+    core::str::from_utf8(&bytes)
+        .map(str::to_owned)
+        .map_err(|_| err)
+}
+
+/// The protocol version of a HELLO payload: its first two bytes in every
+/// version of the protocol, so a server can answer `UnsupportedVersion` to a
+/// HELLO whose rest it cannot parse.
+#[must_use]
+pub fn hello_version(payload: &[u8]) -> Option<u16> {
+    payload.first_chunk::<2>().map(|b| u16::from_le_bytes(*b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    fn decode(op: u8, payload: &[u8]) -> Result<Request, DecodeError> {
+        Request::decode(op, Bytes::copy_from_slice(payload))
+    }
+
+    #[test]
+    fn batch_limits_map_to_codes() {
+        let mut p = vec![1, b'q'];
+        p.extend_from_slice(&1025u16.to_le_bytes());
+        assert_eq!(
+            decode(opcode::SEND, &p).unwrap_err().code(),
+            ErrorCode::BatchTooLarge
+        );
+        assert_eq!(
+            decode(opcode::DELETE, &p).unwrap_err().code(),
+            ErrorCode::BatchTooLarge
+        );
+        assert_eq!(
+            decode(opcode::PEEK, &p).unwrap_err().code(),
+            ErrorCode::BatchTooLarge
+        );
+        let empty = [1, b'q', 0, 0];
+        assert_eq!(
+            decode(opcode::SEND, &empty).unwrap_err().code(),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            decode(opcode::CHANGE_VISIBILITY, &empty)
+                .unwrap_err()
+                .code(),
+            ErrorCode::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn forged_counts_do_not_allocate_up_front() {
+        // 1,024 entries declared, none present: fails as truncated.
+        let mut p = vec![1, b'q'];
+        p.extend_from_slice(&1024u16.to_le_bytes());
+        let err = decode(opcode::SEND, &p).unwrap_err();
+        assert!(
+            matches!(err, DecodeError::Truncated { offset: 4, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn structural_limits_are_invalid_arguments() {
+        // dedup key of 129 bytes
+        let mut p = vec![1, b'q', 1, 0];
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&[129, 0]);
+        p.extend_from_slice(&[b'k'; 129]);
+        let err = decode(opcode::SEND, &p).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument);
+        assert!(err.to_string().contains("dedup key"), "{err}");
+        let mut hello = vec![1, 0];
+        hello.extend_from_slice(&1025u16.to_le_bytes());
+        assert_eq!(
+            decode(opcode::HELLO, &hello).unwrap_err().code(),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            decode(opcode::LIST_QUEUES, b"\x02a/").unwrap_err().code(),
+            ErrorCode::InvalidArgument
+        );
+        let err = decode(opcode::DELETE_QUEUE, b"\x03a b").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "queue at byte 1 is not a valid queue name ([A-Za-z0-9_.-]{1,80})"
+        );
+    }
+
+    #[test]
+    fn unknown_opcodes_and_trailing_bytes() {
+        assert_eq!(
+            decode(0x03, &[]).unwrap_err(),
+            DecodeError::UnknownOpcode(0x03)
+        );
+        assert_eq!(
+            decode(0x82, &[]).unwrap_err().code(),
+            ErrorCode::UnknownOperation
+        );
+        assert_eq!(
+            decode(opcode::SERVER_STATS, &[0]).unwrap_err(),
+            DecodeError::TrailingBytes {
+                offset: 0,
+                count: 1
+            }
+        );
+        assert_eq!(
+            decode(opcode::LIST_QUEUES, &[0]),
+            Ok(Request::ListQueues {
+                prefix: String::new()
+            })
+        );
+    }
+
+    #[test]
+    fn encode_is_exact_and_restores_the_buffer_on_error() {
+        let req = Request::ListQueues {
+            prefix: "x".repeat(300),
+        };
+        let mut buf = BytesMut::from(&b"keep"[..]);
+        assert!(matches!(
+            req.encode(1, &mut buf),
+            Err(EncodeError::TooLong {
+                field: "prefix",
+                ..
+            })
+        ));
+        assert_eq!(&buf[..], b"keep");
+        let req = Request::Receive(ReceiveRequest {
+            queue: QueueName::from_static("q"),
+            max_messages: 10,
+            visibility_timeout_ms: None,
+            wait_ms: Some(5),
+        });
+        req.encode(7, &mut buf).unwrap();
+        assert_eq!(buf.len(), 4 + req.encoded_len());
+    }
+
+    #[test]
+    fn hello_version_reads_the_first_two_bytes() {
+        assert_eq!(hello_version(&[2, 0, 0xff]), Some(2));
+        assert_eq!(hello_version(&[2]), None);
+    }
+}

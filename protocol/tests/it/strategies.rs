@@ -1,0 +1,388 @@
+//! proptest strategies for every request and reply, covering each field's
+//! whole wire range (within the structural limits a decoder enforces, so
+//! every generated value round-trips).
+
+use bytes::Bytes;
+use proptest::collection::vec;
+use proptest::option;
+use proptest::prelude::*;
+use sluice_protocol::{
+    AttributeUpdate, Backoff, ChangeVisibilityRequest, Counter, DeleteRequest, ErrorCode,
+    HelloReply, HelloRequest, MessageAttributes, MessageId, PeekedMessage, QueueAttributes,
+    QueueAttributesRequest, QueueInfo, QueueName, QueueStats, Receipt, ReceiveRequest,
+    ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply, Request, SendEntry, SendOutcome,
+    SendRequest, ServerLimits, ServerStatsReply, VisibilityChange, WireError,
+};
+
+/// Largest batch generated: enough to cover multi-entry layouts while
+/// keeping cases fast. (Full-size batches are covered by the limit tests.)
+const BATCH: usize = 6;
+
+pub fn bytes(max: usize) -> impl Strategy<Value = Bytes> {
+    vec(any::<u8>(), 0..=max).prop_map(Bytes::from)
+}
+
+pub fn queue_name() -> impl Strategy<Value = QueueName> {
+    "[A-Za-z0-9_.-]{1,80}".prop_map(|s| QueueName::new(&s).unwrap())
+}
+
+fn short_string(max_chars: usize) -> impl Strategy<Value = String> {
+    // Up to 4 bytes per char: stays within a u8 length for max_chars <= 63.
+    proptest::string::string_regex(&format!(".{{0,{max_chars}}}")).unwrap()
+}
+
+pub fn attributes() -> impl Strategy<Value = MessageAttributes> {
+    vec((short_string(12), short_string(40)), 0..=16)
+        .prop_map(|pairs| MessageAttributes::from_pairs(pairs).unwrap())
+}
+
+pub fn receipt() -> impl Strategy<Value = Receipt> {
+    (
+        any::<u32>(),
+        any::<u16>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u64>(),
+        any::<u32>(),
+    )
+        .prop_map(
+            |(incarnation, shard, slot, generation, delivery, check)| Receipt {
+                incarnation,
+                shard,
+                slot,
+                generation,
+                delivery,
+                check,
+            },
+        )
+}
+
+fn message_id() -> impl Strategy<Value = MessageId> {
+    any::<u128>().prop_map(MessageId)
+}
+
+/// A `u32` option whose `Some` never collides with the "default" marker.
+fn opt_u32_not_max() -> impl Strategy<Value = Option<u32>> {
+    option::of(0..u32::MAX)
+}
+
+fn send_entry() -> impl Strategy<Value = SendEntry> {
+    (
+        bytes(64),
+        opt_u32_not_max(),
+        option::of(vec(any::<u8>(), 1..=128).prop_map(Bytes::from)),
+        attributes(),
+    )
+        .prop_map(|(body, delay_ms, dedup_key, attributes)| SendEntry {
+            body,
+            delay_ms,
+            dedup_key,
+            attributes,
+        })
+}
+
+fn redrive() -> impl Strategy<Value = RedrivePolicy> {
+    (queue_name(), any::<u16>()).prop_map(|(name, max_receives)| RedrivePolicy {
+        dead_letter_queue: name.to_string(),
+        max_receives,
+    })
+}
+
+fn backoff() -> impl Strategy<Value = Backoff> {
+    (any::<u32>(), any::<u32>()).prop_map(|(base_ms, max_ms)| Backoff { base_ms, max_ms })
+}
+
+pub fn attribute_update() -> impl Strategy<Value = AttributeUpdate> {
+    (
+        (
+            option::of(any::<u32>()),
+            option::of(any::<u32>()),
+            option::of(any::<u32>()),
+            option::of(any::<u32>()),
+            option::of(any::<u32>()),
+        ),
+        (
+            option::of(redrive()),
+            option::of(any::<u64>()),
+            option::of(any::<u32>()),
+            option::of(backoff()),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+    )
+        .prop_map(
+            |((vt, d, ret, mbm, rw), (redrive, max_depth, dw, backoff, cr, cb))| AttributeUpdate {
+                visibility_timeout_ms: vt,
+                delay_ms: d,
+                retention_ms: ret,
+                message_bytes_max: mbm,
+                receive_wait_ms: rw,
+                // A policy cannot be both set and cleared on the wire.
+                clear_redrive: cr && redrive.is_none(),
+                clear_backoff: cb && backoff.is_none(),
+                redrive,
+                max_depth,
+                dedup_window_ms: dw,
+                backoff,
+            },
+        )
+}
+
+pub fn queue_attributes() -> impl Strategy<Value = QueueAttributes> {
+    (
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+        ),
+        (
+            option::of(redrive()),
+            option::of(any::<u64>()),
+            any::<u32>(),
+            option::of(backoff()),
+        ),
+    )
+        .prop_map(
+            |((vt, d, ret, mbm, rw), (redrive, max_depth, dw, backoff))| QueueAttributes {
+                visibility_timeout_ms: vt,
+                delay_ms: d,
+                retention_ms: ret,
+                message_bytes_max: mbm,
+                receive_wait_ms: rw,
+                redrive,
+                max_depth,
+                dedup_window_ms: dw,
+                backoff,
+            },
+        )
+}
+
+fn queue_stats() -> impl Strategy<Value = QueueStats> {
+    proptest::array::uniform14(any::<u64>()).prop_map(|v| QueueStats {
+        visible: v[0],
+        delayed: v[1],
+        in_flight: v[2],
+        sent: v[3],
+        moved_in: v[4],
+        received: v[5],
+        deleted: v[6],
+        redelivered: v[7],
+        released: v[8],
+        dead_lettered: v[9],
+        redriven: v[10],
+        dropped: v[11],
+        purged: v[12],
+        oldest_age_ms: v[13],
+    })
+}
+
+pub fn error_code() -> impl Strategy<Value = ErrorCode> {
+    proptest::sample::select(ErrorCode::ALL.to_vec())
+}
+
+fn batch_max() -> impl Strategy<Value = u16> {
+    prop_oneof![1..=16u16, 1..=1024u16]
+}
+
+pub fn request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        (any::<u16>(), bytes(1024))
+            .prop_map(|(version, token)| Request::Hello(HelloRequest { version, token })),
+        any::<u64>().prop_map(|nonce| Request::Ping { nonce }),
+        (queue_name(), attribute_update()).prop_map(|(queue, attributes)| Request::CreateQueue(
+            QueueAttributesRequest { queue, attributes }
+        )),
+        queue_name().prop_map(|queue| Request::DeleteQueue { queue }),
+        "[A-Za-z0-9_.-]{0,80}".prop_map(|prefix| Request::ListQueues { prefix }),
+        queue_name().prop_map(|queue| Request::GetQueue { queue }),
+        (queue_name(), attribute_update()).prop_map(|(queue, attributes)| Request::SetQueue(
+            QueueAttributesRequest { queue, attributes }
+        )),
+        queue_name().prop_map(|queue| Request::PurgeQueue { queue }),
+        (queue_name(), vec(send_entry(), 1..=BATCH))
+            .prop_map(|(queue, entries)| Request::Send(SendRequest::new(queue, &entries).unwrap())),
+        (
+            queue_name(),
+            batch_max(),
+            opt_u32_not_max(),
+            opt_u32_not_max()
+        )
+            .prop_map(|(queue, max_messages, visibility_timeout_ms, wait_ms)| {
+                Request::Receive(ReceiveRequest {
+                    queue,
+                    max_messages,
+                    visibility_timeout_ms,
+                    wait_ms,
+                })
+            }),
+        (queue_name(), vec(receipt(), 1..=64))
+            .prop_map(|(queue, receipts)| Request::Delete(DeleteRequest { queue, receipts })),
+        (queue_name(), vec((receipt(), any::<u32>()), 1..=64)).prop_map(|(queue, entries)| {
+            Request::ChangeVisibility(ChangeVisibilityRequest {
+                queue,
+                entries: entries
+                    .into_iter()
+                    .map(|(receipt, visibility_timeout_ms)| VisibilityChange {
+                        receipt,
+                        visibility_timeout_ms,
+                    })
+                    .collect(),
+            })
+        }),
+        (queue_name(), any::<u32>()).prop_map(|(queue, max_messages)| Request::Redrive {
+            queue,
+            max_messages
+        }),
+        (queue_name(), batch_max()).prop_map(|(queue, max_messages)| Request::Peek {
+            queue,
+            max_messages
+        }),
+        Just(Request::ServerStats),
+    ]
+}
+
+fn received_message() -> impl Strategy<Value = ReceivedMessage> {
+    (
+        message_id(),
+        receipt(),
+        any::<u32>(),
+        any::<u64>(),
+        0..u32::MAX,
+        attributes(),
+        bytes(64),
+    )
+        .prop_map(
+            |(
+                id,
+                receipt,
+                receive_count,
+                sent_at_ms,
+                first_received_delta_ms,
+                attributes,
+                body,
+            )| ReceivedMessage {
+                id,
+                receipt,
+                receive_count,
+                sent_at_ms,
+                first_received_delta_ms,
+                attributes,
+                body,
+            },
+        )
+}
+
+fn peeked_message() -> impl Strategy<Value = PeekedMessage> {
+    (
+        message_id(),
+        any::<u32>(),
+        any::<u64>(),
+        any::<u64>(),
+        opt_u32_not_max(),
+        attributes(),
+        bytes(64),
+    )
+        .prop_map(
+            |(
+                id,
+                receive_count,
+                delivery,
+                sent_at_ms,
+                first_received_delta_ms,
+                attributes,
+                body,
+            )| PeekedMessage {
+                id,
+                receive_count,
+                delivery,
+                sent_at_ms,
+                first_received_delta_ms,
+                attributes,
+                body,
+            },
+        )
+}
+
+fn statuses() -> impl Strategy<Value = Vec<Result<(), ErrorCode>>> {
+    vec(
+        prop_oneof![Just(Ok(())), error_code().prop_map(Err)],
+        0..=64,
+    )
+}
+
+pub fn reply() -> impl Strategy<Value = Reply> {
+    prop_oneof![
+        (
+            any::<u16>(),
+            short_string(60),
+            any::<u16>(),
+            any::<u16>(),
+            (any::<u32>(), any::<u16>(), any::<u32>(), any::<u32>())
+        )
+            .prop_map(|(version, server_version, shard, shards, l)| Reply::Hello(
+                HelloReply {
+                    version,
+                    server_version,
+                    shard,
+                    shards,
+                    limits: ServerLimits {
+                        frame_bytes_max: l.0,
+                        batch_entries_max: l.1,
+                        requests_in_flight_max: l.2,
+                        receive_wait_ms_max: l.3,
+                    },
+                }
+            )),
+        any::<u64>().prop_map(|nonce| Reply::Pong { nonce }),
+        any::<bool>().prop_map(|created| Reply::CreateQueue { created }),
+        Just(Reply::DeleteQueue),
+        vec(queue_name(), 0..=BATCH).prop_map(|queues| Reply::ListQueues { queues }),
+        (queue_name(), queue_attributes(), queue_stats()).prop_map(|(queue, attributes, stats)| {
+            Reply::GetQueue(QueueInfo {
+                queue,
+                attributes,
+                stats,
+            })
+        }),
+        Just(Reply::SetQueue),
+        any::<u64>().prop_map(|purged| Reply::PurgeQueue { purged }),
+        vec(
+            prop_oneof![
+                (message_id(), any::<bool>())
+                    .prop_map(|(id, duplicate)| Ok(SendOutcome { id, duplicate })),
+                error_code().prop_map(Err),
+            ],
+            0..=64
+        )
+        .prop_map(|results| Reply::Send { results }),
+        vec(received_message(), 0..=BATCH).prop_map(|messages| Reply::Receive {
+            messages: ReceivedBatch::from_messages(messages.iter().map(ReceivedMessage::as_view))
+                .unwrap()
+        }),
+        statuses().prop_map(|results| Reply::Delete { results }),
+        statuses().prop_map(|results| Reply::ChangeVisibility { results }),
+        (any::<u64>(), any::<u64>()).prop_map(|(moved, stayed)| Reply::Redrive { moved, stayed }),
+        vec(peeked_message(), 0..=BATCH).prop_map(|messages| Reply::Peek { messages }),
+        (
+            short_string(60),
+            short_string(60),
+            any::<u16>(),
+            vec((short_string(60), any::<u64>()), 0..=BATCH)
+        )
+            .prop_map(|(server_version, io_backend, shards, counters)| {
+                Reply::ServerStats(ServerStatsReply {
+                    server_version,
+                    io_backend,
+                    shards,
+                    counters: counters
+                        .into_iter()
+                        .map(|(name, value)| Counter { name, value })
+                        .collect(),
+                })
+            }),
+        (error_code(), short_string(200))
+            .prop_map(|(code, message)| Reply::Error(WireError::new(code, message))),
+    ]
+}
