@@ -2,5 +2,6 @@
 //! and the thread-per-core server.
 
 pub mod engine;
+pub mod io;
 pub mod server;
 mod sync;

@@ -11,6 +11,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::frame::{FRAME_OVERHEAD_BYTES, Frame, FrameDecoder, opcode};
 use crate::limits::FRAME_BYTES_MAX_DEFAULT;
+use crate::message::{ReceivedBatch, ReceivedMessage, SendBatch};
 use crate::reply::Reply;
 use crate::request::Request;
 
@@ -77,6 +78,15 @@ pub fn check_payload(op: u8, request_id: u32, payload: &Bytes) {
         assert_eq!(out, expected, "request round trip of {request:?}");
         let again = Request::decode(op, out.split_off(FRAME_OVERHEAD_BYTES).freeze());
         assert_eq!(again.as_ref(), Ok(&request));
+        if let Request::Send(send) = &request {
+            // The borrowed views must see exactly what the validator accepted.
+            let entries = send.entries.to_entries();
+            assert_eq!(entries.len(), send.entries.len());
+            assert_eq!(
+                SendBatch::from_entries(&entries).as_ref(),
+                Ok(&send.entries)
+            );
+        }
     }
     out.clear();
     if let Ok(reply) = Reply::decode(op, payload.clone()) {
@@ -89,6 +99,12 @@ pub fn check_payload(op: u8, request_id: u32, payload: &Bytes) {
         assert_eq!(out, expected, "reply round trip of {reply:?}");
         let again = Reply::decode(op, out.split_off(FRAME_OVERHEAD_BYTES).freeze());
         assert_eq!(again.as_ref(), Ok(&reply));
+        if let Reply::Receive { messages } = &reply {
+            let owned = messages.to_messages();
+            assert_eq!(owned.len(), messages.len());
+            let rebuilt = ReceivedBatch::from_messages(owned.iter().map(ReceivedMessage::as_view));
+            assert_eq!(rebuilt.as_ref(), Ok(messages));
+        }
     }
 }
 

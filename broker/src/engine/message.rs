@@ -179,6 +179,8 @@ pub(crate) struct Message {
     pub due_ns: u64,
     pub delivery: u64,
     pub first_received_ms: u64,
+    /// When the current lease began (monotonic ns), for the lease metrics.
+    pub leased_ns: u64,
     pub receive_count: u32,
     /// Local index of the partition (queue) holding it.
     pub partition: u32,
@@ -250,6 +252,7 @@ mod tests {
             due_ns: 0,
             delivery: 0,
             first_received_ms: 0,
+            leased_ns: 0,
             receive_count: 0,
             partition: 0,
             source: 0,

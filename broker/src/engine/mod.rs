@@ -43,7 +43,8 @@ pub use cluster::Cluster;
 pub use message::{MessageAttributes, MessageState};
 pub use msg::ShardMsg;
 pub use ops::{
-    Op, OpResult, PeekedMessage, QueueInfo, ReceivedMessage, SendEntry, SendOk, VisibilityChange,
+    LeaseObserver, LeaseOutcome, Op, OpResult, PeekedMessage, QueueInfo, ReceivedMessage,
+    SendEntry, SendOk, VisibilityChange,
 };
 pub use registry::{Registry, RegistryConfig};
 pub use shard::{MessageView, Shard, ShardConfig};

@@ -232,3 +232,29 @@ impl OpResult {
         OpResult::Error(WireError::new(code, message))
     }
 }
+
+/// How a lease ended, as reported to a [`LeaseObserver`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LeaseOutcome {
+    /// Deleted while leased.
+    Deleted,
+    /// Released (visibility set to 0) while leased.
+    Released,
+    /// The visibility timeout passed: the message is delivered again.
+    Expired,
+}
+
+/// Told by the owner shard how its leases end, for metrics. Called on the
+/// shard's thread, inside the engine's calls: it must be cheap and must not
+/// block.
+pub trait LeaseObserver: Send {
+    /// A lease ended after `held_ns` (from the delivery, or the re-lease by a
+    /// change of visibility after expiry, to the end; for an expired lease,
+    /// to its deadline).
+    fn lease_ended(&mut self, outcome: LeaseOutcome, held_ns: u64);
+
+    /// An expired lease was noticed `lateness_ns` after its deadline: the
+    /// time from the lease's end to the message being receivable again
+    /// (before any retry backoff, which is deliberate).
+    fn redelivery_lateness(&mut self, lateness_ns: u64);
+}

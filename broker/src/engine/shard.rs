@@ -48,7 +48,10 @@ use super::doorbell::ShardLinks;
 use super::memory::{DEDUP_ENTRY_BYTES, MESSAGE_STATE_BYTES, ShardMemory};
 use super::message::{Message, MessageState};
 use super::msg::{ForwardEntry, GatherReply, GatherRequest, ReceiptAction, ShardMsg};
-use super::ops::{Op, OpResult, PeekedMessage, QueueInfo, ReceivedMessage, SendEntry, SendOk};
+use super::ops::{
+    LeaseObserver, LeaseOutcome, Op, OpResult, PeekedMessage, QueueInfo, ReceivedMessage,
+    SendEntry, SendOk,
+};
 use super::partition::Partition;
 use super::random::Rng;
 use super::registry::{Registry, not_found};
@@ -217,6 +220,18 @@ pub struct Shard {
     shut_down: bool,
     fired: Vec<TimerEvent>,
     inbox: Vec<(usize, ShardMsg)>,
+    observer: Observer,
+}
+
+/// The optional [`LeaseObserver`], with a `Debug` that does not need one
+/// from the observer.
+#[derive(Default)]
+struct Observer(Option<Box<dyn LeaseObserver>>);
+
+impl core::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
+    }
 }
 
 fn err(code: ErrorCode, message: impl Into<String>) -> WireError {
@@ -281,6 +296,7 @@ impl Shard {
             shut_down: false,
             fired: Vec::new(),
             inbox: Vec::new(),
+            observer: Observer::default(),
         };
         shard.refresh();
         shard
@@ -296,6 +312,12 @@ impl Shard {
     #[must_use]
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// Reports how leases end to `observer` from now on (the server's
+    /// metrics). Without one, nothing is reported and nothing is paid.
+    pub fn set_lease_observer(&mut self, observer: Box<dyn LeaseObserver>) {
+        self.observer = Observer(Some(observer));
     }
 
     // ----- entry points -------------------------------------------------
@@ -876,6 +898,7 @@ impl Shard {
             due_ns: now + u64::from(delay_ms) * NS_PER_MS,
             delivery: 0,
             first_received_ms: 0,
+            leased_ns: 0,
             receive_count: 0,
             partition: p,
             source: 0,
@@ -1163,7 +1186,10 @@ impl Shard {
                     continue;
                 }
             }
-            let cost = RECEIVE_ENTRY_OVERHEAD_BYTES + m.data.len();
+            // On the wire an attribute's key length is a u16, one byte more
+            // than the stored u8: count it, or a reply of many messages with
+            // attributes could outgrow the frame.
+            let cost = RECEIVE_ENTRY_OVERHEAD_BYTES + m.data.len() + m.attributes().len();
             if !budget.take(cost) {
                 // Back to the front: it is the next one to go.
                 if let Some(m) = self.messages.get_mut(key) {
@@ -1179,6 +1205,7 @@ impl Shard {
             };
             m.receive_count = m.receive_count.saturating_add(1);
             m.delivery += 1;
+            m.leased_ns = now;
             if m.delivery == 1 {
                 m.first_received_ms = wall;
             }
@@ -1255,6 +1282,10 @@ impl Shard {
             MessageState::InFlight if m.due_ns <= now => {
                 let due = m.due_ns;
                 let p = m.partition;
+                if let Some(o) = self.observer.0.as_mut() {
+                    o.lease_ended(LeaseOutcome::Expired, due.saturating_sub(m.leased_ns));
+                    o.redelivery_lateness(now.saturating_sub(due));
+                }
                 self.part_mut(p).stats.redelivered += 1;
                 self.make_available(key, due);
             }
@@ -1628,10 +1659,21 @@ impl Shard {
             return Err(receipt_error(ErrorCode::InvalidReceipt));
         }
         let state = m.state;
+        let held_ns = self.now_ns.saturating_sub(m.leased_ns);
         match action {
-            ReceiptAction::Delete => self.remove_message(key, Removal::Deleted),
+            ReceiptAction::Delete => {
+                if state == MessageState::InFlight {
+                    if let Some(o) = self.observer.0.as_mut() {
+                        o.lease_ended(LeaseOutcome::Deleted, held_ns);
+                    }
+                }
+                self.remove_message(key, Removal::Deleted);
+            }
             ReceiptAction::ChangeVisibility if timeout_ms == 0 => {
                 if state == MessageState::InFlight {
+                    if let Some(o) = self.observer.0.as_mut() {
+                        o.lease_ended(LeaseOutcome::Released, held_ns);
+                    }
                     self.part_mut(p).stats.released += 1;
                     self.make_available(key, self.now_ns);
                 }
@@ -1640,6 +1682,13 @@ impl Shard {
                 let due = self
                     .now_ns
                     .saturating_add(u64::from(timeout_ms) * NS_PER_MS);
+                if state != MessageState::InFlight {
+                    // Leased again after its lease ended: a new lease.
+                    let now = self.now_ns;
+                    if let Some(m) = self.messages.get_mut(key) {
+                        m.leased_ns = now;
+                    }
+                }
                 self.set_state(key, MessageState::InFlight, due);
             }
         }

@@ -1,5 +1,476 @@
-//! The server: configuration and metrics, and (to come) the shards and
-//! connections that use them.
+//! The server: shards, connections, routing, configuration and metrics —
+//! the one layer that sees the protocol, the engine and the io layer.
+//!
+//! [`Server::start`] takes a validated [`Config`] and runs one thread per
+//! shard, each with its own io driver (its own `SO_REUSEPORT` listener on
+//! the shared address, see [`crate::io`]) and its own engine [`Shard`]; the
+//! shards' rings are wired into a mesh whose doorbells wake the drivers. It
+//! returns a [`ServerHandle`] at once, with the listener bound: tests run a
+//! server in-process on port 0.
+//!
+//! ```no_run
+//! use clap::Parser;
+//! use sluice_broker::server::config::{Config, RawArgs};
+//! use sluice_broker::server::Server;
+//!
+//! let raw = RawArgs::try_parse_from(["sluice-server", "--listen", "127.0.0.1:0", "--shards", "2"])?;
+//! let server = Server::start(Config::from_args(raw)?)?;
+//! println!("clients connect to {} ({})", server.local_addr(), server.backend());
+//! server.shutdown(); // what SIGTERM does: answer what is in flight, then stop
+//! server.join()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Shard `i` runs on a thread named `sluice-shard-i`, pinned to CPU `i` when
+//! the process may use that many CPUs (`available_parallelism`): one shard
+//! per core, as the design wants; a failed pin is logged and the shard runs
+//! unpinned. The metrics endpoint has its own thread (`sluice-metrics`).
+//!
+//! | file | concept |
+//! |---|---|
+//! | `config.rs` | flags, environment, config file -> validated [`Config`] |
+//! | `shard_loop.rs` | one shard's event loop: connections, back-pressure, deadlines, shutdown |
+//! | `conn.rs` | one connection's state |
+//! | `convert.rs` | wire requests -> engine ops, engine results -> wire replies |
+//! | `shared.rs` | what the threads share: connection count, counters, snapshots |
+//! | `telemetry.rs` | lease histograms and the `/metrics` text |
+//! | `metrics.rs` | Prometheus writer, histograms, the HTTP endpoint |
+//! | `signals.rs` | SIGTERM / SIGINT to a graceful shutdown |
+//! | `clock.rs` | the only clock reads |
 
 pub mod config;
 pub mod metrics;
+
+mod clock;
+mod conn;
+mod convert;
+mod shard_loop;
+mod shared;
+pub mod signals;
+mod telemetry;
+
+use std::fmt;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+pub use self::config::Config;
+use self::config::IoChoice;
+use self::metrics::MetricsServer;
+use self::shard_loop::ShardStart;
+use self::shared::Shared;
+use self::telemetry::LeaseMetrics;
+use crate::engine::doorbell::{self, Wake};
+use crate::engine::random::splitmix64;
+use crate::engine::{Registry, RegistryConfig, Shard, ShardConfig};
+use crate::io::{self, Backend, BackendChoice, DriverConfig, OpenError, Waker};
+
+/// Slots of each ring between two shards.
+pub const SHARD_RING_CAPACITY: usize = 1024;
+/// Connections a driver accepts beyond `--max-connections` only to refuse
+/// them with an error frame.
+pub const REFUSED_CONNECTIONS_MAX: u32 = 64;
+
+/// Wakes a shard's io driver when another shard rings its doorbell.
+struct DriverWake(Arc<Waker>);
+
+impl Wake for DriverWake {
+    fn wake(&self) {
+        self.0.wake();
+    }
+}
+
+/// Why the server did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A non-loopback listen address without an auth token or `--insecure`
+    /// (the configuration refuses this too; checked again for a [`Config`]
+    /// built by hand).
+    #[error(
+        "refusing to listen on {0} without an auth token: give --auth-token-file, a loopback \
+         address, or --insecure"
+    )]
+    InsecureListen(SocketAddr),
+    /// A shard's io driver could not be opened (the listener could not be
+    /// bound, or `--io uring` and io_uring is unavailable).
+    #[error("shard {shard}: {source}")]
+    Io {
+        /// The shard.
+        shard: u16,
+        /// Why.
+        #[source]
+        source: OpenError,
+    },
+    /// A shard thread could not be started, or died while starting.
+    #[error("shard {shard}: thread failed to start: {source}")]
+    Thread {
+        /// The shard.
+        shard: u16,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The metrics endpoint could not be bound.
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a server stopped other than cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// A shard's io driver failed.
+    #[error("shard {shard}: io driver failed: {source}")]
+    Driver {
+        /// The shard.
+        shard: u16,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A shard thread panicked (a bug).
+    #[error("shard {shard} panicked")]
+    Panicked {
+        /// The shard.
+        shard: u16,
+    },
+}
+
+/// The server.
+#[derive(Debug)]
+pub struct Server;
+
+/// What a shard thread reports once its driver is open (or failed).
+struct Opened {
+    waker: Arc<Waker>,
+    addr: SocketAddr,
+    backend: Backend,
+    fallback: Option<String>,
+    detail: String,
+}
+
+impl Server {
+    /// Starts a server: every shard's listener is bound and every thread
+    /// running when this returns.
+    pub fn start(config: Config) -> Result<ServerHandle, StartError> {
+        if config.auth_token.is_none()
+            && !config.insecure
+            && !config.listen.ip().to_canonical().is_loopback()
+        {
+            return Err(StartError::InsecureListen(config.listen));
+        }
+        let shards = config.shards.max(1);
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let mut choice = match config.io {
+            IoChoice::Auto => BackendChoice::Auto,
+            IoChoice::Uring => BackendChoice::IoUring,
+            IoChoice::Epoll => BackendChoice::Epoll,
+        };
+        let mut listen = config.listen;
+        let mut threads: Vec<JoinHandle<Result<(), std::io::Error>>> = Vec::new();
+        let mut starts: Vec<mpsc::Sender<ShardStart>> = Vec::new();
+        let mut opened: Vec<Opened> = Vec::new();
+        let abort = |threads: Vec<JoinHandle<_>>, starts: Vec<mpsc::Sender<ShardStart>>| {
+            drop(starts);
+            for t in threads {
+                let _ = t.join();
+            }
+        };
+        for i in 0..shards {
+            let (report_tx, report_rx) = mpsc::channel::<Result<Opened, OpenError>>();
+            let (start_tx, start_rx) = mpsc::channel::<ShardStart>();
+            let driver_config = DriverConfig {
+                reuse_port: true,
+                connections_max: config.connections_max,
+                refused_connections_max: REFUSED_CONNECTIONS_MAX,
+                ..DriverConfig::new(listen)
+            };
+            let pin = usize::from(i) < cpus;
+            let spawned = std::thread::Builder::new()
+                .name(format!("sluice-shard-{i}"))
+                .spawn(move || {
+                    if pin {
+                        if let Err(e) = io::pin_current_thread(usize::from(i)) {
+                            tracing::info!(shard = i, error = %e, "shard not pinned to its CPU");
+                        }
+                    }
+                    let o = match io::open(&driver_config, choice) {
+                        Ok(o) => o,
+                        Err(e) => {
+                            let _ = report_tx.send(Err(e));
+                            return Ok(());
+                        }
+                    };
+                    let report = Opened {
+                        waker: o.driver.waker(),
+                        addr: o.driver.local_addr(),
+                        backend: o.driver.backend(),
+                        fallback: o.fallback.map(|why| why.to_string()),
+                        detail: o.driver.setup_detail().to_owned(),
+                    };
+                    if report_tx.send(Ok(report)).is_err() {
+                        return Ok(());
+                    }
+                    // The server gives up starting by dropping the sender.
+                    let Ok(start) = start_rx.recv() else {
+                        return Ok(());
+                    };
+                    shard_loop::run(i, o.driver, start)
+                });
+            let thread = match spawned {
+                Ok(t) => t,
+                Err(source) => {
+                    abort(threads, starts);
+                    return Err(StartError::Thread { shard: i, source });
+                }
+            };
+            threads.push(thread);
+            starts.push(start_tx);
+            match report_rx.recv() {
+                Ok(Ok(o)) => {
+                    if i == 0 {
+                        // The others bind the port shard 0 got, and use its
+                        // backend without trying again.
+                        listen = o.addr;
+                        choice = match o.backend {
+                            Backend::IoUring => BackendChoice::IoUring,
+                            Backend::Epoll => BackendChoice::Epoll,
+                        };
+                        if let Some(why) = &o.fallback {
+                            tracing::warn!(reason = %why, "io_uring unavailable, using epoll");
+                        }
+                        tracing::debug!(backend = %o.backend, detail = %o.detail, "io backend");
+                    }
+                    opened.push(o);
+                }
+                Ok(Err(source)) => {
+                    abort(threads, starts);
+                    return Err(StartError::Io { shard: i, source });
+                }
+                Err(_) => {
+                    abort(threads, starts);
+                    return Err(StartError::Thread {
+                        shard: i,
+                        source: std::io::Error::other("the shard thread ended while starting"),
+                    });
+                }
+            }
+        }
+        let backend = opened.first().map_or(Backend::Epoll, |o| o.backend);
+
+        let mut seed = random_seed();
+        let registry = Arc::new(Registry::new(RegistryConfig {
+            shards,
+            seed: splitmix64(&mut seed),
+            memory_bytes_max: config.memory_max_bytes,
+            queues_max: config.queues_max as usize,
+            frame_bytes_max: config.frame_bytes_max,
+        }));
+        let wakers: Vec<Box<dyn Wake>> = opened
+            .iter()
+            .map(|o| Box::new(DriverWake(o.waker.clone())) as Box<dyn Wake>)
+            .collect();
+        let links = doorbell::mesh(usize::from(shards), SHARD_RING_CAPACITY, wakers);
+        let lease: Vec<LeaseMetrics> = (0..shards).map(|_| LeaseMetrics::new()).collect();
+        let shared = Arc::new(Shared::new(
+            config,
+            registry.clone(),
+            backend,
+            listen,
+            opened
+                .iter()
+                .zip(&lease)
+                .map(|(o, l)| (o.waker.clone(), l.readers()))
+                .collect(),
+        ));
+        let now = clock::now_ns();
+        let wall = clock::wall_ms();
+        for (i, ((links, lease), start)) in links.into_iter().zip(lease).zip(&starts).enumerate() {
+            let doorbell = links.doorbell().clone();
+            let mut engine = Shard::new(
+                ShardConfig {
+                    // At most SHARDS_MAX (64) shards.
+                    shard: u16::try_from(i).unwrap_or(u16::MAX),
+                    seed: splitmix64(&mut seed),
+                },
+                links,
+                registry.clone(),
+                now,
+                wall,
+            );
+            engine.set_lease_observer(Box::new(lease));
+            // A shard that is waiting on its channel takes this; one that
+            // died is reported by join.
+            let _ = start.send(ShardStart {
+                engine,
+                doorbell,
+                shared: shared.clone(),
+            });
+        }
+        drop(starts);
+
+        let metrics = match shared.config.metrics {
+            None => None,
+            Some(addr) => {
+                let source = {
+                    let shared = shared.clone();
+                    move |out: &mut String| telemetry::render(&shared, out)
+                };
+                match MetricsServer::start(addr, source) {
+                    Ok(m) => Some(m),
+                    Err(source) => {
+                        shared.begin_shutdown();
+                        for t in threads {
+                            let _ = t.join();
+                        }
+                        return Err(StartError::Metrics { addr, source });
+                    }
+                }
+            }
+        };
+        tracing::info!(
+            listen = %listen,
+            metrics = %metrics.as_ref().map_or("off".to_owned(), |m| m.local_addr().to_string()),
+            shards,
+            backend = %backend,
+            "sluice is serving (everything is in memory: a restart loses every queue and message)"
+        );
+        Ok(ServerHandle {
+            metrics_addr: metrics.as_ref().map(MetricsServer::local_addr),
+            shared,
+            threads,
+            metrics,
+        })
+    }
+}
+
+/// A seed for the run (receipt key, message ids): from the OS, so receipts
+/// of an earlier run fail their check and ids never repeat across runs.
+fn random_seed() -> u64 {
+    let mut buf = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok()
+    {
+        return u64::from_le_bytes(buf);
+    }
+    // No /dev/urandom: the std hasher's per-process random keys, and the
+    // time.
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(clock::wall_ms());
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// A running server. Dropping it shuts the server down and waits for it.
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<Result<(), std::io::Error>>>,
+    metrics: Option<MetricsServer>,
+    metrics_addr: Option<SocketAddr>,
+}
+
+impl fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("local_addr", &self.local_addr())
+            .field("metrics_addr", &self.metrics_addr)
+            .field("backend", &self.backend())
+            .field("shards", &self.threads.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts a server's graceful shutdown from anywhere (a signal thread).
+#[derive(Debug, Clone)]
+pub struct ShutdownTrigger(Arc<Shared>);
+
+impl ShutdownTrigger {
+    /// As [`ServerHandle::shutdown`].
+    pub fn shutdown(&self) {
+        self.0.begin_shutdown();
+    }
+}
+
+impl ServerHandle {
+    /// The address clients connect to (the actual port when 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr
+    }
+
+    /// The metrics endpoint's address; `None` when metrics are off.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The io backend every shard runs on.
+    pub fn backend(&self) -> Backend {
+        self.shared.backend
+    }
+
+    /// The configuration the server runs with.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Begins the graceful shutdown and returns at once: the shards stop
+    /// accepting, answer waiting receives with an empty batch, answer what
+    /// is in flight (within `--shutdown-timeout`), close their connections
+    /// and end. [`join`](Self::join) waits for that.
+    pub fn shutdown(&self) {
+        self.shared.begin_shutdown();
+    }
+
+    /// A handle that starts the shutdown from another thread.
+    pub fn shutdown_trigger(&self) -> ShutdownTrigger {
+        ShutdownTrigger(self.shared.clone())
+    }
+
+    /// Waits until every shard has ended (after a shutdown), then stops the
+    /// metrics endpoint.
+    pub fn join(mut self) -> Result<(), ServerError> {
+        self.join_inner()
+    }
+
+    fn join_inner(&mut self) -> Result<(), ServerError> {
+        let mut first_error = None;
+        for (i, t) in self.threads.drain(..).enumerate() {
+            let shard = u16::try_from(i).unwrap_or(u16::MAX);
+            let e = match t.join() {
+                Ok(Ok(())) => continue,
+                Ok(Err(source)) => ServerError::Driver { shard, source },
+                Err(_) => ServerError::Panicked { shard },
+            };
+            tracing::error!(error = %e, "shard failed");
+            // Whatever happened, the others must stop too.
+            self.shared.begin_shutdown();
+            first_error.get_or_insert(e);
+        }
+        if let Some(m) = self.metrics.take() {
+            m.shutdown();
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.shared.begin_shutdown();
+            let _ = self.join_inner();
+        }
+    }
+}

@@ -13,3 +13,7 @@ mod engine_receipts;
 mod engine_send;
 mod engine_shards;
 mod engine_stress;
+
+mod server_util;
+
+mod server_leases;

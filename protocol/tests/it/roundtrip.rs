@@ -4,9 +4,11 @@
 use bytes::BytesMut;
 use proptest::prelude::*;
 use sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT;
-use sluice_protocol::{FrameDecoder, Reply, Request};
+use sluice_protocol::{
+    FrameDecoder, QueueName, ReceivedBatch, ReceivedMessage, Reply, Request, SendRequest,
+};
 
-use crate::strategies::{reply, request};
+use crate::strategies::{received_message, reply, request, send_entry};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
@@ -36,6 +38,41 @@ proptest! {
         prop_assert_eq!(frame.request_id, request_id);
         let back = Reply::decode(frame.opcode, frame.payload).unwrap();
         prop_assert_eq!(back, rep);
+    }
+
+    /// The borrowed views of a decoded batch show exactly the entries it was
+    /// built from (the validator and the iterator agree).
+    #[test]
+    fn batch_views_show_what_was_sent(
+        entries in proptest::collection::vec(send_entry(), 1..12),
+        messages in proptest::collection::vec(received_message(), 0..12),
+    ) {
+        let req = Request::Send(SendRequest::new(QueueName::from_static("q"), &entries).unwrap());
+        let mut buf = BytesMut::new();
+        req.encode(1, &mut buf).unwrap();
+        let frame = FrameDecoder::new(FRAME_BYTES_MAX_LIMIT).decode(&mut buf).unwrap().unwrap();
+        let Ok(Request::Send(send)) = Request::decode(frame.opcode, frame.payload) else {
+            return Err(TestCaseError::fail("not a SEND"));
+        };
+        prop_assert_eq!(send.entries.iter().len(), entries.len());
+        for (view, entry) in send.entries.iter().zip(&entries) {
+            prop_assert_eq!(view, entry.as_view());
+        }
+        prop_assert_eq!(send.entries.to_entries(), entries);
+
+        let rep = Reply::Receive {
+            messages: ReceivedBatch::from_messages(messages.iter().map(ReceivedMessage::as_view)).unwrap(),
+        };
+        rep.encode(2, &mut buf).unwrap();
+        let frame = FrameDecoder::new(FRAME_BYTES_MAX_LIMIT).decode(&mut buf).unwrap().unwrap();
+        let Ok(Reply::Receive { messages: got }) = Reply::decode(frame.opcode, frame.payload) else {
+            return Err(TestCaseError::fail("not a RECEIVE reply"));
+        };
+        for (view, m) in got.iter().zip(&messages) {
+            prop_assert_eq!(view, m.as_view());
+            prop_assert_eq!(view.attributes.iter().collect::<Vec<_>>(), m.attributes.iter().collect::<Vec<_>>());
+        }
+        prop_assert_eq!(got.to_messages(), messages);
     }
 
     /// Several frames back to back in one buffer come out in order, however

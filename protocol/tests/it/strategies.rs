@@ -66,7 +66,7 @@ fn opt_u32_not_max() -> impl Strategy<Value = Option<u32>> {
     option::of(0..u32::MAX)
 }
 
-fn send_entry() -> impl Strategy<Value = SendEntry> {
+pub fn send_entry() -> impl Strategy<Value = SendEntry> {
     (
         bytes(64),
         opt_u32_not_max(),
@@ -243,7 +243,7 @@ pub fn request() -> impl Strategy<Value = Request> {
     ]
 }
 
-fn received_message() -> impl Strategy<Value = ReceivedMessage> {
+pub fn received_message() -> impl Strategy<Value = ReceivedMessage> {
     (
         message_id(),
         receipt(),

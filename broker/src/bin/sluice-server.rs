@@ -1,0 +1,69 @@
+//! `sluice-server`: the broker's binary. Flags, environment and config file
+//! become a validated [`Config`]; the server runs until SIGTERM or Ctrl-C,
+//! then answers what is in flight and exits 0. A configuration error exits
+//! 2 with a message naming the setting; a failure to start exits 1.
+//!
+//! Everything is held in memory: a restart loses every queue and message.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use sluice_broker::server::Server;
+use sluice_broker::server::config::{Config, RawArgs};
+use sluice_broker::server::signals::SignalThread;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
+    // Parse errors, --help and --version exit here (2 for an error).
+    let raw = RawArgs::parse();
+    let config = match Config::from_args(raw) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sluice-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // The filter was checked when the configuration was validated.
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .parse(&config.log_filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    tracing::info!(
+        "sluice-server {} starting with this configuration:\n{config}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let server = match Server::start(config) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot start: {e}");
+            eprintln!("sluice-server: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let signals = match SignalThread::start(server.shutdown_trigger()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot watch signals: {e}");
+            server.shutdown();
+            let _ = server.join();
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = server.join();
+    signals.close();
+    match result {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!("stopped on an error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

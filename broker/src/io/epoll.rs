@@ -1,0 +1,488 @@
+//! The epoll backend: the fallback where io_uring is unavailable.
+//!
+//! Non-blocking sockets; the listener and the waker's eventfd are
+//! level-triggered, connections edge-triggered (`EPOLLET`), for two reasons:
+//!
+//! - backpressure costs no syscall: pausing a connection just stops reading
+//!   it, where level triggering would keep reporting it until its interest
+//!   was changed with `epoll_ctl` (and again on resume);
+//! - one wake-up per burst of arrivals rather than one per wait while data
+//!   sits unread.
+//!
+//! The price of edge triggering is that the driver must remember readiness
+//! itself: a connection is `readable` from its edge until a read returns
+//! `EAGAIN` or less than a full buffer (a short read shows the socket was
+//! drained, as tokio's `poll_evented.rs` relies on). Each connection reads at
+//! most [`READ_BUDGET`] buffers per poll so one busy peer cannot starve the
+//! others; one with data left is served again at the next poll without
+//! waiting. Reads go into one reusable buffer, lent to the callback. Sends
+//! are a non-blocking `sendmsg` (`MSG_NOSIGNAL`) gathering up to
+//! [`SEND_IOVECS_MAX`] queued buffers, written as soon as the batch's
+//! callbacks are done; `EPOLLOUT` interest is added only while a send is
+//! blocked with bytes queued, and removed once the queue drains.
+
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::conn::{Admission, CloseReq, Ops};
+use super::{
+    ACCEPT_PAUSE_MS, Backend, Driver, DriverConfig, Event, OnEvent, OpenError, SEND_IOVECS_MAX,
+    Waker, sys,
+};
+
+/// Reads of one connection per poll before the others get their turn.
+pub const READ_BUDGET: u32 = 16;
+/// Connections accepted per listener wake-up before other work runs.
+const ACCEPT_BATCH: u32 = 64;
+
+const TOKEN_LISTENER: u64 = u64::MAX;
+const TOKEN_WAKE: u64 = u64::MAX - 1;
+
+const CONN_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+
+fn token(index: u32, generation: u32) -> u64 {
+    u64::from(index) << 32 | u64::from(generation)
+}
+
+/// The epoll side of one connection slot.
+#[derive(Debug, Default)]
+struct EConn {
+    fd: Option<OwnedFd>,
+    /// An edge arrived and the socket has not been read dry since.
+    readable: bool,
+    /// The last send could not write everything; waiting for `EPOLLOUT`.
+    write_blocked: bool,
+    /// `EPOLLOUT` is in the interest set.
+    out_registered: bool,
+}
+
+/// The epoll driver.
+pub(crate) struct EpollDriver {
+    epoll: OwnedFd,
+    ops: Ops,
+    conns: Vec<EConn>,
+    buf: Box<[u8]>,
+    events: Vec<libc::epoll_event>,
+    waker: Arc<Waker>,
+    listener: Option<OwnedFd>,
+    local_addr: SocketAddr,
+    accept_paused: Option<Instant>,
+    /// Connections whose read budget ran out with data left.
+    carry: Vec<u32>,
+}
+
+impl std::fmt::Debug for EpollDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EpollDriver")
+            .field("epoll", &self.epoll)
+            .field("local_addr", &self.local_addr)
+            .field("accept_paused", &self.accept_paused)
+            .field("ops", &self.ops)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EpollDriver {
+    pub(crate) fn open(config: &DriverConfig) -> Result<Self, OpenError> {
+        let epoll = sys::epoll_create().map_err(OpenError::Epoll)?;
+        let waker = Arc::new(Waker::new().map_err(OpenError::Waker)?);
+        sys::epoll_ctl(
+            epoll.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            waker.raw_fd(),
+            libc::EPOLLIN as u32,
+            TOKEN_WAKE,
+        )
+        .map_err(OpenError::Epoll)?;
+        let listen_error = |error| OpenError::Listen {
+            addr: config.listen,
+            error,
+        };
+        let listener = sys::listen(
+            &config.listen,
+            config.reuse_port,
+            config.listen_backlog,
+            true,
+        )
+        .map_err(listen_error)?;
+        let local_addr = sys::local_addr(listener.as_raw_fd()).map_err(listen_error)?;
+        sys::epoll_ctl(
+            epoll.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            listener.as_raw_fd(),
+            libc::EPOLLIN as u32,
+            TOKEN_LISTENER,
+        )
+        .map_err(OpenError::Epoll)?;
+        Ok(Self {
+            epoll,
+            ops: Ops::new(config.connections_max, config.refused_connections_max),
+            conns: Vec::new(),
+            buf: vec![0; config.recv_buffer_bytes as usize].into_boxed_slice(),
+            events: Vec::with_capacity(config.ring_entries as usize),
+            waker,
+            listener: Some(listener),
+            local_addr,
+            accept_paused: None,
+            carry: Vec::new(),
+        })
+    }
+
+    fn process(&mut self, cb: &mut OnEvent<'_>) -> io::Result<usize> {
+        if let (Some(until), Some(listener)) = (self.accept_paused, &self.listener) {
+            if Instant::now() >= until {
+                sys::epoll_ctl(
+                    self.epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_MOD,
+                    listener.as_raw_fd(),
+                    libc::EPOLLIN as u32,
+                    TOKEN_LISTENER,
+                )?;
+                self.accept_paused = None;
+            }
+        }
+        for k in 0..self.carry.len() {
+            let index = self.carry[k];
+            self.ops.mark_dirty(index);
+        }
+        self.carry.clear();
+        let mut delivered = 0;
+        while let Some(index) = self.ops.next_dirty() {
+            delivered += self.service(index, cb)?;
+        }
+        Ok(delivered)
+    }
+
+    /// Reads, writes and closes one connection as its state asks.
+    fn service(&mut self, index: u32, cb: &mut OnEvent<'_>) -> io::Result<usize> {
+        let i = index as usize;
+        if !self.ops.slot(index).in_use {
+            return Ok(0);
+        }
+        let Some(fd) = self.conns[i].fd.as_ref().map(AsRawFd::as_raw_fd) else {
+            return Ok(0);
+        };
+        let mut delivered = 0;
+
+        let mut budget = READ_BUDGET;
+        loop {
+            let slot = self.ops.slot(index);
+            let wanted = slot.user_open
+                && slot.close == CloseReq::None
+                && slot.reading
+                && !slot.refused
+                && self.conns[i].readable;
+            if !wanted {
+                break;
+            }
+            if budget == 0 {
+                self.carry.push(index);
+                break;
+            }
+            budget -= 1;
+            match sys::recv(fd, &mut self.buf) {
+                Ok(0) => {
+                    self.conns[i].readable = false;
+                    if let Some(conn) = self.ops.take_open(index) {
+                        cb(&mut self.ops, Event::Closed { conn, error: None });
+                        delivered += 1;
+                    }
+                    // As with io_uring: after the peer's end, close at once.
+                    self.ops.slot_mut(index).close = CloseReq::Now;
+                }
+                Ok(n) => {
+                    if n < self.buf.len() {
+                        self.conns[i].readable = false;
+                    }
+                    let conn = self.ops.id(index);
+                    cb(
+                        &mut self.ops,
+                        Event::Data {
+                            conn,
+                            bytes: &self.buf[..n],
+                        },
+                    );
+                    delivered += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.conns[i].readable = false;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.conns[i].readable = false;
+                    delivered += self.fail(index, e, cb);
+                }
+            }
+        }
+
+        if self.ops.slot(index).close != CloseReq::Now && !self.conns[i].write_blocked {
+            if let Err(e) = self.flush(index, fd) {
+                delivered += self.fail(index, e, cb);
+            }
+        }
+
+        let slot = self.ops.slot(index);
+        let close = slot.close;
+        let want_out =
+            close != CloseReq::Now && self.conns[i].write_blocked && !slot.queue.is_empty();
+        if close == CloseReq::Now {
+            self.ops.drop_queue(index);
+        }
+        let closing = close == CloseReq::Now
+            || (close == CloseReq::AfterFlush && self.ops.slot(index).queue.is_empty());
+        if closing {
+            // Closing the only descriptor also removes it from the epoll set.
+            self.conns[i] = EConn::default();
+            if let Some(conn) = self.ops.take_open(index) {
+                cb(&mut self.ops, Event::Closed { conn, error: None });
+                delivered += 1;
+            }
+            self.ops.release(index);
+            return Ok(delivered);
+        }
+        if want_out != self.conns[i].out_registered {
+            let mut events = CONN_EVENTS;
+            if want_out {
+                events |= libc::EPOLLOUT as u32;
+            }
+            let generation = self.ops.slot(index).generation;
+            sys::epoll_ctl(
+                self.epoll.as_raw_fd(),
+                libc::EPOLL_CTL_MOD,
+                fd,
+                events,
+                token(index, generation),
+            )?;
+            self.conns[i].out_registered = want_out;
+        }
+        Ok(delivered)
+    }
+
+    /// Writes queued sends until the queue is empty or the socket is full.
+    fn flush(&mut self, index: u32, fd: RawFd) -> io::Result<()> {
+        loop {
+            let queue = &self.ops.slot(index).queue;
+            if queue.is_empty() {
+                return Ok(());
+            }
+            let mut iov = [IoSlice::new(&[]); SEND_IOVECS_MAX];
+            let mut count = 0;
+            let mut total = 0;
+            for (slice, data) in iov.iter_mut().zip(queue.iter()) {
+                *slice = IoSlice::new(data);
+                total += data.len();
+                count += 1;
+            }
+            match sys::sendmsg(fd, &iov[..count]) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => {
+                    self.ops.consume_sent(index, n);
+                    if n < total {
+                        // The socket buffer is full.
+                        self.conns[index as usize].write_blocked = true;
+                        return Ok(());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.conns[index as usize].write_blocked = true;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn fail(&mut self, index: u32, error: io::Error, cb: &mut OnEvent<'_>) -> usize {
+        let mut delivered = 0;
+        if let Some(conn) = self.ops.take_open(index) {
+            cb(
+                &mut self.ops,
+                Event::Closed {
+                    conn,
+                    error: Some(error),
+                },
+            );
+            delivered = 1;
+        }
+        self.ops.slot_mut(index).close = CloseReq::Now;
+        self.ops.mark_dirty(index);
+        delivered
+    }
+
+    fn accept_ready(&mut self, cb: &mut OnEvent<'_>) -> io::Result<usize> {
+        let mut delivered = 0;
+        for _ in 0..ACCEPT_BATCH {
+            let Some(listener) = &self.listener else {
+                break;
+            };
+            let listener_fd = listener.as_raw_fd();
+            let (fd, peer) = match sys::accept(listener_fd) {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) =>
+                {
+                    // Out of descriptors or memory: stop watching the
+                    // listener for a while instead of spinning on it.
+                    sys::epoll_ctl(
+                        self.epoll.as_raw_fd(),
+                        libc::EPOLL_CTL_MOD,
+                        listener_fd,
+                        0,
+                        TOKEN_LISTENER,
+                    )?;
+                    self.accept_paused =
+                        Some(Instant::now() + Duration::from_millis(ACCEPT_PAUSE_MS));
+                    break;
+                }
+                // A connection aborted before it was accepted, and the like.
+                Err(_) => continue,
+            };
+            // Failing to set it only costs latency on a socket that works.
+            let _ = sys::set_nodelay(fd.as_raw_fd());
+            let (conn, refused) = match self.ops.admit() {
+                Admission::Accepted(conn) => (conn, false),
+                Admission::Refused(conn) => (conn, true),
+                Admission::Full => continue,
+            };
+            let registered = sys::epoll_ctl(
+                self.epoll.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                CONN_EVENTS,
+                token(conn.index(), conn.generation()),
+            );
+            if registered.is_err() {
+                // Never reported, so simply forgotten.
+                self.ops.release(conn.index());
+                continue;
+            }
+            let i = conn.index() as usize;
+            if self.conns.len() <= i {
+                self.conns.resize_with(i + 1, EConn::default);
+            }
+            self.conns[i] = EConn {
+                fd: Some(fd),
+                // Bytes may have arrived before registration.
+                readable: true,
+                write_blocked: false,
+                out_registered: false,
+            };
+            if refused {
+                cb(&mut self.ops, Event::Refused { conn, peer });
+                let slot = self.ops.slot_mut(conn.index());
+                if slot.close == CloseReq::None {
+                    slot.close = CloseReq::AfterFlush;
+                }
+            } else {
+                cb(&mut self.ops, Event::Accepted { conn, peer });
+            }
+            self.ops.mark_dirty(conn.index());
+            delivered += 1;
+        }
+        Ok(delivered)
+    }
+
+    fn wait_time(&self, deadline: Option<Instant>) -> Option<Duration> {
+        let until = match (deadline, self.accept_paused) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        until.map(|t| t.saturating_duration_since(Instant::now()))
+    }
+}
+
+impl Driver for EpollDriver {
+    fn backend(&self) -> Backend {
+        Backend::Epoll
+    }
+
+    fn setup_detail(&self) -> &str {
+        "edge-triggered connections"
+    }
+
+    fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    fn poll(&mut self, timeout: Option<Duration>, cb: &mut OnEvent<'_>) -> io::Result<()> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let mut delivered = self.process(cb)?;
+            let wait = if delivered > 0 || !self.carry.is_empty() {
+                Some(Duration::ZERO)
+            } else {
+                self.wait_time(deadline)
+            };
+            let n = match sys::epoll_wait(self.epoll.as_raw_fd(), &mut self.events, wait) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            for k in 0..n {
+                let event = self.events[k];
+                let (token, flags) = (event.u64, event.events);
+                match token {
+                    TOKEN_LISTENER => delivered += self.accept_ready(cb)?,
+                    TOKEN_WAKE => {
+                        match sys::eventfd_read(self.waker.raw_fd()) {
+                            Ok(_) => {}
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) => return Err(e),
+                        }
+                        self.waker.rearm();
+                        cb(&mut self.ops, Event::Woken);
+                        delivered += 1;
+                    }
+                    _ => {
+                        let (index, generation) = ((token >> 32) as u32, token as u32);
+                        if !self.ops.matches(index, generation) {
+                            continue;
+                        }
+                        let conn = &mut self.conns[index as usize];
+                        let hangup = (libc::EPOLLHUP | libc::EPOLLERR) as u32;
+                        if flags & ((libc::EPOLLIN | libc::EPOLLRDHUP) as u32 | hangup) != 0 {
+                            conn.readable = true;
+                        }
+                        if flags & (libc::EPOLLOUT as u32 | hangup) != 0 {
+                            conn.write_blocked = false;
+                        }
+                        self.ops.mark_dirty(index);
+                    }
+                }
+            }
+            delivered += self.process(cb)?;
+            // A wait cut short by a paused accept's re-arm time, or a turn
+            // for connections with data left that gave nothing, goes on.
+            let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+            if delivered > 0 || timed_out {
+                return Ok(());
+            }
+        }
+    }
+
+    fn ops(&self) -> &Ops {
+        &self.ops
+    }
+
+    fn ops_mut(&mut self) -> &mut Ops {
+        &mut self.ops
+    }
+
+    fn waker(&self) -> Arc<Waker> {
+        Arc::clone(&self.waker)
+    }
+
+    fn stop_accepting(&mut self) {
+        // Closing the listener removes it from the epoll set.
+        self.listener = None;
+        self.accept_paused = None;
+    }
+}

@@ -1,0 +1,38 @@
+//! The server's clocks: the only place the broker reads time.
+//!
+//! Engine time is monotonic nanoseconds since a process-wide origin (the
+//! first read), so every shard agrees on it; wall time is Unix
+//! milliseconds, for sent-at stamps only. The shard loop reads both after
+//! each wait returns, never from before it (DESIGN §3 "Time is an input").
+
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+static ORIGIN: OnceLock<Instant> = OnceLock::new();
+
+/// Monotonic nanoseconds since the process-wide origin.
+pub fn now_ns() -> u64 {
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    // u64 nanoseconds last 584 years.
+    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Wall-clock Unix milliseconds (0 if the clock is before 1970).
+pub fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_time_never_goes_back() {
+        let a = now_ns();
+        let b = now_ns();
+        assert!(b >= a);
+        assert!(wall_ms() > 1_600_000_000_000);
+    }
+}

@@ -1,0 +1,378 @@
+//! What the shard threads, the metrics thread and the [`ServerHandle`]
+//! share.
+//!
+//! # Ground rules
+//!
+//! - **Counters have one writer.** Each shard owns its [`ShardStats`]: it
+//!   alone writes them, with a `Relaxed` load and store (no read-modify-write
+//!   on the request path); readers (SERVER_STATS on any shard, the metrics
+//!   thread) load them `Relaxed` and sum. Each is an independent monotonic
+//!   counter or gauge that publishes no other memory, so there is nothing
+//!   for Acquire or Release to order.
+//! - **The connection count is shared and exact.** `connections` is the one
+//!   atomic every shard writes (`fetch_add` on accept, `fetch_sub` on
+//!   close), so the `--max-connections` limit holds across shards: a shard
+//!   that sees the old value at or above the limit undoes its increment and
+//!   refuses.
+//! - **Unsent bytes are published, not shared.** Each shard stores its
+//!   driver's unsent total once per loop turn; a shard checks the sum (a
+//!   little stale for the others) against `--unsent-bytes-total-max`. The
+//!   bound is soft by at most one loop turn of replies per shard.
+//! - **Queue snapshots go through a `Mutex` off the request path.** A shard
+//!   replaces its snapshot every [`STATS_PUBLISH_INTERVAL`] (or when a scrape
+//!   asks) with `try_lock`, so it never waits for the metrics thread; the
+//!   metrics thread copies the snapshots out under the lock.
+//! - **Shutdown** is a flag (`Release` store, `Acquire` load) plus a wake of
+//!   every shard's driver; shards count themselves out of
+//!   `shards_running` when they have closed their connections.
+//!
+//! [`ServerHandle`]: super::ServerHandle
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use sluice_protocol::opcode;
+use sluice_protocol::{QueueStats, ServerStatsReply};
+
+use super::config::Config;
+use super::metrics::HistogramReader;
+use crate::engine::{LeaseOutcome, Registry};
+use crate::io::{Backend, Waker};
+
+/// How often a shard publishes its per-queue counters for the metrics.
+pub const STATS_PUBLISH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Request opcodes counted per operation, in the order of
+/// [`opcode::REQUESTS`]; one more slot counts unknown opcodes.
+pub const OP_SLOTS: usize = opcode::REQUESTS.len() + 1;
+
+/// The slot of a request opcode in the per-operation counters.
+pub fn op_slot(op: u8) -> usize {
+    opcode::REQUESTS
+        .iter()
+        .position(|&o| o == op)
+        .unwrap_or(OP_SLOTS - 1)
+}
+
+/// The name of a per-operation slot, lower case (`send`, `unknown`).
+pub fn op_slot_name(slot: usize) -> String {
+    opcode::REQUESTS
+        .get(slot)
+        .and_then(|&op| opcode::name(op))
+        .map_or_else(|| "unknown".to_owned(), str::to_ascii_lowercase)
+}
+
+/// A counter with one writer (see the ground rules).
+#[derive(Debug, Default)]
+pub struct OwnedCounter(AtomicU64);
+
+impl OwnedCounter {
+    /// Adds `n`: only the owning shard calls this.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    /// Sets the value: only the owning shard calls this.
+    #[inline]
+    pub fn set(&self, n: u64) {
+        self.0.store(n, Relaxed);
+    }
+
+    /// The value.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// One shard's counters and published state.
+#[derive(Debug)]
+pub struct ShardStats {
+    /// Requests decoded, by operation slot ([`op_slot`]).
+    pub requests: [OwnedCounter; OP_SLOTS],
+    /// Connections this shard has open now.
+    pub connections: OwnedCounter,
+    /// Connections accepted since start.
+    pub accepted: OwnedCounter,
+    /// Connections refused (over the limit) since start.
+    pub refused: OwnedCounter,
+    /// Connections closed for bad input (framing, HELLO, timeouts).
+    pub closed_bad_input: OwnedCounter,
+    /// Reply bytes queued and not yet written, published each loop turn.
+    pub unsent_bytes: CachePadded<OwnedCounter>,
+    /// The scrape generation last published (see [`Shared::request_scrape`]).
+    pub published_generation: AtomicU64,
+    /// This shard's per-queue counters, replaced wholesale.
+    pub queues: Mutex<Vec<(String, QueueStats)>>,
+}
+
+impl ShardStats {
+    fn new() -> ShardStats {
+        ShardStats {
+            requests: std::array::from_fn(|_| OwnedCounter::default()),
+            connections: OwnedCounter::default(),
+            accepted: OwnedCounter::default(),
+            refused: OwnedCounter::default(),
+            closed_bad_input: OwnedCounter::default(),
+            unsent_bytes: CachePadded::new(OwnedCounter::default()),
+            published_generation: AtomicU64::new(0),
+            queues: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Replaces the queue snapshot unless the metrics thread holds it now
+    /// (then the next turn does).
+    pub fn publish_queues(&self, snapshot: Vec<(String, QueueStats)>, generation: u64) -> bool {
+        match self.queues.try_lock() {
+            Ok(mut q) => {
+                *q = snapshot;
+                drop(q);
+                self.published_generation.fetch_max(generation, Release);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// Readers of one shard's lease histograms.
+#[derive(Debug, Clone)]
+pub struct LeaseReaders {
+    /// Lease hold time, by outcome: deleted, released, expired.
+    pub hold: [HistogramReader; 3],
+    /// Lease end to receivable again.
+    pub lateness: HistogramReader,
+}
+
+/// The index of an outcome in [`LeaseReaders::hold`].
+pub fn outcome_slot(outcome: LeaseOutcome) -> usize {
+    match outcome {
+        LeaseOutcome::Deleted => 0,
+        LeaseOutcome::Released => 1,
+        LeaseOutcome::Expired => 2,
+    }
+}
+
+/// Label values of [`LeaseReaders::hold`], in order.
+pub const OUTCOME_NAMES: [&str; 3] = ["deleted", "released", "expired"];
+
+/// One shard as the others see it.
+#[derive(Debug)]
+pub struct ShardShared {
+    /// Wakes the shard's driver.
+    pub waker: Arc<Waker>,
+    /// Its counters.
+    pub stats: ShardStats,
+    /// Its lease histograms.
+    pub lease: LeaseReaders,
+}
+
+/// Everything shared, behind one `Arc`.
+#[derive(Debug)]
+pub struct Shared {
+    /// The configuration.
+    pub config: Config,
+    /// The engine's queue registry.
+    pub registry: Arc<Registry>,
+    /// The io backend every shard runs on.
+    pub backend: Backend,
+    /// The client listener's address.
+    pub local_addr: SocketAddr,
+    /// When the server started.
+    pub started: Instant,
+    /// Connections admitted, all shards (see the ground rules).
+    pub connections: CachePadded<AtomicU32>,
+    /// Set when shutdown begins.
+    pub shutdown: AtomicBool,
+    /// Shards that have not closed all their connections yet.
+    pub shards_running: AtomicUsize,
+    /// Bumped by a scrape that wants fresh queue snapshots.
+    pub scrape_generation: AtomicU64,
+    /// The shards, by index.
+    pub shards: Box<[ShardShared]>,
+}
+
+impl Shared {
+    /// Builds the shared state for shards woken through `wakers`.
+    pub fn new(
+        config: Config,
+        registry: Arc<Registry>,
+        backend: Backend,
+        local_addr: SocketAddr,
+        shards: Vec<(Arc<Waker>, LeaseReaders)>,
+    ) -> Shared {
+        let n = shards.len();
+        Shared {
+            config,
+            registry,
+            backend,
+            local_addr,
+            started: Instant::now(),
+            connections: CachePadded::new(AtomicU32::new(0)),
+            shutdown: AtomicBool::new(false),
+            shards_running: AtomicUsize::new(n),
+            scrape_generation: AtomicU64::new(0),
+            shards: shards
+                .into_iter()
+                .map(|(waker, lease)| ShardShared {
+                    waker,
+                    stats: ShardStats::new(),
+                    lease,
+                })
+                .collect(),
+        }
+    }
+
+    /// Starts the graceful shutdown (idempotent).
+    pub fn begin_shutdown(&self) {
+        if !self.shutdown.swap(true, AcqRel) {
+            self.wake_all();
+        }
+    }
+
+    /// Whether shutdown has begun.
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown.load(Acquire)
+    }
+
+    /// Wakes every shard.
+    pub fn wake_all(&self) {
+        for s in &*self.shards {
+            s.waker.wake();
+        }
+    }
+
+    /// Tries to admit one more connection against `--max-connections`.
+    pub fn admit_connection(&self) -> bool {
+        let before = self.connections.fetch_add(1, AcqRel);
+        if before >= self.config.connections_max {
+            self.connections.fetch_sub(1, AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// A connection admitted by [`admit_connection`](Self::admit_connection)
+    /// closed.
+    pub fn release_connection(&self) {
+        self.connections.fetch_sub(1, AcqRel);
+    }
+
+    /// Unsent reply bytes of every shard, as last published.
+    pub fn unsent_bytes(&self) -> u64 {
+        self.shards.iter().map(|s| s.stats.unsent_bytes.get()).sum()
+    }
+
+    /// Asks every shard for a fresh queue snapshot and waits (at most
+    /// `wait`) until each has published one.
+    pub fn request_scrape(&self, wait: Duration) {
+        let generation = self.scrape_generation.fetch_add(1, AcqRel) + 1;
+        self.wake_all();
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if self
+                .shards
+                .iter()
+                .all(|s| s.stats.published_generation.load(Acquire) >= generation)
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The per-queue counters summed over shards, by name.
+    pub fn queue_stats(&self) -> std::collections::BTreeMap<String, QueueStats> {
+        let mut all = std::collections::BTreeMap::new();
+        for s in &*self.shards {
+            let q = s
+                .stats
+                .queues
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for (name, stats) in q.iter() {
+                all.entry(name.clone())
+                    .or_insert_with(QueueStats::default)
+                    .merge(stats);
+            }
+        }
+        all
+    }
+
+    /// A sum over shards.
+    pub fn sum(&self, f: impl Fn(&ShardStats) -> u64) -> u64 {
+        self.shards.iter().map(|s| f(&s.stats)).sum()
+    }
+
+    /// The SERVER_STATS reply.
+    pub fn server_stats(&self) -> ServerStatsReply {
+        let mut counters = Vec::with_capacity(16 + OP_SLOTS);
+        let mut push = |name: String, value: u64| {
+            counters.push(sluice_protocol::Counter { name, value });
+        };
+        push("connections".into(), self.connections.load(Relaxed).into());
+        push("connections_max".into(), self.config.connections_max.into());
+        push(
+            "connections_accepted".into(),
+            self.sum(|s| s.accepted.get()),
+        );
+        push("connections_refused".into(), self.sum(|s| s.refused.get()));
+        push(
+            "connections_closed_bad_input".into(),
+            self.sum(|s| s.closed_bad_input.get()),
+        );
+        push("queues".into(), self.registry.list("").len() as u64);
+        push("memory_used_bytes".into(), self.registry.memory().used());
+        push("memory_max_bytes".into(), self.registry.memory().limit());
+        push("unsent_bytes".into(), self.unsent_bytes());
+        push(
+            "uptime_ms".into(),
+            u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        );
+        let mut total = 0;
+        for slot in 0..OP_SLOTS {
+            let n = self.sum(|s| s.requests[slot].get());
+            total += n;
+            push(format!("requests_{}", op_slot_name(slot)), n);
+        }
+        push("requests".into(), total);
+        ServerStatsReply {
+            server_version: server_version(),
+            io_backend: self.backend.to_string(),
+            shards: u16::try_from(self.shards.len()).unwrap_or(u16::MAX),
+            counters,
+        }
+    }
+}
+
+/// The server's version string, as HELLO and SERVER_STATS give it.
+pub fn server_version() -> String {
+    format!("sluice {}", env!("CARGO_PKG_VERSION"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_slots_name_every_request() {
+        assert_eq!(op_slot_name(op_slot(opcode::SEND)), "send");
+        assert_eq!(op_slot_name(op_slot(opcode::SERVER_STATS)), "server_stats");
+        assert_eq!(op_slot(0x7e), OP_SLOTS - 1);
+        assert_eq!(op_slot_name(OP_SLOTS - 1), "unknown");
+    }
+
+    #[test]
+    fn owned_counters_add_and_set() {
+        let c = OwnedCounter::default();
+        c.add(2);
+        c.add(3);
+        assert_eq!(c.get(), 5);
+        c.set(1);
+        assert_eq!(c.get(), 1);
+    }
+}

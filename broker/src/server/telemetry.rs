@@ -1,0 +1,283 @@
+//! What the server measures and how `/metrics` shows it.
+//!
+//! - [`LeaseMetrics`] is each shard's [`LeaseObserver`]: the engine tells it
+//!   how leases end and it records into the shard's own histograms (one
+//!   writer, lock-free; the metrics thread reads them through
+//!   [`LeaseReaders`]).
+//! - [`render`] writes the Prometheus text on each scrape from the shared
+//!   state: it first asks the shards for fresh per-queue snapshots (waiting
+//!   briefly), then sums shards.
+//!
+//! | family | labels | what |
+//! |---|---|---|
+//! | `sluice_info` | `version`, `io_backend`, `shards` | always 1 |
+//! | `sluice_uptime_seconds` | | |
+//! | `sluice_connections` | | open client connections |
+//! | `sluice_connections_max` | | `--max-connections` |
+//! | `sluice_connections_accepted_total`, `_refused_total`, `_closed_bad_input_total` | | |
+//! | `sluice_requests_total` | `op` | requests decoded, by operation |
+//! | `sluice_unsent_bytes` | | replies queued and not yet written |
+//! | `sluice_memory_used_bytes`, `sluice_memory_max_bytes` | | the message memory budget |
+//! | `sluice_queues` | | |
+//! | `sluice_queue_messages` | `queue`, `state` | visible, delayed, in_flight |
+//! | `sluice_queue_oldest_message_age_seconds` | `queue` | |
+//! | `sluice_queue_<counter>_total` | `queue` | the DESIGN §2 counters |
+//! | `sluice_lease_hold_seconds` | `outcome` | histogram: deleted, released, expired |
+//! | `sluice_redelivery_lateness_seconds` | | histogram: lease end to receivable again |
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use sluice_protocol::QueueStats;
+
+use super::metrics::{HistogramSnapshot, LatencyHistogram, MetricType, PromWriter};
+use super::shared::{
+    LeaseReaders, OP_SLOTS, OUTCOME_NAMES, Shared, op_slot_name, outcome_slot, server_version,
+};
+use crate::engine::{LeaseObserver, LeaseOutcome};
+
+/// How long a scrape waits for the shards' fresh queue snapshots before it
+/// shows the last ones.
+pub const SCRAPE_WAIT: Duration = Duration::from_millis(250);
+
+/// A shard's lease histograms; the engine reports into them.
+#[derive(Debug, Default)]
+pub struct LeaseMetrics {
+    hold: [LatencyHistogram; 3],
+    lateness: LatencyHistogram,
+}
+
+impl LeaseMetrics {
+    /// Empty histograms.
+    pub fn new() -> LeaseMetrics {
+        LeaseMetrics::default()
+    }
+
+    /// Read handles for the metrics thread.
+    pub fn readers(&self) -> LeaseReaders {
+        LeaseReaders {
+            hold: std::array::from_fn(|i| self.hold[i].reader()),
+            lateness: self.lateness.reader(),
+        }
+    }
+}
+
+impl LeaseObserver for LeaseMetrics {
+    fn lease_ended(&mut self, outcome: LeaseOutcome, held_ns: u64) {
+        self.hold[outcome_slot(outcome)].record(Duration::from_nanos(held_ns));
+    }
+
+    fn redelivery_lateness(&mut self, lateness_ns: u64) {
+        self.lateness.record(Duration::from_nanos(lateness_ns));
+    }
+}
+
+/// A queue counter family: name, help, and the counter.
+type QueueCounter = (&'static str, &'static str, fn(&QueueStats) -> u64);
+
+/// The queue counters that are written as `sluice_queue_<name>_total`.
+const QUEUE_COUNTERS: [QueueCounter; 10] = [
+    (
+        "sluice_queue_sent_total",
+        "Messages accepted by send (duplicates excluded).",
+        |s| s.sent,
+    ),
+    (
+        "sluice_queue_moved_in_total",
+        "Messages that arrived from another queue (dead-lettered into it or redriven back).",
+        |s| s.moved_in,
+    ),
+    ("sluice_queue_received_total", "Deliveries.", |s| s.received),
+    ("sluice_queue_deleted_total", "Messages deleted.", |s| {
+        s.deleted
+    }),
+    (
+        "sluice_queue_redelivered_total",
+        "Leases that expired (the message is delivered again).",
+        |s| s.redelivered,
+    ),
+    (
+        "sluice_queue_released_total",
+        "Leases released (visibility set to 0).",
+        |s| s.released,
+    ),
+    (
+        "sluice_queue_dead_lettered_total",
+        "Messages moved out to the dead-letter queue.",
+        |s| s.dead_lettered,
+    ),
+    (
+        "sluice_queue_redriven_total",
+        "Messages moved out by a redrive.",
+        |s| s.redriven,
+    ),
+    (
+        "sluice_queue_dropped_total",
+        "Messages dropped by retention.",
+        |s| s.dropped,
+    ),
+    (
+        "sluice_queue_purged_total",
+        "Messages removed by a purge.",
+        |s| s.purged,
+    ),
+];
+
+fn merged(readers: impl Iterator<Item = HistogramSnapshot>) -> HistogramSnapshot {
+    let mut all = HistogramSnapshot::default();
+    for s in readers {
+        all.merge(&s);
+    }
+    all
+}
+
+/// Writes every metric of the server into `out`.
+pub fn render(shared: &Shared, out: &mut String) {
+    shared.request_scrape(SCRAPE_WAIT);
+    let queues = shared.queue_stats();
+    let mut w = PromWriter::new(out);
+    let shards = shared.shards.len().to_string();
+    let backend = shared.backend.to_string();
+    w.family(
+        "sluice_info",
+        "The server: version, io backend in use, shards.",
+        MetricType::Gauge,
+    )
+    .sample_u64(
+        &[
+            ("version", &server_version()),
+            ("io_backend", &backend),
+            ("shards", &shards),
+        ],
+        1,
+    );
+    w.gauge(
+        "sluice_uptime_seconds",
+        "Seconds since the server started.",
+        shared.started.elapsed().as_secs_f64(),
+    );
+    w.family(
+        "sluice_connections",
+        "Open client connections.",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[], shared.connections.load(Relaxed).into());
+    w.family(
+        "sluice_connections_max",
+        "The connection limit (--max-connections).",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[], shared.config.connections_max.into());
+    w.counter(
+        "sluice_connections_accepted_total",
+        "Client connections accepted.",
+        shared.sum(|s| s.accepted.get()),
+    );
+    w.counter(
+        "sluice_connections_refused_total",
+        "Client connections refused at the connection limit.",
+        shared.sum(|s| s.refused.get()),
+    );
+    w.counter(
+        "sluice_connections_closed_bad_input_total",
+        "Connections closed for bad input: framing, HELLO, auth, timeouts.",
+        shared.sum(|s| s.closed_bad_input.get()),
+    );
+    {
+        let mut f = w.family(
+            "sluice_requests_total",
+            "Requests decoded, by operation.",
+            MetricType::Counter,
+        );
+        for slot in 0..OP_SLOTS {
+            let name = op_slot_name(slot);
+            f.sample_u64(&[("op", &name)], shared.sum(|s| s.requests[slot].get()));
+        }
+    }
+    w.family(
+        "sluice_unsent_bytes",
+        "Reply bytes queued and not yet written, all connections.",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[], shared.unsent_bytes());
+    w.family(
+        "sluice_memory_used_bytes",
+        "Bytes of the message memory budget in use.",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[], shared.registry.memory().used());
+    w.family(
+        "sluice_memory_max_bytes",
+        "The message memory budget (--memory-max).",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[], shared.registry.memory().limit());
+    w.family("sluice_queues", "Queues.", MetricType::Gauge)
+        .sample_u64(&[], queues.len() as u64);
+    {
+        let mut f = w.family(
+            "sluice_queue_messages",
+            "Messages held, by queue and state.",
+            MetricType::Gauge,
+        );
+        for (q, s) in &queues {
+            f.sample_u64(&[("queue", q), ("state", "visible")], s.visible);
+            f.sample_u64(&[("queue", q), ("state", "delayed")], s.delayed);
+            f.sample_u64(&[("queue", q), ("state", "in_flight")], s.in_flight);
+        }
+    }
+    {
+        let mut f = w.family(
+            "sluice_queue_oldest_message_age_seconds",
+            "Age of the oldest message held, since its original send.",
+            MetricType::Gauge,
+        );
+        for (q, s) in &queues {
+            #[allow(clippy::cast_precision_loss, reason = "milliseconds to seconds")]
+            f.sample(&[("queue", q)], s.oldest_age_ms as f64 / 1000.0);
+        }
+    }
+    for (name, help, get) in QUEUE_COUNTERS {
+        let mut f = w.family(name, help, MetricType::Counter);
+        for (q, s) in &queues {
+            f.sample_u64(&[("queue", q)], get(s));
+        }
+    }
+    {
+        let mut f = w.family(
+            "sluice_lease_hold_seconds",
+            "How long leases were held, by how they ended.",
+            MetricType::Histogram,
+        );
+        for (i, outcome) in OUTCOME_NAMES.iter().enumerate() {
+            let h = merged(shared.shards.iter().map(|s| s.lease.hold[i].snapshot()));
+            f.histogram(&[("outcome", outcome)], &h);
+        }
+    }
+    let lateness = merged(shared.shards.iter().map(|s| s.lease.lateness.snapshot()));
+    w.family(
+        "sluice_redelivery_lateness_seconds",
+        "From a lease's end to its message being receivable again.",
+        MetricType::Histogram,
+    )
+    .histogram(&[], &lateness);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_metrics_record_by_outcome() {
+        let mut m = LeaseMetrics::new();
+        let r = m.readers();
+        m.lease_ended(LeaseOutcome::Released, 5_000);
+        m.lease_ended(LeaseOutcome::Expired, 5_000);
+        m.lease_ended(LeaseOutcome::Expired, 7_000);
+        m.redelivery_lateness(1_000);
+        assert_eq!(r.hold[0].snapshot().count(), 0);
+        assert_eq!(r.hold[1].snapshot().count(), 1);
+        assert_eq!(r.hold[2].snapshot().count(), 2);
+        assert_eq!(r.lateness.snapshot().count(), 1);
+    }
+}

@@ -1,0 +1,413 @@
+//! Helpers for the server tests: an in-process server on 127.0.0.1 port 0,
+//! and a small blocking client that speaks raw frames with the protocol
+//! crate (pipelining included).
+//!
+//! Every test body takes the io backend and runs once per backend through
+//! [`both_backends!`]. Where io_uring is unavailable the uring run prints a
+//! skip line, and fails when `CI=true`.
+
+#![allow(dead_code, reason = "each test module uses a different part")]
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use sluice_broker::io::OpenError;
+use sluice_broker::server::config::{Config, Host, IoChoice, RawArgs};
+use sluice_broker::server::{Server, ServerHandle, StartError};
+use sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT;
+use sluice_protocol::{
+    AttributeUpdate, ErrorCode, Frame, FrameDecoder, HelloReply, HelloRequest, QueueName,
+    QueueStats, Receipt, ReceiveRequest, ReceivedMessage, Reply, Request, SendEntry, SendOutcome,
+    SendRequest, ServerStatsReply, WireError,
+};
+
+/// How long any single read waits before the test fails: far above what
+/// anything here needs.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs each named test body `fn(IoChoice)` once on io_uring and once on
+/// epoll, as `<name>::uring` and `<name>::epoll`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn uring() {
+                    super::$name(sluice_broker::server::config::IoChoice::Uring);
+                }
+                #[test]
+                fn epoll() {
+                    super::$name(sluice_broker::server::config::IoChoice::Epoll);
+                }
+            }
+        )*
+    };
+}
+
+/// A configuration for a test server: loopback port 0, metrics off, one
+/// shard, the given backend, then `args` (which may override those).
+pub fn config(io: IoChoice, args: &[&str]) -> Config {
+    let io = io.to_string();
+    let mut argv = vec![
+        "sluice-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "off",
+        "--shards",
+        "1",
+        "--memory-max",
+        "256MiB",
+        "--io",
+        &io,
+    ];
+    argv.extend_from_slice(args);
+    let raw = RawArgs::try_parse_from_env(argv, |_| None).expect("test flags parse");
+    let host = Host {
+        cores: 2,
+        memory: None,
+    };
+    Config::from_args_on(raw, &host).expect("test configuration is valid")
+}
+
+/// A running test server; shut down and joined on drop.
+pub struct TestServer {
+    pub handle: Option<ServerHandle>,
+    pub addr: SocketAddr,
+    pub io: IoChoice,
+}
+
+impl TestServer {
+    /// The running server.
+    pub fn handle(&self) -> &ServerHandle {
+        self.handle.as_ref().expect("server running")
+    }
+
+    /// A connected client that completed HELLO.
+    pub fn client(&self) -> Client {
+        let mut c = Client::connect(self.addr);
+        c.hello(b"").expect("HELLO accepted");
+        c
+    }
+
+    /// Shuts the server down and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+            h.join().expect("server stopped cleanly");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+            // A failing test is already unwinding: do not panic again.
+            let _ = h.join();
+        }
+    }
+}
+
+/// Starts a server with [`config`]`(io, args)` and checks, through
+/// SERVER_STATS, that it runs on that backend. `None` (after a skip line)
+/// when io_uring was asked for and is unavailable, unless `CI=true`, where
+/// that fails the test.
+pub fn start(io: IoChoice, args: &[&str]) -> Option<TestServer> {
+    start_with(config(io, args))
+}
+
+/// As [`start`], with a configuration built by the caller.
+pub fn start_with(config: Config) -> Option<TestServer> {
+    let io = config.io;
+    let handle = match Server::start(config) {
+        Ok(h) => h,
+        Err(StartError::Io {
+            source: OpenError::UringUnavailable(why),
+            ..
+        }) if io == IoChoice::Uring => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("io_uring unavailable on CI: {why}");
+            }
+            eprintln!("SKIPPED (io_uring unavailable here: {why})");
+            return None;
+        }
+        Err(e) => panic!("server did not start: {e}"),
+    };
+    let server = TestServer {
+        addr: handle.local_addr(),
+        handle: Some(handle),
+        io,
+    };
+    let stats = server.client().server_stats();
+    let expected = match io {
+        IoChoice::Uring => "io_uring",
+        IoChoice::Epoll => "epoll",
+        IoChoice::Auto => stats.io_backend.as_str(),
+    };
+    assert_eq!(stats.io_backend, expected, "SERVER_STATS names the backend");
+    Some(server)
+}
+
+/// A blocking client speaking raw frames.
+pub struct Client {
+    pub stream: TcpStream,
+    buf: BytesMut,
+    decoder: FrameDecoder,
+    next_id: u32,
+    /// Replies read while waiting for another one, by request id.
+    early: HashMap<u32, Reply>,
+}
+
+impl Client {
+    /// Connects (no HELLO yet).
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect to the test server");
+        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(READ_TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Client {
+            stream,
+            buf: BytesMut::new(),
+            decoder: FrameDecoder::new(FRAME_BYTES_MAX_LIMIT),
+            next_id: 1,
+            early: HashMap::new(),
+        }
+    }
+
+    /// Sends HELLO with `token`; the HELLO reply, or the ERROR.
+    pub fn hello(&mut self, token: &[u8]) -> Result<HelloReply, WireError> {
+        let reply = self.call(Request::Hello(HelloRequest {
+            version: 1,
+            token: Bytes::copy_from_slice(token),
+        }));
+        match reply {
+            Reply::Hello(h) => Ok(h),
+            Reply::Error(e) => Err(e),
+            other => panic!("HELLO answered {other:?}"),
+        }
+    }
+
+    /// Writes raw bytes.
+    pub fn write_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write to the server");
+    }
+
+    /// Sends `request` without waiting; returns its request id.
+    pub fn send(&mut self, request: &Request) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut out = BytesMut::new();
+        request.encode(id, &mut out).expect("request encodes");
+        self.write_raw(&out);
+        id
+    }
+
+    /// The next frame, or `None` at the end of the stream.
+    pub fn read_frame(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(f) = self.decoder.decode(&mut self.buf).expect("server framing") {
+                return Some(f);
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("read from the server: {e}"),
+            }
+        }
+    }
+
+    /// The next reply and its request id; panics at the end of the stream.
+    pub fn read_reply(&mut self) -> (u32, Reply) {
+        let f = self
+            .read_frame()
+            .expect("a reply, not the end of the stream");
+        let reply = Reply::decode(f.opcode, f.payload).expect("reply decodes");
+        (f.request_id, reply)
+    }
+
+    /// The reply to request `id` (keeping others that come first).
+    pub fn wait(&mut self, id: u32) -> Reply {
+        if let Some(r) = self.early.remove(&id) {
+            return r;
+        }
+        for _ in 0..100_000 {
+            let (got, reply) = self.read_reply();
+            if got == id {
+                return reply;
+            }
+            self.early.insert(got, reply);
+        }
+        panic!("no reply to request {id}");
+    }
+
+    /// Sends `request` and waits for its reply.
+    pub fn call(&mut self, request: Request) -> Reply {
+        let id = self.send(&request);
+        self.wait(id)
+    }
+
+    /// Reads until the server closes the connection; the frames it sent
+    /// first. Panics if the server keeps it open past [`READ_TIMEOUT`].
+    pub fn read_until_closed(&mut self) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        for _ in 0..100_000 {
+            match self.read_frame() {
+                Some(f) => frames.push(f),
+                None => return frames,
+            }
+        }
+        panic!("the server kept sending");
+    }
+
+    /// PING round trip.
+    pub fn ping(&mut self) {
+        match self.call(Request::Ping { nonce: 42 }) {
+            Reply::Pong { nonce: 42 } => {}
+            other => panic!("PING answered {other:?}"),
+        }
+    }
+
+    /// SERVER_STATS.
+    pub fn server_stats(&mut self) -> ServerStatsReply {
+        match self.call(Request::ServerStats) {
+            Reply::ServerStats(s) => s,
+            other => panic!("SERVER_STATS answered {other:?}"),
+        }
+    }
+
+    /// Creates `queue` with `attributes`.
+    pub fn create(&mut self, queue: &str, attributes: AttributeUpdate) {
+        match self.call(Request::CreateQueue(
+            sluice_protocol::QueueAttributesRequest {
+                queue: name(queue),
+                attributes,
+            },
+        )) {
+            Reply::CreateQueue { .. } => {}
+            other => panic!("CREATE_QUEUE {queue} answered {other:?}"),
+        }
+    }
+
+    /// Sends entries; per-entry results.
+    pub fn send_entries(
+        &mut self,
+        queue: &str,
+        entries: &[SendEntry],
+    ) -> Vec<Result<SendOutcome, ErrorCode>> {
+        let req = SendRequest::new(name(queue), entries).expect("send request");
+        match self.call(Request::Send(req)) {
+            Reply::Send { results } => results,
+            other => panic!("SEND answered {other:?}"),
+        }
+    }
+
+    /// Sends one body; its outcome.
+    pub fn send_body(&mut self, queue: &str, body: &str) -> SendOutcome {
+        let r = self.send_entries(
+            queue,
+            &[SendEntry::new(Bytes::copy_from_slice(body.as_bytes()))],
+        );
+        r[0].expect("send accepted")
+    }
+
+    /// A RECEIVE request.
+    pub fn receive_request(
+        queue: &str,
+        max: u16,
+        visibility_timeout_ms: Option<u32>,
+        wait_ms: u32,
+    ) -> Request {
+        Request::Receive(ReceiveRequest {
+            queue: name(queue),
+            max_messages: max,
+            visibility_timeout_ms,
+            wait_ms: Some(wait_ms),
+        })
+    }
+
+    /// Receives; the messages (panics on an error).
+    pub fn receive(
+        &mut self,
+        queue: &str,
+        max: u16,
+        visibility_timeout_ms: Option<u32>,
+        wait_ms: u32,
+    ) -> Vec<ReceivedMessage> {
+        match self.call(Self::receive_request(
+            queue,
+            max,
+            visibility_timeout_ms,
+            wait_ms,
+        )) {
+            Reply::Receive { messages } => messages.to_messages(),
+            other => panic!("RECEIVE answered {other:?}"),
+        }
+    }
+
+    /// Deletes by receipts; per-entry results.
+    pub fn delete(&mut self, queue: &str, receipts: &[Receipt]) -> Vec<Result<(), ErrorCode>> {
+        match self.call(Request::Delete(sluice_protocol::DeleteRequest {
+            queue: name(queue),
+            receipts: receipts.to_vec(),
+        })) {
+            Reply::Delete { results } => results,
+            other => panic!("DELETE answered {other:?}"),
+        }
+    }
+
+    /// GET_QUEUE's counters.
+    pub fn stats(&mut self, queue: &str) -> QueueStats {
+        match self.call(Request::GetQueue { queue: name(queue) }) {
+            Reply::GetQueue(info) => info.stats,
+            other => panic!("GET_QUEUE answered {other:?}"),
+        }
+    }
+}
+
+/// A queue name.
+pub fn name(s: &str) -> QueueName {
+    QueueName::new(s).expect("valid queue name")
+}
+
+/// The ERROR frame's code and message, if `frame` is one.
+pub fn error_of(frame: &Frame) -> Option<WireError> {
+    match Reply::decode(frame.opcode, frame.payload.clone()) {
+        Ok(Reply::Error(e)) => Some(e),
+        _ => None,
+    }
+}
+
+/// Polls `f` every 10 ms until it returns `Some`, for at most `limit`.
+pub fn eventually<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The resident set size of this process, bytes (from /proc/self/status).
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .expect("VmRSS line")
+}
+
+/// Default attributes (every one takes the queue default).
+pub fn attrs() -> AttributeUpdate {
+    AttributeUpdate::default()
+}
