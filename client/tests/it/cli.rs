@@ -216,10 +216,7 @@ fn queues_messages_and_stats_end_to_end() {
         lines[0].starts_with("InvalidReceipt: not-a-receipt: "),
         "{err}"
     );
-    assert!(
-        lines[1].starts_with(&format!("Gone: {receipt}: ")),
-        "{err}"
-    );
+    assert!(lines[1].starts_with(&format!("Gone: {receipt}: ")), "{err}");
 
     // Purge, stats, redrive, delete.
     let purged = cli.json(&["queue", "purge", "jobs"]);
