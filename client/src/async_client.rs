@@ -329,8 +329,8 @@ impl AsyncClient {
         &self.inner.config
     }
 
-    /// The HELLO reply of the current connection; `None` while
-    /// disconnected.
+    /// The HELLO reply of the latest connection; `None` after a reconnect
+    /// attempt failed, until one succeeds.
     #[must_use]
     pub fn server_info(&self) -> Option<HelloReply> {
         self.inner
