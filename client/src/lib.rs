@@ -1,2 +1,86 @@
-//! The native sluice client. Not written yet: see the issue "Native client
-//! library and the `sluice` command line".
+//! The native sluice client: a blocking [`Client`] and an async (tokio)
+//! [`AsyncClient`], a [`Consumer`](consumer::Consumer) that runs handlers
+//! while keeping their leases, and a batching
+//! [`Producer`](producer::Producer). The `sluice` command line is built on
+//! the blocking client.
+//!
+//! Both clients keep one connection and pipeline every request on it: any
+//! number of threads or tasks can share a client (clones are cheap), and a
+//! receive that long-polls does not hold up the replies behind it. Every
+//! operation of the broker has a typed method; batches return one result
+//! per entry. Errors are an [`Error`] with one variant per protocol error
+//! code plus the client's own (`Connect`, `Io`, `Timeout`, `Disconnected`,
+//! `Protocol`, `Closed`).
+//!
+//! **Delivery is at-least-once.** A lease that runs out makes its message
+//! visible again; a request in flight when the connection drops fails with a
+//! disconnect-class error ([`Error::is_disconnect`]) although it may have
+//! taken effect (a send may have been enqueued); the next request
+//! reconnects, with exponential backoff after failed attempts. Consumers
+//! must be idempotent: see `examples/idempotent_consumer.rs`, and use
+//! dedup keys for sends you retry.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use sluice_client::{AttributeUpdate, Client, ClientConfig, ReceiveOptions};
+//!
+//! let client = Client::connect(ClientConfig::new("127.0.0.1:7171"))?;
+//! client.create_queue("orders", &AttributeUpdate {
+//!     visibility_timeout_ms: Some(60_000),
+//!     ..AttributeUpdate::default()
+//! })?;
+//! let sent = client.send("orders", "order 42")?;
+//! let options = ReceiveOptions::new(10).wait(Duration::from_secs(5));
+//! for message in client.receive("orders", options)? {
+//!     assert_eq!(message.id, sent.id);
+//!     // ... handle it, then:
+//!     client.delete("orders", message.receipt)?;
+//! }
+//! # Ok::<(), sluice_client::Error>(())
+//! ```
+//!
+//! The parts that need no server run anywhere: configuration, the
+//! reconnect schedule, the consumer's lease plan and the errors.
+//!
+//! ```
+//! use std::time::Duration;
+//! use sluice_client::consumer::{LeasePlan, LeaseStep};
+//! use sluice_client::{ClientConfig, Error, ErrorCode};
+//!
+//! let config = ClientConfig::default().request_timeout(Duration::from_secs(5));
+//! assert_eq!(config.addr(), "127.0.0.1:7171");
+//! // Backoff after 1, 2, 3 failed connects: 50 ms, 100 ms, 200 ms.
+//! let policy = config.reconnect_policy();
+//! assert_eq!(policy.delay(3), Duration::from_millis(200));
+//!
+//! // A consumer renews a 30 s lease when 15 s are left, up to 15 min.
+//! let plan = LeasePlan::new(Duration::from_secs(30), Duration::from_secs(900));
+//! assert!(matches!(plan.next(Duration::from_secs(30)), LeaseStep::Extend { .. }));
+//!
+//! let err = Error::from_code(ErrorCode::StaleReceipt, "");
+//! assert!(err.is_lease_lost());
+//! assert!(err.to_string().starts_with("StaleReceipt: "));
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![doc(test(attr(deny(warnings))))]
+
+mod async_client;
+mod blocking;
+pub mod config;
+pub mod consumer;
+mod error;
+mod ops;
+mod pending;
+pub mod producer;
+
+pub use async_client::AsyncClient;
+pub use blocking::Client;
+pub use config::{ClientConfig, ReconnectPolicy};
+pub use error::{Error, Result};
+pub use ops::{ReceiveOptions, RedriveOutcome};
+pub use sluice_protocol::{
+    AttributeUpdate, Backoff, ErrorCode, HelloReply, MessageAttributes, MessageId, PeekedMessage,
+    QueueAttributes, QueueInfo, QueueStats, Receipt, ReceivedMessage, RedrivePolicy, Reply,
+    Request, SendEntry, SendOutcome, ServerLimits, ServerStatsReply,
+};

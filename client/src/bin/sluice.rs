@@ -1,0 +1,387 @@
+//! `sluice`: the command-line client. See `sluice --help`.
+
+#[path = "sluice/args.rs"]
+mod args;
+#[path = "sluice/render.rs"]
+mod render;
+#[path = "sluice/units.rs"]
+mod units;
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+use bytes::Bytes;
+use clap::Parser;
+use serde_json::{Value, json};
+use sluice_client::{
+    AttributeUpdate, Backoff, Client, ClientConfig, Error, MessageAttributes, Receipt,
+    ReceiveOptions, RedrivePolicy, SendEntry,
+};
+
+use crate::args::{AttributeFlags, Cli, Command, QueueCommand};
+use crate::render::entry_error_line;
+use crate::units::duration_ms;
+
+/// What a command leaves behind: whether every part of it succeeded.
+#[derive(Debug, Default)]
+struct Outcome {
+    failed: bool,
+}
+
+/// Why the command could not run at all.
+#[derive(Debug)]
+enum Failure {
+    /// A client or server error: its own line starts with its name.
+    Client(Error),
+    /// A usage problem found after parsing (a bad token file, stdin).
+    Usage(String),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Client(e)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(Outcome { failed: false }) => ExitCode::SUCCESS,
+        Ok(Outcome { failed: true }) => ExitCode::FAILURE,
+        Err(Failure::Client(err)) => {
+            eprintln!("{err}");
+            ExitCode::FAILURE
+        }
+        Err(Failure::Usage(message)) => {
+            eprintln!("sluice: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn read_token(path: &std::path::Path) -> Result<Vec<u8>, Failure> {
+    let mut bytes = std::fs::read(path)
+        .map_err(|e| Failure::Usage(format!("reading the token file {}: {e}", path.display())))?;
+    while bytes.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
+        bytes.pop();
+    }
+    Ok(bytes)
+}
+
+fn connect(cli: &Cli) -> Result<Client, Failure> {
+    let mut config = ClientConfig::new(cli.addr.clone());
+    if let Some(path) = &cli.token_file {
+        config = config.auth_token(read_token(path)?);
+    }
+    Ok(Client::connect(config)?)
+}
+
+fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    // A closed pipe (`sluice ... | head`) is not worth a panic.
+    let _ = out.write_all(text.as_bytes());
+}
+
+fn print_json(value: &Value) {
+    print(&format!("{value}\n"));
+}
+
+fn run(cli: &Cli) -> Result<Outcome, Failure> {
+    let client = connect(cli)?;
+    let json = cli.json;
+    match &cli.command {
+        Command::Queue(q) => queue(&client, q, json),
+        Command::Send(a) => send(&client, a, json),
+        Command::Recv(a) => recv(&client, a, json),
+        Command::Peek(a) => {
+            let messages = client.peek(&a.queue, a.max)?;
+            if json {
+                print_json(&Value::Array(
+                    messages.iter().map(render::peeked_json).collect(),
+                ));
+            } else {
+                print(&render::peeked_table(&messages));
+            }
+            Ok(Outcome::default())
+        }
+        Command::Delete(a) => delete(&client, &a.queue, &a.receipts, json),
+        Command::Visibility(a) => {
+            let Some(receipt) = Receipt::from_hex(&a.receipt) else {
+                eprintln!("{}", bad_receipt_line(&a.receipt));
+                return Ok(Outcome { failed: true });
+            };
+            client.change_visibility(&a.queue, receipt, a.timeout)?;
+            let ms = duration_ms(a.timeout, "timeout").map_err(Failure::Usage)?;
+            if json {
+                print_json(&json!({"receipt": a.receipt, "visibility_timeout_ms": ms}));
+            } else if ms == 0 {
+                print(&format!("released {}\n", a.receipt));
+            } else {
+                print(&format!(
+                    "{} visible again in {}\n",
+                    a.receipt,
+                    units::format_ms(ms.into())
+                ));
+            }
+            Ok(Outcome::default())
+        }
+        Command::Redrive(a) => {
+            let r = client.redrive(&a.queue, a.max)?;
+            if json {
+                print_json(&json!({"moved": r.moved, "stayed": r.stayed}));
+            } else {
+                print(&format!("moved {}, stayed {}\n", r.moved, r.stayed));
+            }
+            Ok(Outcome::default())
+        }
+        Command::Stats => {
+            let s = client.server_stats()?;
+            if json {
+                print_json(&render::server_stats_json(&s));
+            } else {
+                print(&render::server_stats_table(&s));
+            }
+            Ok(Outcome::default())
+        }
+    }
+}
+
+/// The attribute update the flags describe.
+fn attribute_update(f: &AttributeFlags) -> Result<AttributeUpdate, Failure> {
+    let ms = |d: Option<std::time::Duration>, what: &str| {
+        d.map(|d| duration_ms(d, what))
+            .transpose()
+            .map_err(Failure::Usage)
+    };
+    let backoff = match f.backoff {
+        Some((base, max)) => Some(Backoff {
+            base_ms: duration_ms(base, "backoff base").map_err(Failure::Usage)?,
+            max_ms: duration_ms(max, "backoff max").map_err(Failure::Usage)?,
+        }),
+        None => None,
+    };
+    let message_bytes_max = f
+        .max_message_size
+        .map(|b| {
+            u32::try_from(b)
+                .map_err(|_| Failure::Usage(format!("--max-message-size {b} is too large")))
+        })
+        .transpose()?;
+    Ok(AttributeUpdate {
+        visibility_timeout_ms: ms(f.visibility_timeout, "visibility timeout")?,
+        delay_ms: ms(f.delay, "delay")?,
+        retention_ms: ms(f.retention, "retention")?,
+        message_bytes_max,
+        receive_wait_ms: ms(f.wait, "wait")?,
+        redrive: match (&f.dead_letter, f.max_receives) {
+            (Some(q), Some(n)) => Some(RedrivePolicy {
+                dead_letter_queue: q.clone(),
+                max_receives: n,
+            }),
+            _ => None,
+        },
+        max_depth: f.max_depth,
+        dedup_window_ms: ms(f.dedup_window, "dedup window")?,
+        backoff,
+        clear_redrive: false,
+        clear_backoff: false,
+    })
+}
+
+fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome, Failure> {
+    match command {
+        QueueCommand::Create(a) => {
+            let created = client.create_queue(&a.name, &attribute_update(&a.attributes)?)?;
+            if json {
+                print_json(&json!({"name": a.name, "created": created}));
+            } else if created {
+                print(&format!("created queue {}\n", a.name));
+            } else {
+                print(&format!(
+                    "queue {} exists already with these attributes\n",
+                    a.name
+                ));
+            }
+        }
+        QueueCommand::Set(a) => {
+            let mut update = attribute_update(&a.attributes)?;
+            update.clear_redrive = a.no_dead_letter;
+            update.clear_backoff = a.no_backoff;
+            client.set_queue(&a.name, &update)?;
+            if json {
+                print_json(&json!({"name": a.name, "updated": true}));
+            } else {
+                print(&format!("updated queue {}\n", a.name));
+            }
+        }
+        QueueCommand::List { prefix } => {
+            let names = client.list_queues(prefix.as_deref().unwrap_or(""))?;
+            if json {
+                print_json(&json!(names));
+            } else {
+                let mut t = render::Table::new(&["NAME"]);
+                for n in names {
+                    t.row(vec![n]);
+                }
+                print(&t.render());
+            }
+        }
+        QueueCommand::Show { name } => {
+            let info = client.get_queue(name)?;
+            if json {
+                print_json(&render::queue_json(&info));
+            } else {
+                print(&render::queue_table(&info));
+            }
+        }
+        QueueCommand::Purge { name } => {
+            let purged = client.purge_queue(name)?;
+            if json {
+                print_json(&json!({"name": name, "purged": purged}));
+            } else {
+                print(&format!("purged {purged} messages from {name}\n"));
+            }
+        }
+        QueueCommand::Delete { name } => {
+            client.delete_queue(name)?;
+            if json {
+                print_json(&json!({"name": name, "deleted": true}));
+            } else {
+                print(&format!("deleted queue {name}\n"));
+            }
+        }
+    }
+    Ok(Outcome::default())
+}
+
+fn send(client: &Client, a: &args::SendArgs, json: bool) -> Result<Outcome, Failure> {
+    let body = match &a.body {
+        Some(b) => Bytes::from(b.clone().into_bytes()),
+        None => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).map_err(|e| {
+                Failure::Usage(format!("reading the body from standard input: {e}"))
+            })?;
+            Bytes::from(buf)
+        }
+    };
+    let attributes = MessageAttributes::from_pairs(a.attrs.iter().map(|(k, v)| (k, v)))
+        .map_err(|e| Failure::Client(e.into()))?;
+    let delay_ms = a
+        .delay
+        .map(|d| duration_ms(d, "delay"))
+        .transpose()
+        .map_err(Failure::Usage)?;
+    let entry = SendEntry {
+        body,
+        delay_ms,
+        dedup_key: a
+            .dedup_key
+            .as_ref()
+            .map(|k| Bytes::from(k.clone().into_bytes())),
+        attributes,
+    };
+    // Batches within the server's limits: 1,024 entries and the frame size.
+    let frame_max = client
+        .server_info()
+        .map_or(1 << 20, |h| h.limits.frame_bytes_max as usize);
+    let per_frame = (frame_max.saturating_sub(512) / entry.encoded_len().max(1)).max(1);
+    let per_batch = per_frame.min(sluice_protocol_batch_max());
+    let mut left = a.count as usize;
+    let mut outcome = Outcome::default();
+    let mut table = render::Table::new(&["ID", "DUPLICATE"]);
+    while left > 0 {
+        let n = left.min(per_batch);
+        left -= n;
+        let batch = vec![entry.clone(); n];
+        for result in client.send_batch(&a.queue, &batch)? {
+            match result {
+                Ok(sent) if json => {
+                    print_json(&json!({"id": sent.id.to_string(), "duplicate": sent.duplicate}));
+                }
+                Ok(sent) => table.row(vec![sent.id.to_string(), sent.duplicate.to_string()]),
+                Err(err) => {
+                    outcome.failed = true;
+                    eprintln!("{}", entry_error_line(&err, &a.queue));
+                }
+            }
+        }
+    }
+    if !json {
+        print(&table.render());
+    }
+    Ok(outcome)
+}
+
+fn sluice_protocol_batch_max() -> usize {
+    1024
+}
+
+fn recv(client: &Client, a: &args::RecvArgs, json: bool) -> Result<Outcome, Failure> {
+    let mut options = ReceiveOptions::new(a.max);
+    options.visibility_timeout = a.visibility_timeout;
+    options.wait = a.wait;
+    let messages = client.receive(&a.queue, options)?;
+    if json {
+        print_json(&Value::Array(
+            messages.iter().map(render::received_json).collect(),
+        ));
+    } else {
+        print(&render::received_table(&messages));
+    }
+    let mut outcome = Outcome::default();
+    if a.delete && !messages.is_empty() {
+        let receipts: Vec<Receipt> = messages.iter().map(|m| m.receipt).collect();
+        for (m, result) in messages
+            .iter()
+            .zip(client.delete_batch(&a.queue, &receipts)?)
+        {
+            if let Err(err) = result {
+                outcome.failed = true;
+                eprintln!("{}", entry_error_line(&err, &m.receipt.to_hex()));
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+fn bad_receipt_line(text: &str) -> String {
+    entry_error_line(
+        &Error::InvalidReceipt("not a receipt: expected 52 hex digits".into()),
+        text,
+    )
+}
+
+fn delete(
+    client: &Client,
+    queue: &str,
+    receipts: &[String],
+    json: bool,
+) -> Result<Outcome, Failure> {
+    let mut outcome = Outcome::default();
+    let mut parsed = Vec::new();
+    for text in receipts {
+        match Receipt::from_hex(text) {
+            Some(r) => parsed.push((text, r)),
+            None => {
+                outcome.failed = true;
+                eprintln!("{}", bad_receipt_line(text));
+            }
+        }
+    }
+    for chunk in parsed.chunks(sluice_protocol_batch_max()) {
+        let batch: Vec<Receipt> = chunk.iter().map(|(_, r)| *r).collect();
+        let results = client.delete_batch(queue, &batch)?;
+        for ((text, _), result) in chunk.iter().zip(results) {
+            match result {
+                Ok(()) if json => print_json(&json!({"receipt": text, "deleted": true})),
+                Ok(()) => print(&format!("deleted {text}\n")),
+                Err(err) => {
+                    outcome.failed = true;
+                    eprintln!("{}", entry_error_line(&err, text));
+                }
+            }
+        }
+    }
+    Ok(outcome)
+}

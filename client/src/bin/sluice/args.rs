@@ -1,0 +1,224 @@
+//! The command line, as clap reads it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::units::{parse_attr, parse_backoff, parse_bytes, parse_duration};
+
+/// Command-line client for the sluice message broker.
+///
+/// Durations are written 0, 250ms, 1s, 2m, 1h30m (units ms, s, m, h, d).
+/// Message ids print as 32 hex digits, receipts as 52.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Command-line client for the sluice message broker",
+    after_help = "Durations: 0, 250ms, 1s, 2m, 1h30m (units ms, s, m, h, d). Ids print as 32 hex digits, receipts as 52."
+)]
+pub struct Cli {
+    /// Broker address.
+    #[arg(
+        long,
+        env = "SLUICE_ADDR",
+        default_value = sluice_client::config::ADDR_DEFAULT,
+        value_name = "HOST:PORT",
+        global = true
+    )]
+    pub addr: String,
+
+    /// File holding the auth token (trailing newlines are ignored).
+    #[arg(long, env = "SLUICE_TOKEN_FILE", value_name = "PATH", global = true)]
+    pub token_file: Option<PathBuf>,
+
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, change, list, show, purge and delete queues.
+    #[command(subcommand)]
+    Queue(QueueCommand),
+    /// Send a message (the body from standard input when BODY is absent).
+    Send(SendArgs),
+    /// Receive (lease) messages.
+    Recv(RecvArgs),
+    /// Read visible messages without leasing them.
+    Peek(PeekArgs),
+    /// Delete received messages by receipt.
+    Delete(DeleteArgs),
+    /// Change a message's visibility timeout; 0 releases the message.
+    Visibility(VisibilityArgs),
+    /// Move messages of a dead-letter queue back to their source queues.
+    Redrive(RedriveArgs),
+    /// Show the server's statistics.
+    Stats,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Create a queue (idempotent when the attributes match).
+    Create(CreateArgs),
+    /// Change a queue's attributes.
+    Set(SetArgs),
+    /// List queues, optionally those whose names start with PREFIX.
+    List {
+        /// Only queues whose names start with this.
+        prefix: Option<String>,
+    },
+    /// Show a queue's attributes and stats.
+    Show {
+        /// The queue.
+        name: String,
+    },
+    /// Remove every message of a queue.
+    Purge {
+        /// The queue.
+        name: String,
+    },
+    /// Delete a queue and its messages.
+    Delete {
+        /// The queue.
+        name: String,
+    },
+}
+
+/// Queue attributes, as flags.
+#[derive(Debug, Args)]
+pub struct AttributeFlags {
+    /// Lease length of a receive that does not set one (0 .. 12h).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub visibility_timeout: Option<Duration>,
+    /// Delivery delay of a send that does not set one (0 .. 15m).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub delay: Option<Duration>,
+    /// Age since the send at which an undeleted message is dropped (60s .. 14d).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub retention: Option<Duration>,
+    /// Default long-poll wait of a receive (0 .. 20s).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// Largest body plus attributes (1024, 256KiB, 1MiB).
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub max_message_size: Option<u64>,
+    /// Dead-letter queue (with --max-receives).
+    #[arg(long, value_name = "QUEUE", requires = "max_receives")]
+    pub dead_letter: Option<String>,
+    /// Deliveries before a message is dead-lettered (1 .. 1000; with --dead-letter).
+    #[arg(long, value_name = "N", requires = "dead_letter")]
+    pub max_receives: Option<u16>,
+    /// Most messages held (visible + delayed + in flight).
+    #[arg(long, value_name = "N")]
+    pub max_depth: Option<u64>,
+    /// How long a dedup key suppresses repeats (0 .. 1h).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub dedup_window: Option<Duration>,
+    /// Retry backoff after a release or an expired lease, as BASE:MAX (100ms:1m).
+    #[arg(long, value_name = "BASE:MAX", value_parser = parse_backoff)]
+    pub backoff: Option<(Duration, Duration)>,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// The queue.
+    pub name: String,
+    #[command(flatten)]
+    pub attributes: AttributeFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// The queue.
+    pub name: String,
+    #[command(flatten)]
+    pub attributes: AttributeFlags,
+    /// Remove the dead-letter policy.
+    #[arg(long, conflicts_with = "dead_letter")]
+    pub no_dead_letter: bool,
+    /// Remove the retry backoff.
+    #[arg(long, conflicts_with = "backoff")]
+    pub no_backoff: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The queue.
+    pub queue: String,
+    /// The body; read from standard input when absent.
+    pub body: Option<String>,
+    /// Delivery delay (default: the queue's).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub delay: Option<Duration>,
+    /// Dedup key: a repeat within the queue's dedup window is not enqueued.
+    #[arg(long, value_name = "KEY")]
+    pub dedup_key: Option<String>,
+    /// A message attribute (repeatable).
+    #[arg(long = "attr", value_name = "K=V", value_parser = parse_attr)]
+    pub attrs: Vec<(String, String)>,
+    /// Send the message this many times.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub count: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct RecvArgs {
+    /// The queue.
+    pub queue: String,
+    /// Most messages to receive (1 .. 1024).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub max: u16,
+    /// Lease length (default: the queue's).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub visibility_timeout: Option<Duration>,
+    /// Long-poll wait, at most 20s (default: the queue's).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// Delete the messages once printed.
+    #[arg(long)]
+    pub delete: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PeekArgs {
+    /// The queue.
+    pub queue: String,
+    /// Most messages to show (1 .. 1024).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub max: u16,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The queue the messages were received from.
+    pub queue: String,
+    /// Receipts (52 hex digits each).
+    #[arg(required = true)]
+    pub receipts: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct VisibilityArgs {
+    /// The queue the message was received from.
+    pub queue: String,
+    /// The receipt (52 hex digits).
+    pub receipt: String,
+    /// The lease now ends this long from now; 0 releases the message.
+    #[arg(value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct RedriveArgs {
+    /// The dead-letter queue.
+    pub queue: String,
+    /// Most messages to move (default: all).
+    #[arg(long, value_name = "N", default_value_t = u32::MAX)]
+    pub max: u32,
+}

@@ -1,0 +1,445 @@
+//! Output: aligned tables for people, JSON for programs, and the error
+//! lines on standard error.
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+use sluice_client::{
+    Error, MessageAttributes, PeekedMessage, QueueAttributes, QueueInfo, QueueStats,
+    ReceivedMessage, ServerStatsReply,
+};
+
+use crate::units::format_ms;
+
+/// A table with a header row; columns are as wide as their widest cell,
+/// two spaces apart, and the last column is not padded.
+#[derive(Debug)]
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(header: &[&str]) -> Table {
+        Table {
+            header: header.iter().map(|h| (*h).to_owned()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        debug_assert_eq!(cells.len(), self.header.len());
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let columns = self.header.len();
+        let mut widths = vec![0usize; columns];
+        for row in std::iter::once(&self.header).chain(&self.rows) {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for row in std::iter::once(&self.header).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
+                if i + 1 == columns {
+                    line.push_str(cell);
+                } else {
+                    line.push_str(cell);
+                    let pad = w - cell.chars().count() + 2;
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// A body for a table cell: its text with control characters escaped, or
+/// its size when it is not UTF-8.
+pub fn body_cell(body: &[u8]) -> String {
+    match std::str::from_utf8(body) {
+        Ok(text) => text.escape_debug().to_string(),
+        Err(_) => format!("<{} bytes, not UTF-8>", body.len()),
+    }
+}
+
+pub fn attributes_cell(attributes: &MessageAttributes) -> String {
+    attributes
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn attributes_json(attributes: &MessageAttributes) -> Value {
+    let mut map = Map::new();
+    for (k, v) in attributes {
+        // Keys may repeat on the wire; the first one wins here.
+        map.entry(k.to_owned()).or_insert_with(|| json!(v));
+    }
+    Value::Object(map)
+}
+
+fn put_body(object: &mut Map<String, Value>, body: &[u8]) {
+    match std::str::from_utf8(body) {
+        Ok(text) => object.insert("body".into(), json!(text)),
+        Err(_) => object.insert(
+            "body_base64".into(),
+            json!(base64::engine::general_purpose::STANDARD.encode(body)),
+        ),
+    };
+}
+
+pub fn received_json(m: &ReceivedMessage) -> Value {
+    let mut o = Map::new();
+    o.insert("id".into(), json!(m.id.to_string()));
+    o.insert("receipt".into(), json!(m.receipt.to_hex()));
+    put_body(&mut o, &m.body);
+    o.insert("receive_count".into(), json!(m.receive_count));
+    o.insert("delivery".into(), json!(m.delivery()));
+    o.insert("sent_at_ms".into(), json!(m.sent_at_ms));
+    o.insert(
+        "first_received_at_ms".into(),
+        json!(m.first_received_at_ms()),
+    );
+    o.insert("attributes".into(), attributes_json(&m.attributes));
+    Value::Object(o)
+}
+
+pub fn peeked_json(m: &PeekedMessage) -> Value {
+    let mut o = Map::new();
+    o.insert("id".into(), json!(m.id.to_string()));
+    put_body(&mut o, &m.body);
+    o.insert("receive_count".into(), json!(m.receive_count));
+    o.insert("delivery".into(), json!(m.delivery));
+    o.insert("sent_at_ms".into(), json!(m.sent_at_ms));
+    o.insert(
+        "first_received_at_ms".into(),
+        json!(
+            m.first_received_delta_ms
+                .map(|d| m.sent_at_ms.saturating_add(u64::from(d)))
+        ),
+    );
+    o.insert("attributes".into(), attributes_json(&m.attributes));
+    Value::Object(o)
+}
+
+pub fn received_table(messages: &[ReceivedMessage]) -> String {
+    let mut t = Table::new(&[
+        "ID",
+        "RECEIPT",
+        "RECEIVES",
+        "DELIVERY",
+        "ATTRIBUTES",
+        "BODY",
+    ]);
+    for m in messages {
+        t.row(vec![
+            m.id.to_string(),
+            m.receipt.to_hex(),
+            m.receive_count.to_string(),
+            m.delivery().to_string(),
+            attributes_cell(&m.attributes),
+            body_cell(&m.body),
+        ]);
+    }
+    t.render()
+}
+
+pub fn peeked_table(messages: &[PeekedMessage]) -> String {
+    let mut t = Table::new(&[
+        "ID",
+        "RECEIVES",
+        "DELIVERY",
+        "SENT_AT_MS",
+        "ATTRIBUTES",
+        "BODY",
+    ]);
+    for m in messages {
+        t.row(vec![
+            m.id.to_string(),
+            m.receive_count.to_string(),
+            m.delivery.to_string(),
+            m.sent_at_ms.to_string(),
+            attributes_cell(&m.attributes),
+            body_cell(&m.body),
+        ]);
+    }
+    t.render()
+}
+
+pub fn attributes_json_of(a: &QueueAttributes) -> Value {
+    json!({
+        "visibility_timeout_ms": a.visibility_timeout_ms,
+        "delay_ms": a.delay_ms,
+        "retention_ms": a.retention_ms,
+        "max_message_bytes": a.message_bytes_max,
+        "receive_wait_ms": a.receive_wait_ms,
+        "redrive": a.redrive.as_ref().map(|r| json!({
+            "dead_letter_queue": r.dead_letter_queue,
+            "max_receives": r.max_receives,
+        })),
+        "max_depth": a.max_depth,
+        "dedup_window_ms": a.dedup_window_ms,
+        "backoff": a.backoff.map(|b| json!({"base_ms": b.base_ms, "max_ms": b.max_ms})),
+    })
+}
+
+fn stats_fields(s: &QueueStats) -> [(&'static str, u64); 14] {
+    [
+        ("visible", s.visible),
+        ("delayed", s.delayed),
+        ("in_flight", s.in_flight),
+        ("sent", s.sent),
+        ("moved_in", s.moved_in),
+        ("received", s.received),
+        ("deleted", s.deleted),
+        ("redelivered", s.redelivered),
+        ("released", s.released),
+        ("dead_lettered", s.dead_lettered),
+        ("redriven", s.redriven),
+        ("dropped", s.dropped),
+        ("purged", s.purged),
+        ("oldest_age_ms", s.oldest_age_ms),
+    ]
+}
+
+pub fn queue_json(info: &QueueInfo) -> Value {
+    let stats: Map<String, Value> = stats_fields(&info.stats)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), json!(v)))
+        .collect();
+    json!({
+        "name": info.queue.as_str(),
+        "attributes": attributes_json_of(&info.attributes),
+        "stats": stats,
+    })
+}
+
+pub fn queue_table(info: &QueueInfo) -> String {
+    let a = &info.attributes;
+    let mut t = Table::new(&["ATTRIBUTE", "VALUE"]);
+    let mut put = |k: &str, v: String| t.row(vec![k.to_owned(), v]);
+    put("name", info.queue.as_str().to_owned());
+    put(
+        "visibility_timeout",
+        format_ms(a.visibility_timeout_ms.into()),
+    );
+    put("delay", format_ms(a.delay_ms.into()));
+    put("retention", format_ms(a.retention_ms.into()));
+    put("max_message_size", format!("{} bytes", a.message_bytes_max));
+    put("receive_wait", format_ms(a.receive_wait_ms.into()));
+    put(
+        "dead_letter",
+        a.redrive.as_ref().map_or_else(
+            || "none".to_owned(),
+            |r| format!("{} after {} receives", r.dead_letter_queue, r.max_receives),
+        ),
+    );
+    put(
+        "max_depth",
+        a.max_depth
+            .map_or_else(|| "unbounded".to_owned(), |d| d.to_string()),
+    );
+    put("dedup_window", format_ms(a.dedup_window_ms.into()));
+    put(
+        "backoff",
+        a.backoff.map_or_else(
+            || "off".to_owned(),
+            |b| {
+                format!(
+                    "{}:{}",
+                    format_ms(b.base_ms.into()),
+                    format_ms(b.max_ms.into())
+                )
+            },
+        ),
+    );
+    let mut s = Table::new(&["STAT", "VALUE"]);
+    for (k, v) in stats_fields(&info.stats) {
+        s.row(vec![k.to_owned(), v.to_string()]);
+    }
+    format!("{}\n{}", t.render(), s.render())
+}
+
+pub fn server_stats_json(s: &ServerStatsReply) -> Value {
+    let counters: Map<String, Value> = s
+        .counters
+        .iter()
+        .map(|c| (c.name.clone(), json!(c.value)))
+        .collect();
+    json!({
+        "server_version": s.server_version,
+        "io_backend": s.io_backend,
+        "shards": s.shards,
+        "counters": counters,
+    })
+}
+
+pub fn server_stats_table(s: &ServerStatsReply) -> String {
+    let mut t = Table::new(&["STAT", "VALUE"]);
+    t.row(vec!["server_version".into(), s.server_version.clone()]);
+    t.row(vec!["io_backend".into(), s.io_backend.clone()]);
+    t.row(vec!["shards".into(), s.shards.to_string()]);
+    for c in &s.counters {
+        t.row(vec![c.name.clone(), c.value.to_string()]);
+    }
+    t.render()
+}
+
+/// The standard-error line of a failed entry: the error's name, what
+/// failed, and why (`StaleReceipt: 0123...: the receipt is from an older
+/// delivery`).
+pub fn entry_error_line(err: &Error, what: &str) -> String {
+    let shown = err.to_string();
+    let why = shown
+        .strip_prefix(err.name())
+        .and_then(|s| s.strip_prefix(": "))
+        .unwrap_or(&shown);
+    format!("{}: {what}: {why}", err.name())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use sluice_client::{MessageId, Receipt};
+
+    use super::*;
+
+    fn message(body: &'static [u8]) -> ReceivedMessage {
+        ReceivedMessage {
+            id: MessageId(0x0193_5f3a_6b2c_7d10_8e4f_a1b2_c3d4_e5f6),
+            receipt: Receipt {
+                incarnation: 1,
+                shard: 1,
+                slot: 42,
+                generation: 3,
+                delivery: 7,
+                check: 0x9abc_def0,
+            },
+            receive_count: 2,
+            sent_at_ms: 1_735_689_600_000,
+            first_received_delta_ms: 250,
+            attributes: MessageAttributes::from_pairs([("type", "order")]).unwrap(),
+            body: Bytes::from_static(body),
+        }
+    }
+
+    #[test]
+    fn tables_align_their_columns() {
+        let mut t = Table::new(&["ID", "NAME", "N"]);
+        t.row(vec!["1".into(), "orders".into(), "3".into()]);
+        t.row(vec!["1234".into(), "q".into(), "".into()]);
+        assert_eq!(t.render(), "ID    NAME    N\n1     orders  3\n1234  q\n");
+    }
+
+    #[test]
+    fn received_messages_in_json() {
+        let v = received_json(&message(b"world"));
+        assert_eq!(v["id"], "01935f3a6b2c7d108e4fa1b2c3d4e5f6");
+        assert_eq!(v["receipt"].as_str().unwrap().len(), 52);
+        assert_eq!(
+            v["receipt"],
+            "0100000001002a000000030000000700000000000000f0debc9a"
+        );
+        assert_eq!(v["body"], "world");
+        assert!(v.get("body_base64").is_none());
+        assert_eq!(v["receive_count"], 2);
+        assert_eq!(v["delivery"], 7);
+        assert_eq!(v["sent_at_ms"], 1_735_689_600_000u64);
+        assert_eq!(v["first_received_at_ms"], 1_735_689_600_250u64);
+        assert_eq!(v["attributes"], json!({"type": "order"}));
+        let binary = received_json(&message(&[0xff, 0x00]));
+        assert!(binary.get("body").is_none());
+        assert_eq!(binary["body_base64"], "/wA=");
+    }
+
+    #[test]
+    fn peeked_messages_never_received_have_no_first_receive() {
+        let m = PeekedMessage {
+            id: MessageId(1),
+            receive_count: 0,
+            delivery: 0,
+            sent_at_ms: 10,
+            first_received_delta_ms: None,
+            attributes: MessageAttributes::new(),
+            body: Bytes::from_static(b"x"),
+        };
+        let v = peeked_json(&m);
+        assert_eq!(v["id"], "00000000000000000000000000000001");
+        assert!(v.get("receipt").is_none());
+        assert_eq!(v["first_received_at_ms"], Value::Null);
+        assert_eq!(v["attributes"], json!({}));
+    }
+
+    #[test]
+    fn message_tables_escape_bodies() {
+        let out = received_table(&[message(b"two\nlines")]);
+        let mut lines = out.lines();
+        let header = lines.next().unwrap();
+        assert!(header.starts_with("ID"), "{out}");
+        let row = lines.next().unwrap();
+        assert!(row.ends_with("two\\nlines"), "{row}");
+        assert!(row.contains("type=order"), "{row}");
+        assert_eq!(body_cell(&[0xff]), "<1 bytes, not UTF-8>");
+    }
+
+    #[test]
+    fn queue_info_in_json_has_every_stat() {
+        let info = QueueInfo {
+            queue: "orders".parse().unwrap(),
+            attributes: QueueAttributes::default(),
+            stats: QueueStats {
+                visible: 3,
+                oldest_age_ms: 5,
+                ..QueueStats::default()
+            },
+        };
+        let v = queue_json(&info);
+        assert_eq!(v["name"], "orders");
+        assert_eq!(v["attributes"]["visibility_timeout_ms"], 30_000);
+        assert_eq!(v["attributes"]["redrive"], Value::Null);
+        let stats = v["stats"].as_object().unwrap();
+        for key in [
+            "visible",
+            "delayed",
+            "in_flight",
+            "sent",
+            "moved_in",
+            "received",
+            "deleted",
+            "redelivered",
+            "released",
+            "dead_lettered",
+            "redriven",
+            "dropped",
+            "purged",
+            "oldest_age_ms",
+        ] {
+            assert!(stats.contains_key(key), "{key}");
+        }
+        assert_eq!(stats.len(), 14);
+        assert_eq!(v["stats"]["visible"], 3);
+        let table = queue_table(&info);
+        assert!(table.contains("visibility_timeout  30s"), "{table}");
+        assert!(table.contains("oldest_age_ms  5"), "{table}");
+    }
+
+    #[test]
+    fn error_lines_start_with_the_name() {
+        let e = Error::StaleReceipt(String::new());
+        assert_eq!(
+            entry_error_line(&e, "abc"),
+            "StaleReceipt: abc: the receipt is from an older delivery"
+        );
+        let e = Error::QueueNotFound("queue not found: q".into());
+        assert_eq!(
+            entry_error_line(&e, "q"),
+            "QueueNotFound: q: queue not found: q"
+        );
+    }
+}

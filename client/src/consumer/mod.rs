@@ -1,0 +1,298 @@
+//! Consumers: run a handler on every message of a queue, N at a time,
+//! keeping each message's lease while its handler runs.
+//!
+//! [`Consumer`] runs handlers as tokio tasks on an [`AsyncClient`];
+//! [`BlockingConsumer`] runs them on threads with a [`Client`]. Both:
+//!
+//! - receive with their own visibility timeout and extend a running
+//!   handler's lease when half of it is left ([`LeasePlan`]), for at most
+//!   [`ConsumerConfig::max_processing`] after the receive; then they stop
+//!   extending, so a message whose handler never finishes is redelivered
+//!   and, after its queue's max receives, dead-lettered;
+//! - tell the handler when its lease is lost through [`LeaseToken`]: an
+//!   extension answered `StaleReceipt`, `Gone` or `InvalidReceipt`, or the
+//!   lease ran out;
+//! - delete the message when the handler succeeds, and on failure release
+//!   it (visibility 0) or leave it for redelivery when the lease ends
+//!   ([`OnFailure`]);
+//! - stop gracefully: no new receives, running handlers get a grace period
+//!   to finish, and what is still held after it is released.
+//!
+//! [`AsyncClient`]: crate::AsyncClient
+//! [`Client`]: crate::Client
+
+mod async_consumer;
+mod blocking_consumer;
+mod schedule;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+pub use async_consumer::{Consumer, ConsumerHandle};
+pub use blocking_consumer::{BlockingConsumer, BlockingConsumerHandle};
+pub use schedule::{LeasePlan, LeaseStep};
+
+use crate::ReceivedMessage;
+
+/// Default number of handlers running at once.
+pub const CONCURRENCY_DEFAULT: usize = 4;
+/// Default lease the consumer asks for on each receive.
+pub const VISIBILITY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Default longest time a handler's lease is extended.
+pub const MAX_PROCESSING_DEFAULT: Duration = Duration::from_secs(15 * 60);
+/// Default long-poll wait of the consumer's receives (also the longest a
+/// stop waits for a receive in flight).
+pub const POLL_WAIT_DEFAULT: Duration = Duration::from_secs(1);
+
+/// What to do with a message whose handler failed (returned an error or
+/// panicked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnFailure {
+    /// Release it (visibility 0): it is redelivered at once, subject to the
+    /// queue's backoff.
+    #[default]
+    Release,
+    /// Leave it: it is redelivered when its lease ends.
+    Leave,
+}
+
+/// How a consumer runs.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluice_client::consumer::{ConsumerConfig, OnFailure};
+///
+/// let config = ConsumerConfig::new("orders")
+///     .concurrency(8)
+///     .visibility_timeout(Duration::from_secs(10))
+///     .max_processing(Duration::from_secs(120))
+///     .on_failure(OnFailure::Leave);
+/// assert_eq!(config.queue(), "orders");
+/// ```
+#[derive(Clone, Debug)]
+pub struct ConsumerConfig {
+    queue: String,
+    concurrency: usize,
+    visibility_timeout: Duration,
+    max_processing: Duration,
+    on_failure: OnFailure,
+    poll_wait: Duration,
+}
+
+impl ConsumerConfig {
+    /// Defaults, consuming `queue`.
+    #[must_use]
+    pub fn new(queue: impl Into<String>) -> ConsumerConfig {
+        ConsumerConfig {
+            queue: queue.into(),
+            concurrency: CONCURRENCY_DEFAULT,
+            visibility_timeout: VISIBILITY_TIMEOUT_DEFAULT,
+            max_processing: MAX_PROCESSING_DEFAULT,
+            on_failure: OnFailure::Release,
+            poll_wait: POLL_WAIT_DEFAULT,
+        }
+    }
+
+    /// Handlers running at once (at least 1; default 4).
+    #[must_use]
+    pub fn concurrency(mut self, handlers: usize) -> ConsumerConfig {
+        self.concurrency = handlers.clamp(1, sluice_protocol::limits::BATCH_ENTRIES_MAX);
+        self
+    }
+
+    /// The lease each receive asks for and each extension renews (default
+    /// 30 s; at least 1 ms).
+    #[must_use]
+    pub fn visibility_timeout(mut self, timeout: Duration) -> ConsumerConfig {
+        self.visibility_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long after its receive a message's lease is extended at most
+    /// (default 15 min).
+    #[must_use]
+    pub fn max_processing(mut self, limit: Duration) -> ConsumerConfig {
+        self.max_processing = limit;
+        self
+    }
+
+    /// What to do when a handler fails (default: release).
+    #[must_use]
+    pub fn on_failure(mut self, action: OnFailure) -> ConsumerConfig {
+        self.on_failure = action;
+        self
+    }
+
+    /// The long-poll wait of each receive (default 1 s, at most 20 s).
+    #[must_use]
+    pub fn poll_wait(mut self, wait: Duration) -> ConsumerConfig {
+        self.poll_wait = wait.min(Duration::from_secs(20));
+        self
+    }
+
+    /// The queue.
+    #[must_use]
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    fn plan(&self) -> LeasePlan {
+        LeasePlan::new(self.visibility_timeout, self.max_processing)
+    }
+}
+
+/// Why a lease was lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseLost {
+    /// An extension was refused: the message was delivered again
+    /// (`StaleReceipt`), is gone (`Gone`), or its queue was deleted
+    /// (`InvalidReceipt`).
+    Refused(String),
+    /// The lease ran out before an extension succeeded (the server could not
+    /// be reached in time).
+    Expired,
+    /// `max_processing` passed and the lease ran out: the message may be
+    /// redelivered.
+    MaxProcessing,
+    /// The consumer stopped and its grace period ended: the message was
+    /// released.
+    Stopped,
+}
+
+/// Tells a handler whether it still holds its message's lease. Cheap to
+/// clone; poll [`LeaseToken::is_lost`] or await [`LeaseToken::lost`].
+#[derive(Clone, Debug)]
+pub struct LeaseToken {
+    rx: tokio::sync::watch::Receiver<Option<LeaseLost>>,
+}
+
+impl LeaseToken {
+    pub(crate) fn new() -> (tokio::sync::watch::Sender<Option<LeaseLost>>, LeaseToken) {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        (tx, LeaseToken { rx })
+    }
+
+    /// Whether the lease is lost: another consumer may be handling the
+    /// message now, so side effects should stop (or be fenced with the
+    /// delivery number).
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        self.rx.borrow().is_some()
+    }
+
+    /// Why the lease was lost, if it was.
+    #[must_use]
+    pub fn reason(&self) -> Option<LeaseLost> {
+        self.rx.borrow().clone()
+    }
+
+    /// Completes when the lease is lost (never, while it is kept).
+    pub async fn lost(&self) -> LeaseLost {
+        let mut rx = self.rx.clone();
+        loop {
+            if let Some(reason) = rx.borrow_and_update().clone() {
+                return reason;
+            }
+            if rx.changed().await.is_err() {
+                // The keeper is gone without a verdict: the lease is no
+                // longer kept.
+                return rx.borrow().clone().unwrap_or(LeaseLost::Expired);
+            }
+        }
+    }
+}
+
+/// One message handed to a handler, with its lease.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The message.
+    pub message: ReceivedMessage,
+    /// Its lease.
+    pub lease: LeaseToken,
+}
+
+/// Counters of a consumer (a snapshot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// Messages received.
+    pub received: u64,
+    /// Handlers that succeeded.
+    pub succeeded: u64,
+    /// Handlers that failed (error or panic).
+    pub failed: u64,
+    /// Messages deleted after success.
+    pub deleted: u64,
+    /// Messages released (after a failure or at stop).
+    pub released: u64,
+    /// Successful lease extensions.
+    pub extended: u64,
+    /// Leases lost while a handler ran.
+    pub lost: u64,
+    /// Requests that failed (receive, delete, extension, release).
+    pub errors: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    received: AtomicU64,
+    succeeded: AtomicU64,
+    failed: AtomicU64,
+    deleted: AtomicU64,
+    released: AtomicU64,
+    extended: AtomicU64,
+    lost: AtomicU64,
+    errors: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Count {
+    Received,
+    Succeeded,
+    Failed,
+    Deleted,
+    Released,
+    Extended,
+    Lost,
+    Errors,
+}
+
+impl Counters {
+    pub(crate) fn add(&self, which: Count, n: u64) {
+        let c = match which {
+            Count::Received => &self.received,
+            Count::Succeeded => &self.succeeded,
+            Count::Failed => &self.failed,
+            Count::Deleted => &self.deleted,
+            Count::Released => &self.released,
+            Count::Extended => &self.extended,
+            Count::Lost => &self.lost,
+            Count::Errors => &self.errors,
+        };
+        // Independent counters: no ordering with other memory is needed.
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> ConsumerStats {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ConsumerStats {
+            received: r(&self.received),
+            succeeded: r(&self.succeeded),
+            failed: r(&self.failed),
+            deleted: r(&self.deleted),
+            released: r(&self.released),
+            extended: r(&self.extended),
+            lost: r(&self.lost),
+            errors: r(&self.errors),
+        }
+    }
+}
+
+pub(crate) type SharedCounters = Arc<Counters>;
+
+/// A short pause after a failed request, so a consumer that cannot reach
+/// its server does not spin.
+pub(crate) fn retry_pause(failures: u32) -> Duration {
+    crate::ReconnectPolicy::new(Duration::from_millis(50), Duration::from_secs(1))
+        .delay(failures.max(1))
+}

@@ -1,0 +1,454 @@
+//! The operations, independent of how they travel: each builds its
+//! [`Request`] and reads its [`Reply`] into a typed result. The blocking and
+//! the async client share them, so both expose the same API with the same
+//! checks.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_protocol::{
+    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, HelloReply, PeekedMessage,
+    QueueAttributesRequest, QueueInfo, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply,
+    Request, SendEntry, SendOutcome, SendRequest, ServerStatsReply, VisibilityChange,
+    attributes::RECEIVE_WAIT_MS_MAX,
+};
+
+use crate::config::duration_ms;
+use crate::error::{Error, Result};
+
+/// What one operation sends and how it reads the answer.
+pub(crate) trait Operation {
+    /// The typed result.
+    type Output;
+    /// The request (validated locally where the client can).
+    fn request(&self) -> Result<Request>;
+    /// How much longer than the request time-out to wait for the reply (a
+    /// receive's long-poll wait).
+    fn extra_wait(&self) -> Duration {
+        Duration::ZERO
+    }
+    /// Reads the reply; an ERROR reply has already become an `Err`.
+    fn output(reply: Reply) -> Result<Self::Output>;
+}
+
+/// The reply, or the error it carries.
+pub(crate) fn parse<O: Operation>(reply: Result<Reply>) -> Result<O::Output> {
+    match reply? {
+        Reply::Error(e) => Err(e.into()),
+        other => O::output(other),
+    }
+}
+
+fn unexpected(reply: &Reply, wanted: &str) -> Error {
+    let got = sluice_protocol::opcode::name(reply.opcode()).unwrap_or("an unknown opcode");
+    Error::Protocol(format!("expected a {wanted} reply, got {got}"))
+}
+
+/// A queue name, checked before anything is sent.
+pub(crate) fn queue_name(name: &str) -> Result<QueueName> {
+    QueueName::new(name).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "queue name {name:?} is not valid ([A-Za-z0-9_.-]{{1,80}})"
+        ))
+    })
+}
+
+fn entry_results<T>(results: Vec<Result<T, sluice_protocol::ErrorCode>>) -> Vec<Result<T>> {
+    results
+        .into_iter()
+        .map(|r| r.map_err(|code| Error::from_code(code, String::new())))
+        .collect()
+}
+
+/// Options of a receive.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluice_client::ReceiveOptions;
+///
+/// let options = ReceiveOptions::new(10)
+///     .visibility_timeout(Duration::from_secs(60))
+///     .wait(Duration::from_secs(20));
+/// assert_eq!(options.max_messages, 10);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveOptions {
+    /// Most messages wanted, 1 ..= 1,024.
+    pub max_messages: u16,
+    /// Lease length; `None` uses the queue's visibility timeout.
+    pub visibility_timeout: Option<Duration>,
+    /// Long-poll wait (at most 20 s); `None` uses the queue's default wait.
+    pub wait: Option<Duration>,
+}
+
+impl Default for ReceiveOptions {
+    fn default() -> Self {
+        ReceiveOptions::new(1)
+    }
+}
+
+impl ReceiveOptions {
+    /// Up to `max_messages`, with the queue's visibility timeout and wait.
+    #[must_use]
+    pub fn new(max_messages: u16) -> ReceiveOptions {
+        ReceiveOptions {
+            max_messages,
+            visibility_timeout: None,
+            wait: None,
+        }
+    }
+
+    /// Sets the lease length.
+    #[must_use]
+    pub fn visibility_timeout(mut self, timeout: Duration) -> ReceiveOptions {
+        self.visibility_timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the long-poll wait.
+    #[must_use]
+    pub fn wait(mut self, wait: Duration) -> ReceiveOptions {
+        self.wait = Some(wait);
+        self
+    }
+}
+
+/// The outcome of a redrive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RedriveOutcome {
+    /// Messages moved back to their source queues.
+    pub moved: u64,
+    /// Messages that stayed (their source queue is gone or full).
+    pub stayed: u64,
+}
+
+macro_rules! expect {
+    ($reply:expr, $wanted:literal, $pat:pat => $out:expr) => {
+        match $reply {
+            $pat => Ok($out),
+            other => Err(unexpected(&other, $wanted)),
+        }
+    };
+}
+
+pub(crate) struct Hello(pub Bytes);
+impl Operation for Hello {
+    type Output = HelloReply;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::Hello(sluice_protocol::HelloRequest {
+            version: sluice_protocol::limits::PROTOCOL_VERSION,
+            token: self.0.clone(),
+        }))
+    }
+    fn output(reply: Reply) -> Result<HelloReply> {
+        expect!(reply, "HELLO", Reply::Hello(h) => h)
+    }
+}
+
+pub(crate) struct Ping(pub u64);
+impl Operation for Ping {
+    type Output = u64;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::Ping { nonce: self.0 })
+    }
+    fn output(reply: Reply) -> Result<u64> {
+        expect!(reply, "PONG", Reply::Pong { nonce } => nonce)
+    }
+}
+
+pub(crate) struct CreateQueue<'a>(pub &'a str, pub &'a AttributeUpdate);
+impl Operation for CreateQueue<'_> {
+    type Output = bool;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::CreateQueue(QueueAttributesRequest {
+            queue: queue_name(self.0)?,
+            attributes: self.1.clone(),
+        }))
+    }
+    fn output(reply: Reply) -> Result<bool> {
+        expect!(reply, "CREATE_QUEUE", Reply::CreateQueue { created } => created)
+    }
+}
+
+pub(crate) struct SetQueue<'a>(pub &'a str, pub &'a AttributeUpdate);
+impl Operation for SetQueue<'_> {
+    type Output = ();
+    fn request(&self) -> Result<Request> {
+        Ok(Request::SetQueue(QueueAttributesRequest {
+            queue: queue_name(self.0)?,
+            attributes: self.1.clone(),
+        }))
+    }
+    fn output(reply: Reply) -> Result<()> {
+        expect!(reply, "SET_QUEUE", Reply::SetQueue => ())
+    }
+}
+
+pub(crate) struct DeleteQueue<'a>(pub &'a str);
+impl Operation for DeleteQueue<'_> {
+    type Output = ();
+    fn request(&self) -> Result<Request> {
+        Ok(Request::DeleteQueue {
+            queue: queue_name(self.0)?,
+        })
+    }
+    fn output(reply: Reply) -> Result<()> {
+        expect!(reply, "DELETE_QUEUE", Reply::DeleteQueue => ())
+    }
+}
+
+pub(crate) struct ListQueues<'a>(pub &'a str);
+impl Operation for ListQueues<'_> {
+    type Output = Vec<String>;
+    fn request(&self) -> Result<Request> {
+        let ok = self.0.len() <= sluice_protocol::limits::QUEUE_NAME_BYTES_MAX
+            && (self.0.is_empty() || sluice_protocol::is_valid_queue_name(self.0));
+        if !ok {
+            return Err(Error::InvalidArgument(format!(
+                "prefix {:?} is not made of queue-name characters ([A-Za-z0-9_.-]{{0,80}})",
+                self.0
+            )));
+        }
+        Ok(Request::ListQueues {
+            prefix: self.0.to_owned(),
+        })
+    }
+    fn output(reply: Reply) -> Result<Vec<String>> {
+        expect!(reply, "LIST_QUEUES", Reply::ListQueues { queues } =>
+            queues.iter().map(|q| q.as_str().to_owned()).collect())
+    }
+}
+
+pub(crate) struct GetQueue<'a>(pub &'a str);
+impl Operation for GetQueue<'_> {
+    type Output = QueueInfo;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::GetQueue {
+            queue: queue_name(self.0)?,
+        })
+    }
+    fn output(reply: Reply) -> Result<QueueInfo> {
+        expect!(reply, "GET_QUEUE", Reply::GetQueue(info) => info)
+    }
+}
+
+pub(crate) struct PurgeQueue<'a>(pub &'a str);
+impl Operation for PurgeQueue<'_> {
+    type Output = u64;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::PurgeQueue {
+            queue: queue_name(self.0)?,
+        })
+    }
+    fn output(reply: Reply) -> Result<u64> {
+        expect!(reply, "PURGE_QUEUE", Reply::PurgeQueue { purged } => purged)
+    }
+}
+
+pub(crate) struct Send<'a>(pub &'a str, pub &'a [SendEntry]);
+impl Operation for Send<'_> {
+    type Output = Vec<Result<SendOutcome>>;
+    fn request(&self) -> Result<Request> {
+        let send = SendRequest::new(queue_name(self.0)?, self.1)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        Ok(Request::Send(send))
+    }
+    fn output(reply: Reply) -> Result<Vec<Result<SendOutcome>>> {
+        expect!(reply, "SEND", Reply::Send { results } => entry_results(results))
+    }
+}
+
+pub(crate) struct Receive<'a>(pub &'a str, pub ReceiveOptions);
+impl Operation for Receive<'_> {
+    type Output = Vec<ReceivedMessage>;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::Receive(ReceiveRequest {
+            queue: queue_name(self.0)?,
+            max_messages: self.1.max_messages,
+            visibility_timeout_ms: self.1.visibility_timeout.map(duration_ms),
+            wait_ms: self.1.wait.map(duration_ms),
+        }))
+    }
+    fn extra_wait(&self) -> Duration {
+        // The queue's default wait is unknown here: allow for the longest.
+        self.1
+            .wait
+            .unwrap_or(Duration::from_millis(RECEIVE_WAIT_MS_MAX.into()))
+    }
+    fn output(reply: Reply) -> Result<Vec<ReceivedMessage>> {
+        expect!(reply, "RECEIVE", Reply::Receive { messages } => messages.to_messages())
+    }
+}
+
+pub(crate) struct Delete<'a>(pub &'a str, pub &'a [Receipt]);
+impl Operation for Delete<'_> {
+    type Output = Vec<Result<()>>;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::Delete(DeleteRequest {
+            queue: queue_name(self.0)?,
+            receipts: self.1.to_vec(),
+        }))
+    }
+    fn output(reply: Reply) -> Result<Vec<Result<()>>> {
+        expect!(reply, "DELETE", Reply::Delete { results } => entry_results(results))
+    }
+}
+
+pub(crate) struct ChangeVisibility<'a>(pub &'a str, pub &'a [(Receipt, Duration)]);
+impl Operation for ChangeVisibility<'_> {
+    type Output = Vec<Result<()>>;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::ChangeVisibility(ChangeVisibilityRequest {
+            queue: queue_name(self.0)?,
+            entries: self
+                .1
+                .iter()
+                .map(|&(receipt, timeout)| VisibilityChange {
+                    receipt,
+                    visibility_timeout_ms: duration_ms(timeout),
+                })
+                .collect(),
+        }))
+    }
+    fn output(reply: Reply) -> Result<Vec<Result<()>>> {
+        expect!(reply, "CHANGE_VISIBILITY", Reply::ChangeVisibility { results } =>
+            entry_results(results))
+    }
+}
+
+pub(crate) struct Redrive<'a>(pub &'a str, pub u32);
+impl Operation for Redrive<'_> {
+    type Output = RedriveOutcome;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::Redrive {
+            queue: queue_name(self.0)?,
+            max_messages: self.1,
+        })
+    }
+    fn output(reply: Reply) -> Result<RedriveOutcome> {
+        expect!(reply, "REDRIVE", Reply::Redrive { moved, stayed } =>
+            RedriveOutcome { moved, stayed })
+    }
+}
+
+pub(crate) struct Peek<'a>(pub &'a str, pub u16);
+impl Operation for Peek<'_> {
+    type Output = Vec<PeekedMessage>;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::Peek {
+            queue: queue_name(self.0)?,
+            max_messages: self.1,
+        })
+    }
+    fn output(reply: Reply) -> Result<Vec<PeekedMessage>> {
+        expect!(reply, "PEEK", Reply::Peek { messages } => messages)
+    }
+}
+
+pub(crate) struct ServerStats;
+impl Operation for ServerStats {
+    type Output = ServerStatsReply;
+    fn request(&self) -> Result<Request> {
+        Ok(Request::ServerStats)
+    }
+    fn output(reply: Reply) -> Result<ServerStatsReply> {
+        expect!(reply, "SERVER_STATS", Reply::ServerStats(s) => s)
+    }
+}
+
+/// The one result of a single-entry batch.
+pub(crate) fn single<T>(results: Vec<Result<T>>) -> Result<T> {
+    let mut results = results.into_iter();
+    match (results.next(), results.next()) {
+        (Some(r), None) => r,
+        (first, _) => Err(Error::Protocol(format!(
+            "expected 1 result, got {}",
+            usize::from(first.is_some()) + 1 + results.len()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_protocol::{ErrorCode, MessageId, WireError};
+
+    use super::*;
+
+    #[test]
+    fn error_replies_become_errors() {
+        let reply = Reply::Error(WireError::new(
+            ErrorCode::QueueNotFound,
+            "queue not found: q",
+        ));
+        let err = parse::<GetQueue>(Ok(reply)).unwrap_err();
+        assert!(matches!(&err, Error::QueueNotFound(m) if m == "queue not found: q"));
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_kind_is_a_protocol_violation() {
+        let err = parse::<PurgeQueue>(Ok(Reply::Pong { nonce: 1 })).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Protocol: expected a PURGE_QUEUE reply, got PONG"
+        );
+    }
+
+    #[test]
+    fn per_entry_statuses_become_errors_in_place() {
+        let reply = Reply::Send {
+            results: vec![
+                Ok(SendOutcome {
+                    id: MessageId(7),
+                    duplicate: true,
+                }),
+                Err(ErrorCode::QueueFull),
+            ],
+        };
+        let results = parse::<Send>(Ok(reply)).unwrap();
+        assert_eq!(results.len(), 2);
+        assert_eq!(results[0].as_ref().unwrap().id, MessageId(7));
+        assert!(matches!(results[1], Err(Error::QueueFull(_))));
+        let reply = Reply::Delete {
+            results: vec![Ok(()), Err(ErrorCode::StaleReceipt)],
+        };
+        let results = parse::<Delete>(Ok(reply)).unwrap();
+        assert!(results[0].is_ok());
+        assert!(results[1].as_ref().unwrap_err().is_lease_lost());
+    }
+
+    #[test]
+    fn bad_names_fail_before_sending() {
+        assert!(matches!(
+            DeleteQueue("a b").request(),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(ListQueues("").request().is_ok());
+        assert!(matches!(
+            ListQueues("a/").request(),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn receive_waits_extend_the_deadline_and_round_up() {
+        let op = Receive("q", ReceiveOptions::new(3).wait(Duration::from_micros(10)));
+        assert_eq!(op.extra_wait(), Duration::from_micros(10));
+        let Ok(Request::Receive(r)) = op.request() else {
+            panic!("a receive")
+        };
+        assert_eq!(r.wait_ms, Some(1));
+        assert_eq!(r.visibility_timeout_ms, None);
+        let op = Receive("q", ReceiveOptions::new(3));
+        assert_eq!(op.extra_wait(), Duration::from_secs(20));
+    }
+
+    #[test]
+    fn single_wants_exactly_one_result() {
+        assert_eq!(single(vec![Ok::<u8, Error>(1)]).unwrap(), 1);
+        assert!(matches!(single::<u8>(vec![]), Err(Error::Protocol(_))));
+        assert!(matches!(
+            single(vec![Ok::<u8, Error>(1), Ok(2)]),
+            Err(Error::Protocol(m)) if m == "expected 1 result, got 2"
+        ));
+    }
+}

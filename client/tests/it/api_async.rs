@@ -1,0 +1,122 @@
+//! Every operation of the async client against a real server.
+
+use std::time::Duration;
+
+use sluice_client::{AttributeUpdate, Error, ReceiveOptions, RedrivePolicy, SendEntry};
+
+use crate::util::{TestServer, runtime};
+
+#[test]
+fn every_operation() {
+    let server = TestServer::start();
+    runtime().block_on(async {
+        let c = server.async_client().await;
+        assert!(c.server_info().is_some());
+        c.ping().await.unwrap();
+
+        assert!(
+            c.create_queue("a.dlq", &AttributeUpdate::default())
+                .await
+                .unwrap()
+        );
+        let attrs = AttributeUpdate {
+            redrive: Some(RedrivePolicy {
+                dead_letter_queue: "a.dlq".into(),
+                max_receives: 1,
+            }),
+            ..AttributeUpdate::default()
+        };
+        assert!(c.create_queue("a", &attrs).await.unwrap());
+        assert!(!c.create_queue("a", &attrs).await.unwrap());
+        let mut names = c.list_queues("a").await.unwrap();
+        names.sort();
+        assert_eq!(names, ["a", "a.dlq"]);
+        c.set_queue(
+            "a",
+            &AttributeUpdate {
+                visibility_timeout_ms: Some(60_000),
+                ..AttributeUpdate::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            c.get_queue("a")
+                .await
+                .unwrap()
+                .attributes
+                .visibility_timeout_ms,
+            60_000
+        );
+
+        let one = c.send("a", "one").await.unwrap();
+        let two = c.send_entry("a", SendEntry::new("two")).await.unwrap();
+        let batch = c
+            .send_batch("a", &[SendEntry::new("three"), SendEntry::new("four")])
+            .await
+            .unwrap();
+        assert!(batch.iter().all(Result::is_ok));
+        assert_eq!(c.peek("a", 10).await.unwrap().len(), 4);
+
+        let got = c
+            .receive("a", ReceiveOptions::new(10).wait(Duration::ZERO))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 4);
+        let by_id = |id| got.iter().find(|m| m.id == id).unwrap();
+        c.delete("a", by_id(one.id).receipt).await.unwrap();
+        assert!(matches!(
+            c.delete("a", by_id(one.id).receipt).await,
+            Err(Error::Gone(_))
+        ));
+        c.change_visibility("a", by_id(two.id).receipt, Duration::from_secs(30))
+            .await
+            .unwrap();
+        let rest: Vec<_> = got
+            .iter()
+            .filter(|m| m.id != one.id && m.id != two.id)
+            .collect();
+        let results = c
+            .change_visibility_batch(
+                "a",
+                &rest
+                    .iter()
+                    .map(|m| (m.receipt, Duration::ZERO))
+                    .collect::<Vec<_>>(),
+            )
+            .await
+            .unwrap();
+        assert!(results.iter().all(Result::is_ok));
+        // Released after one receive with max receives 1: the next receive
+        // dead-letters them.
+        let none = c
+            .receive("a", ReceiveOptions::new(10).wait(Duration::ZERO))
+            .await
+            .unwrap();
+        assert!(none.is_empty());
+        assert_eq!(c.peek("a.dlq", 10).await.unwrap().len(), 2);
+        let r = c.redrive("a.dlq", 1).await.unwrap();
+        assert_eq!(r.moved, 1);
+        let results = c.delete_batch("a", &[by_id(two.id).receipt]).await.unwrap();
+        assert!(results[0].is_ok());
+        assert_eq!(c.purge_queue("a").await.unwrap(), 1);
+        assert_eq!(c.purge_queue("a.dlq").await.unwrap(), 1);
+        let stats = c.server_stats().await.unwrap();
+        assert_eq!(stats.counter("queues"), Some(2));
+        c.set_queue(
+            "a",
+            &AttributeUpdate {
+                clear_redrive: true,
+                ..AttributeUpdate::default()
+            },
+        )
+        .await
+        .unwrap();
+        c.delete_queue("a.dlq").await.unwrap();
+        c.delete_queue("a").await.unwrap();
+        assert!(matches!(
+            c.get_queue("a").await,
+            Err(Error::QueueNotFound(_))
+        ));
+    });
+}

@@ -1,0 +1,244 @@
+//! Every operation of the blocking client against a real server.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_client::{
+    AttributeUpdate, Error, MessageAttributes, Receipt, ReceiveOptions, RedrivePolicy, SendEntry,
+};
+
+use crate::util::TestServer;
+
+fn now_options(max: u16) -> ReceiveOptions {
+    ReceiveOptions::new(max).wait(Duration::ZERO)
+}
+
+#[test]
+fn queue_management() {
+    let server = TestServer::start();
+    let c = server.client();
+    let info = c.server_info().expect("connected");
+    assert!(info.server_version.starts_with("sluice"), "{info:?}");
+    c.ping().expect("ping");
+
+    let attrs = AttributeUpdate {
+        visibility_timeout_ms: Some(5_000),
+        ..AttributeUpdate::default()
+    };
+    assert!(c.create_queue("orders", &attrs).unwrap(), "created");
+    assert!(!c.create_queue("orders", &attrs).unwrap(), "idempotent");
+    let other = AttributeUpdate {
+        visibility_timeout_ms: Some(6_000),
+        ..AttributeUpdate::default()
+    };
+    assert!(matches!(
+        c.create_queue("orders", &other),
+        Err(Error::QueueExists(_))
+    ));
+    c.create_queue("orders.dlq", &AttributeUpdate::default())
+        .unwrap();
+    c.create_queue("other", &AttributeUpdate::default())
+        .unwrap();
+
+    let mut names = c.list_queues("ord").unwrap();
+    names.sort();
+    assert_eq!(names, ["orders", "orders.dlq"]);
+    assert_eq!(c.list_queues("").unwrap().len(), 3);
+
+    let update = AttributeUpdate {
+        redrive: Some(RedrivePolicy {
+            dead_letter_queue: "orders.dlq".into(),
+            max_receives: 3,
+        }),
+        delay_ms: Some(0),
+        ..AttributeUpdate::default()
+    };
+    c.set_queue("orders", &update).unwrap();
+    let info = c.get_queue("orders").unwrap();
+    assert_eq!(info.queue.as_str(), "orders");
+    assert_eq!(info.attributes.visibility_timeout_ms, 5_000);
+    assert_eq!(info.attributes.redrive.as_ref().unwrap().max_receives, 3);
+    assert!(info.stats.identity_holds());
+
+    // A dead-letter queue in use cannot be deleted.
+    assert!(matches!(
+        c.delete_queue("orders.dlq"),
+        Err(Error::InvalidArgument(_))
+    ));
+    c.set_queue(
+        "orders",
+        &AttributeUpdate {
+            clear_redrive: true,
+            ..AttributeUpdate::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(c.get_queue("orders").unwrap().attributes.redrive, None);
+
+    c.send("orders", "a").unwrap();
+    c.send("orders", "b").unwrap();
+    assert_eq!(c.purge_queue("orders").unwrap(), 2);
+    c.delete_queue("orders.dlq").unwrap();
+    assert!(matches!(
+        c.get_queue("orders.dlq"),
+        Err(Error::QueueNotFound(_))
+    ));
+    assert!(matches!(
+        c.delete_queue("nope"),
+        Err(Error::QueueNotFound(_))
+    ));
+    // Bad names fail locally.
+    assert!(matches!(c.get_queue("a b"), Err(Error::InvalidArgument(_))));
+
+    let stats = c.server_stats().unwrap();
+    assert_eq!(stats.shards, 1);
+    assert!(!stats.io_backend.is_empty());
+    assert_eq!(stats.counter("queues"), Some(2));
+}
+
+#[test]
+fn messages_send_receive_delete_and_visibility() {
+    let server = TestServer::start();
+    let c = server.client();
+    c.create_queue("q", &AttributeUpdate::default()).unwrap();
+
+    // A send with attributes and a dedup key, then its duplicate.
+    let entry = SendEntry {
+        dedup_key: Some(Bytes::from_static(b"order-17")),
+        attributes: MessageAttributes::from_pairs([("type", "order")]).unwrap(),
+        ..SendEntry::new("hello")
+    };
+    let first = c.send_entry("q", entry.clone()).unwrap();
+    assert!(!first.duplicate);
+    let again = c.send_entry("q", entry).unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.id, first.id);
+
+    // A batch with one entry too large for the queue: per-entry results.
+    c.set_queue(
+        "q",
+        &AttributeUpdate {
+            message_bytes_max: Some(64),
+            ..AttributeUpdate::default()
+        },
+    )
+    .unwrap();
+    let batch = [
+        SendEntry::new("small"),
+        SendEntry::new(vec![b'x'; 100]),
+        SendEntry::new("also small"),
+    ];
+    let results = c.send_batch("q", &batch).unwrap();
+    assert_eq!(results.len(), 3);
+    assert!(results[0].is_ok());
+    assert!(matches!(results[1], Err(Error::MessageTooLarge(_))));
+    assert!(results[2].is_ok());
+
+    // Peek sees three messages and leases none.
+    let peeked = c.peek("q", 10).unwrap();
+    assert_eq!(peeked.len(), 3);
+    assert!(peeked.iter().all(|m| m.receive_count == 0));
+
+    let got = c
+        .receive(
+            "q",
+            now_options(10).visibility_timeout(Duration::from_secs(60)),
+        )
+        .unwrap();
+    assert_eq!(got.len(), 3);
+    let hello = got
+        .iter()
+        .find(|m| m.id == first.id)
+        .expect("the first message");
+    assert_eq!(&hello.body[..], b"hello");
+    assert_eq!(hello.attributes.get("type"), Some("order"));
+    assert_eq!(hello.receive_count, 1);
+    assert!(
+        c.receive("q", now_options(10)).unwrap().is_empty(),
+        "all leased"
+    );
+
+    // Release one (visibility 0): it comes back with receive count 2.
+    c.change_visibility("q", hello.receipt, Duration::ZERO)
+        .unwrap();
+    let back = c.receive("q", now_options(10)).unwrap();
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].id, hello.id);
+    assert_eq!(back[0].receive_count, 2);
+    assert!(back[0].delivery() > hello.delivery());
+    // The first receipt is stale now.
+    assert!(matches!(
+        c.delete("q", hello.receipt),
+        Err(Error::StaleReceipt(_))
+    ));
+
+    // Extend the others in one batch; a forged receipt fails alone.
+    let forged = Receipt {
+        check: got[1].receipt.check ^ 1,
+        ..got[1].receipt
+    };
+    let changes: Vec<(Receipt, Duration)> = got
+        .iter()
+        .filter(|m| m.id != hello.id)
+        .map(|m| (m.receipt, Duration::from_secs(120)))
+        .chain([(forged, Duration::from_secs(1))])
+        .collect();
+    let results = c.change_visibility_batch("q", &changes).unwrap();
+    assert_eq!(results.len(), 3);
+    assert!(results[0].is_ok() && results[1].is_ok());
+    assert!(matches!(results[2], Err(Error::InvalidReceipt(_))));
+
+    // Delete all three: one batch, then again to see Gone.
+    let receipts: Vec<Receipt> = got
+        .iter()
+        .filter(|m| m.id != hello.id)
+        .map(|m| m.receipt)
+        .chain([back[0].receipt])
+        .collect();
+    let results = c.delete_batch("q", &receipts).unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let results = c.delete_batch("q", &receipts).unwrap();
+    assert!(
+        results.iter().all(|r| matches!(r, Err(Error::Gone(_)))),
+        "{results:?}"
+    );
+    let info = c.get_queue("q").unwrap();
+    assert_eq!(info.stats.deleted, 3);
+    assert_eq!(info.stats.released, 1);
+    assert!(info.stats.identity_holds());
+}
+
+#[test]
+fn dead_letters_and_redrive() {
+    let server = TestServer::start();
+    let c = server.client();
+    c.create_queue("jobs.dlq", &AttributeUpdate::default())
+        .unwrap();
+    c.create_queue(
+        "jobs",
+        &AttributeUpdate {
+            redrive: Some(RedrivePolicy {
+                dead_letter_queue: "jobs.dlq".into(),
+                max_receives: 1,
+            }),
+            ..AttributeUpdate::default()
+        },
+    )
+    .unwrap();
+    let sent = c.send("jobs", "poison").unwrap();
+    let got = c.receive("jobs", now_options(1)).unwrap();
+    assert_eq!(got.len(), 1);
+    c.change_visibility("jobs", got[0].receipt, Duration::ZERO)
+        .unwrap();
+    // The second delivery would exceed max receives: dead-lettered.
+    assert!(c.receive("jobs", now_options(1)).unwrap().is_empty());
+    let dead = c.peek("jobs.dlq", 10).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].id, sent.id);
+
+    let moved = c.redrive("jobs.dlq", 10).unwrap();
+    assert_eq!((moved.moved, moved.stayed), (1, 0));
+    let again = c.receive("jobs", now_options(1)).unwrap();
+    assert_eq!(again[0].id, sent.id);
+    assert_eq!(again[0].receive_count, 1, "a redrive resets the count");
+}

@@ -1,0 +1,313 @@
+//! The `sluice` binary end to end.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+use crate::util::TestServer;
+
+struct Cli {
+    addr: String,
+}
+
+impl Cli {
+    fn new(server: &TestServer) -> Cli {
+        Cli {
+            addr: server.addr.to_string(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.arg("--addr").arg(&self.addr).args(args);
+        cmd.env_remove("SLUICE_ADDR")
+            .env_remove("SLUICE_TOKEN_FILE");
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("sluice runs")
+    }
+
+    /// Runs and expects success; returns standard output.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "sluice {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("UTF-8 output")
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&all)).expect("JSON output")
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn queues_messages_and_stats_end_to_end() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+
+    let out = cli.ok(&["queue", "create", "jobs.dlq"]);
+    assert_eq!(out, "created queue jobs.dlq\n");
+    cli.ok(&[
+        "queue",
+        "create",
+        "jobs",
+        "--visibility-timeout",
+        "30s",
+        "--delay",
+        "0",
+        "--retention",
+        "1h",
+        "--wait",
+        "250ms",
+        "--max-message-size",
+        "64KiB",
+        "--dead-letter",
+        "jobs.dlq",
+        "--max-receives",
+        "2",
+        "--max-depth",
+        "1000",
+        "--dedup-window",
+        "2m",
+        "--backoff",
+        "100ms:1m",
+    ]);
+    let show = cli.json(&["queue", "show", "jobs"]);
+    assert_eq!(show["name"], "jobs");
+    assert_eq!(show["attributes"]["visibility_timeout_ms"], 30_000);
+    assert_eq!(show["attributes"]["retention_ms"], 3_600_000);
+    assert_eq!(show["attributes"]["receive_wait_ms"], 250);
+    assert_eq!(show["attributes"]["max_message_bytes"], 65_536);
+    assert_eq!(
+        show["attributes"]["redrive"]["dead_letter_queue"],
+        "jobs.dlq"
+    );
+    assert_eq!(show["attributes"]["max_depth"], 1000);
+    assert_eq!(show["attributes"]["backoff"]["base_ms"], 100);
+    for key in [
+        "visible",
+        "delayed",
+        "in_flight",
+        "sent",
+        "moved_in",
+        "received",
+        "deleted",
+        "redelivered",
+        "released",
+        "dead_lettered",
+        "redriven",
+        "dropped",
+        "purged",
+        "oldest_age_ms",
+    ] {
+        assert!(show["stats"][key].is_u64(), "stats.{key}");
+    }
+    let table = cli.ok(&["queue", "show", "jobs"]);
+    assert!(
+        table.contains("dead_letter         jobs.dlq after 2 receives"),
+        "{table}"
+    );
+
+    cli.ok(&[
+        "queue",
+        "set",
+        "jobs",
+        "--no-backoff",
+        "--no-dead-letter",
+        "--wait",
+        "0",
+    ]);
+    let show = cli.json(&["queue", "show", "jobs"]);
+    assert_eq!(show["attributes"]["backoff"], Value::Null);
+    assert_eq!(show["attributes"]["redrive"], Value::Null);
+    let list = cli.ok(&["queue", "list", "jobs"]);
+    assert_eq!(list, "NAME\njobs\njobs.dlq\n");
+    assert_eq!(cli.json(&["queue", "list"]).as_array().unwrap().len(), 2);
+
+    // Send: one JSON object per line; the body from standard input too.
+    let out = cli.ok(&[
+        "--json", "send", "jobs", "hello", "--attr", "k=v", "--count", "2",
+    ]);
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for l in &lines {
+        assert_eq!(l["id"].as_str().unwrap().len(), 32);
+        assert_eq!(l["duplicate"], false);
+    }
+    let mut child = cli
+        .command(&["send", "jobs", "--dedup-key", "k1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&[0xff, 0xfe])
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("ID"), "a table: {text}");
+    let dup = cli.json(&["send", "jobs", "again", "--dedup-key", "k1"]);
+    assert_eq!(dup["duplicate"], true);
+
+    // Peek, then receive with JSON.
+    let peeked = cli.json(&["peek", "jobs", "--max", "10"]);
+    assert_eq!(peeked.as_array().unwrap().len(), 3);
+    assert!(peeked[0].get("receipt").is_none());
+    let got = cli.json(&["recv", "jobs", "--max", "10", "--wait", "1s"]);
+    let got = got.as_array().unwrap();
+    assert_eq!(got.len(), 3);
+    for m in got {
+        assert_eq!(m["receipt"].as_str().unwrap().len(), 52);
+        assert_eq!(m["receive_count"], 1);
+        assert!(m["delivery"].is_u64() && m["sent_at_ms"].is_u64());
+        assert!(m["first_received_at_ms"].is_u64());
+        assert!(m["attributes"].is_object());
+    }
+    let binary = got.iter().find(|m| m.get("body_base64").is_some()).unwrap();
+    assert_eq!(binary["body_base64"], "//4=");
+    let text = got.iter().find(|m| m["body"] == "hello").unwrap();
+    assert_eq!(text["attributes"]["k"], "v");
+
+    // Visibility: release one, it comes back.
+    let receipt = text["receipt"].as_str().unwrap();
+    assert_eq!(
+        cli.ok(&["visibility", "jobs", receipt, "0"]),
+        format!("released {receipt}\n")
+    );
+    let again = cli.json(&["recv", "jobs", "--wait", "1s", "--delete"]);
+    assert_eq!(again[0]["receive_count"], 2);
+
+    // Delete a valid, a malformed and a spent receipt (its message was
+    // deleted by `recv --delete`): the success on stdout, one line per
+    // failure on stderr, exit non-zero.
+    let valid = got.iter().find(|m| m["receipt"] != receipt).unwrap()["receipt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = cli.run(&["delete", "jobs", &valid, "not-a-receipt", receipt]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("deleted {valid}\n")
+    );
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with("InvalidReceipt: not-a-receipt: "),
+        "{err}"
+    );
+    assert!(lines[1].starts_with(&format!("Gone: {receipt}: ")), "{err}");
+
+    // Purge, stats, redrive, delete.
+    let purged = cli.json(&["queue", "purge", "jobs"]);
+    assert_eq!(purged["purged"], 1);
+    let stats = cli.json(&["stats"]);
+    assert_eq!(stats["shards"], 1);
+    assert_eq!(stats["counters"]["queues"], 2);
+    let redrive = cli.json(&["redrive", "jobs.dlq"]);
+    assert_eq!(redrive["moved"], 0);
+    assert!(cli.ok(&["stats"]).contains("io_backend"));
+    cli.ok(&["queue", "delete", "jobs"]);
+}
+
+#[test]
+fn errors_are_named_on_stderr() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    let out = cli.run(&["queue", "show", "missing"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).starts_with("QueueNotFound: "),
+        "{}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty());
+
+    cli.ok(&["queue", "create", "q", "--visibility-timeout", "1s"]);
+    let out = cli.run(&["queue", "create", "q", "--visibility-timeout", "2s"]);
+    assert!(
+        stderr(&out).starts_with("QueueExists: "),
+        "{}",
+        stderr(&out)
+    );
+    let out = cli.run(&["queue", "create", "bad", "--visibility-timeout", "13h"]);
+    assert!(
+        stderr(&out).starts_with("InvalidArgument: "),
+        "{}",
+        stderr(&out)
+    );
+
+    // A partly failed send batch: small entries pass, the error is named.
+    cli.ok(&["queue", "set", "q", "--max-message-size", "4"]);
+    let out = cli.run(&["send", "q", "too long"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).starts_with("MessageTooLarge: q: "),
+        "{}",
+        stderr(&out)
+    );
+
+    // No server: a Connect error.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["--addr", "127.0.0.1:1", "stats"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).starts_with("Connect: "), "{}", stderr(&out));
+
+    // Usage errors are clap's (exit 2): a bad duration names the problem.
+    let out = cli.run(&["recv", "q", "--wait", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no unit"), "{}", stderr(&out));
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    let commands: &[&[&str]] = &[
+        &[],
+        &["queue"],
+        &["queue", "create"],
+        &["queue", "set"],
+        &["queue", "list"],
+        &["queue", "show"],
+        &["queue", "purge"],
+        &["queue", "delete"],
+        &["send"],
+        &["recv"],
+        &["peek"],
+        &["delete"],
+        &["visibility"],
+        &["redrive"],
+        &["stats"],
+    ];
+    for c in commands {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(*c)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{c:?} --help");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Usage: sluice"), "{c:?}: {text}");
+    }
+}

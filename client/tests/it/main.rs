@@ -1,0 +1,10 @@
+//! Integration tests of the client against a real in-process server.
+
+mod api_async;
+mod api_blocking;
+mod cli;
+mod consumer;
+mod pipelining;
+mod producer;
+mod reconnect;
+mod util;
