@@ -49,6 +49,12 @@ pub struct Conn {
     pub last_data_ns: u64,
     /// Tickets of its requests the engine has not answered yet.
     pub deferred: Vec<u64>,
+    /// A request other than RECEIVE that the engine answers later (another
+    /// shard must act: a forwarded delete, a fan-out). Until it is answered
+    /// no further frame of this connection is served, so requests take
+    /// effect, and are answered, in the order they arrived; only RECEIVE
+    /// replies may come late (PROTOCOL.md §3).
+    pub barrier: Option<u64>,
     /// Whether it holds one of `--max-connections`.
     pub counted: bool,
     /// Whether reading is paused for back-pressure.
@@ -76,6 +82,7 @@ impl Conn {
             closing_since_ns: 0,
             last_data_ns: now_ns,
             deferred: Vec::new(),
+            barrier: None,
             counted,
             paused: false,
         }

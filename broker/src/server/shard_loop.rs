@@ -380,6 +380,7 @@ impl State {
         c.in_flight() >= self.limits.in_flight_max
             || unsent >= unsent_max
             || (self.unsent_over && unsent > 0)
+            || (c.barrier.is_some() && c.inbuf.len() >= self.limits.frame_bytes_max as usize)
     }
 
     /// Serves the whole frames buffered on connection `idx`, as far as
@@ -392,6 +393,7 @@ impl State {
             if c.phase == Phase::Closing {
                 return;
             }
+            let behind_barrier = c.barrier.is_some();
             if self.blocked(ops, c, false) {
                 let id = c.id;
                 let was_paused = c.paused;
@@ -404,6 +406,11 @@ impl State {
                     ops.set_reading(id, false);
                     self.paused.push(id);
                 }
+                return;
+            }
+            if behind_barrier {
+                // Served once the earlier request is answered (see
+                // `route_completions`); the bytes wait in `inbuf`.
                 return;
             }
             let now = self.now_ns;
@@ -570,6 +577,9 @@ impl State {
                     return;
                 };
                 c.deferred.push(ticket);
+                if opcode != sluice_protocol::opcode::RECEIVE {
+                    c.barrier = Some(ticket);
+                }
                 self.pending.insert(
                     ticket,
                     Pending {
@@ -717,7 +727,7 @@ impl State {
 
     fn after_wait(&mut self, ops: &mut Ops) {
         self.engine.poll(self.now_ns, self.wall_ms);
-        self.route_completions();
+        self.route_completions(ops);
         let generation = self.shared.scrape_generation.load(Acquire);
         if self.now_ns >= self.next_housekeeping_ns {
             self.housekeeping(ops);
@@ -736,7 +746,7 @@ impl State {
             .set(ops.unsent_bytes_total() as u64);
     }
 
-    fn route_completions(&mut self) {
+    fn route_completions(&mut self, ops: &mut Ops) {
         self.engine.drain_completions(&mut self.completions);
         if self.completions.is_empty() {
             return;
@@ -753,7 +763,18 @@ impl State {
             if !c.take_ticket(ticket) {
                 continue;
             }
+            let lifted = c.barrier == Some(ticket);
+            if lifted {
+                c.barrier = None;
+            }
             self.answer(idx, p.request_id, p.opcode, p.queue, result);
+            if lifted {
+                // Serve what arrived behind it (a paused connection is
+                // resumed by `resume_paused` instead).
+                if self.conns[idx].as_ref().is_some_and(|c| !c.paused) {
+                    self.process(ops, idx);
+                }
+            }
         }
         self.completions = done;
     }
@@ -850,7 +871,7 @@ impl State {
         self.drain_deadline_ns = Some(self.now_ns.saturating_add(self.limits.shutdown_timeout_ns));
         // Waiting receives get their empty batch now.
         self.engine.shutdown(self.now_ns);
-        self.route_completions();
+        self.route_completions(ops);
         for idx in 0..self.conns.len() {
             if let Some(c) = self.conns[idx].as_ref() {
                 if c.phase == Phase::Hello {
