@@ -27,7 +27,7 @@
 //!   it in chunks (see [`super::memory`]).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
@@ -36,7 +36,7 @@ use sluice_protocol::{AttributeUpdate, ErrorCode, QueueAttributes, WireError};
 use super::check::ReceiptKey;
 use super::memory::MemoryBudget;
 use super::random::splitmix64;
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// Default maximum number of queues (DESIGN §5).
 pub const QUEUES_MAX_DEFAULT: usize = 10_000;
@@ -257,8 +257,9 @@ impl Registry {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the map consistent (every
-        // mutation is a single insert/remove), so poisoning is ignored.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        // mutation is a single insert/remove), so the facade's lock ignores
+        // poisoning.
+        self.inner.lock()
     }
 
     fn bump(&self) {
