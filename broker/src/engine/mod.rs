@@ -29,6 +29,8 @@ pub mod message;
 pub mod msg;
 pub mod ops;
 mod partition;
+#[cfg(test)]
+mod races;
 pub mod random;
 pub mod registry;
 pub mod shard;

@@ -1512,7 +1512,7 @@ impl Shard {
             if gained && visible > 0 {
                 let shared = part.shared.clone();
                 let inc = part.incarnation;
-                let wake: Vec<u16> = self.others().filter(|&d| shared.waiters(d) > 0).collect();
+                let wake: Vec<u16> = shared.waiting_shards(self.id).collect();
                 for d in wake {
                     self.send_to(d, ShardMsg::Wake { incarnation: inc });
                 }
@@ -2184,6 +2184,27 @@ impl Shard {
             }
             if part.moved.len() as u64 > part.live() {
                 return Err(format!("moved index of {} has stale entries", part.name));
+            }
+            let counted = part.shared.waiters(self.id);
+            if part.waiters.len() as u64 != counted {
+                return Err(format!(
+                    "{} waiters parked on {} of shard {}, the queue counts {counted}",
+                    part.waiters.len(),
+                    part.name,
+                    self.id
+                ));
+            }
+            for req in &part.waiters {
+                let parked = matches!(
+                    self.pending.get(req).map(|p| &p.kind),
+                    Some(PendingKind::Receive(r)) if r.waiting && r.incarnation == part.incarnation
+                );
+                if !parked {
+                    return Err(format!(
+                        "waiter {req} of {} is not a parked receive",
+                        part.name
+                    ));
+                }
             }
         }
         let dedup_mem = self.memory.in_use() - mem.min(self.memory.in_use());
