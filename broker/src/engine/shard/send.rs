@@ -26,6 +26,14 @@ impl Shard {
             let part = self.part(p);
             (part.incarnation, part.attrs.dedup_window_ms)
         };
+        // The common case, no entry another shard must dedup: the results
+        // go straight into the reply (one allocation per request).
+        let may_forward =
+            window > 0 && self.shards > 1 && entries.iter().any(|e| e.dedup_key.is_some());
+        if !may_forward {
+            let results = entries.iter().map(|e| self.send_entry(p, e)).collect();
+            return self.finish_ticket(ticket, OpResult::Sent(results));
+        }
         let mut results: Vec<Option<Result<SendOk, WireError>>> = vec![None; entries.len()];
         let mut forwards: Vec<(u16, Vec<(u16, SendEntry)>)> = Vec::new();
         for (i, entry) in entries.into_iter().enumerate() {
