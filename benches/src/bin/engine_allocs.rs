@@ -5,7 +5,11 @@
 //! The count does not depend on the allocator, so this one binary counts
 //! through the system allocator (instrumented) instead of mimalloc.
 //!
-//! `cargo run --release -p sluice-benches --bin engine_allocs`
+//! `cargo run --release -p sluice-benches --bin engine_allocs [-- CYCLES]`
+//!
+//! Run under `valgrind --tool=callgrind` with two cycle counts, the
+//! difference of the instruction counts over the difference of the cycles
+//! is the instructions per cycle (system allocator, instrumented).
 
 use std::sync::Arc;
 
@@ -26,7 +30,7 @@ const BODY_BYTES: usize = 100;
 const QUEUE: &str = "allocs";
 const WALL_MS: u64 = 1_700_000_000_000;
 const WARM_CYCLES: u64 = 10_000;
-const CYCLES: u64 = 10_000;
+const CYCLES_DEFAULT: u64 = 10_000;
 
 struct NoWake;
 
@@ -45,6 +49,9 @@ struct Counts {
 }
 
 fn main() {
+    let cycles: u64 = std::env::args()
+        .nth(1)
+        .map_or(CYCLES_DEFAULT, |a| a.parse().expect("CYCLES: a count"));
     let registry = Arc::new(Registry::new(RegistryConfig {
         shards: 1,
         seed: 1,
@@ -70,7 +77,7 @@ fn main() {
     let body = Bytes::from(vec![0x5a; BODY_BYTES]);
     let mut counts = Counts::default();
     let mut now_ns = 1_000_000_000;
-    for cycle in 0..WARM_CYCLES + CYCLES {
+    for cycle in 0..WARM_CYCLES + cycles {
         let measure = cycle >= WARM_CYCLES;
         now_ns += 10_000;
         let t = cycle * 3;
@@ -121,8 +128,8 @@ fn main() {
             counts.delete += after_delete;
         }
     }
-    let per = |n: u64| n as f64 / CYCLES as f64;
-    println!("allocations per cycle of {BATCH} messages (steady state, {CYCLES} cycles):");
+    let per = |n: u64| n as f64 / cycles as f64;
+    println!("allocations per cycle of {BATCH} messages (steady state, {cycles} cycles):");
     println!("  send     {:.2}", per(counts.send));
     println!("  receive  {:.2}", per(counts.receive));
     println!("  delete   {:.2}", per(counts.delete));
