@@ -2,11 +2,15 @@
 //! same code is the production type and the loom model.
 //!
 //! Everything that crosses a thread boundary in the broker (the shard rings,
-//! the doorbells) takes its atomics, `Arc`, threads and cells from here, never
-//! from `std` directly. Built normally this module is a thin re-export of
+//! the doorbells, the queue registry and its per-queue counters) takes its
+//! atomics, mutexes, threads and cells from here, never from `std` directly. Built normally this module is a thin re-export of
 //! `std`; built with `RUSTFLAGS="--cfg sluice_loom"` it re-exports loom's
 //! instrumented twins, and loom then explores every interleaving of a model
 //! built from the very same production code.
+//!
+//! [`Mutex`] is one type in both builds with one API: `lock()` returns the
+//! guard, poisoning ignored (the broker's critical sections leave their data
+//! consistent at every panic point; see the callers).
 //!
 //! `model(f)` (test builds only) runs a test body: under loom as `loom::model(f)` (all
 //! interleavings), otherwise once, as an ordinary unit test. Constants that
@@ -45,6 +49,39 @@ pub(crate) use std::{
 
 #[cfg(not(sluice_loom))]
 pub(crate) use self::std_cell::UnsafeCell;
+
+#[cfg(sluice_loom)]
+use loom::sync as mutex_impl;
+#[cfg(not(sluice_loom))]
+use std::sync as mutex_impl;
+
+/// A mutual-exclusion lock: loom's under `cfg(sluice_loom)` (so a model
+/// explores every order in which threads take it), std's otherwise.
+///
+/// Unlike `std::sync::Mutex`, [`Mutex::lock`] returns the guard directly: a
+/// panic while the lock is held leaves the protected data as consistent as
+/// the holder left it, and the broker's users of this type keep it
+/// consistent at every point where they can panic, so poisoning carries no
+/// information here.
+#[derive(Debug, Default)]
+pub(crate) struct Mutex<T>(mutex_impl::Mutex<T>);
+
+/// The guard of a [`Mutex`]: the lock is held until it is dropped.
+pub(crate) type MutexGuard<'a, T> = mutex_impl::MutexGuard<'a, T>;
+
+impl<T> Mutex<T> {
+    /// A mutex holding `value`.
+    pub(crate) fn new(value: T) -> Self {
+        Self(mutex_impl::Mutex::new(value))
+    }
+
+    /// Blocks until the lock is free, then takes it.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 /// Runs `f` as a loom model (every interleaving, under `cfg(sluice_loom)`) or
 /// once as a plain test body.

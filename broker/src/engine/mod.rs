@@ -10,10 +10,11 @@
 //! | file | concept |
 //! |---|---|
 //! | `ops.rs` | operations and results (what the server maps to and from the wire) |
-//! | `shard.rs` | the shard engine: leases, timers, steals, waiters, fan-out |
+//! | `shard/` | the shard engine: leases, timers, steals, waiters, fan-out (one file per concept) |
 //! | `partition.rs` | one queue's partition on one shard |
 //! | `message.rs` | a stored message and its attributes |
 //! | `slab.rs` | slots reused with generations |
+//! | `races.rs` | loom models of the lease races (tests only) |
 //! | `registry.rs` | queue metadata shared across shards |
 //! | `dedup.rs` | dedup windows and key ownership |
 //! | `memory.rs` | the memory budget |
@@ -29,6 +30,8 @@ pub mod message;
 pub mod msg;
 pub mod ops;
 mod partition;
+#[cfg(test)]
+mod races;
 pub mod random;
 pub mod registry;
 pub mod shard;

@@ -14,12 +14,20 @@
 //!   *visible hint* (how many messages that shard's partition has visible,
 //!   written by the owner only, read by would-be stealers); and a per-shard
 //!   *waiter count* (long-poll receives waiting on that shard).
-//! - Lost wake-ups are excluded by a Dekker pairing, both sides `SeqCst`: a
-//!   shard that parks a waiter first increments its waiter count, then reads
-//!   every other shard's hint; an owner that makes messages visible first
-//!   stores its hint, then reads every other shard's waiter count. In the
-//!   single total order of `SeqCst` operations one of the two reads sees the
-//!   other side's write, so either the waiter steals or the owner wakes it.
+//! - Lost wake-ups are excluded by a Dekker pairing of `SeqCst` fences: a
+//!   shard that parks a waiter first increments its waiter count, then
+//!   issues a `SeqCst` fence, then reads every other shard's hint
+//!   ([`QueueShared::add_waiter`]); an owner that makes messages visible
+//!   first stores its hint, then issues a `SeqCst` fence, then reads every
+//!   other shard's waiter count ([`QueueShared::waiting_shards`]). The two
+//!   fences are ordered in the single total order of `SeqCst` operations,
+//!   and the read after the later one sees the write before the earlier one,
+//!   so either the waiter steals or the owner wakes it. The accesses
+//!   themselves are `Relaxed`: the fences carry the ordering. (Fences, not
+//!   `SeqCst` accesses, also because loom models `SeqCst` fences exactly but
+//!   `SeqCst` loads and stores only as acquire/release, and then reports
+//!   this pairing as a lost wake-up; the model `loom_waiter_park_vs_send_*`
+//!   in `races.rs` checks it.)
 //! - Hints are advisory: a steal may find nothing (the owner's own consumers
 //!   got there first) and that is fine; no message is ever *lost* through a
 //!   stale hint, only a steal wasted.
@@ -27,7 +35,7 @@
 //!   it in chunks (see [`super::memory`]).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
@@ -36,7 +44,7 @@ use sluice_protocol::{AttributeUpdate, ErrorCode, QueueAttributes, WireError};
 use super::check::ReceiptKey;
 use super::memory::MemoryBudget;
 use super::random::splitmix64;
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Mutex, MutexGuard, Ordering, fence};
 
 /// Default maximum number of queues (DESIGN §5).
 pub const QUEUES_MAX_DEFAULT: usize = 10_000;
@@ -141,33 +149,51 @@ impl QueueShared {
         self.depth.load(Ordering::Relaxed) as u64
     }
 
-    /// Stores shard `shard`'s visible count (owner only). `SeqCst`: see the
-    /// module's ground rules.
+    /// Stores shard `shard`'s visible count (owner only). Advisory; see the
+    /// module's ground rules for how it pairs with the waiter counts.
     pub fn store_visible_hint(&self, shard: u16, visible: u64) {
         let v = usize::try_from(visible).unwrap_or(usize::MAX);
-        self.visible[usize::from(shard)].store(v, Ordering::SeqCst);
+        self.visible[usize::from(shard)].store(v, Ordering::Relaxed);
     }
 
     /// Shard `shard`'s visible count, as last published.
     #[must_use]
     pub fn visible_hint(&self, shard: u16) -> u64 {
-        self.visible[usize::from(shard)].load(Ordering::SeqCst) as u64
+        self.visible[usize::from(shard)].load(Ordering::Relaxed) as u64
     }
 
-    /// One more waiter parked on `shard`.
+    /// The owner side of the Dekker pairing, after it stored a non-zero
+    /// hint: a `SeqCst` fence, then every shard but `me` that has waiters
+    /// parked on this queue (each one must be woken).
+    pub fn waiting_shards(&self, me: u16) -> impl Iterator<Item = u16> + '_ {
+        fence(Ordering::SeqCst);
+        self.waiters
+            .iter()
+            .enumerate()
+            // At most 1024 shards (Registry::new).
+            .map(|(s, w)| (s as u16, w))
+            .filter(move |&(s, w)| s != me && w.load(Ordering::Relaxed) > 0)
+            .map(|(s, _)| s)
+    }
+
+    /// The waiter side of the Dekker pairing: one more waiter parked on
+    /// `shard`, then a `SeqCst` fence. The caller reads the other shards'
+    /// hints next.
     pub fn add_waiter(&self, shard: u16) {
-        self.waiters[usize::from(shard)].fetch_add(1, Ordering::SeqCst);
+        self.waiters[usize::from(shard)].fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
     }
 
-    /// One waiter fewer on `shard`.
+    /// One waiter fewer on `shard` (an owner may still wake it: a spurious
+    /// wake-up, harmless).
     pub fn remove_waiter(&self, shard: u16) {
-        self.waiters[usize::from(shard)].fetch_sub(1, Ordering::SeqCst);
+        self.waiters[usize::from(shard)].fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Waiters parked on `shard`.
+    /// Waiters parked on `shard`, as last counted.
     #[must_use]
     pub fn waiters(&self, shard: u16) -> u64 {
-        self.waiters[usize::from(shard)].load(Ordering::SeqCst) as u64
+        self.waiters[usize::from(shard)].load(Ordering::Relaxed) as u64
     }
 }
 
@@ -257,8 +283,9 @@ impl Registry {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the map consistent (every
-        // mutation is a single insert/remove), so poisoning is ignored.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        // mutation is a single insert/remove), so the facade's lock ignores
+        // poisoning.
+        self.inner.lock()
     }
 
     fn bump(&self) {

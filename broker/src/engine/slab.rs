@@ -56,6 +56,12 @@ impl<T> Slab<T> {
         }
     }
 
+    /// Bytes of one slot (occupied or free) of a `Slab<T>`.
+    #[must_use]
+    pub const fn slot_bytes() -> usize {
+        core::mem::size_of::<Entry<T>>()
+    }
+
     /// Occupied slots.
     #[must_use]
     pub fn len(&self) -> usize {

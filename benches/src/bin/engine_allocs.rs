@@ -1,0 +1,145 @@
+//! Allocations per send + receive + delete cycle in steady state (DESIGN
+//! §6: one per message, its body; none per request beyond that), counted
+//! by an instrumented global allocator on one shard, batches of 64 x 100 B.
+//!
+//! The count does not depend on the allocator, so this one binary counts
+//! through the system allocator (instrumented) instead of mimalloc.
+//!
+//! `cargo run --release -p sluice-benches --bin engine_allocs [-- CYCLES]`
+//!
+//! Run under `valgrind --tool=callgrind` with two cycle counts, the
+//! difference of the instruction counts over the difference of the cycles
+//! is the instructions per cycle (system allocator, instrumented).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sluice_broker::engine::doorbell::{self, Wake};
+use sluice_broker::engine::ring::LINK_CAPACITY_DEFAULT;
+use sluice_broker::engine::{
+    Op, OpResult, Registry, RegistryConfig, SendEntry, Shard, ShardConfig,
+};
+use sluice_protocol::{AttributeUpdate, Receipt};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
+
+const BATCH: usize = 64;
+const BODY_BYTES: usize = 100;
+const QUEUE: &str = "allocs";
+const WALL_MS: u64 = 1_700_000_000_000;
+const WARM_CYCLES: u64 = 10_000;
+const CYCLES_DEFAULT: u64 = 10_000;
+
+struct NoWake;
+
+impl Wake for NoWake {
+    fn wake(&self) {}
+}
+
+/// Counts of one phase, per cycle.
+#[derive(Default)]
+struct Counts {
+    send: u64,
+    receive: u64,
+    delete: u64,
+    /// The requests themselves (the server's decoder builds them).
+    requests: u64,
+}
+
+fn main() {
+    let cycles: u64 = std::env::args()
+        .nth(1)
+        .map_or(CYCLES_DEFAULT, |a| a.parse().expect("CYCLES: a count"));
+    let registry = Arc::new(Registry::new(RegistryConfig {
+        shards: 1,
+        seed: 1,
+        ..RegistryConfig::default()
+    }));
+    registry
+        .create(QUEUE, &AttributeUpdate::default())
+        .expect("create the queue");
+    let links = doorbell::mesh(
+        1,
+        LINK_CAPACITY_DEFAULT,
+        vec![Box::new(NoWake) as Box<dyn Wake>],
+    )
+    .pop()
+    .expect("one shard's links");
+    let mut shard = Shard::new(
+        ShardConfig { shard: 0, seed: 1 },
+        links,
+        registry,
+        0,
+        WALL_MS,
+    );
+    let body = Bytes::from(vec![0x5a; BODY_BYTES]);
+    let mut counts = Counts::default();
+    let mut now_ns = 1_000_000_000;
+    for cycle in 0..WARM_CYCLES + cycles {
+        let measure = cycle >= WARM_CYCLES;
+        now_ns += 10_000;
+        let t = cycle * 3;
+        let region = Region::new(GLOBAL);
+        let send = Op::Send {
+            queue: QUEUE.into(),
+            entries: (0..BATCH)
+                .map(|_| SendEntry {
+                    body: body.clone(),
+                    ..SendEntry::default()
+                })
+                .collect(),
+        };
+        let receive = Op::Receive {
+            queue: QUEUE.into(),
+            max: BATCH as u32,
+            visibility_timeout_ms: None,
+            wait_ms: Some(0),
+        };
+        let built = region.change().allocations as u64;
+        let region = Region::new(GLOBAL);
+        let sent = shard.submit(t, send, now_ns, WALL_MS);
+        let after_send = region.change().allocations as u64;
+        assert!(matches!(&sent, Some(OpResult::Sent(r)) if r.len() == BATCH));
+        drop(sent);
+        let region = Region::new(GLOBAL);
+        let got = shard.submit(t + 1, receive, now_ns, WALL_MS);
+        let after_receive = region.change().allocations as u64;
+        let receipts: Vec<Receipt> = match got {
+            Some(OpResult::Received(m)) => m.into_iter().map(|m| m.receipt).collect(),
+            other => panic!("receive: {other:?}"),
+        };
+        assert_eq!(receipts.len(), BATCH);
+        let region = Region::new(GLOBAL);
+        let delete = Op::Delete {
+            queue: QUEUE.into(),
+            receipts,
+        };
+        let built_delete = region.change().allocations as u64;
+        let region = Region::new(GLOBAL);
+        let deleted = shard.submit(t + 2, delete, now_ns, WALL_MS);
+        let after_delete = region.change().allocations as u64;
+        assert!(matches!(&deleted, Some(OpResult::Deleted(r)) if r.iter().all(Result::is_ok)));
+        if measure {
+            counts.requests += built + built_delete;
+            counts.send += after_send;
+            counts.receive += after_receive;
+            counts.delete += after_delete;
+        }
+    }
+    let per = |n: u64| n as f64 / cycles as f64;
+    println!("allocations per cycle of {BATCH} messages (steady state, {cycles} cycles):");
+    println!("  send     {:.2}", per(counts.send));
+    println!("  receive  {:.2}", per(counts.receive));
+    println!("  delete   {:.2}", per(counts.delete));
+    println!(
+        "  engine   {:.2} ({:.3} per message)",
+        per(counts.send + counts.receive + counts.delete),
+        per(counts.send + counts.receive + counts.delete) / BATCH as f64
+    );
+    println!(
+        "  building the 3 requests (the server's decoder): {:.2}",
+        per(counts.requests)
+    );
+}

@@ -1,0 +1,118 @@
+//! Memory per held message (DESIGN §6): RSS growth for 10,000,000 messages
+//! of 100 bytes sent to one shard and never received, with mimalloc as the
+//! global allocator (as in the server). Prints the growth per message minus
+//! the 100 body bytes (goal: below 64), and the sizes of the per-message
+//! structures, to tell where the bytes go.
+//!
+//! `cargo run --release -p sluice-benches --bin engine_memory [-- MESSAGES]`
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sluice_broker::engine::doorbell::{self, Wake};
+use sluice_broker::engine::ring::LINK_CAPACITY_DEFAULT;
+use sluice_broker::engine::shard::footprint;
+use sluice_broker::engine::{
+    Op, OpResult, Registry, RegistryConfig, SendEntry, Shard, ShardConfig,
+};
+use sluice_protocol::AttributeUpdate;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const MESSAGES_DEFAULT: usize = 10_000_000;
+const BATCH: usize = 1024;
+const BODY_BYTES: usize = 100;
+const QUEUE: &str = "held";
+const WALL_MS: u64 = 1_700_000_000_000;
+
+struct NoWake;
+
+impl Wake for NoWake {
+    fn wake(&self) {}
+}
+
+/// Resident set size in bytes, from `/proc/self/statm` (second field, in
+/// pages).
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("read /proc/self/statm");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .expect("statm's resident field");
+    // Linux pages are 4 KiB on the machines this runs on; statm counts them.
+    pages * 4096
+}
+
+fn main() {
+    let messages = std::env::args()
+        .nth(1)
+        .map_or(MESSAGES_DEFAULT, |a| a.parse().expect("MESSAGES: a count"));
+    let registry = Arc::new(Registry::new(RegistryConfig {
+        shards: 1,
+        seed: 1,
+        ..RegistryConfig::default()
+    }));
+    registry
+        .create(QUEUE, &AttributeUpdate::default())
+        .expect("create the queue");
+    let links = doorbell::mesh(
+        1,
+        LINK_CAPACITY_DEFAULT,
+        vec![Box::new(NoWake) as Box<dyn Wake>],
+    )
+    .pop()
+    .expect("one shard's links");
+    let mut shard = Shard::new(
+        ShardConfig { shard: 0, seed: 1 },
+        links,
+        registry,
+        0,
+        WALL_MS,
+    );
+    // The bodies arrive in a receive buffer that goes back to the kernel:
+    // the engine copies each into its own allocation.
+    let incoming = Bytes::from(vec![0x5a; BODY_BYTES * BATCH]);
+    let batch = |i: usize| Op::Send {
+        queue: QUEUE.into(),
+        entries: (0..BATCH)
+            .map(|j| SendEntry {
+                body: incoming.slice((j * BODY_BYTES)..((j + 1) * BODY_BYTES)),
+                ..SendEntry::default()
+            })
+            .take(messages - i)
+            .collect(),
+    };
+    // Warm up allocator and engine with one batch sent and then held too.
+    let before = rss_bytes();
+    let mut now_ns = 1_000_000_000;
+    let mut sent = 0;
+    while sent < messages {
+        now_ns += 1_000;
+        match shard.submit(sent as u64, batch(sent), now_ns, WALL_MS) {
+            Some(OpResult::Sent(r)) => {
+                assert!(r.iter().all(Result::is_ok), "every send accepted");
+                sent += r.len();
+            }
+            other => panic!("send: {other:?}"),
+        }
+    }
+    let after = rss_bytes();
+    let stats = shard.local_stats(QUEUE).expect("queue");
+    assert_eq!(stats.visible, messages as u64);
+    let per_message = (after - before) as f64 / messages as f64;
+    println!("messages held:           {messages}");
+    println!("body bytes:              {BODY_BYTES}");
+    println!("RSS before / after:      {before} / {after} bytes");
+    println!("RSS growth per message:  {per_message:.1} bytes");
+    println!(
+        "overhead per message:    {:.1} bytes (goal: below 64)",
+        per_message - BODY_BYTES as f64
+    );
+    println!("per-message structures (bytes):");
+    for (name, bytes) in footprint() {
+        println!("  {name:<28} {bytes}");
+    }
+    drop(shard);
+}

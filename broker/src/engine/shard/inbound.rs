@@ -1,0 +1,181 @@
+//! Messages from other shards, one handler per [`ShardMsg`] kind.
+
+use sluice_protocol::ErrorCode;
+
+use super::receive::ReplyBudget;
+use super::{PendingKind, Shard, err};
+use crate::engine::msg::{ReceiptAction, ShardMsg};
+use crate::engine::ops::OpResult;
+
+impl Shard {
+    pub(super) fn handle_msg(&mut self, from: u16, msg: ShardMsg) {
+        match msg {
+            ShardMsg::Forward {
+                req,
+                incarnation,
+                action,
+                entries,
+            } => {
+                let results = entries
+                    .iter()
+                    .map(|e| {
+                        (
+                            e.index,
+                            self.apply_receipt(incarnation, &e.receipt, action, e.timeout_ms),
+                        )
+                    })
+                    .collect();
+                self.send_to(from, ShardMsg::ForwardReply { req, results });
+            }
+            ShardMsg::ForwardReply { req, results } => {
+                let Some(PendingKind::Receipts {
+                    action,
+                    results: acc,
+                    outstanding,
+                }) = self.pending.get_mut(&req).map(|p| &mut p.kind)
+                else {
+                    return;
+                };
+                for (i, r) in results {
+                    if let Some(slot) = acc.get_mut(usize::from(i)) {
+                        *slot = Some(r);
+                    }
+                }
+                *outstanding -= 1;
+                if *outstanding == 0 {
+                    let action = *action;
+                    let r = core::mem::take(acc).into_iter().flatten().collect();
+                    let result = match action {
+                        ReceiptAction::Delete => OpResult::Deleted(r),
+                        ReceiptAction::ChangeVisibility => OpResult::VisibilityChanged(r),
+                    };
+                    self.finish(req, result);
+                }
+            }
+            ShardMsg::SendForward {
+                req,
+                incarnation,
+                entries,
+            } => {
+                let results = match self.by_incarnation.get(&incarnation).copied() {
+                    Some(p) => entries
+                        .iter()
+                        .map(|(i, e)| (*i, self.send_entry(p, e)))
+                        .collect(),
+                    None => entries
+                        .iter()
+                        .map(|(i, _)| (*i, Err(err(ErrorCode::QueueNotFound, "queue was deleted"))))
+                        .collect(),
+                };
+                self.send_to(from, ShardMsg::SendReply { req, results });
+            }
+            ShardMsg::SendReply { req, results } => {
+                let Some(PendingKind::Send {
+                    results: acc,
+                    outstanding,
+                }) = self.pending.get_mut(&req).map(|p| &mut p.kind)
+                else {
+                    return;
+                };
+                for (i, r) in results {
+                    if let Some(slot) = acc.get_mut(usize::from(i)) {
+                        *slot = Some(r);
+                    }
+                }
+                *outstanding -= 1;
+                if *outstanding == 0 {
+                    let r = core::mem::take(acc).into_iter().flatten().collect();
+                    self.finish(req, OpResult::Sent(r));
+                }
+            }
+            ShardMsg::Steal {
+                req,
+                incarnation,
+                max,
+                visibility_timeout_ms,
+                reply_bytes_left,
+                holds_any,
+            } => {
+                let mut budget = ReplyBudget {
+                    bytes_left: reply_bytes_left,
+                    holds_any,
+                };
+                let mut messages = Vec::new();
+                if let Some(p) = self.by_incarnation.get(&incarnation).copied() {
+                    self.take_visible(
+                        p,
+                        max as usize,
+                        visibility_timeout_ms,
+                        &mut budget,
+                        &mut messages,
+                    );
+                }
+                self.send_to(
+                    from,
+                    ShardMsg::StealReply {
+                        req,
+                        messages,
+                        reply_bytes_left: budget.bytes_left,
+                    },
+                );
+            }
+            ShardMsg::StealReply {
+                req,
+                messages,
+                reply_bytes_left,
+            } => {
+                let Some(r) = self.receive_mut(req) else {
+                    return;
+                };
+                r.steal_from = None;
+                if !messages.is_empty() {
+                    r.budget.holds_any = true;
+                }
+                r.budget.bytes_left = reply_bytes_left;
+                r.got.extend(messages);
+                self.continue_receive(req);
+            }
+            ShardMsg::Wake { incarnation } => {
+                let Some(&p) = self.by_incarnation.get(&incarnation) else {
+                    return;
+                };
+                let waiters: Vec<u64> = self.part(p).waiters.iter().copied().collect();
+                let mut target = None;
+                for req in &waiters {
+                    if let Some(r) = self.receive_mut(*req) {
+                        if r.steal_from.is_none() {
+                            target = Some(*req);
+                            break;
+                        }
+                    }
+                }
+                let target = target.or_else(|| waiters.first().copied());
+                if let Some(req) = target {
+                    if let Some(r) = self.receive_mut(req) {
+                        if !r.candidates.contains(&from) {
+                            r.candidates.push(from);
+                        }
+                    }
+                    self.continue_receive(req);
+                }
+            }
+            ShardMsg::Gather {
+                req,
+                incarnation,
+                request,
+            } => {
+                let reply = self.gather_local(incarnation, request);
+                self.send_to(from, ShardMsg::GatherReply { req, reply });
+            }
+            ShardMsg::GatherReply { req, reply } => {
+                let Some(PendingKind::Gather(g)) = self.pending.get_mut(&req).map(|p| &mut p.kind)
+                else {
+                    return;
+                };
+                Self::fold(&mut g.acc, reply);
+                g.outstanding = g.outstanding.saturating_sub(1);
+                self.continue_gather(req);
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The shard's internal consistency, checked by tests after every step.
+
+use std::collections::HashMap;
+
+use super::{PendingKind, Shard};
+use crate::engine::memory::MESSAGE_STATE_BYTES;
+use crate::engine::message::MessageState;
+
+impl Shard {
+    /// Checks the shard's internal consistency: per partition, the
+    /// accounting identity and that the gauges match the messages; every
+    /// message has its timer, its ready-FIFO entry when visible and its
+    /// membership entry; memory accounting matches. Tests call it after
+    /// every step.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut counts: HashMap<u32, [u64; 3]> = HashMap::new();
+        let mut mem = 0u64;
+        for key in self.messages.keys() {
+            let m = self
+                .messages
+                .get(key)
+                .ok_or_else(|| format!("slab key {key:?} does not resolve"))?;
+            let part = self
+                .partitions
+                .get(m.partition as usize)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| format!("message {key:?} in a dropped partition"))?;
+            let c = counts.entry(m.partition).or_default();
+            match m.state {
+                MessageState::Visible => c[0] += 1,
+                MessageState::Delayed => c[1] += 1,
+                MessageState::InFlight => c[2] += 1,
+            }
+            if m.timer.is_none() {
+                return Err(format!("message {key:?} of {} has no timer", part.name));
+            }
+            if m.state == MessageState::Visible && !m.in_ready {
+                return Err(format!(
+                    "visible message {key:?} of {} not in its ready FIFO",
+                    part.name
+                ));
+            }
+            if m.in_ready {
+                let n = part.ready.iter().filter(|&&k| k == key).count();
+                if n != 1 {
+                    return Err(format!("message {key:?} has {n} ready entries"));
+                }
+            }
+            let indexed = if m.in_age_fifo {
+                part.age.contains(&key)
+            } else {
+                part.moved.contains(&(m.sent_ns, key.slot))
+            };
+            if !indexed {
+                return Err(format!(
+                    "message {key:?} of {} missing from its index",
+                    part.name
+                ));
+            }
+            mem += m.data.len() as u64 + MESSAGE_STATE_BYTES;
+        }
+        for (i, part) in self.partitions.iter().enumerate() {
+            let Some(part) = part else { continue };
+            let s = &part.stats;
+            if !s.identity_holds() {
+                return Err(format!(
+                    "identity broken on shard {} for {}: {s:?}",
+                    self.id, part.name
+                ));
+            }
+            let c = counts.get(&(i as u32)).copied().unwrap_or_default();
+            if [s.visible, s.delayed, s.in_flight] != c {
+                return Err(format!(
+                    "gauges of {} on shard {} are {:?}, messages say {c:?}",
+                    part.name,
+                    self.id,
+                    [s.visible, s.delayed, s.in_flight]
+                ));
+            }
+            if part.moved.len() as u64 > part.live() {
+                return Err(format!("moved index of {} has stale entries", part.name));
+            }
+            let counted = part.shared.waiters(self.id);
+            if part.waiters.len() as u64 != counted {
+                return Err(format!(
+                    "{} waiters parked on {} of shard {}, the queue counts {counted}",
+                    part.waiters.len(),
+                    part.name,
+                    self.id
+                ));
+            }
+            for req in &part.waiters {
+                let parked = matches!(
+                    self.pending.get(req).map(|p| &p.kind),
+                    Some(PendingKind::Receive(r)) if r.waiting && r.incarnation == part.incarnation
+                );
+                if !parked {
+                    return Err(format!(
+                        "waiter {req} of {} is not a parked receive",
+                        part.name
+                    ));
+                }
+            }
+        }
+        let dedup_mem = self.memory.in_use() - mem.min(self.memory.in_use());
+        if mem > self.memory.in_use() {
+            return Err(format!(
+                "messages hold {mem} bytes but the shard accounts {}",
+                self.memory.in_use()
+            ));
+        }
+        if self.dedup.len() == 0 && dedup_mem != 0 {
+            return Err(format!("{dedup_mem} bytes accounted to no dedup entry"));
+        }
+        let waiter_timers = self
+            .pending
+            .values()
+            .filter(|p| matches!(&p.kind, PendingKind::Receive(r) if r.timer.is_some()))
+            .count();
+        let expect = self.messages.len() + self.dedup.len() + waiter_timers;
+        if self.wheel.len() != expect {
+            return Err(format!(
+                "wheel holds {} timers, expected {expect} (messages, dedup entries, waiters)",
+                self.wheel.len()
+            ));
+        }
+        Ok(())
+    }
+}

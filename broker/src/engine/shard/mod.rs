@@ -1,0 +1,665 @@
+//! The shard engine: one per core, owning its partition of every queue and
+//! the messages it accepted.
+//!
+//! # Ground rules
+//!
+//! - Only the owner touches a message: its slot, lease and timer are plain
+//!   data of this `Shard`. Other shards reach a message only by sending a
+//!   [`ShardMsg`] to its owner (receipts name the owner).
+//! - Every entry point ([`Shard::submit`], [`Shard::poll`]) first catches up
+//!   with the registry (an epoch compare), then fires every timer due at
+//!   `now` — so everything whose time came happens before the operation —
+//!   then does its work, then publishes visible hints, serves and wakes
+//!   waiters, and pushes what it has to send.
+//! - A message has one timer at a time: at the earlier of its retention
+//!   deadline and (in flight or delayed) the end of its lease or delay.
+//!   Removing a message cancels its timer at once.
+//! - A receive that its partition cannot fill asks, one at a time, the other
+//!   shards whose visible hint is non-zero ([`ShardMsg::Steal`]); the owner
+//!   leases the messages itself and sends them back. A receive that got
+//!   nothing and may wait parks in its partition's waiter FIFO, registers in
+//!   the queue's per-shard waiter count and re-reads the hints (see
+//!   [`super::registry`] for why no wake-up is lost). A parked receive whose
+//!   deadline passes while a steal is outstanding waits for the reply, so no
+//!   leased message is dropped on the floor.
+//! - Retry backoff uses *equal jitter*: with `d = min(base * 2^(n-1), max)`
+//!   the wait is `d/2 + uniform(0 ..= d - d/2)` ms, drawn from the shard's
+//!   PRNG, counted from the moment the lease ended (or the release).
+//! - Message ids: the run's 64-bit random prefix (from the registry seed),
+//!   then the shard (16 bits), then a per-shard sequence number (48 bits):
+//!   unique within a run by construction and across runs as long as their
+//!   seeds differ (the server draws them from the OS).
+//! - A receipt's generation is the slot's: bumped when a message leaves the
+//!   slot and when it moves to another queue (dead-letter, redrive), so
+//!   receipts of the old queue then answer `Gone`.
+
+//!
+//! # Where things are
+//!
+//! | file | concept |
+//! |---|---|
+//! | `mod.rs` | the `Shard` struct, entry points, request bookkeeping, operation dispatch |
+//! | `queues.rs` | catching up with the registry: partitions created and dropped |
+//! | `messages.rs` | one message's state, timer and membership; timers firing |
+//! | `send.rs` | send, dedup-key forwarding, message ids |
+//! | `receive.rs` | leasing, receive, steals, long-poll waiters, hints and wake-ups |
+//! | `receipts.rs` | delete and change visibility by receipt, forwarded or local |
+//! | `gather.rs` | fan-out operations: stats, purge, peek, redrive, delete-queue |
+//! | `inbound.rs` | messages from other shards |
+//! | `invariants.rs` | `check_invariants` for tests |
+
+mod gather;
+mod inbound;
+mod invariants;
+mod messages;
+mod queues;
+mod receipts;
+mod receive;
+mod send;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use sluice_protocol::limits::BATCH_ENTRIES_MAX;
+use sluice_protocol::{ErrorCode, MessageId, QueueStats, WireError};
+
+use self::gather::{GatherAcc, PendingGather};
+use self::receive::PendingReceive;
+use super::dedup::DedupTable;
+use super::doorbell::ShardLinks;
+use super::memory::ShardMemory;
+use super::message::{Message, MessageState};
+use super::msg::{GatherRequest, ReceiptAction, ShardMsg};
+use super::ops::{LeaseObserver, Op, OpResult, QueueInfo, SendOk};
+use super::partition::Partition;
+use super::random::Rng;
+use super::registry::{Registry, not_found};
+use super::slab::{Slab, SlotKey};
+use super::wheel::TimerWheel;
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// How one shard is set up. The number of shards, the memory budget and the
+/// run's keys come from the [`Registry`].
+#[derive(Clone, Copy, Debug)]
+pub struct ShardConfig {
+    /// This shard's index (0 ..< shards).
+    pub shard: u16,
+    /// Seed of this shard's PRNG (backoff jitter).
+    pub seed: u64,
+}
+
+/// A read-only view of one stored message, for tests and debugging.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageView {
+    /// Id.
+    pub id: MessageId,
+    /// Queue it is in.
+    pub queue: Arc<str>,
+    /// Where it stands.
+    pub state: MessageState,
+    /// End of the lease or delay (in flight or delayed).
+    pub due_ns: Option<u64>,
+    /// Deliveries since sent or redriven.
+    pub receive_count: u32,
+    /// Deliveries ever.
+    pub delivery: u64,
+    /// When retention drops it.
+    pub retain_until_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum TimerEvent {
+    Message(SlotKey),
+    Dedup(SlotKey),
+    Waiter(u64),
+}
+
+#[derive(Debug)]
+enum PendingKind {
+    Receive(PendingReceive),
+    Gather(PendingGather),
+    Send {
+        results: Vec<Option<Result<SendOk, WireError>>>,
+        outstanding: u16,
+    },
+    Receipts {
+        action: ReceiptAction,
+        results: Vec<Option<Result<(), WireError>>>,
+        outstanding: u16,
+    },
+}
+
+#[derive(Debug)]
+struct Pending {
+    ticket: u64,
+    cancelled: bool,
+    kind: PendingKind,
+}
+
+/// Why a message leaves its partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Removal {
+    Deleted,
+    Dropped,
+    Purged,
+    /// The queue itself is gone: no counter.
+    QueueGone,
+}
+
+/// One shard of the engine. See the module docs.
+#[derive(Debug)]
+pub struct Shard {
+    id: u16,
+    shards: u16,
+    registry: Arc<Registry>,
+    links: ShardLinks<ShardMsg>,
+    overflow: Vec<VecDeque<ShardMsg>>,
+    epoch: u64,
+    now_ns: u64,
+    wall_ms: u64,
+    partitions: Vec<Option<Partition>>,
+    free_partitions: Vec<u32>,
+    names: HashMap<Arc<str>, u32>,
+    by_incarnation: HashMap<u32, u32>,
+    messages: Slab<Message>,
+    wheel: TimerWheel<TimerEvent>,
+    dedup: DedupTable,
+    rng: Rng,
+    memory: ShardMemory,
+    next_seq: u64,
+    pending: HashMap<u64, Pending>,
+    tickets: HashMap<u64, u64>,
+    next_req: u64,
+    completions: Vec<(u64, OpResult)>,
+    touched: Vec<u32>,
+    sent_count: usize,
+    shut_down: bool,
+    fired: Vec<TimerEvent>,
+    inbox: Vec<(usize, ShardMsg)>,
+    observer: Observer,
+}
+
+/// The optional [`LeaseObserver`], with a `Debug` that does not need one
+/// from the observer.
+#[derive(Default)]
+struct Observer(Option<Box<dyn LeaseObserver>>);
+
+impl core::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
+    }
+}
+
+fn err(code: ErrorCode, message: impl Into<String>) -> WireError {
+    WireError::new(code, message)
+}
+
+fn receipt_error(code: ErrorCode) -> WireError {
+    let message = match code {
+        ErrorCode::InvalidReceipt => {
+            "receipt is malformed, forged, or from another queue, incarnation or run"
+        }
+        ErrorCode::StaleReceipt => "receipt names an older delivery; the message is untouched",
+        ErrorCode::Gone => "the message no longer exists",
+        _ => "receipt refused",
+    };
+    err(code, message)
+}
+/// Bytes of the per-message structures a shard keeps beside each message's
+/// data (one allocation of body + attributes), for the memory bench: name,
+/// bytes each.
+#[must_use]
+pub fn footprint() -> Vec<(&'static str, usize)> {
+    use core::mem::size_of;
+    vec![
+        ("Message", size_of::<Message>()),
+        ("slab slot (Message + gen)", Slab::<Message>::slot_bytes()),
+        // An entry of the wheel is 24 bytes of links plus the value
+        // (wheel.rs: "An entry is 24 bytes plus an Option<T>").
+        ("wheel timer entry", 24 + size_of::<Option<TimerEvent>>()),
+        ("ready FIFO entry", size_of::<SlotKey>()),
+        ("age FIFO entry", size_of::<SlotKey>()),
+    ]
+}
+
+impl Shard {
+    /// A shard with no queues yet (it picks them up from the registry).
+    ///
+    /// # Panics
+    /// When the shard index or the mesh does not match the registry's shard
+    /// count (a wiring bug).
+    #[must_use]
+    pub fn new(
+        config: ShardConfig,
+        links: ShardLinks<ShardMsg>,
+        registry: Arc<Registry>,
+        now_ns: u64,
+        wall_ms: u64,
+    ) -> Shard {
+        let shards = registry.config().shards;
+        assert!(config.shard < shards, "shard index out of range");
+        assert_eq!(links.shards(), usize::from(shards), "mesh size");
+        assert_eq!(links.shard(), usize::from(config.shard), "mesh position");
+        let mut shard = Shard {
+            id: config.shard,
+            shards,
+            registry,
+            links,
+            overflow: (0..shards).map(|_| VecDeque::new()).collect(),
+            epoch: 0,
+            now_ns,
+            wall_ms,
+            partitions: Vec::new(),
+            free_partitions: Vec::new(),
+            names: HashMap::new(),
+            by_incarnation: HashMap::new(),
+            messages: Slab::new(),
+            wheel: TimerWheel::new(now_ns),
+            dedup: DedupTable::default(),
+            rng: Rng::new(config.seed),
+            memory: ShardMemory::default(),
+            next_seq: 0,
+            pending: HashMap::new(),
+            tickets: HashMap::new(),
+            next_req: 1,
+            completions: Vec::new(),
+            touched: Vec::new(),
+            sent_count: 0,
+            shut_down: false,
+            fired: Vec::new(),
+            inbox: Vec::new(),
+            observer: Observer::default(),
+        };
+        shard.refresh();
+        shard
+    }
+
+    /// This shard's index.
+    #[must_use]
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// The registry.
+    #[must_use]
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Reports how leases end to `observer` from now on (the server's
+    /// metrics). Without one, nothing is reported and nothing is paid.
+    pub fn set_lease_observer(&mut self, observer: Box<dyn LeaseObserver>) {
+        self.observer = Observer(Some(observer));
+    }
+
+    /// Starts an operation. `Some` when it completed at once; otherwise its
+    /// result comes out of [`Shard::drain_completions`] later, under the
+    /// same ticket. Tickets must be unique among this shard's operations in
+    /// progress.
+    pub fn submit(&mut self, ticket: u64, op: Op, now_ns: u64, wall_ms: u64) -> Option<OpResult> {
+        self.begin(now_ns, wall_ms);
+        let start = self.completions.len();
+        self.handle(ticket, op);
+        self.end();
+        let pos = self.completions[start..]
+            .iter()
+            .position(|(t, _)| *t == ticket)?;
+        Some(self.completions.remove(start + pos).1)
+    }
+
+    /// Drains the inbound rings, fires due timers, expires waiters and
+    /// pushes pending outbound messages. Returns how much work it did
+    /// (messages handled and sent, timers fired): 0 means nothing happened.
+    pub fn poll(&mut self, now_ns: u64, wall_ms: u64) -> usize {
+        let sent_before = self.sent_count;
+        let fired = self.begin(now_ns, wall_ms);
+        let mut inbox = core::mem::take(&mut self.inbox);
+        self.links.drain(|from, msg| inbox.push((from, msg)));
+        let handled = inbox.len();
+        for (from, msg) in inbox.drain(..) {
+            // The mesh never has more than 1024 shards (Registry::new).
+            self.handle_msg(from as u16, msg);
+        }
+        self.inbox = inbox;
+        self.end();
+        handled + fired + (self.sent_count - sent_before)
+    }
+
+    /// Moves the completed operations' results into `out`.
+    pub fn drain_completions(&mut self, out: &mut Vec<(u64, OpResult)>) {
+        out.append(&mut self.completions);
+    }
+
+    /// The earliest timer deadline, for the server's wait.
+    #[must_use]
+    pub fn next_deadline_ns(&self) -> Option<u64> {
+        self.wheel.next_deadline_ns()
+    }
+
+    /// Whether messages wait for room in a ring (call [`Shard::poll`] again
+    /// soon).
+    #[must_use]
+    pub fn has_outbound(&self) -> bool {
+        self.overflow.iter().any(|q| !q.is_empty())
+    }
+
+    /// The connection that submitted `ticket` is gone: its result will not
+    /// be reported. A parked receive leaves its queue at once; work already
+    /// sent to other shards finishes (a message stolen for it stays leased
+    /// and is redelivered when the lease ends).
+    pub fn cancel(&mut self, ticket: u64) {
+        let Some(req) = self.tickets.remove(&ticket) else {
+            return;
+        };
+        let Some(p) = self.pending.get_mut(&req) else {
+            return;
+        };
+        p.cancelled = true;
+        if let PendingKind::Receive(r) = &p.kind {
+            if r.steal_from.is_none() {
+                self.drop_receive(req);
+            }
+        }
+    }
+
+    /// Shutting down: every parked receive is answered with an empty batch
+    /// at once (a message already stolen for it comes back later and is left
+    /// to its lease), and receives from now on do not wait.
+    pub fn shutdown(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
+        self.shut_down = true;
+        let parked: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(&p.kind, PendingKind::Receive(r) if r.waiting))
+            .map(|(req, _)| *req)
+            .collect();
+        for req in parked {
+            let Some(p) = self.pending.get_mut(&req) else {
+                continue;
+            };
+            let ticket = p.ticket;
+            let cancelled = p.cancelled;
+            let mut steal_outstanding = false;
+            if let PendingKind::Receive(r) = &mut p.kind {
+                steal_outstanding = r.steal_from.is_some();
+            }
+            if !cancelled {
+                self.completions
+                    .push((ticket, OpResult::Received(Vec::new())));
+                self.tickets.remove(&ticket);
+            }
+            if steal_outstanding {
+                if let Some(p) = self.pending.get_mut(&req) {
+                    p.cancelled = true;
+                }
+                self.unpark(req);
+            } else {
+                self.drop_receive(req);
+            }
+        }
+        self.memory.return_credit(self.registry.memory());
+    }
+
+    fn begin(&mut self, now_ns: u64, wall_ms: u64) -> usize {
+        // The monotonic clock never goes back; a caller's older reading is
+        // treated as now.
+        self.now_ns = self.now_ns.max(now_ns);
+        self.wall_ms = wall_ms;
+        if self.registry.epoch() != self.epoch {
+            self.refresh();
+        }
+        self.advance_timers()
+    }
+
+    fn end(&mut self) {
+        self.flush_touched();
+        self.flush_overflow();
+    }
+
+    fn part(&self, p: u32) -> &Partition {
+        // Partition indices come from `names`/`by_incarnation` or from a
+        // message of a live partition: always occupied.
+        self.partitions[p as usize]
+            .as_ref()
+            .expect("live partition index")
+    }
+
+    fn part_mut(&mut self, p: u32) -> &mut Partition {
+        self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index")
+    }
+
+    fn new_req(&mut self, ticket: u64, kind: PendingKind) -> u64 {
+        let req = self.next_req;
+        self.next_req += 1;
+        self.pending.insert(
+            req,
+            Pending {
+                ticket,
+                cancelled: false,
+                kind,
+            },
+        );
+        self.tickets.insert(ticket, req);
+        req
+    }
+
+    fn finish_ticket(&mut self, ticket: u64, result: OpResult) {
+        self.completions.push((ticket, result));
+    }
+
+    /// Removes a pending request and reports its result unless cancelled.
+    fn finish(&mut self, req: u64, result: OpResult) {
+        if let Some(p) = self.pending.remove(&req) {
+            if !p.cancelled {
+                self.tickets.remove(&p.ticket);
+                self.completions.push((p.ticket, result));
+            }
+        }
+    }
+
+    fn send_to(&mut self, dest: u16, msg: ShardMsg) {
+        self.sent_count += 1;
+        let d = usize::from(dest);
+        if !self.overflow[d].is_empty() {
+            self.overflow[d].push_back(msg);
+            return;
+        }
+        if let Err(msg) = self.links.push(d, msg) {
+            self.overflow[d].push_back(msg);
+        }
+    }
+
+    fn flush_overflow(&mut self) {
+        for d in 0..self.overflow.len() {
+            while let Some(msg) = self.overflow[d].pop_front() {
+                if let Err(msg) = self.links.push(d, msg) {
+                    self.overflow[d].push_front(msg);
+                    break;
+                }
+            }
+        }
+        // One doorbell ring per destination for everything pushed.
+        self.links.flush();
+    }
+
+    fn others(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.shards).filter(move |&s| s != self.id)
+    }
+
+    fn handle(&mut self, ticket: u64, op: Op) {
+        match op {
+            Op::CreateQueue { name, attributes } => {
+                let r = match self.registry.create(&name, &attributes) {
+                    Ok((incarnation, created)) => OpResult::QueueCreated {
+                        incarnation,
+                        created,
+                    },
+                    Err(e) => OpResult::Error(e),
+                };
+                self.refresh();
+                self.finish_ticket(ticket, r);
+            }
+            Op::SetQueueAttributes { name, update } => {
+                let r = match self.registry.set(&name, &update) {
+                    Ok(()) => OpResult::QueueUpdated,
+                    Err(e) => OpResult::Error(e),
+                };
+                self.refresh();
+                self.finish_ticket(ticket, r);
+            }
+            Op::DeleteQueue { name } => match self.registry.delete(&name) {
+                Err(e) => self.finish_ticket(ticket, OpResult::Error(e)),
+                Ok(_) => {
+                    self.refresh();
+                    self.start_gather(ticket, 0, GatherAcc::Refresh, GatherRequest::Refresh);
+                }
+            },
+            Op::ListQueues { prefix } => {
+                let names = self.registry.list(&prefix);
+                self.finish_ticket(ticket, OpResult::Queues(names));
+            }
+            Op::GetQueue { name } => match self.names.get(name.as_str()).copied() {
+                None => self.finish_ticket(ticket, OpResult::Error(not_found(&name))),
+                Some(p) => {
+                    let part = self.part(p);
+                    let info = QueueInfo {
+                        name: part.name.to_string(),
+                        incarnation: part.incarnation,
+                        attributes: part.attrs.clone(),
+                        stats: QueueStats::default(),
+                    };
+                    let inc = part.incarnation;
+                    self.start_gather(
+                        ticket,
+                        inc,
+                        GatherAcc::Stats(Box::new(info)),
+                        GatherRequest::Stats,
+                    );
+                }
+            },
+            Op::PurgeQueue { name } => match self.names.get(name.as_str()).copied() {
+                None => self.finish_ticket(ticket, OpResult::Error(not_found(&name))),
+                Some(p) => {
+                    let inc = self.part(p).incarnation;
+                    self.start_gather(ticket, inc, GatherAcc::Purged(0), GatherRequest::Purge);
+                }
+            },
+            Op::Peek { queue, max } => match self.names.get(queue.as_str()).copied() {
+                None => self.finish_ticket(ticket, OpResult::Error(not_found(&queue))),
+                Some(_) if max == 0 || max as usize > BATCH_ENTRIES_MAX => self.finish_ticket(
+                    ticket,
+                    OpResult::error(
+                        ErrorCode::InvalidArgument,
+                        format!("max: {max} is outside 1 ..= {BATCH_ENTRIES_MAX}"),
+                    ),
+                ),
+                Some(p) => {
+                    let inc = self.part(p).incarnation;
+                    let acc = GatherAcc::Peek {
+                        messages: Vec::new(),
+                        max,
+                    };
+                    self.start_gather(ticket, inc, acc, GatherRequest::Peek { max });
+                }
+            },
+            Op::Redrive { queue, max } => match self.names.get(queue.as_str()).copied() {
+                None => self.finish_ticket(ticket, OpResult::Error(not_found(&queue))),
+                Some(_) if max == 0 => self.finish_ticket(
+                    ticket,
+                    OpResult::error(ErrorCode::InvalidArgument, "max: must be at least 1"),
+                ),
+                Some(p) => {
+                    let inc = self.part(p).incarnation;
+                    let acc = GatherAcc::Redrive {
+                        moved: 0,
+                        stayed: 0,
+                        max,
+                    };
+                    self.start_gather(ticket, inc, acc, GatherRequest::Redrive { max });
+                }
+            },
+            Op::Send { queue, entries } => self.op_send(ticket, &queue, entries),
+            Op::Receive {
+                queue,
+                max,
+                visibility_timeout_ms,
+                wait_ms,
+            } => self.op_receive(ticket, &queue, max, visibility_timeout_ms, wait_ms),
+            Op::Delete { queue, receipts } => {
+                let entries = receipts.into_iter().map(|r| (r, 0)).collect();
+                self.op_receipts(ticket, &queue, ReceiptAction::Delete, entries);
+            }
+            Op::ChangeVisibility { queue, entries } => {
+                let entries = entries
+                    .into_iter()
+                    .map(|e| (e.receipt, e.timeout_ms))
+                    .collect();
+                self.op_receipts(ticket, &queue, ReceiptAction::ChangeVisibility, entries);
+            }
+        }
+    }
+
+    fn batch_error(len: usize) -> Option<OpResult> {
+        if len == 0 {
+            Some(OpResult::error(
+                ErrorCode::InvalidArgument,
+                "entries: a batch needs at least one entry",
+            ))
+        } else if len > BATCH_ENTRIES_MAX {
+            Some(OpResult::error(
+                ErrorCode::BatchTooLarge,
+                format!("entries: {len} is more than {BATCH_ENTRIES_MAX}"),
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// This shard's partition counters of a queue (oldest age included).
+    pub fn local_stats(&mut self, queue: &str) -> Option<QueueStats> {
+        let p = self.names.get(queue).copied()?;
+        Some(self.partition_stats(p))
+    }
+
+    /// Every message this shard holds, for tests and debugging.
+    #[must_use]
+    pub fn messages(&self) -> Vec<MessageView> {
+        self.messages
+            .keys()
+            .filter_map(|k| {
+                let m = self.messages.get(k)?;
+                let part = self.partitions.get(m.partition as usize)?.as_ref()?;
+                Some(MessageView {
+                    id: self.message_id(m.seq),
+                    queue: part.name.clone(),
+                    state: m.state,
+                    due_ns: (m.state != MessageState::Visible).then_some(m.due_ns),
+                    receive_count: m.receive_count,
+                    delivery: m.delivery,
+                    retain_until_ns: m.retain_until_ns,
+                })
+            })
+            .collect()
+    }
+
+    /// Bytes of the memory budget this shard's messages and dedup entries
+    /// hold.
+    #[must_use]
+    pub fn memory_in_use(&self) -> u64 {
+        self.memory.in_use()
+    }
+}
+
+impl Drop for Shard {
+    fn drop(&mut self) {
+        // Hand the budget back so a registry outliving its shards (tests)
+        // reads true.
+        let in_use = self.memory.in_use();
+        self.memory.release(self.registry.memory(), in_use);
+        self.memory.return_credit(self.registry.memory());
+    }
+}

@@ -1,0 +1,157 @@
+//! Delete and change visibility by receipt: checked where they arrive,
+//! applied by the owner (forwarded when the receipt names another shard).
+
+use sluice_protocol::attributes::VISIBILITY_TIMEOUT_MS_MAX;
+use sluice_protocol::{ErrorCode, Receipt, WireError};
+
+use super::{NS_PER_MS, PendingKind, Removal, Shard, err, receipt_error};
+use crate::engine::message::MessageState;
+use crate::engine::msg::{ForwardEntry, ReceiptAction, ShardMsg};
+use crate::engine::ops::LeaseOutcome;
+use crate::engine::ops::OpResult;
+use crate::engine::registry::not_found;
+use crate::engine::slab::SlotKey;
+
+impl Shard {
+    pub(super) fn op_receipts(
+        &mut self,
+        ticket: u64,
+        queue: &str,
+        action: ReceiptAction,
+        entries: Vec<(Receipt, u32)>,
+    ) {
+        let Some(p) = self.names.get(queue).copied() else {
+            return self.finish_ticket(ticket, OpResult::Error(not_found(queue)));
+        };
+        if let Some(e) = Self::batch_error(entries.len()) {
+            return self.finish_ticket(ticket, e);
+        }
+        let inc = self.part(p).incarnation;
+        let mut results: Vec<Option<Result<(), WireError>>> = vec![None; entries.len()];
+        let mut forwards: Vec<(u16, Vec<ForwardEntry>)> = Vec::new();
+        for (i, (receipt, timeout_ms)) in entries.into_iter().enumerate() {
+            if action == ReceiptAction::ChangeVisibility && timeout_ms > VISIBILITY_TIMEOUT_MS_MAX {
+                results[i] = Some(Err(err(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "timeout_ms: {timeout_ms} is outside 0 ..= {VISIBILITY_TIMEOUT_MS_MAX}"
+                    ),
+                )));
+                continue;
+            }
+            if !self.registry.receipt_key().verify(&receipt)
+                || receipt.incarnation != inc
+                || receipt.shard >= self.shards
+            {
+                results[i] = Some(Err(receipt_error(ErrorCode::InvalidReceipt)));
+                continue;
+            }
+            if receipt.shard != self.id {
+                let e = ForwardEntry {
+                    // Batches hold at most 1024 entries.
+                    index: i as u16,
+                    receipt,
+                    timeout_ms,
+                };
+                match forwards.iter_mut().find(|(d, _)| *d == receipt.shard) {
+                    Some((_, v)) => v.push(e),
+                    None => forwards.push((receipt.shard, vec![e])),
+                }
+                continue;
+            }
+            results[i] = Some(self.apply_receipt(inc, &receipt, action, timeout_ms));
+        }
+        let wrap = |action, r: Vec<Result<(), WireError>>| match action {
+            ReceiptAction::Delete => OpResult::Deleted(r),
+            ReceiptAction::ChangeVisibility => OpResult::VisibilityChanged(r),
+        };
+        if forwards.is_empty() {
+            let r = results.into_iter().flatten().collect();
+            return self.finish_ticket(ticket, wrap(action, r));
+        }
+        let outstanding = forwards.len() as u16;
+        let req = self.new_req(
+            ticket,
+            PendingKind::Receipts {
+                action,
+                results,
+                outstanding,
+            },
+        );
+        for (dest, entries) in forwards {
+            self.send_to(
+                dest,
+                ShardMsg::Forward {
+                    req,
+                    incarnation: inc,
+                    action,
+                    entries,
+                },
+            );
+        }
+    }
+
+    /// Applies a checked receipt naming this shard.
+    pub(super) fn apply_receipt(
+        &mut self,
+        incarnation: u32,
+        receipt: &Receipt,
+        action: ReceiptAction,
+        timeout_ms: u32,
+    ) -> Result<(), WireError> {
+        let Some(&p) = self.by_incarnation.get(&incarnation) else {
+            return Err(receipt_error(ErrorCode::Gone));
+        };
+        let key = SlotKey {
+            slot: receipt.slot,
+            generation: receipt.generation,
+        };
+        let Some(m) = self.messages.get(key) else {
+            return Err(receipt_error(ErrorCode::Gone));
+        };
+        if m.partition != p {
+            return Err(receipt_error(ErrorCode::Gone));
+        }
+        if receipt.delivery < m.delivery {
+            return Err(receipt_error(ErrorCode::StaleReceipt));
+        }
+        if receipt.delivery > m.delivery {
+            return Err(receipt_error(ErrorCode::InvalidReceipt));
+        }
+        let state = m.state;
+        let held_ns = self.now_ns.saturating_sub(m.leased_ns);
+        match action {
+            ReceiptAction::Delete => {
+                if state == MessageState::InFlight {
+                    if let Some(o) = self.observer.0.as_mut() {
+                        o.lease_ended(LeaseOutcome::Deleted, held_ns);
+                    }
+                }
+                self.remove_message(key, Removal::Deleted);
+            }
+            ReceiptAction::ChangeVisibility if timeout_ms == 0 => {
+                if state == MessageState::InFlight {
+                    if let Some(o) = self.observer.0.as_mut() {
+                        o.lease_ended(LeaseOutcome::Released, held_ns);
+                    }
+                    self.part_mut(p).stats.released += 1;
+                    self.make_available(key, self.now_ns);
+                }
+            }
+            ReceiptAction::ChangeVisibility => {
+                let due = self
+                    .now_ns
+                    .saturating_add(u64::from(timeout_ms) * NS_PER_MS);
+                if state != MessageState::InFlight {
+                    // Leased again after its lease ended: a new lease.
+                    let now = self.now_ns;
+                    if let Some(m) = self.messages.get_mut(key) {
+                        m.leased_ns = now;
+                    }
+                }
+                self.set_state(key, MessageState::InFlight, due);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,418 @@
+//! Receive: leasing visible messages, steals from other shards, long-poll
+//! waiters (park, wake, time out), and publishing the visible hints that
+//! drive steals and wake-ups (see the registry's ground rules).
+
+use sluice_protocol::attributes::{RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX};
+use sluice_protocol::limits::{
+    BATCH_ENTRIES_MAX, FRAME_RESERVED_BYTES, RECEIVE_ENTRY_OVERHEAD_BYTES,
+};
+use sluice_protocol::{ErrorCode, MessageId, Receipt};
+
+use super::{NS_PER_MS, PendingKind, Shard, TimerEvent};
+use crate::engine::message::MessageState;
+use crate::engine::msg::ShardMsg;
+use crate::engine::ops::{OpResult, ReceivedMessage};
+use crate::engine::registry::not_found;
+use crate::engine::slab::SlotKey;
+use crate::engine::wheel::TimerId;
+
+/// Reply-frame room left for a receive.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ReplyBudget {
+    pub(super) bytes_left: usize,
+    pub(super) holds_any: bool,
+}
+
+impl ReplyBudget {
+    /// Takes room for a message of `cost` bytes; the first one always fits.
+    pub(super) fn take(&mut self, cost: usize) -> bool {
+        if self.holds_any && cost > self.bytes_left {
+            return false;
+        }
+        self.bytes_left = self.bytes_left.saturating_sub(cost);
+        self.holds_any = true;
+        true
+    }
+}
+
+/// A receive in progress: what it got, whom it still asks, whether it waits.
+#[derive(Debug)]
+pub(super) struct PendingReceive {
+    pub(super) incarnation: u32,
+    pub(super) max: usize,
+    pub(super) visibility_timeout_ms: Option<u32>,
+    pub(super) budget: ReplyBudget,
+    pub(super) got: Vec<ReceivedMessage>,
+    /// Shards still to ask, last first.
+    pub(super) candidates: Vec<u16>,
+    pub(super) steal_from: Option<u16>,
+    pub(super) deadline_ns: Option<u64>,
+    pub(super) timer: Option<TimerId>,
+    pub(super) waiting: bool,
+    pub(super) expired: bool,
+    pub(super) queue_gone: bool,
+    pub(super) budget_full: bool,
+}
+
+impl Shard {
+    /// Pops the next visible message of `p`'s ready FIFO.
+    pub(super) fn pop_visible(&mut self, p: u32) -> Option<SlotKey> {
+        loop {
+            let key = self.part_mut(p).ready.pop_front()?;
+            let Some(m) = self.messages.get_mut(key) else {
+                continue;
+            };
+            if m.partition != p {
+                continue;
+            }
+            m.in_ready = false;
+            if m.state == MessageState::Visible {
+                return Some(key);
+            }
+        }
+    }
+
+    /// Leases up to `max` visible messages of `p` into `out`, dead-lettering
+    /// those whose next delivery would exceed the redrive policy.
+    pub(super) fn take_visible(
+        &mut self,
+        p: u32,
+        max: usize,
+        visibility_timeout_ms: Option<u32>,
+        budget: &mut ReplyBudget,
+        out: &mut Vec<ReceivedMessage>,
+    ) {
+        let (vis_ms, dlq, inc) = {
+            let part = self.part(p);
+            let dlq = part.attrs.redrive.as_ref().and_then(|r| {
+                self.names
+                    .get(r.dead_letter_queue.as_str())
+                    .map(|&d| (d, u32::from(r.max_receives)))
+            });
+            (
+                visibility_timeout_ms.unwrap_or(part.attrs.visibility_timeout_ms),
+                dlq,
+                part.incarnation,
+            )
+        };
+        let start = out.len();
+        while out.len() - start < max {
+            let Some(key) = self.pop_visible(p) else {
+                break;
+            };
+            let Some(m) = self.messages.get(key) else {
+                continue;
+            };
+            if let Some((d, max_receives)) = dlq {
+                if m.receive_count >= max_receives && d != p {
+                    self.move_message(key, d, false);
+                    continue;
+                }
+            }
+            // On the wire an attribute's key length is a u16, one byte more
+            // than the stored u8: count it, or a reply of many messages with
+            // attributes could outgrow the frame.
+            let cost = RECEIVE_ENTRY_OVERHEAD_BYTES + m.data.len() + m.attributes().len();
+            if !budget.take(cost) {
+                // Back to the front: it is the next one to go.
+                if let Some(m) = self.messages.get_mut(key) {
+                    m.in_ready = true;
+                }
+                self.part_mut(p).ready.push_front(key);
+                break;
+            }
+            let now = self.now_ns;
+            let wall = self.wall_ms;
+            let Some(m) = self.messages.get_mut(key) else {
+                continue;
+            };
+            m.receive_count = m.receive_count.saturating_add(1);
+            m.delivery += 1;
+            m.leased_ns = now;
+            if m.delivery == 1 {
+                m.first_received_ms = wall;
+            }
+            let receipt = self.registry.receipt_key().sign(Receipt {
+                incarnation: inc,
+                shard: self.id,
+                slot: key.slot,
+                generation: key.generation,
+                delivery: m.delivery,
+                check: 0,
+            });
+            let delivered = ReceivedMessage {
+                id: MessageId(0),
+                receipt,
+                body: m.body(),
+                attributes: m.attributes(),
+                receive_count: m.receive_count,
+                delivery: m.delivery,
+                sent_at_ms: m.sent_at_ms,
+                first_received_at_ms: m.first_received_ms,
+            };
+            let seq = m.seq;
+            out.push(ReceivedMessage {
+                id: self.message_id(seq),
+                ..delivered
+            });
+            self.part_mut(p).stats.received += 1;
+            self.set_state(
+                key,
+                MessageState::InFlight,
+                now.saturating_add(u64::from(vis_ms) * NS_PER_MS),
+            );
+        }
+    }
+
+    pub(super) fn op_receive(
+        &mut self,
+        ticket: u64,
+        queue: &str,
+        max: u32,
+        visibility_timeout_ms: Option<u32>,
+        wait_ms: Option<u32>,
+    ) {
+        let Some(p) = self.names.get(queue).copied() else {
+            return self.finish_ticket(ticket, OpResult::Error(not_found(queue)));
+        };
+        let invalid = if max == 0 || max as usize > BATCH_ENTRIES_MAX {
+            Some(format!("max: {max} is outside 1 ..= {BATCH_ENTRIES_MAX}"))
+        } else if let Some(v) = visibility_timeout_ms.filter(|&v| v > VISIBILITY_TIMEOUT_MS_MAX) {
+            Some(format!(
+                "visibility_timeout_ms: {v} is outside 0 ..= {VISIBILITY_TIMEOUT_MS_MAX}"
+            ))
+        } else {
+            wait_ms
+                .filter(|&w| w > RECEIVE_WAIT_MS_MAX)
+                .map(|w| format!("wait_ms: {w} is outside 0 ..= {RECEIVE_WAIT_MS_MAX}"))
+        };
+        if let Some(m) = invalid {
+            return self.finish_ticket(ticket, OpResult::error(ErrorCode::InvalidArgument, m));
+        }
+        let part = self.part(p);
+        let inc = part.incarnation;
+        let wait = if self.shut_down {
+            0
+        } else {
+            wait_ms.unwrap_or(part.attrs.receive_wait_ms)
+        };
+        let frame = self.registry.config().frame_bytes_max;
+        let mut pr = PendingReceive {
+            incarnation: inc,
+            max: max as usize,
+            visibility_timeout_ms,
+            budget: ReplyBudget {
+                bytes_left: frame.saturating_sub(FRAME_RESERVED_BYTES) as usize,
+                holds_any: false,
+            },
+            got: Vec::new(),
+            candidates: Vec::new(),
+            steal_from: None,
+            deadline_ns: (wait > 0).then(|| self.now_ns + u64::from(wait) * NS_PER_MS),
+            timer: None,
+            waiting: false,
+            expired: false,
+            queue_gone: false,
+            budget_full: false,
+        };
+        let mut got = Vec::new();
+        self.take_visible(p, pr.max, visibility_timeout_ms, &mut pr.budget, &mut got);
+        pr.budget_full = got.len() < pr.max && self.part(p).stats.visible > 0;
+        pr.got = got;
+        if pr.got.len() < pr.max && !pr.budget_full {
+            pr.candidates = self.steal_candidates(p);
+        }
+        let req = self.new_req(ticket, PendingKind::Receive(pr));
+        self.continue_receive(req);
+    }
+
+    /// Other shards whose hint says they have visible messages, best last.
+    pub(super) fn steal_candidates(&self, p: u32) -> Vec<u16> {
+        let shared = &self.part(p).shared;
+        let mut c: Vec<(u64, u16)> = self
+            .others()
+            .map(|s| (shared.visible_hint(s), s))
+            .filter(|(v, _)| *v > 0)
+            .collect();
+        c.sort_unstable();
+        c.into_iter().map(|(_, s)| s).collect()
+    }
+
+    pub(super) fn receive_mut(&mut self, req: u64) -> Option<&mut PendingReceive> {
+        match self.pending.get_mut(&req).map(|p| &mut p.kind) {
+            Some(PendingKind::Receive(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Drives a receive one step: steal, park, or finish.
+    pub(super) fn continue_receive(&mut self, req: u64) {
+        loop {
+            let Some(pending) = self.pending.get_mut(&req) else {
+                return;
+            };
+            let cancelled = pending.cancelled;
+            let PendingKind::Receive(r) = &mut pending.kind else {
+                return;
+            };
+            if r.steal_from.is_some() {
+                return;
+            }
+            if cancelled {
+                self.drop_receive(req);
+                return;
+            }
+            if r.queue_gone {
+                let inc = r.incarnation;
+                self.unpark(req);
+                let name = format!("queue (incarnation {inc}) was deleted");
+                self.finish_receive(req, OpResult::error(ErrorCode::QueueNotFound, name));
+                return;
+            }
+            let done = r.got.len() >= r.max || r.budget_full;
+            if !done {
+                if let Some(dest) = r.candidates.pop() {
+                    r.steal_from = Some(dest);
+                    let msg = ShardMsg::Steal {
+                        req,
+                        incarnation: r.incarnation,
+                        max: (r.max - r.got.len()) as u32,
+                        visibility_timeout_ms: r.visibility_timeout_ms,
+                        reply_bytes_left: r.budget.bytes_left,
+                        holds_any: r.budget.holds_any,
+                    };
+                    self.send_to(dest, msg);
+                    return;
+                }
+            }
+            let may_wait = r.got.is_empty() && !r.expired && r.deadline_ns.is_some() && !done;
+            if !may_wait {
+                let got = core::mem::take(&mut r.got);
+                self.unpark(req);
+                self.finish_receive(req, OpResult::Received(got));
+                return;
+            }
+            if r.waiting {
+                return;
+            }
+            // Park: FIFO per queue on this shard; register, then re-read the
+            // hints (the Dekker pairing of registry.rs).
+            r.waiting = true;
+            let inc = r.incarnation;
+            let deadline = r.deadline_ns.unwrap_or(self.now_ns);
+            let Some(&p) = self.by_incarnation.get(&inc) else {
+                if let Some(r) = self.receive_mut(req) {
+                    r.waiting = false;
+                    r.queue_gone = true;
+                }
+                continue;
+            };
+            let t = self.wheel.insert(deadline, TimerEvent::Waiter(req));
+            self.part_mut(p).waiters.push_back(req);
+            self.part(p).shared.add_waiter(self.id);
+            let candidates = self.steal_candidates(p);
+            if let Some(r) = self.receive_mut(req) {
+                r.timer = Some(t);
+                r.candidates = candidates;
+            }
+        }
+    }
+
+    /// Takes a receive out of its queue's waiter FIFO (if parked) and
+    /// cancels its deadline.
+    pub(super) fn unpark(&mut self, req: u64) {
+        let Some(r) = self.receive_mut(req) else {
+            return;
+        };
+        let timer = r.timer.take();
+        let was_waiting = core::mem::replace(&mut r.waiting, false);
+        let inc = r.incarnation;
+        if let Some(t) = timer {
+            self.wheel.cancel(t);
+        }
+        if was_waiting {
+            if let Some(&p) = self.by_incarnation.get(&inc) {
+                let id = self.id;
+                let part = self.part_mut(p);
+                if let Some(pos) = part.waiters.iter().position(|&w| w == req) {
+                    part.waiters.remove(pos);
+                }
+                part.shared.remove_waiter(id);
+            }
+        }
+    }
+
+    pub(super) fn drop_receive(&mut self, req: u64) {
+        self.unpark(req);
+        if let Some(p) = self.pending.remove(&req) {
+            if self.tickets.get(&p.ticket) == Some(&req) {
+                self.tickets.remove(&p.ticket);
+            }
+        }
+    }
+
+    pub(super) fn finish_receive(&mut self, req: u64, result: OpResult) {
+        self.finish(req, result);
+    }
+
+    pub(super) fn on_waiter_timeout(&mut self, req: u64) {
+        if let Some(r) = self.receive_mut(req) {
+            r.timer = None;
+            r.expired = true;
+            self.continue_receive(req);
+        }
+    }
+
+    /// Serves parked receives from `p`'s own visible messages.
+    pub(super) fn serve_local_waiters(&mut self, p: u32) {
+        let waiters: Vec<u64> = self.part(p).waiters.iter().copied().collect();
+        for req in waiters {
+            if self.part(p).stats.visible == 0 {
+                break;
+            }
+            let Some(r) = self.receive_mut(req) else {
+                continue;
+            };
+            if r.steal_from.is_some() {
+                continue;
+            }
+            let (max, vis) = (r.max, r.visibility_timeout_ms);
+            let mut budget = r.budget;
+            let mut got = Vec::new();
+            self.take_visible(p, max, vis, &mut budget, &mut got);
+            if let Some(r) = self.receive_mut(req) {
+                r.budget = budget;
+                r.got.extend(got);
+            }
+            self.continue_receive(req);
+        }
+    }
+
+    pub(super) fn flush_touched(&mut self) {
+        while let Some(p) = self.touched.pop() {
+            let Some(part) = self.partitions[p as usize].as_mut() else {
+                continue;
+            };
+            part.touched = false;
+            let gained = core::mem::take(&mut part.gained);
+            if gained && !part.waiters.is_empty() {
+                self.serve_local_waiters(p);
+                let Some(part) = self.partitions[p as usize].as_mut() else {
+                    continue;
+                };
+                part.touched = false;
+            }
+            let part = self.part(p);
+            let visible = part.stats.visible;
+            part.shared.store_visible_hint(self.id, visible);
+            if gained && visible > 0 {
+                let shared = part.shared.clone();
+                let inc = part.incarnation;
+                let wake: Vec<u16> = shared.waiting_shards(self.id).collect();
+                for d in wake {
+                    self.send_to(d, ShardMsg::Wake { incarnation: inc });
+                }
+            }
+        }
+    }
+}

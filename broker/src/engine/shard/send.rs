@@ -1,0 +1,211 @@
+//! Send: validation, the memory budget and max depth, dedup, and the
+//! forwarding of entries whose dedup key another shard owns.
+
+use bytes::Bytes;
+use sluice_protocol::attributes::DELAY_MS_MAX;
+use sluice_protocol::limits::DEDUP_KEY_BYTES_MAX;
+use sluice_protocol::{ErrorCode, MessageId, WireError};
+
+use super::{NS_PER_MS, PendingKind, Shard, TimerEvent, err};
+use crate::engine::dedup::owner_shard;
+use crate::engine::memory::{DEDUP_ENTRY_BYTES, MESSAGE_STATE_BYTES};
+use crate::engine::message::{Message, MessageState};
+use crate::engine::msg::ShardMsg;
+use crate::engine::ops::{OpResult, SendEntry, SendOk};
+use crate::engine::registry::not_found;
+
+impl Shard {
+    pub(super) fn op_send(&mut self, ticket: u64, queue: &str, entries: Vec<SendEntry>) {
+        let Some(p) = self.names.get(queue).copied() else {
+            return self.finish_ticket(ticket, OpResult::Error(not_found(queue)));
+        };
+        if let Some(e) = Self::batch_error(entries.len()) {
+            return self.finish_ticket(ticket, e);
+        }
+        let (inc, window) = {
+            let part = self.part(p);
+            (part.incarnation, part.attrs.dedup_window_ms)
+        };
+        // The common case, no entry another shard must dedup: the results
+        // go straight into the reply (one allocation per request).
+        let may_forward =
+            window > 0 && self.shards > 1 && entries.iter().any(|e| e.dedup_key.is_some());
+        if !may_forward {
+            let results = entries.iter().map(|e| self.send_entry(p, e)).collect();
+            return self.finish_ticket(ticket, OpResult::Sent(results));
+        }
+        let mut results: Vec<Option<Result<SendOk, WireError>>> = vec![None; entries.len()];
+        let mut forwards: Vec<(u16, Vec<(u16, SendEntry)>)> = Vec::new();
+        for (i, entry) in entries.into_iter().enumerate() {
+            if let Some(key) = &entry.dedup_key {
+                if window > 0 && self.shards > 1 && Self::dedup_key_ok(key) {
+                    let owner = owner_shard(inc, key, self.shards);
+                    if owner != self.id {
+                        // Batches hold at most 1024 entries.
+                        let item = (i as u16, entry);
+                        match forwards.iter_mut().find(|(d, _)| *d == owner) {
+                            Some((_, v)) => v.push(item),
+                            None => forwards.push((owner, vec![item])),
+                        }
+                        continue;
+                    }
+                }
+            }
+            results[i] = Some(self.send_entry(p, &entry));
+        }
+        if forwards.is_empty() {
+            let results = results.into_iter().flatten().collect();
+            return self.finish_ticket(ticket, OpResult::Sent(results));
+        }
+        let outstanding = forwards.len() as u16;
+        let req = self.new_req(
+            ticket,
+            PendingKind::Send {
+                results,
+                outstanding,
+            },
+        );
+        for (dest, entries) in forwards {
+            self.send_to(
+                dest,
+                ShardMsg::SendForward {
+                    req,
+                    incarnation: inc,
+                    entries,
+                },
+            );
+        }
+    }
+
+    pub(super) fn dedup_key_ok(key: &Bytes) -> bool {
+        !key.is_empty() && key.len() <= DEDUP_KEY_BYTES_MAX
+    }
+
+    pub(super) fn message_id(&self, seq: u64) -> MessageId {
+        MessageId(
+            (u128::from(self.registry.run_prefix()) << 64)
+                | (u128::from(self.id) << 48)
+                | u128::from(seq & ((1 << 48) - 1)),
+        )
+    }
+
+    pub(super) fn send_entry(&mut self, p: u32, entry: &SendEntry) -> Result<SendOk, WireError> {
+        let part = self.part(p);
+        let inc = part.incarnation;
+        let delay_ms = entry.delay_ms.unwrap_or(part.attrs.delay_ms);
+        if delay_ms > DELAY_MS_MAX {
+            return Err(err(
+                ErrorCode::InvalidArgument,
+                format!("delay_ms: {delay_ms} is outside 0 ..= {DELAY_MS_MAX}"),
+            ));
+        }
+        if let Some(key) = &entry.dedup_key {
+            if !Self::dedup_key_ok(key) {
+                return Err(err(
+                    ErrorCode::InvalidArgument,
+                    format!("dedup_key: must have 1 ..= {DEDUP_KEY_BYTES_MAX} bytes"),
+                ));
+            }
+        }
+        let size = entry.body.len() + entry.attributes.size_bytes();
+        if size > part.attrs.message_bytes_max as usize {
+            return Err(err(
+                ErrorCode::MessageTooLarge,
+                format!(
+                    "message: {size} bytes of body and attributes exceed the queue's {}",
+                    part.attrs.message_bytes_max
+                ),
+            ));
+        }
+        let window_ms = part.attrs.dedup_window_ms;
+        let dedup_key = entry.dedup_key.as_ref().filter(|_| window_ms > 0);
+        if let Some(key) = dedup_key {
+            if let Some(id) = self.dedup.lookup(inc, key) {
+                return Ok(SendOk {
+                    id,
+                    duplicate: true,
+                });
+            }
+        }
+        if !part.shared.try_reserve_depth(part.attrs.max_depth) {
+            return Err(err(
+                ErrorCode::QueueFull,
+                format!("queue {} holds its max depth", part.name),
+            ));
+        }
+        let retention_ns = u64::from(part.attrs.retention_ms) * NS_PER_MS;
+        let shared = part.shared.clone();
+        let data_len = entry.body.len() + entry.attributes.encoded().len();
+        let msg_cost = data_len as u64 + MESSAGE_STATE_BYTES;
+        let dedup_cost = dedup_key.map_or(0, |k| k.len() as u64 + DEDUP_ENTRY_BYTES);
+        if !self
+            .memory
+            .reserve(self.registry.memory(), msg_cost + dedup_cost)
+        {
+            shared.release_depth();
+            return Err(err(
+                ErrorCode::Busy,
+                "the broker's memory budget is spent; retry later",
+            ));
+        }
+        let (data, body_len) = Message::store_data(&entry.body, &entry.attributes);
+        let now = self.now_ns;
+        let delayed = delay_ms > 0;
+        let seq = self.next_seq;
+        let Some(key) = self.messages.insert(Message {
+            data,
+            body_len,
+            seq,
+            sent_at_ms: self.wall_ms,
+            sent_ns: now,
+            retain_until_ns: now.saturating_add(retention_ns),
+            due_ns: now + u64::from(delay_ms) * NS_PER_MS,
+            delivery: 0,
+            first_received_ms: 0,
+            leased_ns: 0,
+            receive_count: 0,
+            partition: p,
+            source: 0,
+            state: if delayed {
+                MessageState::Delayed
+            } else {
+                MessageState::Visible
+            },
+            in_ready: false,
+            in_age_fifo: true,
+            timer: None,
+        }) else {
+            shared.release_depth();
+            self.memory
+                .release(self.registry.memory(), msg_cost + dedup_cost);
+            return Err(err(ErrorCode::Busy, "no message slot left on this shard"));
+        };
+        self.next_seq += 1;
+        let id = self.message_id(seq);
+        let part = self.part_mut(p);
+        part.stats.sent += 1;
+        part.age.push_back(key);
+        if delayed {
+            part.stats.delayed += 1;
+        } else {
+            part.stats.visible += 1;
+            self.push_ready(p, key);
+        }
+        self.arm_timer(key);
+        if let Some(k) = dedup_key {
+            let window_ns = u64::from(window_ms) * NS_PER_MS;
+            if let Some(slot) = self.dedup.insert(inc, k, id, dedup_cost) {
+                let t = self
+                    .wheel
+                    .insert(now.saturating_add(window_ns), TimerEvent::Dedup(slot));
+                self.dedup.set_timer(slot, t);
+            } else {
+                self.memory.release(self.registry.memory(), dedup_cost);
+            }
+        }
+        Ok(SendOk {
+            id,
+            duplicate: false,
+        })
+    }
+}
