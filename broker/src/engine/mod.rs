@@ -38,6 +38,7 @@ pub mod shard;
 pub mod slab;
 
 pub mod doorbell;
+#[allow(unsafe_code)]
 pub mod ring;
 pub mod wheel;
 

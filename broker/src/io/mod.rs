@@ -67,10 +67,13 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[allow(unsafe_code)]
 mod buf_ring;
 mod conn;
 mod epoll;
+#[allow(unsafe_code)]
 mod sys;
+#[allow(unsafe_code)]
 mod uring;
 mod waker;
 

@@ -16,13 +16,22 @@ mod engine_send;
 mod engine_shards;
 mod engine_stress;
 
+// The io layer and the server are left out of the loom build.
+#[cfg(not(sluice_loom))]
 mod io_driver;
 
+#[cfg(not(sluice_loom))]
 mod server_util;
 
+#[cfg(not(sluice_loom))]
 mod server_auth;
+#[cfg(not(sluice_loom))]
 mod server_bad_input;
+#[cfg(not(sluice_loom))]
 mod server_leases;
+#[cfg(not(sluice_loom))]
 mod server_metrics;
+#[cfg(not(sluice_loom))]
 mod server_shards;
+#[cfg(not(sluice_loom))]
 mod server_shutdown;
