@@ -11,9 +11,12 @@
 //!   `now` — so everything whose time came happens before the operation —
 //!   then does its work, then publishes visible hints, serves and wakes
 //!   waiters, and pushes what it has to send.
-//! - A message has one timer at a time: at the earlier of its retention
-//!   deadline and (in flight or delayed) the end of its lease or delay.
-//!   Removing a message cancels its timer at once.
+//! - A message has at most one timer at a time: the end of its lease or
+//!   delay (in flight or delayed), or the earlier of that and its retention
+//!   deadline for a message whose retention is its own (see
+//!   `partition.rs`: moved in, or out of send order). A visible message whose
+//!   retention is its partition's FIFO has none; one timer per partition
+//!   drops the FIFO's front. Removing a message cancels its timer at once.
 //! - A receive that its partition cannot fill asks, one at a time, the other
 //!   shards whose visible hint is non-zero ([`ShardMsg::Steal`]); the owner
 //!   leases the messages itself and sends them back. A receive that got
@@ -65,6 +68,7 @@ use sluice_protocol::{ErrorCode, MessageId, QueueStats, WireError};
 
 use self::gather::{GatherAcc, PendingGather};
 use self::receive::PendingReceive;
+use super::bodies::Bodies;
 use super::dedup::DedupTable;
 use super::doorbell::ShardLinks;
 use super::memory::ShardMemory;
@@ -111,6 +115,8 @@ pub struct MessageView {
 #[derive(Clone, Copy, Debug)]
 enum TimerEvent {
     Message(SlotKey),
+    /// The retention of a partition's age FIFO front.
+    Retention(u32),
     Dedup(SlotKey),
     Waiter(u64),
 }
@@ -163,6 +169,7 @@ pub struct Shard {
     names: HashMap<Arc<str>, u32>,
     by_incarnation: HashMap<u32, u32>,
     messages: Slab<Message>,
+    bodies: Bodies,
     wheel: TimerWheel<TimerEvent>,
     dedup: DedupTable,
     rng: Rng,
@@ -255,6 +262,7 @@ impl Shard {
             names: HashMap::new(),
             by_incarnation: HashMap::new(),
             messages: Slab::new(),
+            bodies: Bodies::new(),
             wheel: TimerWheel::new(now_ns),
             dedup: DedupTable::default(),
             rng: Rng::new(config.seed),
