@@ -598,14 +598,11 @@ impl Shard {
                 wait_ms,
             } => self.op_receive(ticket, &queue, max, visibility_timeout_ms, wait_ms),
             Op::Delete { queue, receipts } => {
-                let entries = receipts.into_iter().map(|r| (r, 0)).collect();
+                let entries = receipts.iter().map(|&r| (r, 0));
                 self.op_receipts(ticket, &queue, ReceiptAction::Delete, entries);
             }
             Op::ChangeVisibility { queue, entries } => {
-                let entries = entries
-                    .into_iter()
-                    .map(|e| (e.receipt, e.timeout_ms))
-                    .collect();
+                let entries = entries.iter().map(|e| (e.receipt, e.timeout_ms));
                 self.op_receipts(ticket, &queue, ReceiptAction::ChangeVisibility, entries);
             }
         }

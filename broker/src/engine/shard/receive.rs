@@ -215,12 +215,21 @@ impl Shard {
             queue_gone: false,
             budget_full: false,
         };
-        let mut got = Vec::new();
+        let visible = usize::try_from(self.part(p).stats.visible).unwrap_or(usize::MAX);
+        let mut got = Vec::with_capacity(pr.max.min(visible));
         self.take_visible(p, pr.max, visibility_timeout_ms, &mut pr.budget, &mut got);
         pr.budget_full = got.len() < pr.max && self.part(p).stats.visible > 0;
         pr.got = got;
         if pr.got.len() < pr.max && !pr.budget_full {
             pr.candidates = self.steal_candidates(p);
+        }
+        if pr.got.len() >= pr.max
+            || pr.budget_full
+            || (pr.candidates.is_empty() && pr.deadline_ns.is_none())
+        {
+            // Nothing to ask and no wait: what `continue_receive` would
+            // answer at once, without the bookkeeping of a pending request.
+            return self.finish_ticket(ticket, OpResult::Received(pr.got));
         }
         let req = self.new_req(ticket, PendingKind::Receive(pr));
         self.continue_receive(req);
