@@ -181,6 +181,10 @@ pub(crate) struct Message {
     /// End of the lease (in flight) or of the delay (delayed).
     pub due_ns: u64,
     pub delivery: u64,
+    /// The check of the receipt of the current delivery (0 before the
+    /// first): a receipt that matches this delivery field for field and
+    /// carries this check is the one signed, so it needs no second MAC.
+    pub check: u32,
     pub first_received_ms: u64,
     /// When the current lease began (monotonic ns), for the lease metrics.
     pub leased_ns: u64,
@@ -248,6 +252,7 @@ mod tests {
             retain_until_ns: 0,
             due_ns: 0,
             delivery: 0,
+            check: 0,
             first_received_ms: 0,
             leased_ns: 0,
             receive_count: 0,

@@ -112,7 +112,8 @@ impl Shard {
             // On the wire an attribute's key length is a u16, one byte more
             // than the stored u8: count it, or a reply of many messages with
             // attributes could outgrow the frame.
-            let cost = RECEIVE_ENTRY_OVERHEAD_BYTES + m.data.len() + m.attributes().len();
+            let attributes = m.attributes();
+            let cost = RECEIVE_ENTRY_OVERHEAD_BYTES + m.data.len() + attributes.len();
             if !budget.take(cost) {
                 // Back to the front: it is the next one to go.
                 if let Some(m) = self.messages.get_mut(key) {
@@ -140,11 +141,12 @@ impl Shard {
                 delivery: m.delivery,
                 check: 0,
             });
+            m.check = receipt.check;
             let delivered = ReceivedMessage {
                 id: MessageId(0),
                 receipt,
                 body: m.body(),
-                attributes: m.attributes(),
+                attributes,
                 receive_count: m.receive_count,
                 delivery: m.delivery,
                 sent_at_ms: m.sent_at_ms,

@@ -168,6 +168,7 @@ impl Shard {
             retain_until_ns,
             due_ns: now + u64::from(delay_ms) * NS_PER_MS,
             delivery: 0,
+            check: 0,
             first_received_ms: 0,
             leased_ns: 0,
             receive_count: 0,
