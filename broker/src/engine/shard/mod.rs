@@ -214,17 +214,16 @@ fn receipt_error(code: ErrorCode) -> WireError {
     err(code, message)
 }
 /// Bytes of the per-message structures a shard keeps beside each message's
-/// data (one allocation of body + attributes), for the memory bench: name,
-/// bytes each.
+/// data (body + attributes, packed in shared chunks), for the memory bench:
+/// name, bytes each. A held (visible) message has no wheel timer: its
+/// retention is its partition's age FIFO; a leased or delayed one has one
+/// (a wheel entry of `24 + size_of::<Option<TimerEvent>>()` bytes).
 #[must_use]
 pub fn footprint() -> Vec<(&'static str, usize)> {
     use core::mem::size_of;
     vec![
         ("Message", size_of::<Message>()),
         ("slab slot (Message + gen)", Slab::<Message>::slot_bytes()),
-        // An entry of the wheel is 24 bytes of links plus the value
-        // (wheel.rs: "An entry is 24 bytes plus an Option<T>").
-        ("wheel timer entry", 24 + size_of::<Option<TimerEvent>>()),
         ("ready FIFO entry", size_of::<SlotKey>()),
         ("age FIFO entry", size_of::<SlotKey>()),
     ]
