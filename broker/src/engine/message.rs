@@ -165,9 +165,12 @@ pub enum MessageState {
 /// One stored message. Only its owner shard touches it.
 #[derive(Debug)]
 pub(crate) struct Message {
-    /// Body followed by the attributes' encoding: the one allocation.
+    /// Body followed by the attributes' encoding, in its chunk (see
+    /// `bodies.rs`).
     pub data: Bytes,
     pub body_len: u32,
+    /// The chunk `data` lies in.
+    pub chunk: u32,
     /// Per-shard sequence number; with the run prefix and the shard it makes
     /// the message id.
     pub seq: u64,
@@ -178,6 +181,10 @@ pub(crate) struct Message {
     /// End of the lease (in flight) or of the delay (delayed).
     pub due_ns: u64,
     pub delivery: u64,
+    /// The check of the receipt of the current delivery (0 before the
+    /// first): a receipt that matches this delivery field for field and
+    /// carries this check is the one signed, so it needs no second MAC.
+    pub check: u32,
     pub first_received_ms: u64,
     /// When the current lease began (monotonic ns), for the lease metrics.
     pub leased_ns: u64,
@@ -189,22 +196,15 @@ pub(crate) struct Message {
     pub state: MessageState,
     /// Whether an entry for it sits in its partition's ready FIFO.
     pub in_ready: bool,
-    /// Whether it sits in its partition's age FIFO (see `partition.rs`).
+    /// Whether it sits in its partition's age FIFO, which also drops it at
+    /// the end of its retention; otherwise it sits in the partition's
+    /// `moved` index and its own timer covers retention (see
+    /// `partition.rs`).
     pub in_age_fifo: bool,
     pub timer: Option<TimerId>,
 }
 
 impl Message {
-    /// Copies body and attributes into one fresh allocation.
-    pub fn store_data(body: &[u8], attributes: &MessageAttributes) -> (Bytes, u32) {
-        let mut buf = BytesMut::with_capacity(body.len() + attributes.encoded.len());
-        buf.put_slice(body);
-        buf.put_slice(&attributes.encoded);
-        // Bodies are bounded by the frame limit (64 MiB at most), far below
-        // 2^32.
-        (buf.freeze(), body.len() as u32)
-    }
-
     pub fn body(&self) -> Bytes {
         self.data.slice(..self.body_len as usize)
     }
@@ -241,16 +241,18 @@ mod tests {
     #[test]
     fn stored_data_splits_back() {
         let a = MessageAttributes::from_pairs([("trace", "abc")]).unwrap();
-        let (data, body_len) = Message::store_data(b"hello", &a);
+        let (data, chunk) = crate::engine::bodies::Bodies::new().store(b"hello", a.encoded());
         let m = Message {
             data,
-            body_len,
+            body_len: 5,
+            chunk,
             seq: 0,
             sent_at_ms: 0,
             sent_ns: 0,
             retain_until_ns: 0,
             due_ns: 0,
             delivery: 0,
+            check: 0,
             first_received_ms: 0,
             leased_ns: 0,
             receive_count: 0,

@@ -13,6 +13,7 @@
 //! | `shard/` | the shard engine: leases, timers, steals, waiters, fan-out (one file per concept) |
 //! | `partition.rs` | one queue's partition on one shard |
 //! | `message.rs` | a stored message and its attributes |
+//! | `bodies.rs` | message data in shared chunks, and their compaction |
 //! | `slab.rs` | slots reused with generations |
 //! | `races.rs` | loom models of the lease races (tests only) |
 //! | `registry.rs` | queue metadata shared across shards |
@@ -22,6 +23,7 @@
 //! | `msg.rs` | cross-shard messages |
 //! | `cluster.rs` | deterministic in-process driver |
 
+mod bodies;
 pub mod check;
 pub mod cluster;
 pub mod dedup;

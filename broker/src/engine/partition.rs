@@ -13,6 +13,15 @@
 //!   from another queue, ordered by original send time) together index every
 //!   message of the partition: purge and delete-queue walk them, and the
 //!   oldest message's age comes from their fronts.
+//! - Retention: the `age` FIFO is also the retention order. A message enters
+//!   it only when its retention deadline is not before the deadline of the
+//!   entry pushed last (`age_tail_until_ns`), so the live entries' deadlines
+//!   rise from front to back and one wheel timer per partition
+//!   (`retention_timer`, at the front's deadline or earlier) drops them in
+//!   order. A message that would break the order (moved in by dead-lettering
+//!   or redrive, which keeps its original send time, or sent after the
+//!   queue's retention was shortened) goes to `moved` instead and keeps a
+//!   retention timer of its own.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -21,6 +30,7 @@ use sluice_protocol::{QueueAttributes, QueueStats};
 
 use super::registry::QueueShared;
 use super::slab::SlotKey;
+use super::wheel::TimerId;
 
 /// Stale entries tolerated in a FIFO before it is compacted.
 pub const FIFO_SLACK: usize = 64;
@@ -36,6 +46,11 @@ pub(crate) struct Partition {
     pub ready: VecDeque<SlotKey>,
     pub age: VecDeque<SlotKey>,
     pub moved: BTreeSet<(u64, u32)>,
+    /// Retention deadline of the entry pushed last on `age`.
+    pub age_tail_until_ns: u64,
+    /// The timer that drops `age`'s front when its retention ends; `Some`
+    /// while `age` holds entries.
+    pub retention_timer: Option<TimerId>,
     /// Correlation ids of parked receives, oldest first.
     pub waiters: VecDeque<u64>,
     /// Whether the visible count changed since the hint was published.
@@ -55,6 +70,8 @@ impl Partition {
             ready: VecDeque::new(),
             age: VecDeque::new(),
             moved: BTreeSet::new(),
+            age_tail_until_ns: 0,
+            retention_timer: None,
             waiters: VecDeque::new(),
             touched: false,
             gained: false,

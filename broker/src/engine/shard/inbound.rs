@@ -16,12 +16,13 @@ impl Shard {
                 action,
                 entries,
             } => {
+                let p = self.by_incarnation.get(&incarnation).copied();
                 let results = entries
                     .iter()
                     .map(|e| {
                         (
                             e.index,
-                            self.apply_receipt(incarnation, &e.receipt, action, e.timeout_ms),
+                            self.apply_receipt(p, &e.receipt, action, e.timeout_ms),
                         )
                     })
                     .collect();

@@ -3,18 +3,21 @@
 use std::collections::HashMap;
 
 use super::{PendingKind, Shard};
+use crate::engine::bodies::OWN_BUFFER;
 use crate::engine::memory::MESSAGE_STATE_BYTES;
 use crate::engine::message::MessageState;
 
 impl Shard {
     /// Checks the shard's internal consistency: per partition, the
     /// accounting identity and that the gauges match the messages; every
-    /// message has its timer, its ready-FIFO entry when visible and its
+    /// message has its timer when it needs one, its ready-FIFO entry when visible and its
     /// membership entry; memory accounting matches. Tests call it after
     /// every step.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut counts: HashMap<u32, [u64; 3]> = HashMap::new();
         let mut mem = 0u64;
+        let mut timers = 0usize;
+        let mut chunk_live: HashMap<u32, u64> = HashMap::new();
         for key in self.messages.keys() {
             let m = self
                 .messages
@@ -31,8 +34,27 @@ impl Shard {
                 MessageState::Delayed => c[1] += 1,
                 MessageState::InFlight => c[2] += 1,
             }
-            if m.timer.is_none() {
-                return Err(format!("message {key:?} of {} has no timer", part.name));
+            let needs_timer = !(m.state == MessageState::Visible && m.in_age_fifo);
+            if m.timer.is_some() != needs_timer {
+                return Err(format!(
+                    "message {key:?} of {} ({:?}, in age FIFO: {}) has timer {:?}",
+                    part.name, m.state, m.in_age_fifo, m.timer
+                ));
+            }
+            if m.timer.is_some() {
+                timers += 1;
+            }
+            if m.in_age_fifo && part.retention_timer.is_none() {
+                return Err(format!(
+                    "message {key:?} of {} in an age FIFO without a retention timer",
+                    part.name
+                ));
+            }
+            if m.in_age_fifo && m.retain_until_ns > part.age_tail_until_ns {
+                return Err(format!(
+                    "message {key:?} of {} retained past its FIFO's tail",
+                    part.name
+                ));
             }
             if m.state == MessageState::Visible && !m.in_ready {
                 return Err(format!(
@@ -58,6 +80,20 @@ impl Shard {
                 ));
             }
             mem += m.data.len() as u64 + MESSAGE_STATE_BYTES;
+            if m.chunk != OWN_BUFFER {
+                *chunk_live.entry(m.chunk).or_default() += m.data.len() as u64;
+            }
+        }
+        for (chunk, live) in self.bodies.live_bytes() {
+            let held = chunk_live.remove(&chunk).unwrap_or(0);
+            if held != u64::from(live) {
+                return Err(format!(
+                    "chunk {chunk} counts {live} live bytes, its messages hold {held}"
+                ));
+            }
+        }
+        if let Some((chunk, held)) = chunk_live.into_iter().next() {
+            return Err(format!("messages hold {held} bytes of free chunk {chunk}"));
         }
         for (i, part) in self.partitions.iter().enumerate() {
             let Some(part) = part else { continue };
@@ -117,10 +153,16 @@ impl Shard {
             .values()
             .filter(|p| matches!(&p.kind, PendingKind::Receive(r) if r.timer.is_some()))
             .count();
-        let expect = self.messages.len() + self.dedup.len() + waiter_timers;
+        let retention_timers = self
+            .partitions
+            .iter()
+            .flatten()
+            .filter(|p| p.retention_timer.is_some())
+            .count();
+        let expect = timers + retention_timers + self.dedup.len() + waiter_timers;
         if self.wheel.len() != expect {
             return Err(format!(
-                "wheel holds {} timers, expected {expect} (messages, dedup entries, waiters)",
+                "wheel holds {} timers, expected {expect} (messages, partitions' retention, dedup entries, waiters)",
                 self.wheel.len()
             ));
         }

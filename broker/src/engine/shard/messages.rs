@@ -32,21 +32,59 @@ impl Shard {
         self.mark_touched(p, true);
     }
 
-    /// (Re)schedules the message's one timer.
+    /// (Re)schedules the message's one timer, or cancels it when none is
+    /// needed (visible, retention by the partition's FIFO).
     pub(super) fn arm_timer(&mut self, key: SlotKey) {
         let Some(m) = self.messages.get_mut(key) else {
             return;
         };
-        let deadline = match m.state {
-            MessageState::Visible => m.retain_until_ns,
-            MessageState::Delayed | MessageState::InFlight => m.due_ns.min(m.retain_until_ns),
+        let deadline = match (m.state, m.in_age_fifo) {
+            (MessageState::Visible, true) => None,
+            (MessageState::Visible, false) => Some(m.retain_until_ns),
+            (MessageState::Delayed | MessageState::InFlight, true) => Some(m.due_ns),
+            (MessageState::Delayed | MessageState::InFlight, false) => {
+                Some(m.due_ns.min(m.retain_until_ns))
+            }
         };
         if let Some(t) = m.timer.take() {
             self.wheel.cancel(t);
         }
-        let t = self.wheel.insert(deadline, TimerEvent::Message(key));
-        if let Some(m) = self.messages.get_mut(key) {
-            m.timer = Some(t);
+        if let Some(deadline) = deadline {
+            let t = self.wheel.insert(deadline, TimerEvent::Message(key));
+            if let Some(m) = self.messages.get_mut(key) {
+                m.timer = Some(t);
+            }
+        }
+    }
+
+    /// The retention timer of `p`'s age FIFO: drops the front entries whose
+    /// retention ended (skipping stale ones) and re-arms at the next one.
+    pub(super) fn on_retention_timer(&mut self, p: u32) {
+        let now = self.now_ns;
+        let Some(part) = self.partitions.get_mut(p as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        part.retention_timer = None;
+        while let Some(&key) = self.part(p).age.front() {
+            let until = self
+                .messages
+                .get(key)
+                .filter(|m| m.partition == p && m.in_age_fifo)
+                .map(|m| m.retain_until_ns);
+            match until {
+                None => {
+                    self.part_mut(p).age.pop_front();
+                }
+                Some(until) if until <= now => {
+                    self.part_mut(p).age.pop_front();
+                    self.remove_message(key, Removal::Dropped);
+                }
+                Some(until) => {
+                    let t = self.wheel.insert(until, TimerEvent::Retention(p));
+                    self.part_mut(p).retention_timer = Some(t);
+                    return;
+                }
+            }
         }
     }
 
@@ -113,8 +151,14 @@ impl Shard {
         let p = m.partition;
         let cost = m.data.len() as u64 + MESSAGE_STATE_BYTES;
         self.memory.release(self.registry.memory(), cost);
+        self.bodies.release(m.chunk, m.data.len());
+        let (state, in_age_fifo, sent_ns) = (m.state, m.in_age_fifo, m.sent_ns);
+        drop(m);
+        if self.bodies.needs_compaction() {
+            self.compact_bodies();
+        }
         let part = self.part_mut(p);
-        *Self::gauge_mut(&mut part.stats, m.state) -= 1;
+        *Self::gauge_mut(&mut part.stats, state) -= 1;
         match why {
             Removal::Deleted => part.stats.deleted += 1,
             Removal::Dropped => part.stats.dropped += 1,
@@ -122,14 +166,31 @@ impl Shard {
             Removal::QueueGone => {}
         }
         part.shared.release_depth();
-        if !m.in_age_fifo {
-            part.moved.remove(&(m.sent_ns, key.slot));
+        if !in_age_fifo {
+            part.moved.remove(&(sent_ns, key.slot));
         }
-        if m.state == MessageState::Visible {
+        if state == MessageState::Visible {
             self.mark_touched(p, false);
         }
         if why != Removal::QueueGone {
             self.maybe_compact(p);
+        }
+    }
+
+    /// Copies the messages of sparse retired chunks into the current one,
+    /// so those chunks are freed (see `bodies.rs`).
+    pub(super) fn compact_bodies(&mut self) {
+        let keys: Vec<SlotKey> = self.messages.keys().collect();
+        for key in keys {
+            let Some(m) = self.messages.get_mut(key) else {
+                continue;
+            };
+            if self.bodies.is_sparse(m.chunk) {
+                let (data, chunk) = self.bodies.store(&m.data, &[]);
+                self.bodies.release(m.chunk, m.data.len());
+                m.data = data;
+                m.chunk = chunk;
+            }
         }
     }
 
@@ -144,7 +205,15 @@ impl Shard {
             age.retain(|&k| {
                 self.key_live_in(k, p) && self.messages.get(k).is_some_and(|m| m.in_age_fifo)
             });
-            self.part_mut(p).age = age;
+            // The retention timer stays: its deadline is at or before the
+            // new front's. The tail is the back's (the latest) deadline.
+            let tail = age
+                .back()
+                .and_then(|&k| self.messages.get(k))
+                .map_or(0, |m| m.retain_until_ns);
+            let part = self.part_mut(p);
+            part.age = age;
+            part.age_tail_until_ns = tail;
         }
         let part = self.part(p);
         if part.needs_compaction(part.ready.len()) {
@@ -210,6 +279,7 @@ impl Shard {
             for ev in fired.drain(..) {
                 match ev {
                     TimerEvent::Message(key) => self.on_message_timer(key),
+                    TimerEvent::Retention(p) => self.on_retention_timer(p),
                     TimerEvent::Dedup(slot) => {
                         if let Some(cost) = self.dedup.expire(slot) {
                             self.memory.release(self.registry.memory(), cost);

@@ -11,9 +11,12 @@
 //!   `now` — so everything whose time came happens before the operation —
 //!   then does its work, then publishes visible hints, serves and wakes
 //!   waiters, and pushes what it has to send.
-//! - A message has one timer at a time: at the earlier of its retention
-//!   deadline and (in flight or delayed) the end of its lease or delay.
-//!   Removing a message cancels its timer at once.
+//! - A message has at most one timer at a time: the end of its lease or
+//!   delay (in flight or delayed), or the earlier of that and its retention
+//!   deadline for a message whose retention is its own (see
+//!   `partition.rs`: moved in, or out of send order). A visible message whose
+//!   retention is its partition's FIFO has none; one timer per partition
+//!   drops the FIFO's front. Removing a message cancels its timer at once.
 //! - A receive that its partition cannot fill asks, one at a time, the other
 //!   shards whose visible hint is non-zero ([`ShardMsg::Steal`]); the owner
 //!   leases the messages itself and sends them back. A receive that got
@@ -65,6 +68,7 @@ use sluice_protocol::{ErrorCode, MessageId, QueueStats, WireError};
 
 use self::gather::{GatherAcc, PendingGather};
 use self::receive::PendingReceive;
+use super::bodies::Bodies;
 use super::dedup::DedupTable;
 use super::doorbell::ShardLinks;
 use super::memory::ShardMemory;
@@ -111,6 +115,8 @@ pub struct MessageView {
 #[derive(Clone, Copy, Debug)]
 enum TimerEvent {
     Message(SlotKey),
+    /// The retention of a partition's age FIFO front.
+    Retention(u32),
     Dedup(SlotKey),
     Waiter(u64),
 }
@@ -163,6 +169,7 @@ pub struct Shard {
     names: HashMap<Arc<str>, u32>,
     by_incarnation: HashMap<u32, u32>,
     messages: Slab<Message>,
+    bodies: Bodies,
     wheel: TimerWheel<TimerEvent>,
     dedup: DedupTable,
     rng: Rng,
@@ -207,17 +214,16 @@ fn receipt_error(code: ErrorCode) -> WireError {
     err(code, message)
 }
 /// Bytes of the per-message structures a shard keeps beside each message's
-/// data (one allocation of body + attributes), for the memory bench: name,
-/// bytes each.
+/// data (body + attributes, packed in shared chunks), for the memory bench:
+/// name, bytes each. A held (visible) message has no wheel timer: its
+/// retention is its partition's age FIFO; a leased or delayed one has one
+/// (a wheel entry of `24 + size_of::<Option<TimerEvent>>()` bytes).
 #[must_use]
 pub fn footprint() -> Vec<(&'static str, usize)> {
     use core::mem::size_of;
     vec![
         ("Message", size_of::<Message>()),
         ("slab slot (Message + gen)", Slab::<Message>::slot_bytes()),
-        // An entry of the wheel is 24 bytes of links plus the value
-        // (wheel.rs: "An entry is 24 bytes plus an Option<T>").
-        ("wheel timer entry", 24 + size_of::<Option<TimerEvent>>()),
         ("ready FIFO entry", size_of::<SlotKey>()),
         ("age FIFO entry", size_of::<SlotKey>()),
     ]
@@ -255,6 +261,7 @@ impl Shard {
             names: HashMap::new(),
             by_incarnation: HashMap::new(),
             messages: Slab::new(),
+            bodies: Bodies::new(),
             wheel: TimerWheel::new(now_ns),
             dedup: DedupTable::default(),
             rng: Rng::new(config.seed),
@@ -590,14 +597,11 @@ impl Shard {
                 wait_ms,
             } => self.op_receive(ticket, &queue, max, visibility_timeout_ms, wait_ms),
             Op::Delete { queue, receipts } => {
-                let entries = receipts.into_iter().map(|r| (r, 0)).collect();
+                let entries = receipts.iter().map(|&r| (r, 0));
                 self.op_receipts(ticket, &queue, ReceiptAction::Delete, entries);
             }
             Op::ChangeVisibility { queue, entries } => {
-                let entries = entries
-                    .into_iter()
-                    .map(|e| (e.receipt, e.timeout_ms))
-                    .collect();
+                let entries = entries.iter().map(|e| (e.receipt, e.timeout_ms));
                 self.op_receipts(ticket, &queue, ReceiptAction::ChangeVisibility, entries);
             }
         }

@@ -56,6 +56,9 @@ impl Shard {
             let part = self.part_mut(p);
             (part.incarnation, core::mem::take(&mut part.waiters))
         };
+        if let Some(t) = self.part_mut(p).retention_timer.take() {
+            self.wheel.cancel(t);
+        }
         let (timers, cost) = self.dedup.remove_queue(inc);
         for t in timers {
             self.wheel.cancel(t);

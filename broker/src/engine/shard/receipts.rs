@@ -18,7 +18,7 @@ impl Shard {
         ticket: u64,
         queue: &str,
         action: ReceiptAction,
-        entries: Vec<(Receipt, u32)>,
+        entries: impl ExactSizeIterator<Item = (Receipt, u32)> + Clone,
     ) {
         let Some(p) = self.names.get(queue).copied() else {
             return self.finish_ticket(ticket, OpResult::Error(not_found(queue)));
@@ -27,23 +27,24 @@ impl Shard {
             return self.finish_ticket(ticket, e);
         }
         let inc = self.part(p).incarnation;
+        let wrap = |action, r: Vec<Result<(), WireError>>| match action {
+            ReceiptAction::Delete => OpResult::Deleted(r),
+            ReceiptAction::ChangeVisibility => OpResult::VisibilityChanged(r),
+        };
+        if entries.clone().all(|(r, _)| r.shard == self.id) {
+            // The common case, every receipt names this shard: the results
+            // go straight into the reply (one allocation per request).
+            let mut results = Vec::with_capacity(entries.len());
+            for (receipt, timeout_ms) in entries {
+                results.push(self.local_receipt(p, inc, &receipt, action, timeout_ms));
+            }
+            return self.finish_ticket(ticket, wrap(action, results));
+        }
         let mut results: Vec<Option<Result<(), WireError>>> = vec![None; entries.len()];
         let mut forwards: Vec<(u16, Vec<ForwardEntry>)> = Vec::new();
-        for (i, (receipt, timeout_ms)) in entries.into_iter().enumerate() {
-            if action == ReceiptAction::ChangeVisibility && timeout_ms > VISIBILITY_TIMEOUT_MS_MAX {
-                results[i] = Some(Err(err(
-                    ErrorCode::InvalidArgument,
-                    format!(
-                        "timeout_ms: {timeout_ms} is outside 0 ..= {VISIBILITY_TIMEOUT_MS_MAX}"
-                    ),
-                )));
-                continue;
-            }
-            if !self.registry.receipt_key().verify(&receipt)
-                || receipt.incarnation != inc
-                || receipt.shard >= self.shards
-            {
-                results[i] = Some(Err(receipt_error(ErrorCode::InvalidReceipt)));
+        for (i, (receipt, timeout_ms)) in entries.enumerate() {
+            if let Err(e) = self.check_receipt(inc, &receipt, action, timeout_ms) {
+                results[i] = Some(Err(e));
                 continue;
             }
             if receipt.shard != self.id {
@@ -59,14 +60,12 @@ impl Shard {
                 }
                 continue;
             }
-            results[i] = Some(self.apply_receipt(inc, &receipt, action, timeout_ms));
+            results[i] = Some(self.apply_receipt(Some(p), &receipt, action, timeout_ms));
         }
-        let wrap = |action, r: Vec<Result<(), WireError>>| match action {
-            ReceiptAction::Delete => OpResult::Deleted(r),
-            ReceiptAction::ChangeVisibility => OpResult::VisibilityChanged(r),
-        };
         if forwards.is_empty() {
-            let r = results.into_iter().flatten().collect();
+            // Every entry has its result: one allocation, exactly sized.
+            let mut r = Vec::with_capacity(results.len());
+            r.extend(results.into_iter().flatten());
             return self.finish_ticket(ticket, wrap(action, r));
         }
         let outstanding = forwards.len() as u16;
@@ -91,15 +90,73 @@ impl Shard {
         }
     }
 
-    /// Applies a checked receipt naming this shard.
-    pub(super) fn apply_receipt(
-        &mut self,
-        incarnation: u32,
+    /// Checks an entry where it arrived: its timeout, the receipt's MAC,
+    /// queue incarnation and shard.
+    fn check_receipt(
+        &self,
+        inc: u32,
         receipt: &Receipt,
         action: ReceiptAction,
         timeout_ms: u32,
     ) -> Result<(), WireError> {
-        let Some(&p) = self.by_incarnation.get(&incarnation) else {
+        if action == ReceiptAction::ChangeVisibility && timeout_ms > VISIBILITY_TIMEOUT_MS_MAX {
+            return Err(err(
+                ErrorCode::InvalidArgument,
+                format!("timeout_ms: {timeout_ms} is outside 0 ..= {VISIBILITY_TIMEOUT_MS_MAX}"),
+            ));
+        }
+        if !self.registry.receipt_key().verify(receipt)
+            || receipt.incarnation != inc
+            || receipt.shard >= self.shards
+        {
+            return Err(receipt_error(ErrorCode::InvalidReceipt));
+        }
+        Ok(())
+    }
+
+    /// Checks and applies an entry whose receipt names this shard.
+    fn local_receipt(
+        &mut self,
+        p: u32,
+        inc: u32,
+        receipt: &Receipt,
+        action: ReceiptAction,
+        timeout_ms: u32,
+    ) -> Result<(), WireError> {
+        // The receipt of the message's current delivery, as signed (every
+        // field and the check equal): the MAC would pass, skip it. Any
+        // other receipt (older delivery, gone, forged) takes the full check.
+        let key = SlotKey {
+            slot: receipt.slot,
+            generation: receipt.generation,
+        };
+        let current = receipt.incarnation == inc
+            && self.messages.get(key).is_some_and(|m| {
+                m.partition == p
+                    && m.delivery == receipt.delivery
+                    && m.delivery > 0
+                    && m.check == receipt.check
+            });
+        if current {
+            if action == ReceiptAction::ChangeVisibility && timeout_ms > VISIBILITY_TIMEOUT_MS_MAX {
+                self.check_receipt(inc, receipt, action, timeout_ms)?;
+            }
+        } else {
+            self.check_receipt(inc, receipt, action, timeout_ms)?;
+        }
+        self.apply_receipt(Some(p), receipt, action, timeout_ms)
+    }
+
+    /// Applies a checked receipt naming this shard to its queue's partition
+    /// `p` (`None`: the queue is gone here).
+    pub(super) fn apply_receipt(
+        &mut self,
+        p: Option<u32>,
+        receipt: &Receipt,
+        action: ReceiptAction,
+        timeout_ms: u32,
+    ) -> Result<(), WireError> {
+        let Some(p) = p else {
             return Err(receipt_error(ErrorCode::Gone));
         };
         let key = SlotKey {

@@ -112,7 +112,8 @@ impl Shard {
             // On the wire an attribute's key length is a u16, one byte more
             // than the stored u8: count it, or a reply of many messages with
             // attributes could outgrow the frame.
-            let cost = RECEIVE_ENTRY_OVERHEAD_BYTES + m.data.len() + m.attributes().len();
+            let attributes = m.attributes();
+            let cost = RECEIVE_ENTRY_OVERHEAD_BYTES + m.data.len() + attributes.len();
             if !budget.take(cost) {
                 // Back to the front: it is the next one to go.
                 if let Some(m) = self.messages.get_mut(key) {
@@ -140,11 +141,12 @@ impl Shard {
                 delivery: m.delivery,
                 check: 0,
             });
+            m.check = receipt.check;
             let delivered = ReceivedMessage {
                 id: MessageId(0),
                 receipt,
                 body: m.body(),
-                attributes: m.attributes(),
+                attributes,
                 receive_count: m.receive_count,
                 delivery: m.delivery,
                 sent_at_ms: m.sent_at_ms,
@@ -215,12 +217,21 @@ impl Shard {
             queue_gone: false,
             budget_full: false,
         };
-        let mut got = Vec::new();
+        let visible = usize::try_from(self.part(p).stats.visible).unwrap_or(usize::MAX);
+        let mut got = Vec::with_capacity(pr.max.min(visible));
         self.take_visible(p, pr.max, visibility_timeout_ms, &mut pr.budget, &mut got);
         pr.budget_full = got.len() < pr.max && self.part(p).stats.visible > 0;
         pr.got = got;
         if pr.got.len() < pr.max && !pr.budget_full {
             pr.candidates = self.steal_candidates(p);
+        }
+        if pr.got.len() >= pr.max
+            || pr.budget_full
+            || (pr.candidates.is_empty() && pr.deadline_ns.is_none())
+        {
+            // Nothing to ask and no wait: what `continue_receive` would
+            // answer at once, without the bookkeeping of a pending request.
+            return self.finish_ticket(ticket, OpResult::Received(pr.got));
         }
         let req = self.new_req(ticket, PendingKind::Receive(pr));
         self.continue_receive(req);

@@ -148,19 +148,27 @@ impl Shard {
                 "the broker's memory budget is spent; retry later",
             ));
         }
-        let (data, body_len) = Message::store_data(&entry.body, &entry.attributes);
+        let (data, chunk) = self.bodies.store(&entry.body, entry.attributes.encoded());
+        // Bodies are bounded by the frame limit (64 MiB at most), far below
+        // 2^32.
+        let body_len = entry.body.len() as u32;
         let now = self.now_ns;
+        let retain_until_ns = now.saturating_add(retention_ns);
+        let part = self.part(p);
+        let in_age_fifo = part.age.is_empty() || retain_until_ns >= part.age_tail_until_ns;
         let delayed = delay_ms > 0;
         let seq = self.next_seq;
         let Some(key) = self.messages.insert(Message {
             data,
             body_len,
+            chunk,
             seq,
             sent_at_ms: self.wall_ms,
             sent_ns: now,
-            retain_until_ns: now.saturating_add(retention_ns),
+            retain_until_ns,
             due_ns: now + u64::from(delay_ms) * NS_PER_MS,
             delivery: 0,
+            check: 0,
             first_received_ms: 0,
             leased_ns: 0,
             receive_count: 0,
@@ -172,10 +180,11 @@ impl Shard {
                 MessageState::Visible
             },
             in_ready: false,
-            in_age_fifo: true,
+            in_age_fifo,
             timer: None,
         }) else {
             shared.release_depth();
+            self.bodies.release(chunk, data_len);
             self.memory
                 .release(self.registry.memory(), msg_cost + dedup_cost);
             return Err(err(ErrorCode::Busy, "no message slot left on this shard"));
@@ -184,7 +193,19 @@ impl Shard {
         let id = self.message_id(seq);
         let part = self.part_mut(p);
         part.stats.sent += 1;
-        part.age.push_back(key);
+        if in_age_fifo {
+            part.age.push_back(key);
+            part.age_tail_until_ns = retain_until_ns;
+            if part.retention_timer.is_none() {
+                let t = self.wheel.insert(retain_until_ns, TimerEvent::Retention(p));
+                self.part_mut(p).retention_timer = Some(t);
+            }
+        } else {
+            // Retention shortened since the FIFO's back was sent: out of
+            // order, so a timer of its own.
+            part.moved.insert((now, key.slot));
+        }
+        let part = self.part_mut(p);
         if delayed {
             part.stats.delayed += 1;
         } else {
