@@ -172,7 +172,7 @@ impl Target for SluiceTarget {
         server.push(Setting::new(
             "server",
             format!(
-                "sluice {}, {} shard(s), io {}{memory}",
+                "{}, {} shard(s), io {}{memory}",
                 stats.server_version, stats.shards, stats.io_backend
             ),
         ));

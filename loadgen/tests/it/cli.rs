@@ -30,6 +30,7 @@ fn help_explains_every_flag() {
         "--json",
         "--hgrm",
         "--plot",
+        "--markdown",
         "--slo",
         "--quiet",
         "throughput",
@@ -78,6 +79,7 @@ fn throughput_against_sluice_writes_json() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("out.json");
+    let md = dir.join("medians.md");
     let out = loadgen()
         .args([
             "throughput",
@@ -89,6 +91,8 @@ fn throughput_against_sluice_writes_json() {
         ])
         .arg("--json")
         .arg(&json)
+        .arg("--markdown")
+        .arg(&md)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -109,6 +113,11 @@ fn throughput_against_sluice_writes_json() {
     assert_eq!(o["deleted"], 5000);
     assert_eq!(o["lost"], 0);
     assert_eq!(o["duplicates"], 0);
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        md.contains(&format!("| `{}` | 1/1 |", server.url())),
+        "{md}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
