@@ -41,6 +41,11 @@ COMMAND="benches/compare.sh${*:+ $*}"
 BROKER_CPU="${BROKER_CPU:-0}"
 LOADGEN_CPU="${LOADGEN_CPU:-1}"
 STARTED_AT="$(date +%s)"
+# The commit measured, taken before the run writes its own results.
+COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
+    COMMIT="$COMMIT (with uncommitted changes)"
+fi
 
 log() { printf '[compare] %s\n' "$*" >&2; }
 die() {
@@ -235,10 +240,6 @@ fi
 
 # --- the report ------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - STARTED_AT))
-COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-if [[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
-    COMMIT="$COMMIT (with uncommitted changes)"
-fi
 MODEL="$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
 versions="$("$SLUICE_SERVER" --version 2>/dev/null | head -1); $("$REDIS_SERVER" --version | cut -d' ' -f1-3); nats-server $("$NATS_SERVER" --version 2>&1 | sed 's/^nats-server: //'); $("$BEANSTALKD" -v 2>&1 | head -1)"
 
