@@ -7,10 +7,8 @@
 //! receives a batch under the queue's visibility timeout, and deletes a
 //! batch, each through its peer's batch or pipeline path. Every adapter is
 //! blocking, one TCP connection with `TCP_NODELAY`, one batch in flight.
-//!
-//! The sluice adapter will implement the same two traits over the native
-//! client once `sluice-client` exists; until then `sluice://` targets are
-//! refused with [`AdapterError::Unsupported`].
+//! The sluice adapter is the same two traits over the native blocking
+//! client (`sluice-client`); the peers' wire protocols are written by hand.
 
 use std::fmt;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -19,6 +17,7 @@ use std::time::Duration;
 pub mod beanstalkd;
 pub mod nats;
 pub mod redis;
+pub mod sluice;
 mod wire;
 
 /// How long a connection waits for a reply before giving up. Every wait the
@@ -86,6 +85,8 @@ pub enum Receipt {
     Ids(u64, u64),
     /// Opaque bytes: a NATS JetStream ack subject.
     Bytes(Box<[u8]>),
+    /// A sluice receipt.
+    Sluice(sluice_client::Receipt),
 }
 
 /// The queue a pass runs against.
@@ -287,17 +288,14 @@ impl TargetUrl {
     }
 
     /// Connects a target for this URL; `token` is the auth token for peers
-    /// that have one (Redis `AUTH`, NATS `auth_token`).
+    /// that have one (sluice HELLO, Redis `AUTH`, NATS `auth_token`).
     pub fn open(&self, token: Option<&str>) -> Result<Box<dyn Target>, AdapterError> {
         let token = token.map(str::to_owned);
         match self.kind {
             Kind::Redis => Ok(Box::new(redis::RedisTarget::new(self.clone(), token))),
             Kind::Beanstalkd => Ok(Box::new(beanstalkd::BeanstalkdTarget::new(self.clone()))),
             Kind::Nats => Ok(Box::new(nats::NatsTarget::new(self.clone(), token))),
-            Kind::Sluice => Err(AdapterError::Unsupported(format!(
-                "{self}: the sluice adapter needs the native client (sluice-client), \
-                 which is not written yet"
-            ))),
+            Kind::Sluice => Ok(Box::new(sluice::SluiceTarget::new(self.clone(), token))),
         }
     }
 
@@ -389,15 +387,6 @@ mod tests {
             "redis://user@h:1",
         ] {
             assert!(TargetUrl::parse(bad).is_err(), "{bad} should be refused");
-        }
-    }
-
-    #[test]
-    fn sluice_targets_say_why_they_cannot_run_yet() {
-        let t = TargetUrl::parse("sluice://127.0.0.1:7171").unwrap();
-        match t.open(None) {
-            Err(AdapterError::Unsupported(m)) => assert!(m.contains("sluice-client"), "{m}"),
-            other => panic!("expected Unsupported, got {:?}", other.map(|t| t.kind())),
         }
     }
 }

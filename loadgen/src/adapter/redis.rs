@@ -571,7 +571,7 @@ impl Adapter for RedisAdapter {
         for r in receipts {
             match r {
                 Receipt::Ids(ms, seq) => self.ids.push((*ms, *seq)),
-                Receipt::Bytes(_) => {
+                Receipt::Bytes(_) | Receipt::Sluice(_) => {
                     return Err(AdapterError::Unsupported(
                         "redis: a receipt from another adapter".into(),
                     ));

@@ -11,7 +11,7 @@ use clap::{Parser, ValueEnum};
 
 use sluice_loadgen::adapter::TargetUrl;
 use sluice_loadgen::config::{RunConfig, RunSpec, Workload};
-use sluice_loadgen::report::{self, hgrm, json, svg, table};
+use sluice_loadgen::report::{self, hgrm, json, markdown, svg, table};
 use sluice_loadgen::run::{self, Output, PassReport};
 use sluice_loadgen::slo::Slo;
 use sluice_loadgen::units::{parse_count, parse_duration, parse_size};
@@ -159,6 +159,11 @@ struct Args {
     #[arg(long, value_name = "FILE.svg", env = "SLUICE_LOADGEN_PLOT")]
     plot: Option<PathBuf>,
 
+    /// Write a Markdown table of each target's medians over the passes, with
+    /// ratios against the first target (msgs/s and p99).
+    #[arg(long, value_name = "FILE.md", env = "SLUICE_LOADGEN_MARKDOWN")]
+    markdown: Option<PathBuf>,
+
     /// Objectives on the same metric, e.g. 'p99<2ms' or 'p50<200us,p999<=1ms,max<10ms'
     /// (p50, p90, p99, p999, max; us, ms, s); exit 3 when any target or pass
     /// violates one.
@@ -243,6 +248,12 @@ fn main_inner() -> Result<ExitCode> {
         .filter_map(|o| o.result.as_ref().ok().cloned())
         .collect();
     write_outputs(&args, &reports, cfg.workload)?;
+    if let Some(path) = &args.markdown {
+        let mut text = Vec::new();
+        markdown::write(&mut text, &outcomes)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
 
     let mut code = 0;
     let failed = outcomes.iter().filter(|o| o.result.is_err()).count();

@@ -1,8 +1,9 @@
 //! What a run leaves behind: the printed tables, the `--json` file, the
-//! `.hgrm` percentile files and the `--plot` SVG.
+//! `.hgrm` percentile files, the `--plot` SVG and the `--markdown` medians.
 
 pub mod hgrm;
 pub mod json;
+pub mod markdown;
 pub mod svg;
 pub mod table;
 

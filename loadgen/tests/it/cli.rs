@@ -3,6 +3,7 @@
 use std::process::Command;
 
 use crate::peers::{self, PeerKind};
+use crate::sluice::SluiceServer;
 
 fn loadgen() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sluice-loadgen"))
@@ -29,6 +30,7 @@ fn help_explains_every_flag() {
         "--json",
         "--hgrm",
         "--plot",
+        "--markdown",
         "--slo",
         "--quiet",
         "throughput",
@@ -67,21 +69,56 @@ fn bad_flags_are_refused_with_a_reason() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--size"));
 }
 
+/// The check, small: the binary against a fresh sluice server
+/// prints its table and writes JSON with nothing lost.
 #[test]
-fn a_sluice_target_says_why_it_cannot_run() {
+fn throughput_against_sluice_writes_json() {
+    let server = SluiceServer::start(&[]);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cli-sluice-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("out.json");
+    let md = dir.join("medians.md");
     let out = loadgen()
         .args([
             "throughput",
             "--target",
-            "sluice://127.0.0.1:7171",
+            &server.url(),
             "--messages",
-            "10",
+            "5000",
             "--quiet",
         ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--markdown")
+        .arg(&md)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("sluice-client"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("SEND"),
+        "the configuration is printed: {stdout}"
+    );
+    assert!(stdout.contains(&server.url()), "the table names the target");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let o = &v.as_array().unwrap()[0];
+    assert_eq!(o["sent"], 5000);
+    assert_eq!(o["deleted"], 5000);
+    assert_eq!(o["lost"], 0);
+    assert_eq!(o["duplicates"], 0);
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        md.contains(&format!("| `{}` | 1/1 |", server.url())),
+        "{md}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

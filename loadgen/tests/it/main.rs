@@ -1,9 +1,11 @@
 //! Integration tests: each adapter against its real server, started here on a
-//! free loopback port with persistence off, and the binary end to end.
+//! free loopback port with persistence off (sluice in-process, the peers as
+//! their own binaries), and the binary end to end.
 //!
 //! A missing peer binary skips its tests with a printed reason, except when
 //! `CI=true`, where it fails them.
 
 mod cli;
 mod peers;
+mod sluice;
 mod workloads;

@@ -7,13 +7,14 @@ use sluice_loadgen::config::{RunConfig, RunSpec, Workload};
 use sluice_loadgen::run::{self, Output, PassReport};
 
 use crate::peers::{self, PeerKind};
+use crate::sluice::SluiceServer;
 
 const MESSAGES: u64 = 2_000;
 
-fn spec(peer: &peers::Peer, workload: Workload) -> RunSpec {
+fn spec(url: &str, workload: Workload) -> RunSpec {
     RunSpec {
         workload: Some(workload),
-        targets: vec![TargetUrl::parse(&peer.url()).unwrap()],
+        targets: vec![TargetUrl::parse(url).unwrap()],
         messages: Some(MESSAGES),
         producers: Some(2),
         consumers: Some(2),
@@ -42,7 +43,11 @@ fn throughput(kind: PeerKind) {
     let Some(peer) = peers::start(kind) else {
         return;
     };
-    let mut s = spec(&peer, Workload::Throughput);
+    check_throughput(&peer.url());
+}
+
+fn check_throughput(url: &str) {
+    let mut s = spec(url, Workload::Throughput);
     s.visibility_timeout = Some(Duration::from_secs(1));
     let r = run_one(s);
     assert_eq!(r.tally.sent, MESSAGES);
@@ -59,7 +64,11 @@ fn redelivery(kind: PeerKind) {
     let Some(peer) = peers::start(kind) else {
         return;
     };
-    let mut s = spec(&peer, Workload::Redelivery);
+    check_redelivery(&peer.url());
+}
+
+fn check_redelivery(url: &str) {
+    let mut s = spec(url, Workload::Redelivery);
     s.visibility_timeout = Some(Duration::from_secs(1));
     s.fail_ratio = Some(0.5);
     let r = run_one(s);
@@ -78,13 +87,35 @@ fn latency(kind: PeerKind) {
     let Some(peer) = peers::start(kind) else {
         return;
     };
-    let mut s = spec(&peer, Workload::Latency);
+    check_latency(&peer.url());
+}
+
+fn check_latency(url: &str) {
+    let mut s = spec(url, Workload::Latency);
     s.messages = Some(1_000);
     s.rate = Some(5_000);
     let r = run_one(s);
     assert_eq!((r.tally.sent, r.tally.deleted), (1_000, 1_000));
     assert_eq!((r.tally.lost, r.duplicates), (0, 0));
     assert_eq!(r.recorder.send_to_receive_uncorrected.len(), 1_000);
+}
+
+#[test]
+fn sluice_throughput() {
+    let server = SluiceServer::start(&[]);
+    check_throughput(&server.url());
+}
+
+#[test]
+fn sluice_redelivery() {
+    let server = SluiceServer::start(&[]);
+    check_redelivery(&server.url());
+}
+
+#[test]
+fn sluice_latency() {
+    let server = SluiceServer::start(&[]);
+    check_latency(&server.url());
 }
 
 #[test]
@@ -207,7 +238,12 @@ fn authenticated(kind: PeerKind, flags: &[&str]) {
     let Some(peer) = peers::start_with(kind, flags) else {
         return;
     };
-    let mut s = spec(&peer, Workload::Throughput);
+    check_auth(&peer.url());
+}
+
+/// The server at `url` wants the token `s3cret`.
+fn check_auth(url: &str) {
+    let mut s = spec(url, Workload::Throughput);
     s.messages = Some(200);
     s.token = Some("s3cret".into());
     let r = run_one(s.clone());
@@ -226,6 +262,18 @@ fn authenticated(kind: PeerKind, flags: &[&str]) {
         Ok(_) => panic!("a wrong token was accepted"),
         Err(e) => assert!(e.to_string().contains("set-up failed"), "{e}"),
     }
+}
+
+#[test]
+fn sluice_auth() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sluice-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let server = SluiceServer::start(&["--auth-token-file", token.to_str().unwrap()]);
+    check_auth(&server.url());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -1,0 +1,402 @@
+//! sluice itself, over the native blocking client (`sluice-client`).
+//!
+//! | operation | sluice |
+//! |---|---|
+//! | set up | `CREATE_QUEUE <name>` with the visibility timeout as the queue's |
+//! | send batch | one `SEND` request carrying the whole batch |
+//! | receive batch | one `RECEIVE` with max = the batch, the visibility timeout and a long-poll wait |
+//! | expired leases | nothing to do: the broker's timing wheel makes them visible again |
+//! | delete batch | one `DELETE` request carrying every receipt of the batch |
+//! | tear down | `DELETE_QUEUE <name>` |
+//!
+//! Each producer or consumer thread has its own [`Client`], so its own
+//! connection (and the client's reader thread); one request is in flight
+//! per connection at a time, as one batch is for the peers. A delete whose
+//! receipt is from an older delivery (`StaleReceipt`: the lease ran out and
+//! someone else received the message) or whose message is gone (`Gone`:
+//! that someone deleted it) is counted as refused, not as an error.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use sluice_client::{AttributeUpdate, Client, ClientConfig, Error, ReceiveOptions, SendEntry};
+
+use super::{
+    Adapter, AdapterError, CONNECT_TIMEOUT, QueueSpec, REPLY_TIMEOUT, Receipt, Role, Setting,
+    Target, TargetUrl,
+};
+use crate::units::format_duration;
+
+const PEER: &str = "sluice";
+/// The reconnect backoff: the load generator fails a pass rather than
+/// reconnect in the middle, but the client wants a policy.
+const RECONNECT_DELAY_INITIAL: Duration = Duration::from_millis(50);
+const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(1);
+
+/// The client's error as the runner sees it.
+fn adapter_error(addr: &str, err: Error) -> AdapterError {
+    match err {
+        Error::Connect { source, .. } => AdapterError::Connect {
+            peer: PEER,
+            addr: addr.to_owned(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        Error::Io(source) => AdapterError::Io {
+            peer: PEER,
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        Error::Timeout(after) => AdapterError::Io {
+            peer: PEER,
+            source: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no reply within {}", format_duration(after)),
+            ),
+        },
+        Error::Disconnected(_) | Error::Closed => AdapterError::Closed { peer: PEER },
+        Error::Protocol(detail) => AdapterError::Protocol { peer: PEER, detail },
+        other => AdapterError::Server {
+            peer: PEER,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// The queue as sluice sees it.
+#[derive(Debug, Clone)]
+struct Queue {
+    name: String,
+    visibility: Duration,
+    batch_max: usize,
+}
+
+/// A sluice server under test.
+pub struct SluiceTarget {
+    url: TargetUrl,
+    token: Option<String>,
+    /// The set-up connection, kept for the tear-down.
+    admin: Option<Client>,
+    queue: Option<Queue>,
+    server: Vec<Setting>,
+}
+
+impl std::fmt::Debug for SluiceTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SluiceTarget")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl SluiceTarget {
+    /// A target for `url`, saying HELLO with `token` when given.
+    pub fn new(url: TargetUrl, token: Option<String>) -> Self {
+        Self {
+            url,
+            token,
+            admin: None,
+            queue: None,
+            server: Vec::new(),
+        }
+    }
+
+    fn addr(&self) -> String {
+        if self.url.host.contains(':') {
+            format!("[{}]:{}", self.url.host, self.url.port)
+        } else {
+            format!("{}:{}", self.url.host, self.url.port)
+        }
+    }
+
+    fn client(&self) -> Result<Client, AdapterError> {
+        let addr = self.addr();
+        let mut config = ClientConfig::new(addr.clone())
+            .connect_timeout(CONNECT_TIMEOUT)
+            .request_timeout(REPLY_TIMEOUT)
+            .reconnect_delays(RECONNECT_DELAY_INITIAL, RECONNECT_DELAY_MAX);
+        if let Some(token) = &self.token {
+            config = config.auth_token(Bytes::copy_from_slice(token.as_bytes()));
+        }
+        Client::connect(config).map_err(|e| adapter_error(&addr, e))
+    }
+
+    fn admin(&mut self) -> Result<Client, AdapterError> {
+        if let Some(c) = &self.admin {
+            return Ok(c.clone());
+        }
+        let c = self.client()?;
+        self.admin = Some(c.clone());
+        Ok(c)
+    }
+}
+
+/// The visibility timeout in whole milliseconds (sluice's unit), rounded
+/// up so a lease never ends before the one asked for.
+fn visibility_ms(visibility: Duration) -> Result<u32, AdapterError> {
+    let ms = visibility.as_nanos().div_ceil(1_000_000);
+    u32::try_from(ms).ok().filter(|&ms| ms > 0).ok_or_else(|| {
+        AdapterError::Unsupported(format!(
+            "sluice: a visibility timeout of {} cannot be set",
+            format_duration(visibility)
+        ))
+    })
+}
+
+impl Target for SluiceTarget {
+    fn kind(&self) -> &'static str {
+        PEER
+    }
+
+    fn setup(&mut self, spec: &QueueSpec) -> Result<(), AdapterError> {
+        let visibility_ms = visibility_ms(spec.visibility_timeout)?;
+        let batch_max = u16::try_from(spec.batch_max).map_err(|_| {
+            AdapterError::Unsupported(format!("sluice: a batch of {} entries", spec.batch_max))
+        })?;
+        let addr = self.addr();
+        let admin = self.admin()?;
+        let err = |e| adapter_error(&addr, e);
+        admin
+            .create_queue(
+                &spec.name,
+                &AttributeUpdate {
+                    visibility_timeout_ms: Some(visibility_ms),
+                    ..AttributeUpdate::default()
+                },
+            )
+            .map_err(err)?;
+        let mut server = Vec::new();
+        let stats = admin.server_stats().map_err(err)?;
+        let memory = stats
+            .counter("memory_max_bytes")
+            .map(|b| format!(", memory max {} MiB", b >> 20))
+            .unwrap_or_default();
+        server.push(Setting::new(
+            "server",
+            format!(
+                "{}, {} shard(s), io {}{memory}",
+                stats.server_version, stats.shards, stats.io_backend
+            ),
+        ));
+        self.server = server;
+        self.queue = Some(Queue {
+            name: spec.name.clone(),
+            visibility: Duration::from_millis(visibility_ms.into()),
+            batch_max: batch_max.into(),
+        });
+        Ok(())
+    }
+
+    fn connect(&self, _role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
+        let queue = self
+            .queue
+            .clone()
+            .ok_or_else(|| AdapterError::Unsupported("sluice: connect before setup".into()))?;
+        Ok(Box::new(SluiceAdapter {
+            client: self.client()?,
+            addr: self.addr(),
+            entries: Vec::with_capacity(queue.batch_max),
+            bodies: BytesMut::new(),
+            receipts: Vec::with_capacity(queue.batch_max),
+            queue,
+        }))
+    }
+
+    fn settings(&self) -> Vec<Setting> {
+        let mut s = self.server.clone();
+        if let Some(q) = &self.queue {
+            s.push(Setting::new(
+                "queue",
+                format!(
+                    "{} (visibility timeout {} as the queue's and on every receive)",
+                    q.name,
+                    format_duration(q.visibility)
+                ),
+            ));
+            s.push(Setting::new(
+                "client",
+                "sluice-client blocking Client, one per connection (its own reader thread)",
+            ));
+            s.push(Setting::new("send", "one SEND request per batch"));
+            s.push(Setting::new(
+                "receive",
+                "one RECEIVE per batch, max <batch>, long-poll wait 100 ms",
+            ));
+            s.push(Setting::new(
+                "delete",
+                "one DELETE request with every receipt of the batch",
+            ));
+            s.push(Setting::new(
+                "expired leases",
+                "the broker's timer makes them visible again; the consumers do nothing",
+            ));
+        }
+        s
+    }
+
+    fn teardown(&mut self) -> Result<(), AdapterError> {
+        if let Some(q) = self.queue.take() {
+            let addr = self.addr();
+            let admin = self.admin()?;
+            admin
+                .delete_queue(&q.name)
+                .map_err(|e| adapter_error(&addr, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// One sluice connection of a pass.
+struct SluiceAdapter {
+    client: Client,
+    addr: String,
+    queue: Queue,
+    /// The batch being sent; bodies share one buffer per batch.
+    entries: Vec<SendEntry>,
+    bodies: BytesMut,
+    receipts: Vec<sluice_client::Receipt>,
+}
+
+impl SluiceAdapter {
+    fn err(&self, e: Error) -> AdapterError {
+        adapter_error(&self.addr, e)
+    }
+}
+
+impl Adapter for SluiceAdapter {
+    fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        if bodies.is_empty() {
+            return Ok(());
+        }
+        self.bodies
+            .reserve(bodies.iter().map(|b| b.len()).sum::<usize>());
+        for b in bodies {
+            self.bodies.extend_from_slice(b);
+        }
+        let all = self.bodies.split().freeze();
+        self.entries.clear();
+        let mut at = 0;
+        for b in bodies {
+            self.entries
+                .push(SendEntry::new(all.slice(at..at + b.len())));
+            at += b.len();
+        }
+        let results = self
+            .client
+            .send_batch(&self.queue.name, &self.entries)
+            .map_err(|e| self.err(e))?;
+        if results.len() != bodies.len() {
+            return Err(AdapterError::Protocol {
+                peer: PEER,
+                detail: format!(
+                    "{} results for a SEND of {} entries",
+                    results.len(),
+                    bodies.len()
+                ),
+            });
+        }
+        // A refused entry fails the pass: the runner counts every entry of
+        // an acknowledged batch as sent.
+        for (i, r) in results.into_iter().enumerate() {
+            if let Err(e) = r {
+                return Err(AdapterError::Server {
+                    peer: PEER,
+                    message: format!("SEND entry {i}: {e}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn receive_batch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
+        let max = u16::try_from(max.clamp(1, self.queue.batch_max.max(1))).unwrap_or(u16::MAX);
+        let options = ReceiveOptions::new(max)
+            .visibility_timeout(self.queue.visibility)
+            .wait(wait);
+        let messages = self
+            .client
+            .receive(&self.queue.name, options)
+            .map_err(|e| self.err(e))?;
+        for m in &messages {
+            on_message(&m.body, Receipt::Sluice(m.receipt));
+        }
+        Ok(messages.len())
+    }
+
+    fn delete_batch(
+        &mut self,
+        receipts: &[Receipt],
+        rejected: &mut Vec<usize>,
+    ) -> Result<(), AdapterError> {
+        if receipts.is_empty() {
+            return Ok(());
+        }
+        self.receipts.clear();
+        for r in receipts {
+            match r {
+                Receipt::Sluice(r) => self.receipts.push(*r),
+                _ => {
+                    return Err(AdapterError::Unsupported(
+                        "sluice: a receipt from another adapter".into(),
+                    ));
+                }
+            }
+        }
+        let results = self
+            .client
+            .delete_batch(&self.queue.name, &self.receipts)
+            .map_err(|e| self.err(e))?;
+        if results.len() != receipts.len() {
+            return Err(AdapterError::Protocol {
+                peer: PEER,
+                detail: format!(
+                    "{} results for a DELETE of {} receipts",
+                    results.len(),
+                    receipts.len()
+                ),
+            });
+        }
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(()) => {}
+                // The lease ran out and the message went to someone else
+                // (who may have deleted it since): not deleted by us.
+                Err(Error::StaleReceipt(_) | Error::Gone(_)) => rejected.push(i),
+                Err(e) => {
+                    return Err(AdapterError::Server {
+                        peer: PEER,
+                        message: format!("DELETE entry {i}: {e}"),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visibility_rounds_up_to_whole_milliseconds() {
+        assert_eq!(visibility_ms(Duration::from_secs(1)).unwrap(), 1_000);
+        assert_eq!(visibility_ms(Duration::from_micros(1_500)).unwrap(), 2);
+        assert_eq!(visibility_ms(Duration::from_nanos(1)).unwrap(), 1);
+        assert!(visibility_ms(Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn client_errors_map_to_adapter_errors() {
+        let e = adapter_error("h:1", Error::Disconnected("x".into()));
+        assert!(matches!(e, AdapterError::Closed { peer: "sluice" }));
+        let e = adapter_error("h:1", Error::QueueNotFound("q".into()));
+        match e {
+            AdapterError::Server { message, .. } => assert!(message.contains("QueueNotFound")),
+            other => panic!("{other:?}"),
+        }
+    }
+}

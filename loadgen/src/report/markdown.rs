@@ -1,0 +1,170 @@
+//! A Markdown table of each target's medians over its passes, with ratios
+//! against the first target: what `benches/compare.sh` puts into
+//! BENCHMARKS.md.
+
+use std::io::{self, Write};
+
+use crate::run::{PassOutcome, PassReport};
+use crate::stats::Percentiles;
+use crate::units::format_us;
+
+/// One target's medians.
+struct Row {
+    name: String,
+    ok: usize,
+    passes: usize,
+    rate: f64,
+    p: Percentiles,
+    lost: u64,
+    duplicates: u64,
+}
+
+fn rows(outcomes: &[PassOutcome]) -> Vec<Row> {
+    let mut names: Vec<String> = Vec::new();
+    for o in outcomes {
+        let name = o.target.to_string();
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let mine: Vec<&PassOutcome> = outcomes
+                .iter()
+                .filter(|o| o.target.to_string() == name)
+                .collect();
+            let ok: Vec<&PassReport> = mine.iter().filter_map(|o| o.result.as_ref().ok()).collect();
+            let mut rates: Vec<f64> = ok.iter().map(|r| r.throughput).collect();
+            rates.sort_by(f64::total_cmp);
+            let p = Percentiles::median_of(
+                &ok.iter()
+                    .map(|r| r.primary_percentiles())
+                    .collect::<Vec<_>>(),
+            );
+            Row {
+                name,
+                ok: ok.len(),
+                passes: mine.len(),
+                rate: rates.get(rates.len() / 2).copied().unwrap_or(0.0),
+                p,
+                lost: ok.iter().map(|r| r.tally.lost).sum(),
+                duplicates: ok.iter().map(|r| r.duplicates).sum(),
+            }
+        })
+        .collect()
+}
+
+fn ratio(num: f64, den: f64) -> String {
+    if den > 0.0 && num > 0.0 {
+        format!("{:.2}x", num / den)
+    } else {
+        "-".into()
+    }
+}
+
+/// Writes the table: one row per target, in the order they first appear;
+/// the ratios compare the first target with each other one
+/// (first's msgs/s / this one's, this one's p99 / first's).
+pub fn write(out: &mut dyn Write, outcomes: &[PassOutcome]) -> io::Result<()> {
+    let rows = rows(outcomes);
+    let Some(first) = rows.first() else {
+        return Ok(());
+    };
+    let metric = outcomes
+        .iter()
+        .find_map(|o| o.result.as_ref().ok())
+        .map_or("latency", PassReport::primary_name);
+    let short = first.name.split("://").next().unwrap_or("first");
+    writeln!(
+        out,
+        "| target | passes ok | msgs/s (median) | {short} ÷ target, msgs/s | {metric} p50 | p99 | p99.9 | max | target ÷ {short}, p99 | lost | duplicates |"
+    )?;
+    writeln!(
+        out,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )?;
+    for (i, r) in rows.iter().enumerate() {
+        let (rate_ratio, p99_ratio) = if i == 0 {
+            ("(reference)".to_owned(), "(reference)".to_owned())
+        } else {
+            (
+                ratio(first.rate, r.rate),
+                ratio(r.p.p99 as f64, first.p.p99 as f64),
+            )
+        };
+        let lat = |us: u64| {
+            if r.ok == 0 {
+                "-".to_owned()
+            } else {
+                format_us(us)
+            }
+        };
+        writeln!(
+            out,
+            "| `{}` | {}/{} | {:.0} | {rate_ratio} | {} | {} | {} | {} | {p99_ratio} | {} | {} |",
+            r.name,
+            r.ok,
+            r.passes,
+            r.rate,
+            lat(r.p.p50),
+            lat(r.p.p99),
+            lat(r.p.p999),
+            lat(r.p.max),
+            r.lost,
+            r.duplicates
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Workload;
+    use crate::report::json::tests::report;
+    use crate::run::RunError;
+
+    #[test]
+    fn medians_and_ratios_against_the_first_target() {
+        let mut outcomes = Vec::new();
+        for pass in 1..=3 {
+            for (url, scale) in [
+                ("sluice://127.0.0.1:7171", 1),
+                ("redis://127.0.0.1:6379", 4),
+            ] {
+                let mut r = report(url, Workload::Throughput, pass, scale);
+                r.throughput = 8_000.0 / scale as f64;
+                outcomes.push(PassOutcome {
+                    target: r.target.clone(),
+                    pass,
+                    result: Ok(r),
+                });
+            }
+        }
+        outcomes.push(PassOutcome {
+            target: crate::adapter::TargetUrl::parse("nats://127.0.0.1:4222").unwrap(),
+            pass: 1,
+            result: Err(RunError::Panicked("consumer 0".into())),
+        });
+        let mut out = Vec::new();
+        write(&mut out, &outcomes).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 5, "{text}");
+        assert!(lines[0].contains("sluice ÷ target"), "{text}");
+        assert!(lines[2].starts_with("| `sluice://127.0.0.1:7171` | 3/3 |"));
+        assert!(lines[2].contains("(reference)"));
+        let redis = lines[3];
+        assert!(
+            redis.starts_with("| `redis://127.0.0.1:6379` | 3/3 |"),
+            "{redis}"
+        );
+        assert!(
+            redis.contains("| 2000 | 4.00x |"),
+            "a quarter of the rate: {redis}"
+        );
+        assert!(redis.contains("| 4.00x | 0 | 0 |"), "4x the p99: {redis}");
+        assert!(lines[4].starts_with("| `nats://127.0.0.1:4222` | 0/1 | 0 | - |"));
+    }
+}
