@@ -5,7 +5,7 @@
 //! |---|---|
 //! | set up | `$JS.API.STREAM.CREATE.<name>`: work-queue retention, memory storage, one subject; `$JS.API.CONSUMER.DURABLE.CREATE.<name>.loadgen`: durable pull consumer, explicit ack, `ack_wait` = visibility timeout, unlimited `max_ack_pending` and `max_deliver` |
 //! | send batch | one `PUB <subject> <inbox>` per message, pipelined in one write, then every JetStream publish ack read |
-//! | receive batch | `PUB $JS.API.CONSUMER.MSG.NEXT.<name>.loadgen <inbox>` with `{"batch":<max>,"expires":<wait>,"no_wait":true}`: the server sends what is available (up to the batch) at once, or waits up to `expires` and sends as soon as something arrives, then ends the request with a 404/408 status |
+//! | receive batch | `PUB $JS.API.CONSUMER.MSG.NEXT.<name>.loadgen <inbox>` with `{"batch":<max>,"expires":<wait>,"no_wait":true}`: the server sends what is available (up to the batch) at once, or waits up to `expires` and sends as soon as something arrives, then ends the request with a 404/408 status; the client ends it 100 ms past `expires` if no status came (nats-server 2.9 can drop a request unanswered) |
 //! | delete batch | one `PUB <ack subject>` with an empty body (`+ACK`) per message, pipelined; the last one carries a reply inbox (a double ack) and its confirmation, sent after the acks before it were processed, ends the batch |
 //! | tear down | `$JS.API.STREAM.DELETE.<name>` |
 //!
@@ -16,12 +16,14 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use super::wire::{LineConn, last_len, push_u64, text};
-use super::{Adapter, AdapterError, QueueSpec, Receipt, Role, Setting, Target, TargetUrl};
+use super::wire::{LineConn, is_timeout, last_len, push_u64, text};
+use super::{
+    Adapter, AdapterError, QueueSpec, REPLY_TIMEOUT, Receipt, Role, Setting, Target, TargetUrl,
+};
 use crate::units::format_duration;
 
 const PEER: &str = "nats";
@@ -31,6 +33,10 @@ const DURABLE: &str = "loadgen";
 const INBOX_SID: &[u8] = b"1";
 /// The shortest pull `expires` sent (the server wants a positive one).
 const EXPIRES_MIN: Duration = Duration::from_millis(1);
+/// How long past a pull request's `expires` the client waits for the
+/// request's end before ending it itself (a server under load can answer
+/// late; a status or delivery that comes after is still handled).
+const PULL_GRACE: Duration = Duration::from_millis(100);
 
 /// Where a message's line and payload sit in the read buffer.
 type FrameAt = (Range<usize>, Range<usize>);
@@ -421,6 +427,57 @@ impl NatsAdapter {
     }
 }
 
+impl NatsAdapter {
+    /// Reads the answer to the pull request on `self.reply`: deliveries
+    /// until the batch is full, a status ends the request, or `deadline`
+    /// passes.
+    fn read_pull(
+        &mut self,
+        max: usize,
+        deadline: Instant,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
+        let mut got = 0;
+        while got < max {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            self.conn.conn.set_read_timeout(left)?;
+            let m = match self.conn.next_msg() {
+                Ok(m) => m,
+                // The request's status never came: the pull is over.
+                Err(e) if is_timeout(&e) => break,
+                Err(e) => return Err(e),
+            };
+            if let Some(ack) = m.reply.filter(|r| r.starts_with(b"$JS.ACK.")) {
+                on_message(m.payload, Receipt::Bytes(ack.into()));
+                got += 1;
+                continue;
+            }
+            if m.subject != self.reply.as_slice() {
+                // A status for an earlier request, or a stray reply.
+                continue;
+            }
+            match m.status {
+                // No messages, or the request's time is up: the pull is over.
+                Some(404 | 408) => break,
+                // Idle heartbeat, or a plain message.
+                Some(100) | None => continue,
+                Some(code) => {
+                    return Err(AdapterError::Server {
+                        peer: PEER,
+                        message: format!(
+                            "pull request ended with status {code}: {}",
+                            text(m.payload)
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(got)
+    }
+}
+
 impl Adapter for NatsAdapter {
     fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
         let subject = self.queue.stream.as_bytes();
@@ -470,41 +527,21 @@ impl Adapter for NatsAdapter {
             }
             return Ok(got);
         }
-        let expires = u64::try_from(wait.max(EXPIRES_MIN).as_nanos()).unwrap_or(u64::MAX);
+        let wait = wait.max(EXPIRES_MIN);
+        let expires = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
         let request = format!(r#"{{"batch":{max},"expires":{expires},"no_wait":true}}"#);
         self.conn.reply_subject(&mut self.reply);
         self.conn
             .publish(&self.next_subject, &self.reply, request.as_bytes());
         self.conn.conn.flush()?;
-        let mut got = 0;
-        while got < max {
-            let m = self.conn.next_msg()?;
-            if let Some(ack) = m.reply.filter(|r| r.starts_with(b"$JS.ACK.")) {
-                on_message(m.payload, Receipt::Bytes(ack.into()));
-                got += 1;
-                continue;
-            }
-            if m.subject != self.reply.as_slice() {
-                // A status for an earlier request, or a stray reply.
-                continue;
-            }
-            match m.status {
-                // No messages, or the request's time is up: the pull is over.
-                Some(404 | 408) => break,
-                // Idle heartbeat, or a plain message.
-                Some(100) | None => continue,
-                Some(code) => {
-                    return Err(AdapterError::Server {
-                        peer: PEER,
-                        message: format!(
-                            "pull request ended with status {code}: {}",
-                            text(m.payload)
-                        ),
-                    });
-                }
-            }
-        }
-        Ok(got)
+        // The request's end is the client's to keep, as in the official
+        // clients: nats-server 2.9 can drop a request that expires just as
+        // a message becomes available for it without sending its 408, and
+        // waiting for that status would hang.
+        let deadline = Instant::now() + wait + PULL_GRACE;
+        let got = self.read_pull(max, deadline, on_message);
+        self.conn.conn.set_read_timeout(REPLY_TIMEOUT)?;
+        got
     }
 
     fn delete_batch(

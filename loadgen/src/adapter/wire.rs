@@ -9,6 +9,7 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::ops::Range;
+use std::time::Duration;
 
 use super::AdapterError;
 
@@ -63,6 +64,15 @@ impl LineConn {
             peer: self.peer,
             source,
         }
+    }
+
+    /// How long a read waits for the peer before failing with a timeout
+    /// ([`is_timeout`]); connections start at `REPLY_TIMEOUT`.
+    pub(crate) fn set_read_timeout(&mut self, wait: Duration) -> Result<(), AdapterError> {
+        let wait = wait.max(Duration::from_millis(1));
+        self.stream
+            .set_read_timeout(Some(wait))
+            .map_err(|e| self.io(e))
     }
 
     /// Sends everything written to `wbuf`.
@@ -172,6 +182,12 @@ impl LineConn {
     pub(crate) fn line(&mut self) -> Result<&[u8], AdapterError> {
         Ok(self.frame(|_| Ok(None))?.0)
     }
+}
+
+/// Whether `e` is a read that waited its whole read timeout (a partly read
+/// frame stays buffered, so reading again picks it up).
+pub(crate) fn is_timeout(e: &AdapterError) -> bool {
+    matches!(e, AdapterError::Io { source, .. } if source.kind() == ErrorKind::TimedOut)
 }
 
 /// Parses an unsigned decimal integer from ASCII.

@@ -6,6 +6,7 @@
 //! `CI=true`, where it fails them.
 
 mod cli;
+mod nats;
 mod peers;
 mod sluice;
 mod workloads;
