@@ -1,6 +1,6 @@
 //! NATS JetStream regressions, against a real nats-server.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_loadgen::adapter::TargetUrl;
 use sluice_loadgen::config::{RunConfig, RunSpec, Workload};
@@ -14,8 +14,9 @@ use crate::peers::{self, PeerKind};
 /// redelivery becomes due without ever answering it; the adapter used to
 /// wait for that answer and failed the pass after 30 s ("no reply within
 /// 30s": one pass in two at this size with `cargo test --release`, rarely
-/// in a debug build, whose slower client shifts the timing). Every left message must come
-/// back, and each pass end well within that timeout.
+/// in a debug build, whose slower client shifts the timing). Every pass must
+/// succeed (the old failure was a pass error) and every left message must
+/// come back. No timing is asserted.
 #[test]
 fn nats_redelivery_survives_unanswered_pulls() {
     let Some(peer) = peers::start(PeerKind::Nats) else {
@@ -37,7 +38,6 @@ fn nats_redelivery_survives_unanswered_pulls() {
     };
     let cfg = RunConfig::new(spec).unwrap();
     let mut printed = Vec::new();
-    let started = Instant::now();
     let outcomes = run::run(
         &cfg,
         &mut Output {
@@ -61,9 +61,4 @@ fn nats_redelivery_survives_unanswered_pulls() {
         assert_eq!(r.tally.lost, 0);
         assert!(!r.drain_timed_out);
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(25),
-        "two passes took {:?}",
-        started.elapsed()
-    );
 }
