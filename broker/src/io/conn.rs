@@ -9,10 +9,11 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::io;
 
 use bytes::{Buf, Bytes};
 
-use super::ConnId;
+use super::{ConnId, Event, OnEvent};
 
 /// What the caller asked for a connection's end.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -321,6 +322,26 @@ impl Ops {
         } else {
             None
         }
+    }
+
+    /// Reports the connection in slot `index` broken (if the caller still
+    /// knows it) and asks the backend to close it now. Returns how many
+    /// events it handed out.
+    pub(crate) fn fail(&mut self, index: u32, error: io::Error, cb: &mut OnEvent<'_>) -> usize {
+        let mut delivered = 0;
+        if let Some(conn) = self.take_open(index) {
+            cb(
+                self,
+                Event::Closed {
+                    conn,
+                    error: Some(error),
+                },
+            );
+            delivered = 1;
+        }
+        self.slot_mut(index).close = CloseReq::Now;
+        self.mark_dirty(index);
+        delivered
     }
 
     /// Records that the first `written` queued bytes of slot `index` went

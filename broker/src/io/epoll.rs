@@ -213,14 +213,14 @@ impl EpollDriver {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.conns[i].readable = false;
-                    delivered += self.fail(index, e, cb);
+                    delivered += self.ops.fail(index, e, cb);
                 }
             }
         }
 
         if self.ops.slot(index).close != CloseReq::Now && !self.conns[i].write_blocked {
             if let Err(e) = self.flush(index, fd) {
-                delivered += self.fail(index, e, cb);
+                delivered += self.ops.fail(index, e, cb);
             }
         }
 
@@ -294,23 +294,6 @@ impl EpollDriver {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    fn fail(&mut self, index: u32, error: io::Error, cb: &mut OnEvent<'_>) -> usize {
-        let mut delivered = 0;
-        if let Some(conn) = self.ops.take_open(index) {
-            cb(
-                &mut self.ops,
-                Event::Closed {
-                    conn,
-                    error: Some(error),
-                },
-            );
-            delivered = 1;
-        }
-        self.ops.slot_mut(index).close = CloseReq::Now;
-        self.ops.mark_dirty(index);
-        delivered
     }
 
     fn accept_ready(&mut self, cb: &mut OnEvent<'_>) -> io::Result<usize> {
@@ -391,11 +374,7 @@ impl EpollDriver {
     }
 
     fn wait_time(&self, deadline: Option<Instant>) -> Option<Duration> {
-        let until = match (deadline, self.accept_paused) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        until.map(|t| t.saturating_duration_since(Instant::now()))
+        super::wait_time(deadline, self.accept_paused)
     }
 }
 

@@ -65,7 +65,7 @@ use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[allow(unsafe_code)]
 mod buf_ring;
@@ -327,6 +327,16 @@ pub enum OpenError {
 
 /// The callback [`Driver::poll`] hands its events to.
 pub type OnEvent<'c> = dyn FnMut(&mut Ops, Event<'_>) + 'c;
+
+/// How long a backend's next wait may last: until `deadline`, and no later
+/// than `accept_paused_until`, when a paused accept is to be re-armed.
+fn wait_time(deadline: Option<Instant>, accept_paused_until: Option<Instant>) -> Option<Duration> {
+    let until = match (deadline, accept_paused_until) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    until.map(|t| t.saturating_duration_since(Instant::now()))
+}
 
 /// One shard's io driver. See the module docs for the contract.
 pub trait Driver: fmt::Debug {

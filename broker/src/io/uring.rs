@@ -628,24 +628,6 @@ impl UringDriver {
         Ok(delivered)
     }
 
-    /// Reports a broken connection and closes it.
-    fn fail(&mut self, index: u32, error: io::Error, cb: &mut OnEvent<'_>) -> usize {
-        let mut delivered = 0;
-        if let Some(conn) = self.ops.take_open(index) {
-            cb(
-                &mut self.ops,
-                Event::Closed {
-                    conn,
-                    error: Some(error),
-                },
-            );
-            delivered = 1;
-        }
-        self.ops.slot_mut(index).close = CloseReq::Now;
-        self.ops.mark_dirty(index);
-        delivered
-    }
-
     /// Submits what is queued and waits for at least one completion, at
     /// most `wait`.
     fn enter(&mut self, wait: Option<Duration>) -> io::Result<Waited> {
@@ -825,7 +807,7 @@ impl UringDriver {
         if res > 0 {
             let Some(bid) = bid else {
                 let error = io::Error::other("io_uring receive completed without a buffer");
-                return self.fail(index, error, cb);
+                return self.ops.fail(index, error, cb);
             };
             let slot = self.ops.slot(index);
             let open = slot.user_open && slot.close == CloseReq::None;
@@ -848,7 +830,7 @@ impl UringDriver {
                 None => {
                     self.bufs.recycle(bid);
                     let error = io::Error::other("io_uring named a buffer outside the ring");
-                    return self.fail(index, error, cb);
+                    return self.ops.fail(index, error, cb);
                 }
             };
             self.bufs.recycle(bid);
@@ -865,7 +847,9 @@ impl UringDriver {
             // Out of buffers ends the multishot receive; it is re-armed once
             // this batch has given its buffers back. ECANCELED: ours.
             libc::ENOBUFS | libc::ECANCELED => 0,
-            errno => self.fail(index, io::Error::from_raw_os_error(errno), cb),
+            errno => self
+                .ops
+                .fail(index, io::Error::from_raw_os_error(errno), cb),
         }
     }
 
@@ -881,9 +865,9 @@ impl UringDriver {
             self.ops.consume_sent(index, res as usize);
         } else if res == 0 && requested > 0 {
             let error = io::Error::from(io::ErrorKind::WriteZero);
-            delivered = self.fail(index, error, cb);
+            delivered = self.ops.fail(index, error, cb);
         } else if res < 0 && res != -libc::ECANCELED {
-            delivered = self.fail(index, io::Error::from_raw_os_error(-res), cb);
+            delivered = self.ops.fail(index, io::Error::from_raw_os_error(-res), cb);
         }
         if self.ops.slot(index).close == CloseReq::Now {
             // Nothing of the queue is in flight any more.
@@ -899,11 +883,7 @@ impl UringDriver {
             Accept::Paused(until) if self.accepting => Some(until),
             _ => None,
         };
-        let until = match (deadline, pause) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        until.map(|t| t.saturating_duration_since(Instant::now()))
+        super::wait_time(deadline, pause)
     }
 
     /// Cancels everything and reaps until nothing is in flight. Returns
