@@ -168,10 +168,7 @@ impl Target for BeanstalkdTarget {
     }
 
     fn connect(&self, role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
-        let tube = self
-            .tube
-            .clone()
-            .ok_or_else(|| AdapterError::Unsupported("beanstalkd: connect before setup".into()))?;
+        let tube = super::set_up(self.tube.as_ref(), PEER)?.clone();
         let mut c = Conn::connect(&self.url)?;
         match role {
             Role::Producer(_) => c.expect(&format!("use {}", tube.name), "USING")?,

@@ -106,6 +106,12 @@ pub struct QueueSpec {
     pub consumers: usize,
 }
 
+/// What a target's `setup` left for its connections, or, before `setup`
+/// ran, the error every target gives for a `connect` that came too early.
+pub(crate) fn set_up<'a, T>(state: Option<&'a T>, peer: &str) -> Result<&'a T, AdapterError> {
+    state.ok_or_else(|| AdapterError::Unsupported(format!("{peer}: connect before setup")))
+}
+
 /// What a connection is for; adapters set up differently for each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {

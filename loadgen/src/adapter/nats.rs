@@ -353,10 +353,7 @@ impl Target for NatsTarget {
     }
 
     fn connect(&self, _role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
-        let queue = self
-            .queue
-            .clone()
-            .ok_or_else(|| AdapterError::Unsupported("nats: connect before setup".into()))?;
+        let queue = super::set_up(self.queue.as_ref(), PEER)?.clone();
         let conn = NatsConn::connect(&self.url, self.token.as_deref())?;
         Ok(Box::new(NatsAdapter {
             next_subject: format!("$JS.API.CONSUMER.MSG.NEXT.{}.{DURABLE}", queue.stream)

@@ -280,9 +280,7 @@ impl RedisTarget {
     }
 
     fn stream(&self) -> Result<&Stream, AdapterError> {
-        self.stream
-            .as_ref()
-            .ok_or_else(|| AdapterError::Unsupported("redis: connect before setup".into()))
+        super::set_up(self.stream.as_ref(), PEER)
     }
 }
 

@@ -186,10 +186,7 @@ impl Target for SluiceTarget {
     }
 
     fn connect(&self, _role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
-        let queue = self
-            .queue
-            .clone()
-            .ok_or_else(|| AdapterError::Unsupported("sluice: connect before setup".into()))?;
+        let queue = super::set_up(self.queue.as_ref(), PEER)?.clone();
         Ok(Box::new(SluiceAdapter {
             client: self.client()?,
             addr: self.addr(),
