@@ -183,15 +183,8 @@ async fn read_loop(
     pending: Arc<Pending<ReplySlot>>,
 ) {
     let end = loop {
-        match decoder.decode(&mut buf) {
-            Ok(Some(frame)) => {
-                if let Some(err) = pending.dispatch(frame) {
-                    break err;
-                }
-                continue;
-            }
-            Ok(None) => {}
-            Err(e) => break Error::Protocol(format!("bad frame from the server: {e}")),
+        if let Err(err) = pending.dispatch_buffered(&mut decoder, &mut buf) {
+            break err;
         }
         buf.reserve(64 * 1024);
         match read.read_buf(&mut buf).await {

@@ -212,15 +212,8 @@ fn read_loop(
     pending: &Pending<ReplySlot>,
 ) {
     let end = loop {
-        match decoder.decode(&mut buf) {
-            Ok(Some(frame)) => {
-                if let Some(err) = pending.dispatch(frame) {
-                    break err;
-                }
-                continue;
-            }
-            Ok(None) => {}
-            Err(e) => break Error::Protocol(format!("bad frame from the server: {e}")),
+        if let Err(err) = pending.dispatch_buffered(&mut decoder, &mut buf) {
+            break err;
         }
         match stream.read(&mut chunk) {
             Ok(0) => break Error::Disconnected("the server closed the connection".into()),

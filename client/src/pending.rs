@@ -11,7 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use sluice_protocol::{Frame, Reply};
+use bytes::BytesMut;
+use sluice_protocol::{Frame, FrameDecoder, Reply};
 
 use crate::error::{Error, Result};
 
@@ -125,6 +126,29 @@ impl<S: Slot> Pending<S> {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().slots.len()
+    }
+
+    /// Hands every whole frame buffered in `buf` to its request, for the
+    /// reader of either client. `Ok` when it needs more bytes; the error
+    /// that ends the connection when a frame is malformed or ends it.
+    pub(crate) fn dispatch_buffered(
+        &self,
+        decoder: &mut FrameDecoder,
+        buf: &mut BytesMut,
+    ) -> Result<()> {
+        loop {
+            match decoder.decode(buf) {
+                Ok(Some(frame)) => {
+                    if let Some(err) = self.dispatch(frame) {
+                        return Err(err);
+                    }
+                }
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    return Err(Error::Protocol(format!("bad frame from the server: {e}")));
+                }
+            }
+        }
     }
 
     /// Hands one frame from the server to its request. Returns the error
