@@ -13,12 +13,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sluice_broker::engine::doorbell::{self, Wake};
-use sluice_broker::engine::ring::LINK_CAPACITY_DEFAULT;
-use sluice_broker::engine::{
-    Op, OpResult, Registry, RegistryConfig, SendEntry, Shard, ShardConfig,
-};
-use sluice_protocol::{AttributeUpdate, Receipt};
+use sluice_benches::{WALL_MS, shards};
+use sluice_broker::engine::{Op, OpResult, SendEntry, Shard};
+use sluice_protocol::Receipt;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -28,39 +25,6 @@ const BATCH: usize = 64;
 /// Body bytes per message.
 const BODY_BYTES: usize = 100;
 const QUEUE: &str = "bench";
-const WALL_MS: u64 = 1_700_000_000_000;
-
-/// The shards of these benches are polled, never asleep.
-struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(&self) {}
-}
-
-/// `n` shards sharing one registry that holds `QUEUE`.
-fn shards(n: u16) -> Vec<Shard> {
-    let registry = Arc::new(Registry::new(RegistryConfig {
-        shards: n,
-        seed: 1,
-        ..RegistryConfig::default()
-    }));
-    registry
-        .create(QUEUE, &AttributeUpdate::default())
-        .expect("create the bench queue");
-    let wakers = (0..n).map(|_| Box::new(NoWake) as Box<dyn Wake>).collect();
-    doorbell::mesh(usize::from(n), LINK_CAPACITY_DEFAULT, wakers)
-        .into_iter()
-        .zip(0..n)
-        .map(|(links, shard)| {
-            let config = ShardConfig {
-                shard,
-                seed: u64::from(shard) + 1,
-            };
-            Shard::new(config, links, registry.clone(), 0, WALL_MS)
-        })
-        .collect()
-}
-
 /// One send request of `BATCH` entries whose bodies share one buffer, as
 /// bodies decoded from one receive buffer would.
 fn send_op(body: &Bytes) -> Op {
@@ -111,7 +75,7 @@ fn one_shard_cycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("engine_cycle");
     group.throughput(Throughput::Elements(BATCH as u64));
     let body = Bytes::from(vec![0x5a; BODY_BYTES]);
-    let mut shard = shards(1).pop().expect("one shard");
+    let mut shard = shards(1, QUEUE).pop().expect("one shard");
     let mut ticket = 0;
     // The virtual clock moves 10 µs per cycle, so timers are inserted and
     // cancelled as in a live shard and the wheel advances now and then.
@@ -129,7 +93,7 @@ fn one_shard_cycle(c: &mut Criterion) {
 /// receives + deletes; with 2 shards, shard 1 (its own thread) only
 /// receives + deletes, by steals. Returns messages deleted per second.
 fn hot_queue(shard_count: u16, duration: Duration) -> f64 {
-    let mut all = shards(shard_count);
+    let mut all = shards(shard_count, QUEUE);
     let body = Bytes::from(vec![0x5a; BODY_BYTES]);
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();

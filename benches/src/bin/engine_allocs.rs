@@ -11,15 +11,10 @@
 //! difference of the instruction counts over the difference of the cycles
 //! is the instructions per cycle (system allocator, instrumented).
 
-use std::sync::Arc;
-
 use bytes::Bytes;
-use sluice_broker::engine::doorbell::{self, Wake};
-use sluice_broker::engine::ring::LINK_CAPACITY_DEFAULT;
-use sluice_broker::engine::{
-    Op, OpResult, Registry, RegistryConfig, SendEntry, Shard, ShardConfig,
-};
-use sluice_protocol::{AttributeUpdate, Receipt};
+use sluice_benches::{WALL_MS, shards};
+use sluice_broker::engine::{Op, OpResult, SendEntry};
+use sluice_protocol::Receipt;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
@@ -28,15 +23,8 @@ static GLOBAL: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
 const BATCH: usize = 64;
 const BODY_BYTES: usize = 100;
 const QUEUE: &str = "allocs";
-const WALL_MS: u64 = 1_700_000_000_000;
 const WARM_CYCLES: u64 = 10_000;
 const CYCLES_DEFAULT: u64 = 10_000;
-
-struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(&self) {}
-}
 
 /// Counts of one phase, per cycle.
 #[derive(Default)]
@@ -52,28 +40,7 @@ fn main() {
     let cycles: u64 = std::env::args()
         .nth(1)
         .map_or(CYCLES_DEFAULT, |a| a.parse().expect("CYCLES: a count"));
-    let registry = Arc::new(Registry::new(RegistryConfig {
-        shards: 1,
-        seed: 1,
-        ..RegistryConfig::default()
-    }));
-    registry
-        .create(QUEUE, &AttributeUpdate::default())
-        .expect("create the queue");
-    let links = doorbell::mesh(
-        1,
-        LINK_CAPACITY_DEFAULT,
-        vec![Box::new(NoWake) as Box<dyn Wake>],
-    )
-    .pop()
-    .expect("one shard's links");
-    let mut shard = Shard::new(
-        ShardConfig { shard: 0, seed: 1 },
-        links,
-        registry,
-        0,
-        WALL_MS,
-    );
+    let mut shard = shards(1, QUEUE).pop().expect("one shard");
     let body = Bytes::from(vec![0x5a; BODY_BYTES]);
     let mut counts = Counts::default();
     let mut now_ns = 1_000_000_000;

@@ -6,16 +6,10 @@
 //!
 //! `cargo run --release -p sluice-benches --bin engine_memory [-- MESSAGES]`
 
-use std::sync::Arc;
-
 use bytes::Bytes;
-use sluice_broker::engine::doorbell::{self, Wake};
-use sluice_broker::engine::ring::LINK_CAPACITY_DEFAULT;
+use sluice_benches::{WALL_MS, shards};
 use sluice_broker::engine::shard::footprint;
-use sluice_broker::engine::{
-    Op, OpResult, Registry, RegistryConfig, SendEntry, Shard, ShardConfig,
-};
-use sluice_protocol::AttributeUpdate;
+use sluice_broker::engine::{Op, OpResult, SendEntry};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -24,13 +18,6 @@ const MESSAGES_DEFAULT: usize = 10_000_000;
 const BATCH: usize = 1024;
 const BODY_BYTES: usize = 100;
 const QUEUE: &str = "held";
-const WALL_MS: u64 = 1_700_000_000_000;
-
-struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(&self) {}
-}
 
 /// Resident set size in bytes, from `/proc/self/statm` (second field, in
 /// pages).
@@ -49,28 +36,7 @@ fn main() {
     let messages = std::env::args()
         .nth(1)
         .map_or(MESSAGES_DEFAULT, |a| a.parse().expect("MESSAGES: a count"));
-    let registry = Arc::new(Registry::new(RegistryConfig {
-        shards: 1,
-        seed: 1,
-        ..RegistryConfig::default()
-    }));
-    registry
-        .create(QUEUE, &AttributeUpdate::default())
-        .expect("create the queue");
-    let links = doorbell::mesh(
-        1,
-        LINK_CAPACITY_DEFAULT,
-        vec![Box::new(NoWake) as Box<dyn Wake>],
-    )
-    .pop()
-    .expect("one shard's links");
-    let mut shard = Shard::new(
-        ShardConfig { shard: 0, seed: 1 },
-        links,
-        registry,
-        0,
-        WALL_MS,
-    );
+    let mut shard = shards(1, QUEUE).pop().expect("one shard");
     // The bodies arrive in a receive buffer that goes back to the kernel:
     // the engine copies each into its own allocation.
     let incoming = Bytes::from(vec![0x5a; BODY_BYTES * BATCH]);
