@@ -112,12 +112,15 @@ struct Args {
     client_cpu: usize,
     only: Vec<String>,
     ios: Vec<Io>,
+    /// Drive a server already running here instead of starting one.
+    connect: Option<SocketAddr>,
 }
 
 const USAGE: &str = "usage: server_bench [--quick] [--server PATH] [--passes N] [--batch N] \
 [--size BYTES] [--window N] [--receives N] [--backlog N] [--send-messages N] [--e2e-messages N] \
 [--send-conns 1,2] [--rounds N] [--warmup-rounds N] [--producers N] [--consumers N] \
-[--server-cpu C] [--client-cpu C] [--only send,e2e,rtt,shards] [--io uring,epoll]";
+[--server-cpu C] [--client-cpu C] [--only send,e2e,rtt,shards] [--io uring,epoll] \
+[--connect HOST:PORT]";
 
 impl Args {
     fn parse() -> Res<Args> {
@@ -141,6 +144,7 @@ impl Args {
             client_cpu: 1,
             only: vec!["send".into(), "e2e".into(), "rtt".into(), "shards".into()],
             ios: vec![Io::Uring, Io::Epoll],
+            connect: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -183,6 +187,13 @@ impl Args {
                 "--consumers" => args.consumers = small(&value)?,
                 "--server-cpu" => args.server_cpu = small(&value)?,
                 "--client-cpu" => args.client_cpu = small(&value)?,
+                "--connect" => {
+                    args.connect = Some(
+                        value
+                            .parse()
+                            .map_err(|e| format!("--connect {value}: {e}"))?,
+                    );
+                }
                 "--only" => args.only = value.split(',').map(str::to_owned).collect(),
                 "--io" => {
                     args.ios = value
@@ -215,7 +226,15 @@ impl Args {
                 return Err(format!("--only {o}: use send, e2e, rtt or shards"));
             }
         }
-        if !args.server.exists() {
+        if args.connect.is_some() {
+            // One run against a server started by hand (under callgrind or
+            // strace, say): `--io` only labels the figures.
+            args.passes = 1;
+            args.ios.truncate(1);
+            if args.only.iter().any(|o| o == "shards") {
+                return Err("--connect cannot run `shards` (it starts its own servers)".into());
+            }
+        } else if !args.server.exists() {
             return Err(format!(
                 "no server binary at {}: run `cargo build --release -p sluice-broker --bin \
                  sluice-server` or pass --server",
@@ -236,6 +255,23 @@ impl Args {
 struct ServerProc {
     child: Child,
     addr: SocketAddr,
+}
+
+/// The server to drive: a child started here, or the one `--connect` names.
+struct Target {
+    _child: Option<ServerProc>,
+    addr: SocketAddr,
+}
+
+fn target(args: &Args, io: Io) -> Res<Target> {
+    if let Some(addr) = args.connect {
+        return Ok(Target { _child: None, addr });
+    }
+    let child = ServerProc::start(args, io, 1, &args.server_cpu.to_string())?;
+    Ok(Target {
+        addr: child.addr,
+        _child: Some(child),
+    })
 }
 
 impl ServerProc {
@@ -653,7 +689,7 @@ fn pipe(client: Client, role: Role) -> Pipe {
 
 /// Send alone, pipelined, on `conns` connections.
 fn bench_send(args: &Args, io: Io, conns: usize) -> Res<Rate> {
-    let server = ServerProc::start(args, io, 1, &args.server_cpu.to_string())?;
+    let server = target(args, io)?;
     let mut pipes = Vec::new();
     for i in 0..conns {
         let mut c = Client::connect(server.addr)?;
@@ -680,7 +716,7 @@ fn bench_send(args: &Args, io: Io, conns: usize) -> Res<Rate> {
 
 /// Send + receive + delete on one connection.
 fn bench_e2e(args: &Args, io: Io) -> Res<Rate> {
-    let server = ServerProc::start(args, io, 1, &args.server_cpu.to_string())?;
+    let server = target(args, io)?;
     let mut c = Client::connect(server.addr)?;
     create_queue(&mut c)?;
     let role = Role {
@@ -777,7 +813,7 @@ fn round_trips(c: &mut Client, frame: &[u8], reply_op: u8, args: &Args) -> Res<H
 
 /// PING and SEND of one message, one at a time.
 fn bench_rtt(args: &Args, io: Io) -> Res<(Latency, Latency)> {
-    let server = ServerProc::start(args, io, 1, &args.server_cpu.to_string())?;
+    let server = target(args, io)?;
     let mut c = Client::connect(server.addr)?;
     create_queue(&mut c)?;
     let mut ping = BytesMut::new();
