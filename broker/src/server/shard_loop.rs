@@ -47,9 +47,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, PROTOCOL_VERSION};
+use sluice_protocol::reply::RECEIVE_REPLY_FIXED_BYTES;
 use sluice_protocol::{
     ErrorCode, Frame, HelloReply, QueueName, ReceiveReplyWriter, Reply, Request, ServerLimits,
-    WireError, opcode,
+    WireError, opcode, received_message_encoded_len,
 };
 
 use super::clock;
@@ -447,7 +448,7 @@ impl State {
             }
             Phase::Ready => match Request::decode(frame.opcode, frame.payload) {
                 Err(e) => self.reply(idx, frame.request_id, &Reply::Error(e.to_wire_error())),
-                Ok(request) => self.dispatch(idx, frame.request_id, frame.opcode, request),
+                Ok(request) => self.dispatch(ops, idx, frame.request_id, frame.opcode, request),
             },
         }
     }
@@ -524,7 +525,7 @@ impl State {
         self.reply(idx, frame.request_id, &reply);
     }
 
-    fn dispatch(&mut self, idx: usize, request_id: u32, op: u8, request: Request) {
+    fn dispatch(&mut self, ops: &mut Ops, idx: usize, request_id: u32, op: u8, request: Request) {
         match request {
             Request::Hello(_) => self.reply(
                 idx,
@@ -546,7 +547,7 @@ impl State {
                 };
                 match convert::to_op(request) {
                     Err(e) => self.reply(idx, request_id, &Reply::Error(e)),
-                    Ok(engine_op) => self.submit(idx, request_id, op, queue, engine_op),
+                    Ok(engine_op) => self.submit(ops, idx, request_id, op, queue, engine_op),
                 }
             }
         }
@@ -554,6 +555,7 @@ impl State {
 
     fn submit(
         &mut self,
+        ops: &mut Ops,
         idx: usize,
         request_id: u32,
         opcode: u8,
@@ -563,7 +565,7 @@ impl State {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         match self.engine.submit(ticket, op, self.now_ns, self.wall_ms) {
-            Some(result) => self.answer(idx, request_id, opcode, queue, result),
+            Some(result) => self.answer(ops, idx, request_id, opcode, queue, result),
             None => {
                 let Some(c) = self.conns[idx].as_mut() else {
                     self.engine.cancel(ticket);
@@ -586,6 +588,7 @@ impl State {
     /// Encodes the engine's answer for connection `idx`.
     fn answer(
         &mut self,
+        ops: &mut Ops,
         idx: usize,
         request_id: u32,
         opcode: u8,
@@ -594,7 +597,7 @@ impl State {
     ) {
         let result = match result {
             OpResult::Received(messages) if opcode == sluice_protocol::opcode::RECEIVE => {
-                return self.answer_receive(idx, request_id, queue, messages);
+                return self.answer_receive(ops, idx, request_id, queue, messages);
             }
             other => other,
         };
@@ -615,17 +618,31 @@ impl State {
     /// than left to wait out a lease nobody holds.
     fn answer_receive(
         &mut self,
+        ops: &mut Ops,
         idx: usize,
         request_id: u32,
         queue: Option<QueueName>,
         messages: Vec<crate::engine::ReceivedMessage>,
     ) {
         let mut undelivered = Vec::new();
+        let frame_bytes_max = self.limits.frame_bytes_max as usize;
         match self.conns.get_mut(idx).and_then(Option::as_mut) {
             Some(c) if c.phase != Phase::Closing => {
-                if c.out.is_empty() {
+                // Room for the whole reply before writing it. Were the
+                // buffer grown message by message, or with the replies of
+                // this turn still in it, each growth would copy all it
+                // holds into a new allocation (about once per four
+                // 64-message replies). Rather, what is there goes to the
+                // driver now, as its own buffer of the same gathered send.
+                let reply_bytes = receive_reply_bytes(&messages).min(frame_bytes_max);
+                let was_empty = c.out.is_empty();
+                if !was_empty && c.out.capacity() - c.out.len() < reply_bytes {
+                    ops.send(c.id, c.out.split().freeze());
+                }
+                if was_empty {
                     self.dirty.push(c.id);
                 }
+                c.out.reserve(reply_bytes);
                 let mut w =
                     ReceiveReplyWriter::begin(&mut c.out, request_id, self.limits.frame_bytes_max);
                 for m in &messages {
@@ -717,7 +734,7 @@ impl State {
 
     fn after_wait(&mut self, ops: &mut Ops) {
         self.engine.poll(self.now_ns, self.wall_ms);
-        self.route_completions();
+        self.route_completions(ops);
         let generation = self.shared.scrape_generation.load(Acquire);
         if self.now_ns >= self.next_housekeeping_ns {
             self.housekeeping(ops);
@@ -736,7 +753,7 @@ impl State {
             .set(ops.unsent_bytes_total() as u64);
     }
 
-    fn route_completions(&mut self) {
+    fn route_completions(&mut self, ops: &mut Ops) {
         self.engine.drain_completions(&mut self.completions);
         if self.completions.is_empty() {
             return;
@@ -753,7 +770,7 @@ impl State {
             if !c.take_ticket(ticket) {
                 continue;
             }
-            self.answer(idx, p.request_id, p.opcode, p.queue, result);
+            self.answer(ops, idx, p.request_id, p.opcode, p.queue, result);
         }
         self.completions = done;
     }
@@ -850,7 +867,7 @@ impl State {
         self.drain_deadline_ns = Some(self.now_ns.saturating_add(self.limits.shutdown_timeout_ns));
         // Waiting receives get their empty batch now.
         self.engine.shutdown(self.now_ns);
-        self.route_completions();
+        self.route_completions(ops);
         for idx in 0..self.conns.len() {
             if let Some(c) = self.conns[idx].as_ref() {
                 if c.phase == Phase::Hello {
@@ -921,6 +938,16 @@ fn encode_into(out: &mut BytesMut, request_id: u32, reply: &Reply) {
         let e = Reply::error(ErrorCode::Internal, "the reply could not be encoded");
         let _ = e.encode(request_id, out);
     }
+}
+
+/// Bytes of the RECEIVE reply frame holding `messages` (attributes take one
+/// byte more per key on the wire than in the engine: a `u16` key length
+/// where the engine stores a `u8`).
+fn receive_reply_bytes(messages: &[crate::engine::ReceivedMessage]) -> usize {
+    messages.iter().fold(RECEIVE_REPLY_FIXED_BYTES, |n, m| {
+        let attributes = m.attributes.encoded().len() + m.attributes.len();
+        n.saturating_add(received_message_encoded_len(attributes, m.body.len()))
+    })
 }
 
 fn too_many_connections(max: u32) -> Reply {
