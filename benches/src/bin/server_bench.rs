@@ -21,7 +21,9 @@
 //! - `rtt`: one request at a time on one connection: PING, and SEND of one
 //!   `--size`-byte message; round trips in an HdrHistogram, next to a
 //!   blocking std::net echo server (TCP_NODELAY, `--size` bytes) on a thread
-//!   pinned to the server's CPU.
+//!   pinned to the server's CPU. The servers of both backends and the echo
+//!   run at once and take turns request by request, so that the machine's
+//!   noise falls on all of them alike.
 //! - `shards`: one hot queue, `--producers` and `--consumers` connections
 //!   spread over the shards (connections are opened until HELLO names the
 //!   shard wanted), with 1 shard (server on CPU 0) and 2 shards (server on
@@ -793,43 +795,140 @@ fn new_histogram() -> Res<Histogram<u64>> {
     Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())
 }
 
-/// Round trips of `frame`, one at a time; every reply must have `reply_op`.
-fn round_trips(c: &mut Client, frame: &[u8], reply_op: u8, args: &Args) -> Res<Histogram<u64>> {
-    let mut hist = new_histogram()?;
-    for round in 0..args.warmup_rounds + args.rounds {
-        let start = Instant::now();
-        c.stream.write_all(frame).map_err(err("write"))?;
-        let f = c.read_frame()?;
-        let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        if f.opcode != reply_op {
-            return decode(f).and(Err("unexpected reply".into()));
-        }
-        if round >= args.warmup_rounds {
-            hist.saturating_record(ns.max(1));
-        }
-    }
-    Ok(hist)
+/// One request at a time on one connection, to one of the servers.
+enum Probe {
+    /// A request frame to a sluice server, and the reply opcode it expects.
+    Sluice {
+        client: Client,
+        frame: Bytes,
+        reply_op: u8,
+    },
+    /// `--size` bytes to the std::net echo server.
+    Echo {
+        stream: TcpStream,
+        msg: Vec<u8>,
+        back: Vec<u8>,
+    },
 }
 
-/// PING and SEND of one message, one at a time.
-fn bench_rtt(args: &Args, io: Io) -> Res<(Latency, Latency)> {
-    let server = target(args, io)?;
-    let mut c = Client::connect(server.addr)?;
-    create_queue(&mut c)?;
-    let mut ping = BytesMut::new();
-    Request::Ping { nonce: 7 }
-        .encode(1, &mut ping)
-        .map_err(|e| e.to_string())?;
-    let send = send_frame(1, args.size)?;
-    let p = round_trips(&mut c, &ping, opcode::PONG, args)?;
-    let s = round_trips(&mut c, &send, opcode::SEND_REPLY, args)?;
-    // The last SEND's reply, decoded in full: it must be an accepted message.
-    c.stream.write_all(&send).map_err(err("write"))?;
-    match decode(c.read_frame()?)? {
-        Reply::Send { results } if results.len() == 1 && results[0].is_ok() => {}
-        other => return Err(format!("SEND answered {other:?}")),
+impl Probe {
+    /// One round trip, in ns.
+    fn round_trip(&mut self) -> Res<u64> {
+        let start = Instant::now();
+        match self {
+            Probe::Sluice {
+                client,
+                frame,
+                reply_op,
+            } => {
+                client.stream.write_all(frame).map_err(err("write"))?;
+                let f = client.read_frame()?;
+                if f.opcode != *reply_op {
+                    return decode(f).and(Err("unexpected reply".into()));
+                }
+            }
+            Probe::Echo { stream, msg, back } => {
+                stream.write_all(msg).map_err(err("echo write"))?;
+                stream.read_exact(back).map_err(err("echo read"))?;
+            }
+        }
+        Ok(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
-    Ok((Latency::of(&p), Latency::of(&s)))
+}
+
+/// Round trips to every server of the pass, interleaved request by request
+/// (PING and SEND of one message to each sluice server, `--size` bytes to the
+/// echo server) so that the machine's noise falls on all of them alike.
+/// Returns the name and latency of each probe.
+fn bench_rtt(args: &Args) -> Res<Vec<(String, Latency)>> {
+    let mut servers = Vec::new();
+    let mut probes: Vec<(String, Probe)> = Vec::new();
+    for &io in &args.ios {
+        let server = target(args, io)?;
+        let mut c = Client::connect(server.addr)?;
+        create_queue(&mut c)?;
+        let mut ping = BytesMut::new();
+        Request::Ping { nonce: 7 }
+            .encode(1, &mut ping)
+            .map_err(|e| e.to_string())?;
+        probes.push((
+            format!("rtt {} PING", io.flag()),
+            Probe::Sluice {
+                client: c,
+                frame: ping.freeze(),
+                reply_op: opcode::PONG,
+            },
+        ));
+        probes.push((
+            format!("rtt {} SEND 1", io.flag()),
+            Probe::Sluice {
+                client: Client::connect(server.addr)?,
+                frame: send_frame(1, args.size)?,
+                reply_op: opcode::SEND_REPLY,
+            },
+        ));
+        servers.push(server);
+    }
+    let echo = Echo::start(args.server_cpu)?;
+    let stream = TcpStream::connect(echo.addr).map_err(err("echo connect"))?;
+    stream.set_nodelay(true).map_err(err("nodelay"))?;
+    stream
+        .set_read_timeout(Some(READ_TIMEOUT))
+        .map_err(err("read timeout"))?;
+    probes.push((
+        "rtt std::net echo".into(),
+        Probe::Echo {
+            stream,
+            msg: vec![0x5a; args.size],
+            back: vec![0; args.size],
+        },
+    ));
+    let mut hists = probes
+        .iter()
+        .map(|_| new_histogram())
+        .collect::<Res<Vec<_>>>()?;
+    let n = probes.len();
+    for round in 0..args.warmup_rounds + args.rounds {
+        // Who goes first rotates, so no server always follows another.
+        let first = usize::try_from(round).unwrap_or(0) % n;
+        for k in 0..n {
+            let i = (first + k) % n;
+            let ns = probes[i].1.round_trip()?;
+            if round >= args.warmup_rounds {
+                hists[i].saturating_record(ns.max(1));
+            }
+        }
+    }
+    // The last SEND's reply, decoded in full: an accepted message.
+    for (_, probe) in &mut probes {
+        if let Probe::Sluice {
+            client,
+            frame,
+            reply_op: opcode::SEND_REPLY,
+        } = probe
+        {
+            client.stream.write_all(frame).map_err(err("write"))?;
+            match decode(client.read_frame()?)? {
+                Reply::Send { results } if results.len() == 1 && results[0].is_ok() => {}
+                other => return Err(format!("SEND answered {other:?}")),
+            }
+        }
+        if let Probe::Echo { msg, back, .. } = probe {
+            if msg != back {
+                return Err("the echo returned different bytes".into());
+            }
+        }
+    }
+    let figures = probes
+        .iter()
+        .zip(&hists)
+        .map(|((name, _), h)| (name.clone(), Latency::of(h)))
+        .collect();
+    // The echo thread ends once its connection is closed.
+    drop(probes);
+    drop(echo);
+    drop(servers);
+    Ok(figures)
 }
 
 /// A blocking std::net echo server on a thread pinned to `cpu`.
@@ -889,31 +988,6 @@ impl Drop for Echo {
             let _ = t.join();
         }
     }
-}
-
-fn bench_echo(args: &Args) -> Res<Latency> {
-    let echo = Echo::start(args.server_cpu)?;
-    let mut stream = TcpStream::connect(echo.addr).map_err(err("echo connect"))?;
-    stream.set_nodelay(true).map_err(err("nodelay"))?;
-    stream
-        .set_read_timeout(Some(READ_TIMEOUT))
-        .map_err(err("read timeout"))?;
-    let msg = vec![0x5au8; args.size];
-    let mut back = vec![0u8; args.size];
-    let mut hist = new_histogram()?;
-    for round in 0..args.warmup_rounds + args.rounds {
-        let start = Instant::now();
-        stream.write_all(&msg).map_err(err("echo write"))?;
-        stream.read_exact(&mut back).map_err(err("echo read"))?;
-        let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        if round >= args.warmup_rounds {
-            hist.saturating_record(ns.max(1));
-        }
-    }
-    if back != msg {
-        return Err("the echo returned different bytes".into());
-    }
-    Ok(Latency::of(&hist))
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -1009,13 +1083,9 @@ fn run_pass(args: &Args, t: &mut Table) -> Res<()> {
         }
     }
     if args.runs("rtt") {
-        for &io in &args.ios {
-            let (p, s) = bench_rtt(args, io)?;
-            lat_line(t, &format!("rtt {} PING", io.flag()), p);
-            lat_line(t, &format!("rtt {} SEND 1", io.flag()), s);
+        for (name, l) in bench_rtt(args)? {
+            lat_line(t, &name, l);
         }
-        let e = bench_echo(args)?;
-        lat_line(t, "rtt std::net echo", e);
     }
     if args.runs("shards") {
         for shards in [1, 2] {
