@@ -47,9 +47,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, PROTOCOL_VERSION};
+use sluice_protocol::reply::RECEIVE_REPLY_FIXED_BYTES;
 use sluice_protocol::{
     ErrorCode, Frame, HelloReply, QueueName, ReceiveReplyWriter, Reply, Request, ServerLimits,
-    WireError, opcode,
+    WireError, opcode, received_message_encoded_len,
 };
 
 use super::clock;
@@ -454,7 +455,7 @@ impl State {
             }
             Phase::Ready => match Request::decode(frame.opcode, frame.payload) {
                 Err(e) => self.reply(idx, frame.request_id, &Reply::Error(e.to_wire_error())),
-                Ok(request) => self.dispatch(idx, frame.request_id, frame.opcode, request),
+                Ok(request) => self.dispatch(ops, idx, frame.request_id, frame.opcode, request),
             },
         }
     }
@@ -531,7 +532,7 @@ impl State {
         self.reply(idx, frame.request_id, &reply);
     }
 
-    fn dispatch(&mut self, idx: usize, request_id: u32, op: u8, request: Request) {
+    fn dispatch(&mut self, ops: &mut Ops, idx: usize, request_id: u32, op: u8, request: Request) {
         match request {
             Request::Hello(_) => self.reply(
                 idx,
@@ -553,7 +554,7 @@ impl State {
                 };
                 match convert::to_op(request) {
                     Err(e) => self.reply(idx, request_id, &Reply::Error(e)),
-                    Ok(engine_op) => self.submit(idx, request_id, op, queue, engine_op),
+                    Ok(engine_op) => self.submit(ops, idx, request_id, op, queue, engine_op),
                 }
             }
         }
@@ -561,6 +562,7 @@ impl State {
 
     fn submit(
         &mut self,
+        ops: &mut Ops,
         idx: usize,
         request_id: u32,
         opcode: u8,
@@ -570,7 +572,7 @@ impl State {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         match self.engine.submit(ticket, op, self.now_ns, self.wall_ms) {
-            Some(result) => self.answer(idx, request_id, opcode, queue, result),
+            Some(result) => self.answer(ops, idx, request_id, opcode, queue, result),
             None => {
                 let Some(c) = self.conns[idx].as_mut() else {
                     self.engine.cancel(ticket);
@@ -596,6 +598,7 @@ impl State {
     /// Encodes the engine's answer for connection `idx`.
     fn answer(
         &mut self,
+        ops: &mut Ops,
         idx: usize,
         request_id: u32,
         opcode: u8,
@@ -604,7 +607,7 @@ impl State {
     ) {
         let result = match result {
             OpResult::Received(messages) if opcode == sluice_protocol::opcode::RECEIVE => {
-                return self.answer_receive(idx, request_id, queue, messages);
+                return self.answer_receive(ops, idx, request_id, queue, messages);
             }
             other => other,
         };
@@ -625,17 +628,31 @@ impl State {
     /// than left to wait out a lease nobody holds.
     fn answer_receive(
         &mut self,
+        ops: &mut Ops,
         idx: usize,
         request_id: u32,
         queue: Option<QueueName>,
         messages: Vec<crate::engine::ReceivedMessage>,
     ) {
         let mut undelivered = Vec::new();
+        let frame_bytes_max = self.limits.frame_bytes_max as usize;
         match self.conns.get_mut(idx).and_then(Option::as_mut) {
             Some(c) if c.phase != Phase::Closing => {
-                if c.out.is_empty() {
+                // Room for the whole reply before writing it. Were the
+                // buffer grown message by message, or with the replies of
+                // this turn still in it, each growth would copy all it
+                // holds into a new allocation (about once per four
+                // 64-message replies). Rather, what is there goes to the
+                // driver now, as its own buffer of the same gathered send.
+                let reply_bytes = receive_reply_bytes(&messages).min(frame_bytes_max);
+                let was_empty = c.out.is_empty();
+                if !was_empty && c.out.capacity() - c.out.len() < reply_bytes {
+                    ops.send(c.id, c.out.split().freeze());
+                }
+                if was_empty {
                     self.dirty.push(c.id);
                 }
+                c.out.reserve(reply_bytes);
                 let mut w =
                     ReceiveReplyWriter::begin(&mut c.out, request_id, self.limits.frame_bytes_max);
                 for m in &messages {
@@ -767,7 +784,7 @@ impl State {
             if lifted {
                 c.barrier = None;
             }
-            self.answer(idx, p.request_id, p.opcode, p.queue, result);
+            self.answer(ops, idx, p.request_id, p.opcode, p.queue, result);
             if lifted {
                 // Serve what arrived behind it (a paused connection is
                 // resumed by `resume_paused` instead).
@@ -942,6 +959,16 @@ fn encode_into(out: &mut BytesMut, request_id: u32, reply: &Reply) {
         let e = Reply::error(ErrorCode::Internal, "the reply could not be encoded");
         let _ = e.encode(request_id, out);
     }
+}
+
+/// Bytes of the RECEIVE reply frame holding `messages` (attributes take one
+/// byte more per key on the wire than in the engine: a `u16` key length
+/// where the engine stores a `u8`).
+fn receive_reply_bytes(messages: &[crate::engine::ReceivedMessage]) -> usize {
+    messages.iter().fold(RECEIVE_REPLY_FIXED_BYTES, |n, m| {
+        let attributes = m.attributes.encoded().len() + m.attributes.len();
+        n.saturating_add(received_message_encoded_len(attributes, m.body.len()))
+    })
 }
 
 fn too_many_connections(max: u32) -> Reply {
