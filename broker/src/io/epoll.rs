@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::conn::{Admission, CloseReq, Ops};
+use super::reserve::Reserve;
 use super::{
     ACCEPT_PAUSE_MS, Backend, Driver, DriverConfig, Event, OnEvent, OpenError, SEND_IOVECS_MAX,
     Waker, sys,
@@ -72,6 +73,10 @@ pub(crate) struct EpollDriver {
     accept_paused: Option<Instant>,
     /// Connections whose read budget ran out with data left.
     carry: Vec<u32>,
+    /// The spare descriptor for refusing connections when out of them.
+    reserve: Reserve,
+    /// What a refused connection is sent then.
+    shed_reply: Arc<[u8]>,
 }
 
 impl std::fmt::Debug for EpollDriver {
@@ -128,6 +133,8 @@ impl EpollDriver {
             local_addr,
             accept_paused: None,
             carry: Vec::new(),
+            reserve: Reserve::new(),
+            shed_reply: config.shed_reply.clone(),
         })
     }
 
@@ -312,8 +319,17 @@ impl EpollDriver {
                         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
                     ) =>
                 {
-                    // Out of descriptors or memory: stop watching the
-                    // listener for a while instead of spinning on it.
+                    // Out of descriptors: refuse what waits in the backlog
+                    // with the reserve descriptor, so those clients get an
+                    // answer instead of hanging.
+                    let shed = if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        self.reserve.shed(listener_fd, &self.shed_reply)
+                    } else {
+                        0
+                    };
+                    cb(&mut self.ops, Event::AcceptFailed { error: e, shed });
+                    // Then stop watching the listener for a while instead
+                    // of spinning on it.
                     sys::epoll_ctl(
                         self.epoll.as_raw_fd(),
                         libc::EPOLL_CTL_MOD,

@@ -71,6 +71,7 @@ use std::time::{Duration, Instant};
 mod buf_ring;
 mod conn;
 mod epoll;
+mod reserve;
 #[allow(unsafe_code)]
 mod sys;
 #[allow(unsafe_code)]
@@ -78,6 +79,7 @@ mod uring;
 mod waker;
 
 pub use conn::Ops;
+pub use reserve::SHED_BATCH_MAX;
 pub use waker::Waker;
 
 /// Largest number of queued buffers one send (`sendmsg`) gathers.
@@ -164,6 +166,18 @@ pub enum Event<'a> {
     /// Another thread called [`Waker::wake`]. Several wakes may coalesce
     /// into one event, which comes after all of them.
     Woken,
+    /// Accepting failed for lack of file descriptors (`EMFILE`, `ENFILE`)
+    /// or kernel memory (`ENOBUFS`, `ENOMEM`). The driver pauses accepting
+    /// for [`ACCEPT_PAUSE_MS`]; the connections it has go on. Out of
+    /// descriptors, it first refused what was waiting in the backlog with
+    /// its reserve descriptor ([`DriverConfig::shed_reply`]); `shed` counts
+    /// those connections (they get no other event).
+    AcceptFailed {
+        /// What accept said.
+        error: io::Error,
+        /// Connections accepted and closed at once with the refusal.
+        shed: u32,
+    },
 }
 
 /// The backend a driver runs on.
@@ -220,6 +234,9 @@ pub struct DriverConfig {
     /// Submission queue entries (io_uring; the completion queue gets four
     /// times as many) or events per wait (epoll).
     pub ring_entries: u32,
+    /// Written to each connection refused because the process is out of
+    /// file descriptors (see [`Event::AcceptFailed`]); opaque to the driver.
+    pub shed_reply: Arc<[u8]>,
 }
 
 impl DriverConfig {
@@ -234,6 +251,7 @@ impl DriverConfig {
             recv_buffer_bytes: 16 * 1024,
             recv_buffer_count: 512,
             ring_entries: 1024,
+            shed_reply: Arc::from(&[][..]),
         }
     }
 
@@ -444,6 +462,35 @@ pub fn open(config: &DriverConfig, choice: BackendChoice) -> Result<Opened, Open
 /// thread-per-core shard (or a benchmark) wants.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     sys::pin_current_thread(cpu)
+}
+
+/// The CPUs the calling thread may run on (`sched_getaffinity`), ascending:
+/// what `taskset`, `numactl` or a container's cpuset gave the process.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    sys::allowed_cpus()
+}
+
+/// The process's open-files limit after [`raise_open_files_limit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFilesLimit {
+    /// The soft limit found at start.
+    pub before: u64,
+    /// The soft limit now.
+    pub soft: u64,
+    /// The hard limit, which only a privileged process can raise.
+    pub hard: u64,
+}
+
+/// Raises the process's soft open-files limit (`RLIMIT_NOFILE`) to its hard
+/// limit, as a server with many connections wants. A soft limit already at
+/// the hard one is left alone.
+pub fn raise_open_files_limit() -> io::Result<OpenFilesLimit> {
+    let (before, hard) = sys::open_files_limit()?;
+    if before < hard {
+        sys::set_open_files_soft_limit(hard, hard)?;
+    }
+    let (soft, hard) = sys::open_files_limit()?;
+    Ok(OpenFilesLimit { before, soft, hard })
 }
 
 #[cfg(test)]

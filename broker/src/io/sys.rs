@@ -300,6 +300,55 @@ pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
     check(ret).map(drop)
 }
 
+/// The CPUs the calling thread may run on (`sched_getaffinity`), in order.
+pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
+    // SAFETY: passes a live cpu_set_t and its exact size for the kernel to
+    // fill; pid 0 is the calling thread.
+    let ret = unsafe { libc::sched_getaffinity(0, mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    check(ret)?;
+    let bits = mem::size_of::<libc::cpu_set_t>() * 8;
+    // SAFETY: every index is below the set's bit count.
+    Ok((0..bits)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
+/// The process's open-files limit (`RLIMIT_NOFILE`): (soft, hard).
+pub(crate) fn open_files_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: the kernel writes one rlimit into the live local.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
+/// Sets the soft open-files limit, keeping the hard one.
+pub(crate) fn set_open_files_soft_limit(soft: u64, hard: u64) -> io::Result<()> {
+    let lim = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: the kernel only reads the live local.
+    check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }).map(drop)
+}
+
+/// Sets or clears `O_NONBLOCK` on a descriptor.
+pub(crate) fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
+    // SAFETY: F_GETFL takes no pointers.
+    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    let flags = if on {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    // SAFETY: F_SETFL takes an int, no pointers.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags) }).map(drop)
+}
+
 /// The memory page size.
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf takes no pointers.

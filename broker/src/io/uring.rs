@@ -59,6 +59,7 @@ use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
 
 use super::buf_ring::BufRing;
 use super::conn::{Admission, CloseReq, Ops};
+use super::reserve::Reserve;
 use super::{
     ACCEPT_PAUSE_MS, Backend, ConnId, Driver, DriverConfig, Event, OnEvent, OpenError,
     SEND_IOVECS_MAX, UringUnavailable, Waker, sys,
@@ -284,6 +285,10 @@ pub(crate) struct UringDriver {
     inflight: usize,
     /// Completions copied out of the ring, reused across batches.
     cqes: Vec<(u64, i32, u32)>,
+    /// The spare descriptor for refusing connections when out of them.
+    reserve: Reserve,
+    /// What a refused connection is sent then.
+    shed_reply: Arc<[u8]>,
 }
 
 impl std::fmt::Debug for UringDriver {
@@ -356,6 +361,8 @@ impl UringDriver {
             accepting: false,
             inflight: 0,
             cqes: Vec::with_capacity(cq_entries),
+            reserve: Reserve::new(),
+            shed_reply: config.shed_reply.clone(),
         };
         driver.self_test()?;
         let listener = sys::listen(
@@ -743,6 +750,34 @@ impl UringDriver {
                 libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM
             ) && self.accept == Accept::Idle
             {
+                // Out of descriptors: with no accept armed on the listener,
+                // refuse what waits in its backlog with the reserve
+                // descriptor (non-blocking for that pass only, since the
+                // kernel's own accepts want a blocking listener).
+                let shed = match &self.listener {
+                    Some(l) if matches!(-res, libc::EMFILE | libc::ENFILE) => {
+                        let fd = l.as_raw_fd();
+                        match sys::set_nonblocking(fd, true) {
+                            Ok(()) => {
+                                let n = self.reserve.shed(fd, &self.shed_reply);
+                                // A listener left non-blocking would fail
+                                // io_uring's accepts with EAGAIN: the driver
+                                // cannot go on without it.
+                                let _ = sys::set_nonblocking(fd, false);
+                                n
+                            }
+                            Err(_) => 0,
+                        }
+                    }
+                    _ => 0,
+                };
+                cb(
+                    &mut self.ops,
+                    Event::AcceptFailed {
+                        error: io::Error::from_raw_os_error(-res),
+                        shed,
+                    },
+                );
                 self.accept =
                     Accept::Paused(Instant::now() + Duration::from_millis(ACCEPT_PAUSE_MS));
             }

@@ -160,6 +160,81 @@ impl fmt::Display for IoChoice {
     }
 }
 
+/// Where the shard threads run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CpuPlacement {
+    /// Shard `i` on the `i`-th CPU the process may use (its affinity mask,
+    /// as `taskset` or a cpuset set it); shards beyond those CPUs unpinned.
+    Auto,
+    /// No pinning: the scheduler places the shards within the process's
+    /// CPUs.
+    None,
+    /// Shard `i` on the `i`-th CPU of this list (ascending, no repeats).
+    List(Vec<usize>),
+}
+
+impl fmt::Display for CpuPlacement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuPlacement::Auto => f.write_str("auto"),
+            CpuPlacement::None => f.write_str("none"),
+            CpuPlacement::List(cpus) => {
+                for (i, cpu) in cpus.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{cpu}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Most CPUs a `--cpus` list may name (the kernel's `cpu_set_t` size).
+pub const CPU_INDEX_LIMIT: usize = 1024;
+
+/// Parses `auto`, `none`, or a CPU list such as `0,2-3`.
+pub(crate) fn parse_cpus(s: &str) -> Result<CpuPlacement, String> {
+    let t = s.trim();
+    match t.to_ascii_lowercase().as_str() {
+        "auto" => return Ok(CpuPlacement::Auto),
+        "none" | "off" => return Ok(CpuPlacement::None),
+        _ => {}
+    }
+    let bad = |why: String| format!("`{s}` is not a CPU list: {why} (examples: auto, none, 0,2-3)");
+    let cpu = |x: &str| -> Result<usize, String> {
+        let n: usize = x
+            .trim()
+            .parse()
+            .map_err(|_| bad(format!("`{}` is not a CPU number", x.trim())))?;
+        if n >= CPU_INDEX_LIMIT {
+            return Err(bad(format!("CPU {n} is beyond {}", CPU_INDEX_LIMIT - 1)));
+        }
+        Ok(n)
+    };
+    let mut cpus = Vec::new();
+    for part in t.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (cpu(a)?, cpu(b)?);
+                if a > b {
+                    return Err(bad(format!("the range {a}-{b} runs backwards")));
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(cpu(part)?),
+        }
+    }
+    let mut sorted = cpus.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != cpus.len() {
+        return Err(bad("a CPU is named twice".to_owned()));
+    }
+    Ok(CpuPlacement::List(sorted))
+}
+
 /// A metrics address as given: an address, or `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricsAddr {
@@ -249,9 +324,17 @@ pub struct Settings {
     #[arg(long, env = "SLUICE_LISTEN", value_name = "HOST:PORT", value_parser = parse_socket_addr)]
     pub listen: Option<SocketAddr>,
 
-    /// Shards, one thread per core, 1..=64 [default: available cores].
+    /// Shards, one thread per core, 1..=64 [default: the CPUs of --cpus
+    /// when it lists them, else the available cores].
     #[arg(long, env = "SLUICE_SHARDS", value_name = "N", value_parser = parse_count)]
     pub shards: Option<u64>,
+
+    /// Where shard threads run: `auto` pins shard i to the i-th CPU this
+    /// process may use (as taskset or a cpuset allows), `none` leaves them
+    /// to the scheduler, a list such as `0,2-3` pins shard i to its i-th
+    /// CPU [default: auto].
+    #[arg(long, env = "SLUICE_CPUS", value_name = "auto|none|LIST", value_parser = parse_cpus)]
+    pub cpus: Option<CpuPlacement>,
 
     /// Kernel interface: auto (io_uring, else epoll), uring (or fail), epoll
     /// [default: auto].
@@ -342,9 +425,10 @@ pub struct Settings {
 }
 
 /// The keys a config file may hold: the flag names with underscores.
-pub const CONFIG_FILE_KEYS: [&str; 18] = [
+pub const CONFIG_FILE_KEYS: [&str; 19] = [
     "listen",
     "shards",
+    "cpus",
     "io",
     "auth_token_file",
     "insecure",
@@ -402,6 +486,7 @@ impl Settings {
         Settings {
             listen: self.listen.or(lower.listen),
             shards: self.shards.or(lower.shards),
+            cpus: self.cpus.or(lower.cpus),
             io: self.io.or(lower.io),
             auth_token_file: self.auth_token_file.or(lower.auth_token_file),
             insecure: self.insecure.or(lower.insecure),
@@ -499,6 +584,7 @@ impl Settings {
         match key {
             "listen" => self.listen = with(value, parse_socket_addr)?,
             "shards" => self.shards = with(value, parse_count)?,
+            "cpus" => self.cpus = with(value, parse_cpus)?,
             "io" => self.io = with(value, parse_io)?,
             "auth_token_file" => match value {
                 toml::Value::String(s) => self.auth_token_file = Some(PathBuf::from(s)),
@@ -664,6 +750,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Shards, 1 ..= [`SHARDS_MAX`].
     pub shards: u16,
+    /// Where the shard threads run.
+    pub cpus: CpuPlacement,
     /// Kernel interface.
     pub io: IoChoice,
     /// Token clients must present, if any.
@@ -841,6 +929,19 @@ pub enum ConfigError {
         /// The shared address.
         addr: SocketAddr,
     },
+    /// `--cpus` lists fewer CPUs than there are shards.
+    #[error(
+        "--cpus {cpus} lists {count} CPUs for {shards} shards: list one CPU per shard, \
+         lower --shards, or use --cpus auto or none"
+    )]
+    FewerCpusThanShards {
+        /// The list as given.
+        cpus: String,
+        /// How many CPUs it names.
+        count: usize,
+        /// `--shards`.
+        shards: u16,
+    },
     /// The log filter does not parse.
     #[error(
         "--log `{directive}` is not a log filter: {message} \
@@ -906,12 +1007,26 @@ impl Config {
 
     /// Validates merged settings, filling in the defaults of `host`.
     pub fn from_settings(s: Settings, host: &Host) -> Result<Config, ConfigError> {
-        let shards_default = host.cores.clamp(1, usize::from(SHARDS_MAX)) as u64;
+        let cpus = s.cpus.unwrap_or(CpuPlacement::Auto);
+        let cores = match &cpus {
+            CpuPlacement::List(list) => list.len(),
+            _ => host.cores,
+        };
+        let shards_default = cores.clamp(1, usize::from(SHARDS_MAX)) as u64;
         let shards = s.shards.unwrap_or(shards_default);
         let shards = in_range("shards", shards, 1, u64::from(SHARDS_MAX), |n| {
             n.to_string()
         })?;
         let shards = u16::try_from(shards).unwrap_or(SHARDS_MAX);
+        if let CpuPlacement::List(list) = &cpus {
+            if list.len() < usize::from(shards) {
+                return Err(ConfigError::FewerCpusThanShards {
+                    cpus: cpus.to_string(),
+                    count: list.len(),
+                    shards,
+                });
+            }
+        }
 
         let connections_max = count_u32(
             "max-connections",
@@ -1043,6 +1158,7 @@ impl Config {
         Ok(Config {
             listen,
             shards,
+            cpus,
             io: s.io.unwrap_or(IoChoice::Auto),
             auth_token,
             insecure,
@@ -1091,6 +1207,7 @@ impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "listen = {}", quoted(&self.listen.to_string()))?;
         writeln!(f, "shards = {}", self.shards)?;
+        writeln!(f, "cpus = {}", quoted(&self.cpus.to_string()))?;
         writeln!(f, "io = {}", quoted(&self.io.to_string()))?;
         match &self.auth_token {
             Some(token) => writeln!(

@@ -21,10 +21,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Shard `i` runs on a thread named `sluice-shard-i`, pinned to CPU `i` when
-//! the process may use that many CPUs (`available_parallelism`): one shard
-//! per core, as the design wants; a failed pin is logged and the shard runs
-//! unpinned. The metrics endpoint has its own thread (`sluice-metrics`).
+//! Shard `i` runs on a thread named `sluice-shard-i`, pinned (`--cpus
+//! auto`, the default) to the `i`-th CPU the process may use: its affinity
+//! mask, as `taskset`, `numactl` or a container's cpuset set it, so a
+//! broker started on CPUs 2-3 runs its shards on 2 and 3. Shards beyond
+//! those CPUs, and every shard with `--cpus none`, run unpinned within the
+//! process's CPUs; `--cpus LIST` names the CPUs. A failed pin is logged and
+//! the shard runs unpinned. The metrics endpoint has its own thread
+//! (`sluice-metrics`).
+//!
+//! At start the server raises its soft open-files limit to the hard one and
+//! warns when `--max-connections` would not fit in it. A shard out of
+//! descriptors refuses new connections with an error frame (through a
+//! reserve descriptor, see [`crate::io`]), counts them, logs it at most
+//! every 10 s, and keeps serving the connections it has.
 //!
 //! | file | concept |
 //! |---|---|
@@ -57,7 +67,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 pub use self::config::Config;
-use self::config::IoChoice;
+use self::config::{CpuPlacement, IoChoice};
 use self::metrics::MetricsServer;
 use self::shard_loop::ShardStart;
 use self::shared::Shared;
@@ -66,6 +76,7 @@ use crate::engine::doorbell::{self, Wake};
 use crate::engine::random::splitmix64;
 use crate::engine::{Registry, RegistryConfig, Shard, ShardConfig};
 use crate::io::{self, Backend, BackendChoice, DriverConfig, OpenError, Waker};
+use sluice_protocol::{ErrorCode, Reply};
 
 /// Slots of each ring between two shards.
 pub const SHARD_RING_CAPACITY: usize = 1024;
@@ -112,6 +123,17 @@ pub enum StartError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// `--cpus` names a CPU this process may not run on.
+    #[error(
+        "--cpus names CPU {cpu}, which this process may not run on (it may use {allowed}): \
+         pick CPUs from that set, or use --cpus auto"
+    )]
+    CpuNotAllowed {
+        /// The CPU.
+        cpu: usize,
+        /// The CPUs the process may use, as a list.
+        allowed: String,
     },
     /// The metrics endpoint could not be bound.
     #[error("cannot serve metrics on {addr}: {source}")]
@@ -169,7 +191,12 @@ impl Server {
             return Err(StartError::InsecureListen(config.listen));
         }
         let shards = config.shards.max(1);
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let placement = placement(&config.cpus, shards)?;
+        check_open_files(&config);
+        let shed_reply = encoded(&Reply::error(
+            ErrorCode::TooManyConnections,
+            "the server is out of file descriptors; retry later",
+        ));
         let mut choice = match config.io {
             IoChoice::Auto => BackendChoice::Auto,
             IoChoice::Uring => BackendChoice::IoUring,
@@ -192,15 +219,16 @@ impl Server {
                 reuse_port: true,
                 connections_max: config.connections_max,
                 refused_connections_max: REFUSED_CONNECTIONS_MAX,
+                shed_reply: shed_reply.clone(),
                 ..DriverConfig::new(listen)
             };
-            let pin = usize::from(i) < cpus;
+            let pin = placement[usize::from(i)];
             let spawned = std::thread::Builder::new()
                 .name(format!("sluice-shard-{i}"))
                 .spawn(move || {
-                    if pin {
-                        if let Err(e) = io::pin_current_thread(usize::from(i)) {
-                            tracing::info!(shard = i, error = %e, "shard not pinned to its CPU");
+                    if let Some(cpu) = pin {
+                        if let Err(e) = io::pin_current_thread(cpu) {
+                            tracing::warn!(shard = i, cpu, error = %e, "shard not pinned to its CPU");
                         }
                     }
                     let o = match io::open(&driver_config, choice) {
@@ -341,6 +369,7 @@ impl Server {
             listen = %listen,
             metrics = %metrics.as_ref().map_or("off".to_owned(), |m| m.local_addr().to_string()),
             shards,
+            cpus = %describe_placement(&placement),
             backend = %backend,
             "sluice is serving (everything is in memory: a restart loses every queue and message)"
         );
@@ -350,6 +379,95 @@ impl Server {
             threads,
             metrics,
         })
+    }
+}
+
+/// Descriptors a shard holds besides its connections: its listener, its
+/// io_uring or epoll instance, its wake-up eventfd and its reserve.
+const DESCRIPTORS_PER_SHARD: u64 = 4;
+/// Descriptors the process holds besides the shards': standard streams, the
+/// metrics listener and its connection, the signal thread's, and slack.
+const DESCRIPTORS_BASE: u64 = 24;
+
+/// The CPU each shard is pinned to (`None`: unpinned), from `--cpus` and
+/// the CPUs the calling thread may use.
+fn placement(cpus: &CpuPlacement, shards: u16) -> Result<Vec<Option<usize>>, StartError> {
+    let shards = usize::from(shards);
+    let allowed = io::allowed_cpus();
+    match cpus {
+        CpuPlacement::None => Ok(vec![None; shards]),
+        CpuPlacement::Auto => match allowed {
+            Ok(allowed) => Ok((0..shards).map(|i| allowed.get(i).copied()).collect()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read this process's CPUs; shards run unpinned");
+                Ok(vec![None; shards])
+            }
+        },
+        CpuPlacement::List(list) => {
+            if let Ok(allowed) = &allowed {
+                if let Some(&cpu) = list.iter().find(|c| !allowed.contains(c)) {
+                    return Err(StartError::CpuNotAllowed {
+                        cpu,
+                        allowed: CpuPlacement::List(allowed.clone()).to_string(),
+                    });
+                }
+            }
+            Ok((0..shards).map(|i| list.get(i).copied()).collect())
+        }
+    }
+}
+
+/// "0,1" for shards pinned to CPUs 0 and 1; `-` for an unpinned shard.
+fn describe_placement(placement: &[Option<usize>]) -> String {
+    let cpus: Vec<String> = placement
+        .iter()
+        .map(|p| p.map_or_else(|| "-".to_owned(), |c| c.to_string()))
+        .collect();
+    cpus.join(",")
+}
+
+/// Raises the open-files limit to the hard limit and warns when
+/// `--max-connections` does not fit in it.
+fn check_open_files(config: &Config) {
+    let limit = match io::raise_open_files_limit() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read or raise the open-files limit");
+            return;
+        }
+    };
+    if limit.soft > limit.before {
+        tracing::debug!(
+            from = limit.before,
+            to = limit.soft,
+            "open-files limit raised"
+        );
+    }
+    let own = DESCRIPTORS_BASE + DESCRIPTORS_PER_SHARD * u64::from(config.shards.max(1));
+    let need = u64::from(config.connections_max) + own;
+    if need > limit.soft {
+        tracing::warn!(
+            limit = limit.soft,
+            hard = limit.hard,
+            max_connections = config.connections_max,
+            "the open-files limit ({}) is below what --max-connections {} needs (about {need}): \
+             connections beyond about {} will be refused with an error; raise the hard limit \
+             (ulimit -Hn, systemd LimitNOFILE=) or lower --max-connections",
+            limit.soft,
+            config.connections_max,
+            limit.soft.saturating_sub(own),
+        );
+    }
+}
+
+/// A reply's bytes as one frame with request id 0.
+fn encoded(reply: &Reply) -> Arc<[u8]> {
+    let mut buf = bytes::BytesMut::with_capacity(reply.encoded_len());
+    match reply.encode(0, &mut buf) {
+        Ok(()) => Arc::from(&buf[..]),
+        // Only an error frame too large for the protocol fails; an empty
+        // refusal still closes the connection.
+        Err(_) => Arc::from(&[][..]),
     }
 }
 

@@ -79,6 +79,9 @@ const CLOSE_FLUSH_TIMEOUT_NS: u64 = 5_000_000_000;
 /// timeout, within these).
 const HOUSEKEEPING_MIN_NS: u64 = 5_000_000;
 const HOUSEKEEPING_MAX_NS: u64 = 250_000_000;
+/// At most one "out of file descriptors" warning per shard per this long;
+/// the next one says how many failures it stood for.
+const ACCEPT_FAILURE_LOG_NS: u64 = 10_000_000_000;
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -190,6 +193,10 @@ struct State {
     drain_started_ns: u64,
     counted_out: bool,
     exit: bool,
+    /// When the last accept-failure warning was logged, and the failures
+    /// (and refused connections) since, not yet logged.
+    accept_failure_logged_ns: Option<u64>,
+    accept_failures_unlogged: (u64, u64),
 }
 
 impl State {
@@ -232,6 +239,8 @@ impl State {
             drain_started_ns: 0,
             counted_out: false,
             exit: false,
+            accept_failure_logged_ns: None,
+            accept_failures_unlogged: (0, 0),
         }
     }
 
@@ -286,7 +295,43 @@ impl State {
             Event::Data { conn, bytes } => self.on_data(ops, conn, bytes),
             Event::Closed { conn, error } => self.on_closed(conn, error),
             Event::Woken => {}
+            Event::AcceptFailed { error, shed } => self.on_accept_failed(&error, shed),
         }
+    }
+
+    /// The driver could not accept (out of descriptors or kernel memory):
+    /// counted, and logged at most once per [`ACCEPT_FAILURE_LOG_NS`] with
+    /// what happened since. The connections the shard has go on.
+    fn on_accept_failed(&mut self, error: &std::io::Error, shed: u32) {
+        self.stats().accept_failures.add(1);
+        self.stats().refused.add(u64::from(shed));
+        let (failures, refused) = &mut self.accept_failures_unlogged;
+        *failures += 1;
+        *refused += u64::from(shed);
+        let due = self
+            .accept_failure_logged_ns
+            .is_none_or(|at| self.now_ns >= at + ACCEPT_FAILURE_LOG_NS);
+        if !due {
+            return;
+        }
+        let (failures, refused) = core::mem::take(&mut self.accept_failures_unlogged);
+        self.accept_failure_logged_ns = Some(self.now_ns);
+        let out_of_fds = matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+        tracing::warn!(
+            shard = self.index,
+            %error,
+            failures,
+            refused,
+            open = self.stats().connections.get(),
+            "cannot accept connections: {}; new connections are refused with an error \
+             until some close, the open ones go on (at most one such line per 10 s)",
+            if out_of_fds {
+                "out of file descriptors (raise the open-files limit: ulimit -n, \
+                 LimitNOFILE=, or lower --max-connections)"
+            } else {
+                "out of kernel memory for sockets"
+            }
+        );
     }
 
     fn on_accept(&mut self, ops: &mut Ops, id: ConnId, peer: SocketAddr) {

@@ -98,8 +98,11 @@ pub struct ShardStats {
     pub connections: OwnedCounter,
     /// Connections accepted since start.
     pub accepted: OwnedCounter,
-    /// Connections refused (over the limit) since start.
+    /// Connections refused (over the limit, or out of descriptors) since
+    /// start.
     pub refused: OwnedCounter,
+    /// Times accepting failed for lack of descriptors or memory.
+    pub accept_failures: OwnedCounter,
     /// Connections closed for bad input (framing, HELLO, timeouts).
     pub closed_bad_input: OwnedCounter,
     /// Reply bytes queued and not yet written, published each loop turn.
@@ -117,6 +120,7 @@ impl ShardStats {
             connections: OwnedCounter::default(),
             accepted: OwnedCounter::default(),
             refused: OwnedCounter::default(),
+            accept_failures: OwnedCounter::default(),
             closed_bad_input: OwnedCounter::default(),
             unsent_bytes: CachePadded::new(OwnedCounter::default()),
             published_generation: AtomicU64::new(0),
@@ -321,6 +325,10 @@ impl Shared {
             self.sum(|s| s.accepted.get()),
         );
         push("connections_refused".into(), self.sum(|s| s.refused.get()));
+        push(
+            "accept_failures".into(),
+            self.sum(|s| s.accept_failures.get()),
+        );
         push(
             "connections_closed_bad_input".into(),
             self.sum(|s| s.closed_bad_input.get()),

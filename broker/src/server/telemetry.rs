@@ -14,7 +14,7 @@
 //! | `sluice_uptime_seconds` | | |
 //! | `sluice_connections` | | open client connections |
 //! | `sluice_connections_max` | | `--max-connections` |
-//! | `sluice_connections_accepted_total`, `_refused_total`, `_closed_bad_input_total` | | |
+//! | `sluice_connections_accepted_total`, `_refused_total`, `_closed_bad_input_total`, `sluice_accept_failures_total` | | |
 //! | `sluice_requests_total` | `op` | requests decoded, by operation |
 //! | `sluice_unsent_bytes` | | replies queued and not yet written |
 //! | `sluice_memory_used_bytes`, `sluice_memory_max_bytes` | | the message memory budget |
@@ -175,8 +175,13 @@ pub fn render(shared: &Shared, out: &mut String) {
     );
     w.counter(
         "sluice_connections_refused_total",
-        "Client connections refused at the connection limit.",
+        "Client connections refused: at the connection limit, or out of file descriptors.",
         shared.sum(|s| s.refused.get()),
+    );
+    w.counter(
+        "sluice_accept_failures_total",
+        "Times accepting failed for lack of file descriptors or kernel memory.",
+        shared.sum(|s| s.accept_failures.get()),
     );
     w.counter(
         "sluice_connections_closed_bad_input_total",

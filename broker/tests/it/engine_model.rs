@@ -818,7 +818,10 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             // by those (the engine is right; the model used to count them).
             let kept = back.iter().filter(|id| vs.contains_key(id)).count() as u64;
             let room = MAX_DEPTH.saturating_sub(m.depth(Q));
-            assert!(kept <= room, "redrive overfilled q: {kept} kept, room {room}");
+            assert!(
+                kept <= room,
+                "redrive overfilled q: {kept} kept, room {room}"
+            );
             for id in back {
                 assert_eq!(m.msgs[&id].source, Some(Q));
                 m.move_to(id, Q, true);

@@ -31,6 +31,9 @@ enum Ev {
     Data(ConnId, usize),
     Closed(ConnId, Option<ErrorKind>),
     Woken,
+    /// Out of descriptors: tested through the binary under a lowered
+    /// `ulimit -n` (`server_limits.rs`), as a limit is process-wide.
+    AcceptFailed,
 }
 
 type Handler = Box<dyn FnMut(&mut Ops, &Event<'_>) + Send>;
@@ -109,6 +112,7 @@ fn start(choice: BackendChoice, config: DriverConfig, mut handler: Handler) -> O
                         }
                         Ev::Woken
                     }
+                    Event::AcceptFailed { .. } => Ev::AcceptFailed,
                 };
                 handler(ops, &event);
                 let _ = event_tx.send(ev);

@@ -32,6 +32,8 @@ mod server_leases;
 #[cfg(not(sluice_loom))]
 mod server_metrics;
 #[cfg(not(sluice_loom))]
+mod server_process;
+#[cfg(not(sluice_loom))]
 mod server_shards;
 #[cfg(not(sluice_loom))]
 mod server_shutdown;

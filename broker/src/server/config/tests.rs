@@ -89,6 +89,7 @@ fn defaults() {
     let c = ok(&[]);
     assert_eq!(c.listen, sock("127.0.0.1:7171"));
     assert_eq!(c.shards, 4);
+    assert_eq!(c.cpus, CpuPlacement::Auto);
     assert_eq!(c.io, IoChoice::Auto);
     assert!(c.auth_token.is_none());
     assert!(!c.insecure);
@@ -142,6 +143,7 @@ fn every_flag(token_path: &str) -> Vec<String> {
     [
         "--listen=0.0.0.0:9000",
         "--shards=3",
+        "--cpus=1-2,5",
         "--io=epoll",
         &format!("--auth-token-file={token_path}"),
         "--insecure",
@@ -166,6 +168,7 @@ fn every_flag(token_path: &str) -> Vec<String> {
 fn assert_every_setting(c: &Config, token_path: &str) {
     assert_eq!(c.listen, sock("0.0.0.0:9000"));
     assert_eq!(c.shards, 3);
+    assert_eq!(c.cpus, CpuPlacement::List(vec![1, 2, 5]));
     assert_eq!(c.io, IoChoice::Epoll);
     let token = c.auth_token.as_ref().expect("token configured");
     assert_eq!(token.as_bytes(), TOKEN.as_bytes());
@@ -761,4 +764,34 @@ fn the_effective_configuration_reads_back_as_a_config_file() {
     );
     assert!(rendered.contains("memory_max = \"4GiB\"  # half of physical memory (8GiB)\n"));
     assert!(rendered.contains("# auth_token_file: none"), "{rendered}");
+}
+
+#[test]
+fn cpu_lists() {
+    assert_eq!(parse_cpus("auto"), Ok(CpuPlacement::Auto));
+    assert_eq!(parse_cpus(" NONE "), Ok(CpuPlacement::None));
+    assert_eq!(parse_cpus("3"), Ok(CpuPlacement::List(vec![3])));
+    assert_eq!(
+        parse_cpus("4,0-2"),
+        Ok(CpuPlacement::List(vec![0, 1, 2, 4]))
+    );
+    for bad in ["", "x", "1,", "2-1", "1,1", "0-1,1", "-1", "1024", "1-"] {
+        let e = parse_cpus(bad).expect_err(bad);
+        assert!(e.contains("is not a CPU list"), "{bad}: {e}");
+    }
+    // A list sets the default shard count, and must cover --shards.
+    assert_eq!(ok(&["--cpus", "2-3"]).shards, 2);
+    assert_eq!(ok(&["--cpus", "2-4", "--shards", "2"]).shards, 2);
+    let e = err(&["--cpus", "1", "--shards", "2"]);
+    assert!(
+        matches!(e, ConfigError::FewerCpusThanShards { .. }),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "--cpus 1 lists 1 CPUs for 2 shards: list one CPU per shard, lower --shards, \
+         or use --cpus auto or none"
+    );
+    // auto and none keep the host's default.
+    assert_eq!(ok(&["--cpus", "none"]).shards, 4);
 }

@@ -1,0 +1,343 @@
+//! The `sluice-server` binary as an operator starts it: under `taskset`
+//! (its shards stay inside the CPUs it was given) and under a lowered
+//! `ulimit -n` (it warns at start and, out of descriptors, refuses new
+//! connections with an error while the open ones go on). Both need a process
+//! of their own: CPU affinity and the open-files limit are per process.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use sluice_broker::server::config::IoChoice;
+use sluice_protocol::{ErrorCode, ServerStatsReply};
+
+use crate::both_backends;
+use crate::server_util::Client;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice-server");
+/// Far above what any step here needs.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A `sluice-server` child process with its log lines.
+struct Process {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    log: Vec<String>,
+}
+
+impl Process {
+    /// Runs `sh -c SCRIPT` where `"$@"` is the server and `args`.
+    fn spawn(script: &str, args: &[&str]) -> Process {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .arg(BIN)
+            .args(args)
+            .env_remove("SLUICE_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sluice-server");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Process {
+            child,
+            lines,
+            log: Vec::new(),
+        }
+    }
+
+    /// Waits for a log line containing `needle`; returns it.
+    fn wait_for(&mut self, needle: &str) -> String {
+        if let Some(l) = self.log.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(needle);
+                    self.log.push(line.clone());
+                    if hit {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no log line with `{needle}` within {PATIENCE:?}; the log:\n{}",
+                    self.log.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// The client address from the "serving" line.
+    fn listen_addr(&mut self) -> SocketAddr {
+        let line = self.wait_for("sluice is serving");
+        field(&line, "listen=")
+            .parse()
+            .unwrap_or_else(|e| panic!("listen address in `{line}`: {e}"))
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {pid}");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the server") {
+                assert!(status.success(), "sluice-server exited with {status}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "sluice-server did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of `name` (e.g. `listen=`) in a tracing log line.
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    let start = line
+        .find(name)
+        .unwrap_or_else(|| panic!("no `{name}` in `{line}`"))
+        + name.len();
+    line[start..].split_whitespace().next().unwrap_or("")
+}
+
+fn counter(stats: &ServerStatsReply, name: &str) -> u64 {
+    stats
+        .counters
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no counter {name} in {stats:?}"))
+        .value
+}
+
+/// The CPUs a thread of `pid` named `comm` may run on, as the kernel lists
+/// them (`Cpus_allowed_list`, e.g. `1` or `0-1`).
+fn thread_cpus(pid: u32, comm: &str) -> Option<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    for task in tasks.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if name.trim() != comm {
+            continue;
+        }
+        let status = std::fs::read_to_string(path.join("status")).ok()?;
+        return status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|v| v.trim().to_owned());
+    }
+    None
+}
+
+/// This test process's CPUs, from its own status.
+fn own_cpus() -> Vec<usize> {
+    sluice_broker::io::allowed_cpus().expect("sched_getaffinity")
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Skips (outside CI) or fails (in CI) when `tool` is missing.
+fn require(tool: &str) -> bool {
+    if have(tool) {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "`{tool}` is missing and CI=true: install it (util-linux)"
+    );
+    eprintln!("skipped: `{tool}` is not installed");
+    false
+}
+
+fn start_args(io: IoChoice, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "off",
+        "--memory-max",
+        "64MiB",
+        "--log",
+        "info",
+        "--io",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.push(io.to_string());
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+fn shard_cpus_follow_the_affinity_mask(io: IoChoice) {
+    if !require("taskset") {
+        return;
+    }
+    let cpus = own_cpus();
+    // The last CPU we may use: on a machine with two or more, not CPU 0, so
+    // a shard pinned to "CPU 0" (its index) would be caught.
+    let cpu = *cpus.last().expect("at least one CPU");
+    let cases: [(&[&str], String); 3] = [
+        // auto: shard 0 on the first (only) CPU of the mask.
+        (&["--shards", "1"], cpu.to_string()),
+        // none: left to the scheduler, inside the mask.
+        (&["--shards", "1", "--cpus", "none"], cpu.to_string()),
+        // an explicit list inside the mask.
+        (&["--cpus", &cpu.to_string()], cpu.to_string()),
+    ];
+    for (extra, want) in cases {
+        let args = start_args(io, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut p = Process::spawn(&format!("exec taskset -c {cpu} \"$@\""), &args);
+        let addr = p.listen_addr();
+        let got = thread_cpus(p.child.id(), "sluice-shard-0");
+        assert_eq!(got.as_deref(), Some(want.as_str()), "{extra:?}");
+        let mut c = Client::connect(addr);
+        c.hello(b"").expect("HELLO");
+        c.ping();
+        drop(c);
+        p.stop();
+    }
+    // Two CPUs given, two shards: one on each, in order.
+    if cpus.len() >= 2 {
+        let (a, b) = (cpus[cpus.len() - 2], cpus[cpus.len() - 1]);
+        let args = start_args(io, &["--shards", "2"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut p = Process::spawn(&format!("exec taskset -c {a},{b} \"$@\""), &args);
+        p.listen_addr();
+        let pid = p.child.id();
+        assert_eq!(thread_cpus(pid, "sluice-shard-0"), Some(a.to_string()));
+        assert_eq!(thread_cpus(pid, "sluice-shard-1"), Some(b.to_string()));
+        p.stop();
+    }
+}
+
+fn a_cpu_outside_the_mask_is_refused_at_start(io: IoChoice) {
+    if !require("taskset") {
+        return;
+    }
+    let cpus = own_cpus();
+    if cpus.len() < 2 {
+        eprintln!("skipped: this process may use one CPU only");
+        return;
+    }
+    let (inside, outside) = (cpus[0], cpus[1]);
+    let args = start_args(io, &["--cpus", &outside.to_string()]);
+    let out = Command::new("taskset")
+        .args(["-c", &inside.to_string(), BIN])
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sluice-server");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "--cpus names CPU {outside}, which this process may not run on"
+        )),
+        "{err}"
+    );
+}
+
+fn out_of_descriptors_refuses_new_connections_and_keeps_the_open_ones(io: IoChoice) {
+    // `ulimit -n 64` lowers the hard limit too, so the server cannot raise
+    // it: it warns, then runs out after some 40 connections.
+    let args = start_args(io, &["--shards", "1"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut p = Process::spawn("ulimit -n 64 && exec \"$@\"", &args);
+    let addr = p.listen_addr();
+    let warning = p.wait_for("open-files limit (64) is below what --max-connections 10000 needs");
+    assert!(warning.contains("WARN"), "{warning}");
+
+    let mut first = Client::connect(addr);
+    first.hello(b"").expect("HELLO");
+    let mut open = Vec::new();
+    let mut refused = None;
+    for attempt in 0..200 {
+        let mut c = Client::connect(addr);
+        match c.hello(b"") {
+            Ok(_) => open.push(c),
+            Err(e) => {
+                refused = Some((attempt, e));
+                break;
+            }
+        }
+    }
+    let (attempt, error) = refused.expect("some connection refused under ulimit -n 64");
+    assert!(attempt >= 10, "refused after only {attempt} connections");
+    // The refusal comes from the reserve descriptor: an error frame, or (if
+    // the close overtook it) the connection ending at once: never a hang.
+    assert!(
+        matches!(
+            error.code,
+            ErrorCode::TooManyConnections | ErrorCode::Internal
+        ),
+        "{error:?}"
+    );
+    let line = p.wait_for("cannot accept connections: out of file descriptors");
+    assert!(line.contains("WARN"), "{line}");
+
+    // The open connections go on, and the refusal was counted.
+    first.ping();
+    for c in &mut open {
+        c.ping();
+    }
+    let stats = first.server_stats();
+    assert!(counter(&stats, "accept_failures") >= 1, "{stats:?}");
+    assert!(counter(&stats, "connections_refused") >= 1, "{stats:?}");
+
+    // Descriptors freed: new connections are accepted again.
+    open.truncate(open.len().saturating_sub(5));
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let mut c = Client::connect(addr);
+        if c.hello(b"").is_ok() {
+            c.ping();
+            break;
+        }
+        assert!(Instant::now() < deadline, "no connection accepted again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(open);
+    drop(first);
+    p.stop();
+}
+
+both_backends!(
+    shard_cpus_follow_the_affinity_mask,
+    a_cpu_outside_the_mask_is_refused_at_start,
+    out_of_descriptors_refuses_new_connections_and_keeps_the_open_ones,
+);
