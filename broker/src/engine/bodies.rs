@@ -86,8 +86,15 @@ impl Bodies {
     }
 
     /// Copies `head` then `tail` into storage: the data and its chunk.
+    /// Empty data takes no chunk (it is [`OWN_BUFFER`], with no buffer).
     pub fn store(&mut self, head: &[u8], tail: &[u8]) -> (Bytes, u32) {
         let n = head.len() + tail.len();
+        if n == 0 {
+            // In a chunk, its release would find the chunk's live bytes at
+            // 0 whenever the chunk's others were gone, and free the chunk a
+            // second time.
+            return (Bytes::new(), OWN_BUFFER);
+        }
         if n > CHUNKED_BYTES_MAX {
             let mut own = BytesMut::with_capacity(n);
             own.extend_from_slice(head);
@@ -130,7 +137,7 @@ impl Bodies {
 
     /// A message of `len` bytes stored in `chunk` is gone.
     pub fn release(&mut self, chunk: u32, len: usize) {
-        if chunk == OWN_BUFFER {
+        if chunk == OWN_BUFFER || len == 0 {
             return;
         }
         // At most CHUNKED_BYTES_MAX.
@@ -190,6 +197,32 @@ mod tests {
         let (d3, c3) = b.store(&big, b"");
         assert_eq!(c3, OWN_BUFFER);
         assert_eq!(d3.len(), big.len());
+    }
+
+    #[test]
+    fn empty_data_takes_no_chunk_and_frees_nothing_twice() {
+        // Found by the simulation: an empty message stored in a chunk whose
+        // other messages were all gone freed that chunk a second time, so
+        // it was handed out twice and the retired counters underflowed.
+        let mut b = Bodies::new();
+        let (empty, c0) = b.store(b"", b"");
+        assert!(empty.is_empty());
+        assert_eq!(c0, OWN_BUFFER);
+        let big = [2u8; CHUNKED_BYTES_MAX];
+        let mut chunks = Vec::new();
+        for _ in 0..(2 * CHUNK_BYTES / CHUNKED_BYTES_MAX) {
+            chunks.push(b.store(&big, b"").1);
+        }
+        for &c in &chunks {
+            b.release(c, big.len());
+        }
+        b.release(c0, 0);
+        let ids: Vec<u32> = b.free.clone();
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(ids.len(), unique.len(), "a chunk freed twice: {ids:?}");
+        assert!(!b.needs_compaction());
     }
 
     #[test]
