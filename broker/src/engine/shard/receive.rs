@@ -52,6 +52,11 @@ pub(super) struct PendingReceive {
     pub(super) expired: bool,
     pub(super) queue_gone: bool,
     pub(super) budget_full: bool,
+    /// When the receive began: no message it got was leased earlier.
+    pub(super) started_ns: u64,
+    /// The shortest lease it hands out: its override, else the queue's
+    /// visibility timeout when it began.
+    pub(super) lease_ms: u32,
 }
 
 impl Shard {
@@ -216,6 +221,8 @@ impl Shard {
             expired: false,
             queue_gone: false,
             budget_full: false,
+            started_ns: self.now_ns,
+            lease_ms: visibility_timeout_ms.unwrap_or(part.attrs.visibility_timeout_ms),
         };
         let visible = usize::try_from(self.part(p).stats.visible).unwrap_or(usize::MAX);
         let mut got = Vec::with_capacity(pr.max.min(visible));
@@ -298,7 +305,16 @@ impl Shard {
             }
             let may_wait = r.got.is_empty() && !r.expired && r.deadline_ns.is_some() && !done;
             if !may_wait {
-                let got = core::mem::take(&mut r.got);
+                let mut got = core::mem::take(&mut r.got);
+                // A receive that took long (a long poll that gathered from
+                // slow shards, or a lease of 0) may have seen a message's
+                // lease end and got the message again: one receive never
+                // returns a message twice, so keep its newest delivery (the
+                // older receipt is stale already).
+                let lease_end = r.started_ns + u64::from(r.lease_ms) * NS_PER_MS;
+                if self.now_ns + NS_PER_MS >= lease_end {
+                    keep_newest_deliveries(&mut got);
+                }
                 self.unpark(req);
                 self.finish_receive(req, OpResult::Received(got));
                 return;
@@ -425,5 +441,19 @@ impl Shard {
                 }
             }
         }
+    }
+}
+
+/// Drops every delivery of a message but its newest, keeping the order of
+/// the rest.
+fn keep_newest_deliveries(got: &mut Vec<ReceivedMessage>) {
+    let mut newest: std::collections::HashMap<MessageId, u64> =
+        std::collections::HashMap::with_capacity(got.len());
+    for m in got.iter() {
+        let d = newest.entry(m.id).or_insert(m.delivery);
+        *d = (*d).max(m.delivery);
+    }
+    if newest.len() < got.len() {
+        got.retain(|m| newest.get(&m.id) == Some(&m.delivery));
     }
 }
