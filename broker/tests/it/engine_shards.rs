@@ -2,8 +2,8 @@
 //! receipts, many waiters overflowing the rings.
 
 use crate::engine_util::*;
-use sluice_broker::engine::{Op, OpResult};
-use sluice_protocol::AttributeUpdate;
+use sluice_broker::engine::{Op, OpResult, VisibilityChange};
+use sluice_protocol::{AttributeUpdate, ErrorCode};
 
 #[test]
 fn a_hot_queue_on_one_shard_is_drained_from_the_others() {
@@ -79,5 +79,49 @@ fn many_waiters_on_another_shard_overflow_the_rings_without_loss() {
     assert_eq!(s.visible as usize, 40 - served);
     assert!(served > 0);
     c.advance_ms(10_000);
+    check(&mut c);
+}
+
+#[test]
+fn a_forwarded_batch_naming_one_receipt_twice_is_answered_entry_by_entry() {
+    // Entries are applied in order on the owner: the second change and the
+    // second delete see what the first did.
+    let mut c = cluster(2);
+    create(&mut c, "q", AttributeUpdate::default());
+    send(&mut c, 1, "q", "a");
+    let m = receive(&mut c, 1, "q", 1).remove(0);
+    let t = c.submit(
+        0,
+        Op::ChangeVisibility {
+            queue: "q".into(),
+            entries: vec![
+                VisibilityChange {
+                    receipt: m.receipt,
+                    timeout_ms: 10,
+                },
+                VisibilityChange {
+                    receipt: m.receipt,
+                    timeout_ms: 0,
+                },
+            ],
+        },
+    );
+    let r = c.take(t).expect("answered once the shards settled");
+    assert_eq!(r, OpResult::VisibilityChanged(vec![Ok(()), Ok(())]));
+    check(&mut c);
+    let t = c.submit(
+        0,
+        Op::Delete {
+            queue: "q".into(),
+            receipts: vec![m.receipt, m.receipt],
+        },
+    );
+    match c.take(t).expect("answered once the shards settled") {
+        OpResult::Deleted(r) => {
+            assert_eq!(r[0], Ok(()));
+            assert_eq!(r[1].as_ref().map_err(|e| e.code), Err(ErrorCode::Gone));
+        }
+        other => panic!("{other:?}"),
+    }
     check(&mut c);
 }

@@ -329,8 +329,10 @@ impl Shard {
             self.handle_msg(from as u16, msg);
         }
         self.inbox = inbox;
-        self.end();
-        handled + fired + (self.sent_count - sent_before)
+        let flushed = self.end();
+        // Messages moved from the overflow into a ring count too: the
+        // other shard has work now, though nothing new was sent.
+        handled + fired + (self.sent_count - sent_before) + flushed
     }
 
     /// Moves the completed operations' results into `out`.
@@ -420,9 +422,11 @@ impl Shard {
         self.advance_timers()
     }
 
-    fn end(&mut self) {
+    /// Publishes what the call changed; returns how many messages waiting
+    /// in the overflow it moved into rings.
+    fn end(&mut self) -> usize {
         self.flush_touched();
-        self.flush_overflow();
+        self.flush_overflow()
     }
 
     fn part(&self, p: u32) -> &Partition {
@@ -480,17 +484,22 @@ impl Shard {
         }
     }
 
-    fn flush_overflow(&mut self) {
+    /// Moves what waits in the overflow into the rings, as room allows;
+    /// returns how many messages it moved.
+    fn flush_overflow(&mut self) -> usize {
+        let mut moved = 0;
         for d in 0..self.overflow.len() {
             while let Some(msg) = self.overflow[d].pop_front() {
                 if let Err(msg) = self.links.push(d, msg) {
                     self.overflow[d].push_front(msg);
                     break;
                 }
+                moved += 1;
             }
         }
         // One doorbell ring per destination for everything pushed.
         self.links.flush();
+        moved
     }
 
     fn others(&self) -> impl Iterator<Item = u16> + '_ {
