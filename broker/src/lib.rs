@@ -15,4 +15,6 @@ pub mod engine;
 pub mod io;
 #[cfg(not(sluice_loom))]
 pub mod server;
+#[cfg(not(sluice_loom))]
+pub mod sim;
 mod sync;

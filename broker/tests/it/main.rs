@@ -21,6 +21,9 @@ mod engine_stress;
 mod io_driver;
 
 #[cfg(not(sluice_loom))]
+mod sim;
+
+#[cfg(not(sluice_loom))]
 mod server_util;
 
 #[cfg(not(sluice_loom))]

@@ -1,0 +1,713 @@
+//! The simulated world: the shards, the clock, the clients and the
+//! scheduler that picks what happens next.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode, RedrivePolicy};
+
+use super::oracle::{Counts, Held, Oracle, Snap};
+use crate::engine::doorbell::{self, Wake};
+use crate::engine::random::{Rng, splitmix64};
+use crate::engine::{
+    MessageAttributes, Op, OpResult, Registry, RegistryConfig, SendEntry, Shard, ShardConfig,
+    VisibilityChange,
+};
+
+const NS_PER_MS: u64 = 1_000_000;
+/// Ring capacity between shards: small, so full rings and the overflow
+/// queues behind them are exercised.
+const RING_CAPACITY: usize = 4;
+/// Clients (connections) at once.
+const CLIENTS: usize = 6;
+/// Steps between settled checkpoints (the whole-state checks).
+const CHECKPOINT_EVERY: u64 = 48;
+/// Steps between full internal checks of every shard.
+const DEEP_CHECK_EVERY: u64 = 16;
+/// Lines of history kept for a failure report.
+const RECENT_MAX: usize = 400;
+
+/// The queues. `work` dead-letters into `dlq`; `side` has no redrive
+/// policy, so it can be deleted and created again with leases out.
+pub(super) const WORK: &str = "work";
+pub(super) const DLQ: &str = "dlq";
+pub(super) const SIDE: &str = "side";
+const QUEUES: [&str; 3] = [WORK, DLQ, SIDE];
+pub(super) const MAX_RECEIVES: u32 = 2;
+pub(super) const RETENTION_MS_MIN: u64 = 60_000;
+
+/// Nobody sleeps: the scheduler polls.
+#[derive(Debug)]
+struct NoWake;
+
+impl Wake for NoWake {
+    fn wake(&self) {}
+}
+
+/// One connection: its shard and its requests in flight.
+#[derive(Debug)]
+struct Client {
+    shard: usize,
+    tickets: Vec<u64>,
+}
+
+/// A request in flight.
+#[derive(Debug)]
+pub(super) struct Pending {
+    client: usize,
+    pub(super) submitted_ns: u64,
+    pub(super) submitted_step: u64,
+    pub(super) kind: Kind,
+}
+
+/// What a request was, for checking its result.
+#[derive(Debug)]
+pub(super) enum Kind {
+    Send {
+        queue: &'static str,
+        incarnation: u32,
+    },
+    Receive {
+        queue: &'static str,
+        visibility_ms: u64,
+    },
+    Delete(Vec<(Held, Snap)>),
+    ChangeVisibility(Vec<(Held, u32, Snap)>),
+    Purge(&'static str),
+    /// Side, at this incarnation when submitted.
+    DeleteQueue {
+        incarnation: u32,
+    },
+    CreateQueue(&'static str),
+    Redrive,
+    Peek(&'static str),
+    Stats(&'static str),
+}
+
+impl Kind {
+    /// The queue the request names, where it names one.
+    pub(super) fn queue(&self) -> Option<&'static str> {
+        match self {
+            Kind::Send { queue, .. } | Kind::Receive { queue, .. } => Some(queue),
+            Kind::Delete(h) => h.first().map(|(h, _)| h.queue),
+            Kind::ChangeVisibility(h) => h.first().map(|(h, _, _)| h.queue),
+            Kind::Purge(q) | Kind::CreateQueue(q) | Kind::Peek(q) | Kind::Stats(q) => Some(q),
+            Kind::DeleteQueue { .. } => Some(SIDE),
+            Kind::Redrive => Some(DLQ),
+        }
+    }
+}
+
+pub(super) struct World {
+    rng: Rng,
+    shards: Vec<Shard>,
+    registry: Arc<Registry>,
+    start_ns: u64,
+    now_ns: u64,
+    wall_ms: u64,
+    clients: Vec<Client>,
+    pending: HashMap<u64, Pending>,
+    next_ticket: u64,
+    pub(super) oracle: Oracle,
+    recent: VecDeque<String>,
+    step: u64,
+    completions: Vec<(u64, OpResult)>,
+    visibility_ms: HashMap<&'static str, u64>,
+}
+
+impl World {
+    pub(super) fn new(seed: u64, shards: u16) -> World {
+        let mut rng = Rng::new(seed);
+        let mut derive = seed ^ 0x51_u64;
+        // Tight budgets make sends meet Busy; loose ones let depth limits
+        // and retention do the limiting.
+        let memory = match rng.below_inclusive(3) {
+            0 => 12 * 1024,
+            1 => 32 * 1024,
+            _ => 1 << 20,
+        };
+        let registry = Arc::new(Registry::new(RegistryConfig {
+            shards,
+            seed: splitmix64(&mut derive),
+            memory_bytes_max: memory,
+            ..RegistryConfig::default()
+        }));
+        let start_ns = 1_000_000_000;
+        let wall_ms = 1_700_000_000_000;
+        let wakers = (0..shards)
+            .map(|_| Box::new(NoWake) as Box<dyn Wake>)
+            .collect();
+        let links = doorbell::mesh(usize::from(shards), RING_CAPACITY, wakers);
+        let shards_v: Vec<Shard> = links
+            .into_iter()
+            .enumerate()
+            .map(|(i, l)| {
+                Shard::new(
+                    ShardConfig {
+                        // At most SIM_SHARDS_MAX shards.
+                        shard: i as u16,
+                        seed: splitmix64(&mut derive),
+                    },
+                    l,
+                    registry.clone(),
+                    start_ns,
+                    wall_ms,
+                )
+            })
+            .collect();
+        let clients = (0..CLIENTS)
+            .map(|i| Client {
+                shard: i % usize::from(shards),
+                tickets: Vec::new(),
+            })
+            .collect();
+        let mut w = World {
+            rng,
+            shards: shards_v,
+            registry,
+            start_ns,
+            now_ns: start_ns,
+            wall_ms,
+            clients,
+            pending: HashMap::new(),
+            next_ticket: 1,
+            oracle: Oracle::default(),
+            recent: VecDeque::new(),
+            step: 0,
+            completions: Vec::new(),
+            visibility_ms: HashMap::new(),
+        };
+        let backoff = (w.rng.below_inclusive(1) == 0).then_some(Backoff {
+            base_ms: 3,
+            max_ms: 40,
+        });
+        for q in [DLQ, WORK, SIDE] {
+            w.visibility_ms.insert(q, 0);
+            let attrs = w.attributes(q, backoff);
+            w.visibility_ms
+                .insert(q, u64::from(attrs.visibility_timeout_ms.unwrap_or(30_000)));
+            let r = w.call_settled(Op::CreateQueue {
+                name: q.into(),
+                attributes: attrs,
+            });
+            assert!(
+                matches!(r, OpResult::QueueCreated { .. }),
+                "creating {q}: {r:?}"
+            );
+        }
+        w
+    }
+
+    fn attributes(&self, queue: &str, backoff: Option<Backoff>) -> AttributeUpdate {
+        match queue {
+            WORK => AttributeUpdate {
+                visibility_timeout_ms: Some(50),
+                retention_ms: Some(60_000),
+                message_bytes_max: Some(48),
+                max_depth: Some(40),
+                dedup_window_ms: Some(100),
+                redrive: Some(RedrivePolicy {
+                    dead_letter_queue: DLQ.into(),
+                    // A small constant: fits u16.
+                    max_receives: MAX_RECEIVES as u16,
+                }),
+                backoff,
+                ..AttributeUpdate::default()
+            },
+            DLQ => AttributeUpdate {
+                visibility_timeout_ms: Some(30),
+                retention_ms: Some(120_000),
+                ..AttributeUpdate::default()
+            },
+            _ => AttributeUpdate {
+                visibility_timeout_ms: Some(20),
+                retention_ms: Some(60_000),
+                dedup_window_ms: Some(50),
+                ..AttributeUpdate::default()
+            },
+        }
+    }
+
+    /// Submits on shard 0 and settles everything (set-up only).
+    fn call_settled(&mut self, op: Op) -> OpResult {
+        let t = self.next_ticket;
+        self.next_ticket += 1;
+        let r = self.shards[0].submit(t, op, self.now_ns, self.wall_ms);
+        self.settle();
+        let mut out = Vec::new();
+        for s in &mut self.shards {
+            s.drain_completions(&mut out);
+        }
+        r.or_else(|| out.into_iter().find(|(x, _)| *x == t).map(|(_, r)| r))
+            .expect("set-up operations complete")
+    }
+
+    pub(super) fn recent(&self) -> Vec<String> {
+        self.recent.iter().cloned().collect()
+    }
+
+    pub(super) fn counts(&self) -> &Counts {
+        &self.oracle.counts
+    }
+
+    pub(super) fn virtual_ms(&self) -> u64 {
+        (self.now_ns - self.start_ns) / NS_PER_MS
+    }
+
+    fn note(&mut self, line: String) {
+        if self.recent.len() == RECENT_MAX {
+            self.recent.pop_front();
+        }
+        self.recent
+            .push_back(format!("#{} t={}ms {line}", self.step, self.virtual_ms()));
+    }
+
+    fn pick(&mut self, n: usize) -> usize {
+        // n is small: a usize fits u64 and back.
+        self.rng.below_inclusive(n as u64 - 1) as usize
+    }
+
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.rng.below_inclusive(999) < per_mille
+    }
+
+    /// One scheduler step, then the checks.
+    pub(super) fn step(&mut self) -> Result<(), String> {
+        let roll = self.rng.below_inclusive(999);
+        match roll {
+            0..=379 => self.submit_random(),
+            380..=739 => {
+                let s = self.pick(self.shards.len());
+                self.note(format!("poll shard {s}"));
+                self.shards[s].poll(self.now_ns, self.wall_ms);
+            }
+            740..=914 => {
+                let ms = 1 + self.rng.below_inclusive(20);
+                self.advance(ms);
+            }
+            915..=917 => {
+                // Long enough for leases, backoffs and delays; now and then
+                // past retention.
+                let ms = if self.chance(60) {
+                    RETENTION_MS_MIN + self.rng.below_inclusive(5_000)
+                } else {
+                    100 + self.rng.below_inclusive(3_000)
+                };
+                self.advance(ms);
+            }
+            918..=934 => self.disconnect(),
+            _ => {
+                let s = self.pick(self.shards.len());
+                self.note(format!("poll shard {s} until idle"));
+                while self.shards[s].poll(self.now_ns, self.wall_ms) > 0 {}
+            }
+        }
+        self.collect()?;
+        if std::env::var("SLUICE_SIM_WATCH_STEPS").is_ok() {
+            let views: Vec<_> = self.shards.iter().flat_map(Shard::messages).collect();
+            self.oracle.watch_views(&views, self.step);
+        }
+        self.check_identity()?;
+        if self.step % DEEP_CHECK_EVERY == 0 {
+            for s in &self.shards {
+                s.check_invariants()?;
+            }
+        }
+        if self.step % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
+            self.checkpoint()?;
+        }
+        self.step += 1;
+        Ok(())
+    }
+
+    /// The end: settle, and one last whole-state check.
+    pub(super) fn finish(&mut self) -> Result<(), String> {
+        self.checkpoint()
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.note(format!("advance {ms} ms"));
+        self.now_ns += ms * NS_PER_MS;
+        self.wall_ms += ms;
+        self.oracle.counts.virtual_ms += ms;
+    }
+
+    /// A client goes away with its requests in flight.
+    fn disconnect(&mut self) {
+        let c = self.pick(self.clients.len());
+        let tickets = std::mem::take(&mut self.clients[c].tickets);
+        let shard = self.clients[c].shard;
+        self.note(format!(
+            "client {c} on shard {shard} disconnects with {} requests in flight",
+            tickets.len()
+        ));
+        self.oracle.counts.disconnects += 1;
+        for t in tickets {
+            self.shards[shard].cancel(t);
+            if let Some(p) = self.pending.remove(&t) {
+                self.oracle.cancelled(&p, self.step);
+            }
+        }
+        // It reconnects, perhaps to another shard.
+        self.clients[c].shard = self.pick(self.shards.len());
+    }
+
+    fn submit_random(&mut self) {
+        let c = self.pick(self.clients.len());
+        let shard = self.clients[c].shard;
+        let queue = match self.rng.below_inclusive(9) {
+            0..=5 => WORK,
+            6..=7 => SIDE,
+            _ => DLQ,
+        };
+        let incarnation = self
+            .registry
+            .get(queue)
+            .map_or(0, |q| q.shared.incarnation());
+        let (op, kind, what) = match self.rng.below_inclusive(999) {
+            0..=299 => self.make_send(queue, incarnation),
+            300..=549 => self.make_receive(queue),
+            550..=749 => self.make_delete(),
+            750..=899 => self.make_change_visibility(),
+            900..=929 => (
+                Op::Redrive {
+                    queue: DLQ.into(),
+                    max: 1 + self.rng.below_inclusive(5) as u32,
+                },
+                Kind::Redrive,
+                "redrive".to_owned(),
+            ),
+            930..=949 => (
+                Op::Peek {
+                    queue: queue.into(),
+                    max: 1 + self.rng.below_inclusive(5) as u32,
+                },
+                Kind::Peek(queue),
+                format!("peek {queue}"),
+            ),
+            950..=969 => (
+                Op::GetQueue { name: queue.into() },
+                Kind::Stats(queue),
+                format!("stats {queue}"),
+            ),
+            970..=979 => (
+                Op::PurgeQueue { name: queue.into() },
+                Kind::Purge(queue),
+                format!("purge {queue}"),
+            ),
+            980..=989 => {
+                let incarnation = self
+                    .registry
+                    .get(SIDE)
+                    .map_or(0, |q| q.shared.incarnation());
+                (
+                    Op::DeleteQueue { name: SIDE.into() },
+                    Kind::DeleteQueue { incarnation },
+                    format!("delete queue {SIDE} (incarnation {incarnation})"),
+                )
+            }
+            _ => {
+                let attributes = self.attributes(SIDE, None);
+                (
+                    Op::CreateQueue {
+                        name: SIDE.into(),
+                        attributes,
+                    },
+                    Kind::CreateQueue(SIDE),
+                    format!("create queue {SIDE}"),
+                )
+            }
+        };
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.note(format!(
+            "client {c} on shard {shard}: {what} [ticket {ticket}]"
+        ));
+        self.oracle.submitted(&kind, self.now_ns, self.step);
+        let pending = Pending {
+            client: c,
+            submitted_ns: self.now_ns,
+            submitted_step: self.step,
+            kind,
+        };
+        match self.shards[shard].submit(ticket, op, self.now_ns, self.wall_ms) {
+            Some(result) => self.completions.push((ticket, result)),
+            None => self.clients[c].tickets.push(ticket),
+        }
+        self.pending.insert(ticket, pending);
+    }
+
+    fn make_send(&mut self, queue: &'static str, incarnation: u32) -> (Op, Kind, String) {
+        let n = 1 + self.rng.below_inclusive(4) as usize;
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            // Now and then larger than work's 48-byte limit.
+            let len = if self.chance(30) {
+                60
+            } else {
+                self.rng.below_inclusive(40) as usize
+            };
+            let delay_ms = match self.rng.below_inclusive(9) {
+                0 => Some(0),
+                1 => Some(1 + self.rng.below_inclusive(200) as u32),
+                _ => None,
+            };
+            let dedup_key = self
+                .chance(250)
+                .then(|| Bytes::from(vec![b'k', b'a' + self.rng.below_inclusive(5) as u8]));
+            let attributes = if self.chance(100) {
+                MessageAttributes::from_pairs([("k", "v")])
+                    .unwrap_or_else(|_| unreachable!("a fixed small attribute set is valid"))
+            } else {
+                MessageAttributes::empty()
+            };
+            entries.push(SendEntry {
+                body: Bytes::from(vec![b'm'; len]),
+                delay_ms,
+                attributes,
+                dedup_key,
+            });
+        }
+        let what = format!("send {n} to {queue}");
+        (
+            Op::Send {
+                queue: queue.into(),
+                entries,
+            },
+            Kind::Send { queue, incarnation },
+            what,
+        )
+    }
+
+    fn make_receive(&mut self, queue: &'static str) -> (Op, Kind, String) {
+        let max = if self.chance(200) {
+            64
+        } else {
+            1 + self.rng.below_inclusive(3) as u32
+        };
+        let visibility = match self.rng.below_inclusive(9) {
+            0 => Some(0),
+            1 => Some(5),
+            2 => Some(200),
+            _ => None,
+        };
+        let wait = if self.chance(300) {
+            Some(1 + self.rng.below_inclusive(300) as u32)
+        } else {
+            Some(0)
+        };
+        let visibility_ms = visibility.map_or(self.visibility_ms[queue], u64::from);
+        (
+            Op::Receive {
+                queue: queue.into(),
+                max,
+                visibility_timeout_ms: visibility,
+                wait_ms: wait,
+            },
+            Kind::Receive {
+                queue,
+                visibility_ms,
+            },
+            format!("receive {max} from {queue} (visibility {visibility:?}, wait {wait:?})"),
+        )
+    }
+
+    /// Some held receipts of one queue, sometimes stale, sometimes forged.
+    fn pick_held(&mut self) -> Option<(&'static str, Vec<Held>)> {
+        if self.oracle.held.is_empty() {
+            return None;
+        }
+        // Mostly the newest receipts (their messages are likely still
+        // there), sometimes any.
+        let len = self.oracle.held.len();
+        let first = if self.chance(800) {
+            len - 1 - self.pick(len.min(8))
+        } else {
+            self.pick(len)
+        };
+        let queue = self.oracle.held[first].queue;
+        let n = 1 + self.rng.below_inclusive(2) as usize;
+        let mut out = vec![self.oracle.held[first]];
+        for _ in 1..n {
+            let i = self.pick(self.oracle.held.len());
+            if self.oracle.held[i].queue == queue {
+                out.push(self.oracle.held[i]);
+            }
+        }
+        if self.chance(30) {
+            out[0].receipt.check ^= 1;
+            out[0].forged = true;
+        }
+        Some((queue, out))
+    }
+
+    fn make_delete(&mut self) -> (Op, Kind, String) {
+        let Some((queue, held)) = self.pick_held() else {
+            return self.make_receive(WORK);
+        };
+        let what = format!("delete {} receipts of {queue}", held.len());
+        let receipts = held.iter().map(|h| h.receipt).collect();
+        let held = held
+            .into_iter()
+            .map(|h| (h, self.oracle.snap(&h)))
+            .collect();
+        (
+            Op::Delete {
+                queue: queue.into(),
+                receipts,
+            },
+            Kind::Delete(held),
+            what,
+        )
+    }
+
+    fn make_change_visibility(&mut self) -> (Op, Kind, String) {
+        let Some((queue, held)) = self.pick_held() else {
+            return self.make_receive(WORK);
+        };
+        let entries: Vec<(Held, u32, Snap)> = held
+            .into_iter()
+            .map(|h| {
+                let t = match self.rng.below_inclusive(3) {
+                    0 | 1 => 0,
+                    2 => 10,
+                    _ => 300,
+                };
+                (h, t, self.oracle.snap(&h))
+            })
+            .collect();
+        let what = format!(
+            "change visibility of {} receipts of {queue} to {:?} ms",
+            entries.len(),
+            entries.iter().map(|e| e.1).collect::<Vec<_>>()
+        );
+        (
+            Op::ChangeVisibility {
+                queue: queue.into(),
+                entries: entries
+                    .iter()
+                    .map(|(h, t, _)| VisibilityChange {
+                        receipt: h.receipt,
+                        timeout_ms: *t,
+                    })
+                    .collect(),
+            },
+            Kind::ChangeVisibility(entries),
+            what,
+        )
+    }
+
+    /// Hands every completed result to the oracle.
+    fn collect(&mut self) -> Result<(), String> {
+        for s in &mut self.shards {
+            s.drain_completions(&mut self.completions);
+        }
+        let done = std::mem::take(&mut self.completions);
+        for (ticket, result) in done {
+            let Some(p) = self.pending.remove(&ticket) else {
+                // A cancelled ticket's result is never reported.
+                return Err(format!("result for unknown or cancelled ticket {ticket}"));
+            };
+            let client = &mut self.clients[p.client];
+            client.tickets.retain(|&t| t != ticket);
+            let summary = self
+                .oracle
+                .completed(&p, result, self.now_ns, self.step)
+                .map_err(|e| format!("ticket {ticket}: {e}"))?;
+            self.note(format!("ticket {ticket} done: {summary}"));
+        }
+        Ok(())
+    }
+
+    /// Every queue's accounting identity, on every shard, after every step.
+    fn check_identity(&mut self) -> Result<(), String> {
+        for (i, s) in self.shards.iter_mut().enumerate() {
+            for q in QUEUES {
+                let Some(st) = s.local_stats(q) else { continue };
+                let held = st.visible + st.delayed + st.in_flight;
+                let left = st.sent + st.moved_in;
+                let right =
+                    held + st.deleted + st.dead_lettered + st.redriven + st.dropped + st.purged;
+                if left != right {
+                    return Err(format!(
+                        "shard {i}, queue {q}: accounting identity broken: {st:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls every shard until nothing moves.
+    fn settle(&mut self) {
+        loop {
+            let mut work = 0;
+            for s in &mut self.shards {
+                work += s.poll(self.now_ns, self.wall_ms);
+            }
+            if work == 0 && !self.shards.iter().any(Shard::has_outbound) {
+                return;
+            }
+        }
+    }
+
+    /// Settles, then checks the whole state.
+    fn checkpoint(&mut self) -> Result<(), String> {
+        self.settle();
+        self.collect()?;
+        self.oracle.counts.checkpoints += 1;
+        // Settled: every request of a connected client is answered, but
+        // long polls still waiting.
+        let open: std::collections::HashSet<u64> = self
+            .clients
+            .iter()
+            .flat_map(|c| c.tickets.iter().copied())
+            .collect();
+        for (ticket, p) in &self.pending {
+            if !matches!(p.kind, Kind::Receive { .. }) && open.contains(ticket) {
+                return Err(format!(
+                    "ticket {ticket} ({:?}) not answered on a settled system",
+                    p.kind
+                ));
+            }
+        }
+        for s in &self.shards {
+            s.check_invariants()?;
+        }
+        // Each queue's shared depth is what its partitions hold, and the
+        // memory budget covers what the shards hold.
+        let (_, queues) = self.registry.snapshot();
+        for (name, q) in queues {
+            let mut held = 0;
+            for s in &mut self.shards {
+                if let Some(st) = s.local_stats(&name) {
+                    held += st.visible + st.delayed + st.in_flight;
+                }
+            }
+            if q.shared.depth() != held {
+                return Err(format!(
+                    "queue {name}: shared depth {} but shards hold {held}",
+                    q.shared.depth()
+                ));
+            }
+        }
+        let in_use: u64 = self.shards.iter().map(Shard::memory_in_use).sum();
+        if self.registry.memory().used() < in_use {
+            return Err(format!(
+                "memory budget used {} below what the shards hold {in_use}",
+                self.registry.memory().used()
+            ));
+        }
+        let views: Vec<_> = self.shards.iter().flat_map(Shard::messages).collect();
+        self.oracle.checkpoint(&views, self.now_ns, self.step)
+    }
+}
+
+/// Codes a send entry may fail with in this world.
+pub(super) fn send_error_expected(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::Busy | ErrorCode::QueueFull | ErrorCode::MessageTooLarge
+    )
+}
