@@ -366,11 +366,11 @@ impl World {
             .get(queue)
             .map_or(0, |q| q.shared.incarnation());
         let (op, kind, what) = match self.rng.below_inclusive(999) {
-            0..=299 => self.make_send(queue, incarnation),
-            300..=549 => self.make_receive(queue),
-            550..=749 => self.make_delete(),
-            750..=899 => self.make_change_visibility(),
-            900..=929 => (
+            0..=249 => self.make_send(queue, incarnation),
+            250..=499 => self.make_receive(queue),
+            500..=749 => self.make_delete(),
+            750..=869 => self.make_change_visibility(),
+            870..=899 => (
                 Op::Redrive {
                     queue: DLQ.into(),
                     max: 1 + self.rng.below_inclusive(5) as u32,
@@ -378,7 +378,7 @@ impl World {
                 Kind::Redrive,
                 "redrive".to_owned(),
             ),
-            930..=949 => (
+            900..=929 => (
                 Op::Peek {
                     queue: queue.into(),
                     max: 1 + self.rng.below_inclusive(5) as u32,
@@ -386,17 +386,17 @@ impl World {
                 Kind::Peek(queue),
                 format!("peek {queue}"),
             ),
-            950..=969 => (
+            930..=969 => (
                 Op::GetQueue { name: queue.into() },
                 Kind::Stats(queue),
                 format!("stats {queue}"),
             ),
-            970..=979 => (
+            970..=975 => (
                 Op::PurgeQueue { name: queue.into() },
                 Kind::Purge(queue),
                 format!("purge {queue}"),
             ),
-            980..=989 => {
+            976..=981 => {
                 let incarnation = self
                     .registry
                     .get(SIDE)
