@@ -15,7 +15,7 @@
 //! `model(f)` (test builds only) runs a test body: under loom as `loom::model(f)` (all
 //! interleavings), otherwise once, as an ordinary unit test. Constants that
 //! size concurrent structures in tests shrink under loom (see
-//! [`crate::engine::ring::LINK_CAPACITY_DEFAULT`]) so that a model reaches
+//! [`crate::engine::mesh::ring::LINK_CAPACITY_DEFAULT`]) so that a model reaches
 //! wrap-around within a handful of operations.
 
 #[cfg(sluice_loom)]

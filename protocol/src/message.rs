@@ -91,6 +91,24 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// `part` as a `Bytes` sharing `buf`'s memory when it lies within `buf` (a
+/// view cut from it: no copy), a copy otherwise, so a view of any other
+/// buffer cannot make this panic.
+fn share_slice(buf: &Bytes, part: &[u8]) -> Bytes {
+    let base = buf.as_ptr() as usize;
+    let at = part.as_ptr() as usize;
+    match at.checked_sub(base) {
+        Some(offset)
+            if offset
+                .checked_add(part.len())
+                .is_some_and(|end| end <= buf.len()) =>
+        {
+            buf.slice(offset..offset + part.len())
+        }
+        _ => Bytes::copy_from_slice(part),
+    }
+}
+
 /// A `u32` length from the wire as a `usize`. On a 16-bit platform a length
 /// that does not fit is clamped, and the read that uses it fails as truncated.
 fn wire_len(len: u32) -> usize {
@@ -626,17 +644,23 @@ impl SendBatch {
     /// this batch's buffer (no copy).
     #[must_use]
     pub fn to_entries(&self) -> Vec<SendEntry> {
-        self.iter()
-            .map(|e| SendEntry {
-                body: self.raw.slice_ref(e.body),
-                delay_ms: e.delay_ms,
-                dedup_key: e.dedup_key.map(|k| self.raw.slice_ref(k)),
-                attributes: MessageAttributes {
-                    count: e.attributes.count(),
-                    raw: self.raw.slice_ref(e.attributes.wire_bytes()),
-                },
-            })
-            .collect()
+        self.iter().map(|e| self.share(e)).collect()
+    }
+
+    /// One entry of this batch (a view from [`SendBatch::iter`]) as an owned
+    /// value whose body, key and attributes share this batch's buffer: no
+    /// copy, one reference count each. A view of another buffer is copied.
+    #[must_use]
+    pub fn share(&self, entry: SendEntryRef<'_>) -> SendEntry {
+        SendEntry {
+            body: share_slice(&self.raw, entry.body),
+            delay_ms: entry.delay_ms,
+            dedup_key: entry.dedup_key.map(|k| share_slice(&self.raw, k)),
+            attributes: MessageAttributes {
+                count: entry.attributes.count(),
+                raw: share_slice(&self.raw, entry.attributes.wire_bytes()),
+            },
+        }
     }
 }
 
@@ -1051,6 +1075,13 @@ pub struct PeekedMessage {
 }
 
 impl PeekedMessage {
+    /// When the message was first delivered (Unix ms); `None` if never.
+    #[must_use]
+    pub fn first_received_at_ms(&self) -> Option<u64> {
+        self.first_received_delta_ms
+            .map(|d| self.sent_at_ms.saturating_add(d.into()))
+    }
+
     /// Bytes on the wire.
     #[must_use]
     pub fn encoded_len(&self) -> usize {

@@ -6,12 +6,12 @@
 //! whole round does no work: the system is then quiescent (every ring empty,
 //! every reply delivered).
 
+use crate::sync::Arc;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use sluice_protocol::QueueStats;
 
-use super::doorbell::{self, Wake};
+use super::mesh::doorbell::{self, Wake};
 use super::ops::{Op, OpResult};
 use super::random::splitmix64;
 use super::registry::{Registry, RegistryConfig};

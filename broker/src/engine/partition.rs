@@ -24,13 +24,13 @@
 //!   retention timer of its own.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::Arc;
 
-use sluice_protocol::{QueueAttributes, QueueStats};
+use sluice_protocol::{QueueAttributes, QueueName, QueueStats};
 
 use super::registry::QueueShared;
 use super::slab::SlotKey;
 use super::wheel::TimerId;
+use crate::sync::Arc;
 
 /// Stale entries tolerated in a FIFO before it is compacted.
 pub const FIFO_SLACK: usize = 64;
@@ -38,7 +38,7 @@ pub const FIFO_SLACK: usize = 64;
 #[derive(Debug)]
 pub(crate) struct Partition {
     pub incarnation: u32,
-    pub name: Arc<str>,
+    pub name: QueueName,
     pub attrs: QueueAttributes,
     pub shared: Arc<QueueShared>,
     /// Counters and gauges; `oldest_age_ms` is computed on demand.
@@ -60,7 +60,7 @@ pub(crate) struct Partition {
 }
 
 impl Partition {
-    pub fn new(name: Arc<str>, attrs: QueueAttributes, shared: Arc<QueueShared>) -> Partition {
+    pub fn new(name: QueueName, attrs: QueueAttributes, shared: Arc<QueueShared>) -> Partition {
         Partition {
             incarnation: shared.incarnation(),
             name,

@@ -18,8 +18,8 @@
 //! # The contract
 //!
 //! [`Driver::poll`] waits for completions and hands each [`Event`] to a
-//! callback together with [`Ops`], the connection table, through which the
-//! callback (or the caller between polls, via [`Driver::ops_mut`]) queues
+//! callback together with [`Connections`], the connection table, through which the
+//! callback (or the caller between polls, via [`Driver::connections_mut`]) queues
 //! sends, closes connections and pauses reading. Received bytes are lent as
 //! a slice for the duration of the callback only, so the buffer they sit in
 //! goes straight back to the kernel; a caller that needs them later copies
@@ -69,7 +69,7 @@ use std::time::{Duration, Instant};
 
 #[allow(unsafe_code)]
 mod buf_ring;
-mod conn;
+mod connections;
 mod epoll;
 mod reserve;
 #[allow(unsafe_code)]
@@ -78,7 +78,7 @@ mod sys;
 mod uring;
 mod waker;
 
-pub use conn::Ops;
+pub use connections::Connections;
 pub use reserve::SHED_BATCH_MAX;
 pub use waker::Waker;
 
@@ -344,7 +344,7 @@ pub enum OpenError {
 }
 
 /// The callback [`Driver::poll`] hands its events to.
-pub type OnEvent<'c> = dyn FnMut(&mut Ops, Event<'_>) + 'c;
+pub type OnEvent<'c> = dyn FnMut(&mut Connections, Event<'_>) + 'c;
 
 /// How long a backend's next wait may last: until `deadline`, and no later
 /// than `accept_paused_until`, when a paused accept is to be re-armed.
@@ -379,11 +379,11 @@ pub trait Driver: fmt::Debug {
     fn poll(&mut self, timeout: Option<Duration>, on_event: &mut OnEvent<'_>) -> io::Result<()>;
 
     /// The connection table, to read.
-    fn ops(&self) -> &Ops;
+    fn connections(&self) -> &Connections;
 
     /// The connection table, to send, close and pause between polls; what is
     /// queued here goes out at the next [`Driver::poll`].
-    fn ops_mut(&mut self) -> &mut Ops;
+    fn connections_mut(&mut self) -> &mut Connections;
 
     /// A handle another thread uses to end a poll early.
     fn waker(&self) -> Arc<Waker>;
@@ -394,29 +394,29 @@ pub trait Driver: fmt::Debug {
     /// listeners go on accepting.
     fn stop_accepting(&mut self);
 
-    /// Queues `data` on `conn`; see [`Ops::send`].
+    /// Queues `data` on `conn`; see [`Connections::send`].
     fn send(&mut self, conn: ConnId, data: bytes::Bytes) -> bool {
-        self.ops_mut().send(conn, data)
+        self.connections_mut().send(conn, data)
     }
 
-    /// Closes `conn` after its queued sends; see [`Ops::close`].
+    /// Closes `conn` after its queued sends; see [`Connections::close`].
     fn close(&mut self, conn: ConnId) {
-        self.ops_mut().close(conn);
+        self.connections_mut().close(conn);
     }
 
-    /// Closes `conn` at once; see [`Ops::close_now`].
+    /// Closes `conn` at once; see [`Connections::close_now`].
     fn close_now(&mut self, conn: ConnId) {
-        self.ops_mut().close_now(conn);
+        self.connections_mut().close_now(conn);
     }
 
-    /// Pauses or resumes reading `conn`; see [`Ops::set_reading`].
+    /// Pauses or resumes reading `conn`; see [`Connections::set_reading`].
     fn set_reading(&mut self, conn: ConnId, on: bool) {
-        self.ops_mut().set_reading(conn, on);
+        self.connections_mut().set_reading(conn, on);
     }
 
-    /// Bytes queued on `conn` and not yet written; see [`Ops::unsent_bytes`].
+    /// Bytes queued on `conn` and not yet written; see [`Connections::unsent_bytes`].
     fn unsent_bytes(&self, conn: ConnId) -> usize {
-        self.ops().unsent_bytes(conn)
+        self.connections().unsent_bytes(conn)
     }
 }
 

@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
 
 use super::buf_ring::BufRing;
-use super::conn::{Admission, CloseReq, Ops};
+use super::connections::{Admission, CloseReq, Connections};
 use super::reserve::Reserve;
 use super::{
     ACCEPT_PAUSE_MS, Backend, ConnId, Driver, DriverConfig, Event, OnEvent, OpenError,
@@ -270,7 +270,7 @@ fn build_ring(entries: u32) -> io::Result<(IoUring, &'static str)> {
 pub(crate) struct UringDriver {
     ring: IoUring,
     setup: &'static str,
-    ops: Ops,
+    ops: Connections,
     /// Per-slot io_uring state, parallel to the slots of `ops`.
     conns: ManuallyDrop<Vec<UConn>>,
     bufs: ManuallyDrop<BufRing>,
@@ -298,7 +298,7 @@ impl std::fmt::Debug for UringDriver {
             .field("local_addr", &self.local_addr)
             .field("accept", &self.accept)
             .field("inflight", &self.inflight)
-            .field("ops", &self.ops)
+            .field("connections", &self.ops)
             .finish_non_exhaustive()
     }
 }
@@ -349,7 +349,7 @@ impl UringDriver {
         let mut driver = Self {
             ring,
             setup,
-            ops: Ops::new(config.connections_max, config.refused_connections_max),
+            ops: Connections::new(config.connections_max, config.refused_connections_max),
             conns: ManuallyDrop::new(Vec::new()),
             bufs: ManuallyDrop::new(bufs),
             wake_buf: ManuallyDrop::new(Box::new(0)),
@@ -1020,11 +1020,11 @@ impl Driver for UringDriver {
         }
     }
 
-    fn ops(&self) -> &Ops {
+    fn connections(&self) -> &Connections {
         &self.ops
     }
 
-    fn ops_mut(&mut self) -> &mut Ops {
+    fn connections_mut(&mut self) -> &mut Connections {
         &mut self.ops
     }
 

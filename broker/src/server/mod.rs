@@ -72,7 +72,7 @@ use self::metrics::MetricsServer;
 use self::shard_loop::ShardStart;
 use self::shared::Shared;
 use self::telemetry::LeaseMetrics;
-use crate::engine::doorbell::{self, Wake};
+use crate::engine::mesh::doorbell::{self, Wake};
 use crate::engine::random::splitmix64;
 use crate::engine::{Registry, RegistryConfig, Shard, ShardConfig};
 use crate::io::{self, Backend, BackendChoice, DriverConfig, OpenError, Waker};

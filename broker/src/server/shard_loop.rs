@@ -49,17 +49,17 @@ use bytes::BytesMut;
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, PROTOCOL_VERSION};
 use sluice_protocol::reply::RECEIVE_REPLY_FIXED_BYTES;
 use sluice_protocol::{
-    ErrorCode, Frame, HelloReply, QueueName, ReceiveReplyWriter, Reply, Request, ServerLimits,
-    WireError, opcode, received_message_encoded_len,
+    ChangeVisibilityRequest, ErrorCode, Frame, HelloReply, QueueName, ReceiveReplyWriter,
+    ReceivedMessage, Reply, Request, ServerLimits, VisibilityChange, WireError, opcode,
 };
 
 use super::clock;
 use super::conn::{Conn, Phase};
-use super::convert;
+use super::convert::{self, Route};
 use super::shared::{Shared, op_slot, server_version};
-use crate::engine::doorbell::Doorbell;
-use crate::engine::{Op, OpResult, Shard, VisibilityChange};
-use crate::io::{ConnId, Driver, Event, Ops};
+use crate::engine::mesh::doorbell::Doorbell;
+use crate::engine::{Op, OpResult, Shard};
+use crate::io::{ConnId, Connections, Driver, Event};
 
 /// Longest wait while the engine holds messages for a full ring.
 const OUTBOUND_RETRY: Duration = Duration::from_micros(200);
@@ -142,14 +142,14 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
         st.refresh_clock();
         if st.shared.shutting_down() && st.drain_deadline_ns.is_none() {
             driver.stop_accepting();
-            st.begin_drain(driver.ops_mut());
+            st.begin_drain(driver.connections_mut());
         }
-        st.after_wait(driver.ops_mut());
+        st.after_wait(driver.connections_mut());
         if st.exit {
             break;
         }
     }
-    st.finish(driver.ops_mut());
+    st.finish(driver.connections_mut());
     Ok(())
 }
 
@@ -279,7 +279,7 @@ impl State {
 
     // ----- events ---------------------------------------------------------
 
-    fn on_event(&mut self, ops: &mut Ops, event: Event<'_>) {
+    fn on_event(&mut self, ops: &mut Connections, event: Event<'_>) {
         self.refresh_clock();
         match event {
             Event::Accepted { conn, peer } => self.on_accept(ops, conn, peer),
@@ -334,7 +334,7 @@ impl State {
         );
     }
 
-    fn on_accept(&mut self, ops: &mut Ops, id: ConnId, peer: SocketAddr) {
+    fn on_accept(&mut self, ops: &mut Connections, id: ConnId, peer: SocketAddr) {
         let idx = id.index() as usize;
         if self.conns.len() <= idx {
             self.conns.resize_with(idx + 1, || None);
@@ -366,7 +366,7 @@ impl State {
         self.begin_close(ops, idx, false);
     }
 
-    fn on_data(&mut self, ops: &mut Ops, id: ConnId, bytes: &[u8]) {
+    fn on_data(&mut self, ops: &mut Connections, id: ConnId, bytes: &[u8]) {
         let idx = id.index() as usize;
         let now = self.now_ns;
         let Some(c) = self.conn_mut(id) else {
@@ -416,7 +416,7 @@ impl State {
 
     /// Whether connection `c` must not be read: `resume` asks with the lower
     /// threshold used to let a paused connection go on.
-    fn blocked(&self, ops: &Ops, c: &Conn, resume: bool) -> bool {
+    fn blocked(&self, ops: &Connections, c: &Conn, resume: bool) -> bool {
         let unsent = ops.unsent_bytes(c.id) + c.out.len();
         let unsent_max = if resume {
             self.limits.unsent_max / 2
@@ -431,7 +431,7 @@ impl State {
 
     /// Serves the whole frames buffered on connection `idx`, as far as
     /// back-pressure allows.
-    fn process(&mut self, ops: &mut Ops, idx: usize) {
+    fn process(&mut self, ops: &mut Connections, idx: usize) {
         loop {
             let Some(c) = self.conns.get(idx).and_then(Option::as_ref) else {
                 return;
@@ -485,7 +485,7 @@ impl State {
         }
     }
 
-    fn on_frame(&mut self, ops: &mut Ops, idx: usize, frame: Frame) {
+    fn on_frame(&mut self, ops: &mut Connections, idx: usize, frame: Frame) {
         self.stats().requests[op_slot(frame.opcode)].add(1);
         let Some(c) = self.conns[idx].as_ref() else {
             return;
@@ -505,7 +505,7 @@ impl State {
         }
     }
 
-    fn on_hello(&mut self, ops: &mut Ops, idx: usize, frame: Frame) {
+    fn on_hello(&mut self, ops: &mut Connections, idx: usize, frame: Frame) {
         if self.drain_deadline_ns.is_some() {
             self.reply(idx, frame.request_id, &shutting_down());
             self.begin_close(ops, idx, false);
@@ -577,9 +577,26 @@ impl State {
         self.reply(idx, frame.request_id, &reply);
     }
 
-    fn dispatch(&mut self, ops: &mut Ops, idx: usize, request_id: u32, op: u8, request: Request) {
-        match request {
-            Request::Hello(_) => self.reply(
+    fn dispatch(
+        &mut self,
+        ops: &mut Connections,
+        idx: usize,
+        request_id: u32,
+        op: u8,
+        request: Request,
+    ) {
+        let queue = match &request {
+            Request::Receive(r) => Some(r.queue.clone()),
+            _ => None,
+        };
+        match convert::route(request) {
+            Route::Engine(engine_op) => self.submit(ops, idx, request_id, op, queue, engine_op),
+            Route::Ping { nonce } => self.reply(idx, request_id, &Reply::Pong { nonce }),
+            Route::ServerStats => {
+                let stats = Reply::ServerStats(self.shared.server_stats());
+                self.reply(idx, request_id, &stats);
+            }
+            Route::Hello => self.reply(
                 idx,
                 request_id,
                 &Reply::error(
@@ -587,27 +604,12 @@ impl State {
                     "HELLO was already answered on this connection",
                 ),
             ),
-            Request::Ping { nonce } => self.reply(idx, request_id, &Reply::Pong { nonce }),
-            Request::ServerStats => {
-                let stats = Reply::ServerStats(self.shared.server_stats());
-                self.reply(idx, request_id, &stats);
-            }
-            request => {
-                let queue = match &request {
-                    Request::Receive(r) => Some(r.queue.clone()),
-                    _ => None,
-                };
-                match convert::to_op(request) {
-                    Err(e) => self.reply(idx, request_id, &Reply::Error(e)),
-                    Ok(engine_op) => self.submit(ops, idx, request_id, op, queue, engine_op),
-                }
-            }
         }
     }
 
     fn submit(
         &mut self,
-        ops: &mut Ops,
+        ops: &mut Connections,
         idx: usize,
         request_id: u32,
         opcode: u8,
@@ -643,7 +645,7 @@ impl State {
     /// Encodes the engine's answer for connection `idx`.
     fn answer(
         &mut self,
-        ops: &mut Ops,
+        ops: &mut Connections,
         idx: usize,
         request_id: u32,
         opcode: u8,
@@ -656,8 +658,8 @@ impl State {
             }
             other => other,
         };
-        let mut reply = convert::to_reply(opcode, result);
-        let dropped = convert::fit_frame(&mut reply, self.limits.frame_bytes_max as usize);
+        let mut reply = convert::to_reply(result);
+        let dropped = reply.fit_frame(self.limits.frame_bytes_max as usize);
         if dropped > 0 {
             tracing::warn!(
                 dropped,
@@ -673,11 +675,11 @@ impl State {
     /// than left to wait out a lease nobody holds.
     fn answer_receive(
         &mut self,
-        ops: &mut Ops,
+        ops: &mut Connections,
         idx: usize,
         request_id: u32,
         queue: Option<QueueName>,
-        messages: Vec<crate::engine::ReceivedMessage>,
+        messages: Vec<ReceivedMessage>,
     ) {
         let mut undelivered = Vec::new();
         let frame_bytes_max = self.limits.frame_bytes_max as usize;
@@ -701,10 +703,7 @@ impl State {
                 let mut w =
                     ReceiveReplyWriter::begin(&mut c.out, request_id, self.limits.frame_bytes_max);
                 for m in &messages {
-                    let attributes = convert::to_wire_attributes(&m.attributes);
-                    if !undelivered.is_empty()
-                        || !w.push(&mut c.out, &convert::received_view(m, &attributes))
-                    {
+                    if !undelivered.is_empty() || !w.push(&mut c.out, &m.as_view()) {
                         undelivered.push(m.receipt);
                     }
                 }
@@ -723,15 +722,12 @@ impl State {
             .into_iter()
             .map(|receipt| VisibilityChange {
                 receipt,
-                timeout_ms: 0,
+                visibility_timeout_ms: 0,
             })
             .collect();
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        let op = Op::ChangeVisibility {
-            queue: queue.as_str().to_owned(),
-            entries,
-        };
+        let op = Op::ChangeVisibility(ChangeVisibilityRequest { queue, entries });
         // The result answers no one (the ticket has no pending entry).
         let _ = self.engine.submit(ticket, op, self.now_ns, self.wall_ms);
     }
@@ -751,7 +747,7 @@ impl State {
     }
 
     /// A request that leaves the connection unusable: answer, then close.
-    fn protocol_error(&mut self, ops: &mut Ops, idx: usize, request_id: u32, e: WireError) {
+    fn protocol_error(&mut self, ops: &mut Connections, idx: usize, request_id: u32, e: WireError) {
         if let Some(c) = self.conns[idx].as_ref() {
             tracing::debug!(peer = %c.peer, code = %e.code, message = %e.message, "closing connection");
         }
@@ -761,7 +757,7 @@ impl State {
 
     /// Closes connection `idx` after what it has queued; its requests still
     /// in the engine are cancelled.
-    fn begin_close(&mut self, ops: &mut Ops, idx: usize, bad_input: bool) {
+    fn begin_close(&mut self, ops: &mut Connections, idx: usize, bad_input: bool) {
         let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
@@ -787,7 +783,7 @@ impl State {
 
     // ----- after the wait -----------------------------------------------------
 
-    fn after_wait(&mut self, ops: &mut Ops) {
+    fn after_wait(&mut self, ops: &mut Connections) {
         self.engine.poll(self.now_ns, self.wall_ms);
         self.route_completions(ops);
         let generation = self.shared.scrape_generation.load(Acquire);
@@ -808,7 +804,7 @@ impl State {
             .set(ops.unsent_bytes_total() as u64);
     }
 
-    fn route_completions(&mut self, ops: &mut Ops) {
+    fn route_completions(&mut self, ops: &mut Connections) {
         self.engine.drain_completions(&mut self.completions);
         if self.completions.is_empty() {
             return;
@@ -841,7 +837,7 @@ impl State {
         self.completions = done;
     }
 
-    fn resume_paused(&mut self, ops: &mut Ops) {
+    fn resume_paused(&mut self, ops: &mut Connections) {
         if self.paused.is_empty() {
             return;
         }
@@ -868,7 +864,7 @@ impl State {
         self.paused.append(&mut still);
     }
 
-    fn flush(&mut self, ops: &mut Ops) {
+    fn flush(&mut self, ops: &mut Connections) {
         for id in core::mem::take(&mut self.dirty) {
             let Some(c) = self.conn_mut(id) else {
                 continue;
@@ -881,7 +877,7 @@ impl State {
     }
 
     /// Connection deadlines: HELLO, unfinished frames, closing flushes.
-    fn housekeeping(&mut self, ops: &mut Ops) {
+    fn housekeeping(&mut self, ops: &mut Connections) {
         let now = self.now_ns;
         self.next_housekeeping_ns = now + self.housekeeping_ns;
         let l = self.limits;
@@ -927,7 +923,7 @@ impl State {
 
     // ----- shutdown -------------------------------------------------------------
 
-    fn begin_drain(&mut self, ops: &mut Ops) {
+    fn begin_drain(&mut self, ops: &mut Connections) {
         tracing::debug!(shard = self.index, "shard draining");
         self.drain_started_ns = self.now_ns;
         self.drain_deadline_ns = Some(self.now_ns.saturating_add(self.limits.shutdown_timeout_ns));
@@ -944,7 +940,7 @@ impl State {
         }
     }
 
-    fn drain_step(&mut self, ops: &mut Ops) {
+    fn drain_step(&mut self, ops: &mut Connections) {
         let drain_started = self.drain_started_ns;
         for idx in 0..self.conns.len() {
             let Some(c) = self.conns[idx].as_ref() else {
@@ -978,7 +974,7 @@ impl State {
         }
     }
 
-    fn finish(&mut self, ops: &mut Ops) {
+    fn finish(&mut self, ops: &mut Connections) {
         for slot in &mut self.conns {
             if let Some(c) = slot.take() {
                 ops.close_now(c.id);
@@ -1006,13 +1002,10 @@ fn encode_into(out: &mut BytesMut, request_id: u32, reply: &Reply) {
     }
 }
 
-/// Bytes of the RECEIVE reply frame holding `messages` (attributes take one
-/// byte more per key on the wire than in the engine: a `u16` key length
-/// where the engine stores a `u8`).
-fn receive_reply_bytes(messages: &[crate::engine::ReceivedMessage]) -> usize {
+/// Bytes of the RECEIVE reply frame holding `messages`.
+fn receive_reply_bytes(messages: &[ReceivedMessage]) -> usize {
     messages.iter().fold(RECEIVE_REPLY_FIXED_BYTES, |n, m| {
-        let attributes = m.attributes.encoded().len() + m.attributes.len();
-        n.saturating_add(received_message_encoded_len(attributes, m.body.len()))
+        n.saturating_add(m.encoded_len())
     })
 }
 

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use sluice_protocol::opcode;
-use sluice_protocol::{QueueStats, ServerStatsReply};
+use sluice_protocol::{QueueName, QueueStats, ServerStatsReply};
 
 use super::config::Config;
 use super::metrics::HistogramReader;
@@ -110,7 +110,7 @@ pub struct ShardStats {
     /// The scrape generation last published (see [`Shared::request_scrape`]).
     pub published_generation: AtomicU64,
     /// This shard's per-queue counters, replaced wholesale.
-    pub queues: Mutex<Vec<(String, QueueStats)>>,
+    pub queues: Mutex<Vec<(QueueName, QueueStats)>>,
 }
 
 impl ShardStats {
@@ -130,7 +130,7 @@ impl ShardStats {
 
     /// Replaces the queue snapshot unless the metrics thread holds it now
     /// (then the next turn does).
-    pub fn publish_queues(&self, snapshot: Vec<(String, QueueStats)>, generation: u64) -> bool {
+    pub fn publish_queues(&self, snapshot: Vec<(QueueName, QueueStats)>, generation: u64) -> bool {
         match self.queues.try_lock() {
             Ok(mut q) => {
                 *q = snapshot;
@@ -290,7 +290,7 @@ impl Shared {
     }
 
     /// The per-queue counters summed over shards, by name.
-    pub fn queue_stats(&self) -> std::collections::BTreeMap<String, QueueStats> {
+    pub fn queue_stats(&self) -> std::collections::BTreeMap<QueueName, QueueStats> {
         let mut all = std::collections::BTreeMap::new();
         for s in &*self.shards {
             let q = s
