@@ -55,7 +55,8 @@ use criterion::Criterion;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use sluice_broker::engine::wheel::{TICK_NS, TimerId, TimerWheel};
+use sluice_broker::engine::limits::TICK_NS;
+use sluice_broker::engine::wheel::{TimerId, TimerWheel};
 
 const TIMERS_FULL: usize = 10_000_000;
 const TIMERS_SMOKE: usize = 100_000;

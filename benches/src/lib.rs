@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use sluice_broker::engine::limits::LINK_CAPACITY_DEFAULT;
 use sluice_broker::engine::mesh::doorbell::{self, Wake};
-use sluice_broker::engine::mesh::ring::LINK_CAPACITY_DEFAULT;
 use sluice_broker::engine::{Registry, RegistryConfig, Shard, ShardConfig};
 use sluice_protocol::{AttributeUpdate, QueueName};
 

@@ -35,6 +35,7 @@ mod bodies;
 pub mod cluster;
 pub mod dedup;
 pub mod error;
+pub mod limits;
 pub mod memory;
 pub mod mesh;
 pub mod ops;

@@ -27,13 +27,11 @@ use std::collections::{BTreeSet, VecDeque};
 
 use sluice_protocol::{QueueAttributes, QueueName, QueueStats};
 
+use super::limits::FIFO_SLACK;
 use super::registry::QueueShared;
 use super::slab::SlotKey;
 use super::wheel::TimerId;
 use crate::sync::Arc;
-
-/// Stale entries tolerated in a FIFO before it is compacted.
-pub const FIFO_SLACK: usize = 64;
 
 #[derive(Debug)]
 pub(crate) struct Partition {

@@ -30,8 +30,8 @@ use sluice_protocol::{
     Receipt, ReceiveRequest, ReceivedMessage, SendEntry, SendRequest, VisibilityChange,
 };
 
+use super::limits::LINK_CAPACITY_DEFAULT;
 use super::mesh::doorbell::{self, Wake};
-use super::mesh::ring::LINK_CAPACITY_DEFAULT;
 use super::ops::{Op, OpResult};
 use super::registry::{Registry, RegistryConfig};
 use super::shard::{Shard, ShardConfig};

@@ -40,18 +40,16 @@ use sluice_protocol::{AttributeUpdate, QueueAttributes, QueueName};
 use std::collections::BTreeMap;
 
 use super::error::EngineError;
+use super::limits::{QUEUES_MAX_DEFAULT, SHARDS_MAX};
 use super::memory::MemoryBudget;
 use super::random::splitmix64;
 use super::receipt_mac::ReceiptKey;
 use crate::sync::{Arc, AtomicUsize, Mutex, MutexGuard, Ordering, fence};
 
-/// Default maximum number of queues (DESIGN §5).
-pub const QUEUES_MAX_DEFAULT: usize = 10_000;
-
 /// How the registry (and so the whole engine) is set up.
 #[derive(Clone, Debug)]
 pub struct RegistryConfig {
-    /// Number of shards (1 ..= 1024).
+    /// Number of shards (1 ..= [`SHARDS_MAX`]).
     pub shards: u16,
     /// Seed of the run: the receipt key and the message id prefix derive
     /// from it. The server draws it from the OS at start, so a receipt of an
@@ -169,7 +167,7 @@ impl QueueShared {
         self.waiters
             .iter()
             .enumerate()
-            // At most 1024 shards (Registry::new).
+            // At most SHARDS_MAX (1024) shards: they fit a u16.
             .map(|(s, w)| (s as u16, w))
             .filter(move |&(s, w)| s != me && w.load(Ordering::Relaxed) > 0)
             .map(|(s, _)| s)
@@ -226,13 +224,13 @@ impl Registry {
     /// A registry with no queues.
     ///
     /// # Panics
-    /// When `config.shards` is 0 or above 1024 (a configuration bug the
-    /// server's flag parsing rules out).
+    /// When `config.shards` is 0 or above [`SHARDS_MAX`] (a configuration
+    /// bug the server's flag parsing rules out).
     #[must_use]
     pub fn new(config: RegistryConfig) -> Registry {
         assert!(
-            (1..=1024).contains(&config.shards),
-            "shards must be 1 ..= 1024"
+            (1..=SHARDS_MAX).contains(&usize::from(config.shards)),
+            "shards must be 1 ..= SHARDS_MAX"
         );
         let mut st = config.seed;
         let key = ReceiptKey::new(splitmix64(&mut st), splitmix64(&mut st));

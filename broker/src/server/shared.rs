@@ -38,12 +38,11 @@ use sluice_protocol::opcode;
 use sluice_protocol::{QueueName, QueueStats, ServerStatsReply};
 
 use super::config::Config;
+#[cfg(doc)]
+use super::limits::STATS_PUBLISH_INTERVAL;
 use super::metrics::HistogramReader;
 use crate::engine::{LeaseOutcome, Registry};
 use crate::io::{Backend, Waker};
-
-/// How often a shard publishes its per-queue counters for the metrics.
-pub const STATS_PUBLISH_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Request opcodes counted per operation, in the order of
 /// [`opcode::REQUESTS`]; one more slot counts unknown opcodes.
@@ -114,7 +113,7 @@ pub struct ShardStats {
 }
 
 impl ShardStats {
-    fn new() -> ShardStats {
+    pub(crate) fn new() -> ShardStats {
         ShardStats {
             requests: std::array::from_fn(|_| OwnedCounter::default()),
             connections: OwnedCounter::default(),

@@ -36,9 +36,7 @@ use super::shared::{
 };
 use crate::engine::{LeaseObserver, LeaseOutcome};
 
-/// How long a scrape waits for the shards' fresh queue snapshots before it
-/// shows the last ones.
-pub const SCRAPE_WAIT: Duration = Duration::from_millis(250);
+use super::limits::SCRAPE_WAIT;
 
 /// A shard's lease histograms; the engine reports into them.
 #[derive(Debug, Default)]

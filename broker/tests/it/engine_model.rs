@@ -700,9 +700,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 }),
             };
             let got = match c.call(shard, op) {
-                OpResult::Deleted(r) | OpResult::VisibilityChanged(r) => {
-                    r[0].map_err(|e| e.code())
-                }
+                OpResult::Deleted(r) | OpResult::VisibilityChanged(r) => r[0].map_err(|e| e.code()),
                 other => panic!("{other:?}"),
             };
             assert_eq!(

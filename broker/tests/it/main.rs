@@ -30,6 +30,8 @@ mod server_bad_input;
 #[cfg(not(sluice_loom))]
 mod server_leases;
 #[cfg(not(sluice_loom))]
+mod server_messages;
+#[cfg(not(sluice_loom))]
 mod server_metrics;
 #[cfg(not(sluice_loom))]
 mod server_process;

@@ -336,7 +336,7 @@ impl<T> fmt::Debug for ShardLinks<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::mesh::ring::LINK_CAPACITY_DEFAULT;
+    use crate::engine::limits::LINK_CAPACITY_DEFAULT;
     use crate::sync::{AtomicUsize, model, thread};
 
     /// A fake eventfd: counts wakes pending (read and reset by the sleeper)

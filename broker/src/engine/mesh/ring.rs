@@ -62,17 +62,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
 
-/// Default capacity of a shard-to-shard link, in messages. Under loom it
-/// shrinks to 2 so that a model wraps around after two pushes.
-pub const LINK_CAPACITY_DEFAULT: usize = if cfg!(sluice_loom) { 2 } else { 1024 };
-
-/// The largest capacity [`channel`] accepts: beyond this, a link is a
-/// memory sink, not a back-pressure bound.
-pub const LINK_CAPACITY_MAX: usize = 1 << 24;
-
-const _: () = assert!(LINK_CAPACITY_DEFAULT.is_power_of_two());
-const _: () = assert!(LINK_CAPACITY_MAX.is_power_of_two());
-const _: () = assert!(LINK_CAPACITY_DEFAULT <= LINK_CAPACITY_MAX);
+use crate::engine::limits::LINK_CAPACITY_MAX;
 
 /// The part both endpoints share.
 struct Shared<T> {
@@ -354,6 +344,7 @@ impl<T> Drop for PublishHeadOnDrop<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::limits::LINK_CAPACITY_DEFAULT;
     use crate::sync::{model, thread};
 
     /// Pushes `item`, yielding while the ring is full.

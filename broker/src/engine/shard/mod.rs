@@ -314,7 +314,7 @@ impl Shard {
         self.links.drain(|from, msg| inbox.push((from, msg)));
         let handled = inbox.len();
         for (from, msg) in inbox.drain(..) {
-            // The mesh never has more than 1024 shards (Registry::new).
+            // The mesh never has more than SHARDS_MAX (1024) shards.
             self.handle_msg(from as u16, msg);
         }
         self.inbox = inbox;

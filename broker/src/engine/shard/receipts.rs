@@ -49,7 +49,7 @@ impl Shard {
             }
             if receipt.shard != self.id {
                 let e = ForwardEntry {
-                    // Batches hold at most 1024 entries.
+                    // Batches hold at most BATCH_ENTRIES_MAX (1024) entries.
                     index: i as u16,
                     receipt,
                     timeout_ms,

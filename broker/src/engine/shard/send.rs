@@ -8,7 +8,7 @@ use sluice_protocol::{MessageId, QueueName, SendBatch, SendEntry, SendEntryRef, 
 use super::{NS_PER_MS, PendingKind, Shard, TimerEvent};
 use crate::engine::dedup::owner_shard;
 use crate::engine::error::EntryError;
-use crate::engine::memory::{DEDUP_ENTRY_BYTES, MESSAGE_STATE_BYTES};
+use crate::engine::limits::{DEDUP_ENTRY_BYTES, MESSAGE_STATE_BYTES};
 use crate::engine::mesh::shard_msg::ShardMsg;
 use crate::engine::ops::OpResult;
 use crate::engine::stored_message::{MessageState, StoredMessage};
@@ -41,7 +41,7 @@ impl Shard {
                 if Self::dedup_key_ok(key) {
                     let owner = owner_shard(inc, key, self.shards);
                     if owner != self.id {
-                        // Batches hold at most 1024 entries. The entry
+                        // Batches hold at most BATCH_ENTRIES_MAX (1024) entries. The entry
                         // travels as values sharing the frame's bytes.
                         let item = (i as u16, entries.share(entry));
                         match forwards.iter_mut().find(|(d, _)| *d == owner) {

@@ -3,6 +3,7 @@
 
 use super::memory::{MemoryLimit, MemorySource};
 use super::*;
+use crate::server::limits::GIB;
 
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
