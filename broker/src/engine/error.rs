@@ -7,7 +7,7 @@
 //! error reply's code and text through `From<EngineError> for WireError`.
 
 use sluice_protocol::attributes::{DELAY_MS_MAX, RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX};
-use sluice_protocol::limits::{BATCH_ENTRIES_MAX, DEDUP_KEY_BYTES_MAX};
+use sluice_protocol::limits::BATCH_ENTRIES_MAX;
 use sluice_protocol::{ErrorCode, QueueName, SendOutcome, WireError};
 
 /// Why a whole operation failed.
@@ -126,9 +126,6 @@ pub enum EntryError {
     /// A delivery delay above [`DELAY_MS_MAX`].
     #[error("delay_ms: outside 0 ..= {DELAY_MS_MAX}")]
     DelayOutOfRange,
-    /// A dedup key outside 1 ..= [`DEDUP_KEY_BYTES_MAX`] bytes.
-    #[error("dedup_key: must have 1 ..= {DEDUP_KEY_BYTES_MAX} bytes")]
-    DedupKeyLength,
     /// Body and attributes above the queue's max message size.
     #[error("message: body and attributes exceed the queue's max message size")]
     MessageTooLarge,
@@ -164,9 +161,9 @@ impl EntryError {
     #[must_use]
     pub fn code(self) -> ErrorCode {
         match self {
-            EntryError::DelayOutOfRange
-            | EntryError::DedupKeyLength
-            | EntryError::VisibilityTimeoutOutOfRange => ErrorCode::InvalidArgument,
+            EntryError::DelayOutOfRange | EntryError::VisibilityTimeoutOutOfRange => {
+                ErrorCode::InvalidArgument
+            }
             EntryError::MessageTooLarge => ErrorCode::MessageTooLarge,
             EntryError::QueueFull => ErrorCode::QueueFull,
             EntryError::MemoryFull | EntryError::SlotsFull => ErrorCode::Busy,

@@ -2,7 +2,6 @@
 //! forwarding of entries whose dedup key another shard owns.
 
 use sluice_protocol::attributes::DELAY_MS_MAX;
-use sluice_protocol::limits::DEDUP_KEY_BYTES_MAX;
 use sluice_protocol::{MessageId, QueueName, SendBatch, SendEntry, SendEntryRef, SendOutcome};
 
 use super::{NS_PER_MS, PendingKind, Shard, TimerEvent};
@@ -38,18 +37,16 @@ impl Shard {
         let mut forwards: Vec<(u16, Vec<(u16, SendEntry)>)> = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             if let Some(key) = entry.dedup_key {
-                if Self::dedup_key_ok(key) {
-                    let owner = owner_shard(inc, key, self.shards);
-                    if owner != self.id {
-                        // Batches hold at most BATCH_ENTRIES_MAX (1024) entries. The entry
-                        // travels as values sharing the frame's bytes.
-                        let item = (i as u16, entries.share(entry));
-                        match forwards.iter_mut().find(|(d, _)| *d == owner) {
-                            Some((_, v)) => v.push(item),
-                            None => forwards.push((owner, vec![item])),
-                        }
-                        continue;
+                let owner = owner_shard(inc, key, self.shards);
+                if owner != self.id {
+                    // Batches hold at most BATCH_ENTRIES_MAX (1024) entries.
+                    // The entry travels as values sharing the frame's bytes.
+                    let item = (i as u16, entries.share(entry));
+                    match forwards.iter_mut().find(|(d, _)| *d == owner) {
+                        Some((_, v)) => v.push(item),
+                        None => forwards.push((owner, vec![item])),
                     }
+                    continue;
                 }
             }
             results[i] = Some(self.send_entry(p, entry));
@@ -78,10 +75,6 @@ impl Shard {
         }
     }
 
-    pub(super) fn dedup_key_ok(key: &[u8]) -> bool {
-        !key.is_empty() && key.len() <= DEDUP_KEY_BYTES_MAX
-    }
-
     pub(super) fn message_id(&self, seq: u64) -> MessageId {
         MessageId(
             (u128::from(self.registry.run_prefix()) << 64)
@@ -103,11 +96,6 @@ impl Shard {
         let delay_ms = entry.delay_ms.unwrap_or(part.attrs.delay_ms);
         if delay_ms > DELAY_MS_MAX {
             return Err(EntryError::DelayOutOfRange);
-        }
-        if let Some(key) = entry.dedup_key {
-            if !Self::dedup_key_ok(key) {
-                return Err(EntryError::DedupKeyLength);
-            }
         }
         let size = entry.body.len() + entry.attributes.content_bytes();
         if size > part.attrs.message_bytes_max as usize {
