@@ -16,3 +16,5 @@ pub mod io;
 #[cfg(not(sluice_loom))]
 pub mod server;
 mod sync;
+#[cfg(all(feature = "test-util", not(sluice_loom)))]
+pub mod testing;
