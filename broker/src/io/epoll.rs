@@ -34,10 +34,7 @@ use super::{
     Waker, sys,
 };
 
-/// Reads of one connection per poll before the others get their turn.
-pub const READ_BUDGET: u32 = 16;
-/// Connections accepted per listener wake-up before other work runs.
-const ACCEPT_BATCH: u32 = 64;
+use super::limits::{ACCEPT_BATCH, READ_BUDGET};
 
 const TOKEN_LISTENER: u64 = u64::MAX;
 const TOKEN_WAKE: u64 = u64::MAX - 1;

@@ -71,6 +71,7 @@ use std::time::{Duration, Instant};
 mod buf_ring;
 mod connections;
 mod epoll;
+pub mod limits;
 mod reserve;
 #[allow(unsafe_code)]
 mod sys;
@@ -79,16 +80,16 @@ mod uring;
 mod waker;
 
 pub use connections::Connections;
-pub use reserve::SHED_BATCH_MAX;
+pub use limits::SHED_BATCH_MAX;
 pub use waker::Waker;
 
-/// Largest number of queued buffers one send (`sendmsg`) gathers.
-pub const SEND_IOVECS_MAX: usize = 64;
-/// How long accepting pauses after the process or system ran out of file
-/// descriptors or memory, so a full table does not spin the shard.
-pub const ACCEPT_PAUSE_MS: u64 = 100;
-/// Highest connection slot count a driver supports (24 bits of `user_data`).
-pub const CONNECTION_SLOTS_LIMIT: u32 = 1 << 24;
+pub use limits::{ACCEPT_PAUSE_MS, CONNECTION_SLOTS_LIMIT, SEND_IOVECS_MAX};
+use limits::{
+    CONNECTIONS_MAX_DEFAULT, LISTEN_BACKLOG_DEFAULT, RECV_BUFFER_BYTES_DEFAULT,
+    RECV_BUFFER_BYTES_MAX, RECV_BUFFER_BYTES_MIN, RECV_BUFFER_COUNT_DEFAULT, RECV_BUFFER_COUNT_MAX,
+    RECV_BUFFERS_BYTES_MAX, REFUSED_CONNECTIONS_MAX_DEFAULT, RING_ENTRIES_DEFAULT,
+    RING_ENTRIES_MAX, RING_ENTRIES_MIN,
+};
 
 /// A connection of one driver: a slot index and that slot's generation.
 ///
@@ -245,12 +246,12 @@ impl DriverConfig {
         Self {
             listen,
             reuse_port: true,
-            listen_backlog: 1024,
-            connections_max: 10_000,
-            refused_connections_max: 64,
-            recv_buffer_bytes: 16 * 1024,
-            recv_buffer_count: 512,
-            ring_entries: 1024,
+            listen_backlog: LISTEN_BACKLOG_DEFAULT,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
+            refused_connections_max: REFUSED_CONNECTIONS_MAX_DEFAULT,
+            recv_buffer_bytes: RECV_BUFFER_BYTES_DEFAULT,
+            recv_buffer_count: RECV_BUFFER_COUNT_DEFAULT,
+            ring_entries: RING_ENTRIES_DEFAULT,
             shed_reply: Arc::from(&[][..]),
         }
     }
@@ -268,16 +269,20 @@ impl DriverConfig {
         if self.listen_backlog == 0 || self.listen_backlog > i32::MAX as u32 {
             return invalid("listen_backlog must be between 1 and 2^31 - 1");
         }
-        if self.recv_buffer_bytes < 64 || self.recv_buffer_bytes > 1 << 24 {
+        if !(RECV_BUFFER_BYTES_MIN..=RECV_BUFFER_BYTES_MAX).contains(&self.recv_buffer_bytes) {
             return invalid("recv_buffer_bytes must be between 64 B and 16 MiB");
         }
-        if !self.recv_buffer_count.is_power_of_two() || self.recv_buffer_count > 1 << 15 {
+        if !self.recv_buffer_count.is_power_of_two()
+            || self.recv_buffer_count > RECV_BUFFER_COUNT_MAX
+        {
             return invalid("recv_buffer_count must be a power of two, at most 32768");
         }
-        if u64::from(self.recv_buffer_bytes) * u64::from(self.recv_buffer_count) > 1 << 32 {
+        if u64::from(self.recv_buffer_bytes) * u64::from(self.recv_buffer_count)
+            > RECV_BUFFERS_BYTES_MAX
+        {
             return invalid("recv_buffer_bytes * recv_buffer_count must be at most 4 GiB");
         }
-        if self.ring_entries < 8 || self.ring_entries > 1 << 15 {
+        if !(RING_ENTRIES_MIN..=RING_ENTRIES_MAX).contains(&self.ring_entries) {
             return invalid("ring_entries must be between 8 and 32768");
         }
         Ok(())

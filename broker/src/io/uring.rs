@@ -67,14 +67,7 @@ use super::{
 
 /// The buffer group of the provided buffer ring.
 const BGID: u16 = 0;
-/// Rounds of cancel-and-reap the driver's drop tries before it leaks.
-const DRAIN_ROUNDS: u32 = 100;
-/// How long one drain round waits for completions.
-const DRAIN_WAIT: Duration = Duration::from_millis(20);
-/// How long the start-up self-test waits for each completion.
-const SELF_TEST_WAIT: Duration = Duration::from_secs(2);
-/// Receive stash capacity kept for reuse; a larger one is freed once empty.
-const STASH_KEEP_BYTES: usize = 64 * 1024;
+use super::limits::{DRAIN_ROUNDS, DRAIN_WAIT, SELF_TEST_WAIT, STASH_KEEP_BYTES};
 
 /// What an operation is, in the top byte of its user_data.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -144,3 +144,10 @@ const _: () = assert!(HOUSEKEEPING_MIN_NS <= HOUSEKEEPING_MAX_NS);
 // The housekeeping tick is a quarter of the shortest connection timeout, so
 // even the shortest is checked within a few ticks.
 const _: () = assert!(TIMEOUT_MIN.as_nanos() >= 2 * HOUSEKEEPING_MIN_NS as u128);
+// Every connection the flags allow, and those refused beyond them, fit the
+// io layer's connection table.
+const _: () =
+    assert!(CONNECTIONS_MAX_LIMIT + REFUSED_CONNECTIONS_MAX <= crate::io::CONNECTION_SLOTS_LIMIT);
+const _: () = assert!(CONNECTIONS_MAX_DEFAULT == crate::io::limits::CONNECTIONS_MAX_DEFAULT);
+const _: () =
+    assert!(REFUSED_CONNECTIONS_MAX == crate::io::limits::REFUSED_CONNECTIONS_MAX_DEFAULT);
