@@ -114,7 +114,7 @@ impl Builder {
                 ) => return Err(e),
                 Err(e) if Instant::now() < deadline => {
                     eprintln!("test server did not start yet ({e}); retrying");
-                    std::thread::sleep(Duration::from_millis(100));
+                    crate::sync::thread::sleep(Duration::from_millis(100));
                 }
                 Err(e) => return Err(e),
             }

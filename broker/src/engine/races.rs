@@ -69,6 +69,8 @@ where
 /// Runs `body` under [`model`] on a thread of its own (with a big stack);
 /// the body spawns the second shard's thread itself.
 fn run(body: impl Fn() + Send + Sync + 'static) {
+    // std's Arc on purpose: the body outlives every run loom makes, so it
+    // sits outside what loom explores.
     let body = std::sync::Arc::new(body);
     model(move || {
         let body = body.clone();

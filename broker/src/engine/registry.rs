@@ -34,7 +34,6 @@
 //! - The memory budget is one atomic counter of bytes; shards reserve from
 //!   it in chunks (see [`super::memory`]).
 
-use crossbeam_utils::CachePadded;
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
 use sluice_protocol::{AttributeUpdate, QueueAttributes, QueueName};
 use std::collections::BTreeMap;
@@ -44,7 +43,7 @@ use super::limits::{QUEUES_MAX_DEFAULT, SHARDS_MAX};
 use super::memory::MemoryBudget;
 use super::random::splitmix64;
 use super::receipt_mac::ReceiptKey;
-use crate::sync::{Arc, AtomicUsize, Mutex, MutexGuard, Ordering, fence};
+use crate::sync::{Arc, AtomicUsize, CachePadded, Mutex, MutexGuard, Ordering, fence};
 
 /// How the registry (and so the whole engine) is set up.
 #[derive(Clone, Debug)]

@@ -24,7 +24,6 @@
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::connections::{Admission, CloseReq, Connections};
@@ -33,6 +32,7 @@ use super::{
     ACCEPT_PAUSE_MS, Backend, Driver, DriverConfig, Event, OnEvent, OpenError, SEND_IOVECS_MAX,
     Waker, sys,
 };
+use crate::sync::Arc;
 
 use super::limits::{ACCEPT_BATCH, READ_BUDGET};
 

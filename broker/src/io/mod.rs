@@ -64,8 +64,9 @@
 use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::sync::Arc;
 
 #[allow(unsafe_code)]
 mod buf_ring;

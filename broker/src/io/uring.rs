@@ -52,7 +52,6 @@ use std::io;
 use std::mem::{self, ManuallyDrop};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
@@ -64,6 +63,7 @@ use super::{
     ACCEPT_PAUSE_MS, Backend, ConnId, Driver, DriverConfig, Event, OnEvent, OpenError,
     SEND_IOVECS_MAX, UringUnavailable, Waker, sys,
 };
+use crate::sync::Arc;
 
 /// The buffer group of the provided buffer ring.
 const BGID: u16 = 0;

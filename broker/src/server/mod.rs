@@ -61,12 +61,11 @@ mod shared;
 pub mod signals;
 mod telemetry;
 
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Arc, mpsc};
 use std::fmt;
 use std::io::Read;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 
 pub use self::config::Config;
 use self::config::{CpuPlacement, IoChoice};
@@ -222,7 +221,7 @@ impl Server {
                 ..DriverConfig::new(listen)
             };
             let pin = placement[usize::from(i)];
-            let spawned = std::thread::Builder::new()
+            let spawned = thread::Builder::new()
                 .name(format!("sluice-shard-{i}"))
                 .spawn(move || {
                     if let Some(cpu) = pin {

@@ -44,8 +44,6 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::Ordering::{AcqRel, Acquire};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -62,6 +60,8 @@ use super::shared::{ShardStats, Shared, server_version};
 use crate::engine::mesh::doorbell::Doorbell;
 use crate::engine::{Op, OpResult, Shard};
 use crate::io::{ConnId, Connections, Driver, Event};
+use crate::sync::Arc;
+use crate::sync::Ordering::{AcqRel, Acquire};
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -116,7 +116,7 @@ struct StopOnPanic(Arc<Shared>);
 
 impl Drop for StopOnPanic {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if crate::sync::thread::panicking() {
             tracing::error!("a shard panicked: shutting the server down");
             self.0.begin_shutdown();
         }

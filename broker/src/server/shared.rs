@@ -28,12 +28,11 @@
 //!
 //! [`ServerHandle`]: super::ServerHandle
 
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, CachePadded, Mutex, thread};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::CachePadded;
 use sluice_protocol::opcode;
 use sluice_protocol::{QueueName, QueueStats, ServerStatsReply};
 
@@ -109,7 +108,7 @@ pub struct ShardStats {
     /// The scrape generation last published (see [`Shared::request_scrape`]).
     pub published_generation: AtomicU64,
     /// This shard's per-queue counters, replaced wholesale.
-    pub queues: Mutex<Vec<(QueueName, QueueStats)>>,
+    pub(crate) queues: Mutex<Vec<(QueueName, QueueStats)>>,
 }
 
 impl ShardStats {
@@ -131,13 +130,13 @@ impl ShardStats {
     /// (then the next turn does).
     pub fn publish_queues(&self, snapshot: Vec<(QueueName, QueueStats)>, generation: u64) -> bool {
         match self.queues.try_lock() {
-            Ok(mut q) => {
+            Some(mut q) => {
                 *q = snapshot;
                 drop(q);
                 self.published_generation.fetch_max(generation, Release);
                 true
             }
-            Err(_) => false,
+            None => false,
         }
     }
 }
@@ -284,7 +283,7 @@ impl Shared {
             {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(1));
+            thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -292,11 +291,7 @@ impl Shared {
     pub fn queue_stats(&self) -> std::collections::BTreeMap<QueueName, QueueStats> {
         let mut all = std::collections::BTreeMap::new();
         for s in &*self.shards {
-            let q = s
-                .stats
-                .queues
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let q = s.stats.queues.lock();
             for (name, stats) in q.iter() {
                 all.entry(name.clone())
                     .or_insert_with(QueueStats::default)

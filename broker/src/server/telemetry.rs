@@ -25,7 +25,7 @@
 //! | `sluice_lease_hold_seconds` | `outcome` | histogram: deleted, released, expired |
 //! | `sluice_redelivery_lateness_seconds` | | histogram: lease end to receivable again |
 
-use std::sync::atomic::Ordering::Relaxed;
+use crate::sync::Ordering::Relaxed;
 use std::time::Duration;
 
 use sluice_protocol::QueueStats;

@@ -58,9 +58,7 @@
 use std::fmt;
 use std::mem::MaybeUninit;
 
-use crossbeam_utils::CachePadded;
-
-use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
+use crate::sync::{Arc, AtomicUsize, CachePadded, Ordering, UnsafeCell};
 
 use crate::engine::limits::LINK_CAPACITY_MAX;
 
@@ -617,7 +615,7 @@ mod tests {
     fn stress_spsc_in_order() {
         const ITEMS: u64 = 500_000;
         let (mut producer, mut consumer) = channel::<u64>(64);
-        let pusher = std::thread::spawn(move || {
+        let pusher = thread::spawn(move || {
             for i in 0..ITEMS {
                 push_spin(&mut producer, i);
             }
@@ -643,7 +641,7 @@ mod tests {
     fn stress_spsc_batches_of_boxes() {
         const ITEMS: u64 = 200_000;
         let (mut producer, mut consumer) = channel::<Box<u64>>(16);
-        let pusher = std::thread::spawn(move || {
+        let pusher = thread::spawn(move || {
             for i in 0..ITEMS {
                 push_spin(&mut producer, Box::new(i));
             }
@@ -671,7 +669,7 @@ mod tests {
             let drops = drop_counters(ITEMS);
             let (mut producer, mut consumer) = channel::<Tracked>(32);
             let pusher_drops = drops.clone();
-            let pusher = std::thread::spawn(move || {
+            let pusher = thread::spawn(move || {
                 for id in 0..ITEMS {
                     let _ = producer.push(Tracked {
                         id,
@@ -679,7 +677,7 @@ mod tests {
                     });
                 }
             });
-            let popper = std::thread::spawn(move || {
+            let popper = thread::spawn(move || {
                 for _ in 0..round * 100 {
                     drop(consumer.pop());
                 }

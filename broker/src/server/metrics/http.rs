@@ -16,12 +16,11 @@
 //! Stopping: [`MetricsServer::shutdown`] (or drop) sets a flag and connects
 //! to the listener to wake the blocking `accept`, then joins the thread.
 
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Arc, AtomicBool, Ordering};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Where the metrics text comes from: called on every scrape of `/metrics`
@@ -96,7 +95,7 @@ impl MetricsServer {
         let local_addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
+        let thread = thread::Builder::new()
             .name("sluice-metrics".to_owned())
             .spawn(move || accept_loop(&listener, &source, options, &thread_stop))?;
         Ok(MetricsServer {
@@ -175,7 +174,7 @@ fn accept_loop(
             Err(err) => {
                 // Out of file descriptors and the like: do not spin.
                 tracing::warn!(%err, "metrics endpoint could not accept a connection");
-                std::thread::sleep(Duration::from_millis(100));
+                thread::sleep(Duration::from_millis(100));
             }
         }
     }
