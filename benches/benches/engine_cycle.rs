@@ -1,10 +1,11 @@
-//! The engine alone (DESIGN §6 "engine alone, one core"): send + receive +
+//! The engine alone, on one core (goal: at least 5,000,000 cycles/s; see
+//! BENCHMARKS.md): send + receive +
 //! delete cycles on one shard, in batches of 64 messages of 100 bytes, and
 //! one hot queue driven on 1 shard vs 2 shards (producers on shard 0,
 //! consumers on both, one thread per shard).
 //!
 //! `cargo bench -p sluice-benches --bench engine_cycle`; results and the
-//! machine they came from are in BENCH-engine.md.
+//! machine they came from are in BENCHMARKS.md.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use sluice_protocol::{DeleteRequest, QueueName, Receipt, ReceiveRequest, SendEnt
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Messages per request (DESIGN §6: batches of up to 64).
+/// Messages per request (the figures' batches of 64).
 const BATCH: usize = 64;
 /// Body bytes per message.
 const BODY_BYTES: usize = 100;

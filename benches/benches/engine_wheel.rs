@@ -1,5 +1,5 @@
 //! Timing-wheel micro-benchmarks: insert, cancel and expiry at 10,000,000
-//! timers (DESIGN §6: insert and cancel below 30 ns median, p99 reported).
+//! timers (goal: insert and cancel below 30 ns median, p99 reported).
 //!
 //! Run: `cargo bench -p sluice-benches --bench engine_wheel`.
 //!

@@ -221,7 +221,8 @@ impl AttributeUpdate {
     }
 }
 
-/// A queue's counters (DESIGN §2 "Accounting"). The identity
+/// A queue's counters: its gauges (visible, delayed, in flight), what came
+/// in and what left it, and the oldest message's age. The identity
 /// `sent + moved_in = visible + delayed + in_flight + deleted +
 /// dead_lettered + redriven + dropped + purged` holds whenever no request is
 /// in flight.

@@ -1,5 +1,5 @@
-//! Allocations per send + receive + delete cycle in steady state (DESIGN
-//! §6: one per message, its body; none per request beyond that), counted
+//! Allocations per send + receive + delete cycle in steady state (goal: one
+//! per message, its body; none per request beyond that), counted
 //! by an instrumented global allocator on one shard, batches of 64 x 100 B.
 //!
 //! The count does not depend on the allocator, so this one binary counts

@@ -1,4 +1,4 @@
-//! Memory per held message (DESIGN §6): RSS growth for 10,000,000 messages
+//! Memory per held message: RSS growth for 10,000,000 messages
 //! of 100 bytes sent to one shard and never received, with mimalloc as the
 //! global allocator (as in the server). Prints the growth per message minus
 //! the 100 body bytes (goal: below 64), and the sizes of the per-message

@@ -1,4 +1,7 @@
-//! loom models of the lease races (DESIGN §3 "Lease races"), on the
+//! loom models of the lease races, where the shards meet (a forwarded delete
+//! or change of visibility against the owner's expiry and redelivery, a
+//! steal against the owner's own receive, a long-poll wake-up against a
+//! waiter leaving), on the
 //! production types: two real [`Shard`]s sharing one [`Registry`], wired by
 //! the real ring-and-doorbell mesh, each driven by its own thread.
 //!

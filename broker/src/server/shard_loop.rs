@@ -50,7 +50,7 @@ use bytes::BytesMut;
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, PROTOCOL_VERSION, RECEIVE_WAIT_MS_MAX};
 use sluice_protocol::{ErrorCode, HelloReply, Reply, ServerLimits};
 
-use super::clock;
+use super::clock::{self, nanos};
 use super::limits::{
     ACCEPT_FAILURE_LOG_NS, DRAIN_RECHECK, HOUSEKEEPING_MAX_NS, HOUSEKEEPING_MIN_NS, OUTBOUND_RETRY,
     PAUSED_RECHECK, STATS_PUBLISH_INTERVAL,
@@ -62,10 +62,6 @@ use crate::engine::{Op, OpResult, Shard};
 use crate::io::{ConnId, Connections, Driver, Event};
 use crate::sync::Arc;
 use crate::sync::Ordering::{AcqRel, Acquire};
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
 
 /// What a shard thread is handed once every shard's driver is open.
 #[derive(Debug)]

@@ -31,11 +31,12 @@
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, CachePadded, Mutex, thread};
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_protocol::opcode;
 use sluice_protocol::{QueueName, QueueStats, ServerStatsReply};
 
+use super::clock;
 use super::config::Config;
 #[cfg(doc)]
 use super::limits::STATS_PUBLISH_INTERVAL;
@@ -184,8 +185,8 @@ pub struct Shared {
     pub backend: Backend,
     /// The client listener's address.
     pub local_addr: SocketAddr,
-    /// When the server started.
-    pub started: Instant,
+    /// When the server started (`clock::now_ns`).
+    pub started_ns: u64,
     /// Connections admitted, all shards (see the ground rules).
     pub connections: CachePadded<AtomicU32>,
     /// Set when shutdown begins.
@@ -213,7 +214,7 @@ impl Shared {
             registry,
             backend,
             local_addr,
-            started: Instant::now(),
+            started_ns: clock::now_ns(),
             connections: CachePadded::new(AtomicU32::new(0)),
             shutdown: AtomicBool::new(false),
             shards_running: AtomicUsize::new(n),
@@ -274,8 +275,8 @@ impl Shared {
     pub fn request_scrape(&self, wait: Duration) {
         let generation = self.scrape_generation.fetch_add(1, AcqRel) + 1;
         self.wake_all();
-        let deadline = Instant::now() + wait;
-        while Instant::now() < deadline {
+        let deadline = clock::now_ns().saturating_add(clock::nanos(wait));
+        while clock::now_ns() < deadline {
             if self
                 .shards
                 .iter()
@@ -333,7 +334,7 @@ impl Shared {
         push("unsent_bytes".into(), self.unsent_bytes());
         push(
             "uptime_ms".into(),
-            u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            clock::now_ns().saturating_sub(self.started_ns) / 1_000_000,
         );
         let mut total = 0;
         for slot in 0..OP_SLOTS {

@@ -5,7 +5,7 @@
 //! replies, the deliveries, every message's state and every queue's stats
 //! must agree.
 //!
-//! Where DESIGN §2 leaves a choice to the engine (which visible messages a
+//! Where the semantics leave a choice to the engine (which visible messages a
 //! receive, peek or redrive takes when it cannot take them all; the jitter
 //! of a backoff) the model checks that the engine's choice is allowed and
 //! then adopts it.

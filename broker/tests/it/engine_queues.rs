@@ -271,7 +271,7 @@ fn queue_count_is_limited() {
     assert_eq!(
         RegistryConfig::default().queues_max,
         10_000,
-        "DESIGN §5 default"
+        "10,000 queues by default"
     );
 }
 

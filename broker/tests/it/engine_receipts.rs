@@ -1,5 +1,5 @@
-//! Delete and change visibility by receipt: every outcome of DESIGN §2
-//! "Receipts and leases".
+//! Delete and change visibility by receipt: every outcome a receipt can
+//! have (valid, after expiry, stale, gone, invalid; PROTOCOL.md §8).
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, RegistryConfig};

@@ -1,7 +1,8 @@
 //! The metrics endpoint, on both backends: `/healthz` answers and
-//! `/metrics` has the queue depths, the DESIGN §2 counters, requests by
-//! operation and the lease histograms. Also the engine's lease hook on
-//! its own, on the deterministic cluster.
+//! `/metrics` has the queue depths, the per-queue counters (sent, moved in,
+//! received, deleted, redelivered, released, dead-lettered, redriven,
+//! dropped, purged), requests by operation and the lease histograms. Also
+//! the engine's lease hook on its own, on the deterministic cluster.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
