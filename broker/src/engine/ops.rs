@@ -55,20 +55,21 @@ pub enum Op {
     Delete(DeleteRequest),
     /// Change the lease of 1 ..= 1024 deliveries.
     ChangeVisibility(ChangeVisibilityRequest),
-    /// Move up to `max` visible messages of a dead-letter queue back to the
+    /// Move up to `max_messages` visible messages of a dead-letter queue back to the
     /// queues they came from.
     Redrive {
         /// The dead-letter queue.
         queue: QueueName,
         /// At most this many messages are considered (moved or stayed).
-        max: u32,
+        max_messages: u32,
     },
-    /// Read up to `max` (1 ..= 1024) visible messages without leasing them.
+    /// Read up to `max_messages` (1 ..= 1024) visible messages without
+    /// leasing them.
     Peek {
         /// The queue.
         queue: QueueName,
         /// Maximum.
-        max: u16,
+        max_messages: u16,
     },
 }
 

@@ -3,7 +3,7 @@
 //! protocol's vocabulary, and its per-entry errors have the layout of the
 //! wire's codes, so a batch's results become the reply's in place.
 
-use sluice_protocol::{ReceivedBatch, ReceivedMessage, Reply, Request};
+use sluice_protocol::{ErrorCode, ReceivedBatch, Reply, Request};
 
 use crate::engine::{EntryError, Op, OpResult};
 
@@ -42,14 +42,14 @@ pub fn route(request: Request) -> Route {
             max_messages,
         } => Op::Redrive {
             queue,
-            max: max_messages,
+            max_messages,
         },
         Request::Peek {
             queue,
             max_messages,
         } => Op::Peek {
             queue,
-            max: max_messages,
+            max_messages,
         },
         Request::Hello(_) => return Route::Hello,
         Request::Ping { nonce } => return Route::Ping { nonce },
@@ -60,7 +60,6 @@ pub fn route(request: Request) -> Route {
 /// The reply to `result`. (A session writes RECEIVE replies straight from
 /// the messages with `ReceiveReplyWriter`; the batch built here copies them.)
 pub fn to_reply(result: OpResult) -> Reply {
-    let code = |r: Result<(), EntryError>| r.map_err(EntryError::code);
     match result {
         OpResult::Error(e) => Reply::Error(e.into()),
         OpResult::QueueCreated { created, .. } => Reply::CreateQueue { created },
@@ -69,63 +68,52 @@ pub fn to_reply(result: OpResult) -> Reply {
         OpResult::Queues(queues) => Reply::ListQueues { queues },
         OpResult::Queue(info) => Reply::GetQueue(info),
         OpResult::Purged { messages } => Reply::PurgeQueue { purged: messages },
-        OpResult::Sent(results) => Reply::Send {
-            results: results
-                .into_iter()
-                .map(|r| r.map_err(EntryError::code))
-                .collect(),
-        },
-        OpResult::Received(messages) => {
-            match ReceivedBatch::from_messages(messages.iter().map(ReceivedMessage::as_view)) {
+        OpResult::Sent(r) => Reply::Send { results: codes(r) },
+        OpResult::Received(m) => {
+            match ReceivedBatch::from_messages(m.iter().map(|m| m.as_view())) {
                 Ok(messages) => Reply::Receive { messages },
-                Err(e) => Reply::error(sluice_protocol::ErrorCode::Internal, e.to_string()),
+                Err(e) => Reply::error(ErrorCode::Internal, e.to_string()),
             }
         }
-        OpResult::Deleted(results) => Reply::Delete {
-            results: results.into_iter().map(code).collect(),
-        },
-        OpResult::VisibilityChanged(results) => Reply::ChangeVisibility {
-            results: results.into_iter().map(code).collect(),
-        },
+        OpResult::Deleted(r) => Reply::Delete { results: codes(r) },
+        OpResult::VisibilityChanged(r) => Reply::ChangeVisibility { results: codes(r) },
         OpResult::Redriven { moved, stayed } => Reply::Redrive { moved, stayed },
         OpResult::Peeked(messages) => Reply::Peek { messages },
     }
 }
 
+/// Per-entry results with their wire codes, in the same vector.
+fn codes<T>(results: Vec<Result<T, EntryError>>) -> Vec<Result<T, ErrorCode>> {
+    results
+        .into_iter()
+        .map(|r| r.map_err(EntryError::code))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use sluice_protocol::{ErrorCode, MessageId, SendOutcome};
+    use sluice_protocol::{MessageId, SendOutcome};
 
     use super::*;
 
     #[test]
-    fn batch_results_become_the_reply_in_place() {
-        let sent = vec![
-            Ok(SendOutcome {
-                id: MessageId(1),
-                duplicate: false
-            });
-            64
-        ];
-        let at = sent.as_ptr() as usize;
-        let Reply::Send { results } = to_reply(OpResult::Sent(sent)) else {
-            unreachable!()
+    fn nothing_is_converted_and_batch_results_stay_in_place() {
+        let outcome = SendOutcome {
+            id: MessageId(1),
+            duplicate: false,
         };
-        assert_eq!(results.as_ptr() as usize, at, "no new vector");
+        let sent = vec![Ok(outcome); 64];
+        let at = sent.as_ptr() as usize;
+        let reply = to_reply(OpResult::Sent(sent));
+        assert!(matches!(reply, Reply::Send { results } if results.as_ptr() as usize == at));
         let deleted = vec![Ok(()), Err(EntryError::Gone), Err(EntryError::MemoryFull)];
         let at = deleted.as_ptr() as usize;
-        let Reply::Delete { results } = to_reply(OpResult::Deleted(deleted)) else {
-            unreachable!()
-        };
-        assert_eq!(results.as_ptr() as usize, at, "no new vector");
-        assert_eq!(
-            results,
-            [Ok(()), Err(ErrorCode::Gone), Err(ErrorCode::Busy)]
+        let codes = [Ok(()), Err(ErrorCode::Gone), Err(ErrorCode::Busy)];
+        let reply = to_reply(OpResult::Deleted(deleted));
+        assert!(
+            matches!(reply, Reply::Delete { results } if results.as_ptr() as usize == at && results == codes)
         );
-    }
-
-    #[test]
-    fn the_session_s_own_requests_stay_with_it() {
+        // The session's own requests stay with it.
         assert_eq!(route(Request::Ping { nonce: 3 }), Route::Ping { nonce: 3 });
         assert_eq!(route(Request::ServerStats), Route::ServerStats);
         let get = Request::GetQueue {

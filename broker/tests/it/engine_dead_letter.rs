@@ -121,7 +121,7 @@ fn redrive_moves_back_resets_receive_count_and_keeps_what_cannot_move() {
             0,
             Op::Redrive {
                 queue: qn("nope"),
-                max: 1,
+                max_messages: 1,
             },
         );
         assert_eq!(error_code(r), ErrorCode::QueueNotFound);

@@ -754,7 +754,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 shard % shards,
                 Op::Peek {
                     queue: qn(NAMES[queue]),
-                    max: u16::try_from(max).expect("the model draws small maxima"),
+                    max_messages: u16::try_from(max).expect("the model draws small maxima"),
                 },
             ) {
                 OpResult::Peeked(p) => p,
@@ -777,7 +777,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 shard % shards,
                 Op::Redrive {
                     queue: qn("dlq"),
-                    max,
+                    max_messages: max,
                 },
             ) {
                 OpResult::Redriven { moved, stayed } => (moved, stayed),

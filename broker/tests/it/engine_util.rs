@@ -168,7 +168,7 @@ pub fn peek(c: &mut Cluster, shard: usize, queue: &str, max: u32) -> Vec<PeekedM
         shard,
         Op::Peek {
             queue: qn(queue),
-            max: u16::try_from(max).expect("max fits the wire's u16"),
+            max_messages: u16::try_from(max).expect("max fits the wire's u16"),
         },
     ) {
         OpResult::Peeked(m) => m,
@@ -182,7 +182,7 @@ pub fn redrive(c: &mut Cluster, shard: usize, queue: &str, max: u32) -> (u64, u6
         shard,
         Op::Redrive {
             queue: qn(queue),
-            max,
+            max_messages: max,
         },
     ) {
         OpResult::Redriven { moved, stayed } => (moved, stayed),

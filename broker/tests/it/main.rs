@@ -14,6 +14,8 @@ mod engine_queues;
 mod engine_receipts;
 mod engine_send;
 mod engine_shards;
+// Real threads and std's Arc: nothing for loom to explore.
+#[cfg(not(sluice_loom))]
 mod engine_stress;
 
 // The io layer and the server are left out of the loom build.

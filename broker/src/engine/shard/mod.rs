@@ -551,7 +551,10 @@ impl Shard {
                     self.start_gather(ticket, inc, GatherAcc::Purged(0), GatherRequest::Purge);
                 }
             },
-            Op::Peek { queue, max } => match self.partition_of(&queue) {
+            Op::Peek {
+                queue,
+                max_messages: max,
+            } => match self.partition_of(&queue) {
                 Err(e) => self.finish_ticket(ticket, e.into()),
                 Ok(_) if max == 0 || usize::from(max) > BATCH_ENTRIES_MAX => {
                     self.finish_ticket(ticket, EngineError::MaxOutOfRange(u32::from(max)).into())
@@ -566,7 +569,10 @@ impl Shard {
                     self.start_gather(ticket, inc, acc, GatherRequest::Peek { max });
                 }
             },
-            Op::Redrive { queue, max } => match self.partition_of(&queue) {
+            Op::Redrive {
+                queue,
+                max_messages: max,
+            } => match self.partition_of(&queue) {
                 Err(e) => self.finish_ticket(ticket, e.into()),
                 Ok(_) if max == 0 => self.finish_ticket(ticket, EngineError::RedriveMaxZero.into()),
                 Ok(p) => {
