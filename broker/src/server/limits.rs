@@ -119,6 +119,20 @@ pub const STATS_PUBLISH_INTERVAL: Duration = Duration::from_millis(500);
 /// shows the last ones.
 pub const SCRAPE_WAIT: Duration = Duration::from_millis(250);
 
+// ----- the metrics endpoint --------------------------------------------------------
+
+/// Largest HTTP request head the metrics endpoint reads.
+pub const METRICS_REQUEST_BYTES_MAX: usize = 8 * 1024;
+/// Time for a request head to arrive.
+pub const METRICS_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time for a write of a reply to make progress.
+pub const METRICS_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a reply, time to read and discard what the client still sends, so
+/// that closing does not reset the connection under the reply.
+pub const METRICS_LINGER_TIMEOUT: Duration = Duration::from_millis(500);
+/// Bytes read and discarded after a reply, at most.
+pub const METRICS_LINGER_BYTES_MAX: usize = 64 * 1024;
+
 // ----- what a server sets up ----------------------------------------------------
 
 /// Slots of each ring between two shards.
