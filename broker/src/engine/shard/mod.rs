@@ -43,7 +43,7 @@
 //! |---|---|
 //! | `mod.rs` | the `Shard` struct, entry points, request bookkeeping, operation dispatch |
 //! | `queues.rs` | catching up with the registry: partitions created and dropped |
-//! | `messages.rs` | one message's state, timer and membership; timers firing |
+//! | `lifecycle.rs` | a message's life in its shard: state, timer, ready-FIFO and membership, removal, moves; timers firing |
 //! | `send.rs` | send, dedup-key forwarding, message ids |
 //! | `receive.rs` | leasing, receive, steals, long-poll waiters, hints and wake-ups |
 //! | `receipts.rs` | delete and change visibility by receipt, forwarded or local |
