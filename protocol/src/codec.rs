@@ -148,6 +148,52 @@ pub enum EncodeError {
     },
 }
 
+/// The fixed-width reads both readers offer, written once on top of their
+/// `array`.
+macro_rules! fixed_width_reads {
+    () => {
+        /// A `u8`.
+        ///
+        /// # Errors
+        /// `Truncated` at the end.
+        pub fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+            Ok(self.array::<1>(field)?[0])
+        }
+
+        /// A little-endian `u16`.
+        ///
+        /// # Errors
+        /// `Truncated` when fewer than 2 bytes remain.
+        pub fn u16(&mut self, field: &'static str) -> Result<u16, DecodeError> {
+            self.array(field).map(u16::from_le_bytes)
+        }
+
+        /// A little-endian `u32`.
+        ///
+        /// # Errors
+        /// `Truncated` when fewer than 4 bytes remain.
+        pub fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+            self.array(field).map(u32::from_le_bytes)
+        }
+
+        /// A little-endian `u64`.
+        ///
+        /// # Errors
+        /// `Truncated` when fewer than 8 bytes remain.
+        pub fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+            self.array(field).map(u64::from_le_bytes)
+        }
+
+        /// A little-endian `u128`.
+        ///
+        /// # Errors
+        /// `Truncated` when fewer than 16 bytes remain.
+        pub fn u128(&mut self, field: &'static str) -> Result<u128, DecodeError> {
+            self.array(field).map(u128::from_le_bytes)
+        }
+    };
+}
+
 /// A bounds-checked reader over a payload. Reads advance; a failed read
 /// leaves the reader where it was.
 #[derive(Clone, Debug)]
@@ -321,45 +367,7 @@ impl Reader {
         }
     }
 
-    /// A `u8`.
-    ///
-    /// # Errors
-    /// `Truncated` at the end of the payload.
-    pub fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
-        Ok(self.array::<1>(field)?[0])
-    }
-
-    /// A little-endian `u16`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 2 bytes remain.
-    pub fn u16(&mut self, field: &'static str) -> Result<u16, DecodeError> {
-        self.array(field).map(u16::from_le_bytes)
-    }
-
-    /// A little-endian `u32`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 4 bytes remain.
-    pub fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
-        self.array(field).map(u32::from_le_bytes)
-    }
-
-    /// A little-endian `u64`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 8 bytes remain.
-    pub fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
-        self.array(field).map(u64::from_le_bytes)
-    }
-
-    /// A little-endian `u128`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 16 bytes remain.
-    pub fn u128(&mut self, field: &'static str) -> Result<u128, DecodeError> {
-        self.array(field).map(u128::from_le_bytes)
-    }
+    fixed_width_reads!();
 
     /// A `u8` that must be 0 or 1.
     ///
@@ -512,37 +520,7 @@ impl<'a> SliceReader<'a> {
         Ok(out)
     }
 
-    /// A `u8`.
-    ///
-    /// # Errors
-    /// `Truncated` at the end.
-    pub fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
-        Ok(self.array::<1>(field)?[0])
-    }
-
-    /// A little-endian `u16`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 2 bytes remain.
-    pub fn u16(&mut self, field: &'static str) -> Result<u16, DecodeError> {
-        self.array(field).map(u16::from_le_bytes)
-    }
-
-    /// A little-endian `u32`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 4 bytes remain.
-    pub fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
-        self.array(field).map(u32::from_le_bytes)
-    }
-
-    /// A little-endian `u64`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 8 bytes remain.
-    pub fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
-        self.array(field).map(u64::from_le_bytes)
-    }
+    fixed_width_reads!();
 }
 
 fn check_batch(
