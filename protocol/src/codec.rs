@@ -509,6 +509,42 @@ impl<'a> SliceReader<'a> {
         }
     }
 
+    /// The fixed part of an entry, `fields` (name and width, in order,
+    /// `N` bytes in all) read at once: one bounds check instead of one per
+    /// field. When fewer than `N` bytes remain, the error is the one reading
+    /// the fields one by one would give: `Truncated`, naming the first field
+    /// cut short.
+    ///
+    /// # Errors
+    /// `Truncated` when fewer than `N` bytes remain.
+    pub fn head<const N: usize>(
+        &mut self,
+        fields: &[(&'static str, usize)],
+    ) -> Result<[u8; N], DecodeError> {
+        let remaining = self.remaining();
+        if remaining >= N {
+            return self.array(fields.first().map_or("", |f| f.0));
+        }
+        let mut start = 0;
+        for &(field, width) in fields {
+            if start + width > remaining {
+                return Err(DecodeError::Truncated {
+                    offset: self.offset() + start,
+                    needed: start + width - remaining,
+                    field,
+                });
+            }
+            start += width;
+        }
+        // The widths add up to less than N: a wrong table, reported as the
+        // last field cut short.
+        Err(DecodeError::Truncated {
+            offset: self.offset() + start,
+            needed: N - remaining,
+            field: fields.last().map_or("", |f| f.0),
+        })
+    }
+
     /// The next `N` bytes as an array.
     ///
     /// # Errors

@@ -37,6 +37,37 @@ pub const NEVER_RECEIVED: u32 = u32::MAX;
 /// length.
 const ATTRIBUTE_FRAMING_BYTES: usize = 4;
 
+/// The fixed part of a SEND entry, field by field (see PROTOCOL.md).
+const SEND_ENTRY_HEAD: [(&str, usize); 4] = [
+    ("body_len", 4),
+    ("delay_ms", 4),
+    ("dedup_len", 1),
+    ("attr_count", 1),
+];
+/// The fixed part of a received message, field by field.
+const RECEIVED_MESSAGE_HEAD: [(&str, usize); 7] = [
+    ("id", 16),
+    ("receipt", RECEIPT_BYTES),
+    ("receive_count", 4),
+    ("sent_at_ms", 8),
+    ("first_received_delta_ms", 4),
+    ("body_len", 4),
+    ("attr_count", 1),
+];
+
+const fn head_bytes(fields: &[(&str, usize)]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < fields.len() {
+        n += fields[i].1;
+        i += 1;
+    }
+    n
+}
+
+const _: () = assert!(head_bytes(&SEND_ENTRY_HEAD) == SEND_ENTRY_OVERHEAD_BYTES);
+const _: () = assert!(head_bytes(&RECEIVED_MESSAGE_HEAD) == RECEIVE_ENTRY_OVERHEAD_BYTES);
+
 /// A `u32` length from the wire as a `usize`. On a 16-bit platform a length
 /// that does not fit is clamped, and the read that uses it fails as truncated.
 fn wire_len(len: u32) -> usize {
@@ -58,6 +89,9 @@ fn parse_attributes<'a>(
             len: count.into(),
             max: MESSAGE_ATTRIBUTES_MAX,
         });
+    }
+    if count == 0 {
+        return Ok(AttributesRef::default());
     }
     let start = r.clone();
     let mut content = 0usize;
@@ -478,12 +512,15 @@ impl BatchEntry for SendEntry {
     const COUNT_FIELD: &'static str = "entry count";
 
     fn parse<'a>(r: &mut SliceReader<'a>) -> Result<SendEntryRef<'a>, DecodeError> {
-        let body_len = r.u32("body_len")?;
-        let delay_ms = r.u32("delay_ms")?;
-        let dedup_offset = r.offset();
-        let dedup_len = r.u8("dedup_len")?;
-        let attr_offset = r.offset();
-        let attr_count = r.u8("attr_count")?;
+        let at = r.offset();
+        let head: [u8; SEND_ENTRY_OVERHEAD_BYTES] = r.head(&SEND_ENTRY_HEAD)?;
+        let mut h = SliceReader::new(&head, at);
+        let body_len = h.u32("body_len")?;
+        let delay_ms = h.u32("delay_ms")?;
+        let dedup_offset = h.offset();
+        let dedup_len = h.u8("dedup_len")?;
+        let attr_offset = h.offset();
+        let attr_count = h.u8("attr_count")?;
         if usize::from(dedup_len) > DEDUP_KEY_BYTES_MAX {
             return Err(DecodeError::TooLong {
                 offset: dedup_offset,
@@ -737,12 +774,15 @@ impl BatchEntry for ReceivedMessage {
     const COUNT_FIELD: &'static str = "message count";
 
     fn parse<'a>(r: &mut SliceReader<'a>) -> Result<ReceivedMessageRef<'a>, DecodeError> {
-        let id = MessageId::from_bytes(r.array("id")?);
-        let receipt = Receipt::from_bytes(&r.array::<RECEIPT_BYTES>("receipt")?);
-        let receive_count = r.u32("receive_count")?;
-        let sent_at_ms = r.u64("sent_at_ms")?;
-        let delta_offset = r.offset();
-        let first_received_delta_ms = r.u32("first_received_delta_ms")?;
+        let at = r.offset();
+        let head: [u8; RECEIVE_ENTRY_OVERHEAD_BYTES] = r.head(&RECEIVED_MESSAGE_HEAD)?;
+        let mut h = SliceReader::new(&head, at);
+        let id = MessageId::from_bytes(h.array("id")?);
+        let receipt = Receipt::from_bytes(&h.array::<RECEIPT_BYTES>("receipt")?);
+        let receive_count = h.u32("receive_count")?;
+        let sent_at_ms = h.u64("sent_at_ms")?;
+        let delta_offset = h.offset();
+        let first_received_delta_ms = h.u32("first_received_delta_ms")?;
         if first_received_delta_ms > FIRST_RECEIVED_DELTA_MS_MAX {
             return Err(DecodeError::InvalidValue {
                 offset: delta_offset,
@@ -750,9 +790,9 @@ impl BatchEntry for ReceivedMessage {
                 reason: "0xFFFFFFFF (never received) in a received message",
             });
         }
-        let body_len = r.u32("body_len")?;
-        let attr_offset = r.offset();
-        let attr_count = r.u8("attr_count")?;
+        let body_len = h.u32("body_len")?;
+        let attr_offset = h.offset();
+        let attr_count = h.u8("attr_count")?;
         let attributes = parse_attributes(r, attr_count, attr_offset)?;
         let body = r.take(wire_len(body_len), "body")?;
         Ok(ReceivedMessageRef {
@@ -899,6 +939,47 @@ impl PeekedMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reading an entry's fixed part at once fails exactly as reading it
+    /// field by field would: same field, offset and shortfall.
+    #[test]
+    fn a_cut_head_names_the_field_cut() {
+        fn field_by_field(bytes: &[u8], fields: &[(&'static str, usize)]) -> DecodeError {
+            let mut r = SliceReader::new(bytes, 7);
+            for &(field, width) in fields {
+                if let Err(e) = r.take(width, field) {
+                    return e;
+                }
+            }
+            unreachable!("the bytes were cut short")
+        }
+        let bytes = [0u8; RECEIVE_ENTRY_OVERHEAD_BYTES];
+        for n in 0..SEND_ENTRY_OVERHEAD_BYTES {
+            let mut r = SliceReader::new(&bytes[..n], 7);
+            let got = r.head::<SEND_ENTRY_OVERHEAD_BYTES>(&SEND_ENTRY_HEAD);
+            assert_eq!(
+                got,
+                Err(field_by_field(&bytes[..n], &SEND_ENTRY_HEAD)),
+                "{n}"
+            );
+        }
+        for n in 0..RECEIVE_ENTRY_OVERHEAD_BYTES {
+            let mut r = SliceReader::new(&bytes[..n], 7);
+            let got = r.head::<RECEIVE_ENTRY_OVERHEAD_BYTES>(&RECEIVED_MESSAGE_HEAD);
+            assert_eq!(
+                got,
+                Err(field_by_field(&bytes[..n], &RECEIVED_MESSAGE_HEAD)),
+                "{n}"
+            );
+        }
+        let mut whole = SliceReader::new(&bytes, 0);
+        assert!(
+            whole
+                .head::<SEND_ENTRY_OVERHEAD_BYTES>(&SEND_ENTRY_HEAD)
+                .is_ok()
+        );
+        assert_eq!(whole.position(), SEND_ENTRY_OVERHEAD_BYTES);
+    }
 
     #[test]
     fn attributes_round_trip_and_count_content() {
