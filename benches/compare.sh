@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # sluice side by side with Redis 7 streams, NATS JetStream and beanstalkd,
-# driven by sluice-loadgen with the same workloads (DESIGN.md §6).
+# driven by sluice-loadgen with the same workloads (BENCHMARKS.md, "Comparison with other brokers").
 #
 #   benches/compare.sh            the full run: results into benches/results/,
 #                                 the table of medians into BENCHMARKS.md

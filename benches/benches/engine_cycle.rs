@@ -1,10 +1,11 @@
-//! The engine alone (DESIGN §6 "engine alone, one core"): send + receive +
+//! The engine alone, on one core (goal: at least 5,000,000 cycles/s; see
+//! BENCHMARKS.md): send + receive +
 //! delete cycles on one shard, in batches of 64 messages of 100 bytes, and
 //! one hot queue driven on 1 shard vs 2 shards (producers on shard 0,
 //! consumers on both, one thread per shard).
 //!
 //! `cargo bench -p sluice-benches --bench engine_cycle`; results and the
-//! machine they came from are in BENCH-engine.md.
+//! machine they came from are in BENCHMARKS.md.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -14,44 +15,42 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sluice_benches::{WALL_MS, shards};
-use sluice_broker::engine::{Op, OpResult, SendEntry, Shard};
-use sluice_protocol::Receipt;
+use sluice_broker::engine::{Op, OpResult, Shard};
+use sluice_protocol::{DeleteRequest, QueueName, Receipt, ReceiveRequest, SendEntry, SendRequest};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Messages per request (DESIGN §6: batches of up to 64).
+/// Messages per request (the figures' batches of 64).
 const BATCH: usize = 64;
 /// Body bytes per message.
 const BODY_BYTES: usize = 100;
-const QUEUE: &str = "bench";
-/// One send request of `BATCH` entries whose bodies share one buffer, as
-/// bodies decoded from one receive buffer would.
-fn send_op(body: &Bytes) -> Op {
-    Op::Send {
-        queue: QUEUE.into(),
-        entries: (0..BATCH)
-            .map(|_| SendEntry {
-                body: body.clone(),
-                ..SendEntry::default()
-            })
-            .collect(),
-    }
+/// The queue every bench here uses.
+fn queue() -> QueueName {
+    QueueName::from_static("bench")
+}
+
+/// A send request of `BATCH` entries of `body`, in wire form, as the
+/// server's decoder hands it over: [`Op::Send`] of a clone of it is what a
+/// decoded SEND costs (one reference count).
+fn send_request(body: &Bytes) -> SendRequest {
+    let entries: Vec<SendEntry> = (0..BATCH).map(|_| SendEntry::new(body.clone())).collect();
+    SendRequest::new(queue(), &entries).expect("a batch that encodes")
 }
 
 fn receive_op() -> Op {
-    Op::Receive {
-        queue: QUEUE.into(),
-        max: BATCH as u32,
+    Op::Receive(ReceiveRequest {
+        queue: queue(),
+        max_messages: BATCH as u16,
         visibility_timeout_ms: None,
         wait_ms: Some(0),
-    }
+    })
 }
 
 /// One cycle on one shard: send 64, receive 64, delete 64.
-fn cycle(shard: &mut Shard, body: &Bytes, ticket: &mut u64, now_ns: u64) {
+fn cycle(shard: &mut Shard, send: &SendRequest, ticket: &mut u64, now_ns: u64) {
     *ticket += 3;
-    let sent = shard.submit(*ticket, send_op(body), now_ns, WALL_MS);
+    let sent = shard.submit(*ticket, Op::Send(send.clone()), now_ns, WALL_MS);
     assert!(matches!(&sent, Some(OpResult::Sent(r)) if r.len() == BATCH));
     let receipts: Vec<Receipt> = match shard.submit(*ticket + 1, receive_op(), now_ns, WALL_MS) {
         Some(OpResult::Received(m)) => m.into_iter().map(|m| m.receipt).collect(),
@@ -60,10 +59,10 @@ fn cycle(shard: &mut Shard, body: &Bytes, ticket: &mut u64, now_ns: u64) {
     assert_eq!(receipts.len(), BATCH);
     let deleted = shard.submit(
         *ticket + 2,
-        Op::Delete {
-            queue: QUEUE.into(),
+        Op::Delete(DeleteRequest {
+            queue: queue(),
             receipts,
-        },
+        }),
         now_ns,
         WALL_MS,
     );
@@ -74,8 +73,8 @@ fn cycle(shard: &mut Shard, body: &Bytes, ticket: &mut u64, now_ns: u64) {
 fn one_shard_cycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("engine_cycle");
     group.throughput(Throughput::Elements(BATCH as u64));
-    let body = Bytes::from(vec![0x5a; BODY_BYTES]);
-    let mut shard = shards(1, QUEUE).pop().expect("one shard");
+    let send = send_request(&Bytes::from(vec![0x5a; BODY_BYTES]));
+    let mut shard = shards(1, &queue()).pop().expect("one shard");
     let mut ticket = 0;
     // The virtual clock moves 10 µs per cycle, so timers are inserted and
     // cancelled as in a live shard and the wheel advances now and then.
@@ -83,7 +82,7 @@ fn one_shard_cycle(c: &mut Criterion) {
     group.bench_function("send_receive_delete_64x100B", |b| {
         b.iter(|| {
             now_ns += 10_000;
-            cycle(&mut shard, &body, &mut ticket, now_ns);
+            cycle(&mut shard, &send, &mut ticket, now_ns);
         });
     });
     group.finish();
@@ -93,8 +92,8 @@ fn one_shard_cycle(c: &mut Criterion) {
 /// receives + deletes; with 2 shards, shard 1 (its own thread) only
 /// receives + deletes, by steals. Returns messages deleted per second.
 fn hot_queue(shard_count: u16, duration: Duration) -> f64 {
-    let mut all = shards(shard_count, QUEUE);
-    let body = Bytes::from(vec![0x5a; BODY_BYTES]);
+    let mut all = shards(shard_count, &queue());
+    let send = send_request(&Bytes::from(vec![0x5a; BODY_BYTES]));
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let consumers: Vec<_> = all
@@ -125,9 +124,9 @@ fn hot_queue(shard_count: u16, duration: Duration) -> f64 {
         ticket += 3;
         // Keep the queue from growing without bound: send only while the
         // backlog is under a few batches.
-        let backlog = shard.local_stats(QUEUE).map_or(0, |s| s.visible);
+        let backlog = shard.local_stats("bench").map_or(0, |s| s.visible);
         if backlog < 4 * BATCH as u64 {
-            shard.submit(ticket, send_op(&body), now, WALL_MS);
+            shard.submit(ticket, Op::Send(send.clone()), now, WALL_MS);
         }
         deleted += consume(&mut shard, ticket + 1, now);
         shard.poll(now, WALL_MS);
@@ -161,10 +160,10 @@ fn consume(shard: &mut Shard, ticket: u64, now: u64) -> u64 {
     }
     let n = got.len() as u64;
     let receipts = got.into_iter().map(|m| m.receipt).collect();
-    let op = Op::Delete {
-        queue: QUEUE.into(),
+    let op = Op::Delete(DeleteRequest {
+        queue: queue(),
         receipts,
-    };
+    });
     // A delete whose receipts name another shard completes later.
     let _ = shard.submit(ticket + 1_000_000_000, op, now, WALL_MS);
     n

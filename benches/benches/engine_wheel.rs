@@ -1,5 +1,5 @@
 //! Timing-wheel micro-benchmarks: insert, cancel and expiry at 10,000,000
-//! timers (DESIGN §6: insert and cancel below 30 ns median, p99 reported).
+//! timers (goal: insert and cancel below 30 ns median, p99 reported).
 //!
 //! Run: `cargo bench -p sluice-benches --bench engine_wheel`.
 //!
@@ -55,7 +55,8 @@ use criterion::Criterion;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use sluice_broker::engine::wheel::{TICK_NS, TimerId, TimerWheel};
+use sluice_broker::engine::limits::TICK_NS;
+use sluice_broker::engine::wheel::{TimerId, TimerWheel};
 
 const TIMERS_FULL: usize = 10_000_000;
 const TIMERS_SMOKE: usize = 100_000;

@@ -1,5 +1,6 @@
 //! Codec throughput: a SEND of 64 messages of 100 bytes and a RECEIVE reply
-//! of 64 such messages, the batch shape of DESIGN §6. Throughput is in
+//! of 64 such messages, the batch shape of the broker's throughput figures
+//! (BENCHMARKS.md). Throughput is in
 //! messages (64 per iteration); BENCHMARKS.md derives bytes/s from the frame
 //! sizes printed at start.
 //!

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use sluice_broker::engine::doorbell::{self, Wake};
-use sluice_broker::engine::ring::LINK_CAPACITY_DEFAULT;
+use sluice_broker::engine::limits::LINK_CAPACITY_DEFAULT;
+use sluice_broker::engine::mesh::doorbell::{self, Wake};
 use sluice_broker::engine::{Registry, RegistryConfig, Shard, ShardConfig};
-use sluice_protocol::AttributeUpdate;
+use sluice_protocol::{AttributeUpdate, QueueName};
 
 /// The wall-clock time (ms since the epoch) the benchmarks' shards run at.
 pub const WALL_MS: u64 = 1_700_000_000_000;
@@ -24,7 +24,7 @@ impl Wake for NoWake {
 /// # Panics
 /// When the queue cannot be created in a fresh registry.
 #[must_use]
-pub fn shards(n: u16, queue: &str) -> Vec<Shard> {
+pub fn shards(n: u16, queue: &QueueName) -> Vec<Shard> {
     let registry = Arc::new(Registry::new(RegistryConfig {
         shards: n,
         seed: 1,

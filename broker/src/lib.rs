@@ -18,3 +18,5 @@ pub mod server;
 #[cfg(not(sluice_loom))]
 pub mod sim;
 mod sync;
+#[cfg(all(feature = "test-util", not(sluice_loom)))]
+pub mod testing;

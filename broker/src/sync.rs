@@ -1,12 +1,19 @@
 //! Sync facade: loom's types under `cfg(sluice_loom)`, std's otherwise, so the
 //! same code is the production type and the loom model.
 //!
-//! Everything that crosses a thread boundary in the broker (the shard rings,
-//! the doorbells, the queue registry and its per-queue counters) takes its
-//! atomics, mutexes, threads and cells from here, never from `std` directly. Built normally this module is a thin re-export of
-//! `std`; built with `RUSTFLAGS="--cfg sluice_loom"` it re-exports loom's
-//! instrumented twins, and loom then explores every interleaving of a model
-//! built from the very same production code.
+//! Everything that crosses a thread boundary in the broker takes its
+//! atomics, `Arc`s, mutexes, channels, threads, cells and cache padding from
+//! here, never from `std` directly: the engine's shard rings, doorbells,
+//! queue registry, per-queue counters and memory budget, and the server's
+//! shared counters, snapshots, shutdown flag and threads. Built normally this
+//! module is a thin re-export of `std`; built with `RUSTFLAGS="--cfg
+//! sluice_loom"` it re-exports loom's instrumented twins, and loom then
+//! explores every interleaving of a model built from the very same
+//! production code. (The io layer and the server are left out of the loom
+//! build, so under loom only the engine's share is modelled. Two things stay
+//! outside by nature: the io_uring buffer ring's tail, an atomic shared with
+//! the kernel rather than another thread (`io/buf_ring.rs`), and the
+//! process-wide clock origin, a `OnceLock` set once (`server/clock.rs`).)
 //!
 //! [`Mutex`] is one type in both builds with one API: `lock()` returns the
 //! guard, poisoning ignored (the broker's critical sections leave their data
@@ -15,7 +22,7 @@
 //! `model(f)` (test builds only) runs a test body: under loom as `loom::model(f)` (all
 //! interleavings), otherwise once, as an ordinary unit test. Constants that
 //! size concurrent structures in tests shrink under loom (see
-//! [`crate::engine::ring::LINK_CAPACITY_DEFAULT`]) so that a model reaches
+//! [`crate::engine::mesh::ring::LINK_CAPACITY_DEFAULT`]) so that a model reaches
 //! wrap-around within a handful of operations.
 
 #[cfg(sluice_loom)]
@@ -28,7 +35,8 @@ pub(crate) use loom::{
     hint::spin_loop,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering, fence},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence},
+        mpsc,
     },
     thread,
 };
@@ -42,10 +50,15 @@ pub(crate) use std::{
     hint::spin_loop,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering, fence},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence},
+        mpsc,
     },
     thread,
 };
+
+/// Pads and aligns a value to a cache line, so atomics that different cores
+/// write do not share one (layout only: the same type in both builds).
+pub(crate) use crossbeam_utils::CachePadded;
 
 #[cfg(not(sluice_loom))]
 pub(crate) use self::std_cell::UnsafeCell;
@@ -80,6 +93,17 @@ impl<T> Mutex<T> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes the lock if it is free now; `None` if another thread holds it.
+    /// (The server's; the loom build leaves the server out.)
+    #[cfg(not(sluice_loom))]
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        match self.0.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(mutex_impl::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(mutex_impl::TryLockError::WouldBlock) => None,
+        }
     }
 }
 

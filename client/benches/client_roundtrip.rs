@@ -11,8 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_broker::server::config::{Config, Host, RawArgs};
-use sluice_broker::server::{Server, ServerHandle};
+use sluice_broker::testing::TestServer;
 use sluice_client::{
     AsyncClient, AttributeUpdate, Client, ClientConfig, ReceiveOptions, Request, SendEntry,
 };
@@ -22,25 +21,9 @@ const ROUND_TRIPS: usize = 20_000;
 const PIPELINED_REQUESTS: usize = 200_000;
 const PASSES: usize = 3;
 
-fn server() -> ServerHandle {
-    let argv = [
-        "sluice-server",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-addr",
-        "off",
-        "--shards",
-        "1",
-        "--memory-max",
-        "1GiB",
-    ];
-    let raw = RawArgs::try_parse_from_env(argv, |_| None).expect("flags parse");
-    let host = Host {
-        cores: 2,
-        memory: None,
-    };
-    let config = Config::from_args_on(raw, &host).expect("valid configuration");
-    Server::start(config).expect("server starts")
+/// An in-process server: one shard, 1 GiB for messages.
+fn server() -> TestServer {
+    TestServer::builder().arg("--memory-max", "1GiB").start()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -69,8 +52,8 @@ fn median_rate(name: &str, mut pass: impl FnMut() -> f64) {
 }
 
 fn main() {
-    let handle = server();
-    let config = ClientConfig::new(handle.local_addr().to_string());
+    let server = server();
+    let config = ClientConfig::new(server.addr().to_string());
     let client = Client::connect(config.clone()).expect("client connects");
     client
         .create_queue("bench", &AttributeUpdate::default())
@@ -78,7 +61,7 @@ fn main() {
     println!(
         "server: {} shard, backend {:?}; client and server share this machine",
         1,
-        handle.backend()
+        server.handle().backend()
     );
 
     // Blocking: one PING at a time.
@@ -200,6 +183,5 @@ fn main() {
         );
     }
     drop(client);
-    handle.shutdown();
-    let _ = handle.join();
+    drop(server);
 }

@@ -7,16 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-/// The address a client connects to by default.
-pub const ADDR_DEFAULT: &str = "127.0.0.1:7171";
-/// Default time to connect and complete the HELLO.
-pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
-/// Default time to wait for a reply (a receive adds its wait).
-pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
-/// Default first reconnect delay.
-pub const RECONNECT_DELAY_INITIAL_DEFAULT: Duration = Duration::from_millis(50);
-/// Default cap on the reconnect delay.
-pub const RECONNECT_DELAY_MAX_DEFAULT: Duration = Duration::from_secs(5);
+pub use crate::limits::{
+    ADDR_DEFAULT, CONNECT_TIMEOUT_DEFAULT, RECONNECT_DELAY_INITIAL_DEFAULT,
+    RECONNECT_DELAY_MAX_DEFAULT, REQUEST_TIMEOUT_DEFAULT,
+};
 
 /// How a client connects. Build it with the chained setters:
 ///

@@ -70,6 +70,8 @@ mod blocking;
 pub mod config;
 pub mod consumer;
 mod error;
+mod hello;
+pub mod limits;
 mod ops;
 mod pending;
 pub mod producer;

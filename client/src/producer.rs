@@ -16,16 +16,8 @@ use tokio::task::JoinHandle;
 use crate::error::{Error, Result};
 use crate::{AsyncClient, Client};
 
-/// Default longest wait for more messages before a batch is sent.
-pub const LINGER_DEFAULT: Duration = Duration::from_millis(1);
-/// Default most messages per batch.
-pub const BATCH_MAX_DEFAULT: usize = 256;
-/// Default batches in flight at once (async producer).
-pub const IN_FLIGHT_DEFAULT: usize = 4;
-/// Messages waiting to be batched before callers wait too.
-const QUEUED_MAX: usize = 16 * 1024;
-/// Frame bytes kept for the header, queue name and count of a SEND.
-const SEND_FRAME_OVERHEAD_BYTES: usize = 4 + 6 + 1 + 80 + 2;
+pub use crate::limits::{BATCH_MAX_DEFAULT, IN_FLIGHT_DEFAULT, LINGER_DEFAULT};
+use crate::limits::{QUEUED_MAX, SEND_FRAME_OVERHEAD_BYTES};
 
 /// How a producer batches.
 ///

@@ -172,7 +172,7 @@ pub const DEFAULT_MESSAGES: u64 = 100_000;
 pub const DEFAULT_RATE: u64 = 10_000;
 /// `--batch` when not given.
 pub const DEFAULT_BATCH: usize = 64;
-/// `--size` when not given (DESIGN's 100-byte payloads).
+/// `--size` when not given (the 100-byte payloads of the benchmarks).
 pub const DEFAULT_SIZE: usize = 100;
 
 impl RunConfig {

@@ -1,44 +1,15 @@
-//! Queue attributes, their defaults and ranges (DESIGN §2), and per-queue
-//! statistics.
+//! Queue attributes and per-queue statistics. Their defaults and ranges are
+//! in [`crate::limits`], re-exported here.
 
 use crate::error::{ErrorCode, WireError};
 use crate::limits::FRAME_RESERVED_BYTES;
 
-const SECOND_MS: u32 = 1000;
-const MINUTE_MS: u32 = 60 * SECOND_MS;
-const HOUR_MS: u32 = 60 * MINUTE_MS;
-const DAY_MS: u32 = 24 * HOUR_MS;
-
-/// Default visibility timeout.
-pub const VISIBILITY_TIMEOUT_MS_DEFAULT: u32 = 30 * SECOND_MS;
-/// Largest visibility timeout (12 h).
-pub const VISIBILITY_TIMEOUT_MS_MAX: u32 = 12 * HOUR_MS;
-/// Largest delivery delay (15 min).
-pub const DELAY_MS_MAX: u32 = 15 * MINUTE_MS;
-/// Default retention (4 days).
-pub const RETENTION_MS_DEFAULT: u32 = 4 * DAY_MS;
-/// Smallest retention (60 s).
-pub const RETENTION_MS_MIN: u32 = MINUTE_MS;
-/// Largest retention (14 days).
-pub const RETENTION_MS_MAX: u32 = 14 * DAY_MS;
-/// Default max message size (256 KiB).
-pub const MESSAGE_BYTES_MAX_DEFAULT: u32 = 256 * 1024;
-/// Largest default receive wait (long poll, 20 s).
-pub const RECEIVE_WAIT_MS_MAX: u32 = 20 * SECOND_MS;
-/// Largest max receive count of a redrive policy.
-pub const MAX_RECEIVES_MAX: u16 = 1000;
-/// Largest max depth (2^32).
-pub const MAX_DEPTH_MAX: u64 = 1 << 32;
-/// Default dedup window (5 min).
-pub const DEDUP_WINDOW_MS_DEFAULT: u32 = 5 * MINUTE_MS;
-/// Largest dedup window (1 h).
-pub const DEDUP_WINDOW_MS_MAX: u32 = HOUR_MS;
-/// Smallest backoff base (1 ms).
-pub const BACKOFF_BASE_MS_MIN: u32 = 1;
-/// Largest backoff base (15 min).
-pub const BACKOFF_BASE_MS_MAX: u32 = 15 * MINUTE_MS;
-/// Largest backoff max (12 h).
-pub const BACKOFF_MAX_MS_MAX: u32 = 12 * HOUR_MS;
+pub use crate::limits::{
+    BACKOFF_BASE_MS_MAX, BACKOFF_BASE_MS_MIN, BACKOFF_MAX_MS_MAX, DEDUP_WINDOW_MS_DEFAULT,
+    DEDUP_WINDOW_MS_MAX, DELAY_MS_MAX, MAX_DEPTH_MAX, MAX_RECEIVES_MAX, MESSAGE_BYTES_MAX_DEFAULT,
+    RECEIVE_WAIT_MS_MAX, RETENTION_MS_DEFAULT, RETENTION_MS_MAX, RETENTION_MS_MIN,
+    VISIBILITY_TIMEOUT_MS_DEFAULT, VISIBILITY_TIMEOUT_MS_MAX,
+};
 
 /// Where a queue's messages go after too many deliveries.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -250,7 +221,8 @@ impl AttributeUpdate {
     }
 }
 
-/// A queue's counters (DESIGN §2 "Accounting"). The identity
+/// A queue's counters: its gauges (visible, delayed, in flight), what came
+/// in and what left it, and the oldest message's age. The identity
 /// `sent + moved_in = visible + delayed + in_flight + deleted +
 /// dead_lettered + redriven + dropped + purged` holds whenever no request is
 /// in flight.

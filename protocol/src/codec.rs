@@ -1,11 +1,13 @@
 //! Bounds-checked decoding, the decoder's and encoder's errors, and the small
 //! writing helpers every message type shares.
 //!
-//! Every read goes through [`Reader`], which never panics and never reads past
-//! its end: a short read is a [`DecodeError::Truncated`] naming the field and
-//! the byte offset (from the start of the payload). Slices come out as
-//! [`Bytes`] sharing the frame's buffer, so bodies and keys are never copied.
-//! Integers are fixed-width little-endian; nothing on the wire is `usize`.
+//! Every read goes through [`Reader`] (over the payload's [`Bytes`]) or
+//! [`SliceReader`] (over borrowed bytes, for the entries of a batch), which
+//! never panic and never read past their end: a short read is a
+//! [`DecodeError::Truncated`] naming the field and the byte offset (from the
+//! start of the payload). Slices share the frame's buffer, so bodies and keys
+//! are never copied. Integers are fixed-width little-endian; nothing on the
+//! wire is `usize`.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -146,6 +148,52 @@ pub enum EncodeError {
     },
 }
 
+/// The fixed-width reads both readers offer, written once on top of their
+/// `array`.
+macro_rules! fixed_width_reads {
+    () => {
+        /// A `u8`.
+        ///
+        /// # Errors
+        /// `Truncated` at the end.
+        pub fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+            Ok(self.array::<1>(field)?[0])
+        }
+
+        /// A little-endian `u16`.
+        ///
+        /// # Errors
+        /// `Truncated` when fewer than 2 bytes remain.
+        pub fn u16(&mut self, field: &'static str) -> Result<u16, DecodeError> {
+            self.array(field).map(u16::from_le_bytes)
+        }
+
+        /// A little-endian `u32`.
+        ///
+        /// # Errors
+        /// `Truncated` when fewer than 4 bytes remain.
+        pub fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+            self.array(field).map(u32::from_le_bytes)
+        }
+
+        /// A little-endian `u64`.
+        ///
+        /// # Errors
+        /// `Truncated` when fewer than 8 bytes remain.
+        pub fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+            self.array(field).map(u64::from_le_bytes)
+        }
+
+        /// A little-endian `u128`.
+        ///
+        /// # Errors
+        /// `Truncated` when fewer than 16 bytes remain.
+        pub fn u128(&mut self, field: &'static str) -> Result<u128, DecodeError> {
+            self.array(field).map(u128::from_le_bytes)
+        }
+    };
+}
+
 /// A bounds-checked reader over a payload. Reads advance; a failed read
 /// leaves the reader where it was.
 #[derive(Clone, Debug)]
@@ -237,6 +285,17 @@ impl Reader {
         Ok(())
     }
 
+    /// A [`SliceReader`] over the bytes not read yet, reporting the same
+    /// offsets; [`Self::skip`] past what it read to move on.
+    #[must_use]
+    pub fn slice_reader(&self) -> SliceReader<'_> {
+        SliceReader {
+            bytes: self.bytes.get(self.pos..).unwrap_or_default(),
+            pos: 0,
+            base: self.offset(),
+        }
+    }
+
     /// The reader's position in its own bytes, for [`Self::slice_since`].
     #[must_use]
     pub fn position(&self) -> usize {
@@ -308,45 +367,7 @@ impl Reader {
         }
     }
 
-    /// A `u8`.
-    ///
-    /// # Errors
-    /// `Truncated` at the end of the payload.
-    pub fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
-        Ok(self.array::<1>(field)?[0])
-    }
-
-    /// A little-endian `u16`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 2 bytes remain.
-    pub fn u16(&mut self, field: &'static str) -> Result<u16, DecodeError> {
-        self.array(field).map(u16::from_le_bytes)
-    }
-
-    /// A little-endian `u32`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 4 bytes remain.
-    pub fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
-        self.array(field).map(u32::from_le_bytes)
-    }
-
-    /// A little-endian `u64`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 8 bytes remain.
-    pub fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
-        self.array(field).map(u64::from_le_bytes)
-    }
-
-    /// A little-endian `u128`.
-    ///
-    /// # Errors
-    /// `Truncated` when fewer than 16 bytes remain.
-    pub fn u128(&mut self, field: &'static str) -> Result<u128, DecodeError> {
-        self.array(field).map(u128::from_le_bytes)
-    }
+    fixed_width_reads!();
 
     /// A `u8` that must be 0 or 1.
     ///
@@ -423,6 +444,119 @@ impl Reader {
         check_batch(offset, field, count.into(), max)?;
         Ok(count)
     }
+}
+
+/// A bounds-checked reader over borrowed bytes: what a batch's entries are
+/// parsed with, both to check them when the batch is decoded and to read
+/// them afterwards, so each layout has one parser. Reads hand out slices of
+/// the bytes (no copy, no reference count); errors name the field and the
+/// offset from the start of the payload.
+#[derive(Clone, Debug)]
+pub struct SliceReader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    /// Offset of `bytes[0]` in the payload, for error messages.
+    base: usize,
+}
+
+impl<'a> SliceReader<'a> {
+    /// A reader over `bytes`, which start `base_offset` bytes into the
+    /// payload.
+    #[must_use]
+    pub fn new(bytes: &'a [u8], base_offset: usize) -> SliceReader<'a> {
+        SliceReader {
+            bytes,
+            pos: 0,
+            base: base_offset,
+        }
+    }
+
+    /// Offset of the next byte from the start of the payload.
+    #[must_use]
+    pub fn offset(&self) -> usize {
+        self.base + self.pos
+    }
+
+    /// Bytes read so far.
+    #[must_use]
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Bytes not read yet.
+    #[must_use]
+    pub fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    /// The next `n` bytes.
+    ///
+    /// # Errors
+    /// `Truncated` (naming `field`) when fewer than `n` bytes remain; nothing
+    /// is consumed then.
+    pub fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        let start = self.pos;
+        match self.bytes.get(start..start.saturating_add(n)) {
+            Some(s) => {
+                self.pos = start + n;
+                Ok(s)
+            }
+            None => Err(DecodeError::Truncated {
+                offset: self.offset(),
+                needed: n - self.remaining(),
+                field,
+            }),
+        }
+    }
+
+    /// The fixed part of an entry, `fields` (name and width, in order,
+    /// `N` bytes in all) read at once: one bounds check instead of one per
+    /// field. When fewer than `N` bytes remain, the error is the one reading
+    /// the fields one by one would give: `Truncated`, naming the first field
+    /// cut short.
+    ///
+    /// # Errors
+    /// `Truncated` when fewer than `N` bytes remain.
+    pub fn head<const N: usize>(
+        &mut self,
+        fields: &[(&'static str, usize)],
+    ) -> Result<[u8; N], DecodeError> {
+        let remaining = self.remaining();
+        if remaining >= N {
+            return self.array(fields.first().map_or("", |f| f.0));
+        }
+        let mut start = 0;
+        for &(field, width) in fields {
+            if start + width > remaining {
+                return Err(DecodeError::Truncated {
+                    offset: self.offset() + start,
+                    needed: start + width - remaining,
+                    field,
+                });
+            }
+            start += width;
+        }
+        // The widths add up to less than N: a wrong table, reported as the
+        // last field cut short.
+        Err(DecodeError::Truncated {
+            offset: self.offset() + start,
+            needed: N - remaining,
+            field: fields.last().map_or("", |f| f.0),
+        })
+    }
+
+    /// The next `N` bytes as an array.
+    ///
+    /// # Errors
+    /// `Truncated` when fewer than `N` bytes remain.
+    pub fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], DecodeError> {
+        let s = self.take(N, field)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(s);
+        Ok(out)
+    }
+
+    fixed_width_reads!();
 }
 
 fn check_batch(

@@ -49,6 +49,7 @@
 
 mod attribute_block;
 pub mod attributes;
+pub mod batch;
 pub mod codec;
 pub mod error;
 pub mod frame;
@@ -62,7 +63,8 @@ pub mod request;
 
 pub use attribute_block::bits as attribute_bits;
 pub use attributes::{AttributeUpdate, Backoff, QueueAttributes, QueueStats, RedrivePolicy};
-pub use codec::{DecodeError, EncodeError, Reader};
+pub use batch::{Batch, BatchEntry, BatchIter};
+pub use codec::{DecodeError, EncodeError, Reader, SliceReader};
 pub use error::{ErrorCode, WireError};
 pub use frame::{Frame, FrameDecoder, FrameError, opcode};
 pub use message::{

@@ -1,5 +1,7 @@
 //! Every protocol limit in one place, with compile-time checks between related
-//! ones. Units last in names.
+//! ones: frames, batches, names, keys, attributes, and the defaults and
+//! ranges of queue attributes. Units last in names. The broker's and the
+//! client's own limits are tied to these by compile-time checks of theirs.
 
 /// Protocol version spoken by this crate. HELLO carries it; a server refuses
 /// versions it does not speak with `UnsupportedVersion`.
@@ -40,11 +42,49 @@ pub const SEND_ENTRY_OVERHEAD_BYTES: usize = 10;
 pub const RECEIVE_ENTRY_OVERHEAD_BYTES: usize = 63;
 
 /// Room a queue's max message size must leave below the frame limit for the
-/// frame header, the queue name and the entry framing (DESIGN §2).
+/// frame header, the queue name and the entry framing.
 pub const FRAME_RESERVED_BYTES: u32 = 256;
 
-// DESIGN §4: at most 16 bytes per send entry and 64 per receive entry beyond
-// body and attributes.
+// ----- queue attributes: defaults and ranges -----------------------------------
+
+const SECOND_MS: u32 = 1000;
+const MINUTE_MS: u32 = 60 * SECOND_MS;
+const HOUR_MS: u32 = 60 * MINUTE_MS;
+const DAY_MS: u32 = 24 * HOUR_MS;
+
+/// Default visibility timeout.
+pub const VISIBILITY_TIMEOUT_MS_DEFAULT: u32 = 30 * SECOND_MS;
+/// Largest visibility timeout (12 h).
+pub const VISIBILITY_TIMEOUT_MS_MAX: u32 = 12 * HOUR_MS;
+/// Largest delivery delay (15 min).
+pub const DELAY_MS_MAX: u32 = 15 * MINUTE_MS;
+/// Default retention (4 days).
+pub const RETENTION_MS_DEFAULT: u32 = 4 * DAY_MS;
+/// Smallest retention (60 s).
+pub const RETENTION_MS_MIN: u32 = MINUTE_MS;
+/// Largest retention (14 days).
+pub const RETENTION_MS_MAX: u32 = 14 * DAY_MS;
+/// Default max message size (256 KiB).
+pub const MESSAGE_BYTES_MAX_DEFAULT: u32 = 256 * 1024;
+/// Largest default receive wait (long poll, 20 s).
+pub const RECEIVE_WAIT_MS_MAX: u32 = 20 * SECOND_MS;
+/// Largest max receive count of a redrive policy.
+pub const MAX_RECEIVES_MAX: u16 = 1000;
+/// Largest max depth (2^32).
+pub const MAX_DEPTH_MAX: u64 = 1 << 32;
+/// Default dedup window (5 min).
+pub const DEDUP_WINDOW_MS_DEFAULT: u32 = 5 * MINUTE_MS;
+/// Largest dedup window (1 h).
+pub const DEDUP_WINDOW_MS_MAX: u32 = HOUR_MS;
+/// Smallest backoff base (1 ms).
+pub const BACKOFF_BASE_MS_MIN: u32 = 1;
+/// Largest backoff base (15 min).
+pub const BACKOFF_BASE_MS_MAX: u32 = 15 * MINUTE_MS;
+/// Largest backoff max (12 h).
+pub const BACKOFF_MAX_MS_MAX: u32 = 12 * HOUR_MS;
+
+// The framing promised per message in a batch: at most 16 bytes per send
+// entry and 64 per receive entry beyond body and attributes.
 const _: () = assert!(SEND_ENTRY_OVERHEAD_BYTES <= 16);
 const _: () = assert!(RECEIVE_ENTRY_OVERHEAD_BYTES <= 64);
 const _: () = assert!(FRAME_BYTES_MAX_BEFORE_HELLO <= FRAME_BYTES_MAX_DEFAULT);
@@ -54,3 +94,10 @@ const _: () = assert!(QUEUE_NAME_BYTES_MAX <= u8::MAX as usize);
 const _: () = assert!(DEDUP_KEY_BYTES_MAX <= u8::MAX as usize);
 const _: () = assert!(MESSAGE_ATTRIBUTES_MAX <= u8::MAX as usize);
 const _: () = assert!(MESSAGE_ATTRIBUTES_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(RETENTION_MS_MIN <= RETENTION_MS_DEFAULT);
+const _: () = assert!(RETENTION_MS_DEFAULT <= RETENTION_MS_MAX);
+const _: () = assert!(VISIBILITY_TIMEOUT_MS_DEFAULT <= VISIBILITY_TIMEOUT_MS_MAX);
+const _: () = assert!(DEDUP_WINDOW_MS_DEFAULT <= DEDUP_WINDOW_MS_MAX);
+const _: () = assert!(BACKOFF_BASE_MS_MIN <= BACKOFF_BASE_MS_MAX);
+const _: () = assert!(BACKOFF_BASE_MS_MAX <= BACKOFF_MAX_MS_MAX);
+const _: () = assert!(MESSAGE_BYTES_MAX_DEFAULT <= FRAME_BYTES_MAX_DEFAULT - FRAME_RESERVED_BYTES);

@@ -14,7 +14,8 @@ use core::fmt;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::codec::{DecodeError, EncodeError, Reader, len_u8, len_u16, len_u32};
+use crate::batch::{Batch, BatchEntry, BatchIter, share_slice};
+use crate::codec::{DecodeError, EncodeError, Reader, SliceReader, len_u8, len_u32};
 use crate::error::{ErrorCode, WireError};
 use crate::limits::{
     DEDUP_KEY_BYTES_MAX, MESSAGE_ATTRIBUTES_BYTES_MAX, MESSAGE_ATTRIBUTES_MAX,
@@ -36,60 +37,36 @@ pub const NEVER_RECEIVED: u32 = u32::MAX;
 /// length.
 const ATTRIBUTE_FRAMING_BYTES: usize = 4;
 
-/// A forward-only reader over bytes that were validated already; every read
-/// is still checked and yields `None` on a shortfall, which validation rules
-/// out, so iterators built on it simply end.
-#[derive(Clone, Debug)]
-struct Cursor<'a> {
-    rest: &'a [u8],
+/// The fixed part of a SEND entry, field by field (see PROTOCOL.md).
+const SEND_ENTRY_HEAD: [(&str, usize); 4] = [
+    ("body_len", 4),
+    ("delay_ms", 4),
+    ("dedup_len", 1),
+    ("attr_count", 1),
+];
+/// The fixed part of a received message, field by field.
+const RECEIVED_MESSAGE_HEAD: [(&str, usize); 7] = [
+    ("id", 16),
+    ("receipt", RECEIPT_BYTES),
+    ("receive_count", 4),
+    ("sent_at_ms", 8),
+    ("first_received_delta_ms", 4),
+    ("body_len", 4),
+    ("attr_count", 1),
+];
+
+const fn head_bytes(fields: &[(&str, usize)]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < fields.len() {
+        n += fields[i].1;
+        i += 1;
+    }
+    n
 }
 
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = self.rest.split_at_checked(n)?;
-        self.rest = rest;
-        Some(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let (head, rest) = self.rest.split_first_chunk::<N>()?;
-        self.rest = rest;
-        Some(*head)
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        self.array::<1>().map(|b| b[0])
-    }
-
-    fn u16(&mut self) -> Option<u16> {
-        self.array().map(u16::from_le_bytes)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        self.array().map(u32::from_le_bytes)
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        self.array().map(u64::from_le_bytes)
-    }
-
-    fn len_u32(&mut self) -> Option<usize> {
-        self.u32().and_then(|n| usize::try_from(n).ok())
-    }
-
-    /// `count` attribute pairs.
-    fn attributes(&mut self, count: u8) -> Option<AttributesRef<'a>> {
-        let start = self.rest;
-        for _ in 0..count {
-            let k = self.u16()?;
-            self.take(k.into())?;
-            let v = self.u16()?;
-            self.take(v.into())?;
-        }
-        let raw = start.get(..start.len() - self.rest.len())?;
-        Some(AttributesRef { count, raw })
-    }
-}
+const _: () = assert!(head_bytes(&SEND_ENTRY_HEAD) == SEND_ENTRY_OVERHEAD_BYTES);
+const _: () = assert!(head_bytes(&RECEIVED_MESSAGE_HEAD) == RECEIVE_ENTRY_OVERHEAD_BYTES);
 
 /// A `u32` length from the wire as a `usize`. On a 16-bit platform a length
 /// that does not fit is clamped, and the read that uses it fails as truncated.
@@ -97,9 +74,14 @@ fn wire_len(len: u32) -> usize {
     usize::try_from(len).unwrap_or(usize::MAX)
 }
 
-/// Checks `count` attribute pairs at the reader's position and skips them.
-/// `count_offset` is where the count was read, for errors.
-fn skip_attributes(r: &mut Reader, count: u8, count_offset: usize) -> Result<(), DecodeError> {
+/// The one parser of attribute pairs: `count` pairs at the reader's
+/// position, checked (at most 16, 4 KiB of keys and values, UTF-8) and taken
+/// as one view. `count_offset` is where the count was read, for errors.
+fn parse_attributes<'a>(
+    r: &mut SliceReader<'a>,
+    count: u8,
+    count_offset: usize,
+) -> Result<AttributesRef<'a>, DecodeError> {
     if usize::from(count) > MESSAGE_ATTRIBUTES_MAX {
         return Err(DecodeError::TooLong {
             offset: count_offset,
@@ -108,6 +90,10 @@ fn skip_attributes(r: &mut Reader, count: u8, count_offset: usize) -> Result<(),
             max: MESSAGE_ATTRIBUTES_MAX,
         });
     }
+    if count == 0 {
+        return Ok(AttributesRef::default());
+    }
+    let start = r.clone();
     let mut content = 0usize;
     for _ in 0..count {
         for field in ["attribute key", "attribute value"] {
@@ -122,18 +108,15 @@ fn skip_attributes(r: &mut Reader, count: u8, count_offset: usize) -> Result<(),
                     max: MESSAGE_ATTRIBUTES_BYTES_MAX,
                 });
             }
-            let remaining = r.remaining();
-            let s = r.take_slice(len).ok_or(DecodeError::Truncated {
-                offset,
-                needed: len.saturating_sub(remaining),
-                field,
-            })?;
+            let s = r.take(len, field)?;
             if core::str::from_utf8(s).is_err() {
                 return Err(DecodeError::InvalidUtf8 { offset, field });
             }
         }
     }
-    Ok(())
+    let mut whole = start;
+    let raw = whole.take(r.position() - whole.position(), "attributes")?;
+    Ok(AttributesRef { count, raw })
 }
 
 /// A message's attributes: up to 16 UTF-8 key/value pairs, keys and values 4
@@ -228,7 +211,12 @@ impl MessageAttributes {
             return Ok(MessageAttributes::new());
         }
         let start = r.position();
-        skip_attributes(r, count, count_offset)?;
+        let used = {
+            let mut s = r.slice_reader();
+            parse_attributes(&mut s, count, count_offset)?;
+            s.position()
+        };
+        r.skip(used, "attributes")?;
         Ok(MessageAttributes {
             count,
             raw: r.slice_since(start),
@@ -316,10 +304,15 @@ impl<'a> AttributesRef<'a> {
     /// # Errors
     /// As for decoding, with offsets counted from the start of `raw`.
     pub fn from_wire(count: u8, raw: &'a [u8]) -> Result<AttributesRef<'a>, DecodeError> {
-        let mut r = Reader::new(Bytes::copy_from_slice(raw));
-        skip_attributes(&mut r, count, 0)?;
-        r.finish()?;
-        Ok(AttributesRef { count, raw })
+        let mut r = SliceReader::new(raw, 0);
+        let attributes = parse_attributes(&mut r, count, 0)?;
+        if r.remaining() > 0 {
+            return Err(DecodeError::TrailingBytes {
+                offset: r.offset(),
+                count: r.remaining(),
+            });
+        }
+        Ok(attributes)
     }
 
     /// Number of pairs.
@@ -356,7 +349,7 @@ impl<'a> AttributesRef<'a> {
     #[must_use]
     pub fn iter(&self) -> AttributeIter<'a> {
         AttributeIter {
-            cursor: Cursor { rest: self.raw },
+            reader: SliceReader::new(self.raw, 0),
         }
     }
 
@@ -401,13 +394,13 @@ impl fmt::Debug for AttributesRef<'_> {
 /// Iterator over a message's attribute pairs.
 #[derive(Clone, Debug)]
 pub struct AttributeIter<'a> {
-    cursor: Cursor<'a>,
+    reader: SliceReader<'a>,
 }
 
 impl<'a> AttributeIter<'a> {
     fn string(&mut self) -> Option<&'a str> {
-        let len = self.cursor.u16()?;
-        core::str::from_utf8(self.cursor.take(len.into())?).ok()
+        let len = self.reader.u16("attribute").ok()?;
+        core::str::from_utf8(self.reader.take(len.into(), "attribute").ok()?).ok()
     }
 }
 
@@ -478,7 +471,7 @@ pub struct SendEntryRef<'a> {
     pub attributes: AttributesRef<'a>,
 }
 
-impl<'a> SendEntryRef<'a> {
+impl SendEntryRef<'_> {
     /// Bytes on the wire: [`SEND_ENTRY_OVERHEAD_BYTES`] plus dedup key,
     /// attributes and body.
     #[must_use]
@@ -491,6 +484,14 @@ impl<'a> SendEntryRef<'a> {
 
     fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         let dedup = self.dedup_key.unwrap_or_default();
+        // Every batch, decoded or built, is one the parser accepts.
+        if dedup.len() > DEDUP_KEY_BYTES_MAX {
+            return Err(EncodeError::TooLong {
+                field: "dedup key",
+                len: dedup.len(),
+                max: DEDUP_KEY_BYTES_MAX,
+            });
+        }
         let mut head = [0u8; SEND_ENTRY_OVERHEAD_BYTES];
         head[0..4].copy_from_slice(&len_u32(self.body.len(), "body")?.to_le_bytes());
         head[4..8].copy_from_slice(&self.delay_ms.unwrap_or(USE_QUEUE_DEFAULT).to_le_bytes());
@@ -502,178 +503,92 @@ impl<'a> SendEntryRef<'a> {
         buf.put_slice(self.body);
         Ok(())
     }
+}
 
-    fn parse(c: &mut Cursor<'a>) -> Option<SendEntryRef<'a>> {
-        let body_len = c.len_u32()?;
-        let delay_ms = c.u32()?;
-        let dedup_len = c.u8()?;
-        let attr_count = c.u8()?;
-        let dedup_key = match dedup_len {
-            0 => None,
-            n => Some(c.take(n.into())?),
-        };
-        let attributes = c.attributes(attr_count)?;
-        Some(SendEntryRef {
-            body: c.take(body_len)?,
+/// The SEND entry layout: its one parser, used to check a batch when it is
+/// decoded and to read its entries after. See PROTOCOL.md for the bytes.
+impl BatchEntry for SendEntry {
+    type Ref<'a> = SendEntryRef<'a>;
+    const COUNT_FIELD: &'static str = "entry count";
+
+    fn parse<'a>(r: &mut SliceReader<'a>) -> Result<SendEntryRef<'a>, DecodeError> {
+        let at = r.offset();
+        let head: [u8; SEND_ENTRY_OVERHEAD_BYTES] = r.head(&SEND_ENTRY_HEAD)?;
+        let mut h = SliceReader::new(&head, at);
+        let body_len = h.u32("body_len")?;
+        let delay_ms = h.u32("delay_ms")?;
+        let dedup_offset = h.offset();
+        let dedup_len = h.u8("dedup_len")?;
+        let attr_offset = h.offset();
+        let attr_count = h.u8("attr_count")?;
+        if usize::from(dedup_len) > DEDUP_KEY_BYTES_MAX {
+            return Err(DecodeError::TooLong {
+                offset: dedup_offset,
+                field: "dedup key",
+                len: dedup_len.into(),
+                max: DEDUP_KEY_BYTES_MAX,
+            });
+        }
+        let dedup_key = r.take(dedup_len.into(), "dedup key")?;
+        let attributes = parse_attributes(r, attr_count, attr_offset)?;
+        let body = r.take(wire_len(body_len), "body")?;
+        Ok(SendEntryRef {
+            body,
             delay_ms: (delay_ms != USE_QUEUE_DEFAULT).then_some(delay_ms),
-            dedup_key,
+            dedup_key: (!dedup_key.is_empty()).then_some(dedup_key),
             attributes,
         })
     }
-}
 
-/// Checks one SEND entry at the reader's position and skips it.
-fn skip_send_entry(r: &mut Reader) -> Result<(), DecodeError> {
-    let body_len = r.u32("body_len")?;
-    r.u32("delay_ms")?;
-    let dedup_offset = r.offset();
-    let dedup_len = r.u8("dedup_len")?;
-    let attr_offset = r.offset();
-    let attr_count = r.u8("attr_count")?;
-    if usize::from(dedup_len) > DEDUP_KEY_BYTES_MAX {
-        return Err(DecodeError::TooLong {
-            offset: dedup_offset,
-            field: "dedup key",
-            len: dedup_len.into(),
-            max: DEDUP_KEY_BYTES_MAX,
-        });
+    fn encoded_len(entry: &SendEntryRef<'_>) -> usize {
+        entry.encoded_len()
     }
-    r.skip(dedup_len.into(), "dedup key")?;
-    skip_attributes(r, attr_count, attr_offset)?;
-    r.skip(wire_len(body_len), "body")
+
+    fn encode(entry: &SendEntryRef<'_>, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        entry.encode(buf)
+    }
+
+    fn share(buf: &Bytes, entry: SendEntryRef<'_>) -> SendEntry {
+        SendEntry {
+            body: share_slice(buf, entry.body),
+            delay_ms: entry.delay_ms,
+            dedup_key: entry.dedup_key.map(|k| share_slice(buf, k)),
+            attributes: MessageAttributes {
+                count: entry.attributes.count(),
+                raw: share_slice(buf, entry.attributes.wire_bytes()),
+            },
+        }
+    }
 }
 
-/// The entries of a SEND, in wire form: one slice of the frame, validated
-/// when decoded. Iterate with [`SendBatch::iter`]; build with
+/// The entries of a SEND, in wire form: one slice of the frame, checked
+/// when decoded. Iterate with [`Batch::iter`]; build with
 /// [`SendBatch::from_entries`].
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct SendBatch {
-    count: u16,
-    raw: Bytes,
-}
+pub type SendBatch = Batch<SendEntry>;
 
-impl SendBatch {
+/// Iterator over a [`SendBatch`].
+pub type SendBatchIter<'a> = BatchIter<'a, SendEntry>;
+
+impl Batch<SendEntry> {
     /// A batch holding `entries`, in order (their bytes are copied once).
     ///
     /// # Errors
     /// `TooLong` for more than 65,535 entries, a body above 4 GiB or a dedup
-    /// key above 255 bytes (the protocol's limits, 1,024 entries and 128
-    /// bytes, are the receiver's to enforce).
+    /// key above 128 bytes (so every batch is one a receiver's parser
+    /// accepts; the protocol's 1,024 entries are the receiver's to enforce).
     pub fn from_entries<'a>(
         entries: impl IntoIterator<Item = &'a SendEntry>,
     ) -> Result<SendBatch, EncodeError> {
-        let mut raw = BytesMut::new();
-        let mut count = 0usize;
-        for e in entries {
-            let e = e.as_view();
-            raw.reserve(e.encoded_len());
-            e.encode(&mut raw)?;
-            count += 1;
-        }
-        Ok(SendBatch {
-            count: len_u16(count, "entry count")?,
-            raw: raw.freeze(),
-        })
-    }
-
-    /// Checks `count` entries at the reader's position and takes them as one
-    /// slice.
-    pub(crate) fn decode(r: &mut Reader, count: u16) -> Result<SendBatch, DecodeError> {
-        let start = r.position();
-        for _ in 0..count {
-            skip_send_entry(r)?;
-        }
-        Ok(SendBatch {
-            count,
-            raw: r.slice_since(start),
-        })
-    }
-
-    /// Number of entries.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.count.into()
-    }
-
-    /// Number of entries, as the `u16` on the wire.
-    #[must_use]
-    pub fn count(&self) -> u16 {
-        self.count
-    }
-
-    /// Whether there are none.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// The entries in wire form (without the count).
-    #[must_use]
-    pub fn wire_bytes(&self) -> &Bytes {
-        &self.raw
-    }
-
-    /// The entries, in order, borrowed.
-    #[must_use]
-    pub fn iter(&self) -> SendBatchIter<'_> {
-        SendBatchIter {
-            cursor: Cursor { rest: &self.raw },
-            left: self.count,
-        }
+        Batch::from_views(entries.into_iter().map(SendEntry::as_view))
     }
 
     /// The entries as owned values whose bodies, keys and attributes share
     /// this batch's buffer (no copy).
     #[must_use]
     pub fn to_entries(&self) -> Vec<SendEntry> {
-        self.iter()
-            .map(|e| SendEntry {
-                body: self.raw.slice_ref(e.body),
-                delay_ms: e.delay_ms,
-                dedup_key: e.dedup_key.map(|k| self.raw.slice_ref(k)),
-                attributes: MessageAttributes {
-                    count: e.attributes.count(),
-                    raw: self.raw.slice_ref(e.attributes.wire_bytes()),
-                },
-            })
-            .collect()
+        self.to_owned_entries()
     }
 }
-
-impl fmt::Debug for SendBatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-impl<'a> IntoIterator for &'a SendBatch {
-    type Item = SendEntryRef<'a>;
-    type IntoIter = SendBatchIter<'a>;
-    fn into_iter(self) -> SendBatchIter<'a> {
-        self.iter()
-    }
-}
-
-/// Iterator over a [`SendBatch`].
-#[derive(Clone, Debug)]
-pub struct SendBatchIter<'a> {
-    cursor: Cursor<'a>,
-    left: u16,
-}
-
-impl<'a> Iterator for SendBatchIter<'a> {
-    type Item = SendEntryRef<'a>;
-    fn next(&mut self) -> Option<SendEntryRef<'a>> {
-        self.left = self.left.checked_sub(1)?;
-        SendEntryRef::parse(&mut self.cursor)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (usize::from(self.left), Some(usize::from(self.left)))
-    }
-}
-
-impl ExactSizeIterator for SendBatchIter<'_> {}
 
 /// The result of one accepted SEND entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -796,7 +711,7 @@ pub struct ReceivedMessageRef<'a> {
     pub body: &'a [u8],
 }
 
-impl<'a> ReceivedMessageRef<'a> {
+impl ReceivedMessageRef<'_> {
     /// The message's delivery number (its fencing token).
     #[must_use]
     pub fn delivery(&self) -> u64 {
@@ -837,26 +752,6 @@ impl<'a> ReceivedMessageRef<'a> {
         Ok(())
     }
 
-    fn parse(c: &mut Cursor<'a>) -> Option<ReceivedMessageRef<'a>> {
-        let id = MessageId::from_bytes(c.array()?);
-        let receipt = Receipt::from_bytes(&c.array::<RECEIPT_BYTES>()?);
-        let receive_count = c.u32()?;
-        let sent_at_ms = c.u64()?;
-        let first_received_delta_ms = c.u32()?;
-        let body_len = c.len_u32()?;
-        let attr_count = c.u8()?;
-        let attributes = c.attributes(attr_count)?;
-        Some(ReceivedMessageRef {
-            id,
-            receipt,
-            receive_count,
-            sent_at_ms,
-            first_received_delta_ms,
-            attributes,
-            body: c.take(body_len)?,
-        })
-    }
-
     /// An owned copy.
     #[must_use]
     pub fn to_owned(&self) -> ReceivedMessage {
@@ -872,38 +767,79 @@ impl<'a> ReceivedMessageRef<'a> {
     }
 }
 
-/// Checks one received message at the reader's position and skips it.
-fn skip_received_message(r: &mut Reader) -> Result<(), DecodeError> {
-    r.skip(16, "id")?;
-    r.skip(RECEIPT_BYTES, "receipt")?;
-    r.u32("receive_count")?;
-    r.u64("sent_at_ms")?;
-    let delta_offset = r.offset();
-    if r.u32("first_received_delta_ms")? > FIRST_RECEIVED_DELTA_MS_MAX {
-        return Err(DecodeError::InvalidValue {
-            offset: delta_offset,
-            field: "first_received_delta_ms",
-            reason: "0xFFFFFFFF (never received) in a received message",
-        });
+/// The received-message layout: its one parser, used to check a RECEIVE
+/// reply when it is decoded and to read its messages after.
+impl BatchEntry for ReceivedMessage {
+    type Ref<'a> = ReceivedMessageRef<'a>;
+    const COUNT_FIELD: &'static str = "message count";
+
+    fn parse<'a>(r: &mut SliceReader<'a>) -> Result<ReceivedMessageRef<'a>, DecodeError> {
+        let at = r.offset();
+        let head: [u8; RECEIVE_ENTRY_OVERHEAD_BYTES] = r.head(&RECEIVED_MESSAGE_HEAD)?;
+        let mut h = SliceReader::new(&head, at);
+        let id = MessageId::from_bytes(h.array("id")?);
+        let receipt = Receipt::from_bytes(&h.array::<RECEIPT_BYTES>("receipt")?);
+        let receive_count = h.u32("receive_count")?;
+        let sent_at_ms = h.u64("sent_at_ms")?;
+        let delta_offset = h.offset();
+        let first_received_delta_ms = h.u32("first_received_delta_ms")?;
+        if first_received_delta_ms > FIRST_RECEIVED_DELTA_MS_MAX {
+            return Err(DecodeError::InvalidValue {
+                offset: delta_offset,
+                field: "first_received_delta_ms",
+                reason: "0xFFFFFFFF (never received) in a received message",
+            });
+        }
+        let body_len = h.u32("body_len")?;
+        let attr_offset = h.offset();
+        let attr_count = h.u8("attr_count")?;
+        let attributes = parse_attributes(r, attr_count, attr_offset)?;
+        let body = r.take(wire_len(body_len), "body")?;
+        Ok(ReceivedMessageRef {
+            id,
+            receipt,
+            receive_count,
+            sent_at_ms,
+            first_received_delta_ms,
+            attributes,
+            body,
+        })
     }
-    let body_len = r.u32("body_len")?;
-    let attr_offset = r.offset();
-    let attr_count = r.u8("attr_count")?;
-    skip_attributes(r, attr_count, attr_offset)?;
-    r.skip(wire_len(body_len), "body")
+
+    fn encoded_len(message: &ReceivedMessageRef<'_>) -> usize {
+        message.encoded_len()
+    }
+
+    fn encode(message: &ReceivedMessageRef<'_>, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        message.encode(buf)
+    }
+
+    fn share(buf: &Bytes, m: ReceivedMessageRef<'_>) -> ReceivedMessage {
+        ReceivedMessage {
+            id: m.id,
+            receipt: m.receipt,
+            receive_count: m.receive_count,
+            sent_at_ms: m.sent_at_ms,
+            first_received_delta_ms: m.first_received_delta_ms,
+            attributes: MessageAttributes {
+                count: m.attributes.count(),
+                raw: share_slice(buf, m.attributes.wire_bytes()),
+            },
+            body: share_slice(buf, m.body),
+        }
+    }
 }
 
 /// The messages of a RECEIVE reply, in wire form: one slice of the frame,
-/// validated when decoded. Iterate with [`ReceivedBatch::iter`]; build with
+/// checked when decoded. Iterate with [`Batch::iter`]; build with
 /// [`ReceivedBatch::from_messages`] (a broker writes replies directly with
 /// [`crate::reply::ReceiveReplyWriter`]).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct ReceivedBatch {
-    count: u16,
-    raw: Bytes,
-}
+pub type ReceivedBatch = Batch<ReceivedMessage>;
 
-impl ReceivedBatch {
+/// Iterator over a [`ReceivedBatch`].
+pub type ReceivedBatchIter<'a> = BatchIter<'a, ReceivedMessage>;
+
+impl Batch<ReceivedMessage> {
     /// A batch holding `messages`, in order (their bytes are copied once).
     ///
     /// # Errors
@@ -911,120 +847,16 @@ impl ReceivedBatch {
     pub fn from_messages<'a>(
         messages: impl IntoIterator<Item = ReceivedMessageRef<'a>>,
     ) -> Result<ReceivedBatch, EncodeError> {
-        let mut raw = BytesMut::new();
-        let mut count = 0usize;
-        for m in messages {
-            raw.reserve(m.encoded_len());
-            m.encode(&mut raw)?;
-            count += 1;
-        }
-        Ok(ReceivedBatch {
-            count: len_u16(count, "message count")?,
-            raw: raw.freeze(),
-        })
-    }
-
-    /// Checks `count` messages at the reader's position and takes them as one
-    /// slice.
-    pub(crate) fn decode(r: &mut Reader, count: u16) -> Result<ReceivedBatch, DecodeError> {
-        let start = r.position();
-        for _ in 0..count {
-            skip_received_message(r)?;
-        }
-        Ok(ReceivedBatch {
-            count,
-            raw: r.slice_since(start),
-        })
-    }
-
-    /// Number of messages.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.count.into()
-    }
-
-    /// Number of messages, as the `u16` on the wire.
-    #[must_use]
-    pub fn count(&self) -> u16 {
-        self.count
-    }
-
-    /// Whether there are none.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// The messages in wire form (without the count).
-    #[must_use]
-    pub fn wire_bytes(&self) -> &Bytes {
-        &self.raw
-    }
-
-    /// The messages, in order, borrowed.
-    #[must_use]
-    pub fn iter(&self) -> ReceivedBatchIter<'_> {
-        ReceivedBatchIter {
-            cursor: Cursor { rest: &self.raw },
-            left: self.count,
-        }
+        Batch::from_views(messages)
     }
 
     /// The messages as owned values whose bodies and attributes share this
     /// batch's buffer (no copy).
     #[must_use]
     pub fn to_messages(&self) -> Vec<ReceivedMessage> {
-        self.iter()
-            .map(|m| ReceivedMessage {
-                id: m.id,
-                receipt: m.receipt,
-                receive_count: m.receive_count,
-                sent_at_ms: m.sent_at_ms,
-                first_received_delta_ms: m.first_received_delta_ms,
-                attributes: MessageAttributes {
-                    count: m.attributes.count(),
-                    raw: self.raw.slice_ref(m.attributes.wire_bytes()),
-                },
-                body: self.raw.slice_ref(m.body),
-            })
-            .collect()
+        self.to_owned_entries()
     }
 }
-
-impl fmt::Debug for ReceivedBatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-impl<'a> IntoIterator for &'a ReceivedBatch {
-    type Item = ReceivedMessageRef<'a>;
-    type IntoIter = ReceivedBatchIter<'a>;
-    fn into_iter(self) -> ReceivedBatchIter<'a> {
-        self.iter()
-    }
-}
-
-/// Iterator over a [`ReceivedBatch`].
-#[derive(Clone, Debug)]
-pub struct ReceivedBatchIter<'a> {
-    cursor: Cursor<'a>,
-    left: u16,
-}
-
-impl<'a> Iterator for ReceivedBatchIter<'a> {
-    type Item = ReceivedMessageRef<'a>;
-    fn next(&mut self) -> Option<ReceivedMessageRef<'a>> {
-        self.left = self.left.checked_sub(1)?;
-        ReceivedMessageRef::parse(&mut self.cursor)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (usize::from(self.left), Some(usize::from(self.left)))
-    }
-}
-
-impl ExactSizeIterator for ReceivedBatchIter<'_> {}
 
 /// Fixed bytes of a peeked message before its attributes and body.
 pub const PEEK_ENTRY_OVERHEAD_BYTES: usize = 16 + 4 + 8 + 8 + 4 + 4 + 1;
@@ -1051,6 +883,13 @@ pub struct PeekedMessage {
 }
 
 impl PeekedMessage {
+    /// When the message was first delivered (Unix ms); `None` if never.
+    #[must_use]
+    pub fn first_received_at_ms(&self) -> Option<u64> {
+        self.first_received_delta_ms
+            .map(|d| self.sent_at_ms.saturating_add(d.into()))
+    }
+
     /// Bytes on the wire.
     #[must_use]
     pub fn encoded_len(&self) -> usize {
@@ -1100,6 +939,47 @@ impl PeekedMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reading an entry's fixed part at once fails exactly as reading it
+    /// field by field would: same field, offset and shortfall.
+    #[test]
+    fn a_cut_head_names_the_field_cut() {
+        fn field_by_field(bytes: &[u8], fields: &[(&'static str, usize)]) -> DecodeError {
+            let mut r = SliceReader::new(bytes, 7);
+            for &(field, width) in fields {
+                if let Err(e) = r.take(width, field) {
+                    return e;
+                }
+            }
+            unreachable!("the bytes were cut short")
+        }
+        let bytes = [0u8; RECEIVE_ENTRY_OVERHEAD_BYTES];
+        for n in 0..SEND_ENTRY_OVERHEAD_BYTES {
+            let mut r = SliceReader::new(&bytes[..n], 7);
+            let got = r.head::<SEND_ENTRY_OVERHEAD_BYTES>(&SEND_ENTRY_HEAD);
+            assert_eq!(
+                got,
+                Err(field_by_field(&bytes[..n], &SEND_ENTRY_HEAD)),
+                "{n}"
+            );
+        }
+        for n in 0..RECEIVE_ENTRY_OVERHEAD_BYTES {
+            let mut r = SliceReader::new(&bytes[..n], 7);
+            let got = r.head::<RECEIVE_ENTRY_OVERHEAD_BYTES>(&RECEIVED_MESSAGE_HEAD);
+            assert_eq!(
+                got,
+                Err(field_by_field(&bytes[..n], &RECEIVED_MESSAGE_HEAD)),
+                "{n}"
+            );
+        }
+        let mut whole = SliceReader::new(&bytes, 0);
+        assert!(
+            whole
+                .head::<SEND_ENTRY_OVERHEAD_BYTES>(&SEND_ENTRY_HEAD)
+                .is_ok()
+        );
+        assert_eq!(whole.position(), SEND_ENTRY_OVERHEAD_BYTES);
+    }
 
     #[test]
     fn attributes_round_trip_and_count_content() {

@@ -34,15 +34,16 @@ impl QueueName {
         }
     }
 
-    /// A name from a static string, without copying.
+    /// A name from a static string, without copying; usable in a `const`.
     ///
     /// # Panics
-    /// When `name` is not a valid queue name: meant for names written in code.
+    /// When `name` is not a valid queue name (at compile time, in a
+    /// `const`): meant for names written in code.
     #[must_use]
-    pub fn from_static(name: &'static str) -> QueueName {
+    pub const fn from_static(name: &'static str) -> QueueName {
         assert!(
-            crate::is_valid_queue_name(name),
-            "{name:?} is not a valid queue name"
+            is_valid_name_bytes(name.as_bytes()),
+            "not a valid queue name: names are 1 to 80 of [A-Za-z0-9_.-]"
         );
         QueueName(Bytes::from_static(name.as_bytes()))
     }
@@ -104,14 +105,22 @@ impl QueueName {
 }
 
 /// Whether `b` is a valid queue name's bytes.
-pub(crate) fn is_valid_name_bytes(b: &[u8]) -> bool {
-    !b.is_empty()
-        && b.len() <= crate::limits::QUEUE_NAME_BYTES_MAX
-        && b.iter().all(|&c| is_name_byte(c))
+pub(crate) const fn is_valid_name_bytes(b: &[u8]) -> bool {
+    if b.is_empty() || b.len() > crate::limits::QUEUE_NAME_BYTES_MAX {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if !is_name_byte(b[i]) {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// Whether `c` may appear in a queue name.
-pub(crate) fn is_name_byte(c: u8) -> bool {
+pub(crate) const fn is_name_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-')
 }
 

@@ -3,7 +3,9 @@
 /// Bytes of a receipt on the wire.
 pub const RECEIPT_BYTES: usize = 26;
 
-/// A receipt names one delivery of one message (DESIGN §2). Laid out on the
+/// A receipt names one delivery of one message: it stays valid until that
+/// message is delivered again, deleted, dead-lettered, purged or dropped
+/// (PROTOCOL.md §8). Laid out on the
 /// wire as 26 bytes, little-endian:
 ///
 /// | offset | width | field |

@@ -383,6 +383,45 @@ impl Reply {
         FRAME_OVERHEAD_BYTES + self.payload_len()
     }
 
+    /// Makes the reply fit a frame of `frame_bytes_max` bytes and returns how
+    /// many entries it lost. A PEEK or `LIST_QUEUES` reply loses its last
+    /// entries until it fits (nothing is leased by them); any other reply
+    /// that does not fit becomes an `Internal` error. (A broker writes
+    /// RECEIVE replies with [`ReceiveReplyWriter`], which stops at the
+    /// limit.)
+    pub fn fit_frame(&mut self, frame_bytes_max: usize) -> usize {
+        let mut dropped = 0;
+        let mut len = self.encoded_len();
+        if len <= frame_bytes_max {
+            return 0;
+        }
+        match self {
+            Reply::Peek { messages } => {
+                while len > frame_bytes_max {
+                    let Some(m) = messages.pop() else { break };
+                    len -= m.encoded_len();
+                    dropped += 1;
+                }
+            }
+            Reply::ListQueues { queues } => {
+                while len > frame_bytes_max {
+                    let Some(q) = queues.pop() else { break };
+                    len -= q.encoded_len();
+                    dropped += 1;
+                }
+            }
+            _ => {
+                *self = Reply::error(
+                    ErrorCode::Internal,
+                    format!(
+                        "the reply of {len} bytes is above the frame limit of {frame_bytes_max}"
+                    ),
+                );
+            }
+        }
+        dropped
+    }
+
     /// Writes the whole frame (prefix, header with flags 0, payload):
     /// exactly [`Self::encoded_len`] bytes. Batch limits are not checked
     /// here; only values that do not fit their wire fields are errors.
@@ -677,6 +716,41 @@ fn read_stats(r: &mut Reader) -> Result<QueueStats, DecodeError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn oversized_peek_replies_shed_their_last_messages() {
+        use crate::message::PeekedMessage;
+        let m = |i: u8| PeekedMessage {
+            id: MessageId(u128::from(i)),
+            receive_count: 0,
+            delivery: 0,
+            sent_at_ms: 0,
+            first_received_delta_ms: None,
+            attributes: crate::message::MessageAttributes::new(),
+            body: Bytes::from(vec![0; 100]),
+        };
+        let mut reply = Reply::Peek {
+            messages: (0..10).map(m).collect(),
+        };
+        let limit = reply.encoded_len() - 1;
+        assert_eq!(reply.fit_frame(limit), 1);
+        assert!(reply.encoded_len() <= limit);
+        let mut list = Reply::ListQueues {
+            queues: vec![QueueName::from_static("a"), QueueName::from_static("bb")],
+        };
+        let limit = list.encoded_len() - 1;
+        assert_eq!(list.fit_frame(limit), 1);
+        assert_eq!(
+            list,
+            Reply::ListQueues {
+                queues: vec![QueueName::from_static("a")]
+            }
+        );
+        let mut pong = Reply::Pong { nonce: 1 };
+        assert_eq!(pong.fit_frame(100), 0);
+        pong.fit_frame(10);
+        assert!(matches!(pong, Reply::Error(e) if e.code == ErrorCode::Internal));
+    }
+
     use super::*;
     use crate::message::{MessageAttributes, ReceivedMessage, received_message_encoded_len};
     use crate::receipt::Receipt;

@@ -1,5 +1,5 @@
-//! Allocations per send + receive + delete cycle in steady state (DESIGN
-//! §6: one per message, its body; none per request beyond that), counted
+//! Allocations per send + receive + delete cycle in steady state (goal: one
+//! per message, its body; none per request beyond that), counted
 //! by an instrumented global allocator on one shard, batches of 64 x 100 B.
 //!
 //! The count does not depend on the allocator, so this one binary counts
@@ -13,8 +13,8 @@
 
 use bytes::Bytes;
 use sluice_benches::{WALL_MS, shards};
-use sluice_broker::engine::{Op, OpResult, SendEntry};
-use sluice_protocol::Receipt;
+use sluice_broker::engine::{Op, OpResult};
+use sluice_protocol::{DeleteRequest, QueueName, Receipt, ReceiveRequest, SendEntry, SendRequest};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
@@ -40,8 +40,12 @@ fn main() {
     let cycles: u64 = std::env::args()
         .nth(1)
         .map_or(CYCLES_DEFAULT, |a| a.parse().expect("CYCLES: a count"));
-    let mut shard = shards(1, QUEUE).pop().expect("one shard");
+    let queue = QueueName::from_static(QUEUE);
+    let mut shard = shards(1, &queue).pop().expect("one shard");
+    // A decoded SEND: its entries in wire form, one slice of the frame.
     let body = Bytes::from(vec![0x5a; BODY_BYTES]);
+    let entries: Vec<SendEntry> = (0..BATCH).map(|_| SendEntry::new(body.clone())).collect();
+    let decoded = SendRequest::new(queue.clone(), &entries).expect("a batch that encodes");
     let mut counts = Counts::default();
     let mut now_ns = 1_000_000_000;
     for cycle in 0..WARM_CYCLES + cycles {
@@ -49,21 +53,13 @@ fn main() {
         now_ns += 10_000;
         let t = cycle * 3;
         let region = Region::new(GLOBAL);
-        let send = Op::Send {
-            queue: QUEUE.into(),
-            entries: (0..BATCH)
-                .map(|_| SendEntry {
-                    body: body.clone(),
-                    ..SendEntry::default()
-                })
-                .collect(),
-        };
-        let receive = Op::Receive {
-            queue: QUEUE.into(),
-            max: BATCH as u32,
+        let send = Op::Send(decoded.clone());
+        let receive = Op::Receive(ReceiveRequest {
+            queue: queue.clone(),
+            max_messages: BATCH as u16,
             visibility_timeout_ms: None,
             wait_ms: Some(0),
-        };
+        });
         let built = region.change().allocations as u64;
         let region = Region::new(GLOBAL);
         let sent = shard.submit(t, send, now_ns, WALL_MS);
@@ -79,10 +75,10 @@ fn main() {
         };
         assert_eq!(receipts.len(), BATCH);
         let region = Region::new(GLOBAL);
-        let delete = Op::Delete {
-            queue: QUEUE.into(),
+        let delete = Op::Delete(DeleteRequest {
+            queue: queue.clone(),
             receipts,
-        };
+        });
         let built_delete = region.change().allocations as u64;
         let region = Region::new(GLOBAL);
         let deleted = shard.submit(t + 2, delete, now_ns, WALL_MS);

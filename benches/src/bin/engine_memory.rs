@@ -1,4 +1,4 @@
-//! Memory per held message (DESIGN §6): RSS growth for 10,000,000 messages
+//! Memory per held message: RSS growth for 10,000,000 messages
 //! of 100 bytes sent to one shard and never received, with mimalloc as the
 //! global allocator (as in the server). Prints the growth per message minus
 //! the 100 body bytes (goal: below 64), and the sizes of the per-message
@@ -9,7 +9,8 @@
 use bytes::Bytes;
 use sluice_benches::{WALL_MS, shards};
 use sluice_broker::engine::shard::footprint;
-use sluice_broker::engine::{Op, OpResult, SendEntry};
+use sluice_broker::engine::{Op, OpResult};
+use sluice_protocol::{QueueName, SendEntry, SendRequest};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -36,19 +37,22 @@ fn main() {
     let messages = std::env::args()
         .nth(1)
         .map_or(MESSAGES_DEFAULT, |a| a.parse().expect("MESSAGES: a count"));
-    let mut shard = shards(1, QUEUE).pop().expect("one shard");
-    // The bodies arrive in a receive buffer that goes back to the kernel:
-    // the engine copies each into its own allocation.
-    let incoming = Bytes::from(vec![0x5a; BODY_BYTES * BATCH]);
-    let batch = |i: usize| Op::Send {
-        queue: QUEUE.into(),
-        entries: (0..BATCH)
-            .map(|j| SendEntry {
-                body: incoming.slice((j * BODY_BYTES)..((j + 1) * BODY_BYTES)),
-                ..SendEntry::default()
-            })
-            .take(messages - i)
-            .collect(),
+    let queue = QueueName::from_static(QUEUE);
+    let mut shard = shards(1, &queue).pop().expect("one shard");
+    // The bodies arrive in a receive buffer (the batch's, in wire form) that
+    // goes back to the kernel: the engine copies each into its own storage.
+    let body = Bytes::from(vec![0x5a; BODY_BYTES]);
+    let request = |n: usize| {
+        let entries: Vec<SendEntry> = (0..n).map(|_| SendEntry::new(body.clone())).collect();
+        SendRequest::new(queue.clone(), &entries).expect("a batch that encodes")
+    };
+    let full = request(BATCH);
+    let batch = |i: usize| {
+        Op::Send(if messages - i >= BATCH {
+            full.clone()
+        } else {
+            request(messages - i)
+        })
     };
     // Warm up allocator and engine with one batch sent and then held too.
     let before = rss_bytes();

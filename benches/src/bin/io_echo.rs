@@ -1,5 +1,7 @@
 //! Echo over sluice's io layer (io_uring, epoll) against a blocking std::net
-//! echo server: the io layer's share of the latency budget in DESIGN §6.
+//! echo server: the io layer's share of the latency goal (one request at a
+//! time: p50 within 3 µs and p99 within 10 µs of such an echo server; see
+//! BENCHMARKS.md).
 //!
 //! Each server runs on one thread pinned to `--server-cpu` (default 0), the
 //! client on `--client-cpu` (default 1). Per server and pass:

@@ -1,5 +1,5 @@
 //! The whole server, driven over loopback with raw protocol frames: the
-//! figures of DESIGN §6 that need `sluice-server` itself.
+//! figures of BENCHMARKS.md that need `sluice-server` itself.
 //!
 //! The driver starts `sluice-server` as a child process (`taskset -c 0`, or
 //! `-c 0,1` for two shards) on a free port picked beforehand, pins itself to

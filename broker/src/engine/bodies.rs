@@ -31,19 +31,10 @@
 
 use bytes::{Bytes, BytesMut};
 
-/// Bytes of one chunk.
-pub const CHUNK_BYTES: usize = 64 * 1024;
-/// The largest message data (body and attributes) stored in a chunk; a larger
-/// one has a buffer of its own.
-pub const CHUNKED_BYTES_MAX: usize = CHUNK_BYTES / 8;
-/// Dead bytes in retired chunks tolerated beyond their live bytes before a
-/// compaction pass.
-pub const COMPACT_SLACK_BYTES: u64 = 4 * 1024 * 1024;
+use super::limits::{CHUNK_BYTES, CHUNKED_BYTES_MAX, COMPACT_SLACK_BYTES};
+
 /// The chunk of a message that has a buffer of its own.
 pub const OWN_BUFFER: u32 = u32::MAX;
-
-const _: () = assert!(CHUNKED_BYTES_MAX <= CHUNK_BYTES);
-const _: () = assert!(CHUNK_BYTES <= u32::MAX as usize);
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Chunk {

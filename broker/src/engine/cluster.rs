@@ -6,21 +6,18 @@
 //! whole round does no work: the system is then quiescent (every ring empty,
 //! every reply delivered).
 
+use crate::sync::Arc;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use sluice_protocol::QueueStats;
 
-use super::doorbell::{self, Wake};
+use super::mesh::doorbell::{self, Wake};
 use super::ops::{Op, OpResult};
 use super::random::splitmix64;
 use super::registry::{Registry, RegistryConfig};
 use super::shard::{MessageView, Shard, ShardConfig};
 
-/// Capacity of each ring in a [`Cluster`]: small, so overflow queues are
-/// exercised too.
-pub const CLUSTER_RING_CAPACITY: usize = 8;
-
+use super::limits::CLUSTER_RING_CAPACITY;
 /// The cluster polls every shard in turn: nobody sleeps, nobody needs waking.
 #[derive(Debug)]
 struct NoWake;
@@ -60,7 +57,7 @@ impl Cluster {
             .enumerate()
             .map(|(i, l)| {
                 let config = ShardConfig {
-                    // At most 1024 shards (Registry::new).
+                    // At most SHARDS_MAX (1024) shards: they fit a u16.
                     shard: i as u16,
                     seed: splitmix64(&mut seed),
                 };

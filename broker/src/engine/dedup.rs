@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use siphasher::sip::SipHasher13;
 use sluice_protocol::MessageId;
+use sluice_protocol::limits::DEDUP_KEY_BYTES_MAX;
 
 use super::slab::{Slab, SlotKey};
 use super::wheel::TimerId;
@@ -28,15 +29,28 @@ pub fn owner_shard(incarnation: u32, key: &[u8], shards: u16) -> u16 {
     (h.finish() % u64::from(shards)) as u16
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Key {
+/// Bytes of a table key: the queue incarnation (4, little-endian), then
+/// the dedup key.
+const TABLE_KEY_BYTES_MAX: usize = 4 + DEDUP_KEY_BYTES_MAX;
+
+/// A table key built on the stack, to look a key up without allocating.
+/// `None` for a dedup key above [`DEDUP_KEY_BYTES_MAX`] (never stored).
+fn table_key<'b>(
     incarnation: u32,
-    key: Bytes,
+    key: &[u8],
+    buf: &'b mut [u8; TABLE_KEY_BYTES_MAX],
+) -> Option<&'b [u8]> {
+    let len = 4 + key.len();
+    let out = buf.get_mut(..len)?;
+    out[..4].copy_from_slice(&incarnation.to_le_bytes());
+    out[4..].copy_from_slice(key);
+    Some(out)
 }
 
 #[derive(Debug)]
 struct Entry {
-    key: Key,
+    /// The table key (incarnation, then dedup key), copied when recorded.
+    key: Bytes,
     id: MessageId,
     timer: Option<TimerId>,
     cost: u64,
@@ -45,18 +59,16 @@ struct Entry {
 /// One shard's dedup entries.
 #[derive(Debug, Default)]
 pub(crate) struct DedupTable {
-    map: HashMap<Key, SlotKey>,
+    map: HashMap<Bytes, SlotKey>,
     entries: Slab<Entry>,
 }
 
 impl DedupTable {
     /// The id recorded for `key`, if it is within its window.
-    pub fn lookup(&self, incarnation: u32, key: &Bytes) -> Option<MessageId> {
-        let k = Key {
-            incarnation,
-            key: key.clone(),
-        };
-        let slot = self.map.get(&k)?;
+    pub fn lookup(&self, incarnation: u32, key: &[u8]) -> Option<MessageId> {
+        let mut buf = [0; TABLE_KEY_BYTES_MAX];
+        let k = table_key(incarnation, key, &mut buf)?;
+        let slot = self.map.get(k)?;
         self.entries.get(*slot).map(|e| e.id)
     }
 
@@ -69,10 +81,8 @@ impl DedupTable {
         id: MessageId,
         cost: u64,
     ) -> Option<SlotKey> {
-        let k = Key {
-            incarnation,
-            key: Bytes::copy_from_slice(key),
-        };
+        let mut buf = [0; TABLE_KEY_BYTES_MAX];
+        let k = Bytes::copy_from_slice(table_key(incarnation, key, &mut buf)?);
         let slot = self.entries.insert(Entry {
             key: k.clone(),
             id,
@@ -103,7 +113,7 @@ impl DedupTable {
         let slots: Vec<SlotKey> = self
             .map
             .iter()
-            .filter(|(k, _)| k.incarnation == incarnation)
+            .filter(|(k, _)| k.starts_with(&incarnation.to_le_bytes()))
             .map(|(_, s)| *s)
             .collect();
         let mut timers = Vec::with_capacity(slots.len());

@@ -1,5 +1,5 @@
-//! The memory budget for messages (DESIGN §5): bodies, attributes,
-//! per-message state and dedup entries.
+//! The memory budget for messages (`--memory-max`): bodies, attributes,
+//! per-message state and dedup entries. A send beyond it gets `Busy`.
 //!
 //! One atomic counter of bytes is shared by every shard ([`MemoryBudget`]);
 //! each shard holds a local credit ([`ShardMemory`]) that it refills from the
@@ -8,17 +8,8 @@
 //! shard asks for exactly what it needs, so a budget is never refused while
 //! the bytes are free (one shard's idle credit aside, at most two chunks).
 
+use super::limits::MEMORY_CHUNK_BYTES;
 use crate::sync::{AtomicUsize, Ordering};
-
-/// Bytes a shard takes from the shared budget at a time.
-pub const MEMORY_CHUNK_BYTES: u64 = 256 * 1024;
-
-/// Bytes of engine state charged per message beyond its body and attributes:
-/// the slot, its ready-FIFO and age-FIFO entries and its timer.
-pub const MESSAGE_STATE_BYTES: u64 = 192;
-
-/// Bytes charged per dedup entry beyond its key.
-pub const DEDUP_ENTRY_BYTES: u64 = 96;
 
 /// The shared budget.
 #[derive(Debug)]

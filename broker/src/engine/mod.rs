@@ -7,50 +7,54 @@
 //! [`Shard::submit`], [`Shard::poll`] and [`Shard::drain_completions`];
 //! [`Cluster`] drives N shards on one thread, deterministically, for tests.
 //!
-//! | file | concept |
+//! The engine speaks the protocol's vocabulary ([`ops`]): it takes queue
+//! names, SEND batches and receipts as the decoder produced them and hands
+//! back the protocol's message types, so the server converts nothing.
+//!
+//! | file | what it holds |
 //! |---|---|
-//! | `ops.rs` | operations and results (what the server maps to and from the wire) |
+//! | `ops.rs` | the command API: [`Op`] in, [`OpResult`] out |
+//! | `error.rs` | [`EngineError`] (a whole operation) and [`EntryError`] (one entry of a batch) |
+//! | `limits.rs` | the engine's own limits, tied to the protocol's by compile-time checks |
 //! | `shard/` | the shard engine: leases, timers, steals, waiters, fan-out (one file per concept) |
 //! | `partition.rs` | one queue's partition on one shard |
-//! | `message.rs` | a stored message and its attributes |
-//! | `bodies.rs` | message data in shared chunks, and their compaction |
+//! | `stored_message.rs` | a message as a shard stores it |
+//! | `bodies.rs` | message data (body and attributes) in shared chunks, and their compaction |
 //! | `slab.rs` | slots reused with generations |
-//! | `races.rs` | loom models of the lease races (tests only) |
+//! | `wheel.rs` | the hierarchical timing wheel |
 //! | `registry.rs` | queue metadata shared across shards |
 //! | `dedup.rs` | dedup windows and key ownership |
 //! | `memory.rs` | the memory budget |
-//! | `check.rs` | the receipt MAC |
-//! | `msg.rs` | cross-shard messages |
+//! | `receipt_mac.rs` | the receipt MAC: signing and checking receipts |
+//! | `random.rs` | the shards' PRNG (backoff jitter) and seed mixing |
+//! | `mesh/` | the lock-free plumbing between shards: rings, doorbells, cross-shard messages |
+//! | `races.rs` | loom models of the lease races (tests only) |
 //! | `cluster.rs` | deterministic in-process driver |
 
 mod bodies;
-pub mod check;
 pub mod cluster;
 pub mod dedup;
+pub mod error;
+pub mod limits;
 pub mod memory;
-pub mod message;
-pub mod msg;
+pub mod mesh;
 pub mod ops;
 mod partition;
 #[cfg(test)]
 mod races;
 pub mod random;
+pub mod receipt_mac;
 pub mod registry;
 pub mod shard;
 pub mod slab;
-
-pub mod doorbell;
-#[allow(unsafe_code)]
-pub mod ring;
+pub mod stored_message;
 pub mod wheel;
 
-pub use check::ReceiptKey;
 pub use cluster::Cluster;
-pub use message::{MessageAttributes, MessageState};
-pub use msg::ShardMsg;
-pub use ops::{
-    LeaseObserver, LeaseOutcome, Op, OpResult, PeekedMessage, QueueInfo, ReceivedMessage,
-    SendEntry, SendOk, VisibilityChange,
-};
+pub use error::{EngineError, EntryError};
+pub use mesh::ShardMsg;
+pub use ops::{LeaseObserver, LeaseOutcome, Op, OpResult};
+pub use receipt_mac::ReceiptKey;
 pub use registry::{Registry, RegistryConfig};
 pub use shard::{MessageView, Shard, ShardConfig};
+pub use stored_message::MessageState;

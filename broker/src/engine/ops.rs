@@ -1,121 +1,36 @@
-//! The engine's operations and their results (DESIGN §2 "Operations"). The
-//! server maps wire requests onto [`Op`] and [`OpResult`] onto replies; the
-//! engine never sees the wire types.
+//! The engine's command API: an [`Op`] in, an [`OpResult`] out.
+//!
+//! Operations and results are written in the protocol's vocabulary: queue
+//! names are the cheap [`QueueName`] (a slice of the frame it came in), a
+//! SEND's entries are the validated [`SendBatch`](sluice_protocol::SendBatch) the decoder cut out of the
+//! frame, and delivered messages are the protocol's [`ReceivedMessage`] and
+//! [`PeekedMessage`], their attributes in wire form. So the server maps a
+//! request to an operation, and a result to its reply, without converting a
+//! value, and the engine copies a message's body and attributes exactly
+//! once: when it accepts the message, straight out of the receive buffer.
+//!
+//! Results are owned values that borrow nothing from the shard, so a later
+//! form of [`crate::engine::Shard::submit`] can write them into storage the
+//! server lends instead of vectors of its own.
 
-use bytes::Bytes;
 use sluice_protocol::{
-    AttributeUpdate, MessageId, QueueAttributes, QueueStats, Receipt, WireError,
+    ChangeVisibilityRequest, DeleteRequest, PeekedMessage, QueueAttributesRequest, QueueInfo,
+    QueueName, ReceiveRequest, ReceivedMessage, SendOutcome, SendRequest,
 };
 
-use super::message::MessageAttributes;
+use super::error::{EngineError, EntryError};
 
-/// One message of a send.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SendEntry {
-    /// The body. The engine copies it once into its own storage on accept,
-    /// so this may be a slice of a receive buffer.
-    pub body: Bytes,
-    /// Delivery delay; `None` takes the queue's default.
-    pub delay_ms: Option<u32>,
-    /// String attributes.
-    pub attributes: MessageAttributes,
-    /// Dedup key (1 ..= 128 bytes): a second send with the same key within
-    /// the queue's window enqueues nothing.
-    pub dedup_key: Option<Bytes>,
-}
-
-/// A send entry that was accepted (or recognised as a duplicate).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SendOk {
-    /// The message's id: the first message's id for a duplicate.
-    pub id: MessageId,
-    /// Whether the entry was a duplicate and enqueued nothing.
-    pub duplicate: bool,
-}
-
-/// One entry of a change visibility batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VisibilityChange {
-    /// The delivery whose lease changes.
-    pub receipt: Receipt,
-    /// The lease ends this long from now; 0 releases the message.
-    pub timeout_ms: u32,
-}
-
-/// A delivered message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReceivedMessage {
-    /// Id, stable across dead-lettering and redrive.
-    pub id: MessageId,
-    /// Names this delivery; delete and change visibility take it.
-    pub receipt: Receipt,
-    /// The body (a slice of the stored message: no copy).
-    pub body: Bytes,
-    /// The attributes.
-    pub attributes: MessageAttributes,
-    /// Deliveries since sent or last redriven, this one included.
-    pub receive_count: u32,
-    /// Deliveries ever, this one included: a fencing token.
-    pub delivery: u64,
-    /// Unix ms of the original send.
-    pub sent_at_ms: u64,
-    /// Unix ms of the first delivery.
-    pub first_received_at_ms: u64,
-}
-
-/// A message read by peek: no lease, no receipt.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeekedMessage {
-    /// Id.
-    pub id: MessageId,
-    /// The body.
-    pub body: Bytes,
-    /// The attributes.
-    pub attributes: MessageAttributes,
-    /// Deliveries since sent or last redriven.
-    pub receive_count: u32,
-    /// Deliveries ever.
-    pub delivery: u64,
-    /// Unix ms of the original send.
-    pub sent_at_ms: u64,
-    /// Unix ms of the first delivery; `None` if never delivered.
-    pub first_received_at_ms: Option<u64>,
-}
-
-/// A queue's description: GET's answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QueueInfo {
-    /// Name.
-    pub name: String,
-    /// Incarnation (receipts carry it).
-    pub incarnation: u32,
-    /// Attributes.
-    pub attributes: QueueAttributes,
-    /// Counters summed over the shards, and the oldest message's age.
-    pub stats: QueueStats,
-}
-
-/// An operation of DESIGN §2.
+/// An operation on queues and messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     /// Create a queue; idempotent when the attributes match.
-    CreateQueue {
-        /// Name, `[A-Za-z0-9_.-]{1,80}`.
-        name: String,
-        /// Attributes given (others take their defaults).
-        attributes: AttributeUpdate,
-    },
+    CreateQueue(QueueAttributesRequest),
     /// Change some attributes of a queue.
-    SetQueueAttributes {
-        /// Queue.
-        name: String,
-        /// What to change.
-        update: AttributeUpdate,
-    },
+    SetQueue(QueueAttributesRequest),
     /// Delete a queue and drop its messages.
     DeleteQueue {
-        /// Queue.
-        name: String,
+        /// The queue.
+        queue: QueueName,
     },
     /// Names of the queues that start with `prefix`, sorted.
     ListQueues {
@@ -124,60 +39,37 @@ pub enum Op {
     },
     /// Attributes and stats of a queue.
     GetQueue {
-        /// Queue.
-        name: String,
+        /// The queue.
+        queue: QueueName,
     },
     /// Remove every message of a queue.
     PurgeQueue {
-        /// Queue.
-        name: String,
+        /// The queue.
+        queue: QueueName,
     },
     /// Send 1 ..= 1024 messages.
-    Send {
-        /// Queue.
-        queue: String,
-        /// Messages.
-        entries: Vec<SendEntry>,
-    },
-    /// Receive up to `max` messages.
-    Receive {
-        /// Queue.
-        queue: String,
-        /// 1 ..= 1024.
-        max: u32,
-        /// Lease length; `None` takes the queue's visibility timeout.
-        visibility_timeout_ms: Option<u32>,
-        /// Long-poll wait; `None` takes the queue's default receive wait.
-        wait_ms: Option<u32>,
-    },
+    Send(SendRequest),
+    /// Receive up to `max_messages` messages.
+    Receive(ReceiveRequest),
     /// Delete 1 ..= 1024 messages by receipt.
-    Delete {
-        /// Queue.
-        queue: String,
-        /// Receipts.
-        receipts: Vec<Receipt>,
-    },
+    Delete(DeleteRequest),
     /// Change the lease of 1 ..= 1024 deliveries.
-    ChangeVisibility {
-        /// Queue.
-        queue: String,
-        /// Changes.
-        entries: Vec<VisibilityChange>,
-    },
-    /// Move up to `max` visible messages of a dead-letter queue back to the
+    ChangeVisibility(ChangeVisibilityRequest),
+    /// Move up to `max_messages` visible messages of a dead-letter queue back to the
     /// queues they came from.
     Redrive {
         /// The dead-letter queue.
-        queue: String,
+        queue: QueueName,
         /// At most this many messages are considered (moved or stayed).
-        max: u32,
+        max_messages: u32,
     },
-    /// Read up to `max` (1 ..= 1024) visible messages without leasing them.
+    /// Read up to `max_messages` (1 ..= 1024) visible messages without
+    /// leasing them.
     Peek {
-        /// Queue.
-        queue: String,
+        /// The queue.
+        queue: QueueName,
         /// Maximum.
-        max: u32,
+        max_messages: u16,
     },
 }
 
@@ -185,7 +77,7 @@ pub enum Op {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OpResult {
     /// The whole operation failed.
-    Error(WireError),
+    Error(EngineError),
     /// CREATE succeeded; `created` is false when the queue existed already
     /// with the same attributes.
     QueueCreated {
@@ -199,8 +91,8 @@ pub enum OpResult {
     /// DELETE QUEUE succeeded: every shard has dropped its messages.
     QueueDeleted,
     /// LIST's names.
-    Queues(Vec<String>),
-    /// GET's answer.
+    Queues(Vec<QueueName>),
+    /// GET's answer: attributes, and counters summed over the shards.
     Queue(QueueInfo),
     /// PURGE removed this many messages.
     Purged {
@@ -208,13 +100,13 @@ pub enum OpResult {
         messages: u64,
     },
     /// Per-entry results of a send, in entry order.
-    Sent(Vec<Result<SendOk, WireError>>),
+    Sent(Vec<Result<SendOutcome, EntryError>>),
     /// Delivered messages (possibly none).
     Received(Vec<ReceivedMessage>),
     /// Per-entry results of a delete, in entry order.
-    Deleted(Vec<Result<(), WireError>>),
+    Deleted(Vec<Result<(), EntryError>>),
     /// Per-entry results of a change visibility, in entry order.
-    VisibilityChanged(Vec<Result<(), WireError>>),
+    VisibilityChanged(Vec<Result<(), EntryError>>),
     /// Redrive's counts.
     Redriven {
         /// Messages moved back to their source queue.
@@ -226,10 +118,9 @@ pub enum OpResult {
     Peeked(Vec<PeekedMessage>),
 }
 
-impl OpResult {
-    /// A whole-operation error.
-    pub fn error(code: sluice_protocol::ErrorCode, message: impl Into<String>) -> OpResult {
-        OpResult::Error(WireError::new(code, message))
+impl From<EngineError> for OpResult {
+    fn from(e: EngineError) -> OpResult {
+        OpResult::Error(e)
     }
 }
 

@@ -24,21 +24,19 @@
 //!   retention timer of its own.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::Arc;
 
-use sluice_protocol::{QueueAttributes, QueueStats};
+use sluice_protocol::{QueueAttributes, QueueName, QueueStats};
 
+use super::limits::FIFO_SLACK;
 use super::registry::QueueShared;
 use super::slab::SlotKey;
 use super::wheel::TimerId;
-
-/// Stale entries tolerated in a FIFO before it is compacted.
-pub const FIFO_SLACK: usize = 64;
+use crate::sync::Arc;
 
 #[derive(Debug)]
 pub(crate) struct Partition {
     pub incarnation: u32,
-    pub name: Arc<str>,
+    pub name: QueueName,
     pub attrs: QueueAttributes,
     pub shared: Arc<QueueShared>,
     /// Counters and gauges; `oldest_age_ms` is computed on demand.
@@ -60,7 +58,7 @@ pub(crate) struct Partition {
 }
 
 impl Partition {
-    pub fn new(name: Arc<str>, attrs: QueueAttributes, shared: Arc<QueueShared>) -> Partition {
+    pub fn new(name: QueueName, attrs: QueueAttributes, shared: Arc<QueueShared>) -> Partition {
         Partition {
             incarnation: shared.incarnation(),
             name,

@@ -1,4 +1,7 @@
-//! loom models of the lease races (DESIGN §3 "Lease races"), on the
+//! loom models of the lease races, where the shards meet (a forwarded delete
+//! or change of visibility against the owner's expiry and redelivery, a
+//! steal against the owner's own receive, a long-poll wake-up against a
+//! waiter leaving), on the
 //! production types: two real [`Shard`]s sharing one [`Registry`], wired by
 //! the real ring-and-doorbell mesh, each driven by its own thread.
 //!
@@ -25,21 +28,28 @@
 use std::collections::BTreeSet;
 
 use bytes::Bytes;
-use sluice_protocol::{AttributeUpdate, ErrorCode, QueueStats, Receipt};
+use sluice_protocol::{
+    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, ErrorCode, QueueName, QueueStats,
+    Receipt, ReceiveRequest, ReceivedMessage, SendEntry, SendRequest, VisibilityChange,
+};
 
-use super::doorbell::{self, Wake};
-use super::message::MessageState;
-use super::ops::{Op, OpResult, ReceivedMessage, SendEntry};
+use super::limits::LINK_CAPACITY_DEFAULT;
+use super::mesh::doorbell::{self, Wake};
+use super::ops::{Op, OpResult};
 use super::registry::{Registry, RegistryConfig};
-use super::ring::LINK_CAPACITY_DEFAULT;
 use super::shard::{Shard, ShardConfig};
-use crate::sync::{AtomicBool, Ordering, model, thread};
+use super::stored_message::MessageState;
+use crate::sync::{Arc, AtomicBool, Ordering, model, thread};
 
 const MS: u64 = 1_000_000;
 /// Monotonic time at the start of every model.
 const T0: u64 = 1_000_000_000;
 const WALL_MS: u64 = 1_700_000_000_000;
 const QUEUE: &str = "q";
+
+fn queue() -> QueueName {
+    QueueName::from_static(QUEUE)
+}
 
 /// Stack of every model thread. loom runs its threads as coroutines with a
 /// 32 KiB stack unless told otherwise, too little for a shard's call chain
@@ -62,6 +72,8 @@ where
 /// Runs `body` under [`model`] on a thread of its own (with a big stack);
 /// the body spawns the second shard's thread itself.
 fn run(body: impl Fn() + Send + Sync + 'static) {
+    // std's Arc on purpose: the body outlives every run loom makes, so it
+    // sits outside what loom explores.
     let body = std::sync::Arc::new(body);
     model(move || {
         let body = body.clone();
@@ -78,12 +90,12 @@ impl Wake for NoWake {
 
 /// Two shards sharing a registry that holds one queue, `QUEUE`.
 fn two_shards(attributes: &AttributeUpdate) -> (Shard, Shard) {
-    let registry = std::sync::Arc::new(Registry::new(RegistryConfig {
+    let registry = Arc::new(Registry::new(RegistryConfig {
         shards: 2,
         seed: 7,
         ..RegistryConfig::default()
     }));
-    registry.create(QUEUE, attributes).expect("queue");
+    registry.create(&queue(), attributes).expect("queue");
     let wakers = vec![
         Box::new(NoWake) as Box<dyn Wake>,
         Box::new(NoWake) as Box<dyn Wake>,
@@ -103,29 +115,24 @@ fn two_shards(attributes: &AttributeUpdate) -> (Shard, Shard) {
 }
 
 fn send_op(body: &str) -> Op {
-    Op::Send {
-        queue: QUEUE.into(),
-        entries: vec![SendEntry {
-            body: Bytes::copy_from_slice(body.as_bytes()),
-            ..SendEntry::default()
-        }],
-    }
+    let entry = SendEntry::new(Bytes::copy_from_slice(body.as_bytes()));
+    Op::Send(SendRequest::new(queue(), [&entry]).expect("a one-entry batch"))
 }
 
 fn receive_op(wait_ms: u32) -> Op {
-    Op::Receive {
-        queue: QUEUE.into(),
-        max: 1,
+    Op::Receive(ReceiveRequest {
+        queue: queue(),
+        max_messages: 1,
         visibility_timeout_ms: None,
         wait_ms: Some(wait_ms),
-    }
+    })
 }
 
 fn delete_op(receipt: Receipt) -> Op {
-    Op::Delete {
-        queue: QUEUE.into(),
+    Op::Delete(DeleteRequest {
+        queue: queue(),
         receipts: vec![receipt],
-    }
+    })
 }
 
 /// Polls both shards at `now_ns` until a whole round does nothing.
@@ -164,7 +171,7 @@ fn received(r: OpResult) -> Vec<ReceivedMessage> {
 fn receipt_result(r: OpResult) -> Result<(), ErrorCode> {
     match r {
         OpResult::Deleted(mut v) | OpResult::VisibilityChanged(mut v) if v.len() == 1 => {
-            v.remove(0).map_err(|e| e.code)
+            v.remove(0).map_err(|e| e.code())
         }
         other => panic!("receipt op: {other:?}"),
     }
@@ -298,7 +305,7 @@ fn loom_forwarded_delete_vs_expiry_and_redelivery() {
             Err(ErrorCode::StaleReceipt) => {
                 assert_eq!(again.len(), 1, "stale only once delivered again");
                 let r2 = again[0].receipt;
-                assert_eq!(again[0].delivery, 2);
+                assert_eq!(again[0].delivery(), 2);
                 assert_eq!((r2.slot, r2.generation), (r1.slot, r1.generation));
                 let held = a.messages();
                 assert_eq!(held.len(), 1);
@@ -345,13 +352,13 @@ fn loom_forwarded_change_visibility_vs_expiry() {
         let expiry = T0 + 1000 * MS;
 
         let consumer = spawn(move || {
-            let op = Op::ChangeVisibility {
-                queue: QUEUE.into(),
-                entries: vec![super::ops::VisibilityChange {
+            let op = Op::ChangeVisibility(ChangeVisibilityRequest {
+                queue: queue(),
+                entries: vec![VisibilityChange {
                     receipt: r1,
-                    timeout_ms: 5000,
+                    visibility_timeout_ms: 5000,
                 }],
-            };
+            });
             assert!(b.submit(3, op, T0 + 500 * MS, WALL_MS).is_none());
             b.poll(T0 + 500 * MS, WALL_MS);
             b
@@ -432,7 +439,7 @@ fn loom_steal_vs_owner_receive() {
         let stats = check_all(&mut a, &mut b);
         assert_eq!(own.len() + stolen.len(), 1, "exactly one winner");
         let got = own.iter().chain(&stolen).next().expect("one message");
-        assert_eq!((got.delivery, got.receive_count), (1, 1));
+        assert_eq!((got.delivery(), got.receive_count), (1, 1));
         assert_eq!(got.receipt.shard, 0, "the owner leased it");
         assert_eq!(stats.received, 1);
         assert_eq!(stats.in_flight, 1);
@@ -468,7 +475,7 @@ fn loom_waiter_timeout_vs_wake() {
             b.submit(1, receive_op(1000), T0, WALL_MS).is_none(),
             "parked"
         );
-        let sent = std::sync::Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicBool::new(false));
 
         let sent_seen = sent.clone();
         let waiter = spawn(move || {

@@ -34,25 +34,21 @@
 //! - The memory budget is one atomic counter of bytes; shards reserve from
 //!   it in chunks (see [`super::memory`]).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
-use crossbeam_utils::CachePadded;
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
-use sluice_protocol::{AttributeUpdate, ErrorCode, QueueAttributes, WireError};
+use sluice_protocol::{AttributeUpdate, QueueAttributes, QueueName};
+use std::collections::BTreeMap;
 
-use super::check::ReceiptKey;
+use super::error::EngineError;
+use super::limits::{QUEUES_MAX_DEFAULT, SHARDS_MAX};
 use super::memory::MemoryBudget;
 use super::random::splitmix64;
-use crate::sync::{AtomicUsize, Mutex, MutexGuard, Ordering, fence};
-
-/// Default maximum number of queues (DESIGN §5).
-pub const QUEUES_MAX_DEFAULT: usize = 10_000;
+use super::receipt_mac::ReceiptKey;
+use crate::sync::{Arc, AtomicUsize, CachePadded, Mutex, MutexGuard, Ordering, fence};
 
 /// How the registry (and so the whole engine) is set up.
 #[derive(Clone, Debug)]
 pub struct RegistryConfig {
-    /// Number of shards (1 ..= 1024).
+    /// Number of shards (1 ..= [`SHARDS_MAX`]).
     pub shards: u16,
     /// Seed of the run: the receipt key and the message id prefix derive
     /// from it. The server draws it from the OS at start, so a receipt of an
@@ -82,7 +78,7 @@ impl Default for RegistryConfig {
 /// What the shards share about one queue incarnation.
 #[derive(Debug)]
 pub struct QueueShared {
-    name: Arc<str>,
+    name: QueueName,
     incarnation: u32,
     /// Messages held (visible + delayed + in flight) over all shards.
     depth: AtomicUsize,
@@ -93,7 +89,7 @@ pub struct QueueShared {
 }
 
 impl QueueShared {
-    fn new(name: Arc<str>, incarnation: u32, shards: u16) -> QueueShared {
+    fn new(name: QueueName, incarnation: u32, shards: u16) -> QueueShared {
         let per_shard = || {
             (0..shards)
                 .map(|_| CachePadded::new(AtomicUsize::new(0)))
@@ -111,7 +107,7 @@ impl QueueShared {
 
     /// The queue's name.
     #[must_use]
-    pub fn name(&self) -> &Arc<str> {
+    pub fn name(&self) -> &QueueName {
         &self.name
     }
 
@@ -170,7 +166,7 @@ impl QueueShared {
         self.waiters
             .iter()
             .enumerate()
-            // At most 1024 shards (Registry::new).
+            // At most SHARDS_MAX (1024) shards: they fit a u16.
             .map(|(s, w)| (s as u16, w))
             .filter(move |&(s, w)| s != me && w.load(Ordering::Relaxed) > 0)
             .map(|(s, _)| s)
@@ -208,7 +204,7 @@ pub struct QueueEntry {
 
 #[derive(Debug, Default)]
 struct Inner {
-    queues: BTreeMap<Arc<str>, QueueEntry>,
+    queues: BTreeMap<QueueName, QueueEntry>,
     next_incarnation: u32,
 }
 
@@ -227,13 +223,13 @@ impl Registry {
     /// A registry with no queues.
     ///
     /// # Panics
-    /// When `config.shards` is 0 or above 1024 (a configuration bug the
-    /// server's flag parsing rules out).
+    /// When `config.shards` is 0 or above [`SHARDS_MAX`] (a configuration
+    /// bug the server's flag parsing rules out).
     #[must_use]
     pub fn new(config: RegistryConfig) -> Registry {
         assert!(
-            (1..=1024).contains(&config.shards),
-            "shards must be 1 ..= 1024"
+            (1..=SHARDS_MAX).contains(&usize::from(config.shards)),
+            "shards must be 1 ..= SHARDS_MAX"
         );
         let mut st = config.seed;
         let key = ReceiptKey::new(splitmix64(&mut st), splitmix64(&mut st));
@@ -294,7 +290,7 @@ impl Registry {
 
     /// The current epoch and every queue.
     #[must_use]
-    pub fn snapshot(&self) -> (u64, Vec<(Arc<str>, QueueEntry)>) {
+    pub fn snapshot(&self) -> (u64, Vec<(QueueName, QueueEntry)>) {
         let inner = self.lock();
         // Read under the lock: no change can slip between the two.
         let epoch = self.epoch.load(Ordering::Acquire) as u64;
@@ -313,25 +309,19 @@ impl Registry {
     }
 
     fn check_dead_letter(
-        queues: &BTreeMap<Arc<str>, QueueEntry>,
-        name: &str,
+        queues: &BTreeMap<QueueName, QueueEntry>,
+        name: &QueueName,
         attrs: &QueueAttributes,
-    ) -> Result<(), WireError> {
+    ) -> Result<(), EngineError> {
         let Some(r) = &attrs.redrive else {
             return Ok(());
         };
         let dlq = r.dead_letter_queue.as_str();
-        if dlq == name {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!("dead_letter_queue: {name} cannot be its own dead-letter queue"),
-            ));
+        if dlq == name.as_str() {
+            return Err(EngineError::OwnDeadLetterQueue(name.clone()));
         }
         if !queues.contains_key(dlq) {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!("dead_letter_queue: queue {dlq} does not exist"),
-            ));
+            return Err(EngineError::DeadLetterQueueNotFound(dlq.to_owned()));
         }
         // Follow the chain from the dead-letter queue: reaching `name` again
         // would close a cycle. The chain is at most as long as the map.
@@ -344,11 +334,11 @@ impl Registry {
             else {
                 return Ok(());
             };
-            if next == name {
-                return Err(WireError::new(
-                    ErrorCode::InvalidArgument,
-                    format!("dead_letter_queue: {dlq} would form a cycle with {name}"),
-                ));
+            if next == name.as_str() {
+                return Err(EngineError::DeadLetterCycle {
+                    queue: name.clone(),
+                    dead_letter_queue: dlq.to_owned(),
+                });
             }
             at = next;
         }
@@ -357,50 +347,44 @@ impl Registry {
 
     /// Creates a queue; `Ok((incarnation, created))`. Idempotent when the
     /// resulting attributes equal the existing queue's.
-    pub fn create(&self, name: &str, update: &AttributeUpdate) -> Result<(u32, bool), WireError> {
-        if !sluice_protocol::is_valid_queue_name(name) {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                "name: not a valid queue name ([A-Za-z0-9_.-]{1,80})",
-            ));
-        }
+    ///
+    /// # Errors
+    /// An attribute out of range, a policy cleared, another queue of that
+    /// name, the queue limit, or a dead-letter queue that does not qualify.
+    pub fn create(
+        &self,
+        name: &QueueName,
+        update: &AttributeUpdate,
+    ) -> Result<(u32, bool), EngineError> {
         if update.clear_redrive || update.clear_backoff {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                "clear_redrive/clear_backoff: only SET can clear a policy",
-            ));
+            return Err(EngineError::ClearOnCreate);
         }
-        let attrs = update.apply_to(&QueueAttributes::default(), self.config.frame_bytes_max)?;
+        let attrs = update
+            .apply_to(&QueueAttributes::default(), self.config.frame_bytes_max)
+            .map_err(EngineError::Attributes)?;
         let mut inner = self.lock();
         if let Some(existing) = inner.queues.get(name) {
             return if existing.attributes == attrs {
                 Ok((existing.shared.incarnation, false))
             } else {
-                Err(WireError::new(
-                    ErrorCode::QueueExists,
-                    format!("queue {name} exists with other attributes"),
-                ))
+                Err(EngineError::QueueExists(name.clone()))
             };
         }
         if inner.queues.len() >= self.config.queues_max {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!("queues: at most {} queues", self.config.queues_max),
-            ));
+            return Err(EngineError::TooManyQueues(self.config.queues_max));
         }
         Self::check_dead_letter(&inner.queues, name, &attrs)?;
         let incarnation = inner.next_incarnation;
         inner.next_incarnation = incarnation
             .checked_add(1)
-            .ok_or_else(|| WireError::new(ErrorCode::Internal, "queue incarnations exhausted"))?;
-        let name: Arc<str> = Arc::from(name);
+            .ok_or(EngineError::IncarnationsExhausted)?;
         let shared = Arc::new(QueueShared::new(
             name.clone(),
             incarnation,
             self.config.shards,
         ));
         inner.queues.insert(
-            name,
+            name.clone(),
             QueueEntry {
                 attributes: attrs,
                 shared,
@@ -411,12 +395,18 @@ impl Registry {
     }
 
     /// Changes attributes of a queue.
-    pub fn set(&self, name: &str, update: &AttributeUpdate) -> Result<(), WireError> {
+    ///
+    /// # Errors
+    /// No such queue, an attribute out of range, or a dead-letter queue that
+    /// does not qualify.
+    pub fn set(&self, name: &QueueName, update: &AttributeUpdate) -> Result<(), EngineError> {
         let mut inner = self.lock();
         let Some(existing) = inner.queues.get(name) else {
-            return Err(not_found(name));
+            return Err(EngineError::QueueNotFound(name.clone()));
         };
-        let attrs = update.apply_to(&existing.attributes, self.config.frame_bytes_max)?;
+        let attrs = update
+            .apply_to(&existing.attributes, self.config.frame_bytes_max)
+            .map_err(EngineError::Attributes)?;
         Self::check_dead_letter(&inner.queues, name, &attrs)?;
         if let Some(q) = inner.queues.get_mut(name) {
             q.attributes = attrs;
@@ -427,31 +417,34 @@ impl Registry {
 
     /// Removes a queue; refused while another queue names it as its
     /// dead-letter queue. Returns the removed incarnation.
-    pub fn delete(&self, name: &str) -> Result<u32, WireError> {
+    ///
+    /// # Errors
+    /// No such queue, or another queue names it as its dead-letter queue.
+    pub fn delete(&self, name: &QueueName) -> Result<u32, EngineError> {
         let mut inner = self.lock();
         if !inner.queues.contains_key(name) {
-            return Err(not_found(name));
+            return Err(EngineError::QueueNotFound(name.clone()));
         }
         if let Some((user, _)) = inner.queues.iter().find(|(n, q)| {
-            &***n != name
+            *n != name
                 && q.attributes
                     .redrive
                     .as_ref()
-                    .is_some_and(|r| r.dead_letter_queue == name)
+                    .is_some_and(|r| r.dead_letter_queue == name.as_str())
         }) {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!("queue {user} uses {name} as its dead-letter queue"),
-            ));
+            return Err(EngineError::DeadLetterQueueInUse {
+                queue: name.clone(),
+                user: user.clone(),
+            });
         }
         let removed = inner.queues.remove(name).map(|q| q.shared.incarnation);
         self.bump();
-        removed.ok_or_else(|| not_found(name))
+        removed.ok_or_else(|| EngineError::QueueNotFound(name.clone()))
     }
 
     /// Names starting with `prefix`, sorted.
     #[must_use]
-    pub fn list(&self, prefix: &str) -> Vec<String> {
+    pub fn list(&self, prefix: &str) -> Vec<QueueName> {
         self.lock()
             .queues
             .range::<str, _>((
@@ -459,21 +452,15 @@ impl Registry {
                 core::ops::Bound::Unbounded,
             ))
             .take_while(|(n, _)| n.starts_with(prefix))
-            .map(|(n, _)| n.to_string())
+            .map(|(n, _)| n.clone())
             .collect()
     }
-}
-
-/// `QueueNotFound` naming the queue.
-#[must_use]
-pub fn not_found(name: &str) -> WireError {
-    WireError::new(ErrorCode::QueueNotFound, format!("queue {name} not found"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_protocol::RedrivePolicy;
+    use sluice_protocol::{ErrorCode, RedrivePolicy};
 
     fn dlq(name: &str) -> AttributeUpdate {
         AttributeUpdate {
@@ -485,15 +472,19 @@ mod tests {
         }
     }
 
+    fn q(name: &'static str) -> QueueName {
+        QueueName::from_static(name)
+    }
+
     #[test]
     fn create_is_idempotent_and_bumps_epoch() {
         let r = Registry::new(RegistryConfig::default());
         let e0 = r.epoch();
-        let (inc, created) = r.create("a", &AttributeUpdate::default()).unwrap();
+        let (inc, created) = r.create(&q("a"), &AttributeUpdate::default()).unwrap();
         assert!(created);
         assert!(r.epoch() > e0);
         assert_eq!(
-            r.create("a", &AttributeUpdate::default()).unwrap(),
+            r.create(&q("a"), &AttributeUpdate::default()).unwrap(),
             (inc, false)
         );
         let other = AttributeUpdate {
@@ -501,31 +492,30 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            r.create("a", &other).unwrap_err().code,
-            ErrorCode::QueueExists
-        );
-        assert_eq!(
-            r.create("bad name", &other).unwrap_err().code,
-            ErrorCode::InvalidArgument
+            r.create(&q("a"), &other).unwrap_err(),
+            EngineError::QueueExists(q("a"))
         );
     }
 
     #[test]
     fn dead_letter_rules() {
         let r = Registry::new(RegistryConfig::default());
-        assert!(r.create("a", &dlq("nope")).is_err());
-        assert!(r.create("a", &dlq("a")).is_err());
-        r.create("a", &AttributeUpdate::default()).unwrap();
-        r.create("b", &dlq("a")).unwrap();
+        assert!(r.create(&q("a"), &dlq("nope")).is_err());
+        assert!(r.create(&q("a"), &dlq("a")).is_err());
+        r.create(&q("a"), &AttributeUpdate::default()).unwrap();
+        r.create(&q("b"), &dlq("a")).unwrap();
         // a -> b would close a cycle b -> a -> b.
-        let e = r.set("a", &dlq("b")).unwrap_err();
-        assert!(e.message.contains("cycle"), "{e}");
-        let e = r.delete("a").unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidArgument);
-        assert!(e.message.contains("queue b"), "{e}");
-        r.delete("b").unwrap();
-        r.delete("a").unwrap();
-        assert_eq!(r.delete("a").unwrap_err().code, ErrorCode::QueueNotFound);
+        let e = r.set(&q("a"), &dlq("b")).unwrap_err();
+        assert!(e.to_string().contains("cycle"), "{e}");
+        let e = r.delete(&q("a")).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+        assert!(e.to_string().contains("queue b"), "{e}");
+        r.delete(&q("b")).unwrap();
+        r.delete(&q("a")).unwrap();
+        assert_eq!(
+            r.delete(&q("a")).unwrap_err().code(),
+            ErrorCode::QueueNotFound
+        );
     }
 
     #[test]
@@ -535,17 +525,17 @@ mod tests {
             ..Default::default()
         });
         for n in ["ab", "abc", "b"] {
-            r.create(n, &AttributeUpdate::default()).unwrap();
+            r.create(&q(n), &AttributeUpdate::default()).unwrap();
         }
         assert_eq!(r.list("ab"), vec!["ab", "abc"]);
         assert_eq!(r.list(""), vec!["ab", "abc", "b"]);
-        let e = r.create("c", &AttributeUpdate::default()).unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        let e = r.create(&q("c"), &AttributeUpdate::default()).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
     }
 
     #[test]
     fn depth_reservation_respects_the_limit() {
-        let q = QueueShared::new(Arc::from("q"), 1, 2);
+        let q = QueueShared::new(q("q"), 1, 2);
         assert!(q.try_reserve_depth(Some(2)));
         assert!(q.try_reserve_depth(Some(2)));
         assert!(!q.try_reserve_depth(Some(2)));

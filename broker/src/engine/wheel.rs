@@ -61,11 +61,8 @@
 
 use std::fmt;
 
-/// One tick of the wheel, in nanoseconds.
-pub const TICK_NS: u64 = 1_000_000;
-/// A list whose capacity exceeds this many timers is freed, not kept for
-/// reuse, when its slot expires.
-pub const LIST_RETAIN_MAX: usize = 1 << 16;
+use super::limits::LIST_RETAIN_MAX;
+pub use super::limits::TICK_NS;
 
 /// Bits of tick per level: each level has `2^SLOT_BITS` slots.
 const SLOT_BITS: u32 = 6;
@@ -100,9 +97,11 @@ const _: () = assert!(
     u64::MAX.div_ceil(TICK_NS) <= TICK_MASK,
     "every tick fits in a key"
 );
-// The top level reaches past the longest deadline the broker sets (retention:
-// 14 days), so overflow is for callers with unusual needs only.
-const _: () = assert!(WHEEL_TICKS * TICK_NS > 14 * 24 * 3600 * 1_000_000_000);
+/// How far ahead of `now` the wheel's levels reach, in nanoseconds; a later
+/// deadline waits in the overflow list. `engine/limits.rs` checks that this
+/// is beyond every deadline the engine sets, so overflow is for callers with
+/// unusual needs only.
+pub const WHEEL_REACH_NS: u64 = WHEEL_TICKS * TICK_NS;
 
 /// Handle to a timer in a [`TimerWheel`], for [`TimerWheel::cancel`]. Ids are
 /// small and `Copy`; an id whose timer fired or was cancelled is stale and

@@ -24,20 +24,17 @@
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::conn::{Admission, CloseReq, Ops};
+use super::connections::{Admission, CloseReq, Connections};
 use super::reserve::Reserve;
 use super::{
     ACCEPT_PAUSE_MS, Backend, Driver, DriverConfig, Event, OnEvent, OpenError, SEND_IOVECS_MAX,
     Waker, sys,
 };
+use crate::sync::Arc;
 
-/// Reads of one connection per poll before the others get their turn.
-pub const READ_BUDGET: u32 = 16;
-/// Connections accepted per listener wake-up before other work runs.
-const ACCEPT_BATCH: u32 = 64;
+use super::limits::{ACCEPT_BATCH, READ_BUDGET};
 
 const TOKEN_LISTENER: u64 = u64::MAX;
 const TOKEN_WAKE: u64 = u64::MAX - 1;
@@ -63,7 +60,7 @@ struct EConn {
 /// The epoll driver.
 pub(crate) struct EpollDriver {
     epoll: OwnedFd,
-    ops: Ops,
+    ops: Connections,
     conns: Vec<EConn>,
     buf: Box<[u8]>,
     events: Vec<libc::epoll_event>,
@@ -85,7 +82,7 @@ impl std::fmt::Debug for EpollDriver {
             .field("epoll", &self.epoll)
             .field("local_addr", &self.local_addr)
             .field("accept_paused", &self.accept_paused)
-            .field("ops", &self.ops)
+            .field("connections", &self.ops)
             .finish_non_exhaustive()
     }
 }
@@ -124,7 +121,7 @@ impl EpollDriver {
         .map_err(OpenError::Epoll)?;
         Ok(Self {
             epoll,
-            ops: Ops::new(config.connections_max, config.refused_connections_max),
+            ops: Connections::new(config.connections_max, config.refused_connections_max),
             conns: Vec::new(),
             buf: vec![0; config.recv_buffer_bytes as usize].into_boxed_slice(),
             events: Vec::with_capacity(config.ring_entries as usize),
@@ -463,11 +460,11 @@ impl Driver for EpollDriver {
         }
     }
 
-    fn ops(&self) -> &Ops {
+    fn connections(&self) -> &Connections {
         &self.ops
     }
 
-    fn ops_mut(&mut self) -> &mut Ops {
+    fn connections_mut(&mut self) -> &mut Connections {
         &mut self.ops
     }
 

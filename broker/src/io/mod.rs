@@ -18,8 +18,8 @@
 //! # The contract
 //!
 //! [`Driver::poll`] waits for completions and hands each [`Event`] to a
-//! callback together with [`Ops`], the connection table, through which the
-//! callback (or the caller between polls, via [`Driver::ops_mut`]) queues
+//! callback together with [`Connections`], the connection table, through which the
+//! callback (or the caller between polls, via [`Driver::connections_mut`]) queues
 //! sends, closes connections and pauses reading. Received bytes are lent as
 //! a slice for the duration of the callback only, so the buffer they sit in
 //! goes straight back to the kernel; a caller that needs them later copies
@@ -64,13 +64,15 @@
 use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::sync::Arc;
 
 #[allow(unsafe_code)]
 mod buf_ring;
-mod conn;
+mod connections;
 mod epoll;
+pub mod limits;
 mod reserve;
 #[allow(unsafe_code)]
 mod sys;
@@ -78,17 +80,17 @@ mod sys;
 mod uring;
 mod waker;
 
-pub use conn::Ops;
-pub use reserve::SHED_BATCH_MAX;
+pub use connections::Connections;
+pub use limits::SHED_BATCH_MAX;
 pub use waker::Waker;
 
-/// Largest number of queued buffers one send (`sendmsg`) gathers.
-pub const SEND_IOVECS_MAX: usize = 64;
-/// How long accepting pauses after the process or system ran out of file
-/// descriptors or memory, so a full table does not spin the shard.
-pub const ACCEPT_PAUSE_MS: u64 = 100;
-/// Highest connection slot count a driver supports (24 bits of `user_data`).
-pub const CONNECTION_SLOTS_LIMIT: u32 = 1 << 24;
+pub use limits::{ACCEPT_PAUSE_MS, CONNECTION_SLOTS_LIMIT, SEND_IOVECS_MAX};
+use limits::{
+    CONNECTIONS_MAX_DEFAULT, LISTEN_BACKLOG_DEFAULT, RECV_BUFFER_BYTES_DEFAULT,
+    RECV_BUFFER_BYTES_MAX, RECV_BUFFER_BYTES_MIN, RECV_BUFFER_COUNT_DEFAULT, RECV_BUFFER_COUNT_MAX,
+    RECV_BUFFERS_BYTES_MAX, REFUSED_CONNECTIONS_MAX_DEFAULT, RING_ENTRIES_DEFAULT,
+    RING_ENTRIES_MAX, RING_ENTRIES_MIN,
+};
 
 /// A connection of one driver: a slot index and that slot's generation.
 ///
@@ -245,12 +247,12 @@ impl DriverConfig {
         Self {
             listen,
             reuse_port: true,
-            listen_backlog: 1024,
-            connections_max: 10_000,
-            refused_connections_max: 64,
-            recv_buffer_bytes: 16 * 1024,
-            recv_buffer_count: 512,
-            ring_entries: 1024,
+            listen_backlog: LISTEN_BACKLOG_DEFAULT,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
+            refused_connections_max: REFUSED_CONNECTIONS_MAX_DEFAULT,
+            recv_buffer_bytes: RECV_BUFFER_BYTES_DEFAULT,
+            recv_buffer_count: RECV_BUFFER_COUNT_DEFAULT,
+            ring_entries: RING_ENTRIES_DEFAULT,
             shed_reply: Arc::from(&[][..]),
         }
     }
@@ -268,16 +270,20 @@ impl DriverConfig {
         if self.listen_backlog == 0 || self.listen_backlog > i32::MAX as u32 {
             return invalid("listen_backlog must be between 1 and 2^31 - 1");
         }
-        if self.recv_buffer_bytes < 64 || self.recv_buffer_bytes > 1 << 24 {
+        if !(RECV_BUFFER_BYTES_MIN..=RECV_BUFFER_BYTES_MAX).contains(&self.recv_buffer_bytes) {
             return invalid("recv_buffer_bytes must be between 64 B and 16 MiB");
         }
-        if !self.recv_buffer_count.is_power_of_two() || self.recv_buffer_count > 1 << 15 {
+        if !self.recv_buffer_count.is_power_of_two()
+            || self.recv_buffer_count > RECV_BUFFER_COUNT_MAX
+        {
             return invalid("recv_buffer_count must be a power of two, at most 32768");
         }
-        if u64::from(self.recv_buffer_bytes) * u64::from(self.recv_buffer_count) > 1 << 32 {
+        if u64::from(self.recv_buffer_bytes) * u64::from(self.recv_buffer_count)
+            > RECV_BUFFERS_BYTES_MAX
+        {
             return invalid("recv_buffer_bytes * recv_buffer_count must be at most 4 GiB");
         }
-        if self.ring_entries < 8 || self.ring_entries > 1 << 15 {
+        if !(RING_ENTRIES_MIN..=RING_ENTRIES_MAX).contains(&self.ring_entries) {
             return invalid("ring_entries must be between 8 and 32768");
         }
         Ok(())
@@ -344,7 +350,7 @@ pub enum OpenError {
 }
 
 /// The callback [`Driver::poll`] hands its events to.
-pub type OnEvent<'c> = dyn FnMut(&mut Ops, Event<'_>) + 'c;
+pub type OnEvent<'c> = dyn FnMut(&mut Connections, Event<'_>) + 'c;
 
 /// How long a backend's next wait may last: until `deadline`, and no later
 /// than `accept_paused_until`, when a paused accept is to be re-armed.
@@ -379,11 +385,11 @@ pub trait Driver: fmt::Debug {
     fn poll(&mut self, timeout: Option<Duration>, on_event: &mut OnEvent<'_>) -> io::Result<()>;
 
     /// The connection table, to read.
-    fn ops(&self) -> &Ops;
+    fn connections(&self) -> &Connections;
 
     /// The connection table, to send, close and pause between polls; what is
     /// queued here goes out at the next [`Driver::poll`].
-    fn ops_mut(&mut self) -> &mut Ops;
+    fn connections_mut(&mut self) -> &mut Connections;
 
     /// A handle another thread uses to end a poll early.
     fn waker(&self) -> Arc<Waker>;
@@ -394,29 +400,29 @@ pub trait Driver: fmt::Debug {
     /// listeners go on accepting.
     fn stop_accepting(&mut self);
 
-    /// Queues `data` on `conn`; see [`Ops::send`].
+    /// Queues `data` on `conn`; see [`Connections::send`].
     fn send(&mut self, conn: ConnId, data: bytes::Bytes) -> bool {
-        self.ops_mut().send(conn, data)
+        self.connections_mut().send(conn, data)
     }
 
-    /// Closes `conn` after its queued sends; see [`Ops::close`].
+    /// Closes `conn` after its queued sends; see [`Connections::close`].
     fn close(&mut self, conn: ConnId) {
-        self.ops_mut().close(conn);
+        self.connections_mut().close(conn);
     }
 
-    /// Closes `conn` at once; see [`Ops::close_now`].
+    /// Closes `conn` at once; see [`Connections::close_now`].
     fn close_now(&mut self, conn: ConnId) {
-        self.ops_mut().close_now(conn);
+        self.connections_mut().close_now(conn);
     }
 
-    /// Pauses or resumes reading `conn`; see [`Ops::set_reading`].
+    /// Pauses or resumes reading `conn`; see [`Connections::set_reading`].
     fn set_reading(&mut self, conn: ConnId, on: bool) {
-        self.ops_mut().set_reading(conn, on);
+        self.connections_mut().set_reading(conn, on);
     }
 
-    /// Bytes queued on `conn` and not yet written; see [`Ops::unsent_bytes`].
+    /// Bytes queued on `conn` and not yet written; see [`Connections::unsent_bytes`].
     fn unsent_bytes(&self, conn: ConnId) -> usize {
-        self.ops().unsent_bytes(conn)
+        self.connections().unsent_bytes(conn)
     }
 }
 

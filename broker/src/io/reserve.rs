@@ -17,12 +17,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::sys;
 
-/// Most connections one shedding pass accepts and closes.
-pub const SHED_BATCH_MAX: u32 = 64;
-/// Bytes read and thrown away from a shed connection before it is closed, so
-/// the close is an orderly end (FIN) rather than a reset that could
-/// overtake the refusal.
-const SHED_DRAIN_BYTES: usize = 4096;
+use super::limits::{SHED_BATCH_MAX, SHED_DRAIN_BYTES};
 
 /// One spare descriptor (`/dev/null`).
 #[derive(Debug)]

@@ -52,29 +52,22 @@ use std::io;
 use std::mem::{self, ManuallyDrop};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
 
 use super::buf_ring::BufRing;
-use super::conn::{Admission, CloseReq, Ops};
+use super::connections::{Admission, CloseReq, Connections};
 use super::reserve::Reserve;
 use super::{
     ACCEPT_PAUSE_MS, Backend, ConnId, Driver, DriverConfig, Event, OnEvent, OpenError,
     SEND_IOVECS_MAX, UringUnavailable, Waker, sys,
 };
+use crate::sync::Arc;
 
 /// The buffer group of the provided buffer ring.
 const BGID: u16 = 0;
-/// Rounds of cancel-and-reap the driver's drop tries before it leaks.
-const DRAIN_ROUNDS: u32 = 100;
-/// How long one drain round waits for completions.
-const DRAIN_WAIT: Duration = Duration::from_millis(20);
-/// How long the start-up self-test waits for each completion.
-const SELF_TEST_WAIT: Duration = Duration::from_secs(2);
-/// Receive stash capacity kept for reuse; a larger one is freed once empty.
-const STASH_KEEP_BYTES: usize = 64 * 1024;
+use super::limits::{DRAIN_ROUNDS, DRAIN_WAIT, SELF_TEST_WAIT, STASH_KEEP_BYTES};
 
 /// What an operation is, in the top byte of its user_data.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -270,7 +263,7 @@ fn build_ring(entries: u32) -> io::Result<(IoUring, &'static str)> {
 pub(crate) struct UringDriver {
     ring: IoUring,
     setup: &'static str,
-    ops: Ops,
+    ops: Connections,
     /// Per-slot io_uring state, parallel to the slots of `ops`.
     conns: ManuallyDrop<Vec<UConn>>,
     bufs: ManuallyDrop<BufRing>,
@@ -298,7 +291,7 @@ impl std::fmt::Debug for UringDriver {
             .field("local_addr", &self.local_addr)
             .field("accept", &self.accept)
             .field("inflight", &self.inflight)
-            .field("ops", &self.ops)
+            .field("connections", &self.ops)
             .finish_non_exhaustive()
     }
 }
@@ -349,7 +342,7 @@ impl UringDriver {
         let mut driver = Self {
             ring,
             setup,
-            ops: Ops::new(config.connections_max, config.refused_connections_max),
+            ops: Connections::new(config.connections_max, config.refused_connections_max),
             conns: ManuallyDrop::new(Vec::new()),
             bufs: ManuallyDrop::new(bufs),
             wake_buf: ManuallyDrop::new(Box::new(0)),
@@ -1020,11 +1013,11 @@ impl Driver for UringDriver {
         }
     }
 
-    fn ops(&self) -> &Ops {
+    fn connections(&self) -> &Connections {
         &self.ops
     }
 
-    fn ops_mut(&mut self) -> &mut Ops {
+    fn connections_mut(&mut self) -> &mut Connections {
         &mut self.ops
     }
 

@@ -17,10 +17,10 @@
 //!
 //! [`Event::Woken`]: super::Event::Woken
 
+use crate::sync::{AtomicBool, Ordering};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::sys;
 

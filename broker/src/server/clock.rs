@@ -1,9 +1,18 @@
-//! The server's clocks: the only place the broker reads time.
+//! The server's clocks: where the broker reads the time it acts on.
 //!
 //! Engine time is monotonic nanoseconds since a process-wide origin (the
 //! first read), so every shard agrees on it; wall time is Unix
 //! milliseconds, for sent-at stamps only. The shard loop reads both after
-//! each wait returns, never from before it (DESIGN §3 "Time is an input").
+//! each wait returns, never from before it, and hands them to the engine
+//! and the sessions: they never read a clock. `SERVER_STATS`' uptime and a
+//! scrape's wait for fresh snapshots read it here too.
+//!
+//! Three other places time themselves with `Instant`, on their own and
+//! never for the engine: the io backends (how much of a poll's timeout is
+//! left after a signal or a wake-up with nothing to report, and how long
+//! accepting pauses after running out of descriptors), the metrics
+//! endpoint (its socket reads and linger, on its own thread), and the
+//! in-process test server's start-up retries.
 
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -15,6 +24,11 @@ pub fn now_ns() -> u64 {
     let origin = *ORIGIN.get_or_init(Instant::now);
     // u64 nanoseconds last 584 years.
     u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A duration in nanoseconds, saturating.
+pub fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Wall-clock Unix milliseconds (0 if the clock is before 1970).

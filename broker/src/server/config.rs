@@ -29,7 +29,7 @@ pub mod units;
 use std::ffi::OsString;
 use std::fmt;
 use std::io::Read;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -40,83 +40,19 @@ use sluice_protocol::limits as wire;
 use self::memory::MemoryLimit;
 use self::units::{format_bytes, format_duration, parse_bytes, parse_duration};
 
-const KIB: u64 = 1 << 10;
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
-const TIB: u64 = 1 << 40;
+pub use super::limits::{
+    CONFIG_FILE_BYTES_MAX, CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT, CPU_INDEX_LIMIT,
+    FRAME_BYTES_MAX_MIN, FRAME_TIMEOUT_DEFAULT, HELLO_FRAME_BYTES_MAX_MIN, HELLO_TIMEOUT_DEFAULT,
+    LISTEN_DEFAULT, LOG_DEFAULT, MEMORY_MAX_FALLBACK, MEMORY_MAX_LIMIT, MEMORY_MAX_MIN,
+    METRICS_ADDR_DEFAULT, QUEUES_MAX_DEFAULT, QUEUES_MAX_LIMIT, REQUESTS_IN_FLIGHT_MAX_DEFAULT,
+    REQUESTS_IN_FLIGHT_MAX_LIMIT, SHARDS_MAX, SHUTDOWN_TIMEOUT_DEFAULT, SHUTDOWN_TIMEOUT_MAX,
+    TIMEOUT_MAX, TIMEOUT_MIN, UNSENT_BYTES_MAX_DEFAULT, UNSENT_BYTES_MAX_LIMIT,
+    UNSENT_BYTES_TOTAL_MAX_DEFAULT, UNSENT_BYTES_TOTAL_MAX_LIMIT,
+};
 
-/// Default client listen address.
-pub const LISTEN_DEFAULT: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7171));
-/// Default metrics listen address.
-pub const METRICS_ADDR_DEFAULT: SocketAddr =
-    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7172));
-/// Most shards (threads) a server runs.
-pub const SHARDS_MAX: u16 = 64;
-/// Default for `--max-connections`.
-pub const CONNECTIONS_MAX_DEFAULT: u32 = 10_000;
-/// Upper bound for `--max-connections`.
-pub const CONNECTIONS_MAX_LIMIT: u32 = 1_000_000;
-/// Lower bound for `--frame-bytes-max`.
-pub const FRAME_BYTES_MAX_MIN: u32 = 4 * KIB as u32;
-/// Lower bound for `--hello-frame-bytes-max`: room for the largest auth
-/// token and the rest of a HELLO.
-pub const HELLO_FRAME_BYTES_MAX_MIN: u32 = 2 * KIB as u32;
-/// Default for `--hello-timeout`: time from accept to a successful HELLO.
-pub const HELLO_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
-/// Default for `--frame-timeout`: time to finish a frame once begun.
-pub const FRAME_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
-/// Bounds of `--hello-timeout` and `--frame-timeout`.
-pub const TIMEOUT_MIN: Duration = Duration::from_millis(10);
-/// Upper bound of `--hello-timeout` and `--frame-timeout`.
-pub const TIMEOUT_MAX: Duration = Duration::from_secs(3600);
-/// Default for `--requests-in-flight-max` (per connection).
-pub const REQUESTS_IN_FLIGHT_MAX_DEFAULT: u32 = 1024;
-/// Upper bound for `--requests-in-flight-max`.
-pub const REQUESTS_IN_FLIGHT_MAX_LIMIT: u32 = 65_536;
-/// Default for `--unsent-bytes-max` (per connection).
-pub const UNSENT_BYTES_MAX_DEFAULT: u64 = 4 * MIB;
-/// Upper bound for `--unsent-bytes-max`.
-pub const UNSENT_BYTES_MAX_LIMIT: u64 = GIB;
-/// Default for `--unsent-bytes-total-max` (all connections together).
-pub const UNSENT_BYTES_TOTAL_MAX_DEFAULT: u64 = 256 * MIB;
-/// Upper bound for `--unsent-bytes-total-max`.
-pub const UNSENT_BYTES_TOTAL_MAX_LIMIT: u64 = TIB;
-/// Lower bound for `--memory-max`.
-pub const MEMORY_MAX_MIN: u64 = MIB;
-/// Upper bound for `--memory-max` (1 PiB).
-pub const MEMORY_MAX_LIMIT: u64 = 1024 * TIB;
-/// `--memory-max` when neither a cgroup limit nor physical memory could be
-/// read (not Linux).
-pub const MEMORY_MAX_FALLBACK: u64 = GIB;
-/// Default for `--queues-max`.
-pub const QUEUES_MAX_DEFAULT: u32 = 10_000;
-/// Upper bound for `--queues-max`.
-pub const QUEUES_MAX_LIMIT: u32 = 1_000_000;
-/// Default for `--log`.
-pub const LOG_DEFAULT: &str = "info";
-/// Default for `--shutdown-timeout`.
-pub const SHUTDOWN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
-/// Upper bound for `--shutdown-timeout`.
-pub const SHUTDOWN_TIMEOUT_MAX: Duration = Duration::from_secs(3600);
-/// Largest config file read.
-pub const CONFIG_FILE_BYTES_MAX: u64 = MIB;
 /// Bytes beyond the token an auth token file may hold (its trailing line
 /// ends).
 const TOKEN_FILE_SLACK_BYTES: usize = 64;
-
-const _: () = assert!(FRAME_BYTES_MAX_MIN <= wire::FRAME_BYTES_MAX_DEFAULT);
-const _: () = assert!(wire::FRAME_BYTES_MAX_DEFAULT <= wire::FRAME_BYTES_MAX_LIMIT);
-const _: () = assert!(HELLO_FRAME_BYTES_MAX_MIN <= wire::FRAME_BYTES_MAX_BEFORE_HELLO);
-const _: () = assert!(HELLO_FRAME_BYTES_MAX_MIN <= FRAME_BYTES_MAX_MIN);
-const _: () = assert!(
-    HELLO_FRAME_BYTES_MAX_MIN as usize
-        >= wire::AUTH_TOKEN_BYTES_MAX + wire::FRAME_RESERVED_BYTES as usize
-);
-const _: () = assert!(UNSENT_BYTES_MAX_DEFAULT >= wire::FRAME_BYTES_MAX_DEFAULT as u64);
-const _: () = assert!(UNSENT_BYTES_MAX_LIMIT >= wire::FRAME_BYTES_MAX_LIMIT as u64);
-const _: () = assert!(UNSENT_BYTES_TOTAL_MAX_DEFAULT >= UNSENT_BYTES_MAX_DEFAULT);
-const _: () = assert!(UNSENT_BYTES_TOTAL_MAX_LIMIT >= UNSENT_BYTES_MAX_LIMIT);
-const _: () = assert!(MEMORY_MAX_MIN <= MEMORY_MAX_FALLBACK);
 
 const LONG_ABOUT: &str = "\
 sluice-server: an in-memory message broker.
@@ -190,9 +126,6 @@ impl fmt::Display for CpuPlacement {
         }
     }
 }
-
-/// Most CPUs a `--cpus` list may name (the kernel's `cpu_set_t` size).
-pub const CPU_INDEX_LIMIT: usize = 1024;
 
 /// Parses `auto`, `none`, or a CPU list such as `0,2-3`.
 pub(crate) fn parse_cpus(s: &str) -> Result<CpuPlacement, String> {
@@ -692,6 +625,15 @@ impl AuthToken {
             bytes,
             path: path.to_owned(),
         })
+    }
+
+    /// A token given in code (tests), with no file behind it.
+    #[cfg(test)]
+    pub(crate) fn from_bytes(bytes: &[u8]) -> AuthToken {
+        AuthToken {
+            bytes: bytes.to_vec(),
+            path: PathBuf::from("<given in code>"),
+        }
     }
 
     /// The token.

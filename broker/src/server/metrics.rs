@@ -4,9 +4,11 @@
 //!
 //! The server knows nothing of queues or shards: on each scrape it calls a
 //! [`MetricsSource`] supplied by the caller, which gathers what it wants
-//! (queue depths by state, oldest age, the DESIGN §2 counters, connections,
-//! requests by operation, per-shard [`LatencyHistogram`]s merged from their
-//! [`HistogramReader`]s) and writes it with a [`PromWriter`].
+//! (queue depths by state, oldest age, the per-queue counters: sent, moved
+//! in, received, deleted, redelivered, released, dead-lettered, redriven,
+//! dropped, purged; connections, requests by operation, per-shard
+//! [`LatencyHistogram`]s merged from their [`HistogramReader`]s) and writes
+//! it with a [`PromWriter`].
 //!
 //! ```no_run
 //! use sluice_broker::server::metrics::{LatencyHistogram, MetricType, MetricsServer, PromWriter};

@@ -39,9 +39,10 @@
 //! | file | concept |
 //! |---|---|
 //! | `config.rs` | flags, environment, config file -> validated [`Config`] |
-//! | `shard_loop.rs` | one shard's event loop: connections, back-pressure, deadlines, shutdown |
-//! | `conn.rs` | one connection's state |
+//! | `shard_loop.rs` | one shard's event loop: the driver, the engine, the sessions, deadlines, shutdown |
+//! | `session.rs` | one connection's protocol state machine, without a socket: HELLO, auth, framing, order, back-pressure, closing |
 //! | `convert.rs` | wire requests -> engine ops, engine results -> wire replies |
+//! | `limits.rs` | every limit of the server: flag bounds and defaults, connection timings |
 //! | `shared.rs` | what the threads share: connection count, counters, snapshots |
 //! | `telemetry.rs` | lease histograms and the `/metrics` text |
 //! | `metrics.rs` | Prometheus writer, histograms, the HTTP endpoint |
@@ -52,19 +53,19 @@ pub mod config;
 pub mod metrics;
 
 mod clock;
-mod conn;
 mod convert;
+pub mod limits;
+pub mod session;
 mod shard_loop;
 mod shared;
 pub mod signals;
 mod telemetry;
 
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Arc, mpsc};
 use std::fmt;
 use std::io::Read;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 
 pub use self::config::Config;
 use self::config::{CpuPlacement, IoChoice};
@@ -72,17 +73,14 @@ use self::metrics::MetricsServer;
 use self::shard_loop::ShardStart;
 use self::shared::Shared;
 use self::telemetry::LeaseMetrics;
-use crate::engine::doorbell::{self, Wake};
+use crate::engine::mesh::doorbell::{self, Wake};
 use crate::engine::random::splitmix64;
 use crate::engine::{Registry, RegistryConfig, Shard, ShardConfig};
 use crate::io::{self, Backend, BackendChoice, DriverConfig, OpenError, Waker};
 use sluice_protocol::{ErrorCode, Reply};
 
-/// Slots of each ring between two shards.
-pub const SHARD_RING_CAPACITY: usize = 1024;
-/// Connections a driver accepts beyond `--max-connections` only to refuse
-/// them with an error frame.
-pub const REFUSED_CONNECTIONS_MAX: u32 = 64;
+use self::limits::{DESCRIPTORS_BASE, DESCRIPTORS_PER_SHARD};
+pub use self::limits::{REFUSED_CONNECTIONS_MAX, SHARD_RING_CAPACITY};
 
 /// Wakes a shard's io driver when another shard rings its doorbell.
 struct DriverWake(Arc<Waker>);
@@ -223,7 +221,7 @@ impl Server {
                 ..DriverConfig::new(listen)
             };
             let pin = placement[usize::from(i)];
-            let spawned = std::thread::Builder::new()
+            let spawned = thread::Builder::new()
                 .name(format!("sluice-shard-{i}"))
                 .spawn(move || {
                     if let Some(cpu) = pin {
@@ -381,13 +379,6 @@ impl Server {
         })
     }
 }
-
-/// Descriptors a shard holds besides its connections: its listener, its
-/// io_uring or epoll instance, its wake-up eventfd and its reserve.
-const DESCRIPTORS_PER_SHARD: u64 = 4;
-/// Descriptors the process holds besides the shards': standard streams, the
-/// metrics listener and its connection, the signal thread's, and slack.
-const DESCRIPTORS_BASE: u64 = 24;
 
 /// The CPU each shard is pinned to (`None`: unpinned), from `--cpus` and
 /// the CPUs the calling thread may use.

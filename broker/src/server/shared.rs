@@ -28,22 +28,21 @@
 //!
 //! [`ServerHandle`]: super::ServerHandle
 
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, CachePadded, Mutex, thread};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
 use sluice_protocol::opcode;
-use sluice_protocol::{QueueStats, ServerStatsReply};
+use sluice_protocol::{QueueName, QueueStats, ServerStatsReply};
 
+use super::clock;
 use super::config::Config;
+#[cfg(doc)]
+use super::limits::STATS_PUBLISH_INTERVAL;
 use super::metrics::HistogramReader;
 use crate::engine::{LeaseOutcome, Registry};
 use crate::io::{Backend, Waker};
-
-/// How often a shard publishes its per-queue counters for the metrics.
-pub const STATS_PUBLISH_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Request opcodes counted per operation, in the order of
 /// [`opcode::REQUESTS`]; one more slot counts unknown opcodes.
@@ -110,11 +109,11 @@ pub struct ShardStats {
     /// The scrape generation last published (see [`Shared::request_scrape`]).
     pub published_generation: AtomicU64,
     /// This shard's per-queue counters, replaced wholesale.
-    pub queues: Mutex<Vec<(String, QueueStats)>>,
+    pub(crate) queues: Mutex<Vec<(QueueName, QueueStats)>>,
 }
 
 impl ShardStats {
-    fn new() -> ShardStats {
+    pub(crate) fn new() -> ShardStats {
         ShardStats {
             requests: std::array::from_fn(|_| OwnedCounter::default()),
             connections: OwnedCounter::default(),
@@ -130,15 +129,15 @@ impl ShardStats {
 
     /// Replaces the queue snapshot unless the metrics thread holds it now
     /// (then the next turn does).
-    pub fn publish_queues(&self, snapshot: Vec<(String, QueueStats)>, generation: u64) -> bool {
+    pub fn publish_queues(&self, snapshot: Vec<(QueueName, QueueStats)>, generation: u64) -> bool {
         match self.queues.try_lock() {
-            Ok(mut q) => {
+            Some(mut q) => {
                 *q = snapshot;
                 drop(q);
                 self.published_generation.fetch_max(generation, Release);
                 true
             }
-            Err(_) => false,
+            None => false,
         }
     }
 }
@@ -186,8 +185,8 @@ pub struct Shared {
     pub backend: Backend,
     /// The client listener's address.
     pub local_addr: SocketAddr,
-    /// When the server started.
-    pub started: Instant,
+    /// When the server started (`clock::now_ns`).
+    pub started_ns: u64,
     /// Connections admitted, all shards (see the ground rules).
     pub connections: CachePadded<AtomicU32>,
     /// Set when shutdown begins.
@@ -215,7 +214,7 @@ impl Shared {
             registry,
             backend,
             local_addr,
-            started: Instant::now(),
+            started_ns: clock::now_ns(),
             connections: CachePadded::new(AtomicU32::new(0)),
             shutdown: AtomicBool::new(false),
             shards_running: AtomicUsize::new(n),
@@ -276,8 +275,8 @@ impl Shared {
     pub fn request_scrape(&self, wait: Duration) {
         let generation = self.scrape_generation.fetch_add(1, AcqRel) + 1;
         self.wake_all();
-        let deadline = Instant::now() + wait;
-        while Instant::now() < deadline {
+        let deadline = clock::now_ns().saturating_add(clock::nanos(wait));
+        while clock::now_ns() < deadline {
             if self
                 .shards
                 .iter()
@@ -285,19 +284,15 @@ impl Shared {
             {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(1));
+            thread::sleep(Duration::from_millis(1));
         }
     }
 
     /// The per-queue counters summed over shards, by name.
-    pub fn queue_stats(&self) -> std::collections::BTreeMap<String, QueueStats> {
+    pub fn queue_stats(&self) -> std::collections::BTreeMap<QueueName, QueueStats> {
         let mut all = std::collections::BTreeMap::new();
         for s in &*self.shards {
-            let q = s
-                .stats
-                .queues
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let q = s.stats.queues.lock();
             for (name, stats) in q.iter() {
                 all.entry(name.clone())
                     .or_insert_with(QueueStats::default)
@@ -339,7 +334,7 @@ impl Shared {
         push("unsent_bytes".into(), self.unsent_bytes());
         push(
             "uptime_ms".into(),
-            u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            clock::now_ns().saturating_sub(self.started_ns) / 1_000_000,
         );
         let mut total = 0;
         for slot in 0..OP_SLOTS {

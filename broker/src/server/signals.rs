@@ -6,8 +6,8 @@
 //! still answering what is in flight, exits the process at once (status 130,
 //! as shells report an interrupt), for an operator who will not wait.
 
+use crate::sync::thread::{self, JoinHandle};
 use std::io;
-use std::thread::JoinHandle;
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::{Handle, Signals};
@@ -30,7 +30,7 @@ impl SignalThread {
     pub fn start(trigger: ShutdownTrigger) -> io::Result<SignalThread> {
         let mut signals = Signals::new([SIGTERM, SIGINT])?;
         let handle = signals.handle();
-        let thread = std::thread::Builder::new()
+        let thread = thread::Builder::new()
             .name("sluice-signals".to_owned())
             .spawn(move || {
                 let mut seen = 0;

@@ -21,11 +21,11 @@
 //! | `sluice_queues` | | |
 //! | `sluice_queue_messages` | `queue`, `state` | visible, delayed, in_flight |
 //! | `sluice_queue_oldest_message_age_seconds` | `queue` | |
-//! | `sluice_queue_<counter>_total` | `queue` | the DESIGN §2 counters |
+//! | `sluice_queue_<counter>_total` | `queue` | the per-queue counters: sent, moved in, received, deleted, redelivered, released, dead-lettered, redriven, dropped, purged |
 //! | `sluice_lease_hold_seconds` | `outcome` | histogram: deleted, released, expired |
 //! | `sluice_redelivery_lateness_seconds` | | histogram: lease end to receivable again |
 
-use std::sync::atomic::Ordering::Relaxed;
+use crate::sync::Ordering::Relaxed;
 use std::time::Duration;
 
 use sluice_protocol::QueueStats;
@@ -36,9 +36,7 @@ use super::shared::{
 };
 use crate::engine::{LeaseObserver, LeaseOutcome};
 
-/// How long a scrape waits for the shards' fresh queue snapshots before it
-/// shows the last ones.
-pub const SCRAPE_WAIT: Duration = Duration::from_millis(250);
+use super::limits::SCRAPE_WAIT;
 
 /// A shard's lease histograms; the engine reports into them.
 #[derive(Debug, Default)]
@@ -154,7 +152,10 @@ pub fn render(shared: &Shared, out: &mut String) {
     w.gauge(
         "sluice_uptime_seconds",
         "Seconds since the server started.",
-        shared.started.elapsed().as_secs_f64(),
+        #[allow(clippy::cast_precision_loss, reason = "nanoseconds to seconds")]
+        {
+            super::clock::now_ns().saturating_sub(shared.started_ns) as f64 / 1e9
+        },
     );
     w.family(
         "sluice_connections",

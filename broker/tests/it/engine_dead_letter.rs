@@ -51,7 +51,7 @@ fn the_receive_that_would_exceed_max_moves_the_message() {
             m.receive_count, 3,
             "max + 1 on its first delivery from the DLQ"
         );
-        assert_eq!(m.delivery, 3);
+        assert_eq!(m.delivery(), 3);
         assert_eq!(m.sent_at_ms, sent_at);
         assert_eq!(m.attributes, attrs(&[("k", "v")]));
         assert_eq!(delete_one(&mut c, 0, "dlq", m.receipt), Ok(()));
@@ -74,13 +74,13 @@ fn retention_in_the_dlq_counts_from_the_original_send() {
     call(
         &mut c,
         0,
-        Op::SetQueueAttributes {
-            name: "dlq".into(),
-            update: AttributeUpdate {
+        Op::SetQueue(QueueAttributesRequest {
+            queue: qn("dlq"),
+            attributes: AttributeUpdate {
                 retention_ms: Some(60_000),
                 ..Default::default()
             },
-        },
+        }),
     );
     send(&mut c, 0, "q", "a");
     receive(&mut c, 0, "q", 1);
@@ -115,13 +115,13 @@ fn redrive_moves_back_resets_receive_count_and_keeps_what_cannot_move() {
         let s = stats(&mut c, "q");
         assert_eq!((s.moved_in, s.visible), (n, n));
         let m = receive(&mut c, 0, "q", 1).remove(0);
-        assert_eq!((m.receive_count, m.delivery), (1, 2));
+        assert_eq!((m.receive_count, m.delivery()), (1, 2));
         let r = call(
             &mut c,
             0,
             Op::Redrive {
-                queue: "nope".into(),
-                max: 1,
+                queue: qn("nope"),
+                max_messages: 1,
             },
         );
         assert_eq!(error_code(r), ErrorCode::QueueNotFound);
@@ -139,13 +139,13 @@ fn redrive_leaves_messages_whose_source_is_full_or_gone() {
     call(
         &mut c,
         0,
-        Op::SetQueueAttributes {
-            name: "q".into(),
-            update: AttributeUpdate {
+        Op::SetQueue(QueueAttributesRequest {
+            queue: qn("q"),
+            attributes: AttributeUpdate {
                 max_depth: Some(1),
                 ..Default::default()
             },
-        },
+        }),
     );
     assert_eq!(redrive(&mut c, 0, "dlq", 10), (1, 1));
     assert_eq!(redrive(&mut c, 0, "dlq", 10), (0, 1));
@@ -153,15 +153,15 @@ fn redrive_leaves_messages_whose_source_is_full_or_gone() {
     call(
         &mut c,
         0,
-        Op::SetQueueAttributes {
-            name: "q".into(),
-            update: AttributeUpdate {
+        Op::SetQueue(QueueAttributesRequest {
+            queue: qn("q"),
+            attributes: AttributeUpdate {
                 clear_redrive: true,
                 ..Default::default()
             },
-        },
+        }),
     );
-    call(&mut c, 0, Op::DeleteQueue { name: "q".into() });
+    call(&mut c, 0, Op::DeleteQueue { queue: qn("q") });
     create(&mut c, "q", AttributeUpdate::default());
     assert_eq!(redrive(&mut c, 0, "dlq", 10), (0, 1));
     assert_eq!(stats(&mut c, "dlq").visible, 1);

@@ -26,9 +26,9 @@ fn expired_lease_redelivers_with_counters() {
         c.advance_ms(1);
         let second = receive(&mut c, shards as usize - 1, "q", 1).remove(0);
         assert_eq!(second.id, first.id);
-        assert_eq!((second.receive_count, second.delivery), (2, 2));
+        assert_eq!((second.receive_count, second.delivery()), (2, 2));
         assert_eq!(second.sent_at_ms, sent_at);
-        assert_eq!(second.first_received_at_ms, sent_at + 10);
+        assert_eq!(second.first_received_at_ms(), sent_at + 10);
         let s = stats(&mut c, "q");
         assert_eq!((s.received, s.redelivered, s.in_flight), (2, 1, 1));
     }
@@ -179,7 +179,7 @@ fn peek_reads_without_leasing_or_counting() {
         let before = stats(&mut c, "q");
         let p = peek(&mut c, shards as usize - 1, "q", 3);
         assert_eq!(p.len(), 3.min(2 * shards as usize));
-        assert!(p.iter().all(|m| m.first_received_at_ms.is_none()));
+        assert!(p.iter().all(|m| m.first_received_at_ms().is_none()));
         assert_eq!(stats(&mut c, "q"), before);
         assert_eq!(peek(&mut c, 0, "q", 100).len(), 2 * shards as usize);
         assert_eq!(receive(&mut c, 0, "q", 100).len(), 2 * shards as usize);

@@ -8,12 +8,12 @@ use sluice_protocol::{AttributeUpdate, ErrorCode};
 fn waiting(c: &mut Cluster, shard: usize, queue: &str, wait_ms: u32) -> u64 {
     let t = c.submit(
         shard,
-        Op::Receive {
-            queue: queue.into(),
-            max: 10,
+        Op::Receive(ReceiveRequest {
+            queue: qn(queue),
+            max_messages: 10,
             visibility_timeout_ms: None,
             wait_ms: Some(wait_ms),
-        },
+        }),
     );
     check(c);
     t
@@ -52,12 +52,12 @@ fn queue_default_wait_and_empty_batch_when_it_ends() {
     );
     let t = c.submit(
         1,
-        Op::Receive {
-            queue: "q".into(),
-            max: 1,
+        Op::Receive(ReceiveRequest {
+            queue: qn("q"),
+            max_messages: 1,
             visibility_timeout_ms: None,
             wait_ms: None,
-        },
+        }),
     );
     c.advance_ms(999);
     assert!(c.take(t).is_none());
@@ -66,12 +66,12 @@ fn queue_default_wait_and_empty_batch_when_it_ends() {
     check(&mut c);
     let r = c.call(
         0,
-        Op::Receive {
-            queue: "q".into(),
-            max: 1,
+        Op::Receive(ReceiveRequest {
+            queue: qn("q"),
+            max_messages: 1,
             visibility_timeout_ms: None,
             wait_ms: Some(20_001),
-        },
+        }),
     );
     assert_eq!(error_code(r), ErrorCode::InvalidArgument);
 }
@@ -116,7 +116,7 @@ fn deleting_the_queue_answers_waiters_with_queue_not_found() {
     create(&mut c, "q", AttributeUpdate::default());
     let a = waiting(&mut c, 0, "q", 10_000);
     let b = waiting(&mut c, 1, "q", 10_000);
-    call(&mut c, 0, Op::DeleteQueue { name: "q".into() });
+    call(&mut c, 0, Op::DeleteQueue { queue: qn("q") });
     for t in [a, b] {
         assert_eq!(
             error_code(c.take(t).expect("answered")),

@@ -5,7 +5,7 @@
 //! replies, the deliveries, every message's state and every queue's stats
 //! must agree.
 //!
-//! Where DESIGN §2 leaves a choice to the engine (which visible messages a
+//! Where the semantics leave a choice to the engine (which visible messages a
 //! receive, peek or redrive takes when it cannot take them all; the jitter
 //! of a backoff) the model checks that the engine's choice is allowed and
 //! then adopts it.
@@ -23,13 +23,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use bytes::Bytes;
 use proptest::prelude::*;
 use sluice_broker::engine::dedup::owner_shard;
-use sluice_broker::engine::{
-    Cluster, MessageAttributes, MessageState, MessageView, Op, OpResult, RegistryConfig, SendEntry,
-    VisibilityChange,
-};
+use sluice_broker::engine::{Cluster, MessageState, MessageView, Op, OpResult, RegistryConfig};
 use sluice_protocol::{
-    AttributeUpdate, Backoff, ErrorCode, MessageId, QueueStats, Receipt, RedrivePolicy,
+    AttributeUpdate, Backoff, ChangeVisibilityRequest, DeleteRequest, ErrorCode, MessageAttributes,
+    MessageId, QueueAttributesRequest, QueueStats, Receipt, ReceiveRequest, RedrivePolicy,
+    SendEntry, VisibilityChange,
 };
+
+use crate::engine_util::{qn, send_op};
 
 const NS: u64 = 1_000_000;
 const Q: usize = 0;
@@ -340,7 +341,7 @@ fn engine_stats(c: &mut Cluster, shard: usize, q: usize) -> QueueStats {
     match c.call(
         shard,
         Op::GetQueue {
-            name: NAMES[q].into(),
+            queue: qn(NAMES[q]),
         },
     ) {
         OpResult::Queue(i) => i.stats,
@@ -361,10 +362,10 @@ fn setup(shards: u16, backoff: bool, seed: u64) -> (Cluster, Model) {
     let create = |c: &mut Cluster, name: &str, a: AttributeUpdate| {
         let r = c.call(
             0,
-            Op::CreateQueue {
-                name: name.into(),
+            Op::CreateQueue(QueueAttributesRequest {
+                queue: qn(name),
                 attributes: a,
-            },
+            }),
         );
         assert!(matches!(r, OpResult::QueueCreated { .. }), "{r:?}");
     };
@@ -490,18 +491,12 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                     attributes: if with_attrs {
                         MessageAttributes::from_pairs([("k", "v")]).unwrap()
                     } else {
-                        MessageAttributes::empty()
+                        MessageAttributes::new()
                     },
                     dedup_key: key.map(|k| Bytes::from(vec![b'a' + k])),
                 })
                 .collect();
-            let r = match c.call(
-                shard,
-                Op::Send {
-                    queue: NAMES[queue].into(),
-                    entries: built.clone(),
-                },
-            ) {
+            let r = match c.call(shard, send_op(NAMES[queue], &built)) {
                 OpResult::Sent(r) => r,
                 other => panic!("{other:?}"),
             };
@@ -523,10 +518,10 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             for i in order {
                 let e = &built[i];
                 let key = entries[i].2;
-                let size = e.body.len() + e.attributes.size_bytes();
+                let size = e.body.len() + e.attributes.content_bytes();
                 let got = &r[i];
                 if queue == Q && size > MESSAGE_BYTES_MAX {
-                    assert_eq!(got.as_ref().unwrap_err().code, ErrorCode::MessageTooLarge);
+                    assert_eq!(got.as_ref().unwrap_err().code(), ErrorCode::MessageTooLarge);
                     continue;
                 }
                 if let Some(k) = key {
@@ -537,7 +532,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                     }
                 }
                 if queue == Q && m.depth(Q) >= MAX_DEPTH {
-                    assert_eq!(got.as_ref().unwrap_err().code, ErrorCode::QueueFull);
+                    assert_eq!(got.as_ref().unwrap_err().code(), ErrorCode::QueueFull);
                     continue;
                 }
                 let ok = got.as_ref().unwrap_or_else(|e| panic!("entry {i}: {e}"));
@@ -582,12 +577,12 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             let shard = shard % shards;
             let got = match c.call(
                 shard,
-                Op::Receive {
-                    queue: NAMES[queue].into(),
-                    max,
+                Op::Receive(ReceiveRequest {
+                    queue: qn(NAMES[queue]),
+                    max_messages: u16::try_from(max).expect("the model draws small maxima"),
                     visibility_timeout_ms: vis,
                     wait_ms: Some(0),
-                },
+                }),
             ) {
                 OpResult::Received(g) => g,
                 other => panic!("{other:?}"),
@@ -636,9 +631,9 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 assert_eq!(
                     (
                         d.receive_count,
-                        d.delivery,
+                        d.delivery(),
                         d.sent_at_ms,
-                        d.first_received_at_ms
+                        d.first_received_at_ms()
                     ),
                     (mm.rc, mm.delivery, mm.sent_at_ms, first)
                 );
@@ -649,7 +644,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                     queue,
                     id: d.id,
                     moves: mm.moves,
-                    delivery: d.delivery,
+                    delivery: d.delivery(),
                 });
             }
         }
@@ -692,22 +687,20 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 },
             };
             let op = match timeout {
-                None => Op::Delete {
-                    queue: NAMES[queue].into(),
+                None => Op::Delete(DeleteRequest {
+                    queue: qn(NAMES[queue]),
                     receipts: vec![receipt],
-                },
-                Some(t) => Op::ChangeVisibility {
-                    queue: NAMES[queue].into(),
+                }),
+                Some(t) => Op::ChangeVisibility(ChangeVisibilityRequest {
+                    queue: qn(NAMES[queue]),
                     entries: vec![VisibilityChange {
                         receipt,
-                        timeout_ms: t,
+                        visibility_timeout_ms: t,
                     }],
-                },
+                }),
             };
             let got = match c.call(shard, op) {
-                OpResult::Deleted(r) | OpResult::VisibilityChanged(r) => {
-                    r[0].clone().map_err(|e| e.code)
-                }
+                OpResult::Deleted(r) | OpResult::VisibilityChanged(r) => r[0].map_err(|e| e.code()),
                 other => panic!("{other:?}"),
             };
             assert_eq!(
@@ -742,7 +735,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             let r = c.call(
                 shard % shards,
                 Op::PurgeQueue {
-                    name: NAMES[queue].into(),
+                    queue: qn(NAMES[queue]),
                 },
             );
             assert_eq!(
@@ -760,8 +753,8 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             let got = match c.call(
                 shard % shards,
                 Op::Peek {
-                    queue: NAMES[queue].into(),
-                    max,
+                    queue: qn(NAMES[queue]),
+                    max_messages: u16::try_from(max).expect("the model draws small maxima"),
                 },
             ) {
                 OpResult::Peeked(p) => p,
@@ -774,7 +767,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 assert!(seen.insert(p.id) && visible.contains(&p.id));
                 let mm = &m.msgs[&p.id];
                 assert_eq!(
-                    (p.receive_count, p.delivery, p.first_received_at_ms),
+                    (p.receive_count, p.delivery, p.first_received_at_ms()),
                     (mm.rc, mm.delivery, mm.first_recv)
                 );
             }
@@ -783,8 +776,8 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             let (moved, stayed) = match c.call(
                 shard % shards,
                 Op::Redrive {
-                    queue: "dlq".into(),
-                    max,
+                    queue: qn("dlq"),
+                    max_messages: max,
                 },
             ) {
                 OpResult::Redriven { moved, stayed } => (moved, stayed),

@@ -23,10 +23,10 @@ fn create_is_idempotent_and_refuses_other_attributes() {
         let again = call(
             &mut c,
             shards as usize - 1,
-            Op::CreateQueue {
-                name: "q".into(),
+            Op::CreateQueue(QueueAttributesRequest {
+                queue: qn("q"),
                 attributes: AttributeUpdate::default(),
-            },
+            }),
         );
         assert_eq!(
             again,
@@ -42,38 +42,33 @@ fn create_is_idempotent_and_refuses_other_attributes() {
         let r = call(
             &mut c,
             0,
-            Op::CreateQueue {
-                name: "q".into(),
+            Op::CreateQueue(QueueAttributesRequest {
+                queue: qn("q"),
                 attributes: other,
-            },
+            }),
         );
         assert_eq!(error_code(r), ErrorCode::QueueExists);
+        // A bad name never reaches the engine: operations name queues by
+        // `QueueName`, which only holds valid names (the decoder refuses
+        // the others).
         for bad in ["", "has space", &"x".repeat(81)] {
-            let r = call(
-                &mut c,
-                0,
-                Op::CreateQueue {
-                    name: bad.into(),
-                    attributes: AttributeUpdate::default(),
-                },
-            );
-            assert_eq!(error_code(r), ErrorCode::InvalidArgument);
+            assert!(sluice_protocol::QueueName::new(bad).is_err(), "{bad:?}");
         }
         let r = call(
             &mut c,
             0,
-            Op::CreateQueue {
-                name: "r".into(),
+            Op::CreateQueue(QueueAttributesRequest {
+                queue: qn("r"),
                 attributes: AttributeUpdate {
                     delay_ms: Some(15 * 60 * 1000 + 1),
                     ..Default::default()
                 },
-            },
+            }),
         );
         match r {
             OpResult::Error(e) => {
-                assert_eq!(e.code, ErrorCode::InvalidArgument);
-                assert!(e.message.contains("delay_ms"), "{e}");
+                assert_eq!(e.code(), ErrorCode::InvalidArgument);
+                assert!(e.to_string().contains("delay_ms"), "{e}");
             }
             other => panic!("{other:?}"),
         }
@@ -89,10 +84,10 @@ fn set_changes_and_removes_policies() {
         call(
             c,
             1,
-            Op::SetQueueAttributes {
-                name: "q".into(),
-                update,
-            },
+            Op::SetQueue(QueueAttributesRequest {
+                queue: qn("q"),
+                attributes: update,
+            }),
         )
     };
     let mut u = dlq_update("dlq", 3);
@@ -118,10 +113,10 @@ fn set_changes_and_removes_policies() {
     let r = call(
         &mut c,
         0,
-        Op::SetQueueAttributes {
-            name: "nope".into(),
-            update: AttributeUpdate::default(),
-        },
+        Op::SetQueue(QueueAttributesRequest {
+            queue: qn("nope"),
+            attributes: AttributeUpdate::default(),
+        }),
     );
     assert_eq!(error_code(r), ErrorCode::QueueNotFound);
 }
@@ -132,19 +127,19 @@ fn dead_letter_queue_must_exist_not_be_itself_nor_cycle() {
     let r = call(
         &mut c,
         0,
-        Op::CreateQueue {
-            name: "a".into(),
+        Op::CreateQueue(QueueAttributesRequest {
+            queue: qn("a"),
             attributes: dlq_update("missing", 2),
-        },
+        }),
     );
     assert_eq!(error_code(r), ErrorCode::InvalidArgument);
     let r = call(
         &mut c,
         0,
-        Op::CreateQueue {
-            name: "a".into(),
+        Op::CreateQueue(QueueAttributesRequest {
+            queue: qn("a"),
             attributes: dlq_update("a", 2),
-        },
+        }),
     );
     assert_eq!(error_code(r), ErrorCode::InvalidArgument);
     create(&mut c, "a", AttributeUpdate::default());
@@ -153,19 +148,19 @@ fn dead_letter_queue_must_exist_not_be_itself_nor_cycle() {
     let r = call(
         &mut c,
         0,
-        Op::SetQueueAttributes {
-            name: "a".into(),
-            update: dlq_update("c", 2),
-        },
+        Op::SetQueue(QueueAttributesRequest {
+            queue: qn("a"),
+            attributes: dlq_update("c", 2),
+        }),
     );
     assert_eq!(error_code(r), ErrorCode::InvalidArgument);
     let r = call(
         &mut c,
         0,
-        Op::SetQueueAttributes {
-            name: "a".into(),
-            update: dlq_update("a", 2),
-        },
+        Op::SetQueue(QueueAttributesRequest {
+            queue: qn("a"),
+            attributes: dlq_update("a", 2),
+        }),
     );
     assert_eq!(error_code(r), ErrorCode::InvalidArgument);
 }
@@ -175,22 +170,22 @@ fn delete_refused_while_used_as_dead_letter_queue_naming_the_user() {
     let mut c = cluster(2);
     create(&mut c, "dlq", AttributeUpdate::default());
     create(&mut c, "src", dlq_update("dlq", 2));
-    match call(&mut c, 1, Op::DeleteQueue { name: "dlq".into() }) {
+    match call(&mut c, 1, Op::DeleteQueue { queue: qn("dlq") }) {
         OpResult::Error(e) => {
-            assert_eq!(e.code, ErrorCode::InvalidArgument);
-            assert!(e.message.contains("src"), "{e}");
+            assert_eq!(e.code(), ErrorCode::InvalidArgument);
+            assert!(e.to_string().contains("src"), "{e}");
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        call(&mut c, 1, Op::DeleteQueue { name: "src".into() }),
+        call(&mut c, 1, Op::DeleteQueue { queue: qn("src") }),
         OpResult::QueueDeleted
     );
     assert_eq!(
-        call(&mut c, 0, Op::DeleteQueue { name: "dlq".into() }),
+        call(&mut c, 0, Op::DeleteQueue { queue: qn("dlq") }),
         OpResult::QueueDeleted
     );
-    let r = call(&mut c, 0, Op::DeleteQueue { name: "dlq".into() });
+    let r = call(&mut c, 0, Op::DeleteQueue { queue: qn("dlq") });
     assert_eq!(error_code(r), ErrorCode::QueueNotFound);
 }
 
@@ -206,21 +201,14 @@ fn delete_drops_messages_on_every_shard_and_old_receipts_are_invalid() {
         let got = receive(&mut c, 0, "q", 1);
         let receipt = got[0].receipt;
         assert_eq!(
-            call(&mut c, 0, Op::DeleteQueue { name: "q".into() }),
+            call(&mut c, 0, Op::DeleteQueue { queue: qn("q") }),
             OpResult::QueueDeleted
         );
         assert!(c.messages().is_empty());
         for s in 0..shards as usize {
             assert_eq!(c.shard(s).memory_in_use(), 0);
         }
-        let r = call(
-            &mut c,
-            0,
-            Op::Send {
-                queue: "q".into(),
-                entries: vec![entry("x")],
-            },
-        );
+        let r = call(&mut c, 0, send_op("q", &[entry("x")]));
         assert_eq!(error_code(r), ErrorCode::QueueNotFound);
         // Same name again: a new incarnation, the old receipt is invalid.
         let inc2 = create(&mut c, "q", AttributeUpdate::default());
@@ -247,11 +235,7 @@ fn list_by_prefix_sorted() {
                 prefix: "orders".into()
             }
         ),
-        OpResult::Queues(vec![
-            "orders-dlq".into(),
-            "orders.eu".into(),
-            "orders.us".into()
-        ])
+        OpResult::Queues(vec![qn("orders-dlq"), qn("orders.eu"), qn("orders.us")])
     );
     match call(
         &mut c,
@@ -278,16 +262,16 @@ fn queue_count_is_limited() {
     let r = call(
         &mut c,
         1,
-        Op::CreateQueue {
-            name: "d".into(),
+        Op::CreateQueue(QueueAttributesRequest {
+            queue: qn("d"),
             attributes: AttributeUpdate::default(),
-        },
+        }),
     );
     assert_eq!(error_code(r), ErrorCode::InvalidArgument);
     assert_eq!(
         RegistryConfig::default().queues_max,
         10_000,
-        "DESIGN §5 default"
+        "10,000 queues by default"
     );
 }
 
@@ -304,15 +288,9 @@ fn get_sums_stats_over_shards_with_oldest_age() {
     assert_eq!(s.visible, 2);
     assert_eq!(s.oldest_age_ms, 2000);
     let i = info(&mut c, 1, "q");
-    assert_eq!(i.name, "q");
+    assert_eq!(i.queue, "q");
     assert_eq!(i.stats, s);
-    let r = call(
-        &mut c,
-        0,
-        Op::GetQueue {
-            name: "nope".into(),
-        },
-    );
+    let r = call(&mut c, 0, Op::GetQueue { queue: qn("nope") });
     assert_eq!(error_code(r), ErrorCode::QueueNotFound);
     assert_eq!(stats(&mut c, "q").oldest_age_ms, 2000);
     let got = receive(&mut c, 0, "q", 10);
@@ -334,7 +312,7 @@ fn purge_removes_every_state_and_receipts_then_give_gone() {
         let got = receive(&mut c, 0, "q", 1);
         assert_eq!(got.len(), 1);
         assert_eq!(
-            call(&mut c, 0, Op::PurgeQueue { name: "q".into() }),
+            call(&mut c, 0, Op::PurgeQueue { queue: qn("q") }),
             OpResult::Purged { messages: 3 }
         );
         let s = stats(&mut c, "q");
@@ -344,13 +322,7 @@ fn purge_removes_every_state_and_receipts_then_give_gone() {
             Err(ErrorCode::Gone)
         );
         assert!(receive(&mut c, 0, "q", 10).is_empty());
-        let r = call(
-            &mut c,
-            0,
-            Op::PurgeQueue {
-                name: "nope".into(),
-            },
-        );
+        let r = call(&mut c, 0, Op::PurgeQueue { queue: qn("nope") });
         assert_eq!(error_code(r), ErrorCode::QueueNotFound);
     }
 }

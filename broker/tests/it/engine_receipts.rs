@@ -1,5 +1,5 @@
-//! Delete and change visibility by receipt: every outcome of DESIGN §2
-//! "Receipts and leases".
+//! Delete and change visibility by receipt: every outcome a receipt can
+//! have (valid, after expiry, stale, gone, invalid; PROTOCOL.md §8).
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, RegistryConfig};
@@ -44,7 +44,7 @@ fn older_delivery_is_stale_and_leaves_the_message_alone() {
         let first = receive(&mut c, 0, "q", 1).remove(0);
         c.advance_ms(1000);
         let second = receive(&mut c, shards as usize - 1, "q", 1).remove(0);
-        assert_eq!(second.delivery, 2);
+        assert_eq!(second.delivery(), 2);
         assert_eq!(
             delete_one(&mut c, 0, "q", first.receipt),
             Err(ErrorCode::StaleReceipt)
@@ -218,9 +218,9 @@ fn batch_results_in_order_mixing_local_and_forwarded() {
     receipts.insert(1, forged);
     let r = delete(&mut c, 1, "q", receipts.clone());
     assert!(r[0].is_ok() && r[2].is_ok());
-    assert_eq!(r[1].as_ref().unwrap_err().code, ErrorCode::InvalidReceipt);
+    assert_eq!(r[1].as_ref().unwrap_err().code(), ErrorCode::InvalidReceipt);
     let r = delete(&mut c, 0, "q", receipts);
-    assert_eq!(r[0].as_ref().unwrap_err().code, ErrorCode::Gone);
-    assert_eq!(r[2].as_ref().unwrap_err().code, ErrorCode::Gone);
+    assert_eq!(r[0].as_ref().unwrap_err().code(), ErrorCode::Gone);
+    assert_eq!(r[2].as_ref().unwrap_err().code(), ErrorCode::Gone);
     assert_eq!(stats(&mut c, "q").deleted, 2);
 }

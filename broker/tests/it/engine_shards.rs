@@ -55,12 +55,12 @@ fn many_waiters_on_another_shard_overflow_the_rings_without_loss() {
         .map(|_| {
             c.submit(
                 1,
-                Op::Receive {
-                    queue: "q".into(),
-                    max: 1,
+                Op::Receive(ReceiveRequest {
+                    queue: qn("q"),
+                    max_messages: 1,
                     visibility_timeout_ms: None,
                     wait_ms: Some(10_000),
-                },
+                }),
             )
         })
         .collect();

@@ -10,11 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use bytes::Bytes;
-use sluice_broker::engine::doorbell::{self, Wake};
-use sluice_broker::engine::{
-    Op, OpResult, Registry, RegistryConfig, SendEntry, Shard, ShardConfig, ShardMsg,
+use sluice_broker::engine::mesh::doorbell::{self, Wake};
+use sluice_broker::engine::{Op, OpResult, Registry, RegistryConfig, Shard, ShardConfig, ShardMsg};
+use sluice_protocol::{
+    AttributeUpdate, DeleteRequest, ErrorCode, QueueAttributesRequest, ReceiveRequest, SendEntry,
 };
-use sluice_protocol::{AttributeUpdate, ErrorCode};
+
+use crate::engine_util::{qn, send_op};
 
 const SHARDS: usize = 2;
 /// Only shard 0 produces, so shard 1's consumer must steal and forward its
@@ -80,18 +82,18 @@ fn worker(
                     let mut log = log.lock().unwrap();
                     for m in &msgs {
                         let body = u64::from_le_bytes(m.body[..8].try_into().unwrap());
-                        log.deliveries.entry(body).or_default().push(m.delivery);
+                        log.deliveries.entry(body).or_default().push(m.delivery());
                         if usize::from(m.receipt.shard) != me {
                             log.stolen += 1;
                         }
                         // Leave every 7th first delivery undeleted: its lease
                         // expires and another receive (maybe the other
                         // shard's) gets it again.
-                        if m.delivery == 1 && body % 7 == 0 {
+                        if m.delivery() == 1 && body % 7 == 0 {
                             continue;
                         }
                         receipts.push(m.receipt);
-                        keys.push((body, m.delivery));
+                        keys.push((body, m.delivery()));
                     }
                 }
                 if receipts.is_empty() {
@@ -103,10 +105,10 @@ fn worker(
                 return shard
                     .submit(
                         t,
-                        Op::Delete {
-                            queue: "q".into(),
+                        Op::Delete(DeleteRequest {
+                            queue: qn("q"),
                             receipts,
-                        },
+                        }),
                         now_ns,
                         wall_ms,
                     )
@@ -125,11 +127,11 @@ fn worker(
                             deleted.fetch_add(1, Ordering::SeqCst);
                         }
                         // Our lease expired and someone received it since.
-                        Err(e) if e.code == ErrorCode::StaleReceipt => {}
+                        Err(e) if e.code() == ErrorCode::StaleReceipt => {}
                         // ... and deleted it since, before our (forwarded)
                         // delete reached the owner: a later delivery's
                         // delete is logged already (it completed first).
-                        Err(e) if e.code == ErrorCode::Gone => assert!(
+                        Err(e) if e.code() == ErrorCode::Gone => assert!(
                             log.deleted.get(&body).is_some_and(|&d| d > delivery),
                             "{body}: Gone, but no later delivery deleted it"
                         ),
@@ -155,20 +157,12 @@ fn worker(
                         ..Default::default()
                     }
                 })
-                .collect();
+                .collect::<Vec<_>>();
             sent += BATCH;
             let t = next_ticket;
             next_ticket += 1;
             sends_in_flight += 1;
-            if let Some(r) = shard.submit(
-                t,
-                Op::Send {
-                    queue: "q".into(),
-                    entries,
-                },
-                now_ns,
-                wall_ms,
-            ) {
+            if let Some(r) = shard.submit(t, send_op("q", &entries), now_ns, wall_ms) {
                 handle(
                     (t, r),
                     &mut receiving,
@@ -185,12 +179,12 @@ fn worker(
             receiving = true;
             let t = next_ticket;
             next_ticket += 1;
-            let op = Op::Receive {
-                queue: "q".into(),
-                max: 16,
+            let op = Op::Receive(ReceiveRequest {
+                queue: qn("q"),
+                max_messages: 16,
                 visibility_timeout_ms: Some(5),
                 wait_ms: Some(0),
-            };
+            });
             let mut next = shard.submit(t, op, now_ns, wall_ms).map(|r| (t, r));
             while let Some(r) = next {
                 next = handle(
@@ -269,10 +263,10 @@ fn two_shards_on_two_threads_lose_nothing() {
         .collect();
     let r = shards[0].submit(
         0,
-        Op::CreateQueue {
-            name: "q".into(),
+        Op::CreateQueue(QueueAttributesRequest {
+            queue: qn("q"),
             attributes: AttributeUpdate::default(),
-        },
+        }),
         1_000_000_000,
         1_700_000_000_000,
     );

@@ -2,11 +2,25 @@
 //! the invariants check.
 
 use bytes::Bytes;
-use sluice_broker::engine::{
-    Cluster, MessageAttributes, Op, OpResult, PeekedMessage, QueueInfo, ReceivedMessage,
-    RegistryConfig, SendEntry, SendOk, VisibilityChange,
+use sluice_broker::engine::{Cluster, EntryError, Op, OpResult, RegistryConfig};
+use sluice_protocol::{
+    AttributeUpdate, ErrorCode, MessageAttributes, MessageId, PeekedMessage, QueueInfo, QueueName,
+    QueueStats, Receipt, ReceivedMessage, SendEntry, SendOutcome, SendRequest, VisibilityChange,
 };
-use sluice_protocol::{AttributeUpdate, ErrorCode, MessageId, QueueStats, Receipt, WireError};
+
+pub use sluice_protocol::{
+    ChangeVisibilityRequest, DeleteRequest, QueueAttributesRequest, ReceiveRequest,
+};
+
+/// A queue name written in a test.
+pub fn qn(name: &str) -> QueueName {
+    QueueName::new(name).expect("a valid queue name")
+}
+
+/// A SEND of `entries` to `queue`.
+pub fn send_op(queue: &str, entries: &[SendEntry]) -> Op {
+    Op::Send(SendRequest::new(qn(queue), entries).expect("a batch that encodes"))
+}
 
 pub fn cluster(shards: u16) -> Cluster {
     Cluster::new(RegistryConfig {
@@ -32,10 +46,10 @@ pub fn create(c: &mut Cluster, name: &str, attributes: AttributeUpdate) -> u32 {
     match call(
         c,
         0,
-        Op::CreateQueue {
-            name: name.into(),
+        Op::CreateQueue(QueueAttributesRequest {
+            queue: qn(name),
             attributes,
-        },
+        }),
     ) {
         OpResult::QueueCreated { incarnation, .. } => incarnation,
         other => panic!("create {name}: {other:?}"),
@@ -43,10 +57,7 @@ pub fn create(c: &mut Cluster, name: &str, attributes: AttributeUpdate) -> u32 {
 }
 
 pub fn entry(body: &str) -> SendEntry {
-    SendEntry {
-        body: Bytes::copy_from_slice(body.as_bytes()),
-        ..Default::default()
-    }
+    SendEntry::new(Bytes::copy_from_slice(body.as_bytes()))
 }
 
 pub fn send_entries(
@@ -54,15 +65,8 @@ pub fn send_entries(
     shard: usize,
     queue: &str,
     entries: Vec<SendEntry>,
-) -> Vec<Result<SendOk, WireError>> {
-    match call(
-        c,
-        shard,
-        Op::Send {
-            queue: queue.into(),
-            entries,
-        },
-    ) {
+) -> Vec<Result<SendOutcome, EntryError>> {
+    match call(c, shard, send_op(queue, &entries)) {
         OpResult::Sent(r) => r,
         other => panic!("send: {other:?}"),
     }
@@ -83,12 +87,12 @@ pub fn receive_vis(
     match call(
         c,
         shard,
-        Op::Receive {
-            queue: queue.into(),
-            max,
+        Op::Receive(ReceiveRequest {
+            queue: qn(queue),
+            max_messages: u16::try_from(max).expect("max fits the wire's u16"),
             visibility_timeout_ms: vis,
             wait_ms: Some(0),
-        },
+        }),
     ) {
         OpResult::Received(m) => m,
         other => panic!("receive: {other:?}"),
@@ -104,14 +108,14 @@ pub fn delete(
     shard: usize,
     queue: &str,
     receipts: Vec<Receipt>,
-) -> Vec<Result<(), WireError>> {
+) -> Vec<Result<(), EntryError>> {
     match call(
         c,
         shard,
-        Op::Delete {
-            queue: queue.into(),
+        Op::Delete(DeleteRequest {
+            queue: qn(queue),
             receipts,
-        },
+        }),
     ) {
         OpResult::Deleted(r) => r,
         other => panic!("delete: {other:?}"),
@@ -119,9 +123,7 @@ pub fn delete(
 }
 
 pub fn delete_one(c: &mut Cluster, shard: usize, queue: &str, r: Receipt) -> Result<(), ErrorCode> {
-    delete(c, shard, queue, vec![r])[0]
-        .clone()
-        .map_err(|e| e.code)
+    delete(c, shard, queue, vec![r])[0].map_err(EntryError::code)
 }
 
 pub fn change_vis(
@@ -134,21 +136,21 @@ pub fn change_vis(
     match call(
         c,
         shard,
-        Op::ChangeVisibility {
-            queue: queue.into(),
+        Op::ChangeVisibility(ChangeVisibilityRequest {
+            queue: qn(queue),
             entries: vec![VisibilityChange {
                 receipt,
-                timeout_ms,
+                visibility_timeout_ms: timeout_ms,
             }],
-        },
+        }),
     ) {
-        OpResult::VisibilityChanged(r) => r[0].clone().map_err(|e| e.code),
+        OpResult::VisibilityChanged(r) => r[0].map_err(EntryError::code),
         other => panic!("change visibility: {other:?}"),
     }
 }
 
 pub fn info(c: &mut Cluster, shard: usize, queue: &str) -> QueueInfo {
-    match call(c, shard, Op::GetQueue { name: queue.into() }) {
+    match call(c, shard, Op::GetQueue { queue: qn(queue) }) {
         OpResult::Queue(i) => i,
         other => panic!("get {queue}: {other:?}"),
     }
@@ -165,8 +167,8 @@ pub fn peek(c: &mut Cluster, shard: usize, queue: &str, max: u32) -> Vec<PeekedM
         c,
         shard,
         Op::Peek {
-            queue: queue.into(),
-            max,
+            queue: qn(queue),
+            max_messages: u16::try_from(max).expect("max fits the wire's u16"),
         },
     ) {
         OpResult::Peeked(m) => m,
@@ -179,8 +181,8 @@ pub fn redrive(c: &mut Cluster, shard: usize, queue: &str, max: u32) -> (u64, u6
         c,
         shard,
         Op::Redrive {
-            queue: queue.into(),
-            max,
+            queue: qn(queue),
+            max_messages: max,
         },
     ) {
         OpResult::Redriven { moved, stayed } => (moved, stayed),
@@ -190,7 +192,7 @@ pub fn redrive(c: &mut Cluster, shard: usize, queue: &str, max: u32) -> (u64, u6
 
 pub fn error_code(r: OpResult) -> ErrorCode {
     match r {
-        OpResult::Error(e) => e.code,
+        OpResult::Error(e) => e.code(),
         other => panic!("expected an error, got {other:?}"),
     }
 }

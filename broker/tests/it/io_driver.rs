@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_broker::io::{
-    Backend, BackendChoice, ConnId, DriverConfig, Event, OpenError, Ops, Waker, open,
+    Backend, BackendChoice, ConnId, Connections, DriverConfig, Event, OpenError, Waker, open,
 };
 
 /// How long a test waits for anything before it fails.
@@ -36,8 +36,8 @@ enum Ev {
     AcceptFailed,
 }
 
-type Handler = Box<dyn FnMut(&mut Ops, &Event<'_>) + Send>;
-type Job = Box<dyn FnOnce(&mut Ops) + Send>;
+type Handler = Box<dyn FnMut(&mut Connections, &Event<'_>) + Send>;
+type Job = Box<dyn FnOnce(&mut Connections) + Send>;
 
 /// A driver running on its own thread.
 struct Server {
@@ -151,7 +151,7 @@ fn start(choice: BackendChoice, config: DriverConfig, mut handler: Handler) -> O
 impl Server {
     /// Runs `f` on the driver thread with its connection table and returns
     /// what it returns.
-    fn ask<T: Send + 'static>(&self, f: impl FnOnce(&mut Ops) -> T + Send + 'static) -> T {
+    fn ask<T: Send + 'static>(&self, f: impl FnOnce(&mut Connections) -> T + Send + 'static) -> T {
         let (tx, rx) = mpsc::channel();
         self.jobs
             .send(Box::new(move |ops| {
@@ -370,7 +370,7 @@ fn many_connections(choice: BackendChoice) {
         let want: Vec<u8> = (0..4096).map(|j| pattern(k * 7 + j)).collect();
         assert_eq!(got, want, "connection {k}");
     }
-    assert_eq!(server.ask(|ops| ops.connections()), CONNS);
+    assert_eq!(server.ask(|ops| ops.admitted()), CONNS);
     drop(clients);
     let mut closed = 0;
     while closed < CONNS {
@@ -379,7 +379,7 @@ fn many_connections(choice: BackendChoice) {
         });
         closed += 1;
     }
-    assert_eq!(server.ask(|ops| ops.connections()), 0);
+    assert_eq!(server.ask(|ops| ops.admitted()), 0);
 }
 
 fn peer_close_gives_closed(choice: BackendChoice) {
@@ -639,7 +639,7 @@ fn max_connections_refused(choice: BackendChoice) {
     let end = third.read_to_end(&mut got);
     assert_eq!(got, b"FULL\n", "{end:?}");
     assert_eq!(server.closed(refused), None);
-    assert_eq!(server.ask(|ops| ops.connections()), 2);
+    assert_eq!(server.ask(|ops| ops.admitted()), 2);
 
     // A slot frees when a connection closes.
     drop(first);
@@ -667,10 +667,7 @@ fn reuse_port_spreads_connections(choice: BackendChoice) {
         client.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"hi");
     }
-    let (on_a, on_b) = (
-        a.ask(|ops| ops.connections()),
-        b.ask(|ops| ops.connections()),
-    );
+    let (on_a, on_b) = (a.ask(|ops| ops.admitted()), b.ask(|ops| ops.admitted()));
     assert_eq!(on_a + on_b, CONNS);
     // A hash of 64 different source ports lands on one socket with
     // probability 2^-63.
@@ -778,7 +775,7 @@ fn stop_accepting_keeps_connections(choice: BackendChoice) {
     let mut got = [0u8; 10];
     client.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"still here");
-    assert_eq!(server.ask(|ops| ops.connections()), 1);
+    assert_eq!(server.ask(|ops| ops.admitted()), 1);
 }
 
 fn poll_returns_after_timeout(choice: BackendChoice) {

@@ -14,6 +14,8 @@ mod engine_queues;
 mod engine_receipts;
 mod engine_send;
 mod engine_shards;
+// Real threads and std's Arc: nothing for loom to explore.
+#[cfg(not(sluice_loom))]
 mod engine_stress;
 
 // The io layer and the server are left out of the loom build.
@@ -32,6 +34,8 @@ mod server_auth;
 mod server_bad_input;
 #[cfg(not(sluice_loom))]
 mod server_leases;
+#[cfg(not(sluice_loom))]
+mod server_messages;
 #[cfg(not(sluice_loom))]
 mod server_metrics;
 #[cfg(not(sluice_loom))]

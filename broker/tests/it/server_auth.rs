@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use sluice_broker::io::OpenError;
 use sluice_broker::server::config::{Config, Host, IoChoice, RawArgs};
 use sluice_broker::server::{Server, StartError};
+use sluice_broker::testing;
 use sluice_protocol::ErrorCode;
 
 use crate::both_backends;
@@ -38,19 +38,14 @@ impl Drop for TokenFile {
 fn a_token_is_required_on_every_connection(io: IoChoice) {
     let token = TokenFile::new(&format!("{io}"), "s3cret-token");
     let path = token.0.to_string_lossy().into_owned();
-    let cfg = config(io, &["--auth-token-file", &path]);
-    let server = match Server::start(cfg) {
-        Ok(h) => h,
-        Err(StartError::Io {
-            source: OpenError::UringUnavailable(why),
-            ..
-        }) if io == IoChoice::Uring && std::env::var("CI").as_deref() != Ok("true") => {
-            eprintln!("SKIPPED (io_uring unavailable here: {why})");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(server) = testing::TestServer::builder()
+        .io(io)
+        .args(&["--auth-token-file", &path])
+        .start_or_skip()
+    else {
+        return;
     };
-    let addr = server.local_addr();
+    let addr = server.addr();
     for bad in [&b""[..], b"wrong", b"s3cret-toke", b"s3cret-token\n"] {
         let mut c = Client::connect(addr);
         let e = c.hello(bad).expect_err("refused");
@@ -68,8 +63,7 @@ fn a_token_is_required_on_every_connection(io: IoChoice) {
     };
     assert_eq!(stats.io_backend, expected);
     assert!(stats.counter("connections_closed_bad_input").unwrap_or(0) >= 4);
-    server.shutdown();
-    server.join().unwrap();
+    drop(server);
 }
 
 fn non_loopback_without_a_token_is_refused(io: IoChoice) {

@@ -1,19 +1,22 @@
 //! The metrics endpoint, on both backends: `/healthz` answers and
-//! `/metrics` has the queue depths, the DESIGN §2 counters, requests by
-//! operation and the lease histograms. Also the engine's lease hook on
-//! its own, on the deterministic cluster.
+//! `/metrics` has the queue depths, the per-queue counters (sent, moved in,
+//! received, deleted, redelivered, released, dead-lettered, redriven,
+//! dropped, purged), requests by operation and the lease histograms. Also
+//! the engine's lease hook on its own, on the deterministic cluster.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use sluice_broker::engine::{
-    Cluster, LeaseObserver, LeaseOutcome, Op, OpResult, RegistryConfig, VisibilityChange,
-};
+use sluice_broker::engine::{Cluster, LeaseObserver, LeaseOutcome, Op, OpResult, RegistryConfig};
 use sluice_broker::server::config::IoChoice;
-use sluice_protocol::AttributeUpdate;
+use sluice_protocol::{
+    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, QueueAttributesRequest,
+    ReceiveRequest, SendEntry, VisibilityChange,
+};
 
 use crate::both_backends;
+use crate::engine_util::{qn, send_op};
 use crate::server_util::{attrs, eventually, start};
 
 both_backends!(metrics_show_queues_counters_and_lease_histograms);
@@ -141,32 +144,26 @@ fn the_engine_reports_how_leases_end() {
     c.shard_mut(0).set_lease_observer(Box::new(seen));
     let r = c.call(
         0,
-        Op::CreateQueue {
-            name: "q".into(),
+        Op::CreateQueue(QueueAttributesRequest {
+            queue: qn("q"),
             attributes: AttributeUpdate::default(),
-        },
+        }),
     );
     assert!(matches!(r, OpResult::QueueCreated { .. }));
     let send = |c: &mut Cluster| {
         c.call(
             0,
-            Op::Send {
-                queue: "q".into(),
-                entries: vec![sluice_broker::engine::SendEntry {
-                    body: bytes::Bytes::from_static(b"x"),
-                    ..Default::default()
-                }],
-            },
+            send_op("q", &[SendEntry::new(bytes::Bytes::from_static(b"x"))]),
         )
     };
     let receive = |c: &mut Cluster, vis: u32| match c.call(
         0,
-        Op::Receive {
-            queue: "q".into(),
-            max: 1,
+        Op::Receive(ReceiveRequest {
+            queue: qn("q"),
+            max_messages: 1,
             visibility_timeout_ms: Some(vis),
             wait_ms: Some(0),
-        },
+        }),
     ) {
         OpResult::Received(m) => m.into_iter().next().expect("a message"),
         other => panic!("{other:?}"),
@@ -176,10 +173,10 @@ fn the_engine_reports_how_leases_end() {
     c.advance_ms(250);
     let r = c.call(
         0,
-        Op::Delete {
-            queue: "q".into(),
+        Op::Delete(DeleteRequest {
+            queue: qn("q"),
             receipts: vec![m.receipt],
-        },
+        }),
     );
     assert!(matches!(r, OpResult::Deleted(ref v) if v[0].is_ok()));
     send(&mut c);
@@ -187,13 +184,13 @@ fn the_engine_reports_how_leases_end() {
     c.advance_ms(100);
     let r = c.call(
         0,
-        Op::ChangeVisibility {
-            queue: "q".into(),
+        Op::ChangeVisibility(ChangeVisibilityRequest {
+            queue: qn("q"),
             entries: vec![VisibilityChange {
                 receipt: m.receipt,
-                timeout_ms: 0,
+                visibility_timeout_ms: 0,
             }],
-        },
+        }),
     );
     assert!(matches!(r, OpResult::VisibilityChanged(ref v) if v[0].is_ok()));
     let _ = receive(&mut c, 500);

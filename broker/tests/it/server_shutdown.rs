@@ -30,7 +30,7 @@ fn a_waiting_receive_gets_an_empty_batch_and_everything_is_answered(io: IoChoice
         .map(|i| busy.send(&Request::Ping { nonce: i }))
         .collect();
 
-    let handle = server.handle.take().expect("running");
+    let handle = server.server.take_handle();
     handle.shutdown();
     match waiter.wait(wait_id) {
         Reply::Receive { messages } => assert!(messages.is_empty()),
@@ -80,7 +80,7 @@ fn shutdown_on_two_shards_ends_every_thread(io: IoChoice) {
     for c in &mut clients {
         c.ping();
     }
-    let handle = server.handle.take().expect("running");
+    let handle = server.server.take_handle();
     handle.shutdown();
     for (c, id) in clients.iter_mut().zip(waits) {
         match c.wait(id) {

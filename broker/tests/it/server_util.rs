@@ -14,9 +14,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use sluice_broker::io::OpenError;
-use sluice_broker::server::config::{Config, Host, IoChoice, RawArgs};
-use sluice_broker::server::{Server, ServerHandle, StartError};
+use sluice_broker::server::ServerHandle;
+use sluice_broker::server::config::{Config, IoChoice};
+use sluice_broker::testing;
 use sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT;
 use sluice_protocol::{
     AttributeUpdate, ErrorCode, Frame, FrameDecoder, HelloReply, HelloRequest, QueueName,
@@ -48,35 +48,16 @@ macro_rules! both_backends {
     };
 }
 
-/// A configuration for a test server: loopback port 0, metrics off, one
-/// shard, the given backend, then `args` (which may override those).
+/// A configuration for a test server (`sluice_broker::testing`'s defaults:
+/// loopback port 0, metrics off, one shard), the given backend, then `args`
+/// (which may override those).
 pub fn config(io: IoChoice, args: &[&str]) -> Config {
-    let io = io.to_string();
-    let defaults = [
-        ("--listen", "127.0.0.1:0"),
-        ("--metrics-addr", "off"),
-        ("--shards", "1"),
-        ("--memory-max", "256MiB"),
-        ("--io", io.as_str()),
-    ];
-    let mut argv = vec!["sluice-server"];
-    for (flag, value) in defaults {
-        if !args.contains(&flag) {
-            argv.extend([flag, value]);
-        }
-    }
-    argv.extend_from_slice(args);
-    let raw = RawArgs::try_parse_from_env(argv, |_| None).expect("test flags parse");
-    let host = Host {
-        cores: 2,
-        memory: None,
-    };
-    Config::from_args_on(raw, &host).expect("test configuration is valid")
+    testing::TestServer::builder().io(io).args(args).config()
 }
 
-/// A running test server; shut down and joined on drop.
+/// An in-process server (`sluice_broker::testing`), with raw-frame clients.
 pub struct TestServer {
-    pub handle: Option<ServerHandle>,
+    pub server: testing::TestServer,
     pub addr: SocketAddr,
     pub io: IoChoice,
 }
@@ -84,7 +65,7 @@ pub struct TestServer {
 impl TestServer {
     /// The running server.
     pub fn handle(&self) -> &ServerHandle {
-        self.handle.as_ref().expect("server running")
+        self.server.handle()
     }
 
     /// A connected client that completed HELLO.
@@ -102,20 +83,7 @@ impl TestServer {
 
     /// Shuts the server down and waits for it.
     pub fn stop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            h.shutdown();
-            h.join().expect("server stopped cleanly");
-        }
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            h.shutdown();
-            // A failing test is already unwinding: do not panic again.
-            let _ = h.join();
-        }
+        self.server.stop();
     }
 }
 
@@ -124,30 +92,14 @@ impl Drop for TestServer {
 /// when io_uring was asked for and is unavailable, unless `CI=true`, where
 /// that fails the test.
 pub fn start(io: IoChoice, args: &[&str]) -> Option<TestServer> {
-    start_with(config(io, args))
-}
-
-/// As [`start`], with a configuration built by the caller.
-pub fn start_with(config: Config) -> Option<TestServer> {
-    let io = config.io;
-    let handle = match Server::start(config) {
-        Ok(h) => h,
-        Err(StartError::Io {
-            source: OpenError::UringUnavailable(why),
-            ..
-        }) if io == IoChoice::Uring => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("io_uring unavailable on CI: {why}");
-            }
-            eprintln!("SKIPPED (io_uring unavailable here: {why})");
-            return None;
-        }
-        Err(e) => panic!("server did not start: {e}"),
-    };
+    let server = testing::TestServer::builder()
+        .io(io)
+        .args(args)
+        .start_or_skip()?;
     let server = TestServer {
-        addr: handle.local_addr(),
-        handle: Some(handle),
+        addr: server.addr(),
         io,
+        server,
     };
     let stats = server.client().server_stats();
     let expected = match io {

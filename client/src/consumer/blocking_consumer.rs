@@ -24,8 +24,7 @@ use super::{
 };
 use crate::{Client, ReceiveOptions};
 
-/// The longest a keeper sleeps before looking at the stop flag again.
-const KEEPER_TICK: Duration = Duration::from_millis(50);
+use crate::limits::KEEPER_TICK;
 
 /// Runs a handler on every message of a queue with a blocking [`Client`],
 /// on `concurrency` threads.

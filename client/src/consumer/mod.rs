@@ -35,15 +35,9 @@ pub use schedule::{LeasePlan, LeaseStep};
 
 use crate::ReceivedMessage;
 
-/// Default number of handlers running at once.
-pub const CONCURRENCY_DEFAULT: usize = 4;
-/// Default lease the consumer asks for on each receive.
-pub const VISIBILITY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
-/// Default longest time a handler's lease is extended.
-pub const MAX_PROCESSING_DEFAULT: Duration = Duration::from_secs(15 * 60);
-/// Default long-poll wait of the consumer's receives (also the longest a
-/// stop waits for a receive in flight).
-pub const POLL_WAIT_DEFAULT: Duration = Duration::from_secs(1);
+pub use crate::limits::{
+    CONCURRENCY_DEFAULT, MAX_PROCESSING_DEFAULT, POLL_WAIT_DEFAULT, VISIBILITY_TIMEOUT_DEFAULT,
+};
 
 /// What to do with a message whose handler failed (returned an error or
 /// panicked).
@@ -127,7 +121,7 @@ impl ConsumerConfig {
     /// The long-poll wait of each receive (default 1 s, at most 20 s).
     #[must_use]
     pub fn poll_wait(mut self, wait: Duration) -> ConsumerConfig {
-        self.poll_wait = wait.min(Duration::from_secs(20));
+        self.poll_wait = wait.min(crate::limits::RECEIVE_WAIT_MAX);
         self
     }
 

@@ -1,5 +1,5 @@
 //! An in-process server on 127.0.0.1 (port 0 unless a test needs a fixed
-//! one), and small helpers. Deadlines are generous: they bound loops so a
+//! one, through `sluice_broker::testing`), and small helpers. Deadlines are generous: they bound loops so a
 //! broken build fails instead of hanging, and are never asserted on.
 
 #![allow(dead_code, reason = "each test module uses a different part")]
@@ -7,40 +7,16 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use sluice_broker::server::config::{Config, Host, RawArgs};
-use sluice_broker::server::{Server, ServerHandle};
+use sluice_broker::testing;
 use sluice_client::{AsyncClient, Client, ClientConfig};
 
 /// Bound on any waiting loop in these tests.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
-/// A running server; shut down and joined on drop.
+/// An in-process server (`sluice_broker::testing`) and clients for it.
 pub struct TestServer {
-    handle: Option<ServerHandle>,
+    server: testing::TestServer,
     pub addr: SocketAddr,
-}
-
-fn config(listen: &str, extra: &[&str]) -> Config {
-    let mut argv = vec![
-        "sluice-server",
-        "--listen",
-        listen,
-        "--metrics-addr",
-        "off",
-        "--shards",
-        "1",
-        "--memory-max",
-        "128MiB",
-        "--io",
-        "auto",
-    ];
-    argv.extend_from_slice(extra);
-    let raw = RawArgs::try_parse_from_env(argv, |_| None).expect("test flags parse");
-    let host = Host {
-        cores: 2,
-        memory: None,
-    };
-    Config::from_args_on(raw, &host).expect("test configuration is valid")
 }
 
 impl TestServer {
@@ -51,23 +27,14 @@ impl TestServer {
 
     /// A server on `listen` with extra server flags.
     pub fn start_on(listen: &str, extra: &[&str]) -> TestServer {
-        // Re-binding a port just freed can fail for a moment: retry.
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            match Server::start(config(listen, extra)) {
-                Ok(handle) => {
-                    let addr = handle.local_addr();
-                    return TestServer {
-                        handle: Some(handle),
-                        addr,
-                    };
-                }
-                Err(e) if Instant::now() < deadline => {
-                    eprintln!("server did not start yet ({e}); retrying");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(e) => panic!("server did not start: {e}"),
-            }
+        let server = testing::TestServer::builder()
+            .arg("--listen", listen)
+            .arg("--memory-max", "128MiB")
+            .args(extra)
+            .start();
+        TestServer {
+            addr: server.addr(),
+            server,
         }
     }
 
@@ -92,19 +59,7 @@ impl TestServer {
 
     /// Shuts the server down and waits for it.
     pub fn stop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            h.shutdown();
-            h.join().expect("server stopped cleanly");
-        }
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            h.shutdown();
-            let _ = h.join();
-        }
+        self.server.stop();
     }
 }
 

@@ -216,8 +216,8 @@ fn a_full_batch_decodes_and_one_more_entry_is_batch_too_large() {
     assert_eq!(err.to_wire_error().code, ErrorCode::BatchTooLarge);
 }
 
-/// DESIGN §6 allows one allocation per message (its body, in the broker) and
-/// none per request beyond that: decoding a SEND or a RECEIVE reply cut from
+/// The broker's goal is one allocation per message (its body) and none per
+/// request beyond that: decoding a SEND or a RECEIVE reply cut from
 /// a receive buffer, and walking its entries, allocates nothing at all.
 #[test]
 fn hot_batches_decode_and_iterate_without_allocating() {

@@ -1,12 +1,13 @@
 //! Fan-out operations over every shard: stats, purge, delete-queue (all at
 //! once) and peek, redrive (one shard after another until satisfied).
 
-use sluice_protocol::QueueStats;
+use sluice_protocol::message::first_received_delta_ms;
+use sluice_protocol::{PeekedMessage, QueueInfo, QueueStats};
 
 use super::{NS_PER_MS, Pending, PendingKind, Removal, Shard};
-use crate::engine::message::MessageState;
-use crate::engine::msg::{GatherReply, GatherRequest, ShardMsg};
-use crate::engine::ops::{OpResult, PeekedMessage, QueueInfo};
+use crate::engine::mesh::shard_msg::{GatherReply, GatherRequest, ShardMsg};
+use crate::engine::ops::OpResult;
+use crate::engine::stored_message::MessageState;
 
 /// What a fan-out has gathered so far.
 #[derive(Debug)]
@@ -240,12 +241,13 @@ impl Shard {
             }
             out.push(PeekedMessage {
                 id: self.message_id(m.seq),
-                body: m.body(),
-                attributes: m.attributes(),
                 receive_count: m.receive_count,
                 delivery: m.delivery,
                 sent_at_ms: m.sent_at_ms,
-                first_received_at_ms: (m.delivery > 0).then_some(m.first_received_ms),
+                first_received_delta_ms: (m.delivery > 0)
+                    .then(|| first_received_delta_ms(m.sent_at_ms, m.first_received_ms)),
+                attributes: m.attributes(),
+                body: m.body(),
             });
         }
         out

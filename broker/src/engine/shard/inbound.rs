@@ -1,10 +1,9 @@
 //! Messages from other shards, one handler per [`ShardMsg`] kind.
 
-use sluice_protocol::ErrorCode;
-
 use super::receive::ReplyBudget;
-use super::{PendingKind, Shard, err};
-use crate::engine::msg::{ReceiptAction, ShardMsg};
+use super::{PendingKind, Shard};
+use crate::engine::error::EntryError;
+use crate::engine::mesh::shard_msg::{ReceiptAction, ShardMsg};
 use crate::engine::ops::OpResult;
 
 impl Shard {
@@ -61,11 +60,11 @@ impl Shard {
                 let results = match self.by_incarnation.get(&incarnation).copied() {
                     Some(p) => entries
                         .iter()
-                        .map(|(i, e)| (*i, self.send_entry(p, e)))
+                        .map(|(i, e)| (*i, self.send_entry(p, e.as_view())))
                         .collect(),
                     None => entries
                         .iter()
-                        .map(|(i, _)| (*i, Err(err(ErrorCode::QueueNotFound, "queue was deleted"))))
+                        .map(|(i, _)| (*i, Err(EntryError::QueueDeleted)))
                         .collect(),
                 };
                 self.send_to(from, ShardMsg::SendReply { req, results });

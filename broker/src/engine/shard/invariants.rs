@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use super::{PendingKind, Shard};
 use crate::engine::bodies::OWN_BUFFER;
-use crate::engine::memory::MESSAGE_STATE_BYTES;
-use crate::engine::message::MessageState;
+use crate::engine::limits::MESSAGE_STATE_BYTES;
+use crate::engine::stored_message::MessageState;
 
 impl Shard {
     /// Checks the shard's internal consistency: per partition, the

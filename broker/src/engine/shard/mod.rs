@@ -43,7 +43,7 @@
 //! |---|---|
 //! | `mod.rs` | the `Shard` struct, entry points, request bookkeeping, operation dispatch |
 //! | `queues.rs` | catching up with the registry: partitions created and dropped |
-//! | `messages.rs` | one message's state, timer and membership; timers firing |
+//! | `lifecycle.rs` | a message's life in its shard: state, timer, ready-FIFO and membership, removal, moves; timers firing |
 //! | `send.rs` | send, dedup-key forwarding, message ids |
 //! | `receive.rs` | leasing, receive, steals, long-poll waiters, hints and wake-ups |
 //! | `receipts.rs` | delete and change visibility by receipt, forwarded or local |
@@ -54,32 +54,33 @@
 mod gather;
 mod inbound;
 mod invariants;
-mod messages;
+mod lifecycle;
 mod queues;
 mod receipts;
 mod receive;
 mod send;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 use sluice_protocol::limits::BATCH_ENTRIES_MAX;
-use sluice_protocol::{ErrorCode, MessageId, QueueStats, WireError};
+use sluice_protocol::{MessageId, QueueInfo, QueueName, QueueStats, SendOutcome};
 
 use self::gather::{GatherAcc, PendingGather};
 use self::receive::PendingReceive;
 use super::bodies::Bodies;
 use super::dedup::DedupTable;
-use super::doorbell::ShardLinks;
+use super::error::{EngineError, EntryError};
 use super::memory::ShardMemory;
-use super::message::{Message, MessageState};
-use super::msg::{GatherRequest, ReceiptAction, ShardMsg};
-use super::ops::{LeaseObserver, Op, OpResult, QueueInfo, SendOk};
+use super::mesh::doorbell::ShardLinks;
+use super::mesh::shard_msg::{GatherRequest, ReceiptAction, ShardMsg};
+use super::ops::{LeaseObserver, Op, OpResult};
 use super::partition::Partition;
 use super::random::Rng;
-use super::registry::{Registry, not_found};
+use super::registry::Registry;
 use super::slab::{Slab, SlotKey};
+use super::stored_message::{MessageState, StoredMessage};
 use super::wheel::TimerWheel;
+use crate::sync::Arc;
 
 const NS_PER_MS: u64 = 1_000_000;
 
@@ -99,7 +100,7 @@ pub struct MessageView {
     /// Id.
     pub id: MessageId,
     /// Queue it is in.
-    pub queue: Arc<str>,
+    pub queue: QueueName,
     /// Where it stands.
     pub state: MessageState,
     /// End of the lease or delay (in flight or delayed).
@@ -126,12 +127,12 @@ enum PendingKind {
     Receive(PendingReceive),
     Gather(PendingGather),
     Send {
-        results: Vec<Option<Result<SendOk, WireError>>>,
+        results: Vec<Option<Result<SendOutcome, EntryError>>>,
         outstanding: u16,
     },
     Receipts {
         action: ReceiptAction,
-        results: Vec<Option<Result<(), WireError>>>,
+        results: Vec<Option<Result<(), EntryError>>>,
         outstanding: u16,
     },
 }
@@ -166,9 +167,9 @@ pub struct Shard {
     wall_ms: u64,
     partitions: Vec<Option<Partition>>,
     free_partitions: Vec<u32>,
-    names: HashMap<Arc<str>, u32>,
+    names: HashMap<QueueName, u32>,
     by_incarnation: HashMap<u32, u32>,
-    messages: Slab<Message>,
+    messages: Slab<StoredMessage>,
     bodies: Bodies,
     wheel: TimerWheel<TimerEvent>,
     dedup: DedupTable,
@@ -198,21 +199,6 @@ impl core::fmt::Debug for Observer {
     }
 }
 
-fn err(code: ErrorCode, message: impl Into<String>) -> WireError {
-    WireError::new(code, message)
-}
-
-fn receipt_error(code: ErrorCode) -> WireError {
-    let message = match code {
-        ErrorCode::InvalidReceipt => {
-            "receipt is malformed, forged, or from another queue, incarnation or run"
-        }
-        ErrorCode::StaleReceipt => "receipt names an older delivery; the message is untouched",
-        ErrorCode::Gone => "the message no longer exists",
-        _ => "receipt refused",
-    };
-    err(code, message)
-}
 /// Bytes of the per-message structures a shard keeps beside each message's
 /// data (body + attributes, packed in shared chunks), for the memory bench:
 /// name, bytes each. A held (visible) message has no wheel timer: its
@@ -222,8 +208,11 @@ fn receipt_error(code: ErrorCode) -> WireError {
 pub fn footprint() -> Vec<(&'static str, usize)> {
     use core::mem::size_of;
     vec![
-        ("Message", size_of::<Message>()),
-        ("slab slot (Message + gen)", Slab::<Message>::slot_bytes()),
+        ("StoredMessage", size_of::<StoredMessage>()),
+        (
+            "slab slot (StoredMessage + gen)",
+            Slab::<StoredMessage>::slot_bytes(),
+        ),
         ("ready FIFO entry", size_of::<SlotKey>()),
         ("age FIFO entry", size_of::<SlotKey>()),
     ]
@@ -325,7 +314,7 @@ impl Shard {
         self.links.drain(|from, msg| inbox.push((from, msg)));
         let handled = inbox.len();
         for (from, msg) in inbox.drain(..) {
-            // The mesh never has more than 1024 shards (Registry::new).
+            // The mesh never has more than SHARDS_MAX (1024) shards.
             self.handle_msg(from as u16, msg);
         }
         self.inbox = inbox;
@@ -506,10 +495,18 @@ impl Shard {
         (0..self.shards).filter(move |&s| s != self.id)
     }
 
+    /// The local index of `queue`'s partition, or the error to answer.
+    fn partition_of(&self, queue: &QueueName) -> Result<u32, EngineError> {
+        self.names
+            .get(queue.as_str())
+            .copied()
+            .ok_or_else(|| EngineError::QueueNotFound(queue.clone()))
+    }
+
     fn handle(&mut self, ticket: u64, op: Op) {
         match op {
-            Op::CreateQueue { name, attributes } => {
-                let r = match self.registry.create(&name, &attributes) {
+            Op::CreateQueue(r) => {
+                let result = match self.registry.create(&r.queue, &r.attributes) {
                     Ok((incarnation, created)) => OpResult::QueueCreated {
                         incarnation,
                         created,
@@ -517,17 +514,17 @@ impl Shard {
                     Err(e) => OpResult::Error(e),
                 };
                 self.refresh();
-                self.finish_ticket(ticket, r);
+                self.finish_ticket(ticket, result);
             }
-            Op::SetQueueAttributes { name, update } => {
-                let r = match self.registry.set(&name, &update) {
+            Op::SetQueue(r) => {
+                let result = match self.registry.set(&r.queue, &r.attributes) {
                     Ok(()) => OpResult::QueueUpdated,
                     Err(e) => OpResult::Error(e),
                 };
                 self.refresh();
-                self.finish_ticket(ticket, r);
+                self.finish_ticket(ticket, result);
             }
-            Op::DeleteQueue { name } => match self.registry.delete(&name) {
+            Op::DeleteQueue { queue } => match self.registry.delete(&queue) {
                 Err(e) => self.finish_ticket(ticket, OpResult::Error(e)),
                 Ok(_) => {
                     self.refresh();
@@ -538,13 +535,12 @@ impl Shard {
                 let names = self.registry.list(&prefix);
                 self.finish_ticket(ticket, OpResult::Queues(names));
             }
-            Op::GetQueue { name } => match self.names.get(name.as_str()).copied() {
-                None => self.finish_ticket(ticket, OpResult::Error(not_found(&name))),
-                Some(p) => {
+            Op::GetQueue { queue } => match self.partition_of(&queue) {
+                Err(e) => self.finish_ticket(ticket, e.into()),
+                Ok(p) => {
                     let part = self.part(p);
                     let info = QueueInfo {
-                        name: part.name.to_string(),
-                        incarnation: part.incarnation,
+                        queue: part.name.clone(),
                         attributes: part.attrs.clone(),
                         stats: QueueStats::default(),
                     };
@@ -557,24 +553,24 @@ impl Shard {
                     );
                 }
             },
-            Op::PurgeQueue { name } => match self.names.get(name.as_str()).copied() {
-                None => self.finish_ticket(ticket, OpResult::Error(not_found(&name))),
-                Some(p) => {
+            Op::PurgeQueue { queue } => match self.partition_of(&queue) {
+                Err(e) => self.finish_ticket(ticket, e.into()),
+                Ok(p) => {
                     let inc = self.part(p).incarnation;
                     self.start_gather(ticket, inc, GatherAcc::Purged(0), GatherRequest::Purge);
                 }
             },
-            Op::Peek { queue, max } => match self.names.get(queue.as_str()).copied() {
-                None => self.finish_ticket(ticket, OpResult::Error(not_found(&queue))),
-                Some(_) if max == 0 || max as usize > BATCH_ENTRIES_MAX => self.finish_ticket(
-                    ticket,
-                    OpResult::error(
-                        ErrorCode::InvalidArgument,
-                        format!("max: {max} is outside 1 ..= {BATCH_ENTRIES_MAX}"),
-                    ),
-                ),
-                Some(p) => {
+            Op::Peek {
+                queue,
+                max_messages: max,
+            } => match self.partition_of(&queue) {
+                Err(e) => self.finish_ticket(ticket, e.into()),
+                Ok(_) if max == 0 || usize::from(max) > BATCH_ENTRIES_MAX => {
+                    self.finish_ticket(ticket, EngineError::MaxOutOfRange(u32::from(max)).into())
+                }
+                Ok(p) => {
                     let inc = self.part(p).incarnation;
+                    let max = u32::from(max);
                     let acc = GatherAcc::Peek {
                         messages: Vec::new(),
                         max,
@@ -582,13 +578,13 @@ impl Shard {
                     self.start_gather(ticket, inc, acc, GatherRequest::Peek { max });
                 }
             },
-            Op::Redrive { queue, max } => match self.names.get(queue.as_str()).copied() {
-                None => self.finish_ticket(ticket, OpResult::Error(not_found(&queue))),
-                Some(_) if max == 0 => self.finish_ticket(
-                    ticket,
-                    OpResult::error(ErrorCode::InvalidArgument, "max: must be at least 1"),
-                ),
-                Some(p) => {
+            Op::Redrive {
+                queue,
+                max_messages: max,
+            } => match self.partition_of(&queue) {
+                Err(e) => self.finish_ticket(ticket, e.into()),
+                Ok(_) if max == 0 => self.finish_ticket(ticket, EngineError::RedriveMaxZero.into()),
+                Ok(p) => {
                     let inc = self.part(p).incarnation;
                     let acc = GatherAcc::Redrive {
                         moved: 0,
@@ -598,35 +594,33 @@ impl Shard {
                     self.start_gather(ticket, inc, acc, GatherRequest::Redrive { max });
                 }
             },
-            Op::Send { queue, entries } => self.op_send(ticket, &queue, entries),
-            Op::Receive {
-                queue,
-                max,
-                visibility_timeout_ms,
-                wait_ms,
-            } => self.op_receive(ticket, &queue, max, visibility_timeout_ms, wait_ms),
-            Op::Delete { queue, receipts } => {
-                let entries = receipts.iter().map(|&r| (r, 0));
-                self.op_receipts(ticket, &queue, ReceiptAction::Delete, entries);
+            Op::Send(r) => self.op_send(ticket, &r.queue, &r.entries),
+            Op::Receive(r) => self.op_receive(
+                ticket,
+                &r.queue,
+                u32::from(r.max_messages),
+                r.visibility_timeout_ms,
+                r.wait_ms,
+            ),
+            Op::Delete(r) => {
+                let entries = r.receipts.iter().map(|&r| (r, 0));
+                self.op_receipts(ticket, &r.queue, ReceiptAction::Delete, entries);
             }
-            Op::ChangeVisibility { queue, entries } => {
-                let entries = entries.iter().map(|e| (e.receipt, e.timeout_ms));
-                self.op_receipts(ticket, &queue, ReceiptAction::ChangeVisibility, entries);
+            Op::ChangeVisibility(r) => {
+                let entries = r
+                    .entries
+                    .iter()
+                    .map(|e| (e.receipt, e.visibility_timeout_ms));
+                self.op_receipts(ticket, &r.queue, ReceiptAction::ChangeVisibility, entries);
             }
         }
     }
 
-    fn batch_error(len: usize) -> Option<OpResult> {
+    fn batch_error(len: usize) -> Option<EngineError> {
         if len == 0 {
-            Some(OpResult::error(
-                ErrorCode::InvalidArgument,
-                "entries: a batch needs at least one entry",
-            ))
+            Some(EngineError::EmptyBatch)
         } else if len > BATCH_ENTRIES_MAX {
-            Some(OpResult::error(
-                ErrorCode::BatchTooLarge,
-                format!("entries: {len} is more than {BATCH_ENTRIES_MAX}"),
-            ))
+            Some(EngineError::BatchTooLarge(len))
         } else {
             None
         }

@@ -2,32 +2,32 @@
 //! applied by the owner (forwarded when the receipt names another shard).
 
 use sluice_protocol::attributes::VISIBILITY_TIMEOUT_MS_MAX;
-use sluice_protocol::{ErrorCode, Receipt, WireError};
+use sluice_protocol::{QueueName, Receipt};
 
-use super::{NS_PER_MS, PendingKind, Removal, Shard, err, receipt_error};
-use crate::engine::message::MessageState;
-use crate::engine::msg::{ForwardEntry, ReceiptAction, ShardMsg};
-use crate::engine::ops::LeaseOutcome;
-use crate::engine::ops::OpResult;
-use crate::engine::registry::not_found;
+use super::{NS_PER_MS, PendingKind, Removal, Shard};
+use crate::engine::error::EntryError;
+use crate::engine::mesh::shard_msg::{ForwardEntry, ReceiptAction, ShardMsg};
+use crate::engine::ops::{LeaseOutcome, OpResult};
 use crate::engine::slab::SlotKey;
+use crate::engine::stored_message::MessageState;
 
 impl Shard {
     pub(super) fn op_receipts(
         &mut self,
         ticket: u64,
-        queue: &str,
+        queue: &QueueName,
         action: ReceiptAction,
         entries: impl ExactSizeIterator<Item = (Receipt, u32)> + Clone,
     ) {
-        let Some(p) = self.names.get(queue).copied() else {
-            return self.finish_ticket(ticket, OpResult::Error(not_found(queue)));
+        let p = match self.partition_of(queue) {
+            Ok(p) => p,
+            Err(e) => return self.finish_ticket(ticket, e.into()),
         };
         if let Some(e) = Self::batch_error(entries.len()) {
-            return self.finish_ticket(ticket, e);
+            return self.finish_ticket(ticket, e.into());
         }
         let inc = self.part(p).incarnation;
-        let wrap = |action, r: Vec<Result<(), WireError>>| match action {
+        let wrap = |action, r: Vec<Result<(), EntryError>>| match action {
             ReceiptAction::Delete => OpResult::Deleted(r),
             ReceiptAction::ChangeVisibility => OpResult::VisibilityChanged(r),
         };
@@ -40,7 +40,7 @@ impl Shard {
             }
             return self.finish_ticket(ticket, wrap(action, results));
         }
-        let mut results: Vec<Option<Result<(), WireError>>> = vec![None; entries.len()];
+        let mut results: Vec<Option<Result<(), EntryError>>> = vec![None; entries.len()];
         let mut forwards: Vec<(u16, Vec<ForwardEntry>)> = Vec::new();
         for (i, (receipt, timeout_ms)) in entries.enumerate() {
             if let Err(e) = self.check_receipt(inc, &receipt, action, timeout_ms) {
@@ -49,7 +49,7 @@ impl Shard {
             }
             if receipt.shard != self.id {
                 let e = ForwardEntry {
-                    // Batches hold at most 1024 entries.
+                    // Batches hold at most BATCH_ENTRIES_MAX (1024) entries.
                     index: i as u16,
                     receipt,
                     timeout_ms,
@@ -98,18 +98,15 @@ impl Shard {
         receipt: &Receipt,
         action: ReceiptAction,
         timeout_ms: u32,
-    ) -> Result<(), WireError> {
+    ) -> Result<(), EntryError> {
         if action == ReceiptAction::ChangeVisibility && timeout_ms > VISIBILITY_TIMEOUT_MS_MAX {
-            return Err(err(
-                ErrorCode::InvalidArgument,
-                format!("timeout_ms: {timeout_ms} is outside 0 ..= {VISIBILITY_TIMEOUT_MS_MAX}"),
-            ));
+            return Err(EntryError::VisibilityTimeoutOutOfRange);
         }
         if !self.registry.receipt_key().verify(receipt)
             || receipt.incarnation != inc
             || receipt.shard >= self.shards
         {
-            return Err(receipt_error(ErrorCode::InvalidReceipt));
+            return Err(EntryError::InvalidReceipt);
         }
         Ok(())
     }
@@ -122,7 +119,7 @@ impl Shard {
         receipt: &Receipt,
         action: ReceiptAction,
         timeout_ms: u32,
-    ) -> Result<(), WireError> {
+    ) -> Result<(), EntryError> {
         // The receipt of the message's current delivery, as signed (every
         // field and the check equal): the MAC would pass, skip it. Any
         // other receipt (older delivery, gone, forged) takes the full check.
@@ -155,25 +152,25 @@ impl Shard {
         receipt: &Receipt,
         action: ReceiptAction,
         timeout_ms: u32,
-    ) -> Result<(), WireError> {
+    ) -> Result<(), EntryError> {
         let Some(p) = p else {
-            return Err(receipt_error(ErrorCode::Gone));
+            return Err(EntryError::Gone);
         };
         let key = SlotKey {
             slot: receipt.slot,
             generation: receipt.generation,
         };
         let Some(m) = self.messages.get(key) else {
-            return Err(receipt_error(ErrorCode::Gone));
+            return Err(EntryError::Gone);
         };
         if m.partition != p {
-            return Err(receipt_error(ErrorCode::Gone));
+            return Err(EntryError::Gone);
         }
         if receipt.delivery < m.delivery {
-            return Err(receipt_error(ErrorCode::StaleReceipt));
+            return Err(EntryError::StaleReceipt);
         }
         if receipt.delivery > m.delivery {
-            return Err(receipt_error(ErrorCode::InvalidReceipt));
+            return Err(EntryError::InvalidReceipt);
         }
         let state = m.state;
         let held_ns = self.now_ns.saturating_sub(m.leased_ns);

@@ -3,17 +3,16 @@
 //! drive steals and wake-ups (see the registry's ground rules).
 
 use sluice_protocol::attributes::{RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX};
-use sluice_protocol::limits::{
-    BATCH_ENTRIES_MAX, FRAME_RESERVED_BYTES, RECEIVE_ENTRY_OVERHEAD_BYTES,
-};
-use sluice_protocol::{ErrorCode, MessageId, Receipt};
+use sluice_protocol::limits::{BATCH_ENTRIES_MAX, FRAME_RESERVED_BYTES};
+use sluice_protocol::message::first_received_delta_ms;
+use sluice_protocol::{QueueName, Receipt, ReceivedMessage, received_message_encoded_len};
 
 use super::{NS_PER_MS, PendingKind, Shard, TimerEvent};
-use crate::engine::message::MessageState;
-use crate::engine::msg::ShardMsg;
-use crate::engine::ops::{OpResult, ReceivedMessage};
-use crate::engine::registry::not_found;
+use crate::engine::error::EngineError;
+use crate::engine::mesh::shard_msg::ShardMsg;
+use crate::engine::ops::OpResult;
 use crate::engine::slab::SlotKey;
+use crate::engine::stored_message::MessageState;
 use crate::engine::wheel::TimerId;
 
 /// Reply-frame room left for a receive.
@@ -114,11 +113,9 @@ impl Shard {
                     continue;
                 }
             }
-            // On the wire an attribute's key length is a u16, one byte more
-            // than the stored u8: count it, or a reply of many messages with
-            // attributes could outgrow the frame.
-            let attributes = m.attributes();
-            let cost = RECEIVE_ENTRY_OVERHEAD_BYTES + m.data.len() + attributes.len();
+            // Body and attributes go on the wire as they are stored.
+            let cost = received_message_encoded_len(m.attributes_wire_bytes(), m.body_len as usize);
+            let id = self.message_id(m.seq);
             if !budget.take(cost) {
                 // Back to the front: it is the next one to go.
                 if let Some(m) = self.messages.get_mut(key) {
@@ -148,20 +145,15 @@ impl Shard {
             });
             m.check = receipt.check;
             let delivered = ReceivedMessage {
-                id: MessageId(0),
+                id,
                 receipt,
-                body: m.body(),
-                attributes,
                 receive_count: m.receive_count,
-                delivery: m.delivery,
                 sent_at_ms: m.sent_at_ms,
-                first_received_at_ms: m.first_received_ms,
+                first_received_delta_ms: first_received_delta_ms(m.sent_at_ms, m.first_received_ms),
+                attributes: m.attributes(),
+                body: m.body(),
             };
-            let seq = m.seq;
-            out.push(ReceivedMessage {
-                id: self.message_id(seq),
-                ..delivered
-            });
+            out.push(delivered);
             self.part_mut(p).stats.received += 1;
             self.set_state(
                 key,
@@ -174,27 +166,26 @@ impl Shard {
     pub(super) fn op_receive(
         &mut self,
         ticket: u64,
-        queue: &str,
+        queue: &QueueName,
         max: u32,
         visibility_timeout_ms: Option<u32>,
         wait_ms: Option<u32>,
     ) {
-        let Some(p) = self.names.get(queue).copied() else {
-            return self.finish_ticket(ticket, OpResult::Error(not_found(queue)));
+        let p = match self.partition_of(queue) {
+            Ok(p) => p,
+            Err(e) => return self.finish_ticket(ticket, e.into()),
         };
         let invalid = if max == 0 || max as usize > BATCH_ENTRIES_MAX {
-            Some(format!("max: {max} is outside 1 ..= {BATCH_ENTRIES_MAX}"))
+            Some(EngineError::MaxOutOfRange(max))
         } else if let Some(v) = visibility_timeout_ms.filter(|&v| v > VISIBILITY_TIMEOUT_MS_MAX) {
-            Some(format!(
-                "visibility_timeout_ms: {v} is outside 0 ..= {VISIBILITY_TIMEOUT_MS_MAX}"
-            ))
+            Some(EngineError::VisibilityTimeoutOutOfRange(v))
         } else {
             wait_ms
                 .filter(|&w| w > RECEIVE_WAIT_MS_MAX)
-                .map(|w| format!("wait_ms: {w} is outside 0 ..= {RECEIVE_WAIT_MS_MAX}"))
+                .map(EngineError::WaitOutOfRange)
         };
-        if let Some(m) = invalid {
-            return self.finish_ticket(ticket, OpResult::error(ErrorCode::InvalidArgument, m));
+        if let Some(e) = invalid {
+            return self.finish_ticket(ticket, e.into());
         }
         let part = self.part(p);
         let inc = part.incarnation;
@@ -283,8 +274,7 @@ impl Shard {
             if r.queue_gone {
                 let inc = r.incarnation;
                 self.unpark(req);
-                let name = format!("queue (incarnation {inc}) was deleted");
-                self.finish_receive(req, OpResult::error(ErrorCode::QueueNotFound, name));
+                self.finish_receive(req, EngineError::QueueDeleted(inc).into());
                 return;
             }
             let done = r.got.len() >= r.max || r.budget_full;

@@ -1,26 +1,25 @@
 //! Send: validation, the memory budget and max depth, dedup, and the
 //! forwarding of entries whose dedup key another shard owns.
 
-use bytes::Bytes;
 use sluice_protocol::attributes::DELAY_MS_MAX;
-use sluice_protocol::limits::DEDUP_KEY_BYTES_MAX;
-use sluice_protocol::{ErrorCode, MessageId, WireError};
+use sluice_protocol::{MessageId, QueueName, SendBatch, SendEntry, SendEntryRef, SendOutcome};
 
-use super::{NS_PER_MS, PendingKind, Shard, TimerEvent, err};
+use super::{NS_PER_MS, PendingKind, Shard, TimerEvent};
 use crate::engine::dedup::owner_shard;
-use crate::engine::memory::{DEDUP_ENTRY_BYTES, MESSAGE_STATE_BYTES};
-use crate::engine::message::{Message, MessageState};
-use crate::engine::msg::ShardMsg;
-use crate::engine::ops::{OpResult, SendEntry, SendOk};
-use crate::engine::registry::not_found;
+use crate::engine::error::EntryError;
+use crate::engine::limits::{DEDUP_ENTRY_BYTES, MESSAGE_STATE_BYTES};
+use crate::engine::mesh::shard_msg::ShardMsg;
+use crate::engine::ops::OpResult;
+use crate::engine::stored_message::{MessageState, StoredMessage};
 
 impl Shard {
-    pub(super) fn op_send(&mut self, ticket: u64, queue: &str, entries: Vec<SendEntry>) {
-        let Some(p) = self.names.get(queue).copied() else {
-            return self.finish_ticket(ticket, OpResult::Error(not_found(queue)));
+    pub(super) fn op_send(&mut self, ticket: u64, queue: &QueueName, entries: &SendBatch) {
+        let p = match self.partition_of(queue) {
+            Ok(p) => p,
+            Err(e) => return self.finish_ticket(ticket, e.into()),
         };
         if let Some(e) = Self::batch_error(entries.len()) {
-            return self.finish_ticket(ticket, e);
+            return self.finish_ticket(ticket, e.into());
         }
         let (inc, window) = {
             let part = self.part(p);
@@ -34,24 +33,23 @@ impl Shard {
             let results = entries.iter().map(|e| self.send_entry(p, e)).collect();
             return self.finish_ticket(ticket, OpResult::Sent(results));
         }
-        let mut results: Vec<Option<Result<SendOk, WireError>>> = vec![None; entries.len()];
+        let mut results: Vec<Option<Result<SendOutcome, EntryError>>> = vec![None; entries.len()];
         let mut forwards: Vec<(u16, Vec<(u16, SendEntry)>)> = Vec::new();
-        for (i, entry) in entries.into_iter().enumerate() {
-            if let Some(key) = &entry.dedup_key {
-                if window > 0 && self.shards > 1 && Self::dedup_key_ok(key) {
-                    let owner = owner_shard(inc, key, self.shards);
-                    if owner != self.id {
-                        // Batches hold at most 1024 entries.
-                        let item = (i as u16, entry);
-                        match forwards.iter_mut().find(|(d, _)| *d == owner) {
-                            Some((_, v)) => v.push(item),
-                            None => forwards.push((owner, vec![item])),
-                        }
-                        continue;
+        for (i, entry) in entries.iter().enumerate() {
+            if let Some(key) = entry.dedup_key {
+                let owner = owner_shard(inc, key, self.shards);
+                if owner != self.id {
+                    // Batches hold at most BATCH_ENTRIES_MAX (1024) entries.
+                    // The entry travels as values sharing the frame's bytes.
+                    let item = (i as u16, entries.share(entry));
+                    match forwards.iter_mut().find(|(d, _)| *d == owner) {
+                        Some((_, v)) => v.push(item),
+                        None => forwards.push((owner, vec![item])),
                     }
+                    continue;
                 }
             }
-            results[i] = Some(self.send_entry(p, &entry));
+            results[i] = Some(self.send_entry(p, entry));
         }
         if forwards.is_empty() {
             let results = results.into_iter().flatten().collect();
@@ -77,10 +75,6 @@ impl Shard {
         }
     }
 
-    pub(super) fn dedup_key_ok(key: &Bytes) -> bool {
-        !key.is_empty() && key.len() <= DEDUP_KEY_BYTES_MAX
-    }
-
     pub(super) fn message_id(&self, seq: u64) -> MessageId {
         MessageId(
             (u128::from(self.registry.run_prefix()) << 64)
@@ -89,53 +83,41 @@ impl Shard {
         )
     }
 
-    pub(super) fn send_entry(&mut self, p: u32, entry: &SendEntry) -> Result<SendOk, WireError> {
+    /// Accepts one entry into partition `p` (or recognises it as a
+    /// duplicate). Body and attributes are copied once, into the shard's
+    /// own storage; the caller's buffer can go.
+    pub(super) fn send_entry(
+        &mut self,
+        p: u32,
+        entry: SendEntryRef<'_>,
+    ) -> Result<SendOutcome, EntryError> {
         let part = self.part(p);
         let inc = part.incarnation;
         let delay_ms = entry.delay_ms.unwrap_or(part.attrs.delay_ms);
         if delay_ms > DELAY_MS_MAX {
-            return Err(err(
-                ErrorCode::InvalidArgument,
-                format!("delay_ms: {delay_ms} is outside 0 ..= {DELAY_MS_MAX}"),
-            ));
+            return Err(EntryError::DelayOutOfRange);
         }
-        if let Some(key) = &entry.dedup_key {
-            if !Self::dedup_key_ok(key) {
-                return Err(err(
-                    ErrorCode::InvalidArgument,
-                    format!("dedup_key: must have 1 ..= {DEDUP_KEY_BYTES_MAX} bytes"),
-                ));
-            }
-        }
-        let size = entry.body.len() + entry.attributes.size_bytes();
+        let size = entry.body.len() + entry.attributes.content_bytes();
         if size > part.attrs.message_bytes_max as usize {
-            return Err(err(
-                ErrorCode::MessageTooLarge,
-                format!(
-                    "message: {size} bytes of body and attributes exceed the queue's {}",
-                    part.attrs.message_bytes_max
-                ),
-            ));
+            return Err(EntryError::MessageTooLarge);
         }
         let window_ms = part.attrs.dedup_window_ms;
-        let dedup_key = entry.dedup_key.as_ref().filter(|_| window_ms > 0);
+        let dedup_key = entry.dedup_key.filter(|_| window_ms > 0);
         if let Some(key) = dedup_key {
             if let Some(id) = self.dedup.lookup(inc, key) {
-                return Ok(SendOk {
+                return Ok(SendOutcome {
                     id,
                     duplicate: true,
                 });
             }
         }
         if !part.shared.try_reserve_depth(part.attrs.max_depth) {
-            return Err(err(
-                ErrorCode::QueueFull,
-                format!("queue {} holds its max depth", part.name),
-            ));
+            return Err(EntryError::QueueFull);
         }
         let retention_ns = u64::from(part.attrs.retention_ms) * NS_PER_MS;
         let shared = part.shared.clone();
-        let data_len = entry.body.len() + entry.attributes.encoded().len();
+        let attributes = entry.attributes.wire_bytes();
+        let data_len = entry.body.len() + attributes.len();
         let msg_cost = data_len as u64 + MESSAGE_STATE_BYTES;
         let dedup_cost = dedup_key.map_or(0, |k| k.len() as u64 + DEDUP_ENTRY_BYTES);
         if !self
@@ -143,12 +125,9 @@ impl Shard {
             .reserve(self.registry.memory(), msg_cost + dedup_cost)
         {
             shared.release_depth();
-            return Err(err(
-                ErrorCode::Busy,
-                "the broker's memory budget is spent; retry later",
-            ));
+            return Err(EntryError::MemoryFull);
         }
-        let (data, chunk) = self.bodies.store(&entry.body, entry.attributes.encoded());
+        let (data, chunk) = self.bodies.store(entry.body, attributes);
         // Bodies are bounded by the frame limit (64 MiB at most), far below
         // 2^32.
         let body_len = entry.body.len() as u32;
@@ -158,9 +137,10 @@ impl Shard {
         let in_age_fifo = part.age.is_empty() || retain_until_ns >= part.age_tail_until_ns;
         let delayed = delay_ms > 0;
         let seq = self.next_seq;
-        let Some(key) = self.messages.insert(Message {
+        let Some(key) = self.messages.insert(StoredMessage {
             data,
             body_len,
+            attribute_count: entry.attributes.count(),
             chunk,
             seq,
             sent_at_ms: self.wall_ms,
@@ -187,7 +167,7 @@ impl Shard {
             self.bodies.release(chunk, data_len);
             self.memory
                 .release(self.registry.memory(), msg_cost + dedup_cost);
-            return Err(err(ErrorCode::Busy, "no message slot left on this shard"));
+            return Err(EntryError::SlotsFull);
         };
         self.next_seq += 1;
         let id = self.message_id(seq);
@@ -224,7 +204,7 @@ impl Shard {
                 self.memory.release(self.registry.memory(), dedup_cost);
             }
         }
-        Ok(SendOk {
+        Ok(SendOutcome {
             id,
             duplicate: false,
         })

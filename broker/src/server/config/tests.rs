@@ -3,10 +3,11 @@
 
 use super::memory::{MemoryLimit, MemorySource};
 use super::*;
+use crate::server::limits::GIB;
 
+use crate::sync::{AtomicU32, Ordering};
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 const TOKEN: &str = "s3cr3t-t0ken-value";
 

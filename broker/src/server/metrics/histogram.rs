@@ -25,11 +25,9 @@
 //! - **No false sharing.** The cells are cache-padded, so two shards'
 //!   histograms never share a cache line.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::Ordering::Relaxed;
+use crate::sync::{Arc, AtomicU64, CachePadded};
 use std::time::Duration;
-
-use crossbeam_utils::CachePadded;
 
 /// Upper bounds of the finite buckets in nanoseconds: 1-2-5 steps from
 /// 10 µs to 50 s, then 60 s. A value lands in the first bucket whose bound
@@ -268,7 +266,7 @@ mod tests {
         let mut shards: Vec<LatencyHistogram> = (0..3).map(|_| LatencyHistogram::new()).collect();
         let readers: Vec<HistogramReader> = shards.iter().map(LatencyHistogram::reader).collect();
         let recorded = 10_000u64;
-        std::thread::scope(|scope| {
+        crate::sync::thread::scope(|scope| {
             for (i, shard) in shards.iter_mut().enumerate() {
                 scope.spawn(move || {
                     for n in 0..recorded {

@@ -19,10 +19,14 @@
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use crate::server::limits::{
+    METRICS_LINGER_BYTES_MAX, METRICS_LINGER_TIMEOUT, METRICS_READ_TIMEOUT,
+    METRICS_REQUEST_BYTES_MAX, METRICS_WRITE_TIMEOUT,
+};
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Arc, AtomicBool, Ordering};
 
 /// Where the metrics text comes from: called on every scrape of `/metrics`
 /// on the metrics thread, to append Prometheus text (see
@@ -60,16 +64,13 @@ pub struct MetricsServerOptions {
 impl Default for MetricsServerOptions {
     fn default() -> Self {
         MetricsServerOptions {
-            request_bytes_max: 8 * 1024,
-            read_timeout: Duration::from_secs(5),
-            write_timeout: Duration::from_secs(5),
-            linger_timeout: Duration::from_millis(500),
+            request_bytes_max: METRICS_REQUEST_BYTES_MAX,
+            read_timeout: METRICS_READ_TIMEOUT,
+            write_timeout: METRICS_WRITE_TIMEOUT,
+            linger_timeout: METRICS_LINGER_TIMEOUT,
         }
     }
 }
-
-/// Bytes read and discarded after a reply, at most.
-const LINGER_BYTES_MAX: usize = 64 * 1024;
 
 /// The running metrics server. Stops on [`shutdown`](Self::shutdown) or drop.
 #[derive(Debug)]
@@ -96,7 +97,7 @@ impl MetricsServer {
         let local_addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
+        let thread = thread::Builder::new()
             .name("sluice-metrics".to_owned())
             .spawn(move || accept_loop(&listener, &source, options, &thread_stop))?;
         Ok(MetricsServer {
@@ -175,7 +176,7 @@ fn accept_loop(
             Err(err) => {
                 // Out of file descriptors and the like: do not spin.
                 tracing::warn!(%err, "metrics endpoint could not accept a connection");
-                std::thread::sleep(Duration::from_millis(100));
+                thread::sleep(Duration::from_millis(100));
             }
         }
     }
@@ -370,13 +371,13 @@ fn serve(
 }
 
 /// Reads and discards what the client still sends until it closes, for at
-/// most `timeout` and [`LINGER_BYTES_MAX`] bytes. Closing with unread bytes
+/// most `timeout` and [`METRICS_LINGER_BYTES_MAX`] bytes. Closing with unread bytes
 /// would reset the connection, and the client could lose the reply.
 fn linger(stream: &mut TcpStream, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     let mut chunk = [0u8; 4096];
     let mut discarded = 0;
-    while discarded < LINGER_BYTES_MAX {
+    while discarded < METRICS_LINGER_BYTES_MAX {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
             return;

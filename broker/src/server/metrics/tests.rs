@@ -4,10 +4,9 @@
 
 use super::*;
 
+use crate::sync::{Arc, AtomicU64, Ordering};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(20);

@@ -62,7 +62,7 @@ impl Slot {
     }
 }
 
-/// What [`Ops::admit`] decided for a new connection.
+/// What [`Connections::admit`] decided for a new connection.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Admission {
     Accepted(ConnId),
@@ -74,9 +74,9 @@ pub(crate) enum Admission {
 /// The connection table: how the caller sends, closes and pauses.
 ///
 /// Handed to the [`poll`](super::Driver::poll) callback and reachable
-/// between polls through [`Driver::ops_mut`](super::Driver::ops_mut). Every
+/// between polls through [`Driver::connections_mut`](super::Driver::connections_mut). Every
 /// method takes a [`ConnId`] and does nothing for a stale one.
-pub struct Ops {
+pub struct Connections {
     slots: Vec<Slot>,
     free: Vec<u32>,
     dirty: Vec<u32>,
@@ -87,7 +87,7 @@ pub struct Ops {
     unsent_total: usize,
 }
 
-impl Ops {
+impl Connections {
     pub(crate) fn new(connections_max: u32, refused_max: u32) -> Self {
         Self {
             slots: Vec::new(),
@@ -125,7 +125,7 @@ impl Ops {
     /// Closes `conn` once its queued sends are written; reading stops now.
     /// [`Event::Closed`](super::Event::Closed) follows when the socket is
     /// closed (with the error, if the flush failed). If the peer never reads,
-    /// the flush never ends: use [`Ops::close_now`] after a deadline of your
+    /// the flush never ends: use [`Connections::close_now`] after a deadline of your
     /// own.
     pub fn close(&mut self, conn: ConnId) {
         if let Some(slot) = self.live_mut(conn) {
@@ -189,7 +189,7 @@ impl Ops {
 
     /// Admitted connections holding a slot (closing ones included, refused
     /// ones not): what is checked against `connections_max`.
-    pub fn connections(&self) -> usize {
+    pub fn admitted(&self) -> usize {
         self.admitted as usize
     }
 
@@ -375,9 +375,9 @@ impl Ops {
     }
 }
 
-impl fmt::Debug for Ops {
+impl fmt::Debug for Connections {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ops")
+        f.debug_struct("Connections")
             .field("slots", &self.slots.len())
             .field("admitted", &self.admitted)
             .field("refused", &self.refused)
@@ -390,7 +390,7 @@ impl fmt::Debug for Ops {
 mod tests {
     use super::*;
 
-    fn accepted(ops: &mut Ops) -> ConnId {
+    fn accepted(ops: &mut Connections) -> ConnId {
         match ops.admit() {
             Admission::Accepted(id) => id,
             other => panic!("expected an admission, got {other:?}"),
@@ -399,7 +399,7 @@ mod tests {
 
     #[test]
     fn limits_then_refusals_then_full() {
-        let mut ops = Ops::new(2, 1);
+        let mut ops = Connections::new(2, 1);
         let a = accepted(&mut ops);
         let _b = accepted(&mut ops);
         let Admission::Refused(r) = ops.admit() else {
@@ -407,9 +407,9 @@ mod tests {
         };
         assert_eq!(ops.admit(), Admission::Full);
         assert!(!ops.is_reading(r), "refused connections are never read");
-        assert_eq!(ops.connections(), 2);
+        assert_eq!(ops.admitted(), 2);
         ops.release(a.index());
-        assert_eq!(ops.connections(), 1);
+        assert_eq!(ops.admitted(), 1);
         let c = accepted(&mut ops);
         assert_eq!(c.index(), a.index(), "slot reused");
         assert_ne!(c, a, "with a new generation");
@@ -417,7 +417,7 @@ mod tests {
 
     #[test]
     fn stale_ids_do_nothing() {
-        let mut ops = Ops::new(4, 0);
+        let mut ops = Connections::new(4, 0);
         let a = accepted(&mut ops);
         assert!(ops.send(a, Bytes::from_static(b"hi")));
         ops.release(a.index());
@@ -433,7 +433,7 @@ mod tests {
 
     #[test]
     fn consume_sent_advances_partially() {
-        let mut ops = Ops::new(1, 0);
+        let mut ops = Connections::new(1, 0);
         let a = accepted(&mut ops);
         ops.send(a, Bytes::from_static(b"abc"));
         ops.send(a, Bytes::from_static(b"defgh"));
@@ -448,7 +448,7 @@ mod tests {
 
     #[test]
     fn closing_refuses_more_sends_and_dirty_is_deduplicated() {
-        let mut ops = Ops::new(1, 0);
+        let mut ops = Connections::new(1, 0);
         let a = accepted(&mut ops);
         ops.send(a, Bytes::from_static(b"x"));
         ops.close(a);

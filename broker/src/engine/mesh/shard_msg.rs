@@ -5,9 +5,11 @@
 //! name queues by incarnation, never by partition index (indices are local to
 //! a shard).
 
-use sluice_protocol::{QueueStats, Receipt, WireError};
+use sluice_protocol::{
+    PeekedMessage, QueueStats, Receipt, ReceivedMessage, SendEntry, SendOutcome,
+};
 
-use super::ops::{PeekedMessage, ReceivedMessage, SendEntry, SendOk};
+use crate::engine::error::EntryError;
 
 /// What a forwarded receipt asks of its owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +91,7 @@ pub enum ShardMsg {
         /// Correlation id.
         req: u64,
         /// `(index, result)` per entry.
-        results: Vec<(u16, Result<(), WireError>)>,
+        results: Vec<(u16, Result<(), EntryError>)>,
     },
     /// Send entries whose dedup key this shard owns.
     SendForward {
@@ -97,7 +99,8 @@ pub enum ShardMsg {
         req: u64,
         /// Queue incarnation.
         incarnation: u32,
-        /// `(index, entry)`, in batch order.
+        /// `(index, entry)`, in batch order; the entries share the bytes of
+        /// the frame they arrived in.
         entries: Vec<(u16, SendEntry)>,
     },
     /// Per-entry results of a [`ShardMsg::SendForward`].
@@ -105,7 +108,7 @@ pub enum ShardMsg {
         /// Correlation id.
         req: u64,
         /// `(index, result)` per entry.
-        results: Vec<(u16, Result<SendOk, WireError>)>,
+        results: Vec<(u16, Result<SendOutcome, EntryError>)>,
     },
     /// Lease up to `max` visible messages for the requester's receive.
     Steal {

@@ -6,10 +6,10 @@
 use sluice_protocol::QueueStats;
 
 use super::{NS_PER_MS, Removal, Shard, TimerEvent};
-use crate::engine::memory::MESSAGE_STATE_BYTES;
-use crate::engine::message::MessageState;
+use crate::engine::limits::MESSAGE_STATE_BYTES;
 use crate::engine::ops::LeaseOutcome;
 use crate::engine::slab::SlotKey;
+use crate::engine::stored_message::MessageState;
 
 impl Shard {
     pub(super) fn mark_touched(&mut self, p: u32, gained: bool) {

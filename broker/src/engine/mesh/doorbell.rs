@@ -49,10 +49,8 @@
 
 use std::fmt;
 
-use crossbeam_utils::CachePadded;
-
 use super::ring::{self, Consumer, Producer};
-use crate::sync::{Arc, AtomicBool, Ordering, fence};
+use crate::sync::{Arc, AtomicBool, CachePadded, Ordering, fence};
 
 /// How a sleeping shard is woken: the server implements it with an eventfd
 /// write or an io_uring `MSG_RING` to the shard's ring.
@@ -336,7 +334,7 @@ impl<T> fmt::Debug for ShardLinks<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::ring::LINK_CAPACITY_DEFAULT;
+    use crate::engine::limits::LINK_CAPACITY_DEFAULT;
     use crate::sync::{AtomicUsize, model, thread};
 
     /// A fake eventfd: counts wakes pending (read and reset by the sleeper)
@@ -516,6 +514,8 @@ mod tests {
     #[cfg(not(sluice_loom))]
     #[test]
     fn stress_mesh_with_sleeping_shards() {
+        // The condition variable stands in for the kernel's eventfd: test
+        // scaffolding around the facade's types, not one of them.
         use std::sync::{Condvar, Mutex};
 
         const SHARDS: usize = 3;
@@ -553,7 +553,7 @@ mod tests {
             .into_iter()
             .zip(fds)
             .map(|(mut links, fd)| {
-                std::thread::spawn(move || {
+                thread::spawn(move || {
                     let me = links.shard();
                     let mut next_to_send = [0; SHARDS];
                     let mut next_expected = [0; SHARDS];
@@ -584,7 +584,7 @@ mod tests {
                         }
                         if blocked {
                             // Waiting for space: the bell does not announce it.
-                            std::thread::yield_now();
+                            thread::yield_now();
                         } else if links.prepare_sleep() {
                             sleeps += 1;
                             fd.wait();

@@ -58,21 +58,9 @@
 use std::fmt;
 use std::mem::MaybeUninit;
 
-use crossbeam_utils::CachePadded;
+use crate::sync::{Arc, AtomicUsize, CachePadded, Ordering, UnsafeCell};
 
-use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
-
-/// Default capacity of a shard-to-shard link, in messages. Under loom it
-/// shrinks to 2 so that a model wraps around after two pushes.
-pub const LINK_CAPACITY_DEFAULT: usize = if cfg!(sluice_loom) { 2 } else { 1024 };
-
-/// The largest capacity [`channel`] accepts: beyond this, a link is a
-/// memory sink, not a back-pressure bound.
-pub const LINK_CAPACITY_MAX: usize = 1 << 24;
-
-const _: () = assert!(LINK_CAPACITY_DEFAULT.is_power_of_two());
-const _: () = assert!(LINK_CAPACITY_MAX.is_power_of_two());
-const _: () = assert!(LINK_CAPACITY_DEFAULT <= LINK_CAPACITY_MAX);
+use crate::engine::limits::LINK_CAPACITY_MAX;
 
 /// The part both endpoints share.
 struct Shared<T> {
@@ -354,6 +342,7 @@ impl<T> Drop for PublishHeadOnDrop<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::limits::LINK_CAPACITY_DEFAULT;
     use crate::sync::{model, thread};
 
     /// Pushes `item`, yielding while the ring is full.
@@ -626,7 +615,7 @@ mod tests {
     fn stress_spsc_in_order() {
         const ITEMS: u64 = 500_000;
         let (mut producer, mut consumer) = channel::<u64>(64);
-        let pusher = std::thread::spawn(move || {
+        let pusher = thread::spawn(move || {
             for i in 0..ITEMS {
                 push_spin(&mut producer, i);
             }
@@ -652,7 +641,7 @@ mod tests {
     fn stress_spsc_batches_of_boxes() {
         const ITEMS: u64 = 200_000;
         let (mut producer, mut consumer) = channel::<Box<u64>>(16);
-        let pusher = std::thread::spawn(move || {
+        let pusher = thread::spawn(move || {
             for i in 0..ITEMS {
                 push_spin(&mut producer, Box::new(i));
             }
@@ -680,7 +669,7 @@ mod tests {
             let drops = drop_counters(ITEMS);
             let (mut producer, mut consumer) = channel::<Tracked>(32);
             let pusher_drops = drops.clone();
-            let pusher = std::thread::spawn(move || {
+            let pusher = thread::spawn(move || {
                 for id in 0..ITEMS {
                     let _ = producer.push(Tracked {
                         id,
@@ -688,7 +677,7 @@ mod tests {
                     });
                 }
             });
-            let popper = std::thread::spawn(move || {
+            let popper = thread::spawn(move || {
                 for _ in 0..round * 100 {
                     drop(consumer.pop());
                 }

@@ -1,0 +1,167 @@
+//! Every limit of the server in one place: the bounds and defaults of its
+//! flags, the back-pressure and shutdown timings of a connection, and the
+//! sizes of what it allocates per shard, with compile-time checks that tie
+//! them to the protocol's limits and the engine's. Units last in names.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::Duration;
+
+use sluice_protocol::limits;
+
+pub(crate) const KIB: u64 = 1 << 10;
+pub(crate) const MIB: u64 = 1 << 20;
+pub(crate) const GIB: u64 = 1 << 30;
+pub(crate) const TIB: u64 = 1 << 40;
+
+/// Default client listen address.
+pub const LISTEN_DEFAULT: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7171));
+/// Default metrics listen address.
+pub const METRICS_ADDR_DEFAULT: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7172));
+/// Most shards (threads) a server runs.
+pub const SHARDS_MAX: u16 = 64;
+/// Default for `--max-connections`.
+pub const CONNECTIONS_MAX_DEFAULT: u32 = 10_000;
+/// Upper bound for `--max-connections`.
+pub const CONNECTIONS_MAX_LIMIT: u32 = 1_000_000;
+/// Lower bound for `--frame-bytes-max`.
+pub const FRAME_BYTES_MAX_MIN: u32 = 4 * KIB as u32;
+/// Lower bound for `--hello-frame-bytes-max`: room for the largest auth
+/// token and the rest of a HELLO.
+pub const HELLO_FRAME_BYTES_MAX_MIN: u32 = 2 * KIB as u32;
+/// Default for `--hello-timeout`: time from accept to a successful HELLO.
+pub const HELLO_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Default for `--frame-timeout`: time to finish a frame once begun.
+pub const FRAME_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Bounds of `--hello-timeout` and `--frame-timeout`.
+pub const TIMEOUT_MIN: Duration = Duration::from_millis(10);
+/// Upper bound of `--hello-timeout` and `--frame-timeout`.
+pub const TIMEOUT_MAX: Duration = Duration::from_secs(3600);
+/// Default for `--requests-in-flight-max` (per connection).
+pub const REQUESTS_IN_FLIGHT_MAX_DEFAULT: u32 = 1024;
+/// Upper bound for `--requests-in-flight-max`.
+pub const REQUESTS_IN_FLIGHT_MAX_LIMIT: u32 = 65_536;
+/// Default for `--unsent-bytes-max` (per connection).
+pub const UNSENT_BYTES_MAX_DEFAULT: u64 = 4 * MIB;
+/// Upper bound for `--unsent-bytes-max`.
+pub const UNSENT_BYTES_MAX_LIMIT: u64 = GIB;
+/// Default for `--unsent-bytes-total-max` (all connections together).
+pub const UNSENT_BYTES_TOTAL_MAX_DEFAULT: u64 = 256 * MIB;
+/// Upper bound for `--unsent-bytes-total-max`.
+pub const UNSENT_BYTES_TOTAL_MAX_LIMIT: u64 = TIB;
+/// Lower bound for `--memory-max`.
+pub const MEMORY_MAX_MIN: u64 = MIB;
+/// Upper bound for `--memory-max` (1 PiB).
+pub const MEMORY_MAX_LIMIT: u64 = 1024 * TIB;
+/// `--memory-max` when neither a cgroup limit nor physical memory could be
+/// read (not Linux).
+pub const MEMORY_MAX_FALLBACK: u64 = GIB;
+/// Default for `--queues-max`.
+pub const QUEUES_MAX_DEFAULT: u32 = 10_000;
+/// Upper bound for `--queues-max`.
+pub const QUEUES_MAX_LIMIT: u32 = 1_000_000;
+/// Default for `--log`.
+pub const LOG_DEFAULT: &str = "info";
+/// Default for `--shutdown-timeout`.
+pub const SHUTDOWN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Upper bound for `--shutdown-timeout`.
+pub const SHUTDOWN_TIMEOUT_MAX: Duration = Duration::from_secs(3600);
+/// Largest config file read.
+pub const CONFIG_FILE_BYTES_MAX: u64 = MIB;
+
+const _: () = assert!(FRAME_BYTES_MAX_MIN <= limits::FRAME_BYTES_MAX_DEFAULT);
+const _: () = assert!(limits::FRAME_BYTES_MAX_DEFAULT <= limits::FRAME_BYTES_MAX_LIMIT);
+const _: () = assert!(HELLO_FRAME_BYTES_MAX_MIN <= limits::FRAME_BYTES_MAX_BEFORE_HELLO);
+const _: () = assert!(HELLO_FRAME_BYTES_MAX_MIN <= FRAME_BYTES_MAX_MIN);
+const _: () = assert!(
+    HELLO_FRAME_BYTES_MAX_MIN as usize
+        >= limits::AUTH_TOKEN_BYTES_MAX + limits::FRAME_RESERVED_BYTES as usize
+);
+const _: () = assert!(UNSENT_BYTES_MAX_DEFAULT >= limits::FRAME_BYTES_MAX_DEFAULT as u64);
+const _: () = assert!(UNSENT_BYTES_MAX_LIMIT >= limits::FRAME_BYTES_MAX_LIMIT as u64);
+const _: () = assert!(UNSENT_BYTES_TOTAL_MAX_DEFAULT >= UNSENT_BYTES_MAX_DEFAULT);
+const _: () = assert!(UNSENT_BYTES_TOTAL_MAX_LIMIT >= UNSENT_BYTES_MAX_LIMIT);
+const _: () = assert!(MEMORY_MAX_MIN <= MEMORY_MAX_FALLBACK);
+/// Most CPUs a `--cpus` list may name (the kernel's `cpu_set_t` size).
+pub const CPU_INDEX_LIMIT: usize = 1024;
+
+// ----- a connection: deadlines the session keeps --------------------------------
+
+/// While shutting down, a connection with nothing in flight is closed once
+/// no bytes have arrived for this long: requests the client had already
+/// sent are read and answered (`ShuttingDown`) rather than left unread in
+/// the socket, and its last replies are not cut off by a reset.
+pub const DRAIN_QUIET_NS: u64 = 100_000_000;
+/// Time a closing connection has to take its last replies before it is
+/// closed at once (a peer that never reads would hold it forever).
+pub const CLOSE_FLUSH_TIMEOUT_NS: u64 = 5_000_000_000;
+
+// ----- a shard's loop -------------------------------------------------------------
+
+/// Longest wait while the engine holds messages for a full ring.
+pub const OUTBOUND_RETRY: Duration = Duration::from_micros(200);
+/// Longest wait while a connection is paused on unsent bytes (the driver
+/// reports no event when a send completes).
+pub const PAUSED_RECHECK: Duration = Duration::from_millis(1);
+/// Longest wait while shutting down (to notice the other shards finish).
+pub const DRAIN_RECHECK: Duration = Duration::from_millis(10);
+/// Lower bound of the housekeeping tick (a quarter of the shortest
+/// connection timeout, within these bounds).
+pub const HOUSEKEEPING_MIN_NS: u64 = 5_000_000;
+/// Upper bound of the housekeeping tick.
+pub const HOUSEKEEPING_MAX_NS: u64 = 250_000_000;
+/// At most one "out of file descriptors" warning per shard per this long;
+/// the next one says how many failures it stood for.
+pub const ACCEPT_FAILURE_LOG_NS: u64 = 10_000_000_000;
+/// How often a shard publishes its per-queue counters for the metrics.
+pub const STATS_PUBLISH_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a scrape waits for the shards' fresh queue snapshots before it
+/// shows the last ones.
+pub const SCRAPE_WAIT: Duration = Duration::from_millis(250);
+
+// ----- the metrics endpoint --------------------------------------------------------
+
+/// Largest HTTP request head the metrics endpoint reads.
+pub const METRICS_REQUEST_BYTES_MAX: usize = 8 * 1024;
+/// Time for a request head to arrive.
+pub const METRICS_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time for a write of a reply to make progress.
+pub const METRICS_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a reply, time to read and discard what the client still sends, so
+/// that closing does not reset the connection under the reply.
+pub const METRICS_LINGER_TIMEOUT: Duration = Duration::from_millis(500);
+/// Bytes read and discarded after a reply, at most.
+pub const METRICS_LINGER_BYTES_MAX: usize = 64 * 1024;
+
+// ----- what a server sets up ----------------------------------------------------
+
+/// Slots of each ring between two shards.
+pub const SHARD_RING_CAPACITY: usize = 1024;
+/// Connections a driver accepts beyond `--max-connections` only to refuse
+/// them with an error frame.
+pub const REFUSED_CONNECTIONS_MAX: u32 = 64;
+/// Descriptors a shard holds besides its connections: its listener, its
+/// io_uring or epoll instance, its wake-up eventfd and its reserve.
+pub const DESCRIPTORS_PER_SHARD: u64 = 4;
+/// Descriptors the process holds besides the shards': standard streams, the
+/// metrics listener and its connection, the signal thread's, and slack.
+pub const DESCRIPTORS_BASE: u64 = 24;
+
+// The engine's registry takes up to this many shards, and the mesh that
+// many rings per shard.
+const _: () = assert!(SHARDS_MAX as usize <= crate::engine::limits::SHARDS_MAX);
+const _: () = assert!(SHARD_RING_CAPACITY.is_power_of_two());
+const _: () = assert!(SHARD_RING_CAPACITY <= crate::engine::limits::LINK_CAPACITY_MAX);
+const _: () = assert!(QUEUES_MAX_DEFAULT as usize == crate::engine::limits::QUEUES_MAX_DEFAULT);
+const _: () = assert!(CLOSE_FLUSH_TIMEOUT_NS > DRAIN_QUIET_NS);
+const _: () = assert!(HOUSEKEEPING_MIN_NS <= HOUSEKEEPING_MAX_NS);
+// The housekeeping tick is a quarter of the shortest connection timeout, so
+// even the shortest is checked within a few ticks.
+const _: () = assert!(TIMEOUT_MIN.as_nanos() >= 2 * HOUSEKEEPING_MIN_NS as u128);
+// Every connection the flags allow, and those refused beyond them, fit the
+// io layer's connection table.
+const _: () =
+    assert!(CONNECTIONS_MAX_LIMIT + REFUSED_CONNECTIONS_MAX <= crate::io::CONNECTION_SLOTS_LIMIT);
+const _: () = assert!(CONNECTIONS_MAX_DEFAULT == crate::io::limits::CONNECTIONS_MAX_DEFAULT);
+const _: () =
+    assert!(REFUSED_CONNECTIONS_MAX == crate::io::limits::REFUSED_CONNECTIONS_MAX_DEFAULT);
