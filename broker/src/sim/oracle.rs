@@ -316,9 +316,9 @@ impl Oracle {
             // the same attributes) succeeds, one racing its deletion may
             // find the name still taken.
             let fine = match &p.kind {
-                Kind::CreateQueue(_) => e.code == ErrorCode::QueueExists,
+                Kind::CreateQueue(_) => e.code() == ErrorCode::QueueExists,
                 Kind::Redrive => false,
-                k => e.code == ErrorCode::QueueNotFound && k.queue() == Some(SIDE),
+                k => e.code() == ErrorCode::QueueNotFound && k.queue() == Some(SIDE),
             };
             if !fine {
                 return Err(format!("{:?} failed: {e}", p.kind));
@@ -327,7 +327,7 @@ impl Oracle {
             if let Kind::ChangeVisibility(entries) = &p.kind {
                 self.cv_done(entries);
             }
-            return Ok(format!("error {:?}", e.code));
+            return Ok(format!("error {:?}", e.code()));
         }
         match (&p.kind, result) {
             (Kind::Send { queue, incarnation }, OpResult::Sent(entries)) => {
@@ -374,14 +374,14 @@ impl Oracle {
                                 },
                             );
                         }
-                        Err(e) if send_error_expected(e.code) => match e.code {
+                        Err(e) if send_error_expected(e.code()) => match e.code() {
                             ErrorCode::Busy => self.counts.busy += 1,
                             ErrorCode::QueueFull => self.counts.queue_full += 1,
                             _ => self.counts.too_large += 1,
                         },
                         // An entry forwarded to its dedup key's owner
                         // may find side deleted meanwhile.
-                        Err(e) if e.code == ErrorCode::QueueNotFound && *queue == SIDE => {}
+                        Err(e) if e.code() == ErrorCode::QueueNotFound && *queue == SIDE => {}
                         Err(e) => return Err(format!("send entry failed: {e}")),
                     }
                 }
@@ -410,7 +410,7 @@ impl Oracle {
                             MAX_RECEIVES + 1
                         ));
                     }
-                    if m.receipt.delivery != m.delivery {
+                    if m.receipt.delivery != m.delivery() {
                         return Err(format!("{:?}: receipt names another delivery", m.id));
                     }
                     // It existed at some step since the receive was
@@ -420,28 +420,30 @@ impl Oracle {
                         unreachable!("track_unseen inserted it or it was there")
                     });
                     t.seen_step = t.seen_step.max(p.submitted_step);
-                    if t.deliveries.contains(&m.delivery) {
+                    if t.deliveries.contains(&m.delivery()) {
                         return Err(format!(
                             "{:?}: delivery number {} given twice",
-                            m.id, m.delivery
+                            m.id,
+                            m.delivery()
                         ));
                     }
-                    t.deliveries.push(m.delivery);
+                    t.deliveries.push(m.delivery());
                     if let Some(d) = t.deleted {
-                        if m.delivery > d {
+                        if m.delivery() > d {
                             return Err(format!(
                                 "{:?}: delivery {} after delivery {d} was deleted",
-                                m.id, m.delivery
+                                m.id,
+                                m.delivery()
                             ));
                         }
                     }
                     if let Some((d, end)) = t.lease {
-                        if d < m.delivery && now_ns < end {
+                        if d < m.delivery() && now_ns < end {
                             return Err(format!(
                                 "{:?}: delivered again (delivery {}) at {} ms, before the lease \
                                  of delivery {d} ended (not before {} ms)",
                                 m.id,
-                                m.delivery,
+                                m.delivery(),
                                 now_ns / NS_PER_MS,
                                 end / NS_PER_MS
                             ));
@@ -451,9 +453,9 @@ impl Oracle {
                         self.counts.redeliveries += 1;
                     }
                     self.counts.deliveries += 1;
-                    if m.delivery > t.max_delivery {
-                        t.max_delivery = m.delivery;
-                        t.lease = Some((m.delivery, p.submitted_ns + visibility_ms * NS_PER_MS));
+                    if m.delivery() > t.max_delivery {
+                        t.max_delivery = m.delivery();
+                        t.lease = Some((m.delivery(), p.submitted_ns + visibility_ms * NS_PER_MS));
                     }
                     if self.held.len() == HELD_MAX {
                         self.held.swap_remove(0);
@@ -462,7 +464,7 @@ impl Oracle {
                         queue,
                         receipt: m.receipt,
                         id: m.id,
-                        delivery: m.delivery,
+                        delivery: m.delivery(),
                         forged: false,
                     });
                 }
@@ -488,7 +490,7 @@ impl Oracle {
                             t.deleted = Some(h.delivery);
                             t.lease = None;
                         }
-                        Err(e) => self.receipt_refused(h, e.code)?,
+                        Err(e) => self.receipt_refused(h, e.code())?,
                     }
                 }
                 Ok(format!("{ok} deleted"))
@@ -527,7 +529,7 @@ impl Oracle {
                                 }
                             }
                         }
-                        Err(e) => self.receipt_refused(h, e.code)?,
+                        Err(e) => self.receipt_refused(h, e.code())?,
                     }
                 }
                 Ok(format!("{ok} changed"))
@@ -570,7 +572,10 @@ impl Oracle {
                 // moving between queues may be counted on one side only,
                 // but never within one queue's own sums on a settled
                 // system; checked strictly at checkpoints by the engine.
-                Ok(format!("stats of {}: {left} in, {right} accounted", q.name))
+                Ok(format!(
+                    "stats of {}: {left} in, {right} accounted",
+                    q.queue
+                ))
             }
             (kind, other) => Err(format!("{kind:?} answered {other:?}")),
         }

@@ -5,15 +5,16 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode, RedrivePolicy};
-
-use super::oracle::{Counts, Held, Oracle, Snap};
-use crate::engine::doorbell::{self, Wake};
-use crate::engine::random::{Rng, splitmix64};
-use crate::engine::{
-    MessageAttributes, Op, OpResult, Registry, RegistryConfig, SendEntry, Shard, ShardConfig,
+use sluice_protocol::{
+    AttributeUpdate, Backoff, ChangeVisibilityRequest, DeleteRequest, ErrorCode, MessageAttributes,
+    QueueAttributesRequest, QueueName, ReceiveRequest, RedrivePolicy, SendEntry, SendRequest,
     VisibilityChange,
 };
+
+use super::oracle::{Counts, Held, Oracle, Snap};
+use crate::engine::mesh::doorbell::{self, Wake};
+use crate::engine::random::{Rng, splitmix64};
+use crate::engine::{Op, OpResult, Registry, RegistryConfig, Shard, ShardConfig};
 
 const NS_PER_MS: u64 = 1_000_000;
 /// Ring capacity between shards: small, so full rings and the overflow
@@ -187,10 +188,10 @@ impl World {
             let attrs = w.attributes(q, backoff);
             w.visibility_ms
                 .insert(q, u64::from(attrs.visibility_timeout_ms.unwrap_or(30_000)));
-            let r = w.call_settled(Op::CreateQueue {
-                name: q.into(),
+            let r = w.call_settled(Op::CreateQueue(QueueAttributesRequest {
+                queue: qn(q),
                 attributes: attrs,
-            });
+            }));
             assert!(
                 matches!(r, OpResult::QueueCreated { .. }),
                 "creating {q}: {r:?}"
@@ -361,10 +362,7 @@ impl World {
             6..=7 => SIDE,
             _ => DLQ,
         };
-        let incarnation = self
-            .registry
-            .get(queue)
-            .map_or(0, |q| q.shared.incarnation());
+        let incarnation = self.incarnation(queue);
         let (op, kind, what) = match self.rng.below_inclusive(999) {
             0..=249 => self.make_send(queue, incarnation),
             250..=499 => self.make_receive(queue),
@@ -372,37 +370,34 @@ impl World {
             750..=869 => self.make_change_visibility(),
             870..=899 => (
                 Op::Redrive {
-                    queue: DLQ.into(),
-                    max: 1 + self.rng.below_inclusive(5) as u32,
+                    queue: qn(DLQ),
+                    max_messages: 1 + self.rng.below_inclusive(5) as u32,
                 },
                 Kind::Redrive,
                 "redrive".to_owned(),
             ),
             900..=929 => (
                 Op::Peek {
-                    queue: queue.into(),
-                    max: 1 + self.rng.below_inclusive(5) as u32,
+                    queue: qn(queue),
+                    max_messages: 1 + self.rng.below_inclusive(5) as u16,
                 },
                 Kind::Peek(queue),
                 format!("peek {queue}"),
             ),
             930..=969 => (
-                Op::GetQueue { name: queue.into() },
+                Op::GetQueue { queue: qn(queue) },
                 Kind::Stats(queue),
                 format!("stats {queue}"),
             ),
             970..=975 => (
-                Op::PurgeQueue { name: queue.into() },
+                Op::PurgeQueue { queue: qn(queue) },
                 Kind::Purge(queue),
                 format!("purge {queue}"),
             ),
             976..=981 => {
-                let incarnation = self
-                    .registry
-                    .get(SIDE)
-                    .map_or(0, |q| q.shared.incarnation());
+                let incarnation = self.incarnation(SIDE);
                 (
-                    Op::DeleteQueue { name: SIDE.into() },
+                    Op::DeleteQueue { queue: qn(SIDE) },
                     Kind::DeleteQueue { incarnation },
                     format!("delete queue {SIDE} (incarnation {incarnation})"),
                 )
@@ -410,10 +405,10 @@ impl World {
             _ => {
                 let attributes = self.attributes(SIDE, None);
                 (
-                    Op::CreateQueue {
-                        name: SIDE.into(),
+                    Op::CreateQueue(QueueAttributesRequest {
+                        queue: qn(SIDE),
                         attributes,
-                    },
+                    }),
                     Kind::CreateQueue(SIDE),
                     format!("create queue {SIDE}"),
                 )
@@ -460,7 +455,7 @@ impl World {
                 MessageAttributes::from_pairs([("k", "v")])
                     .unwrap_or_else(|_| unreachable!("a fixed small attribute set is valid"))
             } else {
-                MessageAttributes::empty()
+                MessageAttributes::new()
             };
             entries.push(SendEntry {
                 body: Bytes::from(vec![b'm'; len]),
@@ -470,21 +465,16 @@ impl World {
             });
         }
         let what = format!("send {n} to {queue}");
-        (
-            Op::Send {
-                queue: queue.into(),
-                entries,
-            },
-            Kind::Send { queue, incarnation },
-            what,
-        )
+        let request = SendRequest::new(qn(queue), &entries)
+            .unwrap_or_else(|_| unreachable!("small batches with short keys encode"));
+        (Op::Send(request), Kind::Send { queue, incarnation }, what)
     }
 
     fn make_receive(&mut self, queue: &'static str) -> (Op, Kind, String) {
-        let max = if self.chance(200) {
+        let max: u16 = if self.chance(200) {
             64
         } else {
-            1 + self.rng.below_inclusive(3) as u32
+            1 + self.rng.below_inclusive(3) as u16
         };
         let visibility = match self.rng.below_inclusive(9) {
             0 => Some(0),
@@ -499,12 +489,12 @@ impl World {
         };
         let visibility_ms = visibility.map_or(self.visibility_ms[queue], u64::from);
         (
-            Op::Receive {
-                queue: queue.into(),
-                max,
+            Op::Receive(ReceiveRequest {
+                queue: qn(queue),
+                max_messages: max,
                 visibility_timeout_ms: visibility,
                 wait_ms: wait,
-            },
+            }),
             Kind::Receive {
                 queue,
                 visibility_ms,
@@ -553,10 +543,10 @@ impl World {
             .map(|h| (h, self.oracle.snap(&h)))
             .collect();
         (
-            Op::Delete {
-                queue: queue.into(),
+            Op::Delete(DeleteRequest {
+                queue: qn(queue),
                 receipts,
-            },
+            }),
             Kind::Delete(held),
             what,
         )
@@ -583,16 +573,16 @@ impl World {
             entries.iter().map(|e| e.1).collect::<Vec<_>>()
         );
         (
-            Op::ChangeVisibility {
-                queue: queue.into(),
+            Op::ChangeVisibility(ChangeVisibilityRequest {
+                queue: qn(queue),
                 entries: entries
                     .iter()
                     .map(|(h, t, _)| VisibilityChange {
                         receipt: h.receipt,
-                        timeout_ms: *t,
+                        visibility_timeout_ms: *t,
                     })
                     .collect(),
-            },
+            }),
             Kind::ChangeVisibility(entries),
             what,
         )
@@ -620,11 +610,20 @@ impl World {
         Ok(())
     }
 
+    /// A queue's incarnation now (0 when it does not exist).
+    fn incarnation(&self, queue: &str) -> u32 {
+        self.registry
+            .get(&qn(queue))
+            .map_or(0, |q| q.shared.incarnation())
+    }
+
     /// Every queue's accounting identity, on every shard, after every step.
     fn check_identity(&mut self) -> Result<(), String> {
         for (i, s) in self.shards.iter_mut().enumerate() {
             for q in QUEUES {
-                let Some(st) = s.local_stats(q) else { continue };
+                let Some(st) = s.local_stats(&qn(q)) else {
+                    continue;
+                };
                 let held = st.visible + st.delayed + st.in_flight;
                 let left = st.sent + st.moved_in;
                 let right =
@@ -710,4 +709,9 @@ pub(super) fn send_error_expected(code: ErrorCode) -> bool {
         code,
         ErrorCode::Busy | ErrorCode::QueueFull | ErrorCode::MessageTooLarge
     )
+}
+
+/// A queue name of this world (all valid).
+pub(super) fn qn(name: &str) -> QueueName {
+    QueueName::new(name).unwrap_or_else(|_| unreachable!("the simulation's names are valid"))
 }

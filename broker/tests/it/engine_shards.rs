@@ -2,8 +2,10 @@
 //! receipts, many waiters overflowing the rings.
 
 use crate::engine_util::*;
-use sluice_broker::engine::{Op, OpResult, VisibilityChange};
-use sluice_protocol::{AttributeUpdate, ErrorCode};
+use sluice_broker::engine::{Op, OpResult};
+use sluice_protocol::{
+    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, ErrorCode, VisibilityChange,
+};
 
 #[test]
 fn a_hot_queue_on_one_shard_is_drained_from_the_others() {
@@ -92,34 +94,34 @@ fn a_forwarded_batch_naming_one_receipt_twice_is_answered_entry_by_entry() {
     let m = receive(&mut c, 1, "q", 1).remove(0);
     let t = c.submit(
         0,
-        Op::ChangeVisibility {
-            queue: "q".into(),
+        Op::ChangeVisibility(ChangeVisibilityRequest {
+            queue: qn("q"),
             entries: vec![
                 VisibilityChange {
                     receipt: m.receipt,
-                    timeout_ms: 10,
+                    visibility_timeout_ms: 10,
                 },
                 VisibilityChange {
                     receipt: m.receipt,
-                    timeout_ms: 0,
+                    visibility_timeout_ms: 0,
                 },
             ],
-        },
+        }),
     );
     let r = c.take(t).expect("answered once the shards settled");
     assert_eq!(r, OpResult::VisibilityChanged(vec![Ok(()), Ok(())]));
     check(&mut c);
     let t = c.submit(
         0,
-        Op::Delete {
-            queue: "q".into(),
+        Op::Delete(DeleteRequest {
+            queue: qn("q"),
             receipts: vec![m.receipt, m.receipt],
-        },
+        }),
     );
     match c.take(t).expect("answered once the shards settled") {
         OpResult::Deleted(r) => {
             assert_eq!(r[0], Ok(()));
-            assert_eq!(r[1].as_ref().map_err(|e| e.code), Err(ErrorCode::Gone));
+            assert_eq!(r[1].map_err(|e| e.code()), Err(ErrorCode::Gone));
         }
         other => panic!("{other:?}"),
     }

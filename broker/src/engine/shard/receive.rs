@@ -437,13 +437,13 @@ impl Shard {
 /// Drops every delivery of a message but its newest, keeping the order of
 /// the rest.
 fn keep_newest_deliveries(got: &mut Vec<ReceivedMessage>) {
-    let mut newest: std::collections::HashMap<MessageId, u64> =
+    let mut newest: std::collections::HashMap<sluice_protocol::MessageId, u64> =
         std::collections::HashMap::with_capacity(got.len());
     for m in got.iter() {
-        let d = newest.entry(m.id).or_insert(m.delivery);
-        *d = (*d).max(m.delivery);
+        let d = newest.entry(m.id).or_insert(m.delivery());
+        *d = (*d).max(m.delivery());
     }
     if newest.len() < got.len() {
-        got.retain(|m| newest.get(&m.id) == Some(&m.delivery));
+        got.retain(|m| newest.get(&m.id) == Some(&m.delivery()));
     }
 }
