@@ -28,7 +28,7 @@ use sluice_broker::server::Server;
 #[cfg(not(sluice_loom))]
 use sluice_broker::server::config::{Config, RawArgs};
 #[cfg(not(sluice_loom))]
-use sluice_broker::server::signals::SignalThread;
+use sluice_broker::server::signals::CaughtSignals;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -57,6 +57,16 @@ fn main() -> ExitCode {
         "sluice-server {} starting with this configuration:\n{config}",
         env!("CARGO_PKG_VERSION")
     );
+    // Caught before the server starts: a SIGTERM while it starts is held
+    // and shuts it down once it runs, instead of killing the process.
+    let caught = match CaughtSignals::register() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("cannot watch signals: {e}");
+            eprintln!("sluice-server: cannot watch signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let server = match Server::start(config) {
         Ok(s) => s,
         Err(e) => {
@@ -65,7 +75,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let signals = match SignalThread::start(server.shutdown_trigger()) {
+    let signals = match caught.start(server.shutdown_trigger()) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("cannot watch signals: {e}");

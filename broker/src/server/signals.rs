@@ -24,11 +24,42 @@ pub struct SignalThread {
 /// Exit status after a second signal.
 pub const SECOND_SIGNAL_EXIT_CODE: i32 = 130;
 
+/// SIGTERM and SIGINT caught and held until a server is there to shut down.
+///
+/// Register before the server starts: a signal that arrives while it starts
+/// (after it logged that it serves, say) is then held, not fatal, and starts
+/// the shutdown as soon as [`start`](Self::start) runs.
+#[derive(Debug)]
+pub struct CaughtSignals {
+    signals: Signals,
+}
+
+impl CaughtSignals {
+    /// Installs the handlers: from now on SIGTERM and SIGINT no longer end
+    /// the process, they are held for [`start`](Self::start).
+    pub fn register() -> io::Result<CaughtSignals> {
+        Ok(CaughtSignals {
+            signals: Signals::new([SIGTERM, SIGINT])?,
+        })
+    }
+
+    /// Watches them on a thread named `sluice-signals` (those held since
+    /// [`register`](Self::register) first): the first starts `trigger`'s
+    /// shutdown, the second exits the process.
+    pub fn start(self, trigger: ShutdownTrigger) -> io::Result<SignalThread> {
+        SignalThread::spawn(self.signals, trigger)
+    }
+}
+
 impl SignalThread {
     /// Watches SIGTERM and SIGINT on a thread named `sluice-signals`: the
     /// first starts `trigger`'s shutdown, the second exits the process.
+    /// (A binary registers with [`CaughtSignals`] before the server starts.)
     pub fn start(trigger: ShutdownTrigger) -> io::Result<SignalThread> {
-        let mut signals = Signals::new([SIGTERM, SIGINT])?;
+        CaughtSignals::register()?.start(trigger)
+    }
+
+    fn spawn(mut signals: Signals, trigger: ShutdownTrigger) -> io::Result<SignalThread> {
         let handle = signals.handle();
         let thread = thread::Builder::new()
             .name("sluice-signals".to_owned())
