@@ -75,7 +75,7 @@ mod pending;
 pub mod producer;
 
 pub use async_client::AsyncClient;
-pub use blocking::Client;
+pub use blocking::{Client, PendingReply};
 pub use config::{ClientConfig, ReconnectPolicy};
 pub use error::{Error, Result};
 pub use ops::{ReceiveOptions, RedriveOutcome};

@@ -1,193 +1,152 @@
-//! Matching replies to requests on one pipelined connection.
+//! Matching replies to requests on one pipelined connection, for both
+//! clients.
 //!
-//! Ground rules: every request written on a connection first takes a slot in
-//! that connection's [`Pending`] table, under a request id unique among the
-//! slots in it (a counter that skips 0 and ids still in use). The reader
-//! fills the slot of each reply's id; a reply whose slot is gone (its caller
-//! timed out) is dropped. When the connection ends, [`Pending::close`] fails
-//! every slot and refuses new ones, all under the table's lock, so no
-//! request can be registered on a dead connection and then wait forever.
+//! Ground rules: every request written on a connection first takes an entry
+//! in that connection's [`Table`], under a request id unique among the
+//! entries in it (a counter that skips 0 and ids still in use). Whoever
+//! reads the connection decodes each reply frame with [`decode`] and fills
+//! the entry of its id; a reply whose entry is gone (its caller timed out or
+//! gave up) is dropped. When the connection ends, [`Table::close`] records
+//! why and refuses new entries, all under the lock that guards the table, so
+//! no request can be registered on a dead connection and then wait forever.
+//! What each entry holds (a reply slot, a parked thread, a waker) is the
+//! client's business.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use bytes::BytesMut;
 use sluice_protocol::{Frame, FrameDecoder, Reply};
 
 use crate::error::{Error, Result};
 
-/// Where a reply goes: a channel end held by the waiting caller.
-pub(crate) trait Slot {
-    /// Hands over the reply (or the failure). A caller that stopped waiting
-    /// simply never reads it.
-    fn fill(self, reply: Result<Reply>);
-}
-
-impl Slot for std::sync::mpsc::SyncSender<Result<Reply>> {
-    fn fill(self, reply: Result<Reply>) {
-        // Fails only when the caller gave up waiting: nothing to do.
-        let _ = self.try_send(reply);
-    }
-}
-
-impl Slot for tokio::sync::oneshot::Sender<Result<Reply>> {
-    fn fill(self, reply: Result<Reply>) {
-        // Fails only when the caller gave up waiting: nothing to do.
-        let _ = self.send(reply);
-    }
-}
-
+/// The entries of one connection's requests in flight.
 #[derive(Debug)]
-struct Table<S> {
-    slots: HashMap<u32, S>,
+pub(crate) struct Table<E> {
+    entries: HashMap<u32, E>,
     next_id: u32,
     closed: Option<Error>,
 }
 
-/// The slots of one connection's requests in flight.
-#[derive(Debug)]
-pub(crate) struct Pending<S> {
-    table: Mutex<Table<S>>,
-}
-
-impl<S: Slot> Pending<S> {
+impl<E> Table<E> {
     pub(crate) fn new() -> Self {
-        Pending {
-            table: Mutex::new(Table {
-                slots: HashMap::new(),
-                next_id: 1,
-                closed: None,
-            }),
+        Table {
+            entries: HashMap::new(),
+            next_id: 1,
+            closed: None,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table<S>> {
-        // A panic while holding this lock leaves the table consistent (every
-        // operation is a single map call), so a poisoned lock is usable.
-        self.table
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Takes a slot; returns its request id, or hands the slot back with
-    /// the error that closed the connection.
-    pub(crate) fn register(&self, slot: S) -> Result<u32, (S, Error)> {
-        let mut t = self.lock();
-        if let Some(err) = &t.closed {
-            return Err((slot, err.clone()));
+    /// Adds an entry; returns its request id, or the error that closed the
+    /// connection.
+    pub(crate) fn register(&mut self, entry: E) -> Result<u32> {
+        if let Some(err) = &self.closed {
+            return Err(err.clone());
         }
-        let mut id = t.next_id;
-        while id == 0 || t.slots.contains_key(&id) {
+        let mut id = self.next_id;
+        while id == 0 || self.entries.contains_key(&id) {
             id = id.wrapping_add(1);
         }
-        t.next_id = id.wrapping_add(1);
-        t.slots.insert(id, slot);
+        self.next_id = id.wrapping_add(1);
+        self.entries.insert(id, entry);
         Ok(id)
     }
 
-    /// Frees a slot whose caller stopped waiting; a late reply is dropped.
-    pub(crate) fn cancel(&self, id: u32) {
-        self.lock().slots.remove(&id);
+    pub(crate) fn get_mut(&mut self, id: u32) -> Option<&mut E> {
+        self.entries.get_mut(&id)
     }
 
-    /// Fills the slot of `id`; false when there is none (a late reply).
-    pub(crate) fn complete(&self, id: u32, reply: Result<Reply>) -> bool {
-        let slot = self.lock().slots.remove(&id);
-        match slot {
-            Some(slot) => {
-                slot.fill(reply);
-                true
-            }
-            None => false,
+    pub(crate) fn remove(&mut self, id: u32) -> Option<E> {
+        self.entries.remove(&id)
+    }
+
+    /// Every entry, for failing them all or finding one to wake.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut E)> {
+        self.entries.iter_mut().map(|(id, e)| (*id, e))
+    }
+
+    /// Records why the connection ended (only the first reason counts) and
+    /// refuses new entries. The entries stay for their callers to collect.
+    pub(crate) fn close(&mut self, err: &Error) {
+        if self.closed.is_none() {
+            self.closed = Some(err.clone());
         }
     }
 
-    /// Fails every slot with `err` and refuses new ones. Only the first
-    /// close counts.
-    pub(crate) fn close(&self, err: &Error) {
-        let slots = {
-            let mut t = self.lock();
-            if t.closed.is_none() {
-                t.closed = Some(err.clone());
-            }
-            std::mem::take(&mut t.slots)
-        };
-        for (_, slot) in slots {
-            slot.fill(Err(err.clone()));
-        }
-    }
-
-    /// Whether the connection was closed.
-    pub(crate) fn is_closed(&self) -> bool {
-        self.lock().closed.is_some()
+    /// Why the connection ended, once it has.
+    pub(crate) fn closed(&self) -> Option<&Error> {
+        self.closed.as_ref()
     }
 
     /// Requests waiting for a reply.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lock().slots.len()
+        self.entries.len()
     }
+}
 
-    /// Hands every whole frame buffered in `buf` to its request, for the
-    /// reader of either client. `Ok` when it needs more bytes; the error
-    /// that ends the connection when a frame is malformed or ends it.
-    pub(crate) fn dispatch_buffered(
-        &self,
-        decoder: &mut FrameDecoder,
-        buf: &mut BytesMut,
-    ) -> Result<()> {
-        loop {
-            match decoder.decode(buf) {
-                Ok(Some(frame)) => {
-                    if let Some(err) = self.dispatch(frame) {
-                        return Err(err);
-                    }
-                }
-                Ok(None) => return Ok(()),
-                Err(e) => {
-                    return Err(Error::Protocol(format!("bad frame from the server: {e}")));
+/// One frame from the server, read.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    /// The request it answers; 0 for none.
+    pub(crate) id: u32,
+    pub(crate) reply: Result<Reply>,
+    /// The error that ends the connection, when this frame ends it: an ERROR
+    /// with a code that closes the connection (for one request or for none).
+    pub(crate) closing: Option<Error>,
+}
+
+/// Reads one frame from the server. An undecodable payload fails only its
+/// own request.
+pub(crate) fn decode(frame: Frame) -> Decoded {
+    let reply = Reply::decode(frame.opcode, frame.payload).map_err(|e| {
+        Error::Protocol(format!(
+            "undecodable reply to request {}: {e}",
+            frame.request_id
+        ))
+    });
+    let closing = match &reply {
+        Ok(Reply::Error(e)) if e.code.closes_connection() => Some(Error::from(e.clone())),
+        _ => None,
+    };
+    if frame.request_id == 0 && closing.is_none() {
+        tracing::warn!(?reply, "sluice: a reply to no request");
+    }
+    Decoded {
+        id: frame.request_id,
+        reply,
+        closing,
+    }
+}
+
+/// Cuts every whole frame buffered in `buf` and hands each, read, to `each`.
+/// `Ok` when it needs more bytes; the error that ends the connection when a
+/// frame is malformed or ends it (the frames before it are handed over).
+pub(crate) fn decode_buffered(
+    decoder: &mut FrameDecoder,
+    buf: &mut BytesMut,
+    mut each: impl FnMut(Decoded),
+) -> Result<()> {
+    loop {
+        match decoder.decode(buf) {
+            Ok(Some(frame)) => {
+                let decoded = decode(frame);
+                let closing = decoded.closing.clone();
+                each(decoded);
+                if let Some(err) = closing {
+                    return Err(err);
                 }
             }
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(Error::Protocol(format!("bad frame from the server: {e}"))),
         }
-    }
-
-    /// Hands one frame from the server to its request. Returns the error
-    /// that ends the connection, if this frame ends it: an ERROR with a code
-    /// that closes the connection (for one request or for none).
-    pub(crate) fn dispatch(&self, frame: Frame) -> Option<Error> {
-        let reply = Reply::decode(frame.opcode, frame.payload).map_err(|e| {
-            Error::Protocol(format!(
-                "undecodable reply to request {}: {e}",
-                frame.request_id
-            ))
-        });
-        let closing = match &reply {
-            Ok(Reply::Error(e)) if e.code.closes_connection() => Some(Error::from(e.clone())),
-            _ => None,
-        };
-        if frame.request_id != 0 {
-            self.complete(frame.request_id, reply);
-        } else if closing.is_none() {
-            tracing::warn!(?reply, "sluice: a reply to no request");
-        }
-        closing
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc::{Receiver, sync_channel};
-
     use bytes::{Bytes, BytesMut};
     use sluice_protocol::{ErrorCode, FrameDecoder, WireError};
 
     use super::*;
-
-    type Tx = std::sync::mpsc::SyncSender<Result<Reply>>;
-
-    fn slot() -> (Tx, Receiver<Result<Reply>>) {
-        sync_channel(1)
-    }
 
     fn frame(id: u32, reply: &Reply) -> Frame {
         let mut buf = BytesMut::new();
@@ -199,100 +158,85 @@ mod tests {
     }
 
     #[test]
-    fn replies_find_their_requests_in_any_order() {
-        let p = Pending::new();
-        let (a, ra) = slot();
-        let (b, rb) = slot();
-        let ia = p.register(a).unwrap();
-        let ib = p.register(b).unwrap();
-        assert_ne!(ia, ib);
-        assert_ne!(ia, 0);
-        // The second request's reply comes first (a waiting receive).
-        assert!(p.dispatch(frame(ib, &Reply::Pong { nonce: 2 })).is_none());
-        assert!(matches!(rb.try_recv(), Ok(Ok(Reply::Pong { nonce: 2 }))));
-        assert!(ra.try_recv().is_err(), "not answered yet");
-        assert!(p.dispatch(frame(ia, &Reply::Pong { nonce: 1 })).is_none());
-        assert!(matches!(ra.try_recv(), Ok(Ok(Reply::Pong { nonce: 1 }))));
-        assert_eq!(p.len(), 0);
-    }
-
-    #[test]
-    fn late_replies_to_cancelled_requests_are_dropped() {
-        let p = Pending::new();
-        let (a, ra) = slot();
-        let id = p.register(a).unwrap();
-        p.cancel(id);
-        assert!(!p.complete(id, Ok(Reply::SetQueue)));
-        assert!(ra.try_recv().is_err());
-    }
-
-    #[test]
     fn ids_skip_zero_and_ids_in_use() {
-        let p = Pending::new();
-        p.lock().next_id = u32::MAX;
-        let (a, _ra) = slot();
-        let (b, _rb) = slot();
-        assert_eq!(p.register(a).unwrap(), u32::MAX);
-        assert_eq!(p.register(b).unwrap(), 1, "0 is skipped");
-        p.lock().next_id = u32::MAX;
-        let (c, _rc) = slot();
-        assert_eq!(p.register(c).unwrap(), 2, "MAX and 1 are in use");
+        let mut t = Table::new();
+        t.next_id = u32::MAX;
+        assert_eq!(t.register('a').unwrap(), u32::MAX);
+        assert_eq!(t.register('b').unwrap(), 1, "0 is skipped");
+        t.next_id = u32::MAX;
+        assert_eq!(t.register('c').unwrap(), 2, "MAX and 1 are in use");
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.remove(1), Some('b'));
+        assert_eq!(t.remove(1), None);
     }
 
     #[test]
-    fn close_fails_everything_and_refuses_new_requests() {
-        let p = Pending::new();
-        let (a, ra) = slot();
-        p.register(a).unwrap();
-        p.close(&Error::Disconnected("eof".into()));
-        assert!(matches!(ra.try_recv(), Ok(Err(Error::Disconnected(_)))));
-        let (b, _rb) = slot();
-        let Err((_, err)) = p.register(b) else {
-            panic!("refused")
-        };
-        assert!(matches!(err, Error::Disconnected(_)));
-        assert!(p.is_closed());
-        // A second close does not replace the first reason.
-        p.close(&Error::Closed);
-        let (c, _rc) = slot();
-        assert!(matches!(p.register(c), Err((_, Error::Disconnected(_)))));
+    fn close_refuses_new_entries_and_keeps_the_first_reason() {
+        let mut t = Table::new();
+        let id = t.register(()).unwrap();
+        t.close(&Error::Disconnected("eof".into()));
+        assert!(matches!(t.register(()), Err(Error::Disconnected(_))));
+        assert!(t.get_mut(id).is_some(), "entries stay for their callers");
+        t.close(&Error::Closed);
+        assert!(matches!(t.closed(), Some(Error::Disconnected(_))));
     }
 
     #[test]
     fn errors_that_close_the_connection_are_reported() {
-        let p = Pending::new();
-        let (a, ra) = slot();
-        let id = p.register(a).unwrap();
         let shutting = Reply::Error(WireError::new(ErrorCode::ShuttingDown, "bye"));
-        let closing = p.dispatch(frame(id, &shutting));
-        assert!(matches!(closing, Some(Error::ShuttingDown(_))));
-        assert!(matches!(ra.try_recv(), Ok(Ok(Reply::Error(_)))));
+        let d = decode(frame(7, &shutting));
+        assert_eq!(d.id, 7);
+        assert!(matches!(d.closing, Some(Error::ShuttingDown(_))));
+        assert!(matches!(d.reply, Ok(Reply::Error(_))));
         // An ordinary error answers its request and keeps the connection.
-        let (b, rb) = slot();
-        let id = p.register(b).unwrap();
         let gone = Reply::Error(WireError::new(ErrorCode::QueueNotFound, "q"));
-        assert!(p.dispatch(frame(id, &gone)).is_none());
-        assert!(rb.try_recv().is_ok());
+        assert!(decode(frame(8, &gone)).closing.is_none());
         // An error for no request that closes the connection.
         let too_many = Reply::Error(WireError::new(ErrorCode::TooManyConnections, "full"));
-        assert!(matches!(
-            p.dispatch(frame(0, &too_many)),
-            Some(Error::TooManyConnections(_))
-        ));
+        let d = decode(frame(0, &too_many));
+        assert!(matches!(d.closing, Some(Error::TooManyConnections(_))));
     }
 
     #[test]
     fn undecodable_replies_fail_their_request_only() {
-        let p = Pending::new();
-        let (a, ra) = slot();
-        let id = p.register(a).unwrap();
         let bogus = Frame {
             opcode: sluice_protocol::opcode::PONG,
             flags: 0,
-            request_id: id,
+            request_id: 3,
             payload: Bytes::from_static(b"short"),
         };
-        assert!(p.dispatch(bogus).is_none());
-        assert!(matches!(ra.try_recv(), Ok(Err(Error::Protocol(_)))));
+        let d = decode(bogus);
+        assert!(matches!(d.reply, Err(Error::Protocol(_))));
+        assert!(d.closing.is_none());
+    }
+
+    #[test]
+    fn buffered_frames_are_cut_in_order_until_one_closes() {
+        let mut buf = BytesMut::new();
+        Reply::Pong { nonce: 1 }.encode(1, &mut buf).unwrap();
+        Reply::Pong { nonce: 2 }.encode(2, &mut buf).unwrap();
+        let half = buf.len();
+        Reply::Pong { nonce: 3 }.encode(3, &mut buf).unwrap();
+        let mut rest = buf.split_off(half + 4);
+        let mut decoder = FrameDecoder::new(1 << 20);
+        let mut ids = Vec::new();
+        decode_buffered(&mut decoder, &mut buf, |d| ids.push(d.id)).unwrap();
+        assert_eq!(ids, [1, 2], "the third frame is not whole yet");
+        buf.unsplit(rest.split());
+        decode_buffered(&mut decoder, &mut buf, |d| ids.push(d.id)).unwrap();
+        assert_eq!(ids, [1, 2, 3]);
+
+        let shutting = Reply::Error(WireError::new(ErrorCode::ShuttingDown, "bye"));
+        shutting.encode(4, &mut buf).unwrap();
+        Reply::Pong { nonce: 5 }.encode(5, &mut buf).unwrap();
+        let end = decode_buffered(&mut decoder, &mut buf, |d| ids.push(d.id));
+        assert!(matches!(end, Err(Error::ShuttingDown(_))));
+        assert_eq!(ids, [1, 2, 3, 4], "nothing after the closing frame");
+
+        let mut junk = BytesMut::from(&[2u8, 0, 0, 0, 0, 0][..]);
+        assert!(matches!(
+            decode_buffered(&mut decoder, &mut junk, |_| {}),
+            Err(Error::Protocol(_))
+        ));
     }
 }
