@@ -301,7 +301,20 @@ impl Connection {
             return Ok(());
         }
         w.writing = true;
+        self.write_queued(w, deadline);
+        Ok(())
+    }
+
+    /// The writer's loop: sends what is queued, then what was queued
+    /// meanwhile, until nothing is left. The caller set `writing`; a failed
+    /// write fails the connection.
+    fn write_queued<'a>(&'a self, mut w: MutexGuard<'a, Writer>, deadline: Instant) {
+        debug_assert!(w.writing);
         loop {
+            if w.queued.is_empty() {
+                w.writing = false;
+                return;
+            }
             let spare = std::mem::take(&mut w.spare);
             let mut out = std::mem::replace(&mut w.queued, spare);
             drop(w);
@@ -314,11 +327,7 @@ impl Connection {
                 w.queued.clear();
                 drop(w);
                 self.fail(&err);
-                return Ok(());
-            }
-            if w.queued.is_empty() {
-                w.writing = false;
-                return Ok(());
+                return;
             }
         }
     }
@@ -361,7 +370,7 @@ impl Connection {
         loop {
             match self.recv_now(&mut r) {
                 ReadOutcome::Data => {
-                    if !self.dispatch(&mut r) {
+                    if !self.dispatch(&mut r, None) {
                         break;
                     }
                 }
@@ -468,7 +477,7 @@ impl Connection {
         loop {
             match self.read(&mut r, deadline) {
                 ReadOutcome::Data => {
-                    if !self.dispatch(&mut r) {
+                    if !self.dispatch(&mut r, Some(deadline)) {
                         return;
                     }
                 }
@@ -553,7 +562,14 @@ impl Connection {
 
     /// Hands every whole frame buffered to its request and wakes their
     /// threads; false when the connection ended.
-    fn dispatch(&self, r: &mut Reader) -> bool {
+    ///
+    /// With `combine` (the leader's own deadline), when it wakes other
+    /// threads it takes the writer role first and lets them run before it
+    /// writes: each of them that sends its next request at once leaves it
+    /// queued, and they all go out in one write. On one core, where the
+    /// woken threads run one after the other, this turns a write per request
+    /// into a write per read.
+    fn dispatch(&self, r: &mut Reader, combine: Option<Instant>) -> bool {
         let Reader {
             decoder,
             buf,
@@ -574,8 +590,25 @@ impl Connection {
                 st.fail(err, wake);
             }
         }
+        let writer = match combine {
+            Some(deadline) if end.is_ok() && !wake.is_empty() => {
+                let mut w = lock(&self.writer);
+                if w.writing {
+                    None
+                } else {
+                    w.writing = true;
+                    drop(w);
+                    Some(deadline)
+                }
+            }
+            _ => None,
+        };
         for t in wake.drain(..) {
             t.unpark();
+        }
+        if let Some(deadline) = writer {
+            thread::yield_now();
+            self.write_queued(lock(&self.writer), deadline);
         }
         if let Err(err) = end {
             tracing::debug!(error = %err, "sluice client: connection ended");
