@@ -1,24 +1,27 @@
-//! One async connection shared by every task, read by the tasks that wait
-//! on it and written by the tasks that send on it.
+//! One async connection shared by every task, read by the task that waits
+//! when it waits alone, by the connection's reader task otherwise, and
+//! written by the tasks that send on it.
 //!
 //! Ground rules.
 //!
 //! - **State.** One (std) mutex guards the request table (an entry per
-//!   request in flight: its reply once read, and the waker of its task
-//!   while it waits) and `leader`, the request whose task holds the reader
-//!   role. No lock is ever held across an `.await` or a return to the
-//!   runtime.
-//! - **Reading: leader and followers.** A [`ReplyFuture`] polled while
-//!   nobody leads takes the reader role: its own task reads the socket
-//!   (`try_read_buf`, then `poll_read_ready` to be woken by the runtime's
-//!   reactor) and fills the entries of every reply it reads, waking their
-//!   tasks. With one request in flight, the reactor wakes the very task
-//!   that waits for the reply: no task hop. A future polled while another
-//!   leads stores its waker and waits to be woken with its reply. The leader
-//!   keeps the role until its own reply is in; when it completes or is
-//!   dropped (a time-out, a cancelled task), it gives the role up and wakes
-//!   one waiting task to take it (`hand_off`). The leader reads whatever
-//!   arrives, so a long-polling receive never holds up other replies.
+//!   request in flight: its reply once read, and the waker of its task) and
+//!   `reader_active`, set while the reader task reads for everyone. No lock
+//!   is ever held across an `.await` or a return to the runtime. Reads and
+//!   their dispatch happen under the reader's mutex, so whoever reads, frames
+//!   are handed out in order.
+//! - **Reading alone.** A [`ReplyFuture`] polled while its request is the
+//!   only one in flight and the reader task is idle reads the socket from
+//!   its own task (`try_read_buf`, then `poll_read_ready` so the runtime's
+//!   reactor wakes that very task when bytes come): no task hop between the
+//!   reactor and the caller.
+//! - **Reading for many.** A future is not polled just because bytes came
+//!   for others (its task may be busy elsewhere, or hold it unpolled in a
+//!   `select!`), so it cannot be trusted to read for other requests. As soon
+//!   as a second request is in flight, the reader task reads for all: it
+//!   waits for readability, reads, fills entries and wakes their tasks (one
+//!   wake of the reader per read, however many replies the read brings),
+//!   until the table is empty again.
 //! - **Writing.** A task encodes its frames into the shared `queued`
 //!   buffer under the writer's mutex. When nothing else is in flight and no
 //!   flush is pending it writes them at once from its own task
@@ -75,8 +78,8 @@ struct Entry {
 #[derive(Debug)]
 struct State {
     table: Table<Entry>,
-    /// The request whose future holds the reader role.
-    leader: Option<u32>,
+    /// The reader task reads for everyone.
+    reader_active: bool,
     /// When the socket was last read.
     last_read: Instant,
 }
@@ -91,19 +94,9 @@ impl State {
             wake.extend(entry.waker.take());
         }
     }
-
-    /// When nobody leads, picks a waiting task to take the reader role.
-    fn hand_off(&mut self) -> Option<Waker> {
-        if self.leader.is_some() {
-            return None;
-        }
-        self.table
-            .iter_mut()
-            .find_map(|(_, entry)| entry.waker.take())
-    }
 }
 
-/// What only the leader touches.
+/// What only the one reading touches (under its mutex).
 #[derive(Debug)]
 struct Reader {
     decoder: FrameDecoder,
@@ -141,13 +134,16 @@ pub(crate) struct AsyncConn {
     writer: Mutex<Writer>,
     /// Wakes the flusher task.
     flush: Arc<Notify>,
+    /// Wakes the reader task: to start reading, or to see that it can stop.
+    read: Arc<Notify>,
 }
 
 impl Drop for AsyncConn {
     fn drop(&mut self) {
-        // The flusher holds only a weak reference: woken, it finds the
-        // connection gone and ends.
+        // The tasks hold only weak references while they wait: woken, they
+        // find the connection gone and end.
         self.flush.notify_one();
+        self.read.notify_one();
     }
 }
 
@@ -161,12 +157,13 @@ impl AsyncConn {
         buf: BytesMut,
     ) -> Arc<AsyncConn> {
         let flush = Arc::new(Notify::new());
+        let read = Arc::new(Notify::new());
         let conn = Arc::new(AsyncConn {
             stream,
             hello,
             state: Mutex::new(State {
                 table: Table::new(),
-                leader: None,
+                reader_active: false,
                 last_read: Instant::now(),
             }),
             reader: Mutex::new(Reader {
@@ -177,8 +174,10 @@ impl AsyncConn {
             }),
             writer: Mutex::new(Writer::default()),
             flush: Arc::clone(&flush),
+            read: Arc::clone(&read),
         });
         tokio::spawn(flusher(Arc::downgrade(&conn), flush));
+        tokio::spawn(reader(Arc::downgrade(&conn), read));
         conn
     }
 
@@ -199,29 +198,14 @@ impl AsyncConn {
     /// is noticed here rather than by the request.
     pub(crate) fn usable(&self) -> bool {
         let check = {
-            let mut st = self.state();
+            let st = self.state();
             if st.table.closed().is_some() {
                 return false;
             }
-            let idle = st.leader.is_none()
-                && st.table.len() == 0
-                && st.last_read.elapsed() >= IDLE_CHECK_AFTER;
-            if idle {
-                // Holds the role for the one read below; 0 names no request.
-                st.leader = Some(0);
-            }
-            idle
+            !st.reader_active && st.table.len() == 0 && st.last_read.elapsed() >= IDLE_CHECK_AFTER
         };
         if check {
             let _ = self.read_available();
-            let wake = {
-                let mut st = self.state();
-                st.leader = None;
-                st.hand_off()
-            };
-            if let Some(w) = wake {
-                w.wake();
-            }
         }
         !self.is_closed()
     }
@@ -235,7 +219,7 @@ impl AsyncConn {
         ids: &mut [u32],
     ) -> std::result::Result<(), Refused> {
         debug_assert_eq!(requests.len(), ids.len());
-        let alone = {
+        let (alone, start_reader) = {
             let mut st = self.state();
             let alone = st.table.len() == 0;
             for i in 0..requests.len() {
@@ -249,8 +233,15 @@ impl AsyncConn {
                     }
                 }
             }
-            alone
+            let start_reader = !st.reader_active && st.table.len() > 1;
+            if start_reader {
+                st.reader_active = true;
+            }
+            (alone, start_reader)
         };
+        if start_reader {
+            self.read.notify_one();
+        }
         let mut w = lock(&self.writer);
         let start = w.queued.len();
         for (request, &id) in requests.iter().zip(ids.iter()) {
@@ -395,12 +386,14 @@ impl AsyncConn {
         }
     }
 
-    /// Polls for the reply of `id`: reads the socket when nobody leads.
+    /// Polls for the reply of `id`: reads the socket itself when its request
+    /// is the only one in flight and the reader task is idle.
     fn poll_reply(&self, id: u32, cx: &mut Context<'_>) -> Poll<Result<Reply>> {
         loop {
             {
                 let mut st = self.state();
                 let s = &mut *st;
+                let alone = !s.reader_active && s.table.len() == 1;
                 let Some(entry) = s.table.get_mut(id) else {
                     return Poll::Ready(Err(Error::Disconnected(
                         "the request was cancelled".into(),
@@ -409,26 +402,19 @@ impl AsyncConn {
                 if let Some(reply) = entry.reply.take() {
                     return Poll::Ready(reply);
                 }
-                match s.leader {
-                    None => s.leader = Some(id),
-                    Some(l) if l == id => {}
-                    Some(_) => {
-                        if !entry
-                            .waker
-                            .as_ref()
-                            .is_some_and(|w| w.will_wake(cx.waker()))
-                        {
-                            entry.waker = Some(cx.waker().clone());
-                        }
-                        return Poll::Pending;
-                    }
+                // Whoever reads wakes this task with the reply.
+                if !entry
+                    .waker
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+                {
+                    entry.waker = Some(cx.waker().clone());
+                }
+                if !alone {
+                    return Poll::Pending;
                 }
             }
-            // The reader role is ours.
-            if self.read_available().is_ready() {
-                continue;
-            }
-            if self.answered(id) {
+            if self.read_available().is_ready() || self.answered(id) {
                 continue;
             }
             match self.stream.poll_read_ready(cx) {
@@ -446,19 +432,17 @@ impl AsyncConn {
             .is_none_or(|e| e.reply.is_some())
     }
 
-    /// Removes the entry of `id` when its future ends, however it ends,
-    /// passing the reader role on if it held it.
+    /// Removes the entry of `id` when its future ends, however it ends.
     fn release(&self, id: u32) {
-        let wake = {
+        let idle_reader = {
             let mut st = self.state();
             st.table.remove(id);
-            if st.leader == Some(id) {
-                st.leader = None;
-            }
-            st.hand_off()
+            st.reader_active && st.table.len() == 0
         };
-        if let Some(w) = wake {
-            w.wake();
+        if idle_reader {
+            // The reader task may stop: tell it rather than let it wait for
+            // bytes that may never come.
+            self.read.notify_one();
         }
     }
 }
@@ -501,6 +485,40 @@ impl Drop for ReplyFuture {
     fn drop(&mut self) {
         if !self.done {
             self.conn.release(self.id);
+        }
+    }
+}
+
+/// The reader task of one connection: reads for every request while more
+/// than one was in flight, until none is.
+async fn reader(conn: Weak<AsyncConn>, notify: Arc<Notify>) {
+    loop {
+        notify.notified().await;
+        loop {
+            let Some(c) = conn.upgrade() else { return };
+            if c.is_closed() {
+                return;
+            }
+            // Read first, then stop only when nothing is in flight.
+            let _ = c.read_available();
+            {
+                let mut st = c.state();
+                if st.table.len() == 0 {
+                    st.reader_active = false;
+                    break;
+                }
+            }
+            // Wait for bytes, or for a word that the table emptied.
+            let ready = std::future::poll_fn(|cx| c.stream.poll_read_ready(cx));
+            tokio::select! {
+                r = ready => {
+                    if let Err(e) = r {
+                        c.fail(&Error::io(e));
+                        return;
+                    }
+                }
+                () = notify.notified() => {}
+            }
         }
     }
 }
