@@ -26,6 +26,8 @@ pub mod limits {
     pub const MESSAGES_MAX: u64 = 1 << 32;
     /// Most passes.
     pub const PASSES_MAX: u32 = 100;
+    /// Most batches in flight per connection (`--window`).
+    pub const WINDOW_MAX: usize = 64;
     /// Most targets.
     pub const TARGETS_MAX: usize = 16;
     /// Highest open-loop rate, messages/s.
@@ -116,6 +118,8 @@ pub struct RunSpec {
     pub size: Option<usize>,
     /// `--batch`.
     pub batch: Option<usize>,
+    /// `--window`.
+    pub window: Option<usize>,
     /// `--rate`.
     pub rate: Option<u64>,
     /// `--visibility-timeout`.
@@ -150,6 +154,9 @@ pub struct RunConfig {
     pub size: usize,
     /// Largest send, receive and delete batch.
     pub batch: usize,
+    /// Batches in flight per connection: sends per producer, receives and
+    /// deletes per consumer.
+    pub window: usize,
     /// Open-loop rate in messages/s: always for the latency workload, when
     /// asked for the redelivery workload.
     pub rate: Option<u64>,
@@ -172,6 +179,8 @@ pub const DEFAULT_MESSAGES: u64 = 100_000;
 pub const DEFAULT_RATE: u64 = 10_000;
 /// `--batch` when not given.
 pub const DEFAULT_BATCH: usize = 64;
+/// `--window` when not given: one batch in flight per connection.
+pub const DEFAULT_WINDOW: usize = 1;
 /// `--size` when not given (DESIGN's 100-byte payloads).
 pub const DEFAULT_SIZE: usize = 100;
 
@@ -228,6 +237,10 @@ impl RunConfig {
         let batch = spec.batch.unwrap_or(DEFAULT_BATCH);
         if !(1..=BATCH_MAX).contains(&batch) {
             return fail(format!("--batch must be 1..={BATCH_MAX}"));
+        }
+        let window = spec.window.unwrap_or(DEFAULT_WINDOW);
+        if !(1..=WINDOW_MAX).contains(&window) {
+            return fail(format!("--window must be 1..={WINDOW_MAX}"));
         }
         let rate = match (workload, spec.rate) {
             (Workload::Latency, r) => Some(r.unwrap_or(DEFAULT_RATE)),
@@ -302,6 +315,7 @@ impl RunConfig {
             consumers,
             size,
             batch,
+            window,
             rate,
             visibility_timeout,
             fail_ratio,
@@ -331,11 +345,12 @@ impl RunConfig {
             Bound::Duration(d) => format!("{} of sending", format_duration(d)),
         };
         let mut s = format!(
-            "{} workload: {bound}, {} B bodies, batch {}, {} producer(s), {} consumer(s), \
-             visibility timeout {}, fail ratio {}, drain timeout {}",
+            "{} workload: {bound}, {} B bodies, batch {}, window {}, {} producer(s), {} \
+             consumer(s), visibility timeout {}, fail ratio {}, drain timeout {}",
             self.workload,
             self.size,
             self.batch,
+            self.window,
             self.producers,
             self.consumers,
             format_duration(self.visibility_timeout),
@@ -372,6 +387,7 @@ mod tests {
             (c.batch, c.size, c.fail_ratio),
             (DEFAULT_BATCH, DEFAULT_SIZE, 0.0)
         );
+        assert_eq!(c.window, 1, "one batch in flight by default");
         assert_eq!(c.visibility_timeout, Duration::from_secs(30));
         assert_eq!(c.drain_timeout, limits::DRAIN_BASE);
         assert_eq!(c.in_flight_max, Some(limits::IN_FLIGHT_THROUGHPUT_MIN));
@@ -460,6 +476,20 @@ mod tests {
                     ..spec()
                 },
                 "throughput is closed loop",
+            ),
+            (
+                RunSpec {
+                    window: Some(0),
+                    ..spec()
+                },
+                "--window",
+            ),
+            (
+                RunSpec {
+                    window: Some(limits::WINDOW_MAX + 1),
+                    ..spec()
+                },
+                "--window",
             ),
             (
                 RunSpec {

@@ -121,6 +121,17 @@ struct Args {
     )]
     batch: usize,
 
+    /// Batches in flight per connection (1..=64): each producer keeps up to
+    /// N sends unanswered, each consumer up to N receives and deletes, each
+    /// pipelined on its connection through the broker's own path.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        env = "SLUICE_LOADGEN_WINDOW"
+    )]
+    window: usize,
+
     /// Messages/s over all producers, open loop: the latency workload
     /// (default 10000), and the redelivery workload when given, so leases
     /// end evenly spread instead of all at once after a burst.
@@ -225,6 +236,7 @@ fn main_inner() -> Result<ExitCode> {
         consumers: Some(args.consumers),
         size: Some(args.size),
         batch: Some(args.batch),
+        window: Some(args.window),
         rate: args.rate,
         visibility_timeout: args.visibility_timeout,
         fail_ratio: args.fail_ratio,
