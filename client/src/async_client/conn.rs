@@ -49,12 +49,12 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
-use sluice_protocol::{FrameDecoder, HelloReply, Reply, Request};
+use sluice_protocol::{Frame, FrameDecoder, HelloReply, Reply, Request};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
-use crate::pending::{self, Decoded, Table};
+use crate::pending::{self, Table};
 
 /// Room made in the read buffer before each read.
 const READ_RESERVE_BYTES: usize = 64 * 1024;
@@ -70,7 +70,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A request in flight.
 #[derive(Debug, Default)]
 struct Entry {
-    reply: Option<Result<Reply>>,
+    /// The reply frame (its task decodes it), or why there is none.
+    reply: Option<Result<Frame>>,
     /// The waiting task, while another task leads.
     waker: Option<Waker>,
 }
@@ -87,7 +88,7 @@ struct State {
 impl State {
     fn fail(&mut self, err: &Error, wake: &mut Vec<Waker>) {
         self.table.close(err);
-        for (_, entry) in self.table.iter_mut() {
+        for entry in self.table.iter_mut() {
             if entry.reply.is_none() {
                 entry.reply = Some(Err(err.clone()));
             }
@@ -101,8 +102,8 @@ impl State {
 struct Reader {
     decoder: FrameDecoder,
     buf: BytesMut,
-    /// Replies read and not yet handed out (kept for its capacity).
-    ready: Vec<Decoded>,
+    /// Reply frames cut and not yet handed out (kept for its capacity).
+    ready: Vec<Frame>,
     /// Tasks to wake (kept for its capacity).
     wake: Vec<Waker>,
 }
@@ -341,16 +342,13 @@ impl AsyncConn {
             ready,
             wake,
         } = r;
-        let end = pending::decode_buffered(decoder, buf, |d| ready.push(d));
+        let end = pending::cut_frames(decoder, buf, |f| ready.push(f));
         {
             let mut st = self.state();
             st.last_read = Instant::now();
-            for d in ready.drain(..) {
-                if d.id == 0 {
-                    continue;
-                }
-                if let Some(entry) = st.table.get_mut(d.id) {
-                    entry.reply = Some(d.reply);
+            for f in ready.drain(..) {
+                if let Some(entry) = st.table.get_mut(f.request_id) {
+                    entry.reply = Some(Ok(f));
                     wake.extend(entry.waker.take());
                 }
             }
@@ -400,7 +398,8 @@ impl AsyncConn {
                     )));
                 };
                 if let Some(reply) = entry.reply.take() {
-                    return Poll::Ready(reply);
+                    drop(st);
+                    return Poll::Ready(reply.and_then(pending::read_reply));
                 }
                 // Whoever reads wakes this task with the reply.
                 if !entry

@@ -49,10 +49,10 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use rustix::net::RecvFlags;
-use sluice_protocol::{FrameDecoder, HelloReply, Reply, Request};
+use sluice_protocol::{Frame, FrameDecoder, HelloReply, Reply, Request};
 
 use crate::error::{Error, Result};
-use crate::pending::{self, Decoded, Table};
+use crate::pending::{self, Table};
 
 /// Bytes asked of the socket per read.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -75,7 +75,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A request in flight.
 #[derive(Debug, Default)]
 struct Waiter {
-    reply: Option<Result<Reply>>,
+    /// The reply frame (its caller decodes it), or why there is none.
+    reply: Option<Result<Frame>>,
     /// The caller's thread while it is parked waiting for the reply.
     thread: Option<Thread>,
 }
@@ -93,7 +94,7 @@ struct State {
 
 impl State {
     /// Fills the entry of one reply and returns the thread to wake.
-    fn fill(&mut self, id: u32, reply: Result<Reply>) -> Option<Thread> {
+    fn fill(&mut self, id: u32, reply: Result<Frame>) -> Option<Thread> {
         let waiter = self.table.get_mut(id)?;
         waiter.reply = Some(reply);
         let thread = waiter.thread.take();
@@ -107,7 +108,7 @@ impl State {
     /// wake go to `wake`.
     fn fail(&mut self, err: &Error, wake: &mut Vec<Thread>) {
         self.table.close(err);
-        for (_, waiter) in self.table.iter_mut() {
+        for waiter in self.table.iter_mut() {
             if waiter.reply.is_none() {
                 waiter.reply = Some(Err(err.clone()));
             }
@@ -125,7 +126,7 @@ impl State {
         let thread = self
             .table
             .iter_mut()
-            .find_map(|(_, waiter)| waiter.thread.take())?;
+            .find_map(|waiter| waiter.thread.take())?;
         self.parked -= 1;
         Some(thread)
     }
@@ -139,8 +140,8 @@ struct Reader {
     chunk: Vec<u8>,
     /// The socket's read time-out as last set (`None`: none).
     timeout: Option<Duration>,
-    /// Replies read and not yet handed out (kept for its capacity).
-    ready: Vec<Decoded>,
+    /// Reply frames cut and not yet handed out (kept for its capacity).
+    ready: Vec<Frame>,
     /// Threads to wake (kept for its capacity).
     wake: Vec<Thread>,
 }
@@ -400,7 +401,7 @@ impl Connection {
             reason = "a temporary on the stack, moved once; boxing would allocate per request"
         )]
         enum Step {
-            Done(Result<Reply>),
+            Done(Result<Frame>),
             Lead,
             Park(Duration),
         }
@@ -425,7 +426,10 @@ impl Connection {
                 Step::Park(deadline - now)
             };
             match step {
-                Step::Done(out) => return self.leave(st, id, out),
+                Step::Done(out) => {
+                    self.leave(st, id);
+                    return out.and_then(pending::read_reply);
+                }
                 Step::Lead => {
                     drop(st);
                     self.lead(id, deadline);
@@ -449,14 +453,13 @@ impl Connection {
 
     /// Removes the entry of `id` on the way out of a wait, passing the
     /// reader role on if needed.
-    fn leave(&self, mut st: MutexGuard<'_, State>, id: u32, out: Result<Reply>) -> Result<Reply> {
+    fn leave(&self, mut st: MutexGuard<'_, State>, id: u32) {
         st.table.remove(id);
         let wake = st.hand_off();
         drop(st);
         if let Some(t) = wake {
             t.unpark();
         }
-        out
     }
 
     /// Frees the entry of a request whose caller stopped waiting; its late
@@ -577,14 +580,12 @@ impl Connection {
             wake,
             ..
         } = r;
-        let end = pending::decode_buffered(decoder, buf, |d| ready.push(d));
+        let end = pending::cut_frames(decoder, buf, |f| ready.push(f));
         {
             let mut st = self.state();
             st.last_read = Instant::now();
-            for d in ready.drain(..) {
-                if d.id != 0 {
-                    wake.extend(st.fill(d.id, d.reply));
-                }
+            for f in ready.drain(..) {
+                wake.extend(st.fill(f.request_id, Ok(f)));
             }
             if let Err(err) = &end {
                 st.fail(err, wake);
