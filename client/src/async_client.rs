@@ -1,13 +1,13 @@
 //! The async client (tokio): one pipelined connection shared by every task,
 //! with no task hop per request where it can be avoided.
 //!
-//! The tasks that wait for replies read the connection themselves
-//! (`conn.rs` has the ground rules): a task whose request is the only one
-//! in flight is woken by the runtime's reactor when its reply arrives and
-//! reads it itself; with several waiting, one reads for all and wakes the
-//! others with their replies. A task with the only request in flight writes
-//! it at once; otherwise frames queue in one buffer that a flusher task
-//! writes with one write per wake-up. When the connection ends every request
+//! `conn.rs` has the ground rules. A task whose request is the only one in
+//! flight writes it at once and is woken by the runtime's reactor when its
+//! reply arrives, and reads it itself: no task hop. With several in flight,
+//! the connection's reader task reads for all (a future that is not polled
+//! cannot be trusted to read for others) and wakes each task with its reply,
+//! once per read however many replies it brings; frames queue in one buffer
+//! that a flusher task writes with one write per wake-up. When the connection ends every request
 //! in flight fails with a disconnect-class error, and the next request
 //! reconnects, after the reconnect policy's delay when connecting failed
 //! before.
@@ -38,10 +38,11 @@ use conn::{AsyncConn, Refused, ReplyFuture};
 /// and each waits only for its own reply. Needs a tokio runtime with the
 /// time and net drivers.
 ///
-/// The client has no task reading for it: a task whose request is the only
-/// one in flight reads its reply itself, woken by the runtime's reactor;
-/// when several wait, one reads for all and wakes the others, so a receive
-/// that long-polls never holds up the replies of others.
+/// A task whose request is the only one in flight reads its reply itself,
+/// woken by the runtime's reactor; when several are in flight the
+/// connection's reader task reads for all, so a receive that long-polls
+/// never holds up the replies of others. No allocation per request: frames
+/// are encoded into one reused buffer and replies are matched in a slab.
 ///
 /// When the connection drops, requests in flight fail with a
 /// disconnect-class error ([`Error::is_disconnect`]; a send may or may not
