@@ -1066,6 +1066,46 @@ fn bench_client_threads(args: &Args, io: Io) -> Res<ReqRate> {
     })
 }
 
+/// The floor under any blocking client shared by threads on one core: two
+/// threads on the driver's CPU hand a token back and forth with
+/// park/unpark, as a reply handed from the thread that read it to the
+/// thread that waits for it is. Hand-offs per second (each is one wake-up
+/// and one switch), no network at all.
+fn bench_handoff_floor(args: &Args) -> Res<ReqRate> {
+    use std::sync::atomic::AtomicU64;
+    let n = args.client_requests;
+    let turn = Arc::new(AtomicU64::new(0));
+    let (t0, cpu0) = (Instant::now(), cpu_time());
+    thread::scope(|s| {
+        let main = thread::current();
+        let other = {
+            let turn = Arc::clone(&turn);
+            s.spawn(move || {
+                for i in 0..n {
+                    // Wait for the odd turn, then pass the token back.
+                    while turn.load(Ordering::Acquire) != 2 * i + 1 {
+                        thread::park();
+                    }
+                    turn.store(2 * i + 2, Ordering::Release);
+                    main.unpark();
+                }
+            })
+        };
+        for i in 0..n {
+            turn.store(2 * i + 1, Ordering::Release);
+            other.thread().unpark();
+            while turn.load(Ordering::Acquire) != 2 * i + 2 {
+                thread::park();
+            }
+        }
+    });
+    let hand_offs = 2.0 * n as f64;
+    Ok(ReqRate {
+        per_s: hand_offs / t0.elapsed().as_secs_f64(),
+        cpu_us: (cpu_time() - cpu0).as_secs_f64() * 1e6 / hand_offs,
+    })
+}
+
 /// As many tasks as `--client-threads` share one `AsyncClient` on a
 /// current-thread runtime, each sending PINGs one at a time; PINGs answered
 /// per second.
@@ -1283,6 +1323,11 @@ fn run_pass(args: &Args, t: &mut Table) -> Res<()> {
         }
     }
     if args.runs("client") {
+        req_line(
+            t,
+            "thread hand-off floor".into(),
+            bench_handoff_floor(args)?,
+        );
         for &io in &args.ios {
             let r = bench_client_threads(args, io)?;
             req_line(t, format!("client {} threads", io.flag()), r);
@@ -1418,6 +1463,12 @@ fn summary(args: &Args, t: &Table) {
             args.client_threads,
             goal_rate(u, 5e5),
             goal_rate(e, 5e5)
+        );
+        let floor = t.median("thread hand-off floor").unwrap_or(f64::NAN);
+        let floor_cpu = t.median("thread hand-off floor cpu").unwrap_or(f64::NAN);
+        println!(
+            "| reference: two threads on the client's CPU handing a token back and forth (park/unpark) \
+             | {floor:.0} hand-offs/s ({floor_cpu:.2} us CPU each) | | | | |"
         );
         let (u, e) = both(&|io| format!("client {io} tasks"));
         let (uc, ec) = both(&|io| format!("client {io} tasks cpu"));
