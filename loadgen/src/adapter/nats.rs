@@ -8,7 +8,7 @@
 //! | receive batch | `PUB $JS.API.CONSUMER.MSG.NEXT.<name>.loadgen <inbox>` with `{"batch":<max>,"expires":<wait>,"no_wait":true}`: the server sends what is available (up to the batch) at once, or waits up to `expires` and sends as soon as something arrives, then ends the request with a 404/408 status; the client ends it 100 ms past `expires` if no status came (nats-server 2.9 can drop a request unanswered) |
 //! | delete batch | one `PUB <ack subject>` with an empty body (`+ACK`) per message, pipelined; the last one carries a reply inbox (a double ack) and its confirmation, sent after the acks before it were processed, ends the batch |
 //! | tear down | `$JS.API.STREAM.DELETE.<name>` |
-//! | window above 1 | publishes and acks of several batches in flight, and several pull requests, each on a reply inbox of its own: every message the server sends is routed by its inbox to the batch it answers, and batches finish in the order they started |
+//! | window above 1 | publishes and acks of several batches in flight, each on reply inboxes of its own: every message the server sends is routed by its inbox to the batch it answers, and batches finish in the order they started. Pull requests go one at a time, each the usual long poll (a waiting pull holds up nothing else on a NATS connection), the next sent as soon as the one before ends: nats-server 2.9 serves several waiting pulls of one consumer poorly (a short `no_wait` pull queued behind another's gets neither messages nor a status until the client gives up on it) |
 //!
 //! What it cannot do like the others: an ack for a delivery that expired and
 //! was delivered again still acks the message (JetStream acks by stream
@@ -39,6 +39,10 @@ const EXPIRES_MIN: Duration = Duration::from_millis(1);
 /// request's end before ending it itself (a server under load can answer
 /// late; a status or delivery that comes after is still handled).
 const PULL_GRACE: Duration = Duration::from_millis(100);
+/// The long poll of a pipelined pull: the wait the runner gives a receive
+/// that is alone on its connection. On NATS a waiting pull holds up nothing
+/// else, so pipelined pulls always wait this long (one at a time).
+const PIPELINED_PULL_WAIT: Duration = Duration::from_millis(100);
 
 /// Where a message's line and payload sit in the read buffer.
 type FrameAt = (Range<usize>, Range<usize>);
@@ -414,10 +418,13 @@ impl Target for NatsTarget {
 enum InFlight {
     /// Publishes whose acks come to the inboxes numbered `first..first + n`.
     Publish { first: u64, n: usize, acked: usize },
-    /// A pull request answered on its own inbox.
+    /// A pull request answered on its own inbox; `sent` is false while it
+    /// waits for the pull before it to end.
     Pull {
         inbox: u64,
         max: usize,
+        wait: Duration,
+        sent: bool,
         deadline: Instant,
         got: Vec<(Vec<u8>, Receipt)>,
         ended: bool,
@@ -518,17 +525,26 @@ impl NatsAdapter {
 }
 
 impl NatsAdapter {
-    /// Reads one message and files it with the batch it answers.
+    /// Reads one message and files it with the batch it answers. Replies
+    /// and statuses come on the inbox subject of their batch; a delivery
+    /// comes on its stream's subject (the wildcard subscription's), so it
+    /// goes to the pull in flight: one is sent at a time.
     fn route_one(&mut self) -> Result<(), AdapterError> {
         let m = self.conn.next_msg()?;
-        let number = reply_number(&self.inbox, m.subject);
         let delivery = m.reply.filter(|r| r.starts_with(b"$JS.ACK."));
-        let op = number.and_then(|k| {
-            self.in_flight.iter_mut().find(|op| match op {
-                InFlight::Publish { first, n, .. } => (*first..*first + *n as u64).contains(&k),
-                InFlight::Pull { inbox, .. } | InFlight::Ack { inbox, .. } => *inbox == k,
+        let op = if delivery.is_some() {
+            self.in_flight
+                .iter_mut()
+                .find(|op| matches!(op, InFlight::Pull { sent: true, .. }))
+        } else {
+            let number = reply_number(&self.inbox, m.subject);
+            number.and_then(|k| {
+                self.in_flight.iter_mut().find(|op| match op {
+                    InFlight::Publish { first, n, .. } => (*first..*first + *n as u64).contains(&k),
+                    InFlight::Pull { inbox, .. } | InFlight::Ack { inbox, .. } => *inbox == k,
+                })
             })
-        });
+        };
         match (op, delivery) {
             (Some(InFlight::Pull { got, .. }), Some(ack)) => {
                 got.push((m.payload.to_vec(), Receipt::Bytes(ack.into())));
@@ -573,9 +589,58 @@ impl NatsAdapter {
         Ok(())
     }
 
+    /// Sends the pull request of `max` messages waiting up to `wait`, on
+    /// reply inbox `inbox`; returns its deadline.
+    fn send_pull(
+        &mut self,
+        inbox: u64,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Instant, AdapterError> {
+        let wait = wait.max(EXPIRES_MIN);
+        let expires = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        let request = format!(r#"{{"batch":{max},"expires":{expires},"no_wait":true}}"#);
+        self.reply.clear();
+        self.reply.extend_from_slice(&self.inbox);
+        self.reply.push(b'.');
+        push_u64(&mut self.reply, inbox);
+        let next = self.next_subject.clone();
+        self.conn.publish(&next, &self.reply, request.as_bytes());
+        self.conn.conn.flush()?;
+        // As in `receive_batch`, the request's end is the client's to keep.
+        Ok(Instant::now() + wait + PULL_GRACE)
+    }
+
+    /// Sends the first pull that waits for the one before it, if any.
+    fn send_next_pull(&mut self) -> Result<(), AdapterError> {
+        let next = self
+            .in_flight
+            .iter()
+            .position(|op| matches!(op, InFlight::Pull { sent: false, .. }));
+        let Some(i) = next else { return Ok(()) };
+        let (inbox, max, wait) = match &self.in_flight[i] {
+            InFlight::Pull {
+                inbox, max, wait, ..
+            } => (*inbox, *max, *wait),
+            _ => return Ok(()),
+        };
+        let at = self.send_pull(inbox, max, wait)?;
+        if let InFlight::Pull { sent, deadline, .. } = &mut self.in_flight[i] {
+            *sent = true;
+            *deadline = at;
+        }
+        Ok(())
+    }
+
     /// Routes messages until the oldest batch is complete; a pull also ends
     /// at its deadline.
     fn complete_oldest(&mut self) -> Result<(), AdapterError> {
+        if matches!(
+            self.in_flight.front(),
+            Some(InFlight::Pull { sent: false, .. })
+        ) {
+            self.send_next_pull()?;
+        }
         loop {
             let Some(front) = self.in_flight.front_mut() else {
                 return Ok(());
@@ -720,19 +785,25 @@ impl Adapter for NatsAdapter {
     }
 
     fn start_receive(&mut self, max: usize, wait: Duration) -> Result<(), AdapterError> {
-        let wait = wait.max(EXPIRES_MIN);
-        let expires = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
-        let request = format!(r#"{{"batch":{max},"expires":{expires},"no_wait":true}}"#);
+        let wait = wait.max(PIPELINED_PULL_WAIT);
         let inbox = self.conn.next_reply;
-        self.conn.reply_subject(&mut self.reply);
-        let next = self.next_subject.clone();
-        self.conn.publish(&next, &self.reply, request.as_bytes());
-        self.conn.conn.flush()?;
-        // As in `receive_batch`, the request's end is the client's to keep.
+        self.conn.next_reply += 1;
+        let pulling = self
+            .in_flight
+            .iter()
+            .any(|op| matches!(op, InFlight::Pull { .. }));
+        let deadline = if pulling {
+            // Sent when the pull before it ends.
+            Instant::now()
+        } else {
+            self.send_pull(inbox, max, wait)?
+        };
         self.in_flight.push_back(InFlight::Pull {
             inbox,
             max,
-            deadline: Instant::now() + wait + PULL_GRACE,
+            wait,
+            sent: !pulling,
+            deadline,
             got: Vec::new(),
             ended: false,
         });
@@ -779,6 +850,8 @@ impl Adapter for NatsAdapter {
             Some(InFlight::Publish { .. }) => Ok(Finished::Sent),
             Some(InFlight::Ack { .. }) => Ok(Finished::Deleted),
             Some(InFlight::Pull { max, got, .. }) => {
+                // The next pull goes out now, while the caller handles these.
+                self.send_next_pull()?;
                 let mut n = 0;
                 for (body, receipt) in got {
                     on_message(&body, receipt);
