@@ -12,7 +12,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -70,13 +70,15 @@ pub struct Client {
 #[derive(Debug)]
 struct Inner {
     config: ClientConfig,
-    slot: Mutex<ConnSlot>,
+    /// The connection in use: read by every request, written on reconnect.
+    current: RwLock<Option<Arc<Connection>>>,
+    /// Held while reconnecting, so one thread connects at a time.
+    reconnect: Mutex<Reconnect>,
 }
 
 #[derive(Debug)]
-struct ConnSlot {
-    current: Option<Arc<Connection>>,
-    reconnect: ReconnectState<Instant>,
+struct Reconnect {
+    state: ReconnectState<Instant>,
     last_error: Option<Error>,
 }
 
@@ -217,13 +219,13 @@ impl Client {
     /// time-out; the server's error (`Unauthorized`, `UnsupportedVersion`,
     /// `TooManyConnections`) when it refuses the HELLO.
     pub fn connect(config: ClientConfig) -> Result<Client> {
-        let reconnect = ReconnectState::new(config.reconnect_policy());
+        let state = ReconnectState::new(config.reconnect_policy());
         let client = Client {
             inner: Arc::new(Inner {
                 config,
-                slot: Mutex::new(ConnSlot {
-                    current: None,
-                    reconnect,
+                current: RwLock::new(None),
+                reconnect: Mutex::new(Reconnect {
+                    state,
                     last_error: None,
                 }),
             }),
@@ -242,26 +244,44 @@ impl Client {
     /// limits); `None` while disconnected.
     #[must_use]
     pub fn server_info(&self) -> Option<HelloReply> {
-        let slot = lock(&self.inner.slot);
-        slot.current
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
             .filter(|c| !c.is_closed())
             .map(|c| c.hello().clone())
     }
 
+    /// The open connection, if it can take requests.
+    fn open_connection(&self) -> Option<Arc<Connection>> {
+        let current = self
+            .inner
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        current.as_ref().filter(|c| c.usable()).map(Arc::clone)
+    }
+
     /// The open connection, or a new one.
     fn connection(&self) -> Result<Arc<Connection>> {
-        let mut slot = lock(&self.inner.slot);
-        if let Some(c) = &slot.current {
-            if c.usable() {
-                return Ok(Arc::clone(c));
-            }
-            slot.current = None;
+        if let Some(c) = self.open_connection() {
+            return Ok(c);
         }
-        if let Some(at) = slot.reconnect.next_attempt_at() {
+        let mut rc = lock(&self.inner.reconnect);
+        // Another thread may have reconnected while this one waited.
+        if let Some(c) = self.open_connection() {
+            return Ok(c);
+        }
+        *self
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        if let Some(at) = rc.state.next_attempt_at() {
             let wait = at.saturating_duration_since(Instant::now());
             if wait > self.inner.config.get_request_timeout() {
-                if let Some(err) = &slot.last_error {
+                if let Some(err) = &rc.last_error {
                     return Err(err.clone());
                 }
             }
@@ -269,14 +289,18 @@ impl Client {
         }
         match open(&self.inner.config) {
             Ok(c) => {
-                slot.reconnect.succeeded();
-                slot.last_error = None;
-                slot.current = Some(Arc::clone(&c));
+                rc.state.succeeded();
+                rc.last_error = None;
+                *self
+                    .inner
+                    .current
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&c));
                 Ok(c)
             }
             Err(err) => {
-                slot.reconnect.failed(Instant::now());
-                slot.last_error = Some(err.clone());
+                rc.state.failed(Instant::now());
+                rc.last_error = Some(err.clone());
                 Err(err)
             }
         }

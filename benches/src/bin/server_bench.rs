@@ -29,7 +29,7 @@
 //!   read spin) and the `AsyncClient` (a current-thread runtime) join the
 //!   `rtt` turns above, next to the raw-frame PING; then `--client-threads`
 //!   threads share one blocking `Client`, each sending PINGs one at a time
-//!   (`--client-requests` in all), and as many tasks share one
+//!   (`--client-requests` in all; once more with the read spin), and as many tasks share one
 //!   `AsyncClient`. Requests answered per second.
 //! - `shards`: one hot queue, `--producers` and `--consumers` connections
 //!   spread over the shards (connections are opened until HELLO names the
@@ -1022,10 +1022,10 @@ struct ReqRate {
 /// `--client-threads` threads share one blocking `Client`, each sending
 /// PINGs one at a time (a tenth of them first, as warm-up); PINGs answered
 /// per second. The threads inherit the driver's CPU.
-fn bench_client_threads(args: &Args, io: Io) -> Res<ReqRate> {
+fn bench_client_threads(args: &Args, io: Io, spin: Duration) -> Res<ReqRate> {
     let server = target(args, io)?;
-    let client = sluice_client::Client::connect(ClientConfig::new(server.addr.to_string()))
-        .map_err(|e| format!("Client: {e}"))?;
+    let config = ClientConfig::new(server.addr.to_string()).read_spin(spin);
+    let client = sluice_client::Client::connect(config).map_err(|e| format!("Client: {e}"))?;
     let threads = args.client_threads;
     let per_thread = args.client_requests / threads as u64;
     let warm = per_thread / 10;
@@ -1329,8 +1329,11 @@ fn run_pass(args: &Args, t: &mut Table) -> Res<()> {
             bench_handoff_floor(args)?,
         );
         for &io in &args.ios {
-            let r = bench_client_threads(args, io)?;
+            let r = bench_client_threads(args, io, Duration::ZERO)?;
             req_line(t, format!("client {} threads", io.flag()), r);
+            let spin = Duration::from_micros(args.client_spin_us);
+            let r = bench_client_threads(args, io, spin)?;
+            req_line(t, format!("client {} threads+spin", io.flag()), r);
             let r = bench_client_tasks(args, io)?;
             req_line(t, format!("client {} tasks", io.flag()), r);
         }
@@ -1461,6 +1464,15 @@ fn summary(args: &Args, t: &Table) {
             "| {} threads sharing one Client, PING | {u:.0} req/s ({uc:.2} us CPU/req) | {e:.0} \
              req/s ({ec:.2} us CPU/req) | >= 500,000 req/s | {} | {} |",
             args.client_threads,
+            goal_rate(u, 5e5),
+            goal_rate(e, 5e5)
+        );
+        let (u, e) = both(&|io| format!("client {io} threads+spin"));
+        let (uc, ec) = both(&|io| format!("client {io} threads+spin cpu"));
+        println!(
+            "| the same, read spin {} us | {u:.0} req/s ({uc:.2} us CPU/req) | {e:.0} req/s ({ec:.2} \
+             us CPU/req) | >= 500,000 req/s | {} | {} |",
+            args.client_spin_us,
             goal_rate(u, 5e5),
             goal_rate(e, 5e5)
         );

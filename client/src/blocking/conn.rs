@@ -43,6 +43,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
@@ -61,6 +62,8 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 pub(crate) const WRITE_STALL: Duration = Duration::from_millis(20);
 /// How long a connection may go unread before a request checks it first.
 const IDLE_CHECK_AFTER: Duration = Duration::from_millis(50);
+/// [`IDLE_CHECK_AFTER`] in the unit of `last_read_ms`.
+const IDLE_CHECK_AFTER_MS: u64 = 50;
 /// How far above the time a leader has left the socket's read time-out may
 /// be before it is set again (each setting is a system call; a leader woken
 /// a little late by it only reports its time-out that much later).
@@ -184,6 +187,13 @@ pub(crate) struct Connection {
     state: Mutex<State>,
     reader: Mutex<Reader>,
     writer: Mutex<Writer>,
+    /// When the connection opened: the epoch of `last_read_ms`.
+    opened: Instant,
+    /// Milliseconds from `opened` to the last read, for the idle check
+    /// without the lock (`State::last_read` is the exact one).
+    last_read_ms: AtomicU64,
+    /// Set once the connection ended (`State::table.closed()` is the truth).
+    closed: AtomicBool,
 }
 
 impl Connection {
@@ -217,7 +227,14 @@ impl Connection {
                 wake: Vec::new(),
             }),
             writer: Mutex::new(Writer::default()),
+            opened: Instant::now(),
+            last_read_ms: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
         })
+    }
+
+    fn age_ms(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     pub(crate) fn hello(&self) -> &HelloReply {
@@ -232,6 +249,14 @@ impl Connection {
     /// while is first read without blocking, so that a close by the server
     /// is noticed here rather than by the request.
     pub(crate) fn usable(&self) -> bool {
+        // The common case without the lock: open and read recently.
+        if self.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        let read_ms = self.last_read_ms.load(Ordering::Relaxed);
+        if self.age_ms().saturating_sub(read_ms) < IDLE_CHECK_AFTER_MS {
+            return true;
+        }
         let check = {
             let st = self.state();
             if st.table.closed().is_some() {
@@ -246,7 +271,7 @@ impl Connection {
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.state().table.closed().is_some()
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Registers `requests` (their ids go to `ids`, one per request) and
@@ -511,7 +536,9 @@ impl Connection {
                 if Instant::now() >= until.min(deadline) {
                     break;
                 }
-                std::hint::spin_loop();
+                // Let a thread that is ready run first (on one core the
+                // threads this one woke need it to send their next requests).
+                thread::yield_now();
             }
         }
         let left = deadline
@@ -584,11 +611,13 @@ impl Connection {
         {
             let mut st = self.state();
             st.last_read = Instant::now();
+            self.last_read_ms.store(self.age_ms(), Ordering::Relaxed);
             for f in ready.drain(..) {
                 wake.extend(st.fill(f.request_id, Ok(f)));
             }
             if let Err(err) = &end {
                 st.fail(err, wake);
+                self.closed.store(true, Ordering::Release);
             }
         }
         let writer = match combine {
@@ -627,6 +656,7 @@ impl Connection {
             let mut st = self.state();
             let first = st.table.closed().is_none();
             st.fail(err, &mut wake);
+            self.closed.store(true, Ordering::Release);
             first
         };
         if first {

@@ -156,8 +156,8 @@ impl Scripted {
 
 /// The client's connection: (requests in flight, a thread leads, threads parked).
 fn snapshot(client: &Client) -> (usize, bool, usize) {
-    let slot = lock(&client.inner.slot);
-    slot.current.as_ref().expect("connected").snapshot()
+    let current = client.inner.current.read().unwrap();
+    current.as_ref().expect("connected").snapshot()
 }
 
 fn eventually(what: &str, mut f: impl FnMut() -> bool) {
