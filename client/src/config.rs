@@ -121,7 +121,8 @@ impl ClientConfig {
 
     /// How long the blocking [`Client`](crate::Client) polls the socket
     /// without sleeping before it blocks in a read (default zero: it blocks
-    /// at once; capped at [`READ_SPIN_MAX`]).
+    /// at once; capped at [`READ_SPIN_MAX`]). Between polls it yields the
+    /// core to any thread that is ready to run.
     ///
     /// A blocked read costs a sleep and a wake-up, which on a virtual
     /// machine whose core goes idle can add tens of microseconds to a round
