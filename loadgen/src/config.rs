@@ -28,6 +28,8 @@ pub mod limits {
     pub const PASSES_MAX: u32 = 100;
     /// Most batches in flight per connection (`--window`).
     pub const WINDOW_MAX: usize = 64;
+    /// Longest `--sluice-read-spin` (the client's own cap).
+    pub const SLUICE_READ_SPIN_MAX: Duration = sluice_client::config::READ_SPIN_MAX;
     /// Most targets.
     pub const TARGETS_MAX: usize = 16;
     /// Highest open-loop rate, messages/s.
@@ -128,6 +130,8 @@ pub struct RunSpec {
     pub fail_ratio: Option<f64>,
     /// The token read from `--token-file`.
     pub token: Option<String>,
+    /// `--sluice-read-spin`.
+    pub sluice_read_spin: Option<Duration>,
 }
 
 /// A setting that cannot run.
@@ -171,6 +175,8 @@ pub struct RunConfig {
     /// Closed-loop producers wait while this many messages are sent and not
     /// yet deleted; `None` for the open loop.
     pub in_flight_max: Option<u64>,
+    /// The sluice client's read spin (zero: off, the client's default).
+    pub sluice_read_spin: Duration,
 }
 
 /// `--messages` when neither it nor `--duration` is given.
@@ -305,8 +311,16 @@ impl RunConfig {
                     .clamp(IN_FLIGHT_THROUGHPUT_MIN, IN_FLIGHT_MAX),
             ),
         };
+        let sluice_read_spin = spec.sluice_read_spin.unwrap_or(Duration::ZERO);
+        if sluice_read_spin > SLUICE_READ_SPIN_MAX {
+            return fail(format!(
+                "--sluice-read-spin must be at most {}",
+                format_duration(SLUICE_READ_SPIN_MAX)
+            ));
+        }
         Ok(RunConfig {
             in_flight_max,
+            sluice_read_spin,
             workload,
             targets: spec.targets,
             passes,
@@ -388,6 +402,7 @@ mod tests {
             (DEFAULT_BATCH, DEFAULT_SIZE, 0.0)
         );
         assert_eq!(c.window, 1, "one batch in flight by default");
+        assert_eq!(c.sluice_read_spin, Duration::ZERO, "the client's default");
         assert_eq!(c.visibility_timeout, Duration::from_secs(30));
         assert_eq!(c.drain_timeout, limits::DRAIN_BASE);
         assert_eq!(c.in_flight_max, Some(limits::IN_FLIGHT_THROUGHPUT_MIN));
@@ -483,6 +498,13 @@ mod tests {
                     ..spec()
                 },
                 "--window",
+            ),
+            (
+                RunSpec {
+                    sluice_read_spin: Some(Duration::from_secs(1)),
+                    ..spec()
+                },
+                "--sluice-read-spin",
             ),
             (
                 RunSpec {

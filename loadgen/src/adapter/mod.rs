@@ -341,12 +341,24 @@ impl TargetUrl {
     /// Connects a target for this URL; `token` is the auth token for peers
     /// that have one (sluice HELLO, Redis `AUTH`, NATS `auth_token`).
     pub fn open(&self, token: Option<&str>) -> Result<Box<dyn Target>, AdapterError> {
+        self.open_with(token, Duration::ZERO)
+    }
+
+    /// [`TargetUrl::open`], with the read spin of the sluice client
+    /// (`--sluice-read-spin`; the peers ignore it).
+    pub fn open_with(
+        &self,
+        token: Option<&str>,
+        sluice_read_spin: Duration,
+    ) -> Result<Box<dyn Target>, AdapterError> {
         let token = token.map(str::to_owned);
         match self.kind {
             Kind::Redis => Ok(Box::new(redis::RedisTarget::new(self.clone(), token))),
             Kind::Beanstalkd => Ok(Box::new(beanstalkd::BeanstalkdTarget::new(self.clone()))),
             Kind::Nats => Ok(Box::new(nats::NatsTarget::new(self.clone(), token))),
-            Kind::Sluice => Ok(Box::new(sluice::SluiceTarget::new(self.clone(), token))),
+            Kind::Sluice => Ok(Box::new(
+                sluice::SluiceTarget::new(self.clone(), token).read_spin(sluice_read_spin),
+            )),
         }
     }
 

@@ -84,6 +84,7 @@ pub struct SluiceTarget {
     admin: Option<Client>,
     queue: Option<Queue>,
     server: Vec<Setting>,
+    read_spin: Duration,
 }
 
 impl std::fmt::Debug for SluiceTarget {
@@ -103,7 +104,16 @@ impl SluiceTarget {
             admin: None,
             queue: None,
             server: Vec::new(),
+            read_spin: Duration::ZERO,
         }
+    }
+
+    /// The clients' read spin (`ClientConfig::read_spin`); zero, the
+    /// client's default, unless `--sluice-read-spin` sets it.
+    #[must_use]
+    pub fn read_spin(mut self, spin: Duration) -> Self {
+        self.read_spin = spin;
+        self
     }
 
     fn addr(&self) -> String {
@@ -119,7 +129,8 @@ impl SluiceTarget {
         let mut config = ClientConfig::new(addr.clone())
             .connect_timeout(CONNECT_TIMEOUT)
             .request_timeout(REPLY_TIMEOUT)
-            .reconnect_delays(RECONNECT_DELAY_INITIAL, RECONNECT_DELAY_MAX);
+            .reconnect_delays(RECONNECT_DELAY_INITIAL, RECONNECT_DELAY_MAX)
+            .read_spin(self.read_spin);
         if let Some(token) = &self.token {
             config = config.auth_token(Bytes::copy_from_slice(token.as_bytes()));
         }
@@ -220,6 +231,18 @@ impl Target for SluiceTarget {
                 "client",
                 "sluice-client blocking Client, one per connection, read by its own thread; \
                  requests pipelined when the window is above 1",
+            ));
+            s.push(Setting::new(
+                "read spin",
+                if self.read_spin.is_zero() {
+                    "off (the client's default: a reply is waited for in a blocking read)".into()
+                } else {
+                    format!(
+                        "{} (--sluice-read-spin: the client polls the socket that long, \
+                         yielding, before it blocks in a read)",
+                        format_duration(self.read_spin)
+                    )
+                },
             ));
             s.push(Setting::new("send", "one SEND request per batch"));
             s.push(Setting::new(

@@ -165,7 +165,7 @@ pub fn run(cfg: &RunConfig, out: &mut Output<'_>) -> Vec<PassOutcome> {
     for pass in 1..=cfg.passes {
         for url in &cfg.targets {
             let result = url
-                .open(cfg.token.as_deref())
+                .open_with(cfg.token.as_deref(), cfg.sluice_read_spin)
                 .map_err(RunError::Setup)
                 .and_then(|mut target| run_pass(cfg, url, target.as_mut(), pass, out));
             outcomes.push(PassOutcome {
