@@ -25,6 +25,11 @@
 //!   writer takes everything queued after each write and sends it in the
 //!   next, so frames from many threads go out in one system call. The two
 //!   buffers swap and are reused: no allocation per request.
+//! - **Combining on one core.** When the leader wakes threads with their
+//!   replies it takes the writer role first (if free), yields so they run,
+//!   and then writes what they queued meanwhile in one go: on one core,
+//!   where the woken threads run one after the other, that is one write per
+//!   read instead of one per request.
 //! - **Stalls.** A write that cannot go on (the server stopped reading until
 //!   we read its replies) times out after [`WRITE_STALL`]; the writer then
 //!   reads what is waiting, without blocking, when nobody leads, so a
@@ -40,6 +45,12 @@
 //!   after [`IDLE_CHECK_AFTER`] without reading, a request first reads what
 //!   is waiting without blocking (an end of stream there makes the client
 //!   reconnect before sending).
+//! - **Atomics.** Two copies let a request check its connection without a
+//!   lock. `closed` is stored (Release) once the table is closed, under the
+//!   state lock, and loaded (Acquire) by that check: a stale `false` only
+//!   lets the request on to the table, which refuses it, and the client
+//!   retries on a new connection. `last_read_ms` is Relaxed: a stale value
+//!   only moves the idle check a little earlier or later.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -64,6 +75,7 @@ pub(crate) const WRITE_STALL: Duration = Duration::from_millis(20);
 const IDLE_CHECK_AFTER: Duration = Duration::from_millis(50);
 /// [`IDLE_CHECK_AFTER`] in the unit of `last_read_ms`.
 const IDLE_CHECK_AFTER_MS: u64 = 50;
+const _: () = assert!(IDLE_CHECK_AFTER.as_millis() == IDLE_CHECK_AFTER_MS as u128);
 /// How far above the time a leader has left the socket's read time-out may
 /// be before it is set again (each setting is a system call; a leader woken
 /// a little late by it only reports its time-out that much later).
