@@ -12,11 +12,14 @@
 # CPU $BROKER_CPU (default 0); the load generator runs on CPU $LOADGEN_CPU
 # (default 1). Missing peers are installed from Debian packages (as root).
 # Each workload runs against all four brokers, interleaved over three passes;
-# the tables quote medians. Environment: BROKER_CPU, LOADGEN_CPU.
+# the tables quote medians. The comparison of record keeps one batch in
+# flight per connection (--window 1); a second throughput table keeps 8, and
+# a latency table sends one message at a time. Environment: BROKER_CPU,
+# LOADGEN_CPU.
 set -euo pipefail
 
 usage() {
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 QUICK=0
@@ -57,19 +60,27 @@ die() {
 # The same for every broker: 100-byte bodies, batches of 64, two producer
 # and two consumer connections, three interleaved passes.
 PASSES=3
-COMMON=(--size 100 --batch 64 --producers 2 --consumers 2)
+COMMON=(--size 100 --producers 2 --consumers 2)
+BATCH=64
 if ((QUICK)); then
     PASSES=1
     THROUGHPUT_MESSAGES=20000
     REDELIVERY_MESSAGES=4000
     LATENCY_MESSAGES=10000
+    SINGLE_MESSAGES=2000
     OUT="$ROOT/target/compare-quick"
 else
     THROUGHPUT_MESSAGES=1000000
     REDELIVERY_MESSAGES=50000
     LATENCY_MESSAGES=100000
+    SINGLE_MESSAGES=50000
     OUT="$ROOT/benches/results"
 fi
+# The second throughput table: batches in flight per connection.
+WINDOW=8
+# One message at a time (batches of 1), open loop: the latency of a single
+# message through each broker, where batching cannot help anyone.
+SINGLE_RATE=5000
 # Leases of 1 s, sends paced so leases end spread out, as in service.
 REDELIVERY_RATE=5000
 REDELIVERY_VISIBILITY=1s
@@ -199,12 +210,13 @@ mkdir -p "$OUT"
 FAILED=()
 declare -A RUN_COMMAND
 
-# run WORKLOAD ARGS...: one workload over every broker.
+# run NAME WORKLOAD ARGS...: one workload over every broker; NAME names the
+# result files.
 run() {
-    local wl="$1"
-    shift
+    local wl="$1" workload="$2"
+    shift 2
     rm -rf "$OUT/hgrm-$wl"
-    local args=("$wl" "${TARGETS[@]}" --passes "$PASSES" "${COMMON[@]}" "$@"
+    local args=("$workload" "${TARGETS[@]}" --passes "$PASSES" "${COMMON[@]}" "$@"
         --json "$OUT/$wl.json" --hgrm "$OUT/hgrm-$wl" --plot "$OUT/$wl.svg"
         --markdown "$WORK/$wl.md" --quiet)
     local shown="taskset -c $LOADGEN_CPU target/release/sluice-loadgen ${args[*]}"
@@ -220,10 +232,13 @@ run() {
     fi
 }
 
-run throughput --messages "$THROUGHPUT_MESSAGES"
-run redelivery --messages "$REDELIVERY_MESSAGES" --rate "$REDELIVERY_RATE" \
-    --visibility-timeout "$REDELIVERY_VISIBILITY"
-run latency --messages "$LATENCY_MESSAGES" --rate "$LATENCY_RATE"
+run throughput throughput --batch "$BATCH" --messages "$THROUGHPUT_MESSAGES"
+run redelivery redelivery --batch "$BATCH" --messages "$REDELIVERY_MESSAGES" \
+    --rate "$REDELIVERY_RATE" --visibility-timeout "$REDELIVERY_VISIBILITY"
+run latency latency --batch "$BATCH" --messages "$LATENCY_MESSAGES" --rate "$LATENCY_RATE"
+run "throughput-window$WINDOW" throughput --batch "$BATCH" --window "$WINDOW" \
+    --messages "$THROUGHPUT_MESSAGES"
+run latency-single latency --batch 1 --messages "$SINGLE_MESSAGES" --rate "$SINGLE_RATE"
 
 # Redis's own tool on the same path (XADD pipelined 64 deep, two
 # connections, 100-byte field), as a check on the Redis adapter.
@@ -250,15 +265,17 @@ REPORT="$WORK/report.md"
     echo "- commit: $COMMIT"
     echo "- machine: ${MODEL:-unknown CPU}, $CPUS CPUs, $(uname -sr); brokers pinned to CPU $BROKER_CPU, sluice-loadgen to CPU $LOADGEN_CPU"
     echo "- brokers: $versions; persistence off (Redis \`--save '' --appendonly no\`, JetStream memory storage, beanstalkd without \`-b\`), sluice \`--shards 1 --metrics-addr off\`"
-    echo "- every workload: 100-byte bodies, batches of 64, 2 producer + 2 consumer connections, $PASSES interleaved passes; medians over the passes; ratios are sluice against each peer"
+    echo "- every workload: 100-byte bodies, batches of $BATCH (1 for the one-message-at-a-time latency), one batch in flight per connection (--window 1) but in the window-$WINDOW table, 2 producer + 2 consumer connections, $PASSES interleaved passes; medians over the passes; ratios are sluice against each peer"
     [[ -n "$SANITY" ]] && echo "- peer sanity check: $SANITY"
     ((${#FAILED[@]})) && echo "- **failed runs**: ${FAILED[*]}"
-    for wl in throughput redelivery latency; do
+    for wl in throughput redelivery latency "throughput-window$WINDOW" latency-single; do
         echo
         case "$wl" in
             throughput) echo "### Throughput: send + receive + delete, closed loop, $THROUGHPUT_MESSAGES messages" ;;
             redelivery) echo "### Redelivery: every message left once, $REDELIVERY_VISIBILITY visibility timeout, sent at $REDELIVERY_RATE/s, $REDELIVERY_MESSAGES messages" ;;
             latency) echo "### Latency: open loop at $LATENCY_RATE messages/s, $LATENCY_MESSAGES messages, from the intended send time" ;;
+            throughput-window*) echo "### Throughput with $WINDOW batches in flight per connection: closed loop, $THROUGHPUT_MESSAGES messages" ;;
+            latency-single) echo "### Latency one message at a time: open loop at $SINGLE_RATE messages/s, batches of 1, $SINGLE_MESSAGES messages, from the intended send time" ;;
         esac
         echo
         echo "\`${RUN_COMMAND[$wl]}\`"

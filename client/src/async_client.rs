@@ -1,62 +1,53 @@
-//! The async client (tokio): one pipelined connection shared by every task.
+//! The async client (tokio): one pipelined connection shared by every task,
+//! with no task hop per request where it can be avoided.
 //!
-//! Ground rules: callers encode their request (with a placeholder id) and
-//! hand it to the driver task over an unbounded channel with a oneshot for
-//! the reply. The driver owns the write half and the connection's life: it
-//! takes every command waiting, registers each in the connection's
-//! [`Pending`] table (which assigns the id, patched into the frame) and
-//! writes them in one go. A reader task per connection owns the read half
-//! and fills the slot of each reply's id. When the connection ends the
-//! reader fails every slot in flight with `Disconnected`; the driver
-//! reconnects for the next command, after the reconnect policy's delay when
-//! connecting failed before. The driver ends when the last [`AsyncClient`]
-//! clone is dropped.
+//! `conn.rs` has the ground rules. A task whose request is the only one in
+//! flight writes it at once and is woken by the runtime's reactor when its
+//! reply arrives, and reads it itself: no task hop. With several in flight,
+//! the connection's reader task reads for all (a future that is not polled
+//! cannot be trusted to read for others) and wakes each task with its reply,
+//! once per read however many replies it brings; frames queue in one buffer
+//! that a flusher task writes with one write per wake-up. When the connection ends every request
+//! in flight fails with a disconnect-class error, and the next request
+//! reconnects, after the reconnect policy's delay when connecting failed
+//! before.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use sluice_protocol::limits::{FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MAX_LIMIT};
+use sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT;
 use sluice_protocol::{
     AttributeUpdate, FrameDecoder, HelloReply, PeekedMessage, QueueInfo, Receipt, ReceivedMessage,
     Reply, Request, SendEntry, SendOutcome, ServerStatsReply,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::ops::{self, Operation, ReceiveOptions, RedriveOutcome};
-use crate::pending::{Pending, Slot};
 
-type ReplySlot = oneshot::Sender<Result<Reply>>;
+mod conn;
 
-/// Offset of the request id in a frame: after the length, opcode and flags.
-const REQUEST_ID_OFFSET: usize = 6;
-/// Commands the driver writes in one go at most.
-const WRITE_BATCH_MAX: usize = 1024;
-
-/// A request on its way to the driver: its frame (id still to be patched)
-/// and where the reply goes.
-#[derive(Debug)]
-struct Command {
-    frames: BytesMut,
-    count: usize,
-    replies: Vec<ReplySlot>,
-}
+use conn::{AsyncConn, Refused, ReplyFuture};
 
 /// An async sluice client. Cheap to clone; every clone shares one connection
 /// and any number of tasks may use it at once: their requests are pipelined
 /// and each waits only for its own reply. Needs a tokio runtime with the
 /// time and net drivers.
 ///
-/// When the connection drops, requests in flight fail with
-/// [`Error::Disconnected`] (a send may or may not have happened: delivery is
-/// at-least-once) and the next request reconnects.
+/// A task whose request is the only one in flight reads its reply itself,
+/// woken by the runtime's reactor; when several are in flight the
+/// connection's reader task reads for all, so a receive that long-polls
+/// never holds up the replies of others. No allocation per request: frames
+/// are encoded into one reused buffer and replies are matched in a slab.
+///
+/// When the connection drops, requests in flight fail with a
+/// disconnect-class error ([`Error::is_disconnect`]; a send may or may not
+/// have happened: delivery is at-least-once) and the next request
+/// reconnects.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -83,22 +74,20 @@ pub struct AsyncClient {
 #[derive(Debug)]
 struct AsyncInner {
     config: ClientConfig,
-    commands: mpsc::UnboundedSender<Command>,
-    info: Arc<Mutex<Option<HelloReply>>>,
+    /// The connection in use and the HELLO reply of the latest one.
+    current: Mutex<Current>,
+    /// Held while (re)connecting, so one task connects at a time.
+    reconnect: tokio::sync::Mutex<ReconnectState<Instant>>,
 }
 
-/// One open connection, owned by the driver.
-#[derive(Debug)]
-struct AsyncConn {
-    writer: OwnedWriteHalf,
-    pending: Arc<Pending<ReplySlot>>,
-    reader: JoinHandle<()>,
+#[derive(Debug, Default)]
+struct Current {
+    conn: Option<Arc<AsyncConn>>,
+    info: Option<HelloReply>,
 }
 
-impl Drop for AsyncConn {
-    fn drop(&mut self) {
-        self.reader.abort();
-    }
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn connect_error(addr: &str, err: std::io::Error) -> Error {
@@ -108,8 +97,8 @@ fn connect_error(addr: &str, err: std::io::Error) -> Error {
     }
 }
 
-/// Connects, says HELLO and starts the reader task.
-async fn open(config: &ClientConfig) -> Result<(AsyncConn, HelloReply)> {
+/// Connects and says HELLO.
+async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
     let addr = config.addr();
     let timeout = config.get_connect_timeout();
     let connecting = async {
@@ -161,157 +150,28 @@ async fn open(config: &ClientConfig) -> Result<(AsyncConn, HelloReply)> {
                 let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out");
                 connect_error(addr, e)
             })??;
-    let (read, writer) = stream.into_split();
-    let pending = Arc::new(Pending::new());
-    let reader = tokio::spawn(read_loop(read, decoder, buf, Arc::clone(&pending)));
-    Ok((
-        AsyncConn {
-            writer,
-            pending,
-            reader,
-        },
-        hello,
-    ))
-}
-
-/// The reader task: frames in, replies to their slots, until the
-/// connection ends.
-async fn read_loop(
-    mut read: OwnedReadHalf,
-    mut decoder: FrameDecoder,
-    mut buf: BytesMut,
-    pending: Arc<Pending<ReplySlot>>,
-) {
-    let end = loop {
-        if let Err(err) = pending.dispatch_buffered(&mut decoder, &mut buf) {
-            break err;
-        }
-        buf.reserve(64 * 1024);
-        match read.read_buf(&mut buf).await {
-            Ok(0) => break Error::Disconnected("the server closed the connection".into()),
-            Ok(_) => {}
-            Err(e) => break Error::io(e),
-        }
-    };
-    tracing::debug!(error = %end, "sluice async client: connection ended");
-    pending.close(&end);
-}
-
-/// The driver task: connects, registers and writes requests.
-async fn drive(
-    config: ClientConfig,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    mut conn: Option<AsyncConn>,
-    info: Arc<Mutex<Option<HelloReply>>>,
-) {
-    let mut reconnect = ReconnectState::<Instant>::new(config.reconnect_policy());
-    let mut batch = Vec::new();
-    let mut out = BytesMut::new();
-    while let Some(first) = commands.recv().await {
-        batch.push(first);
-        while batch.len() < WRITE_BATCH_MAX {
-            match commands.try_recv() {
-                Ok(c) => batch.push(c),
-                Err(_) => break,
-            }
-        }
-        if conn.as_ref().is_none_or(|c| c.pending.is_closed()) {
-            conn = None;
-            *info.lock().unwrap_or_else(PoisonError::into_inner) = None;
-            if let Some(at) = reconnect.next_attempt_at() {
-                tokio::time::sleep_until(at).await;
-            }
-            match open(&config).await {
-                Ok((c, hello)) => {
-                    reconnect.succeeded();
-                    *info.lock().unwrap_or_else(PoisonError::into_inner) = Some(hello);
-                    conn = Some(c);
-                }
-                Err(err) => {
-                    reconnect.failed(Instant::now());
-                    for cmd in batch.drain(..) {
-                        for slot in cmd.replies {
-                            slot.fill(Err(err.clone()));
-                        }
-                    }
-                    continue;
-                }
-            }
-        }
-        let Some(c) = conn.as_mut() else { continue };
-        out.clear();
-        for cmd in batch.drain(..) {
-            register(c, cmd, &mut out);
-        }
-        if out.is_empty() {
-            continue;
-        }
-        if let Err(e) = c.writer.write_all(&out).await {
-            let err = Error::io(e);
-            c.pending.close(&err);
-        }
-    }
-}
-
-/// Registers the frames of one command and appends them to `out`, each
-/// with its id patched in.
-fn register(c: &AsyncConn, cmd: Command, out: &mut BytesMut) {
-    let Command {
-        mut frames,
-        count,
-        replies,
-    } = cmd;
-    debug_assert_eq!(count, replies.len());
-    if replies.iter().all(oneshot::Sender::is_closed) {
-        return; // The caller gave up before it was sent.
-    }
-    let mut at = 0;
-    let mut ids = Vec::with_capacity(count);
-    for slot in replies {
-        match c.pending.register(slot) {
-            Ok(id) => ids.push(id),
-            Err((slot, err)) => {
-                slot.fill(Err(err.clone()));
-                for id in ids {
-                    c.pending.complete(id, Err(err.clone()));
-                }
-                return;
-            }
-        }
-    }
-    for id in ids {
-        let Some(len) = frames
-            .get(at..at + 4)
-            .and_then(|b| <[u8; 4]>::try_from(b).ok())
-            .map(u32::from_le_bytes)
-        else {
-            break;
-        };
-        let end = at + 4 + usize::try_from(len).unwrap_or(usize::MAX);
-        frames[at + REQUEST_ID_OFFSET..at + REQUEST_ID_OFFSET + 4]
-            .copy_from_slice(&id.to_le_bytes());
-        at = end;
-    }
-    out.extend_from_slice(&frames);
+    Ok(AsyncConn::start(stream, hello, decoder, buf))
 }
 
 impl AsyncClient {
     /// Connects to the server (HELLO included), so a bad address or token
-    /// fails here, and starts the driver task on the current runtime.
+    /// fails here.
     ///
     /// # Errors
     /// [`Error::Connect`] when no connection can be made in the connect
     /// time-out; the server's error when it refuses the HELLO.
     pub async fn connect(config: ClientConfig) -> Result<AsyncClient> {
-        let (conn, hello) = open(&config).await?;
-        let info = Arc::new(Mutex::new(Some(hello)));
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(drive(config.clone(), rx, Some(conn), Arc::clone(&info)));
+        let conn = open(&config).await?;
+        let current = Current {
+            info: Some(conn.hello().clone()),
+            conn: Some(conn),
+        };
+        let reconnect = ReconnectState::new(config.reconnect_policy());
         Ok(AsyncClient {
             inner: Arc::new(AsyncInner {
                 config,
-                commands: tx,
-                info,
+                current: Mutex::new(current),
+                reconnect: tokio::sync::Mutex::new(reconnect),
             }),
         })
     }
@@ -326,40 +186,65 @@ impl AsyncClient {
     /// attempt failed, until one succeeds.
     #[must_use]
     pub fn server_info(&self) -> Option<HelloReply> {
-        self.inner
-            .info
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.inner.current).info.clone()
     }
 
-    fn submit(&self, requests: &[Request]) -> Result<Vec<oneshot::Receiver<Result<Reply>>>> {
-        let mut frames = BytesMut::new();
-        let mut replies = Vec::with_capacity(requests.len());
-        let mut receivers = Vec::with_capacity(requests.len());
-        let frame_max = self
-            .server_info()
-            .map_or(FRAME_BYTES_MAX_DEFAULT, |h| h.limits.frame_bytes_max);
-        for request in requests {
-            let before = frames.len();
-            request
-                .encode(0, &mut frames)
-                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-            crate::blocking::check_frame_size(frames.len() - before, frame_max)?;
-            let (tx, rx) = oneshot::channel();
-            replies.push(tx);
-            receivers.push(rx);
+    /// The open connection, if it can take requests.
+    fn open_connection(&self) -> Option<Arc<AsyncConn>> {
+        let mut current = lock(&self.inner.current);
+        let conn = current.conn.as_ref()?;
+        if conn.usable() {
+            return Some(Arc::clone(conn));
         }
-        let command = Command {
-            frames,
-            count: requests.len(),
-            replies,
-        };
-        self.inner
-            .commands
-            .send(command)
-            .map_err(|_| Error::Closed)?;
-        Ok(receivers)
+        current.conn = None;
+        None
+    }
+
+    /// The open connection, or a new one.
+    async fn connection(&self) -> Result<Arc<AsyncConn>> {
+        if let Some(c) = self.open_connection() {
+            return Ok(c);
+        }
+        let mut reconnect = self.inner.reconnect.lock().await;
+        // Another task may have reconnected while this one waited.
+        if let Some(c) = self.open_connection() {
+            return Ok(c);
+        }
+        if let Some(at) = reconnect.next_attempt_at() {
+            tokio::time::sleep_until(at).await;
+        }
+        match open(&self.inner.config).await {
+            Ok(c) => {
+                reconnect.succeeded();
+                let mut current = lock(&self.inner.current);
+                current.info = Some(c.hello().clone());
+                current.conn = Some(Arc::clone(&c));
+                Ok(c)
+            }
+            Err(err) => {
+                reconnect.failed(Instant::now());
+                lock(&self.inner.current).info = None;
+                Err(err)
+            }
+        }
+    }
+
+    /// Registers and sends `requests` (their ids go to `ids`); returns the
+    /// connection they went out on.
+    async fn submit(&self, requests: &[Request], ids: &mut [u32]) -> Result<Arc<AsyncConn>> {
+        // A connection can end between fetching it and registering: then it
+        // refuses the requests, and one more try gets a fresh connection.
+        // Nothing was written yet, so a retry sends nothing twice.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let conn = self.connection().await?;
+            match conn.submit(requests, ids) {
+                Ok(()) => return Ok(conn),
+                Err(Refused::Closed(_)) if tries < 2 => {}
+                Err(Refused::Closed(err) | Refused::Invalid(err)) => return Err(err),
+            }
+        }
     }
 
     /// Sends one request and waits for its reply: the raw protocol, for
@@ -374,11 +259,10 @@ impl AsyncClient {
     }
 
     async fn call_with(&self, request: &Request, timeout: Duration) -> Result<Reply> {
-        let rx = self
-            .submit(std::slice::from_ref(request))?
-            .pop()
-            .ok_or(Error::Closed)?;
-        wait(rx, Instant::now() + timeout).await
+        let deadline = Instant::now() + timeout;
+        let mut id = [0u32];
+        let conn = self.submit(std::slice::from_ref(request), &mut id).await?;
+        wait(ReplyFuture::new(conn, id[0]), deadline, timeout).await
     }
 
     /// Pipelines `requests` in one write and waits for every reply: one
@@ -387,7 +271,6 @@ impl AsyncClient {
     /// # Errors
     /// The outer error when nothing could be sent.
     pub async fn call_many(&self, requests: &[Request]) -> Result<Vec<Result<Reply>>> {
-        let receivers = self.submit(requests)?;
         let extra = requests
             .iter()
             .map(|r| match r {
@@ -396,10 +279,19 @@ impl AsyncClient {
             })
             .max()
             .unwrap_or_default();
-        let deadline = Instant::now() + self.inner.config.get_request_timeout() + extra;
-        let mut out = Vec::with_capacity(receivers.len());
-        for rx in receivers {
-            out.push(wait(rx, deadline).await);
+        let timeout = self.inner.config.get_request_timeout() + extra;
+        let deadline = Instant::now() + timeout;
+        let mut ids = vec![0u32; requests.len()];
+        let conn = self.submit(requests, &mut ids).await?;
+        // Every reply gets a future now, so none is given up while an
+        // earlier one is awaited.
+        let futures: Vec<ReplyFuture> = ids
+            .iter()
+            .map(|&id| ReplyFuture::new(Arc::clone(&conn), id))
+            .collect();
+        let mut out = Vec::with_capacity(futures.len());
+        for f in futures {
+            out.push(wait(f, deadline, timeout).await);
         }
         Ok(out)
     }
@@ -584,11 +476,10 @@ impl AsyncClient {
     }
 }
 
-async fn wait(rx: oneshot::Receiver<Result<Reply>>, deadline: Instant) -> Result<Reply> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    match tokio::time::timeout_at(deadline, rx).await {
-        Ok(Ok(reply)) => reply,
-        Ok(Err(_)) => Err(Error::Disconnected("the connection ended".into())),
-        Err(_) => Err(Error::Timeout(left)),
+/// Waits for one reply until `deadline`; `timeout` is for the error.
+async fn wait(reply: ReplyFuture, deadline: Instant, timeout: Duration) -> Result<Reply> {
+    match tokio::time::timeout_at(deadline, reply).await {
+        Ok(reply) => reply,
+        Err(_) => Err(Error::Timeout(timeout)),
     }
 }

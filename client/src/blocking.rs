@@ -1,18 +1,18 @@
-//! The blocking client: one pipelined connection shared by every thread.
+//! The blocking client: one pipelined connection shared by every thread,
+//! with no thread of its own.
 //!
-//! Ground rules: callers encode their request, take a slot in the
-//! connection's [`Pending`] table and write the frame under the writer's
-//! mutex; one reader thread per connection cuts frames out of the socket and
-//! fills the slot of each reply's request id, so a receive that waits does
-//! not hold up the replies behind it. When the connection ends (end of
-//! stream, an I/O error, a closing error code), the reader fails every slot
-//! in flight with `Disconnected` and the next request reconnects, after the
+//! Callers read and write the connection themselves (`conn.rs` has the
+//! ground rules): a caller with the only request in flight reads its own
+//! reply on its own thread; with several waiting, one reads for all and
+//! hands the others their replies; frames that threads write at the same
+//! moment go out in one write. When the connection ends (end of stream, an
+//! I/O error, a closing error code), every request in flight fails with a
+//! disconnect-class error and the next request reconnects, after the
 //! reconnect policy's delay when connecting failed before.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::sync::mpsc::{RecvTimeoutError, SyncSender, sync_channel};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -25,22 +25,28 @@ use sluice_protocol::{
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::ops::{self, Operation, ReceiveOptions, RedriveOutcome};
-use crate::pending::Pending;
 
-type ReplySlot = SyncSender<Result<Reply>>;
-/// A request written and waiting: its id and where its reply arrives.
-type Waiting = (u32, std::sync::mpsc::Receiver<Result<Reply>>);
+mod conn;
 
-/// Bytes the reader asks the socket for at a time.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+use conn::{Connection, Refused};
+
+/// Bytes read at a time during the HELLO.
+const HELLO_CHUNK_BYTES: usize = 4 * 1024;
 
 /// A blocking sluice client. Cheap to clone; every clone shares one
 /// connection, and any number of threads may use it at once: their requests
 /// are pipelined and each waits only for its own reply.
 ///
+/// The client has no thread of its own. A caller whose request is the only
+/// one in flight reads its reply itself; when several wait, one of them
+/// reads for all and hands each its reply, so a receive that long-polls
+/// never holds up the replies of others. Requests that threads send at the
+/// same moment go out in one write.
+///
 /// The connection is made by [`Client::connect`]; when it drops, requests in
-/// flight fail with [`Error::Disconnected`] (a send may or may not have
-/// happened: delivery is at-least-once) and the next request reconnects.
+/// flight fail with a disconnect-class error ([`Error::is_disconnect`]; a
+/// send may or may not have happened: delivery is at-least-once) and the
+/// next request reconnects.
 ///
 /// ```no_run
 /// use sluice_client::{Client, ClientConfig, ReceiveOptions};
@@ -64,29 +70,16 @@ pub struct Client {
 #[derive(Debug)]
 struct Inner {
     config: ClientConfig,
-    slot: Mutex<ConnSlot>,
+    /// The connection in use: read by every request, written on reconnect.
+    current: RwLock<Option<Arc<Connection>>>,
+    /// Held while reconnecting, so one thread connects at a time.
+    reconnect: Mutex<Reconnect>,
 }
 
 #[derive(Debug)]
-struct ConnSlot {
-    current: Option<Arc<Connection>>,
-    reconnect: ReconnectState<Instant>,
+struct Reconnect {
+    state: ReconnectState<Instant>,
     last_error: Option<Error>,
-}
-
-/// One open connection. Dropping it shuts the socket, which ends its
-/// reader thread.
-#[derive(Debug)]
-struct Connection {
-    writer: Mutex<TcpStream>,
-    pending: Arc<Pending<ReplySlot>>,
-    hello: HelloReply,
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        let _ = lock(&self.writer).shutdown(Shutdown::Both);
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -102,129 +95,119 @@ fn connect_error(addr: &str, err: std::io::Error) -> Error {
     }
 }
 
-impl Connection {
-    /// Connects, says HELLO and starts the reader thread.
-    fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
-        let addr = config.addr();
-        let deadline = Instant::now() + config.get_connect_timeout();
-        let addrs = addr.to_socket_addrs().map_err(|e| connect_error(addr, e))?;
-        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
-        let mut stream = None;
-        for a in addrs {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match TcpStream::connect_timeout(&a, left.max(Duration::from_millis(1))) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last = e,
+/// Connects and says HELLO.
+fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
+    let addr = config.addr();
+    let deadline = Instant::now() + config.get_connect_timeout();
+    let addrs = addr.to_socket_addrs().map_err(|e| connect_error(addr, e))?;
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+    let mut stream = None;
+    for a in addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match TcpStream::connect_timeout(&a, left.max(Duration::from_millis(1))) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
             }
+            Err(e) => last = e,
         }
-        let mut stream = stream.ok_or_else(|| connect_error(addr, last))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| connect_error(addr, e))?;
+    }
+    let mut stream = stream.ok_or_else(|| connect_error(addr, last))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| connect_error(addr, e))?;
 
-        // HELLO, synchronously, before anything else can use the socket.
-        let mut buf = BytesMut::new();
-        let hello = ops::Hello(config.token());
-        hello
-            .request()?
-            .encode(1, &mut buf)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        stream.write_all(&buf).map_err(|e| connect_error(addr, e))?;
-        buf.clear();
-        let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX_LIMIT);
-        let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-        let frame = loop {
-            match decoder.decode(&mut buf) {
-                Ok(Some(frame)) => break frame,
-                Ok(None) => {}
-                Err(e) => return Err(Error::Protocol(format!("HELLO reply: {e}"))),
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO reply");
+    // HELLO, synchronously, before anything else can use the socket.
+    let mut buf = BytesMut::new();
+    let hello = ops::Hello(config.token());
+    hello
+        .request()?
+        .encode(1, &mut buf)
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    stream.write_all(&buf).map_err(|e| connect_error(addr, e))?;
+    buf.clear();
+    let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX_LIMIT);
+    let mut chunk = vec![0u8; HELLO_CHUNK_BYTES];
+    let frame = loop {
+        match decoder.decode(&mut buf) {
+            Ok(Some(frame)) => break frame,
+            Ok(None) => {}
+            Err(e) => return Err(Error::Protocol(format!("HELLO reply: {e}"))),
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO reply");
+            return Err(connect_error(addr, e));
+        }
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| connect_error(addr, e))?;
+        match stream.read(&mut chunk) {
+            Ok(0) => {
+                let e = std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection during HELLO",
+                );
                 return Err(connect_error(addr, e));
             }
-            stream
-                .set_read_timeout(Some(left))
-                .map_err(|e| connect_error(addr, e))?;
-            match stream.read(&mut chunk) {
-                Ok(0) => {
-                    let e = std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "the server closed the connection during HELLO",
-                    );
-                    return Err(connect_error(addr, e));
-                }
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(connect_error(addr, e)),
-            }
-        };
-        let reply = Reply::decode(frame.opcode, frame.payload)
-            .map_err(|e| Error::Protocol(format!("HELLO reply: {e}")))?;
-        let hello = ops::parse::<ops::Hello>(Ok(reply))?;
-        stream
-            .set_read_timeout(None)
-            .map_err(|e| connect_error(addr, e))?;
-        decoder.set_frame_bytes_max(hello.limits.frame_bytes_max);
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(connect_error(addr, e)),
+        }
+    };
+    let reply = Reply::decode(frame.opcode, frame.payload)
+        .map_err(|e| Error::Protocol(format!("HELLO reply: {e}")))?;
+    let hello = ops::parse::<ops::Hello>(Ok(reply))?;
+    decoder.set_frame_bytes_max(hello.limits.frame_bytes_max);
+    let conn = Connection::new(stream, hello, decoder, buf, config.get_read_spin())
+        .map_err(|e| connect_error(addr, e))?;
+    Ok(Arc::new(conn))
+}
 
-        let pending = Arc::new(Pending::new());
-        let reader = stream.try_clone().map_err(|e| connect_error(addr, e))?;
-        let reader_pending = Arc::clone(&pending);
-        std::thread::Builder::new()
-            .name("sluice-client-reader".into())
-            .spawn(move || read_loop(reader, decoder, buf, chunk, &reader_pending))
-            .map_err(|e| connect_error(addr, e))?;
-        Ok(Arc::new(Connection {
-            writer: Mutex::new(stream),
-            pending,
-            hello,
-        }))
-    }
+/// A request sent and not answered yet, from the `start_*` methods of
+/// [`Client`]: [`PendingReply::wait`] waits for its reply. Several can be in
+/// flight on one connection from one thread (pipelining); replies are
+/// matched by request id, so they may be waited for in any order. Dropping
+/// it without waiting gives up on the reply (the request may still take
+/// effect).
+#[must_use = "a request's reply is only read by waiting for it"]
+pub struct PendingReply<T> {
+    conn: Arc<Connection>,
+    id: u32,
+    deadline: Instant,
+    timeout: Duration,
+    parse: fn(Result<Reply>) -> Result<T>,
+    waited: bool,
+}
 
-    /// Marks the connection dead: fails what is in flight and shuts the
-    /// socket so the reader ends too.
-    fn fail(&self, err: &Error) {
-        self.pending.close(err);
-        let _ = lock(&self.writer).shutdown(Shutdown::Both);
-    }
-
-    fn write(&self, frame: &[u8]) -> Result<()> {
-        let result = lock(&self.writer).write_all(frame);
-        result.map_err(|e| {
-            let err = Error::io(e);
-            self.fail(&err);
-            err
-        })
+impl<T> std::fmt::Debug for PendingReply<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingReply")
+            .field("id", &self.id)
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
     }
 }
 
-/// The reader thread: frames in, replies to their slots, until the
-/// connection ends.
-fn read_loop(
-    mut stream: TcpStream,
-    mut decoder: FrameDecoder,
-    mut buf: BytesMut,
-    mut chunk: Vec<u8>,
-    pending: &Pending<ReplySlot>,
-) {
-    let end = loop {
-        if let Err(err) = pending.dispatch_buffered(&mut decoder, &mut buf) {
-            break err;
+impl<T> PendingReply<T> {
+    /// Waits for the reply, until the request's time-out (counted from when
+    /// it was started).
+    ///
+    /// # Errors
+    /// As the blocking method of the same request: [`Error::Timeout`], a
+    /// disconnect-class error, or the server's error.
+    pub fn wait(mut self) -> Result<T> {
+        self.waited = true;
+        (self.parse)(self.conn.wait(self.id, self.deadline, self.timeout))
+    }
+}
+
+impl<T> Drop for PendingReply<T> {
+    fn drop(&mut self) {
+        if !self.waited {
+            self.conn.cancel(self.id);
         }
-        match stream.read(&mut chunk) {
-            Ok(0) => break Error::Disconnected("the server closed the connection".into()),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => break Error::io(e),
-        }
-    };
-    tracing::debug!(error = %end, "sluice client: connection ended");
-    pending.close(&end);
-    let _ = stream.shutdown(Shutdown::Both);
+    }
 }
 
 impl Client {
@@ -236,13 +219,13 @@ impl Client {
     /// time-out; the server's error (`Unauthorized`, `UnsupportedVersion`,
     /// `TooManyConnections`) when it refuses the HELLO.
     pub fn connect(config: ClientConfig) -> Result<Client> {
-        let reconnect = ReconnectState::new(config.reconnect_policy());
+        let state = ReconnectState::new(config.reconnect_policy());
         let client = Client {
             inner: Arc::new(Inner {
                 config,
-                slot: Mutex::new(ConnSlot {
-                    current: None,
-                    reconnect,
+                current: RwLock::new(None),
+                reconnect: Mutex::new(Reconnect {
+                    state,
                     last_error: None,
                 }),
             }),
@@ -261,91 +244,106 @@ impl Client {
     /// limits); `None` while disconnected.
     #[must_use]
     pub fn server_info(&self) -> Option<HelloReply> {
-        let slot = lock(&self.inner.slot);
-        slot.current
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-            .filter(|c| !c.pending.is_closed())
-            .map(|c| c.hello.clone())
+            .filter(|c| !c.is_closed())
+            .map(|c| c.hello().clone())
+    }
+
+    /// The open connection, if it can take requests.
+    fn open_connection(&self) -> Option<Arc<Connection>> {
+        let current = self
+            .inner
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        current.as_ref().filter(|c| c.usable()).map(Arc::clone)
     }
 
     /// The open connection, or a new one.
     fn connection(&self) -> Result<Arc<Connection>> {
-        let mut slot = lock(&self.inner.slot);
-        if let Some(c) = &slot.current {
-            if !c.pending.is_closed() {
-                return Ok(Arc::clone(c));
-            }
-            slot.current = None;
+        if let Some(c) = self.open_connection() {
+            return Ok(c);
         }
-        if let Some(at) = slot.reconnect.next_attempt_at() {
+        let mut rc = lock(&self.inner.reconnect);
+        // Another thread may have reconnected while this one waited.
+        if let Some(c) = self.open_connection() {
+            return Ok(c);
+        }
+        *self
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        if let Some(at) = rc.state.next_attempt_at() {
             let wait = at.saturating_duration_since(Instant::now());
             if wait > self.inner.config.get_request_timeout() {
-                if let Some(err) = &slot.last_error {
+                if let Some(err) = &rc.last_error {
                     return Err(err.clone());
                 }
             }
             std::thread::sleep(wait);
         }
-        match Connection::open(&self.inner.config) {
+        match open(&self.inner.config) {
             Ok(c) => {
-                slot.reconnect.succeeded();
-                slot.last_error = None;
-                slot.current = Some(Arc::clone(&c));
+                rc.state.succeeded();
+                rc.last_error = None;
+                *self
+                    .inner
+                    .current
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&c));
                 Ok(c)
             }
             Err(err) => {
-                slot.reconnect.failed(Instant::now());
-                slot.last_error = Some(err.clone());
+                rc.state.failed(Instant::now());
+                rc.last_error = Some(err.clone());
                 Err(err)
             }
         }
     }
 
-    /// Encodes `requests`, registers them and writes them in one go: the
-    /// connection and a receiver per request, in order.
-    fn submit(&self, requests: &[Request]) -> Result<(Arc<Connection>, Vec<Waiting>)> {
-        // A connection can die between fetching and registering: then the
-        // table refuses the slot, and one more try gets a fresh connection.
+    /// Registers and sends `requests` (their ids go to `ids`); returns the
+    /// connection they went out on.
+    fn submit(
+        &self,
+        requests: &[Request],
+        ids: &mut [u32],
+        deadline: Instant,
+    ) -> Result<Arc<Connection>> {
+        // A connection can end between fetching it and registering: then it
+        // refuses the requests, and one more try gets a fresh connection.
+        // Nothing was written yet, so a retry sends nothing twice.
         let mut tries = 0;
-        'retry: loop {
+        loop {
             tries += 1;
             let conn = self.connection()?;
-            let mut buf = BytesMut::new();
-            let mut waits = Vec::with_capacity(requests.len());
-            for request in requests {
-                let (tx, rx) = sync_channel(1);
-                let id = match conn.pending.register(tx) {
-                    Ok(id) => id,
-                    Err((_, err)) => {
-                        for (id, _) in waits {
-                            conn.pending.cancel(id);
-                        }
-                        // Nothing was written yet, so a retry sends nothing twice.
-                        if tries < 2 {
-                            continue 'retry;
-                        }
-                        return Err(err);
-                    }
-                };
-                let before = buf.len();
-                let encoded = request
-                    .encode(id, &mut buf)
-                    .map_err(|e| Error::InvalidArgument(e.to_string()))
-                    .and_then(|()| {
-                        check_frame_size(buf.len() - before, conn.hello.limits.frame_bytes_max)
-                    });
-                if let Err(err) = encoded {
-                    conn.pending.cancel(id);
-                    for (id, _) in waits {
-                        conn.pending.cancel(id);
-                    }
-                    return Err(err);
-                }
-                waits.push((id, rx));
+            match conn.submit(requests, ids, deadline) {
+                Ok(()) => return Ok(conn),
+                Err(Refused::Closed(_)) if tries < 2 => {}
+                Err(Refused::Closed(err) | Refused::Invalid(err)) => return Err(err),
             }
-            conn.write(&buf)?;
-            return Ok((conn, waits));
         }
+    }
+
+    /// Starts `op` and returns its pending reply.
+    fn start<O: Operation>(&self, op: &O) -> Result<PendingReply<O::Output>> {
+        let request = op.request()?;
+        let timeout = self.inner.config.get_request_timeout() + op.extra_wait();
+        let deadline = Instant::now() + timeout;
+        let mut id = [0u32];
+        let conn = self.submit(std::slice::from_ref(&request), &mut id, deadline)?;
+        Ok(PendingReply {
+            conn,
+            id: id[0],
+            deadline,
+            timeout,
+            parse: ops::parse::<O>,
+            waited: false,
+        })
     }
 
     /// Sends one request and waits for its reply: the raw protocol, for
@@ -359,9 +357,10 @@ impl Client {
     }
 
     fn call_with(&self, request: &Request, timeout: Duration) -> Result<Reply> {
-        let (conn, mut waits) = self.submit(std::slice::from_ref(request))?;
-        let (id, rx) = waits.pop().ok_or(Error::Closed)?;
-        wait(&conn, id, &rx, Instant::now() + timeout)
+        let deadline = Instant::now() + timeout;
+        let mut id = [0u32];
+        let conn = self.submit(std::slice::from_ref(request), &mut id, deadline)?;
+        conn.wait(id[0], deadline, timeout)
     }
 
     /// Pipelines `requests` on the connection in one write and waits for
@@ -373,7 +372,6 @@ impl Client {
     /// The outer error when nothing could be sent (no connection, a request
     /// that cannot be encoded).
     pub fn call_many(&self, requests: &[Request]) -> Result<Vec<Result<Reply>>> {
-        let (conn, waits) = self.submit(requests)?;
         let extra = requests
             .iter()
             .map(|r| match r {
@@ -382,11 +380,72 @@ impl Client {
             })
             .max()
             .unwrap_or_default();
-        let deadline = Instant::now() + self.inner.config.get_request_timeout() + extra;
-        Ok(waits
+        let timeout = self.inner.config.get_request_timeout() + extra;
+        let deadline = Instant::now() + timeout;
+        let mut ids = vec![0u32; requests.len()];
+        let conn = self.submit(requests, &mut ids, deadline)?;
+        Ok(ids
             .into_iter()
-            .map(|(id, rx)| wait(&conn, id, &rx, deadline))
+            .map(|id| conn.wait(id, deadline, timeout))
             .collect())
+    }
+
+    /// Sends one request without waiting for its reply: the raw protocol,
+    /// pipelined. An ERROR reply is returned as [`Reply::Error`].
+    ///
+    /// # Errors
+    /// When nothing could be sent (no connection, a request that cannot be
+    /// encoded).
+    pub fn start_call(&self, request: &Request) -> Result<PendingReply<Reply>> {
+        let timeout = self.inner.config.get_request_timeout();
+        let deadline = Instant::now() + timeout;
+        let mut id = [0u32];
+        let conn = self.submit(std::slice::from_ref(request), &mut id, deadline)?;
+        Ok(PendingReply {
+            conn,
+            id: id[0],
+            deadline,
+            timeout,
+            parse: |reply| reply,
+            waited: false,
+        })
+    }
+
+    /// [`Client::send_batch`] without waiting: several batches can be in
+    /// flight on the connection from one thread.
+    ///
+    /// # Errors
+    /// When nothing could be sent.
+    pub fn start_send_batch(
+        &self,
+        queue: &str,
+        entries: &[SendEntry],
+    ) -> Result<PendingReply<Vec<Result<SendOutcome>>>> {
+        self.start(&ops::Send(queue, entries))
+    }
+
+    /// [`Client::receive`] without waiting.
+    ///
+    /// # Errors
+    /// When nothing could be sent.
+    pub fn start_receive(
+        &self,
+        queue: &str,
+        options: ReceiveOptions,
+    ) -> Result<PendingReply<Vec<ReceivedMessage>>> {
+        self.start(&ops::Receive(queue, options))
+    }
+
+    /// [`Client::delete_batch`] without waiting.
+    ///
+    /// # Errors
+    /// When nothing could be sent.
+    pub fn start_delete_batch(
+        &self,
+        queue: &str,
+        receipts: &[Receipt],
+    ) -> Result<PendingReply<Vec<Result<()>>>> {
+        self.start(&ops::Delete(queue, receipts))
     }
 
     fn run<O: Operation>(&self, op: &O) -> Result<O::Output> {
@@ -585,22 +644,5 @@ pub(crate) fn check_frame_size(len: usize, frame_bytes_max: u32) -> Result<()> {
     Ok(())
 }
 
-/// Waits for one reply until `deadline`.
-fn wait(
-    conn: &Connection,
-    id: u32,
-    rx: &std::sync::mpsc::Receiver<Result<Reply>>,
-    deadline: Instant,
-) -> Result<Reply> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    match rx.recv_timeout(left) {
-        Ok(reply) => reply,
-        Err(RecvTimeoutError::Timeout) => {
-            conn.pending.cancel(id);
-            Err(Error::Timeout(left))
-        }
-        Err(RecvTimeoutError::Disconnected) => {
-            Err(Error::Disconnected("the connection ended".into()))
-        }
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -6,7 +6,16 @@
 //!
 //! Both clients keep one connection and pipeline every request on it: any
 //! number of threads or tasks can share a client (clones are cheap), and a
-//! receive that long-polls does not hold up the replies behind it. Every
+//! receive that long-polls does not hold up the replies behind it. Neither
+//! has a thread of its own: a blocking caller whose request is the only one
+//! in flight reads its own reply on its own thread, and with several
+//! waiting one of them reads for all and hands the others their replies;
+//! requests that threads send at the same moment go out in one write. The
+//! blocking client can also keep several requests in flight from one
+//! thread (`Client::start_send_batch`, `start_receive`, ...), and spin
+//! briefly before sleeping on the socket
+//! ([`ClientConfig::read_spin`](config::ClientConfig::read_spin), off by
+//! default). Every
 //! operation of the broker has a typed method; batches return one result
 //! per entry. Errors are an [`Error`] with one variant per protocol error
 //! code plus the client's own (`Connect`, `Io`, `Timeout`, `Disconnected`,
@@ -77,7 +86,7 @@ mod pending;
 pub mod producer;
 
 pub use async_client::AsyncClient;
-pub use blocking::Client;
+pub use blocking::{Client, PendingReply};
 pub use config::{ClientConfig, ReconnectPolicy};
 pub use error::{Error, Result};
 pub use ops::{ReceiveOptions, RedriveOutcome};

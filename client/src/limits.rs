@@ -21,6 +21,8 @@ pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 pub const RECONNECT_DELAY_INITIAL_DEFAULT: Duration = Duration::from_millis(50);
 /// Default cap on the reconnect delay.
 pub const RECONNECT_DELAY_MAX_DEFAULT: Duration = Duration::from_secs(5);
+/// The longest read spin [`ClientConfig::read_spin`](crate::ClientConfig::read_spin) accepts.
+pub const READ_SPIN_MAX: Duration = Duration::from_millis(10);
 
 /// The longest a RECEIVE may wait on the server (the protocol's maximum):
 /// a request's timeout allows for it when the wait is the queue's default,

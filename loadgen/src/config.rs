@@ -26,6 +26,10 @@ pub mod limits {
     pub const MESSAGES_MAX: u64 = 1 << 32;
     /// Most passes.
     pub const PASSES_MAX: u32 = 100;
+    /// Most batches in flight per connection (`--window`).
+    pub const WINDOW_MAX: usize = 64;
+    /// Longest `--sluice-read-spin` (the client's own cap).
+    pub const SLUICE_READ_SPIN_MAX: Duration = sluice_client::config::READ_SPIN_MAX;
     /// Most targets.
     pub const TARGETS_MAX: usize = 16;
     /// Highest open-loop rate, messages/s.
@@ -116,6 +120,8 @@ pub struct RunSpec {
     pub size: Option<usize>,
     /// `--batch`.
     pub batch: Option<usize>,
+    /// `--window`.
+    pub window: Option<usize>,
     /// `--rate`.
     pub rate: Option<u64>,
     /// `--visibility-timeout`.
@@ -124,6 +130,8 @@ pub struct RunSpec {
     pub fail_ratio: Option<f64>,
     /// The token read from `--token-file`.
     pub token: Option<String>,
+    /// `--sluice-read-spin`.
+    pub sluice_read_spin: Option<Duration>,
 }
 
 /// A setting that cannot run.
@@ -150,6 +158,9 @@ pub struct RunConfig {
     pub size: usize,
     /// Largest send, receive and delete batch.
     pub batch: usize,
+    /// Batches in flight per connection: sends per producer, receives and
+    /// deletes per consumer.
+    pub window: usize,
     /// Open-loop rate in messages/s: always for the latency workload, when
     /// asked for the redelivery workload.
     pub rate: Option<u64>,
@@ -164,6 +175,8 @@ pub struct RunConfig {
     /// Closed-loop producers wait while this many messages are sent and not
     /// yet deleted; `None` for the open loop.
     pub in_flight_max: Option<u64>,
+    /// The sluice client's read spin (zero: off, the client's default).
+    pub sluice_read_spin: Duration,
 }
 
 /// `--messages` when neither it nor `--duration` is given.
@@ -172,6 +185,8 @@ pub const DEFAULT_MESSAGES: u64 = 100_000;
 pub const DEFAULT_RATE: u64 = 10_000;
 /// `--batch` when not given.
 pub const DEFAULT_BATCH: usize = 64;
+/// `--window` when not given: one batch in flight per connection.
+pub const DEFAULT_WINDOW: usize = 1;
 /// `--size` when not given (the 100-byte payloads of the benchmarks).
 pub const DEFAULT_SIZE: usize = 100;
 
@@ -228,6 +243,10 @@ impl RunConfig {
         let batch = spec.batch.unwrap_or(DEFAULT_BATCH);
         if !(1..=BATCH_MAX).contains(&batch) {
             return fail(format!("--batch must be 1..={BATCH_MAX}"));
+        }
+        let window = spec.window.unwrap_or(DEFAULT_WINDOW);
+        if !(1..=WINDOW_MAX).contains(&window) {
+            return fail(format!("--window must be 1..={WINDOW_MAX}"));
         }
         let rate = match (workload, spec.rate) {
             (Workload::Latency, r) => Some(r.unwrap_or(DEFAULT_RATE)),
@@ -292,8 +311,16 @@ impl RunConfig {
                     .clamp(IN_FLIGHT_THROUGHPUT_MIN, IN_FLIGHT_MAX),
             ),
         };
+        let sluice_read_spin = spec.sluice_read_spin.unwrap_or(Duration::ZERO);
+        if sluice_read_spin > SLUICE_READ_SPIN_MAX {
+            return fail(format!(
+                "--sluice-read-spin must be at most {}",
+                format_duration(SLUICE_READ_SPIN_MAX)
+            ));
+        }
         Ok(RunConfig {
             in_flight_max,
+            sluice_read_spin,
             workload,
             targets: spec.targets,
             passes,
@@ -302,6 +329,7 @@ impl RunConfig {
             consumers,
             size,
             batch,
+            window,
             rate,
             visibility_timeout,
             fail_ratio,
@@ -331,11 +359,12 @@ impl RunConfig {
             Bound::Duration(d) => format!("{} of sending", format_duration(d)),
         };
         let mut s = format!(
-            "{} workload: {bound}, {} B bodies, batch {}, {} producer(s), {} consumer(s), \
-             visibility timeout {}, fail ratio {}, drain timeout {}",
+            "{} workload: {bound}, {} B bodies, batch {}, window {}, {} producer(s), {} \
+             consumer(s), visibility timeout {}, fail ratio {}, drain timeout {}",
             self.workload,
             self.size,
             self.batch,
+            self.window,
             self.producers,
             self.consumers,
             format_duration(self.visibility_timeout),
@@ -372,6 +401,8 @@ mod tests {
             (c.batch, c.size, c.fail_ratio),
             (DEFAULT_BATCH, DEFAULT_SIZE, 0.0)
         );
+        assert_eq!(c.window, 1, "one batch in flight by default");
+        assert_eq!(c.sluice_read_spin, Duration::ZERO, "the client's default");
         assert_eq!(c.visibility_timeout, Duration::from_secs(30));
         assert_eq!(c.drain_timeout, limits::DRAIN_BASE);
         assert_eq!(c.in_flight_max, Some(limits::IN_FLIGHT_THROUGHPUT_MIN));
@@ -460,6 +491,27 @@ mod tests {
                     ..spec()
                 },
                 "throughput is closed loop",
+            ),
+            (
+                RunSpec {
+                    window: Some(0),
+                    ..spec()
+                },
+                "--window",
+            ),
+            (
+                RunSpec {
+                    sluice_read_spin: Some(Duration::from_secs(1)),
+                    ..spec()
+                },
+                "--sluice-read-spin",
+            ),
+            (
+                RunSpec {
+                    window: Some(limits::WINDOW_MAX + 1),
+                    ..spec()
+                },
+                "--window",
             ),
             (
                 RunSpec {

@@ -24,6 +24,13 @@
 //!   pinned to the server's CPU. The servers of both backends and the echo
 //!   run at once and take turns request by request, so that the machine's
 //!   noise falls on all of them alike.
+//! - `client`: the native client (`sluice-client`) in place of raw frames:
+//!   its PING round trips through the blocking `Client` (without and with a
+//!   read spin) and the `AsyncClient` (a current-thread runtime) join the
+//!   `rtt` turns above, next to the raw-frame PING; then `--client-threads`
+//!   threads share one blocking `Client`, each sending PINGs one at a time
+//!   (`--client-requests` in all; once more with the read spin), and as many tasks share one
+//!   `AsyncClient`. Requests answered per second.
 //! - `shards`: one hot queue, `--producers` and `--consumers` connections
 //!   spread over the shards (connections are opened until HELLO names the
 //!   shard wanted), with 1 shard (server on CPU 0) and 2 shards (server on
@@ -33,7 +40,7 @@
 //! ```text
 //! cargo build --release -p sluice-broker --bin sluice-server
 //! cargo build --release -p sluice-benches --bin server_bench
-//! ./target/release/server_bench [--quick] [--only send,e2e,rtt,shards] ...
+//! ./target/release/server_bench [--quick] [--only send,e2e,rtt,client,shards] ...
 //! ```
 
 use std::io::{self, Read, Write};
@@ -49,6 +56,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 use sluice_broker::io::pin_current_thread;
+use sluice_client::ClientConfig;
 use sluice_protocol::limits::PROTOCOL_VERSION;
 use sluice_protocol::{
     AttributeUpdate, DeleteRequest, Frame, FrameDecoder, HelloRequest, QueueAttributesRequest,
@@ -108,6 +116,9 @@ struct Args {
     send_conns: Vec<usize>,
     rounds: u64,
     warmup_rounds: u64,
+    client_threads: usize,
+    client_requests: u64,
+    client_spin_us: u64,
     producers: usize,
     consumers: usize,
     server_cpu: usize,
@@ -120,8 +131,9 @@ struct Args {
 
 const USAGE: &str = "usage: server_bench [--quick] [--server PATH] [--passes N] [--batch N] \
 [--size BYTES] [--window N] [--receives N] [--backlog N] [--send-messages N] [--e2e-messages N] \
-[--send-conns 1,2] [--rounds N] [--warmup-rounds N] [--producers N] [--consumers N] \
-[--server-cpu C] [--client-cpu C] [--only send,e2e,rtt,shards] [--io uring,epoll] \
+[--send-conns 1,2] [--rounds N] [--warmup-rounds N] [--client-threads N] [--client-requests N] \
+[--client-spin-us N] [--producers N] [--consumers N] [--server-cpu C] [--client-cpu C] \
+[--only send,e2e,rtt,client,shards] [--io uring,epoll] \
 [--connect HOST:PORT]";
 
 impl Args {
@@ -140,11 +152,16 @@ impl Args {
             send_conns: vec![1, 2],
             rounds: 50_000,
             warmup_rounds: 5_000,
+            client_threads: 16,
+            client_requests: 1_000_000,
+            client_spin_us: 50,
             producers: 2,
             consumers: 2,
             server_cpu: 0,
             client_cpu: 1,
-            only: vec!["send".into(), "e2e".into(), "rtt".into(), "shards".into()],
+            only: ["send", "e2e", "rtt", "client", "shards"]
+                .map(String::from)
+                .to_vec(),
             ios: vec![Io::Uring, Io::Epoll],
             connect: None,
         };
@@ -156,6 +173,7 @@ impl Args {
                 args.e2e_messages = 100_000;
                 args.rounds = 2_000;
                 args.warmup_rounds = 200;
+                args.client_requests = 100_000;
                 continue;
             }
             if flag == "--help" || flag == "-h" {
@@ -185,6 +203,9 @@ impl Args {
                 }
                 "--rounds" => args.rounds = num(&value)?,
                 "--warmup-rounds" => args.warmup_rounds = num(&value)?,
+                "--client-threads" => args.client_threads = small(&value)?,
+                "--client-requests" => args.client_requests = num(&value)?,
+                "--client-spin-us" => args.client_spin_us = num(&value)?,
                 "--producers" => args.producers = small(&value)?,
                 "--consumers" => args.consumers = small(&value)?,
                 "--server-cpu" => args.server_cpu = small(&value)?,
@@ -219,13 +240,15 @@ impl Args {
             || args.rounds == 0
             || args.producers == 0
             || args.consumers == 0
+            || args.client_threads == 0
+            || args.client_requests < args.client_threads as u64
             || args.send_conns.contains(&0)
         {
             return Err("counts must be positive, --batch at most 1024".into());
         }
         for o in &args.only {
-            if !["send", "e2e", "rtt", "shards"].contains(&o.as_str()) {
-                return Err(format!("--only {o}: use send, e2e, rtt or shards"));
+            if !["send", "e2e", "rtt", "client", "shards"].contains(&o.as_str()) {
+                return Err(format!("--only {o}: use send, e2e, rtt, client or shards"));
             }
         }
         if args.connect.is_some() {
@@ -809,6 +832,11 @@ enum Probe {
         msg: Vec<u8>,
         back: Vec<u8>,
     },
+    /// A PING through the blocking native client.
+    Blocking(sluice_client::Client),
+    /// A PING through the async native client, on its own current-thread
+    /// runtime.
+    Async(tokio::runtime::Runtime, sluice_client::AsyncClient),
 }
 
 impl Probe {
@@ -830,6 +858,13 @@ impl Probe {
             Probe::Echo { stream, msg, back } => {
                 stream.write_all(msg).map_err(err("echo write"))?;
                 stream.read_exact(back).map_err(err("echo read"))?;
+            }
+            Probe::Blocking(c) => {
+                c.ping().map_err(|e| format!("Client ping: {e}"))?;
+            }
+            Probe::Async(rt, c) => {
+                rt.block_on(c.ping())
+                    .map_err(|e| format!("AsyncClient ping: {e}"))?;
             }
         }
         Ok(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
@@ -867,6 +902,32 @@ fn bench_rtt(args: &Args) -> Res<Vec<(String, Latency)>> {
                 reply_op: opcode::SEND_REPLY,
             },
         ));
+        if args.runs("client") {
+            let config = ClientConfig::new(server.addr.to_string());
+            let connect = |config: ClientConfig| {
+                sluice_client::Client::connect(config).map_err(|e| format!("Client: {e}"))
+            };
+            probes.push((
+                format!("rtt {} Client PING", io.flag()),
+                Probe::Blocking(connect(config.clone())?),
+            ));
+            let spin = Duration::from_micros(args.client_spin_us);
+            probes.push((
+                format!("rtt {} Client+spin PING", io.flag()),
+                Probe::Blocking(connect(config.clone().read_spin(spin))?),
+            ));
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(err("tokio runtime"))?;
+            let c = rt
+                .block_on(sluice_client::AsyncClient::connect(config))
+                .map_err(|e| format!("AsyncClient: {e}"))?;
+            probes.push((
+                format!("rtt {} AsyncClient PING", io.flag()),
+                Probe::Async(rt, c),
+            ));
+        }
         servers.push(server);
     }
     let echo = Echo::start(args.server_cpu)?;
@@ -929,6 +990,171 @@ fn bench_rtt(args: &Args) -> Res<Vec<(String, Latency)>> {
     drop(echo);
     drop(servers);
     Ok(figures)
+}
+
+/// CPU time this process has used so far, user and system, all threads.
+fn cpu_time() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `getrusage` writes a `rusage` through the pointer, which points
+    // to one (zeroed, so initialised either way); RUSAGE_SELF is valid.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    // SAFETY: zeroed above and filled by a successful `getrusage`.
+    let usage = unsafe { usage.assume_init() };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// A client figure: requests answered per second, and the client's CPU
+/// time per request (this process, every thread: what one core would
+/// reach if the client had it to itself is 1 / that).
+#[derive(Clone, Copy, Debug)]
+struct ReqRate {
+    per_s: f64,
+    cpu_us: f64,
+}
+
+/// `--client-threads` threads share one blocking `Client`, each sending
+/// PINGs one at a time (a tenth of them first, as warm-up); PINGs answered
+/// per second. The threads inherit the driver's CPU.
+fn bench_client_threads(args: &Args, io: Io, spin: Duration) -> Res<ReqRate> {
+    let server = target(args, io)?;
+    let config = ClientConfig::new(server.addr.to_string()).read_spin(spin);
+    let client = sluice_client::Client::connect(config).map_err(|e| format!("Client: {e}"))?;
+    let threads = args.client_threads;
+    let per_thread = args.client_requests / threads as u64;
+    let warm = per_thread / 10;
+    let start = std::sync::Barrier::new(threads + 1);
+    let timed = std::sync::Barrier::new(threads + 1);
+    let elapsed = thread::scope(|s| -> Res<(Duration, Duration)> {
+        let mut workers = Vec::with_capacity(threads);
+        for t in 0..threads {
+            let (c, start, timed) = (client.clone(), &start, &timed);
+            workers.push(s.spawn(move || -> Res<()> {
+                let ping = |i: u64| -> Res<()> {
+                    let nonce = (t as u64) << 40 | i;
+                    match c.call(&Request::Ping { nonce }) {
+                        Ok(Reply::Pong { nonce: got }) if got == nonce => Ok(()),
+                        other => Err(format!("PING {nonce} answered {other:?}")),
+                    }
+                };
+                start.wait();
+                let warmed = (0..warm).try_for_each(ping);
+                timed.wait();
+                warmed?;
+                (warm..per_thread).try_for_each(ping)
+            }));
+        }
+        start.wait();
+        timed.wait();
+        let (t0, cpu0) = (Instant::now(), cpu_time());
+        for w in workers {
+            w.join()
+                .map_err(|_| "a client thread panicked".to_string())??;
+        }
+        Ok((t0.elapsed(), cpu_time() - cpu0))
+    })?;
+    let n = (per_thread - warm) as f64 * threads as f64;
+    Ok(ReqRate {
+        per_s: n / elapsed.0.as_secs_f64(),
+        cpu_us: elapsed.1.as_secs_f64() * 1e6 / n,
+    })
+}
+
+/// The floor under any blocking client shared by threads on one core: two
+/// threads on the driver's CPU hand a token back and forth with
+/// park/unpark, as a reply handed from the thread that read it to the
+/// thread that waits for it is. Hand-offs per second (each is one wake-up
+/// and one switch), no network at all.
+fn bench_handoff_floor(args: &Args) -> Res<ReqRate> {
+    use std::sync::atomic::AtomicU64;
+    let n = args.client_requests;
+    let turn = Arc::new(AtomicU64::new(0));
+    let (t0, cpu0) = (Instant::now(), cpu_time());
+    thread::scope(|s| {
+        let main = thread::current();
+        let other = {
+            let turn = Arc::clone(&turn);
+            s.spawn(move || {
+                for i in 0..n {
+                    // Wait for the odd turn, then pass the token back.
+                    while turn.load(Ordering::Acquire) != 2 * i + 1 {
+                        thread::park();
+                    }
+                    turn.store(2 * i + 2, Ordering::Release);
+                    main.unpark();
+                }
+            })
+        };
+        for i in 0..n {
+            turn.store(2 * i + 1, Ordering::Release);
+            other.thread().unpark();
+            while turn.load(Ordering::Acquire) != 2 * i + 2 {
+                thread::park();
+            }
+        }
+    });
+    let hand_offs = 2.0 * n as f64;
+    Ok(ReqRate {
+        per_s: hand_offs / t0.elapsed().as_secs_f64(),
+        cpu_us: (cpu_time() - cpu0).as_secs_f64() * 1e6 / hand_offs,
+    })
+}
+
+/// As many tasks as `--client-threads` share one `AsyncClient` on a
+/// current-thread runtime, each sending PINGs one at a time; PINGs answered
+/// per second.
+fn bench_client_tasks(args: &Args, io: Io) -> Res<ReqRate> {
+    let server = target(args, io)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(err("tokio runtime"))?;
+    let tasks = args.client_threads;
+    let per_task = args.client_requests / tasks as u64;
+    let warm = per_task / 10;
+    rt.block_on(async {
+        let client =
+            sluice_client::AsyncClient::connect(ClientConfig::new(server.addr.to_string()))
+                .await
+                .map_err(|e| format!("AsyncClient: {e}"))?;
+        let run = |from: u64, to: u64| {
+            let handles: Vec<_> = (0..tasks)
+                .map(|t| {
+                    let c = client.clone();
+                    tokio::spawn(async move {
+                        for i in from..to {
+                            let nonce = (t as u64) << 40 | i;
+                            match c.call(&Request::Ping { nonce }).await {
+                                Ok(Reply::Pong { nonce: got }) if got == nonce => {}
+                                other => return Err(format!("PING {nonce} answered {other:?}")),
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            async move {
+                for h in handles {
+                    h.await.map_err(|e| format!("a client task: {e}"))??;
+                }
+                Ok::<(), String>(())
+            }
+        };
+        run(0, warm).await?;
+        let (t0, cpu0) = (Instant::now(), cpu_time());
+        run(warm, per_task).await?;
+        let n = (per_task - warm) as f64 * tasks as f64;
+        Ok(ReqRate {
+            per_s: n / t0.elapsed().as_secs_f64(),
+            cpu_us: (cpu_time() - cpu0).as_secs_f64() * 1e6 / n,
+        })
+    })
 }
 
 /// A blocking std::net echo server on a thread pinned to `cpu`.
@@ -1043,6 +1269,15 @@ impl Table {
     }
 }
 
+fn req_line(t: &mut Table, name: String, r: ReqRate) {
+    println!(
+        "  {name:<34} {:>12.0} req/s   client CPU {:>6.2} us/req",
+        r.per_s, r.cpu_us
+    );
+    t.push(format!("{name} cpu"), r.cpu_us);
+    t.push(name, r.per_s);
+}
+
 fn rate_line(t: &mut Table, name: String, r: Rate) {
     println!(
         "  {name:<34} {:>12.0} msg/s   reads/64 msgs {:>5.2}{}",
@@ -1082,9 +1317,25 @@ fn run_pass(args: &Args, t: &mut Table) -> Res<()> {
             rate_line(t, format!("e2e {}", io.flag()), r);
         }
     }
-    if args.runs("rtt") {
+    if args.runs("rtt") || args.runs("client") {
         for (name, l) in bench_rtt(args)? {
             lat_line(t, &name, l);
+        }
+    }
+    if args.runs("client") {
+        req_line(
+            t,
+            "thread hand-off floor".into(),
+            bench_handoff_floor(args)?,
+        );
+        for &io in &args.ios {
+            let r = bench_client_threads(args, io, Duration::ZERO)?;
+            req_line(t, format!("client {} threads", io.flag()), r);
+            let spin = Duration::from_micros(args.client_spin_us);
+            let r = bench_client_threads(args, io, spin)?;
+            req_line(t, format!("client {} threads+spin", io.flag()), r);
+            let r = bench_client_tasks(args, io)?;
+            req_line(t, format!("client {} tasks", io.flag()), r);
         }
     }
     if args.runs("shards") {
@@ -1178,6 +1429,66 @@ fn summary(args: &Args, t: &Table) {
                 "| {what} one at a time, p99.9 | {u999:.2} us | {e999:.2} us | (reported) | | |"
             );
         }
+    }
+    if args.runs("client") {
+        for (what, name) in [
+            ("Client", "Client PING"),
+            (
+                &*format!("Client, read spin {} us", args.client_spin_us),
+                "Client+spin PING",
+            ),
+            ("AsyncClient", "AsyncClient PING"),
+        ] {
+            let (r50, re50) = both(&|io| format!("rtt {io} PING p50"));
+            let (r99, re99) = both(&|io| format!("rtt {io} PING p99"));
+            let (u50, e50) = both(&|io| format!("rtt {io} {name} p50"));
+            let (u99, e99) = both(&|io| format!("rtt {io} {name} p99"));
+            let (u999, e999) = both(&|io| format!("rtt {io} {name} p99.9"));
+            println!(
+                "| PING through {what}, p50 | {u50:.2} us | {e50:.2} us | raw PING + 3 us | {} | {} |",
+                goal_delta(u50, r50, 3.0).replace("echo", "raw"),
+                goal_delta(e50, re50, 3.0).replace("echo", "raw")
+            );
+            println!(
+                "| PING through {what}, p99 | {u99:.2} us | {e99:.2} us | raw PING + 10 us | {} | {} |",
+                goal_delta(u99, r99, 10.0).replace("echo", "raw"),
+                goal_delta(e99, re99, 10.0).replace("echo", "raw")
+            );
+            println!(
+                "| PING through {what}, p99.9 | {u999:.2} us | {e999:.2} us | (reported) | | |"
+            );
+        }
+        let (u, e) = both(&|io| format!("client {io} threads"));
+        let (uc, ec) = both(&|io| format!("client {io} threads cpu"));
+        println!(
+            "| {} threads sharing one Client, PING | {u:.0} req/s ({uc:.2} us CPU/req) | {e:.0} \
+             req/s ({ec:.2} us CPU/req) | >= 500,000 req/s | {} | {} |",
+            args.client_threads,
+            goal_rate(u, 5e5),
+            goal_rate(e, 5e5)
+        );
+        let (u, e) = both(&|io| format!("client {io} threads+spin"));
+        let (uc, ec) = both(&|io| format!("client {io} threads+spin cpu"));
+        println!(
+            "| the same, read spin {} us | {u:.0} req/s ({uc:.2} us CPU/req) | {e:.0} req/s ({ec:.2} \
+             us CPU/req) | >= 500,000 req/s | {} | {} |",
+            args.client_spin_us,
+            goal_rate(u, 5e5),
+            goal_rate(e, 5e5)
+        );
+        let floor = t.median("thread hand-off floor").unwrap_or(f64::NAN);
+        let floor_cpu = t.median("thread hand-off floor cpu").unwrap_or(f64::NAN);
+        println!(
+            "| reference: two threads on the client's CPU handing a token back and forth (park/unpark) \
+             | {floor:.0} hand-offs/s ({floor_cpu:.2} us CPU each) | | | | |"
+        );
+        let (u, e) = both(&|io| format!("client {io} tasks"));
+        let (uc, ec) = both(&|io| format!("client {io} tasks cpu"));
+        println!(
+            "| {} tasks sharing one AsyncClient, PING | {u:.0} req/s ({uc:.2} us CPU/req) | {e:.0} \
+             req/s ({ec:.2} us CPU/req) | reported | | |",
+            args.client_threads
+        );
     }
     if args.runs("shards") {
         for shards in [1, 2] {

@@ -7,4 +7,5 @@ mod consumer;
 mod pipelining;
 mod producer;
 mod reconnect;
+mod sharing;
 mod util;

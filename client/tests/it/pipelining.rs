@@ -1,6 +1,7 @@
 //! Many requests on one connection: a receive that waits does not hold up
 //! the replies behind it.
 
+use std::future::Future;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -113,5 +114,43 @@ fn async_long_poll_does_not_block_other_requests() {
         let requests: Vec<Request> = (0..64u64).map(|nonce| Request::Ping { nonce }).collect();
         let replies = c.call_many(&requests).await.unwrap();
         assert!(replies.iter().all(Result::is_ok));
+    });
+}
+
+/// A request future that is polled once and then left alone (held in a
+/// `select!` that waits on something else, say) must not hold up the replies
+/// of other tasks: it cannot be trusted to read for them.
+#[test]
+fn async_an_unpolled_request_does_not_hold_up_others() {
+    let server = TestServer::start();
+    runtime().block_on(async {
+        let c = server.async_client().await;
+        c.create_queue("idle", &AttributeUpdate::default())
+            .await
+            .unwrap();
+        let poller = c.clone();
+        let mut held = Box::pin(async move {
+            poller
+                .receive("idle", ReceiveOptions::new(1).wait(Duration::from_secs(20)))
+                .await
+        });
+        // One poll: the receive is sent and, alone, reads for itself.
+        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(held.as_mut().poll(cx)));
+        assert!(first.await.is_pending());
+        // It is not polled again while other tasks make requests.
+        let other = c.clone();
+        let pings = tokio::spawn(async move {
+            for _ in 0..50 {
+                other.ping().await.unwrap();
+            }
+        });
+        tokio::time::timeout(PATIENCE, pings)
+            .await
+            .expect("the pings were answered")
+            .unwrap();
+        // The held receive still gets its message when polled again.
+        let sent = c.send("idle", "at last").await.unwrap();
+        let got = tokio::time::timeout(PATIENCE, held).await.unwrap().unwrap();
+        assert_eq!(got[0].id, sent.id);
     });
 }

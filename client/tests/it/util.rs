@@ -83,3 +83,104 @@ pub fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A TCP proxy in front of a server that can cut every connection through
+/// it at once (an abrupt disconnect, as a network failure or a crashed
+/// broker gives), and counts the request frames of each opcode it passed
+/// on, so a test knows what the server has been sent.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    shared: std::sync::Arc<ProxyShared>,
+}
+
+#[derive(Default)]
+struct ProxyShared {
+    /// Both ends of every connection made so far.
+    streams: std::sync::Mutex<Vec<std::net::TcpStream>>,
+    /// Request frames passed on, by opcode.
+    frames: std::sync::Mutex<std::collections::HashMap<u8, usize>>,
+}
+
+impl Proxy {
+    /// A proxy on a free loopback port in front of `upstream`.
+    pub fn start(upstream: SocketAddr) -> Proxy {
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        let addr = listener.local_addr().expect("proxy addr");
+        let shared = std::sync::Arc::new(ProxyShared::default());
+        let accepting = std::sync::Arc::clone(&shared);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(upstream) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                {
+                    let mut streams = accepting.streams.lock().unwrap();
+                    streams.push(client.try_clone().expect("clone"));
+                    streams.push(server.try_clone().expect("clone"));
+                }
+                let up = (
+                    client.try_clone().expect("clone"),
+                    server.try_clone().expect("clone"),
+                );
+                let counting = std::sync::Arc::clone(&accepting);
+                std::thread::spawn(move || pump(up.0, up.1, Some(&counting)));
+                std::thread::spawn(move || pump(server, client, None));
+            }
+        });
+        Proxy { addr, shared }
+    }
+
+    /// Shuts both ends of every connection made so far; new ones work.
+    pub fn cut(&self) {
+        for s in self.shared.streams.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Request frames with this opcode passed on so far.
+    pub fn frames(&self, opcode: u8) -> usize {
+        self.shared
+            .frames
+            .lock()
+            .unwrap()
+            .get(&opcode)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A blocking client through the proxy.
+    pub fn client(&self, config: ClientConfig) -> Client {
+        Client::connect(config.address(self.addr.to_string())).expect("client connects")
+    }
+}
+
+/// Copies bytes from `from` to `to` until either ends; with `count`, counts
+/// the frames going by (requests: they start at the connection's start).
+fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream, count: Option<&ProxyShared>) {
+    use std::io::{Read, Write};
+    let mut decoder = sluice_protocol::FrameDecoder::new(16 << 20);
+    let mut frames = bytes::BytesMut::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+        if let Some(shared) = count {
+            frames.extend_from_slice(&buf[..n]);
+            let mut counts = shared.frames.lock().unwrap();
+            while let Ok(Some(frame)) = decoder.decode(&mut frames) {
+                *counts.entry(frame.opcode).or_default() += 1;
+            }
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
+    let _ = from.shutdown(std::net::Shutdown::Both);
+}

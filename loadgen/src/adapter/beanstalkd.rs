@@ -6,6 +6,7 @@
 //! | send batch | one `put 0 0 <ttr> <bytes>` per message, pipelined in one write |
 //! | receive batch | `reserve-with-timeout 0` pipelined up to the batch size (the window grows while every reserve finds a job and shrinks to what was found), then a blocking `reserve-with-timeout <s>` when none did |
 //! | delete batch | one `delete <id>` per job, pipelined |
+//! | window above 1 | the commands of several batches pipelined on the connection, their replies read in order; a blocking reserve only when nothing else is in flight |
 //! | tear down | delete whatever is left in the tube (ready, delayed, buried) |
 //!
 //! What it cannot do like the others:
@@ -28,10 +29,13 @@
 //! - Blocking reserves wait in whole seconds, so a consumer may take up to a
 //!   second to notice the end of a pass.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::wire::{LineConn, last_len, parse_u64, push_u64, text};
-use super::{Adapter, AdapterError, QueueSpec, Receipt, Role, Setting, Target, TargetUrl};
+use super::{
+    Adapter, AdapterError, Finished, QueueSpec, Receipt, Role, Setting, Target, TargetUrl,
+};
 
 const PEER: &str = "beanstalkd";
 /// How long a consumer that got `DEADLINE_SOON` waits before reserving again.
@@ -184,6 +188,7 @@ impl Target for BeanstalkdTarget {
             conn: c.conn,
             put_prefix,
             window: 1,
+            in_flight: VecDeque::new(),
         }))
     }
 
@@ -233,6 +238,17 @@ impl Target for BeanstalkdTarget {
     }
 }
 
+/// Commands written and not yet answered, one entry per batch.
+enum InFlight {
+    /// `put`s.
+    Put(usize),
+    /// `reserve-with-timeout 0`s, the batch's most, and how long it may
+    /// wait.
+    Reserve(usize, usize, Duration),
+    /// `delete`s.
+    Delete(usize),
+}
+
 /// One beanstalkd connection of a pass.
 struct BeanstalkdAdapter {
     conn: LineConn,
@@ -240,6 +256,7 @@ struct BeanstalkdAdapter {
     put_prefix: Vec<u8>,
     /// How many reserves the next receive pipelines.
     window: usize,
+    in_flight: VecDeque<InFlight>,
 }
 
 /// What one reserve answered.
@@ -285,8 +302,8 @@ impl BeanstalkdAdapter {
     }
 }
 
-impl Adapter for BeanstalkdAdapter {
-    fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+impl BeanstalkdAdapter {
+    fn write_puts(&mut self, bodies: &[&[u8]]) {
         for body in bodies {
             let w = &mut self.conn.wbuf;
             w.extend_from_slice(&self.put_prefix);
@@ -295,8 +312,10 @@ impl Adapter for BeanstalkdAdapter {
             w.extend_from_slice(body);
             w.extend_from_slice(b"\r\n");
         }
-        self.conn.flush()?;
-        for _ in bodies {
+    }
+
+    fn read_puts(&mut self, n: usize) -> Result<(), AdapterError> {
+        for _ in 0..n {
             let line = self.conn.line()?;
             if !line.starts_with(b"INSERTED ") {
                 return Err(AdapterError::Server {
@@ -308,19 +327,26 @@ impl Adapter for BeanstalkdAdapter {
         Ok(())
     }
 
-    fn receive_batch(
-        &mut self,
-        max: usize,
-        wait: Duration,
-        on_message: &mut dyn FnMut(&[u8], Receipt),
-    ) -> Result<usize, AdapterError> {
+    /// Writes the pipelined non-blocking reserves of one receive; returns
+    /// how many.
+    fn write_reserves(&mut self, max: usize) -> usize {
         let window = self.window.clamp(1, max.max(1));
         for _ in 0..window {
             self.conn
                 .wbuf
                 .extend_from_slice(b"reserve-with-timeout 0\r\n");
         }
-        self.conn.flush()?;
+        window
+    }
+
+    /// Reads the replies of `window` non-blocking reserves and sizes the next
+    /// window: (jobs, whether one answered `DEADLINE_SOON`).
+    fn read_reserves(
+        &mut self,
+        window: usize,
+        max: usize,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<(usize, bool), AdapterError> {
         let (mut got, mut deadline_soon) = (0, false);
         for _ in 0..window {
             match self.read_reserve(on_message)? {
@@ -330,18 +356,19 @@ impl Adapter for BeanstalkdAdapter {
             }
         }
         self.window = if got == window {
-            (window * 2).min(max)
+            (window * 2).min(max.max(1))
         } else {
             got + 1
         };
-        if got > 0 {
-            return Ok(got);
-        }
-        if deadline_soon {
-            std::thread::sleep(DEADLINE_SOON_PAUSE);
-            return Ok(0);
-        }
-        // Nothing ready: block for one job, in beanstalkd's whole seconds.
+        Ok((got, deadline_soon))
+    }
+
+    /// Nothing ready: blocks for one job, in beanstalkd's whole seconds.
+    fn reserve_blocking(
+        &mut self,
+        wait: Duration,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
         let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         self.conn.wbuf.extend_from_slice(b"reserve-with-timeout ");
         push_u64(&mut self.conn.wbuf, secs.max(1));
@@ -353,11 +380,7 @@ impl Adapter for BeanstalkdAdapter {
         }
     }
 
-    fn delete_batch(
-        &mut self,
-        receipts: &[Receipt],
-        rejected: &mut Vec<usize>,
-    ) -> Result<(), AdapterError> {
+    fn write_deletes(&mut self, receipts: &[Receipt]) -> Result<(), AdapterError> {
         for r in receipts {
             let Receipt::Ids(id, _) = r else {
                 return Err(AdapterError::Unsupported(
@@ -368,8 +391,11 @@ impl Adapter for BeanstalkdAdapter {
             push_u64(&mut self.conn.wbuf, *id);
             self.conn.wbuf.extend_from_slice(b"\r\n");
         }
-        self.conn.flush()?;
-        for i in 0..receipts.len() {
+        Ok(())
+    }
+
+    fn read_deletes(&mut self, n: usize, rejected: &mut Vec<usize>) -> Result<(), AdapterError> {
+        for i in 0..n {
             let line = self.conn.line()?;
             if line == b"NOT_FOUND" {
                 rejected.push(i);
@@ -381,6 +407,95 @@ impl Adapter for BeanstalkdAdapter {
             }
         }
         Ok(())
+    }
+}
+
+impl Adapter for BeanstalkdAdapter {
+    fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        self.write_puts(bodies);
+        self.conn.flush()?;
+        self.read_puts(bodies.len())
+    }
+
+    fn receive_batch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
+        let window = self.write_reserves(max);
+        self.conn.flush()?;
+        let (got, deadline_soon) = self.read_reserves(window, max, on_message)?;
+        if got > 0 {
+            return Ok(got);
+        }
+        if deadline_soon {
+            std::thread::sleep(DEADLINE_SOON_PAUSE);
+            return Ok(0);
+        }
+        self.reserve_blocking(wait, on_message)
+    }
+
+    fn delete_batch(
+        &mut self,
+        receipts: &[Receipt],
+        rejected: &mut Vec<usize>,
+    ) -> Result<(), AdapterError> {
+        self.write_deletes(receipts)?;
+        self.conn.flush()?;
+        self.read_deletes(receipts.len(), rejected)
+    }
+
+    fn start_send(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        self.write_puts(bodies);
+        self.conn.flush()?;
+        self.in_flight.push_back(InFlight::Put(bodies.len()));
+        Ok(())
+    }
+
+    fn start_receive(&mut self, max: usize, wait: Duration) -> Result<(), AdapterError> {
+        let window = self.write_reserves(max);
+        self.conn.flush()?;
+        self.in_flight
+            .push_back(InFlight::Reserve(window, max, wait));
+        Ok(())
+    }
+
+    fn start_delete(&mut self, receipts: &[Receipt]) -> Result<(), AdapterError> {
+        self.write_deletes(receipts)?;
+        self.conn.flush()?;
+        self.in_flight.push_back(InFlight::Delete(receipts.len()));
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+        rejected: &mut Vec<usize>,
+    ) -> Result<Finished, AdapterError> {
+        match self.in_flight.pop_front() {
+            None => Err(super::nothing_started(PEER)),
+            Some(InFlight::Put(n)) => {
+                self.read_puts(n)?;
+                Ok(Finished::Sent)
+            }
+            Some(InFlight::Reserve(window, max, wait)) => {
+                let (got, deadline_soon) = self.read_reserves(window, max, on_message)?;
+                if got > 0 || wait.is_zero() || !self.in_flight.is_empty() {
+                    return Ok(Finished::Received(got));
+                }
+                if deadline_soon {
+                    std::thread::sleep(DEADLINE_SOON_PAUSE);
+                    return Ok(Finished::Received(0));
+                }
+                // Alone on the connection: a blocking reserve holds up nothing.
+                Ok(Finished::Received(self.reserve_blocking(wait, on_message)?))
+            }
+            Some(InFlight::Delete(n)) => {
+                self.read_deletes(n, rejected)?;
+                Ok(Finished::Deleted)
+            }
+        }
     }
 }
 

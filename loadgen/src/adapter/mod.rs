@@ -6,9 +6,13 @@
 //! configuration, and tears the queue down. An [`Adapter`] sends a batch,
 //! receives a batch under the queue's visibility timeout, and deletes a
 //! batch, each through its peer's batch or pipeline path. Every adapter is
-//! blocking, one TCP connection with `TCP_NODELAY`, one batch in flight.
-//! The sluice adapter is the same two traits over the native blocking
-//! client (`sluice-client`); the peers' wire protocols are written by hand.
+//! blocking, one TCP connection with `TCP_NODELAY`. With one batch in flight
+//! (`--window 1`, the default) the runner calls the blocking methods; with
+//! more, it starts operations (`start_send`, `start_receive`,
+//! `start_delete`) and finishes them in the order they started, each peer
+//! pipelining them on its connection its own best way. The sluice adapter
+//! is the same two traits over the native blocking client
+//! (`sluice-client`); the peers' wire protocols are written by hand.
 
 use std::fmt;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -155,6 +159,17 @@ pub trait Target: Send + Sync {
     fn teardown(&mut self) -> Result<(), AdapterError>;
 }
 
+/// What a started operation was, once [`Adapter::finish`] finished it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    /// A send: the broker acknowledged every body of the batch.
+    Sent,
+    /// A receive: this many messages went to `on_message`.
+    Received(usize),
+    /// A delete: the receipts refused went to `rejected`.
+    Deleted,
+}
+
 /// One connection to a broker, bound to a queue. Used by one thread.
 pub trait Adapter: Send {
     /// Sends the bodies as one batch (pipelined where the peer has no batch
@@ -180,6 +195,36 @@ pub trait Adapter: Send {
         receipts: &[Receipt],
         rejected: &mut Vec<usize>,
     ) -> Result<(), AdapterError>;
+
+    /// Starts sending `bodies` as one batch and returns without waiting for
+    /// the broker (the bodies are copied or written before it returns).
+    /// [`Adapter::finish`] waits for it. Several operations may be in flight
+    /// on the connection; they finish in the order they were started.
+    fn start_send(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError>;
+
+    /// Starts a receive of up to `max` messages, waiting up to about `wait`
+    /// for the first one. The runner asks for no wait while other
+    /// operations are in flight: on some peers a waiting receive holds up
+    /// the whole connection.
+    fn start_receive(&mut self, max: usize, wait: Duration) -> Result<(), AdapterError>;
+
+    /// Starts deleting the deliveries named by `receipts` as one batch.
+    fn start_delete(&mut self, receipts: &[Receipt]) -> Result<(), AdapterError>;
+
+    /// Waits for the oldest operation started and not yet finished. A
+    /// receive hands each message to `on_message`; a delete pushes the
+    /// indices (within its own batch) of the receipts the broker refused to
+    /// `rejected`.
+    fn finish(
+        &mut self,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+        rejected: &mut Vec<usize>,
+    ) -> Result<Finished, AdapterError>;
+}
+
+/// The error of a `finish` with nothing started.
+pub(crate) fn nothing_started(peer: &str) -> AdapterError {
+    AdapterError::Unsupported(format!("{peer}: finish with no operation in flight"))
 }
 
 /// The broker kinds a target URL can name.
@@ -296,12 +341,24 @@ impl TargetUrl {
     /// Connects a target for this URL; `token` is the auth token for peers
     /// that have one (sluice HELLO, Redis `AUTH`, NATS `auth_token`).
     pub fn open(&self, token: Option<&str>) -> Result<Box<dyn Target>, AdapterError> {
+        self.open_with(token, Duration::ZERO)
+    }
+
+    /// [`TargetUrl::open`], with the read spin of the sluice client
+    /// (`--sluice-read-spin`; the peers ignore it).
+    pub fn open_with(
+        &self,
+        token: Option<&str>,
+        sluice_read_spin: Duration,
+    ) -> Result<Box<dyn Target>, AdapterError> {
         let token = token.map(str::to_owned);
         match self.kind {
             Kind::Redis => Ok(Box::new(redis::RedisTarget::new(self.clone(), token))),
             Kind::Beanstalkd => Ok(Box::new(beanstalkd::BeanstalkdTarget::new(self.clone()))),
             Kind::Nats => Ok(Box::new(nats::NatsTarget::new(self.clone(), token))),
-            Kind::Sluice => Ok(Box::new(sluice::SluiceTarget::new(self.clone(), token))),
+            Kind::Sluice => Ok(Box::new(
+                sluice::SluiceTarget::new(self.clone(), token).read_spin(sluice_read_spin),
+            )),
         }
     }
 

@@ -8,6 +8,7 @@
 //! | receive batch | `PUB $JS.API.CONSUMER.MSG.NEXT.<name>.loadgen <inbox>` with `{"batch":<max>,"expires":<wait>,"no_wait":true}`: the server sends what is available (up to the batch) at once, or waits up to `expires` and sends as soon as something arrives, then ends the request with a 404/408 status; the client ends it 100 ms past `expires` if no status came (nats-server 2.9 can drop a request unanswered) |
 //! | delete batch | one `PUB <ack subject>` with an empty body (`+ACK`) per message, pipelined; the last one carries a reply inbox (a double ack) and its confirmation, sent after the acks before it were processed, ends the batch |
 //! | tear down | `$JS.API.STREAM.DELETE.<name>` |
+//! | window above 1 | publishes and acks of several batches in flight, each on reply inboxes of its own: every message the server sends is routed by its inbox to the batch it answers, and batches finish in the order they started. Pull requests go one at a time, each the usual long poll (a waiting pull holds up nothing else on a NATS connection), the next sent as soon as the one before ends: nats-server 2.9 serves several waiting pulls of one consumer poorly (a short `no_wait` pull queued behind another's gets neither messages nor a status until the client gives up on it) |
 //!
 //! What it cannot do like the others: an ack for a delivery that expired and
 //! was delivered again still acks the message (JetStream acks by stream
@@ -22,7 +23,8 @@ use serde_json::{Value, json};
 
 use super::wire::{LineConn, is_timeout, last_len, push_u64, text};
 use super::{
-    Adapter, AdapterError, QueueSpec, REPLY_TIMEOUT, Receipt, Role, Setting, Target, TargetUrl,
+    Adapter, AdapterError, Finished, QueueSpec, REPLY_TIMEOUT, Receipt, Role, Setting, Target,
+    TargetUrl,
 };
 use crate::units::format_duration;
 
@@ -37,6 +39,10 @@ const EXPIRES_MIN: Duration = Duration::from_millis(1);
 /// request's end before ending it itself (a server under load can answer
 /// late; a status or delivery that comes after is still handled).
 const PULL_GRACE: Duration = Duration::from_millis(100);
+/// The long poll of a pipelined pull: the wait the runner gives a receive
+/// that is alone on its connection. On NATS a waiting pull holds up nothing
+/// else, so pipelined pulls always wait this long (one at a time).
+const PIPELINED_PULL_WAIT: Duration = Duration::from_millis(100);
 
 /// Where a message's line and payload sit in the read buffer.
 type FrameAt = (Range<usize>, Range<usize>);
@@ -218,6 +224,12 @@ impl NatsConn {
     }
 }
 
+/// The number of a reply subject under the connection's `inbox`.
+fn reply_number(inbox: &[u8], subject: &[u8]) -> Option<u64> {
+    let rest = subject.strip_prefix(inbox)?;
+    super::wire::parse_u64(rest.strip_prefix(b".")?)
+}
+
 /// Parses `MSG <subject> <sid> [reply] <bytes>` or
 /// `HMSG <subject> <sid> [reply] <header bytes> <total bytes>`.
 fn parse_msg<'a>(line: &'a [u8], payload: &'a [u8]) -> Result<Msg<'a>, AdapterError> {
@@ -356,12 +368,14 @@ impl Target for NatsTarget {
         let queue = super::set_up(self.queue.as_ref(), PEER)?.clone();
         let conn = NatsConn::connect(&self.url, self.token.as_deref())?;
         Ok(Box::new(NatsAdapter {
+            inbox: conn.inbox.clone().into_bytes(),
             next_subject: format!("$JS.API.CONSUMER.MSG.NEXT.{}.{DURABLE}", queue.stream)
                 .into_bytes(),
             queue,
             conn,
             reply: Vec::new(),
             stash: VecDeque::new(),
+            in_flight: VecDeque::new(),
         }))
     }
 
@@ -400,6 +414,37 @@ impl Target for NatsTarget {
     }
 }
 
+/// A batch started and not yet finished, with what has come for it.
+enum InFlight {
+    /// Publishes whose acks come to the inboxes numbered `first..first + n`.
+    Publish { first: u64, n: usize, acked: usize },
+    /// A pull request answered on its own inbox; `sent` is false while it
+    /// waits for the pull before it to end.
+    Pull {
+        inbox: u64,
+        max: usize,
+        wait: Duration,
+        sent: bool,
+        deadline: Instant,
+        got: Vec<(Vec<u8>, Receipt)>,
+        ended: bool,
+    },
+    /// Acks, the last confirmed on this inbox.
+    Ack { inbox: u64, done: bool },
+}
+
+impl InFlight {
+    fn complete(&self) -> bool {
+        match self {
+            InFlight::Publish { n, acked, .. } => acked >= n,
+            InFlight::Pull {
+                max, got, ended, ..
+            } => *ended || got.len() >= *max,
+            InFlight::Ack { done, .. } => *done,
+        }
+    }
+}
+
 /// One NATS connection of a pass.
 struct NatsAdapter {
     conn: NatsConn,
@@ -409,6 +454,10 @@ struct NatsAdapter {
     /// Deliveries that arrived while waiting for something else (they are
     /// leased to this connection, so they are handed out next time).
     stash: VecDeque<(Vec<u8>, Receipt)>,
+    /// Batches started with `start_*`, oldest first.
+    in_flight: VecDeque<InFlight>,
+    /// The connection's inbox prefix, for routing replies.
+    inbox: Vec<u8>,
 }
 
 fn is_ack_subject(reply: Option<&[u8]>) -> bool {
@@ -472,6 +521,152 @@ impl NatsAdapter {
             }
         }
         Ok(got)
+    }
+}
+
+impl NatsAdapter {
+    /// Reads one message and files it with the batch it answers. Replies
+    /// and statuses come on the inbox subject of their batch; a delivery
+    /// comes on its stream's subject (the wildcard subscription's), so it
+    /// goes to the pull in flight: one is sent at a time.
+    fn route_one(&mut self) -> Result<(), AdapterError> {
+        let m = self.conn.next_msg()?;
+        let delivery = m.reply.filter(|r| r.starts_with(b"$JS.ACK."));
+        let op = if delivery.is_some() {
+            self.in_flight
+                .iter_mut()
+                .find(|op| matches!(op, InFlight::Pull { sent: true, .. }))
+        } else {
+            let number = reply_number(&self.inbox, m.subject);
+            number.and_then(|k| {
+                self.in_flight.iter_mut().find(|op| match op {
+                    InFlight::Publish { first, n, .. } => (*first..*first + *n as u64).contains(&k),
+                    InFlight::Pull { inbox, .. } | InFlight::Ack { inbox, .. } => *inbox == k,
+                })
+            })
+        };
+        match (op, delivery) {
+            (Some(InFlight::Pull { got, .. }), Some(ack)) => {
+                got.push((m.payload.to_vec(), Receipt::Bytes(ack.into())));
+            }
+            // A delivery for a pull already over: it is leased to us.
+            (_, Some(ack)) => {
+                self.stash
+                    .push_back((m.payload.to_vec(), Receipt::Bytes(ack.into())));
+            }
+            (Some(InFlight::Pull { ended, .. }), None) => match m.status {
+                Some(404 | 408) => *ended = true,
+                Some(100) | None => {}
+                Some(code) => {
+                    return Err(AdapterError::Server {
+                        peer: PEER,
+                        message: format!(
+                            "pull request ended with status {code}: {}",
+                            text(m.payload)
+                        ),
+                    });
+                }
+            },
+            (Some(InFlight::Publish { acked, .. }), None) => {
+                if m.status == Some(503) {
+                    return Err(AdapterError::Server {
+                        peer: PEER,
+                        message: "no responders: the stream is gone".into(),
+                    });
+                }
+                if m.payload.windows(8).any(|w| w == b"\"error\":") {
+                    return Err(AdapterError::Server {
+                        peer: PEER,
+                        message: text(m.payload),
+                    });
+                }
+                *acked += 1;
+            }
+            (Some(InFlight::Ack { done, .. }), None) => *done = true,
+            // A status or reply for a batch already over.
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    /// Sends the pull request of `max` messages waiting up to `wait`, on
+    /// reply inbox `inbox`; returns its deadline.
+    fn send_pull(
+        &mut self,
+        inbox: u64,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Instant, AdapterError> {
+        let wait = wait.max(EXPIRES_MIN);
+        let expires = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        let request = format!(r#"{{"batch":{max},"expires":{expires},"no_wait":true}}"#);
+        self.reply.clear();
+        self.reply.extend_from_slice(&self.inbox);
+        self.reply.push(b'.');
+        push_u64(&mut self.reply, inbox);
+        let next = self.next_subject.clone();
+        self.conn.publish(&next, &self.reply, request.as_bytes());
+        self.conn.conn.flush()?;
+        // As in `receive_batch`, the request's end is the client's to keep.
+        Ok(Instant::now() + wait + PULL_GRACE)
+    }
+
+    /// Sends the first pull that waits for the one before it, if any.
+    fn send_next_pull(&mut self) -> Result<(), AdapterError> {
+        let next = self
+            .in_flight
+            .iter()
+            .position(|op| matches!(op, InFlight::Pull { sent: false, .. }));
+        let Some(i) = next else { return Ok(()) };
+        let (inbox, max, wait) = match &self.in_flight[i] {
+            InFlight::Pull {
+                inbox, max, wait, ..
+            } => (*inbox, *max, *wait),
+            _ => return Ok(()),
+        };
+        let at = self.send_pull(inbox, max, wait)?;
+        if let InFlight::Pull { sent, deadline, .. } = &mut self.in_flight[i] {
+            *sent = true;
+            *deadline = at;
+        }
+        Ok(())
+    }
+
+    /// Routes messages until the oldest batch is complete; a pull also ends
+    /// at its deadline.
+    fn complete_oldest(&mut self) -> Result<(), AdapterError> {
+        if matches!(
+            self.in_flight.front(),
+            Some(InFlight::Pull { sent: false, .. })
+        ) {
+            self.send_next_pull()?;
+        }
+        loop {
+            let Some(front) = self.in_flight.front_mut() else {
+                return Ok(());
+            };
+            if front.complete() {
+                return Ok(());
+            }
+            if let InFlight::Pull {
+                deadline, ended, ..
+            } = front
+            {
+                let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                    *ended = true;
+                    return Ok(());
+                };
+                self.conn.conn.set_read_timeout(left)?;
+                let routed = self.route_one();
+                self.conn.conn.set_read_timeout(REPLY_TIMEOUT)?;
+                match routed {
+                    Err(e) if is_timeout(&e) => {}
+                    other => other?,
+                }
+            } else {
+                self.route_one()?;
+            }
+        }
     }
 }
 
@@ -572,6 +767,108 @@ impl Adapter for NatsAdapter {
             }
         }
     }
+
+    fn start_send(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        let subject = self.queue.stream.as_bytes().to_vec();
+        let first = self.conn.next_reply;
+        for body in bodies {
+            self.conn.reply_subject(&mut self.reply);
+            self.conn.publish(&subject, &self.reply, body);
+        }
+        self.conn.conn.flush()?;
+        self.in_flight.push_back(InFlight::Publish {
+            first,
+            n: bodies.len(),
+            acked: 0,
+        });
+        Ok(())
+    }
+
+    fn start_receive(&mut self, max: usize, wait: Duration) -> Result<(), AdapterError> {
+        let wait = wait.max(PIPELINED_PULL_WAIT);
+        let inbox = self.conn.next_reply;
+        self.conn.next_reply += 1;
+        let pulling = self
+            .in_flight
+            .iter()
+            .any(|op| matches!(op, InFlight::Pull { .. }));
+        let deadline = if pulling {
+            // Sent when the pull before it ends.
+            Instant::now()
+        } else {
+            self.send_pull(inbox, max, wait)?
+        };
+        self.in_flight.push_back(InFlight::Pull {
+            inbox,
+            max,
+            wait,
+            sent: !pulling,
+            deadline,
+            got: Vec::new(),
+            ended: false,
+        });
+        Ok(())
+    }
+
+    fn start_delete(&mut self, receipts: &[Receipt]) -> Result<(), AdapterError> {
+        let Some(last) = receipts.len().checked_sub(1) else {
+            self.in_flight.push_back(InFlight::Ack {
+                inbox: u64::MAX,
+                done: true,
+            });
+            return Ok(());
+        };
+        let inbox = self.conn.next_reply;
+        self.conn.reply_subject(&mut self.reply);
+        for (i, r) in receipts.iter().enumerate() {
+            let Receipt::Bytes(subject) = r else {
+                return Err(AdapterError::Unsupported(
+                    "nats: a receipt from another adapter".into(),
+                ));
+            };
+            let reply = if i == last {
+                self.reply.clone()
+            } else {
+                Vec::new()
+            };
+            self.conn.publish(subject, &reply, b"");
+        }
+        self.conn.conn.flush()?;
+        self.in_flight
+            .push_back(InFlight::Ack { inbox, done: false });
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+        _rejected: &mut Vec<usize>,
+    ) -> Result<Finished, AdapterError> {
+        self.complete_oldest()?;
+        match self.in_flight.pop_front() {
+            None => Err(super::nothing_started(PEER)),
+            Some(InFlight::Publish { .. }) => Ok(Finished::Sent),
+            Some(InFlight::Ack { .. }) => Ok(Finished::Deleted),
+            Some(InFlight::Pull { max, got, .. }) => {
+                // The next pull goes out now, while the caller handles these.
+                self.send_next_pull()?;
+                let mut n = 0;
+                for (body, receipt) in got {
+                    on_message(&body, receipt);
+                    n += 1;
+                }
+                // Deliveries that came late for earlier pulls.
+                while n < max {
+                    let Some((body, receipt)) = self.stash.pop_front() else {
+                        break;
+                    };
+                    on_message(&body, receipt);
+                    n += 1;
+                }
+                Ok(Finished::Received(n))
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -593,6 +890,9 @@ mod tests {
         assert_eq!(m.status, Some(408));
         assert!(m.payload.is_empty());
         assert!(parse_msg(b"MSG a", b"").is_err());
+        assert_eq!(reply_number(b"_INBOX.x", b"_INBOX.x.17"), Some(17));
+        assert_eq!(reply_number(b"_INBOX.x", b"_INBOX.y.17"), None);
+        assert_eq!(reply_number(b"_INBOX.x", b"_INBOX.x17"), None);
         assert!(parse_msg(b"HMSG a 1 99 5", b"12345").is_err());
     }
 }

@@ -7,6 +7,7 @@
 //! | receive batch | `XREADGROUP GROUP loadgen c<n> COUNT <max> BLOCK <ms> STREAMS <stream> >` |
 //! | expired leases | `XAUTOCLAIM <stream> loadgen c<n> <visibility ms> <cursor> COUNT <max>`, run by every consumer every claim interval |
 //! | delete batch | `XACK <stream> loadgen <ids...>` and `XDEL <stream> <ids...>`, pipelined |
+//! | window above 1 | the commands of several batches pipelined on the connection (pipeline depth), their replies read in order; `BLOCK` only when nothing else is in flight, since a blocked command holds up the connection |
 //! | tear down | `DEL <stream>` |
 //!
 //! Redis has no lease timer: a pending entry whose idle time passed the
@@ -26,10 +27,13 @@
 //! the group may acknowledge), and `XDEL` removes the entry, so a delete
 //! never fails the way a stale sluice receipt does.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::wire::{LineConn, parse_u64, push_u64, text};
-use super::{Adapter, AdapterError, QueueSpec, Receipt, Role, Setting, Target, TargetUrl};
+use super::{
+    Adapter, AdapterError, Finished, QueueSpec, Receipt, Role, Setting, Target, TargetUrl,
+};
 use crate::units::format_duration;
 
 const PEER: &str = "redis";
@@ -368,6 +372,7 @@ impl Target for RedisTarget {
             next_claim: Instant::now() + offset,
             claim_cursor: None,
             ids: Vec::new(),
+            in_flight: VecDeque::new(),
             stream,
         }))
     }
@@ -415,6 +420,18 @@ impl Target for RedisTarget {
     }
 }
 
+/// Commands written and not yet answered, one entry per batch.
+enum InFlight {
+    /// `XADD`s.
+    Add(usize),
+    /// An `XREADGROUP`: whether it blocks, and how long the batch may wait.
+    Read(bool, Duration),
+    /// An `XAUTOCLAIM` step.
+    Claim,
+    /// `XACK` and `XDEL`.
+    Ack,
+}
+
 /// One Redis connection of a pass.
 struct RedisAdapter {
     resp: Resp,
@@ -424,15 +441,12 @@ struct RedisAdapter {
     /// Where the claim scan in progress resumes.
     claim_cursor: Option<(u64, u64)>,
     ids: Vec<(u64, u64)>,
+    in_flight: VecDeque<InFlight>,
 }
 
 impl RedisAdapter {
-    /// One XAUTOCLAIM step; returns the entries claimed.
-    fn claim(
-        &mut self,
-        max: usize,
-        on_message: &mut dyn FnMut(&[u8], Receipt),
-    ) -> Result<usize, AdapterError> {
+    /// Writes one XAUTOCLAIM step.
+    fn write_claim(&mut self, max: usize) {
         let start = self.claim_cursor.unwrap_or((0, 0));
         let mut start_text = Vec::new();
         push_u64(&mut start_text, start.0);
@@ -454,7 +468,13 @@ impl RedisAdapter {
             b"COUNT",
             &count,
         ]);
-        self.resp.conn.flush()?;
+    }
+
+    /// Reads one XAUTOCLAIM step's reply; returns the entries claimed.
+    fn read_claim(
+        &mut self,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
         if self.resp.expect_array()? != Some(3) {
             return Err(self
                 .resp
@@ -477,44 +497,14 @@ impl RedisAdapter {
         }
         Ok(got)
     }
-}
 
-impl Adapter for RedisAdapter {
-    fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
-        for body in bodies {
-            let key = self.stream.key.as_bytes();
-            let w = &mut self.resp.conn.wbuf;
-            w.extend_from_slice(b"*5\r\n$4\r\nXADD\r\n");
-            push_bulk(w, key);
-            w.extend_from_slice(b"$1\r\n*\r\n$1\r\nd\r\n");
-            push_bulk(w, body);
-        }
-        self.resp.conn.flush()?;
-        for _ in bodies {
-            self.resp.expect_bulk()?;
-        }
-        Ok(())
+    /// Whether a claim step is due.
+    fn claim_due(&self) -> bool {
+        self.claim_cursor.is_some() || Instant::now() >= self.next_claim
     }
 
-    fn receive_batch(
-        &mut self,
-        max: usize,
-        wait: Duration,
-        on_message: &mut dyn FnMut(&[u8], Receipt),
-    ) -> Result<usize, AdapterError> {
-        let now = Instant::now();
-        if self.claim_cursor.is_some() || now >= self.next_claim {
-            let got = self.claim(max, on_message)?;
-            if got > 0 {
-                return Ok(got);
-            }
-        }
-        // Redis times a blocked XREADGROUP out on its serverCron tick (hz,
-        // 10 per second by default), so a short BLOCK lasts up to 100 ms.
-        // When the next claim scan is due sooner than the long-poll wait,
-        // read without BLOCK and poll instead, so the scan is not delayed.
-        let until_claim = self.next_claim.saturating_duration_since(Instant::now());
-        let block_ms = (until_claim >= wait).then(|| wait.as_millis().clamp(1, 100_000) as u64);
+    /// Writes an XREADGROUP of up to `max`, blocking up to `block_ms`.
+    fn write_read(&mut self, max: usize, block_ms: Option<u64>) {
         let mut count = Vec::new();
         push_u64(&mut count, max as u64);
         let mut block = Vec::new();
@@ -536,7 +526,13 @@ impl Adapter for RedisAdapter {
         }
         args.extend([&b"STREAMS"[..], key.as_bytes(), b">"]);
         self.resp.command(&args);
-        self.resp.conn.flush()?;
+    }
+
+    /// Reads an XREADGROUP's reply; returns the entries delivered.
+    fn read_read(
+        &mut self,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
         let mut got = 0;
         if let Some(streams) = self.resp.expect_array()? {
             for _ in 0..streams {
@@ -551,20 +547,45 @@ impl Adapter for RedisAdapter {
                 got += self.resp.read_entries(n, on_message)?;
             }
         }
-        if got == 0 && block_ms.is_none() {
-            std::thread::sleep(until_claim.min(POLL_PAUSE));
-        }
         Ok(got)
     }
 
-    fn delete_batch(
-        &mut self,
-        receipts: &[Receipt],
-        _rejected: &mut Vec<usize>,
-    ) -> Result<(), AdapterError> {
-        if receipts.is_empty() {
-            return Ok(());
+    /// How long a receive may BLOCK: Redis times a blocked XREADGROUP out on
+    /// its serverCron tick (hz, 10 per second by default), so a short BLOCK
+    /// lasts up to 100 ms; when the next claim scan is due sooner than the
+    /// long-poll wait, the read does not block and the caller polls, so the
+    /// scan is not delayed.
+    fn block_ms(&self, wait: Duration) -> Option<u64> {
+        let until_claim = self.next_claim.saturating_duration_since(Instant::now());
+        (until_claim >= wait).then(|| wait.as_millis().clamp(1, 100_000) as u64)
+    }
+
+    /// A read that did not block found nothing: pause before the next poll,
+    /// at most until the claim scan is due.
+    fn poll_pause(&self) {
+        let until_claim = self.next_claim.saturating_duration_since(Instant::now());
+        std::thread::sleep(until_claim.min(POLL_PAUSE));
+    }
+
+    fn write_adds(&mut self, bodies: &[&[u8]]) {
+        for body in bodies {
+            let key = self.stream.key.as_bytes();
+            let w = &mut self.resp.conn.wbuf;
+            w.extend_from_slice(b"*5\r\n$4\r\nXADD\r\n");
+            push_bulk(w, key);
+            w.extend_from_slice(b"$1\r\n*\r\n$1\r\nd\r\n");
+            push_bulk(w, body);
         }
+    }
+
+    fn read_adds(&mut self, n: usize) -> Result<(), AdapterError> {
+        for _ in 0..n {
+            self.resp.expect_bulk()?;
+        }
+        Ok(())
+    }
+
+    fn write_acks(&mut self, receipts: &[Receipt]) -> Result<(), AdapterError> {
         self.ids.clear();
         for r in receipts {
             match r {
@@ -593,13 +614,124 @@ impl Adapter for RedisAdapter {
         for id in &self.ids {
             push_id_bulk(w, *id);
         }
-        self.resp.conn.flush()?;
+        Ok(())
+    }
+
+    fn read_acks(&mut self) -> Result<(), AdapterError> {
         // XACK counts entries that were pending, XDEL entries that existed.
         // Any consumer of the group may acknowledge and XDEL removes the
         // entry, so every id is gone afterwards: none is rejected.
         self.resp.expect_int()?;
         self.resp.expect_int()?;
         Ok(())
+    }
+}
+
+impl Adapter for RedisAdapter {
+    fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        self.write_adds(bodies);
+        self.resp.conn.flush()?;
+        self.read_adds(bodies.len())
+    }
+
+    fn receive_batch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+    ) -> Result<usize, AdapterError> {
+        if self.claim_due() {
+            self.write_claim(max);
+            self.resp.conn.flush()?;
+            let got = self.read_claim(on_message)?;
+            if got > 0 {
+                return Ok(got);
+            }
+        }
+        let block_ms = self.block_ms(wait);
+        self.write_read(max, block_ms);
+        self.resp.conn.flush()?;
+        let got = self.read_read(on_message)?;
+        if got == 0 && block_ms.is_none() {
+            self.poll_pause();
+        }
+        Ok(got)
+    }
+
+    fn delete_batch(
+        &mut self,
+        receipts: &[Receipt],
+        _rejected: &mut Vec<usize>,
+    ) -> Result<(), AdapterError> {
+        if receipts.is_empty() {
+            return Ok(());
+        }
+        self.write_acks(receipts)?;
+        self.resp.conn.flush()?;
+        self.read_acks()
+    }
+
+    fn start_send(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        self.write_adds(bodies);
+        self.resp.conn.flush()?;
+        self.in_flight.push_back(InFlight::Add(bodies.len()));
+        Ok(())
+    }
+
+    fn start_receive(&mut self, max: usize, wait: Duration) -> Result<(), AdapterError> {
+        let claiming = self
+            .in_flight
+            .iter()
+            .any(|op| matches!(op, InFlight::Claim));
+        if self.claim_due() && !claiming {
+            self.write_claim(max);
+            self.in_flight.push_back(InFlight::Claim);
+        } else {
+            // A blocked command holds up every command behind it.
+            let alone = self.in_flight.is_empty();
+            let block_ms = if alone && !wait.is_zero() {
+                self.block_ms(wait)
+            } else {
+                None
+            };
+            self.write_read(max, block_ms);
+            self.in_flight
+                .push_back(InFlight::Read(block_ms.is_some(), wait));
+        }
+        self.resp.conn.flush()
+    }
+
+    fn start_delete(&mut self, receipts: &[Receipt]) -> Result<(), AdapterError> {
+        self.write_acks(receipts)?;
+        self.resp.conn.flush()?;
+        self.in_flight.push_back(InFlight::Ack);
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+        _rejected: &mut Vec<usize>,
+    ) -> Result<Finished, AdapterError> {
+        match self.in_flight.pop_front() {
+            None => Err(super::nothing_started(PEER)),
+            Some(InFlight::Add(n)) => {
+                self.read_adds(n)?;
+                Ok(Finished::Sent)
+            }
+            Some(InFlight::Claim) => Ok(Finished::Received(self.read_claim(on_message)?)),
+            Some(InFlight::Read(blocked, wait)) => {
+                let got = self.read_read(on_message)?;
+                if got == 0 && !blocked && !wait.is_zero() && self.in_flight.is_empty() {
+                    self.poll_pause();
+                }
+                Ok(Finished::Received(got))
+            }
+            Some(InFlight::Ack) => {
+                self.read_acks()?;
+                Ok(Finished::Deleted)
+            }
+        }
     }
 }
 

@@ -10,20 +10,27 @@
 //! | tear down | `DELETE_QUEUE <name>` |
 //!
 //! Each producer or consumer thread has its own [`Client`], so its own
-//! connection (and the client's reader thread); one request is in flight
-//! per connection at a time, as one batch is for the peers. A delete whose
+//! connection, read by that thread itself (the client has no thread of its
+//! own). With `--window 1` one request is in flight per connection at a
+//! time, as one batch is for the peers; with more, requests are pipelined
+//! (`Client::start_*`) and their replies matched by request id. A delete whose
 //! receipt is from an older delivery (`StaleReceipt`: the lease ran out and
 //! someone else received the message) or whose message is gone (`Gone`:
 //! that someone deleted it) is counted as refused, not as an error.
 
 use std::time::Duration;
 
+use std::collections::VecDeque;
+
 use bytes::{Bytes, BytesMut};
-use sluice_client::{AttributeUpdate, Client, ClientConfig, Error, ReceiveOptions, SendEntry};
+use sluice_client::{
+    AttributeUpdate, Client, ClientConfig, Error, PendingReply, ReceiveOptions, ReceivedMessage,
+    SendEntry, SendOutcome,
+};
 
 use super::{
-    Adapter, AdapterError, CONNECT_TIMEOUT, QueueSpec, REPLY_TIMEOUT, Receipt, Role, Setting,
-    Target, TargetUrl,
+    Adapter, AdapterError, CONNECT_TIMEOUT, Finished, QueueSpec, REPLY_TIMEOUT, Receipt, Role,
+    Setting, Target, TargetUrl,
 };
 use crate::units::format_duration;
 
@@ -77,6 +84,7 @@ pub struct SluiceTarget {
     admin: Option<Client>,
     queue: Option<Queue>,
     server: Vec<Setting>,
+    read_spin: Duration,
 }
 
 impl std::fmt::Debug for SluiceTarget {
@@ -96,7 +104,16 @@ impl SluiceTarget {
             admin: None,
             queue: None,
             server: Vec::new(),
+            read_spin: Duration::ZERO,
         }
+    }
+
+    /// The clients' read spin (`ClientConfig::read_spin`); zero, the
+    /// client's default, unless `--sluice-read-spin` sets it.
+    #[must_use]
+    pub fn read_spin(mut self, spin: Duration) -> Self {
+        self.read_spin = spin;
+        self
     }
 
     fn addr(&self) -> String {
@@ -112,7 +129,8 @@ impl SluiceTarget {
         let mut config = ClientConfig::new(addr.clone())
             .connect_timeout(CONNECT_TIMEOUT)
             .request_timeout(REPLY_TIMEOUT)
-            .reconnect_delays(RECONNECT_DELAY_INITIAL, RECONNECT_DELAY_MAX);
+            .reconnect_delays(RECONNECT_DELAY_INITIAL, RECONNECT_DELAY_MAX)
+            .read_spin(self.read_spin);
         if let Some(token) = &self.token {
             config = config.auth_token(Bytes::copy_from_slice(token.as_bytes()));
         }
@@ -193,6 +211,7 @@ impl Target for SluiceTarget {
             entries: Vec::with_capacity(queue.batch_max),
             bodies: BytesMut::new(),
             receipts: Vec::with_capacity(queue.batch_max),
+            in_flight: VecDeque::new(),
             queue,
         }))
     }
@@ -210,7 +229,20 @@ impl Target for SluiceTarget {
             ));
             s.push(Setting::new(
                 "client",
-                "sluice-client blocking Client, one per connection (its own reader thread)",
+                "sluice-client blocking Client, one per connection, read by its own thread; \
+                 requests pipelined when the window is above 1",
+            ));
+            s.push(Setting::new(
+                "read spin",
+                if self.read_spin.is_zero() {
+                    "off (the client's default: a reply is waited for in a blocking read)".into()
+                } else {
+                    format!(
+                        "{} (--sluice-read-spin: the client polls the socket that long, \
+                         yielding, before it blocks in a read)",
+                        format_duration(self.read_spin)
+                    )
+                },
             ));
             s.push(Setting::new("send", "one SEND request per batch"));
             s.push(Setting::new(
@@ -241,6 +273,13 @@ impl Target for SluiceTarget {
     }
 }
 
+/// A request started and not yet finished.
+enum InFlight {
+    Send(PendingReply<Vec<Result<SendOutcome, Error>>>, usize),
+    Receive(PendingReply<Vec<ReceivedMessage>>),
+    Delete(PendingReply<Vec<Result<(), Error>>>, usize),
+}
+
 /// One sluice connection of a pass.
 struct SluiceAdapter {
     client: Client,
@@ -250,19 +289,16 @@ struct SluiceAdapter {
     entries: Vec<SendEntry>,
     bodies: BytesMut,
     receipts: Vec<sluice_client::Receipt>,
+    in_flight: VecDeque<InFlight>,
 }
 
 impl SluiceAdapter {
     fn err(&self, e: Error) -> AdapterError {
         adapter_error(&self.addr, e)
     }
-}
 
-impl Adapter for SluiceAdapter {
-    fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
-        if bodies.is_empty() {
-            return Ok(());
-        }
+    /// The batch's entries, bodies copied into one buffer.
+    fn fill_entries(&mut self, bodies: &[&[u8]]) {
         self.bodies
             .reserve(bodies.iter().map(|b| b.len()).sum::<usize>());
         for b in bodies {
@@ -276,31 +312,92 @@ impl Adapter for SluiceAdapter {
                 .push(SendEntry::new(all.slice(at..at + b.len())));
             at += b.len();
         }
+    }
+
+    /// The receipts of a delete, sluice's own.
+    fn fill_receipts(&mut self, receipts: &[Receipt]) -> Result<(), AdapterError> {
+        self.receipts.clear();
+        for r in receipts {
+            match r {
+                Receipt::Sluice(r) => self.receipts.push(*r),
+                _ => {
+                    return Err(AdapterError::Unsupported(
+                        "sluice: a receipt from another adapter".into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn receive_options(&self, max: usize, wait: Duration) -> ReceiveOptions {
+        let max = u16::try_from(max.clamp(1, self.queue.batch_max.max(1))).unwrap_or(u16::MAX);
+        ReceiveOptions::new(max)
+            .visibility_timeout(self.queue.visibility)
+            .wait(wait)
+    }
+}
+
+/// Checks a SEND's results: one per entry, none refused (the runner counts
+/// every entry of an acknowledged batch as sent).
+fn check_sent(results: Vec<Result<SendOutcome, Error>>, n: usize) -> Result<(), AdapterError> {
+    if results.len() != n {
+        return Err(AdapterError::Protocol {
+            peer: PEER,
+            detail: format!("{} results for a SEND of {n} entries", results.len()),
+        });
+    }
+    for (i, r) in results.into_iter().enumerate() {
+        if let Err(e) = r {
+            return Err(AdapterError::Server {
+                peer: PEER,
+                message: format!("SEND entry {i}: {e}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Reads a DELETE's results into `rejected`.
+fn check_deleted(
+    results: Vec<Result<(), Error>>,
+    n: usize,
+    rejected: &mut Vec<usize>,
+) -> Result<(), AdapterError> {
+    if results.len() != n {
+        return Err(AdapterError::Protocol {
+            peer: PEER,
+            detail: format!("{} results for a DELETE of {n} receipts", results.len()),
+        });
+    }
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(()) => {}
+            // The lease ran out and the message went to someone else
+            // (who may have deleted it since): not deleted by us.
+            Err(Error::StaleReceipt(_) | Error::Gone(_)) => rejected.push(i),
+            Err(e) => {
+                return Err(AdapterError::Server {
+                    peer: PEER,
+                    message: format!("DELETE entry {i}: {e}"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Adapter for SluiceAdapter {
+    fn send_batch(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        if bodies.is_empty() {
+            return Ok(());
+        }
+        self.fill_entries(bodies);
         let results = self
             .client
             .send_batch(&self.queue.name, &self.entries)
             .map_err(|e| self.err(e))?;
-        if results.len() != bodies.len() {
-            return Err(AdapterError::Protocol {
-                peer: PEER,
-                detail: format!(
-                    "{} results for a SEND of {} entries",
-                    results.len(),
-                    bodies.len()
-                ),
-            });
-        }
-        // A refused entry fails the pass: the runner counts every entry of
-        // an acknowledged batch as sent.
-        for (i, r) in results.into_iter().enumerate() {
-            if let Err(e) = r {
-                return Err(AdapterError::Server {
-                    peer: PEER,
-                    message: format!("SEND entry {i}: {e}"),
-                });
-            }
-        }
-        Ok(())
+        check_sent(results, bodies.len())
     }
 
     fn receive_batch(
@@ -309,10 +406,7 @@ impl Adapter for SluiceAdapter {
         wait: Duration,
         on_message: &mut dyn FnMut(&[u8], Receipt),
     ) -> Result<usize, AdapterError> {
-        let max = u16::try_from(max.clamp(1, self.queue.batch_max.max(1))).unwrap_or(u16::MAX);
-        let options = ReceiveOptions::new(max)
-            .visibility_timeout(self.queue.visibility)
-            .wait(wait);
+        let options = self.receive_options(max, wait);
         let messages = self
             .client
             .receive(&self.queue.name, options)
@@ -331,46 +425,71 @@ impl Adapter for SluiceAdapter {
         if receipts.is_empty() {
             return Ok(());
         }
-        self.receipts.clear();
-        for r in receipts {
-            match r {
-                Receipt::Sluice(r) => self.receipts.push(*r),
-                _ => {
-                    return Err(AdapterError::Unsupported(
-                        "sluice: a receipt from another adapter".into(),
-                    ));
-                }
-            }
-        }
+        self.fill_receipts(receipts)?;
         let results = self
             .client
             .delete_batch(&self.queue.name, &self.receipts)
             .map_err(|e| self.err(e))?;
-        if results.len() != receipts.len() {
-            return Err(AdapterError::Protocol {
-                peer: PEER,
-                detail: format!(
-                    "{} results for a DELETE of {} receipts",
-                    results.len(),
-                    receipts.len()
-                ),
-            });
-        }
-        for (i, r) in results.into_iter().enumerate() {
-            match r {
-                Ok(()) => {}
-                // The lease ran out and the message went to someone else
-                // (who may have deleted it since): not deleted by us.
-                Err(Error::StaleReceipt(_) | Error::Gone(_)) => rejected.push(i),
-                Err(e) => {
-                    return Err(AdapterError::Server {
-                        peer: PEER,
-                        message: format!("DELETE entry {i}: {e}"),
-                    });
+        check_deleted(results, receipts.len(), rejected)
+    }
+
+    fn start_send(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        self.fill_entries(bodies);
+        let pending = self
+            .client
+            .start_send_batch(&self.queue.name, &self.entries)
+            .map_err(|e| self.err(e))?;
+        self.in_flight
+            .push_back(InFlight::Send(pending, bodies.len()));
+        Ok(())
+    }
+
+    fn start_receive(&mut self, max: usize, wait: Duration) -> Result<(), AdapterError> {
+        let options = self.receive_options(max, wait);
+        let pending = self
+            .client
+            .start_receive(&self.queue.name, options)
+            .map_err(|e| self.err(e))?;
+        self.in_flight.push_back(InFlight::Receive(pending));
+        Ok(())
+    }
+
+    fn start_delete(&mut self, receipts: &[Receipt]) -> Result<(), AdapterError> {
+        self.fill_receipts(receipts)?;
+        let pending = self
+            .client
+            .start_delete_batch(&self.queue.name, &self.receipts)
+            .map_err(|e| self.err(e))?;
+        self.in_flight
+            .push_back(InFlight::Delete(pending, receipts.len()));
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+        rejected: &mut Vec<usize>,
+    ) -> Result<Finished, AdapterError> {
+        match self.in_flight.pop_front() {
+            None => Err(super::nothing_started(PEER)),
+            Some(InFlight::Send(pending, n)) => {
+                let results = pending.wait().map_err(|e| self.err(e))?;
+                check_sent(results, n)?;
+                Ok(Finished::Sent)
+            }
+            Some(InFlight::Receive(pending)) => {
+                let messages = pending.wait().map_err(|e| self.err(e))?;
+                for m in &messages {
+                    on_message(&m.body, Receipt::Sluice(m.receipt));
                 }
+                Ok(Finished::Received(messages.len()))
+            }
+            Some(InFlight::Delete(pending, n)) => {
+                let results = pending.wait().map_err(|e| self.err(e))?;
+                check_deleted(results, n, rejected)?;
+                Ok(Finished::Deleted)
             }
         }
-        Ok(())
     }
 }
 

@@ -121,6 +121,25 @@ struct Args {
     )]
     batch: usize,
 
+    /// Batches in flight per connection (1..=64): each producer keeps up to
+    /// N sends unanswered, each consumer up to N receives and deletes, each
+    /// pipelined on its connection through the broker's own path.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        env = "SLUICE_LOADGEN_WINDOW"
+    )]
+    window: usize,
+
+    /// The sluice client's read spin (e.g. 50us; default off): its reading
+    /// thread polls the socket that long, yielding, before it blocks in a
+    /// read, trading CPU for the wake-up of a blocking read. The peers'
+    /// adapters always block; the comparison of record leaves it off.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration,
+          env = "SLUICE_LOADGEN_SLUICE_READ_SPIN")]
+    sluice_read_spin: Option<Duration>,
+
     /// Messages/s over all producers, open loop: the latency workload
     /// (default 10000), and the redelivery workload when given, so leases
     /// end evenly spread instead of all at once after a burst.
@@ -225,6 +244,8 @@ fn main_inner() -> Result<ExitCode> {
         consumers: Some(args.consumers),
         size: Some(args.size),
         batch: Some(args.batch),
+        window: Some(args.window),
+        sluice_read_spin: args.sluice_read_spin,
         rate: args.rate,
         visibility_timeout: args.visibility_timeout,
         fail_ratio: args.fail_ratio,

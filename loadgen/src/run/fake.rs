@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::adapter::{Adapter, AdapterError, QueueSpec, Receipt, Role, Setting, Target};
+use crate::adapter::{Adapter, AdapterError, Finished, QueueSpec, Receipt, Role, Setting, Target};
 use crate::body::read_stamp;
 
 #[derive(Default)]
@@ -54,6 +54,7 @@ impl Target for FakeTarget {
         Ok(Box::new(FakeAdapter {
             queue: Arc::clone(&self.queue),
             faults: self.faults,
+            done: VecDeque::new(),
         }))
     }
 
@@ -67,9 +68,18 @@ impl Target for FakeTarget {
     }
 }
 
+/// An operation started: the fake does it at once and keeps the outcome
+/// for `finish`.
+enum Done {
+    Sent,
+    Received(Vec<(Vec<u8>, Receipt)>),
+    Deleted(Vec<usize>),
+}
+
 struct FakeAdapter {
     queue: Arc<Mutex<Queue>>,
     faults: Faults,
+    done: VecDeque<Done>,
 }
 
 impl Adapter for FakeAdapter {
@@ -148,5 +158,46 @@ impl Adapter for FakeAdapter {
             }
         }
         Ok(())
+    }
+
+    fn start_send(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
+        self.send_batch(bodies)?;
+        self.done.push_back(Done::Sent);
+        Ok(())
+    }
+
+    fn start_receive(&mut self, max: usize, wait: Duration) -> Result<(), AdapterError> {
+        let mut got = Vec::new();
+        self.receive_batch(max, wait, &mut |body, r| got.push((body.to_vec(), r)))?;
+        self.done.push_back(Done::Received(got));
+        Ok(())
+    }
+
+    fn start_delete(&mut self, receipts: &[Receipt]) -> Result<(), AdapterError> {
+        let mut rejected = Vec::new();
+        self.delete_batch(receipts, &mut rejected)?;
+        self.done.push_back(Done::Deleted(rejected));
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        on_message: &mut dyn FnMut(&[u8], Receipt),
+        rejected: &mut Vec<usize>,
+    ) -> Result<Finished, AdapterError> {
+        match self.done.pop_front() {
+            None => Err(crate::adapter::nothing_started("fake")),
+            Some(Done::Sent) => Ok(Finished::Sent),
+            Some(Done::Received(got)) => {
+                for (body, r) in &got {
+                    on_message(body, r.clone());
+                }
+                Ok(Finished::Received(got.len()))
+            }
+            Some(Done::Deleted(refused)) => {
+                rejected.extend(refused);
+                Ok(Finished::Deleted)
+            }
+        }
     }
 }

@@ -9,7 +9,18 @@
 //! in batches. Sending ends at `--messages` or `--duration`; consumers stop
 //! when every sent message is deleted (plus a short linger for late
 //! duplicates) or when the drain timeout runs out.
+//!
+//! With `--window 1` every operation is a blocking call: one batch in
+//! flight per connection. With a window of N, a producer keeps up to N sends
+//! unanswered and a consumer up to N receives and deletes, started and
+//! finished in order through the adapters' pipelined paths; a receive waits
+//! (long-polls) only when nothing else is in flight, and after a receive
+//! that found nothing a consumer keeps a single receive in flight until one
+//! finds messages again, so an empty queue is not polled in a loop. The open
+//! loop sends what is due as soon as it is due while the window has room,
+//! one batch of whatever is due at that moment: the same for every target.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -17,7 +28,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
 
-use crate::adapter::{Adapter, AdapterError, QueueSpec, Receipt, Role, Setting, Target, TargetUrl};
+use crate::adapter::{
+    Adapter, AdapterError, Finished, QueueSpec, Receipt, Role, Setting, Target, TargetUrl,
+};
 use crate::body::{Stamp, read_stamp, write_body};
 use crate::config::{Bound, RunConfig, Workload, limits};
 use crate::schedule::{Clock, OpenLoop, Schedule};
@@ -152,7 +165,7 @@ pub fn run(cfg: &RunConfig, out: &mut Output<'_>) -> Vec<PassOutcome> {
     for pass in 1..=cfg.passes {
         for url in &cfg.targets {
             let result = url
-                .open(cfg.token.as_deref())
+                .open_with(cfg.token.as_deref(), cfg.sluice_read_spin)
                 .map_err(RunError::Setup)
                 .and_then(|mut target| run_pass(cfg, url, target.as_mut(), pass, out));
             outcomes.push(PassOutcome {
@@ -257,13 +270,9 @@ impl Pass<'_> {
         }
     }
 
-    /// Sends `seqs` (with their intended times) as one batch.
-    fn send(
-        &self,
-        adapter: &mut dyn Adapter,
-        bodies: &mut [Vec<u8>],
-        seqs: &[(u64, u64)],
-    ) -> Result<(), AdapterError> {
+    /// Writes the stamps of `seqs` (with their intended times) into
+    /// `bodies`; returns the bodies to send.
+    fn stamp<'b>(&self, bodies: &'b mut [Vec<u8>], seqs: &[(u64, u64)]) -> Vec<&'b [u8]> {
         let sent_ns = self.clock.now_ns();
         for (body, &(seq, intended_ns)) in bodies.iter_mut().zip(seqs) {
             write_body(
@@ -277,19 +286,74 @@ impl Pass<'_> {
                 },
             );
         }
-        let refs: Vec<&[u8]> = bodies[..seqs.len()].iter().map(Vec::as_slice).collect();
         self.first_send_ns.fetch_min(sent_ns, Ordering::Relaxed);
-        adapter.send_batch(&refs)?;
+        bodies[..seqs.len()].iter().map(Vec::as_slice).collect()
+    }
+
+    /// Counts `seqs` as sent once the broker acknowledged them.
+    fn acknowledged(&self, seqs: &[(u64, u64)]) {
         for &(seq, _) in seqs {
             self.tracker.mark_sent(seq);
         }
         self.sent.fetch_add(seqs.len() as u64, Ordering::AcqRel);
+    }
+
+    /// Sends `seqs` (with their intended times) as one batch.
+    fn send(
+        &self,
+        adapter: &mut dyn Adapter,
+        bodies: &mut [Vec<u8>],
+        seqs: &[(u64, u64)],
+    ) -> Result<(), AdapterError> {
+        let refs = self.stamp(bodies, seqs);
+        adapter.send_batch(&refs)?;
+        self.acknowledged(seqs);
         Ok(())
+    }
+
+    /// Starts sending `seqs` as one batch: the pipelined [`Pass::send`].
+    fn start_send(
+        &self,
+        adapter: &mut dyn Adapter,
+        bodies: &mut [Vec<u8>],
+        seqs: &[(u64, u64)],
+    ) -> Result<(), AdapterError> {
+        let refs = self.stamp(bodies, seqs);
+        adapter.start_send(&refs)
+    }
+
+    /// Finishes the oldest send in flight, a batch of `seqs`.
+    fn finish_send(
+        &self,
+        adapter: &mut dyn Adapter,
+        seqs: &[(u64, u64)],
+    ) -> Result<(), AdapterError> {
+        match adapter.finish(&mut |_, _| {}, &mut Vec::new())? {
+            Finished::Sent => {
+                self.acknowledged(seqs);
+                Ok(())
+            }
+            other => Err(AdapterError::Unsupported(format!(
+                "a send finished as {other:?}"
+            ))),
+        }
+    }
+
+    /// Whether closed-loop producers must wait for consumers to catch up.
+    fn backlog_full(&self) -> bool {
+        let in_flight = self
+            .sent
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.settled.load(Ordering::Relaxed));
+        in_flight >= self.cfg.in_flight_max.unwrap_or(limits::IN_FLIGHT_MAX)
     }
 
     /// A closed-loop producer: claim a batch of sequence numbers, send it,
     /// repeat; wait while too many messages are in flight.
     fn produce_closed(&self, adapter: &mut dyn Adapter) -> Result<(), AdapterError> {
+        if self.cfg.window > 1 {
+            return self.produce_closed_pipelined(adapter);
+        }
         let batch = self.cfg.batch as u64;
         let mut bodies = vec![Vec::with_capacity(self.cfg.size); self.cfg.batch];
         let mut seqs = Vec::with_capacity(self.cfg.batch);
@@ -298,11 +362,7 @@ impl Pass<'_> {
             if self.abort.load(Ordering::Relaxed) || end.is_some_and(|e| self.clock.now_ns() >= e) {
                 return Ok(());
             }
-            let in_flight = self
-                .sent
-                .load(Ordering::Relaxed)
-                .saturating_sub(self.settled.load(Ordering::Relaxed));
-            if in_flight >= self.cfg.in_flight_max.unwrap_or(limits::IN_FLIGHT_MAX) {
+            if self.backlog_full() {
                 std::thread::sleep(Duration::from_micros(200));
                 continue;
             }
@@ -318,6 +378,43 @@ impl Pass<'_> {
         }
     }
 
+    /// The closed loop with up to `--window` sends in flight.
+    fn produce_closed_pipelined(&self, adapter: &mut dyn Adapter) -> Result<(), AdapterError> {
+        let batch = self.cfg.batch as u64;
+        let mut bodies = vec![Vec::with_capacity(self.cfg.size); self.cfg.batch];
+        let mut in_flight: VecDeque<Vec<(u64, u64)>> = VecDeque::new();
+        let mut spare: Vec<Vec<(u64, u64)>> = Vec::new();
+        let end = self.send_end_ns();
+        let mut exhausted = false;
+        loop {
+            if self.abort.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            exhausted |= end.is_some_and(|e| self.clock.now_ns() >= e);
+            if !exhausted && in_flight.len() < self.cfg.window && !self.backlog_full() {
+                let first = self.next_seq.fetch_add(batch, Ordering::Relaxed);
+                if first >= self.capacity {
+                    exhausted = true;
+                    continue;
+                }
+                let n = batch.min(self.capacity - first);
+                let now = self.clock.now_ns();
+                let mut seqs = spare.pop().unwrap_or_default();
+                seqs.clear();
+                seqs.extend((first..first + n).map(|seq| (seq, now)));
+                self.start_send(adapter, &mut bodies, &seqs)?;
+                in_flight.push_back(seqs);
+            } else if let Some(seqs) = in_flight.pop_front() {
+                self.finish_send(adapter, &seqs)?;
+                spare.push(seqs);
+            } else if exhausted {
+                return Ok(());
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
     /// An open-loop producer on the fixed schedule: sends what is due, in
     /// batches of up to `--batch`, never waiting for the broker to catch up.
     fn produce_open(&self, producer: usize, adapter: &mut dyn Adapter) -> Result<(), AdapterError> {
@@ -325,148 +422,289 @@ impl Pass<'_> {
         let mut walk = OpenLoop::new(schedule, producer as u64, self.cfg.producers as u64);
         let mut bodies = vec![Vec::with_capacity(self.cfg.size); self.cfg.batch];
         let mut due = Vec::with_capacity(self.cfg.batch);
-        while let Some(next) = walk.next_intended_ns() {
+        let window = self.cfg.window;
+        let mut in_flight: VecDeque<Vec<(u64, u64)>> = VecDeque::new();
+        let mut spare: Vec<Vec<(u64, u64)>> = Vec::new();
+        loop {
             if self.abort.load(Ordering::Relaxed) {
                 return Ok(());
             }
+            let Some(next) = walk.next_intended_ns() else {
+                // Everything is sent: collect the acknowledgements.
+                while let Some(seqs) = in_flight.pop_front() {
+                    self.finish_send(adapter, &seqs)?;
+                }
+                return Ok(());
+            };
             let now = self.clock.now_ns();
-            if next > now {
-                let ahead = next - now;
-                // Sleep while far ahead; the kernel wakes sleepers tens of
-                // microseconds late, so the last stretch yields instead.
-                if ahead > 150_000 {
-                    std::thread::sleep(Duration::from_nanos(ahead - 120_000));
+            if next <= now {
+                if window == 1 {
+                    walk.take_due(now, self.cfg.batch, &mut due);
+                    self.note_issued(&due);
+                    self.send(adapter, &mut bodies, &due)?;
+                } else if in_flight.len() >= window {
+                    // The window is full: wait for the oldest send.
+                    let seqs = in_flight.pop_front().expect("a full window");
+                    self.finish_send(adapter, &seqs)?;
+                    spare.push(seqs);
                 } else {
-                    std::thread::yield_now();
+                    let mut seqs = spare.pop().unwrap_or_default();
+                    walk.take_due(now, self.cfg.batch, &mut seqs);
+                    self.note_issued(&seqs);
+                    self.start_send(adapter, &mut bodies, &seqs)?;
+                    in_flight.push_back(seqs);
                 }
                 continue;
             }
-            walk.take_due(now, self.cfg.batch, &mut due);
-            let top = due.iter().map(|&(seq, _)| seq).max().unwrap_or(0);
-            self.next_seq.fetch_max(top + 1, Ordering::Relaxed);
-            self.send(adapter, &mut bodies, &due)?;
+            let ahead = next - now;
+            if ahead > OPEN_LOOP_SPIN_NS {
+                if let Some(seqs) = in_flight.pop_front() {
+                    // Nothing is due soon: collect an acknowledgement.
+                    self.finish_send(adapter, &seqs)?;
+                    spare.push(seqs);
+                } else {
+                    // The kernel wakes sleepers tens of microseconds late,
+                    // so the last stretch yields instead.
+                    std::thread::sleep(Duration::from_nanos(ahead - OPEN_LOOP_SPIN_NS + 30_000));
+                }
+            } else {
+                std::thread::yield_now();
+            }
         }
-        Ok(())
+    }
+
+    /// Notes the sequence numbers an open-loop send hands out.
+    fn note_issued(&self, due: &[(u64, u64)]) {
+        let top = due.iter().map(|&(seq, _)| seq).max().unwrap_or(0);
+        self.next_seq.fetch_max(top + 1, Ordering::Relaxed);
+    }
+
+    /// Classifies one delivery: the receipt to delete (and what to record
+    /// when it is deleted) goes to `batch`, its latencies to `samples`.
+    fn classify(
+        &self,
+        body: &[u8],
+        receipt: Receipt,
+        batch: &mut Deliveries,
+        samples: &mut Samples,
+    ) {
+        let t = self.clock.now_ns();
+        let stamp = match read_stamp(body) {
+            Ok(s) if s.run_tag == self.run_tag && self.tracker.contains(s.seq) => s,
+            _ => {
+                batch.corrupt += 1;
+                batch.receipts.push(receipt);
+                batch.meta.push((u64::MAX, 0, false));
+                return;
+            }
+        };
+        match self.tracker.on_receive(stamp.seq) {
+            Arrival::First => {
+                samples.s2r.push(t.saturating_sub(stamp.intended_ns));
+                if self.cfg.workload == Workload::Latency {
+                    samples.naive.push(t.saturating_sub(stamp.sent_ns));
+                }
+                if leaves(stamp.seq, self.run_tag, self.cfg.fail_ratio) {
+                    self.tracker.mark_left(stamp.seq, t);
+                } else {
+                    batch.receipts.push(receipt);
+                    batch.meta.push((stamp.seq, stamp.intended_ns, true));
+                }
+            }
+            Arrival::Redelivery { first_receive_ns } => {
+                let lease_end = first_receive_ns.saturating_add(self.visibility_ns);
+                if t < lease_end {
+                    batch.early += 1;
+                }
+                samples.late.push(t.saturating_sub(lease_end));
+                batch.receipts.push(receipt);
+                batch.meta.push((stamp.seq, 0, false));
+            }
+            Arrival::Duplicate => {
+                batch.dups += 1;
+                batch.receipts.push(receipt);
+                batch.meta.push((stamp.seq, 0, false));
+            }
+        }
+    }
+
+    /// Counts what one receive brought.
+    fn received(&self, got: usize, batch: &Deliveries) {
+        self.deliveries.fetch_add(got as u64, Ordering::Relaxed);
+        self.duplicates.fetch_add(batch.dups, Ordering::Relaxed);
+        self.corrupt.fetch_add(batch.corrupt, Ordering::Relaxed);
+        self.early.fetch_add(batch.early, Ordering::Relaxed);
+    }
+
+    /// Settles the deliveries of `batch` once their delete was answered;
+    /// `rejected` holds the indices the broker refused.
+    fn deleted(&self, batch: &Deliveries, rejected: &mut [usize], samples: &mut Samples) {
+        let t = self.clock.now_ns();
+        rejected.sort_unstable();
+        let mut settled = 0;
+        for (i, &(seq, intended, first)) in batch.meta.iter().enumerate() {
+            if rejected.binary_search(&i).is_ok() || seq == u64::MAX {
+                continue;
+            }
+            if self.tracker.mark_deleted(seq) {
+                settled += 1;
+                if first {
+                    samples.cycle.push(t.saturating_sub(intended));
+                }
+            }
+        }
+        self.delete_rejected
+            .fetch_add(rejected.len() as u64, Ordering::Relaxed);
+        if settled > 0 {
+            self.last_settle_ns.fetch_max(t, Ordering::Relaxed);
+            self.settled.fetch_add(settled, Ordering::AcqRel);
+        }
+    }
+
+    /// Moves `samples` into consumer `index`'s recorder.
+    fn record(&self, index: usize, samples: &mut Samples) {
+        if samples.is_empty() {
+            return;
+        }
+        let mut r = self.recorders[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for ns in samples.s2r.drain(..) {
+            r.send_to_receive.saturating_record(ns_to_us(ns));
+        }
+        for ns in samples.naive.drain(..) {
+            r.send_to_receive_uncorrected
+                .saturating_record(ns_to_us(ns));
+        }
+        for ns in samples.cycle.drain(..) {
+            r.cycle.saturating_record(ns_to_us(ns));
+        }
+        for ns in samples.late.drain(..) {
+            r.lateness.saturating_record(ns_to_us(ns));
+        }
+    }
+
+    /// Whether a consumer should stop starting receives: everything is
+    /// settled and the linger is over, or the drain timeout ran out.
+    fn consumer_done(&self, linger_until: &mut Option<u64>) -> bool {
+        let now = self.clock.now_ns();
+        if self.all_settled() {
+            let until = *linger_until.get_or_insert(now + limits::LINGER.as_nanos() as u64);
+            if now >= until {
+                return true;
+            }
+        }
+        if self.drain_deadline_ns().is_some_and(|d| now >= d) {
+            if !self.all_settled() {
+                self.drain_timed_out.store(true, Ordering::Relaxed);
+            }
+            return true;
+        }
+        false
     }
 
     /// A consumer: receive, classify, record, delete, until done.
     fn consume(&self, index: usize, adapter: &mut dyn Adapter) -> Result<(), AdapterError> {
-        let batch = self.cfg.batch;
-        let latency_workload = self.cfg.workload == Workload::Latency;
-        let mut receipts: Vec<Receipt> = Vec::with_capacity(batch);
-        // (seq, intended send ns, first delivery); seq u64::MAX for foreign bodies.
-        let mut meta: Vec<(u64, u64, bool)> = Vec::with_capacity(batch);
+        if self.cfg.window > 1 {
+            return self.consume_pipelined(index, adapter);
+        }
+        let mut batch = Deliveries::with_capacity(self.cfg.batch);
         let mut rejected = Vec::new();
-        let (mut s2r, mut naive, mut cycle, mut late) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut samples = Samples::default();
+        let mut linger_until: Option<u64> = None;
+        loop {
+            if self.abort.load(Ordering::Relaxed) || self.consumer_done(&mut linger_until) {
+                return Ok(());
+            }
+            batch.clear();
+            let got = adapter.receive_batch(
+                self.cfg.batch,
+                limits::RECEIVE_WAIT,
+                &mut |body, receipt| self.classify(body, receipt, &mut batch, &mut samples),
+            )?;
+            self.received(got, &batch);
+            if !batch.receipts.is_empty() {
+                rejected.clear();
+                adapter.delete_batch(&batch.receipts, &mut rejected)?;
+                self.deleted(&batch, &mut rejected, &mut samples);
+            }
+            self.record(index, &mut samples);
+        }
+    }
+
+    /// The consumer with up to `--window` receives and deletes in flight.
+    fn consume_pipelined(
+        &self,
+        index: usize,
+        adapter: &mut dyn Adapter,
+    ) -> Result<(), AdapterError> {
+        enum Op {
+            Receive,
+            Delete(Deliveries),
+        }
+        let window = self.cfg.window;
+        let mut in_flight: VecDeque<Op> = VecDeque::new();
+        let mut spare: Vec<Deliveries> = Vec::new();
+        let mut receiving = 0usize;
+        let mut dry = false;
+        let mut rejected = Vec::new();
+        let mut samples = Samples::default();
         let mut linger_until: Option<u64> = None;
         loop {
             if self.abort.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            let now = self.clock.now_ns();
-            if self.all_settled() {
-                let until = *linger_until.get_or_insert(now + limits::LINGER.as_nanos() as u64);
-                if now >= until {
-                    return Ok(());
-                }
+            // Once done, start nothing more and finish what is in flight.
+            let done = self.consumer_done(&mut linger_until);
+            while !done && in_flight.len() < window && !(dry && receiving > 0) {
+                let wait = if in_flight.is_empty() {
+                    limits::RECEIVE_WAIT
+                } else {
+                    Duration::ZERO
+                };
+                adapter.start_receive(self.cfg.batch, wait)?;
+                in_flight.push_back(Op::Receive);
+                receiving += 1;
             }
-            if self.drain_deadline_ns().is_some_and(|d| now >= d) {
-                if !self.all_settled() {
-                    self.drain_timed_out.store(true, Ordering::Relaxed);
-                }
-                return Ok(());
-            }
-            receipts.clear();
-            meta.clear();
-            let (mut dups, mut corrupt, mut early) = (0u64, 0u64, 0u64);
-            let got =
-                adapter.receive_batch(batch, limits::RECEIVE_WAIT, &mut |body, receipt| {
-                    let t = self.clock.now_ns();
-                    let stamp = match read_stamp(body) {
-                        Ok(s) if s.run_tag == self.run_tag && self.tracker.contains(s.seq) => s,
-                        _ => {
-                            corrupt += 1;
-                            receipts.push(receipt);
-                            meta.push((u64::MAX, 0, false));
-                            return;
-                        }
+            match in_flight.pop_front() {
+                None => return Ok(()),
+                Some(Op::Receive) => {
+                    receiving -= 1;
+                    let mut batch = spare
+                        .pop()
+                        .unwrap_or_else(|| Deliveries::with_capacity(self.cfg.batch));
+                    batch.clear();
+                    let finished = adapter.finish(
+                        &mut |body, receipt| self.classify(body, receipt, &mut batch, &mut samples),
+                        &mut rejected,
+                    )?;
+                    let Finished::Received(got) = finished else {
+                        return Err(AdapterError::Unsupported(format!(
+                            "a receive finished as {finished:?}"
+                        )));
                     };
-                    match self.tracker.on_receive(stamp.seq) {
-                        Arrival::First => {
-                            s2r.push(t.saturating_sub(stamp.intended_ns));
-                            if latency_workload {
-                                naive.push(t.saturating_sub(stamp.sent_ns));
-                            }
-                            if leaves(stamp.seq, self.run_tag, self.cfg.fail_ratio) {
-                                self.tracker.mark_left(stamp.seq, t);
-                            } else {
-                                receipts.push(receipt);
-                                meta.push((stamp.seq, stamp.intended_ns, true));
-                            }
-                        }
-                        Arrival::Redelivery { first_receive_ns } => {
-                            let lease_end = first_receive_ns.saturating_add(self.visibility_ns);
-                            if t < lease_end {
-                                early += 1;
-                            }
-                            late.push(t.saturating_sub(lease_end));
-                            receipts.push(receipt);
-                            meta.push((stamp.seq, 0, false));
-                        }
-                        Arrival::Duplicate => {
-                            dups += 1;
-                            receipts.push(receipt);
-                            meta.push((stamp.seq, 0, false));
-                        }
-                    }
-                })?;
-            self.deliveries.fetch_add(got as u64, Ordering::Relaxed);
-            self.duplicates.fetch_add(dups, Ordering::Relaxed);
-            self.corrupt.fetch_add(corrupt, Ordering::Relaxed);
-            self.early.fetch_add(early, Ordering::Relaxed);
-            if !receipts.is_empty() {
-                rejected.clear();
-                adapter.delete_batch(&receipts, &mut rejected)?;
-                let t = self.clock.now_ns();
-                rejected.sort_unstable();
-                let mut settled = 0;
-                for (i, &(seq, intended, first)) in meta.iter().enumerate() {
-                    if rejected.binary_search(&i).is_ok() || seq == u64::MAX {
-                        continue;
-                    }
-                    if self.tracker.mark_deleted(seq) {
-                        settled += 1;
-                        if first {
-                            cycle.push(t.saturating_sub(intended));
-                        }
+                    dry = got == 0;
+                    self.received(got, &batch);
+                    if batch.receipts.is_empty() {
+                        spare.push(batch);
+                    } else {
+                        adapter.start_delete(&batch.receipts)?;
+                        in_flight.push_back(Op::Delete(batch));
                     }
                 }
-                self.delete_rejected
-                    .fetch_add(rejected.len() as u64, Ordering::Relaxed);
-                if settled > 0 {
-                    self.last_settle_ns.fetch_max(t, Ordering::Relaxed);
-                    self.settled.fetch_add(settled, Ordering::AcqRel);
+                Some(Op::Delete(batch)) => {
+                    rejected.clear();
+                    let finished = adapter.finish(&mut |_, _| {}, &mut rejected)?;
+                    if finished != Finished::Deleted {
+                        return Err(AdapterError::Unsupported(format!(
+                            "a delete finished as {finished:?}"
+                        )));
+                    }
+                    self.deleted(&batch, &mut rejected, &mut samples);
+                    spare.push(batch);
                 }
             }
-            if !(s2r.is_empty() && cycle.is_empty() && late.is_empty()) {
-                let mut r = self.recorders[index]
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                for ns in s2r.drain(..) {
-                    r.send_to_receive.saturating_record(ns_to_us(ns));
-                }
-                for ns in naive.drain(..) {
-                    r.send_to_receive_uncorrected
-                        .saturating_record(ns_to_us(ns));
-                }
-                for ns in cycle.drain(..) {
-                    r.cycle.saturating_record(ns_to_us(ns));
-                }
-                for ns in late.drain(..) {
-                    r.lateness.saturating_record(ns_to_us(ns));
-                }
-            }
+            self.record(index, &mut samples);
         }
     }
 
@@ -476,6 +714,62 @@ impl Pass<'_> {
             all.merge(&r.lock().unwrap_or_else(PoisonError::into_inner));
         }
         all
+    }
+}
+
+/// How close to its next message's time an open-loop producer stops
+/// sleeping and waiting for acknowledgements, and yields instead.
+const OPEN_LOOP_SPIN_NS: u64 = 150_000;
+
+/// The deliveries of one receive, to be deleted: their receipts, and per
+/// receipt (sequence number, intended send time, first delivery), sequence
+/// number `u64::MAX` for a body that is not this pass's.
+#[derive(Default)]
+struct Deliveries {
+    receipts: Vec<Receipt>,
+    meta: Vec<(u64, u64, bool)>,
+    dups: u64,
+    corrupt: u64,
+    early: u64,
+}
+
+impl Deliveries {
+    fn with_capacity(n: usize) -> Self {
+        Deliveries {
+            receipts: Vec::with_capacity(n),
+            meta: Vec::with_capacity(n),
+            ..Deliveries::default()
+        }
+    }
+
+    fn clear(&mut self) {
+        self.receipts.clear();
+        self.meta.clear();
+        self.dups = 0;
+        self.corrupt = 0;
+        self.early = 0;
+    }
+}
+
+/// Latencies measured and not yet recorded, in ns.
+#[derive(Default)]
+struct Samples {
+    /// Send to receive, from the intended send time.
+    s2r: Vec<u64>,
+    /// Send to receive, from the actual send (latency workload).
+    naive: Vec<u64>,
+    /// Send to delete acknowledged.
+    cycle: Vec<u64>,
+    /// Redelivery lateness.
+    late: Vec<u64>,
+}
+
+impl Samples {
+    fn is_empty(&self) -> bool {
+        self.s2r.is_empty()
+            && self.naive.is_empty()
+            && self.cycle.is_empty()
+            && self.late.is_empty()
     }
 }
 
@@ -546,7 +840,14 @@ fn run_set_up(
         ),
         Setting::new(
             "pipeline",
-            format!("one batch of up to {} in flight per connection", cfg.batch),
+            if cfg.window == 1 {
+                format!("one batch of up to {} in flight per connection", cfg.batch)
+            } else {
+                format!(
+                    "up to {} batches of up to {} in flight per connection (--window)",
+                    cfg.window, cfg.batch
+                )
+            },
         ),
     ];
     settings.extend(target.settings());

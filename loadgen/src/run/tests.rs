@@ -141,3 +141,42 @@ fn paced_redelivery_spreads_the_leases() {
     // a lower bound no machine can beat, however slow or fast.
     assert!(r.active >= Duration::from_millis(99), "{:?}", r.active);
 }
+
+#[test]
+fn a_window_of_batches_loses_and_duplicates_nothing_in_every_workload() {
+    for workload in [
+        Workload::Throughput,
+        Workload::Latency,
+        Workload::Redelivery,
+    ] {
+        let mut cfg = config(workload, 600);
+        cfg.window = 4;
+        if workload == Workload::Redelivery {
+            cfg.fail_ratio = 0.5;
+        }
+        let (r, printed) = pass(&cfg, Faults::default());
+        assert!(printed.contains("up to 4 batches"), "{printed}");
+        assert_eq!(r.tally.sent, 600, "{workload}");
+        assert_eq!(r.tally.deleted, 600, "{workload}");
+        assert_eq!(
+            (r.tally.lost, r.duplicates, r.corrupt),
+            (0, 0, 0),
+            "{workload}"
+        );
+        assert_eq!(r.recorder.send_to_receive.len(), 600, "{workload}");
+        assert_eq!(r.tally.redelivered, r.tally.left, "{workload}");
+    }
+}
+
+#[test]
+fn a_window_of_batches_still_counts_a_lost_and_a_duplicated_message() {
+    let mut cfg = config(Workload::Throughput, 1_000);
+    cfg.window = 8;
+    let faults = Faults {
+        lose_seq: Some(10),
+        duplicate_seq: Some(20),
+    };
+    let (r, _) = pass(&cfg, faults);
+    assert_eq!((r.tally.sent, r.tally.lost, r.duplicates), (1_000, 1, 1));
+    assert_eq!(r.tally.deleted, 999);
+}

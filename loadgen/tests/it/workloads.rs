@@ -100,6 +100,71 @@ fn check_latency(url: &str) {
     assert_eq!(r.recorder.send_to_receive_uncorrected.len(), 1_000);
 }
 
+/// Every workload with 8 batches in flight per connection, through the
+/// adapter's pipelined path.
+fn windowed(kind: PeerKind) {
+    let Some(peer) = peers::start(kind) else {
+        return;
+    };
+    check_window(&peer.url());
+}
+
+fn check_window(url: &str) {
+    let mut s = spec(url, Workload::Throughput);
+    s.window = Some(8);
+    s.visibility_timeout = Some(Duration::from_secs(1));
+    let r = run_one(s);
+    assert!(
+        r.settings
+            .iter()
+            .any(|x| x.value.contains("up to 8 batches"))
+    );
+    assert_eq!((r.tally.sent, r.tally.deleted), (MESSAGES, MESSAGES));
+    assert_eq!((r.tally.lost, r.duplicates, r.corrupt), (0, 0, 0));
+    assert!(!r.drain_timed_out);
+
+    let mut s = spec(url, Workload::Redelivery);
+    s.window = Some(8);
+    s.visibility_timeout = Some(Duration::from_secs(1));
+    s.fail_ratio = Some(0.5);
+    let r = run_one(s);
+    assert!(r.tally.left > 0);
+    assert_eq!(
+        r.tally.redelivered, r.tally.left,
+        "every left message came back"
+    );
+    assert_eq!((r.tally.deleted, r.tally.lost), (MESSAGES, 0));
+
+    let mut s = spec(url, Workload::Latency);
+    s.window = Some(8);
+    s.messages = Some(1_000);
+    s.rate = Some(5_000);
+    let r = run_one(s);
+    assert_eq!((r.tally.sent, r.tally.deleted), (1_000, 1_000));
+    assert_eq!((r.tally.lost, r.duplicates), (0, 0));
+}
+
+#[test]
+fn sluice_window_8() {
+    let server = SluiceServer::start(&[]);
+    check_window(&server.url());
+}
+
+#[test]
+fn redis_window_8() {
+    windowed(PeerKind::Redis);
+}
+
+#[test]
+fn beanstalkd_window_8() {
+    windowed(PeerKind::Beanstalkd);
+}
+
+#[test]
+fn nats_window_8() {
+    windowed(PeerKind::Nats);
+}
+
 #[test]
 fn sluice_throughput() {
     let server = SluiceServer::start(&[]);

@@ -1,0 +1,689 @@
+//! One blocking connection shared by every thread, with no thread of its
+//! own: the callers read and write it themselves.
+//!
+//! Ground rules.
+//!
+//! - **State.** One mutex guards the request table (an entry per request in
+//!   flight: its reply once read, and the thread to wake when it is parked),
+//!   the `leading` flag and the count of parked threads. Every rule below
+//!   reads or changes them under that lock only.
+//! - **Reading: leader and followers.** A caller waiting for its reply takes
+//!   the reader role when nobody holds it (`leading`): it reads the socket
+//!   on its own thread and fills the entries of every reply it reads, waking
+//!   their threads. With one request in flight that is the only thread
+//!   involved: no hand-off at all. A caller that finds a leader parks until
+//!   its entry is filled or its deadline passes (its time-out fires whoever
+//!   reads). The leader reads until its own reply arrives, its connection
+//!   ends or its deadline passes, then gives the role up; whoever gives the
+//!   role up, or leaves the wait for any reason while nobody leads, wakes
+//!   one parked thread to take it (`hand_off`), so a thread never stays
+//!   parked while replies wait unread. The leader reads whatever arrives, so
+//!   a long-polling receive never holds up other replies.
+//! - **Writing: flat combining.** A caller encodes its frames into the
+//!   shared `queued` buffer under the writer's mutex. If a write is in
+//!   progress (`writing`), it leaves them there and goes to wait: the
+//!   writer takes everything queued after each write and sends it in the
+//!   next, so frames from many threads go out in one system call. The two
+//!   buffers swap and are reused: no allocation per request.
+//! - **Combining on one core.** When the leader wakes threads with their
+//!   replies it takes the writer role first (if free), yields so they run,
+//!   and then writes what they queued meanwhile in one go: on one core,
+//!   where the woken threads run one after the other, that is one write per
+//!   read instead of one per request.
+//! - **Stalls.** A write that cannot go on (the server stopped reading until
+//!   we read its replies) times out after [`WRITE_STALL`]; the writer then
+//!   reads what is waiting, without blocking, when nobody leads, so a
+//!   thread that writes a large pipeline alone cannot deadlock against the
+//!   server's back-pressure.
+//! - **The end.** End of stream, an I/O error, a malformed frame or an error
+//!   that closes the connection fails every entry with that error (a
+//!   disconnect-class one), wakes every parked thread, refuses new entries
+//!   and shuts the socket, so a thread blocked in a read or a write returns.
+//!   The client then opens a new connection for the next request.
+//! - **Idle connections.** Nobody reads while nothing is in flight, so a
+//!   connection the server closed while idle is noticed by the next request:
+//!   after [`IDLE_CHECK_AFTER`] without reading, a request first reads what
+//!   is waiting without blocking (an end of stream there makes the client
+//!   reconnect before sending).
+//! - **Atomics.** Two copies let a request check its connection without a
+//!   lock. `closed` is stored (Release) once the table is closed, under the
+//!   state lock, and loaded (Acquire) by that check: a stale `false` only
+//!   lets the request on to the table, which refuses it, and the client
+//!   retries on a new connection. `last_read_ms` is Relaxed: a stale value
+//!   only moves the idle check a little earlier or later.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use rustix::net::RecvFlags;
+use sluice_protocol::{Frame, FrameDecoder, HelloReply, Reply, Request};
+
+use crate::error::{Error, Result};
+use crate::pending::{self, Table};
+
+/// Bytes asked of the socket per read.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// How long one blocked write may wait before the writer reads what the
+/// server sent (see the ground rules: stalls).
+pub(crate) const WRITE_STALL: Duration = Duration::from_millis(20);
+/// How long a connection may go unread before a request checks it first.
+const IDLE_CHECK_AFTER: Duration = Duration::from_millis(50);
+/// [`IDLE_CHECK_AFTER`] in the unit of `last_read_ms`.
+const IDLE_CHECK_AFTER_MS: u64 = 50;
+const _: () = assert!(IDLE_CHECK_AFTER.as_millis() == IDLE_CHECK_AFTER_MS as u128);
+/// How far above the time a leader has left the socket's read time-out may
+/// be before it is set again (each setting is a system call; a leader woken
+/// a little late by it only reports its time-out that much later).
+const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(10);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves its data consistent, so a panic in
+    // another thread does not make it unusable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A request in flight.
+#[derive(Debug, Default)]
+struct Waiter {
+    /// The reply frame (its caller decodes it), or why there is none.
+    reply: Option<Result<Frame>>,
+    /// The caller's thread while it is parked waiting for the reply.
+    thread: Option<Thread>,
+}
+
+#[derive(Debug)]
+struct State {
+    table: Table<Waiter>,
+    /// A thread holds the reader role.
+    leading: bool,
+    /// Entries whose thread is parked (has `thread` set).
+    parked: usize,
+    /// When the socket was last read.
+    last_read: Instant,
+}
+
+impl State {
+    /// Fills the entry of one reply and returns the thread to wake.
+    fn fill(&mut self, id: u32, reply: Result<Frame>) -> Option<Thread> {
+        let waiter = self.table.get_mut(id)?;
+        waiter.reply = Some(reply);
+        let thread = waiter.thread.take();
+        if thread.is_some() {
+            self.parked -= 1;
+        }
+        thread
+    }
+
+    /// Fails every entry with `err` and refuses new ones; the threads to
+    /// wake go to `wake`.
+    fn fail(&mut self, err: &Error, wake: &mut Vec<Thread>) {
+        self.table.close(err);
+        for waiter in self.table.iter_mut() {
+            if waiter.reply.is_none() {
+                waiter.reply = Some(Err(err.clone()));
+            }
+            wake.extend(waiter.thread.take());
+        }
+        self.parked = 0;
+    }
+
+    /// When nobody leads and a thread is parked, picks one to take the
+    /// reader role (the caller wakes it once the lock is released).
+    fn hand_off(&mut self) -> Option<Thread> {
+        if self.leading || self.parked == 0 {
+            return None;
+        }
+        let thread = self
+            .table
+            .iter_mut()
+            .find_map(|waiter| waiter.thread.take())?;
+        self.parked -= 1;
+        Some(thread)
+    }
+}
+
+/// What only the leader touches.
+#[derive(Debug)]
+struct Reader {
+    decoder: FrameDecoder,
+    buf: BytesMut,
+    chunk: Vec<u8>,
+    /// The socket's read time-out as last set (`None`: none).
+    timeout: Option<Duration>,
+    /// Reply frames cut and not yet handed out (kept for its capacity).
+    ready: Vec<Frame>,
+    /// Threads to wake (kept for its capacity).
+    wake: Vec<Thread>,
+}
+
+#[derive(Debug, Default)]
+struct Writer {
+    /// Frames waiting for the next write.
+    queued: BytesMut,
+    /// The buffer the writer last sent, kept for its capacity.
+    spare: BytesMut,
+    /// A thread is writing.
+    writing: bool,
+}
+
+/// Why [`Connection::submit`] sent nothing.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The connection had ended: a fresh one may take the request.
+    Closed(Error),
+    /// The request itself cannot be sent.
+    Invalid(Error),
+}
+
+/// What a leader's read brought.
+enum ReadOutcome {
+    /// Bytes, buffered.
+    Data,
+    /// Nothing within the time-out.
+    Idle,
+    /// The connection ended.
+    End(Error),
+}
+
+/// One open connection.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    stream: TcpStream,
+    hello: HelloReply,
+    read_spin: Duration,
+    state: Mutex<State>,
+    reader: Mutex<Reader>,
+    writer: Mutex<Writer>,
+    /// When the connection opened: the epoch of `last_read_ms`.
+    opened: Instant,
+    /// Milliseconds from `opened` to the last read, for the idle check
+    /// without the lock (`State::last_read` is the exact one).
+    last_read_ms: AtomicU64,
+    /// Set once the connection ended (`State::table.closed()` is the truth).
+    closed: AtomicBool,
+}
+
+impl Connection {
+    /// Wraps a connected stream whose HELLO is done. `buf` holds whatever
+    /// came after the HELLO reply.
+    pub(crate) fn new(
+        stream: TcpStream,
+        hello: HelloReply,
+        decoder: FrameDecoder,
+        buf: BytesMut,
+        read_spin: Duration,
+    ) -> std::io::Result<Connection> {
+        stream.set_read_timeout(None)?;
+        stream.set_write_timeout(Some(WRITE_STALL))?;
+        Ok(Connection {
+            stream,
+            hello,
+            read_spin,
+            state: Mutex::new(State {
+                table: Table::new(),
+                leading: false,
+                parked: 0,
+                last_read: Instant::now(),
+            }),
+            reader: Mutex::new(Reader {
+                decoder,
+                buf,
+                chunk: vec![0; READ_CHUNK_BYTES],
+                timeout: None,
+                ready: Vec::new(),
+                wake: Vec::new(),
+            }),
+            writer: Mutex::new(Writer::default()),
+            opened: Instant::now(),
+            last_read_ms: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    fn age_ms(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn hello(&self) -> &HelloReply {
+        &self.hello
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Whether the connection can take requests. One that went unread for a
+    /// while is first read without blocking, so that a close by the server
+    /// is noticed here rather than by the request.
+    pub(crate) fn usable(&self) -> bool {
+        // The common case without the lock: open and read recently.
+        if self.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        let read_ms = self.last_read_ms.load(Ordering::Relaxed);
+        if self.age_ms().saturating_sub(read_ms) < IDLE_CHECK_AFTER_MS {
+            return true;
+        }
+        let check = {
+            let st = self.state();
+            if st.table.closed().is_some() {
+                return false;
+            }
+            !st.leading && st.table.len() == 0 && st.last_read.elapsed() >= IDLE_CHECK_AFTER
+        };
+        if check {
+            self.read_nonblocking();
+        }
+        self.state().table.closed().is_none()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Registers `requests` (their ids go to `ids`, one per request) and
+    /// sends them, or leaves them to the thread writing. A failed write
+    /// fails the connection, and so every request in flight, which their
+    /// waits report.
+    pub(crate) fn submit(
+        &self,
+        requests: &[Request],
+        ids: &mut [u32],
+        deadline: Instant,
+    ) -> std::result::Result<(), Refused> {
+        debug_assert_eq!(requests.len(), ids.len());
+        {
+            let mut st = self.state();
+            for i in 0..requests.len() {
+                match st.table.register(Waiter::default()) {
+                    Ok(id) => ids[i] = id,
+                    Err(err) => {
+                        for &id in &ids[..i] {
+                            st.table.remove(id);
+                        }
+                        return Err(Refused::Closed(err));
+                    }
+                }
+            }
+        }
+        let mut w = lock(&self.writer);
+        let start = w.queued.len();
+        for (request, &id) in requests.iter().zip(ids.iter()) {
+            let before = w.queued.len();
+            let encoded = request
+                .encode(id, &mut w.queued)
+                .map_err(|e| Error::InvalidArgument(e.to_string()))
+                .and_then(|()| {
+                    super::check_frame_size(
+                        w.queued.len() - before,
+                        self.hello.limits.frame_bytes_max,
+                    )
+                });
+            if let Err(err) = encoded {
+                w.queued.truncate(start);
+                drop(w);
+                let mut st = self.state();
+                for &id in ids.iter() {
+                    st.table.remove(id);
+                }
+                return Err(Refused::Invalid(err));
+            }
+        }
+        if w.writing {
+            // The thread writing sends them with its next write.
+            return Ok(());
+        }
+        w.writing = true;
+        self.write_queued(w, deadline);
+        Ok(())
+    }
+
+    /// The writer's loop: sends what is queued, then what was queued
+    /// meanwhile, until nothing is left. The caller set `writing`; a failed
+    /// write fails the connection.
+    fn write_queued<'a>(&'a self, mut w: MutexGuard<'a, Writer>, deadline: Instant) {
+        debug_assert!(w.writing);
+        loop {
+            if w.queued.is_empty() {
+                w.writing = false;
+                return;
+            }
+            let spare = std::mem::take(&mut w.spare);
+            let mut out = std::mem::replace(&mut w.queued, spare);
+            drop(w);
+            let written = self.write_all(&out, deadline);
+            out.clear();
+            w = lock(&self.writer);
+            w.spare = out;
+            if let Err(err) = written {
+                w.writing = false;
+                w.queued.clear();
+                drop(w);
+                self.fail(&err);
+                return;
+            }
+        }
+    }
+
+    /// Writes `out` whole, reading what is waiting whenever the write
+    /// stalls; gives up at `deadline`.
+    fn write_all(&self, out: &[u8], deadline: Instant) -> Result<()> {
+        let mut at = 0;
+        while at < out.len() {
+            match (&self.stream).write(&out[at..]) {
+                Ok(0) => return Err(Error::io(ErrorKind::WriteZero.into())),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if Instant::now() >= deadline {
+                        return Err(Error::io(std::io::Error::new(
+                            ErrorKind::TimedOut,
+                            "the server took nothing more within the request time-out",
+                        )));
+                    }
+                    self.read_nonblocking();
+                }
+                Err(e) => return Err(Error::io(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the reader role if nobody holds it and reads whatever is
+    /// waiting, without blocking.
+    fn read_nonblocking(&self) {
+        {
+            let mut st = self.state();
+            if st.leading || st.table.closed().is_some() {
+                return;
+            }
+            st.leading = true;
+        }
+        let mut r = lock(&self.reader);
+        loop {
+            match self.recv_now(&mut r) {
+                ReadOutcome::Data => {
+                    if !self.dispatch(&mut r, None) {
+                        break;
+                    }
+                }
+                ReadOutcome::Idle => break,
+                ReadOutcome::End(err) => {
+                    self.fail(&err);
+                    break;
+                }
+            }
+        }
+        drop(r);
+        let wake = {
+            let mut st = self.state();
+            st.leading = false;
+            st.hand_off()
+        };
+        if let Some(t) = wake {
+            t.unpark();
+        }
+    }
+
+    /// Waits for the reply of `id` until `deadline`: reads the socket when
+    /// nobody else does, parks otherwise. `timeout` is only for the error.
+    pub(crate) fn wait(&self, id: u32, deadline: Instant, timeout: Duration) -> Result<Reply> {
+        #[allow(
+            clippy::large_enum_variant,
+            reason = "a temporary on the stack, moved once; boxing would allocate per request"
+        )]
+        enum Step {
+            Done(Result<Frame>),
+            Lead,
+            Park(Duration),
+        }
+        let mut st = self.state();
+        loop {
+            let now = Instant::now();
+            let s = &mut *st;
+            let Some(waiter) = s.table.get_mut(id) else {
+                // Only its caller removes an entry; kept total all the same.
+                return Err(Error::Disconnected("the request was cancelled".into()));
+            };
+            let step = if let Some(reply) = waiter.reply.take() {
+                Step::Done(reply)
+            } else if now >= deadline {
+                Step::Done(Err(Error::Timeout(timeout)))
+            } else if !s.leading {
+                s.leading = true;
+                Step::Lead
+            } else {
+                waiter.thread = Some(thread::current());
+                s.parked += 1;
+                Step::Park(deadline - now)
+            };
+            match step {
+                Step::Done(out) => {
+                    self.leave(st, id);
+                    return out.and_then(pending::read_reply);
+                }
+                Step::Lead => {
+                    drop(st);
+                    self.lead(id, deadline);
+                    st = self.state();
+                    st.leading = false;
+                }
+                Step::Park(left) => {
+                    drop(st);
+                    thread::park_timeout(left);
+                    st = self.state();
+                    let s = &mut *st;
+                    if let Some(waiter) = s.table.get_mut(id)
+                        && waiter.thread.take().is_some()
+                    {
+                        s.parked -= 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes the entry of `id` on the way out of a wait, passing the
+    /// reader role on if needed.
+    fn leave(&self, mut st: MutexGuard<'_, State>, id: u32) {
+        st.table.remove(id);
+        let wake = st.hand_off();
+        drop(st);
+        if let Some(t) = wake {
+            t.unpark();
+        }
+    }
+
+    /// Frees the entry of a request whose caller stopped waiting; its late
+    /// reply is dropped.
+    pub(crate) fn cancel(&self, id: u32) {
+        let mut st = self.state();
+        if let Some(waiter) = st.table.remove(id)
+            && waiter.thread.is_some()
+        {
+            st.parked -= 1;
+        }
+    }
+
+    /// The reader role: reads until the reply of `id` is in, the connection
+    /// ends or `deadline` passes. The caller set `leading` and clears it.
+    fn lead(&self, id: u32, deadline: Instant) {
+        let mut r = lock(&self.reader);
+        loop {
+            match self.read(&mut r, deadline) {
+                ReadOutcome::Data => {
+                    if !self.dispatch(&mut r, Some(deadline)) {
+                        return;
+                    }
+                }
+                ReadOutcome::Idle => {}
+                ReadOutcome::End(err) => {
+                    self.fail(&err);
+                    return;
+                }
+            }
+            let mut st = self.state();
+            let answered = st.table.get_mut(id).is_none_or(|w| w.reply.is_some());
+            if answered || Instant::now() >= deadline {
+                return;
+            }
+        }
+    }
+
+    /// One read for the leader: spins first when configured, then blocks
+    /// until bytes come or the time-out (at most until `deadline`).
+    fn read(&self, r: &mut Reader, deadline: Instant) -> ReadOutcome {
+        if !self.read_spin.is_zero() {
+            let until = Instant::now() + self.read_spin;
+            loop {
+                match self.recv_now(r) {
+                    ReadOutcome::Idle => {}
+                    other => return other,
+                }
+                if Instant::now() >= until.min(deadline) {
+                    break;
+                }
+                // Let a thread that is ready run first (on one core the
+                // threads this one woke need it to send their next requests).
+                thread::yield_now();
+            }
+        }
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let reset = r
+            .timeout
+            .is_none_or(|t| t > left + READ_TIMEOUT_SLACK || t * 4 < left);
+        if reset {
+            if let Err(e) = self.stream.set_read_timeout(Some(left)) {
+                return ReadOutcome::End(Error::io(e));
+            }
+            r.timeout = Some(left);
+        }
+        let Reader { buf, chunk, .. } = r;
+        match (&self.stream).read(chunk) {
+            Ok(0) => ReadOutcome::End(Error::Disconnected(
+                "the server closed the connection".into(),
+            )),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                ReadOutcome::Data
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                ReadOutcome::Idle
+            }
+            Err(e) => ReadOutcome::End(Error::io(e)),
+        }
+    }
+
+    /// One read that never blocks.
+    fn recv_now(&self, r: &mut Reader) -> ReadOutcome {
+        let Reader { buf, chunk, .. } = r;
+        match rustix::net::recv(&self.stream, &mut chunk[..], RecvFlags::DONTWAIT) {
+            Ok((0, _)) => ReadOutcome::End(Error::Disconnected(
+                "the server closed the connection".into(),
+            )),
+            Ok((n, _)) => {
+                buf.extend_from_slice(&chunk[..n]);
+                ReadOutcome::Data
+            }
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => ReadOutcome::Idle,
+            Err(e) => ReadOutcome::End(Error::io(e.into())),
+        }
+    }
+
+    /// Hands every whole frame buffered to its request and wakes their
+    /// threads; false when the connection ended.
+    ///
+    /// With `combine` (the leader's own deadline), when it wakes other
+    /// threads it takes the writer role first and lets them run before it
+    /// writes: each of them that sends its next request at once leaves it
+    /// queued, and they all go out in one write. On one core, where the
+    /// woken threads run one after the other, this turns a write per request
+    /// into a write per read.
+    fn dispatch(&self, r: &mut Reader, combine: Option<Instant>) -> bool {
+        let Reader {
+            decoder,
+            buf,
+            ready,
+            wake,
+            ..
+        } = r;
+        let end = pending::cut_frames(decoder, buf, |f| ready.push(f));
+        {
+            let mut st = self.state();
+            st.last_read = Instant::now();
+            self.last_read_ms.store(self.age_ms(), Ordering::Relaxed);
+            for f in ready.drain(..) {
+                wake.extend(st.fill(f.request_id, Ok(f)));
+            }
+            if let Err(err) = &end {
+                st.fail(err, wake);
+                self.closed.store(true, Ordering::Release);
+            }
+        }
+        let writer = match combine {
+            Some(deadline) if end.is_ok() && !wake.is_empty() => {
+                let mut w = lock(&self.writer);
+                if w.writing {
+                    None
+                } else {
+                    w.writing = true;
+                    drop(w);
+                    Some(deadline)
+                }
+            }
+            _ => None,
+        };
+        for t in wake.drain(..) {
+            t.unpark();
+        }
+        if let Some(deadline) = writer {
+            thread::yield_now();
+            self.write_queued(lock(&self.writer), deadline);
+        }
+        if let Err(err) = end {
+            tracing::debug!(error = %err, "sluice client: connection ended");
+            let _ = self.stream.shutdown(Shutdown::Both);
+            return false;
+        }
+        true
+    }
+
+    /// Ends the connection: fails what is in flight, wakes every waiter and
+    /// shuts the socket so a blocked read or write returns.
+    pub(crate) fn fail(&self, err: &Error) {
+        let mut wake = Vec::new();
+        let first = {
+            let mut st = self.state();
+            let first = st.table.closed().is_none();
+            st.fail(err, &mut wake);
+            self.closed.store(true, Ordering::Release);
+            first
+        };
+        if first {
+            tracing::debug!(error = %err, "sluice client: connection ended");
+        }
+        for t in wake {
+            t.unpark();
+        }
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+
+    /// Requests in flight and whether a thread leads, for tests.
+    #[cfg(test)]
+    pub(crate) fn snapshot(&self) -> (usize, bool, usize) {
+        let st = self.state();
+        (st.table.len(), st.leading, st.parked)
+    }
+}
