@@ -15,11 +15,10 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT;
+use bytes::Bytes;
 use sluice_protocol::{
-    AttributeUpdate, FrameDecoder, HelloReply, PeekedMessage, QueueInfo, Receipt, ReceivedMessage,
-    Reply, Request, SendEntry, SendOutcome, ServerStatsReply,
+    AttributeUpdate, HelloReply, PeekedMessage, QueueInfo, Receipt, ReceivedMessage, Reply,
+    Request, SendEntry, SendOutcome, ServerStatsReply,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -27,6 +26,7 @@ use tokio::time::Instant;
 
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
+use crate::hello::Handshake;
 use crate::ops::{self, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
@@ -108,25 +108,17 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
         stream
             .set_nodelay(true)
             .map_err(|e| connect_error(addr, e))?;
-        let mut buf = BytesMut::new();
-        ops::Hello(config.token())
-            .request()?
-            .encode(1, &mut buf)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let (mut handshake, frame) = Handshake::start(config.token())?;
         stream
-            .write_all(&buf)
+            .write_all(&frame)
             .await
             .map_err(|e| connect_error(addr, e))?;
-        buf.clear();
-        let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX_LIMIT);
-        let frame = loop {
-            match decoder.decode(&mut buf) {
-                Ok(Some(frame)) => break frame,
-                Ok(None) => {}
-                Err(e) => return Err(Error::Protocol(format!("HELLO reply: {e}"))),
+        let hello = loop {
+            if let Some(hello) = handshake.poll()? {
+                break hello;
             }
             let n = stream
-                .read_buf(&mut buf)
+                .read_buf(handshake.buffer())
                 .await
                 .map_err(|e| connect_error(addr, e))?;
             if n == 0 {
@@ -137,10 +129,7 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
                 return Err(connect_error(addr, e));
             }
         };
-        let reply = Reply::decode(frame.opcode, frame.payload)
-            .map_err(|e| Error::Protocol(format!("HELLO reply: {e}")))?;
-        let hello = ops::parse::<ops::Hello>(Ok(reply))?;
-        decoder.set_frame_bytes_max(hello.limits.frame_bytes_max);
+        let (decoder, buf) = handshake.finish(&hello);
         Ok((stream, decoder, buf, hello))
     };
     let (stream, decoder, buf, hello) =
@@ -271,15 +260,7 @@ impl AsyncClient {
     /// # Errors
     /// The outer error when nothing could be sent.
     pub async fn call_many(&self, requests: &[Request]) -> Result<Vec<Result<Reply>>> {
-        let extra = requests
-            .iter()
-            .map(|r| match r {
-                Request::Receive(r) => Duration::from_millis(r.wait_ms.unwrap_or(20_000).into()),
-                _ => Duration::ZERO,
-            })
-            .max()
-            .unwrap_or_default();
-        let timeout = self.inner.config.get_request_timeout() + extra;
+        let timeout = self.inner.config.get_request_timeout() + ops::longest_wait(requests);
         let deadline = Instant::now() + timeout;
         let mut ids = vec![0u32; requests.len()];
         let conn = self.submit(requests, &mut ids).await?;

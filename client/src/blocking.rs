@@ -15,15 +15,15 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT;
+use bytes::Bytes;
 use sluice_protocol::{
-    AttributeUpdate, FrameDecoder, HelloReply, PeekedMessage, QueueInfo, Receipt, ReceivedMessage,
-    Reply, Request, SendEntry, SendOutcome, ServerStatsReply,
+    AttributeUpdate, HelloReply, PeekedMessage, QueueInfo, Receipt, ReceivedMessage, Reply,
+    Request, SendEntry, SendOutcome, ServerStatsReply,
 };
 
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
+use crate::hello::Handshake;
 use crate::ops::{self, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
@@ -118,21 +118,14 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
         .map_err(|e| connect_error(addr, e))?;
 
     // HELLO, synchronously, before anything else can use the socket.
-    let mut buf = BytesMut::new();
-    let hello = ops::Hello(config.token());
-    hello
-        .request()?
-        .encode(1, &mut buf)
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    stream.write_all(&buf).map_err(|e| connect_error(addr, e))?;
-    buf.clear();
-    let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX_LIMIT);
+    let (mut handshake, frame) = Handshake::start(config.token())?;
+    stream
+        .write_all(&frame)
+        .map_err(|e| connect_error(addr, e))?;
     let mut chunk = vec![0u8; HELLO_CHUNK_BYTES];
-    let frame = loop {
-        match decoder.decode(&mut buf) {
-            Ok(Some(frame)) => break frame,
-            Ok(None) => {}
-            Err(e) => return Err(Error::Protocol(format!("HELLO reply: {e}"))),
+    let hello = loop {
+        if let Some(hello) = handshake.poll()? {
+            break hello;
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -150,15 +143,12 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
                 );
                 return Err(connect_error(addr, e));
             }
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Ok(n) => handshake.buffer().extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(connect_error(addr, e)),
         }
     };
-    let reply = Reply::decode(frame.opcode, frame.payload)
-        .map_err(|e| Error::Protocol(format!("HELLO reply: {e}")))?;
-    let hello = ops::parse::<ops::Hello>(Ok(reply))?;
-    decoder.set_frame_bytes_max(hello.limits.frame_bytes_max);
+    let (decoder, buf) = handshake.finish(&hello);
     let conn = Connection::new(stream, hello, decoder, buf, config.get_read_spin())
         .map_err(|e| connect_error(addr, e))?;
     Ok(Arc::new(conn))
@@ -372,15 +362,7 @@ impl Client {
     /// The outer error when nothing could be sent (no connection, a request
     /// that cannot be encoded).
     pub fn call_many(&self, requests: &[Request]) -> Result<Vec<Result<Reply>>> {
-        let extra = requests
-            .iter()
-            .map(|r| match r {
-                Request::Receive(r) => Duration::from_millis(r.wait_ms.unwrap_or(20_000).into()),
-                _ => Duration::ZERO,
-            })
-            .max()
-            .unwrap_or_default();
-        let timeout = self.inner.config.get_request_timeout() + extra;
+        let timeout = self.inner.config.get_request_timeout() + ops::longest_wait(requests);
         let deadline = Instant::now() + timeout;
         let mut ids = vec![0u32; requests.len()];
         let conn = self.submit(requests, &mut ids, deadline)?;

@@ -12,16 +12,6 @@
 //! }
 //! let (decoder, leftover) = handshake.finish(&reply);
 //! ```
-//!
-//! (`blocking.rs` and `async_client.rs` still hold their own copies of this
-//! exchange; they take this one when they are next reworked.)
-#![cfg_attr(
-    not(test),
-    allow(
-        dead_code,
-        reason = "the clients' connection code takes this module up in its next rework"
-    )
-)]
 
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT;

@@ -47,13 +47,6 @@ fn unexpected(reply: &Reply, wanted: &str) -> Error {
 /// The longest any of `requests` may wait on the server beyond a normal
 /// reply: a RECEIVE's wait, or the longest wait when it takes the queue's
 /// default (which the client does not know).
-#[cfg_attr(
-    not(test),
-    allow(
-        dead_code,
-        reason = "the clients' `call_many` takes this up in their next rework"
-    )
-)]
 pub(crate) fn longest_wait(requests: &[Request]) -> Duration {
     requests
         .iter()

@@ -208,35 +208,42 @@ impl Cluster {
         total
     }
 
-    /// Every shard's invariants, plus the cross-shard ones: each queue's
-    /// shared depth equals its messages over all shards, and the shared
-    /// memory budget covers what the shards account.
+    /// Every shard's invariants, plus the cross-shard ones (see
+    /// [`check_shards`]).
     pub fn check_invariants(&mut self) -> Result<(), String> {
-        for s in &self.shards {
-            s.check_invariants()?;
-        }
-        let (_, queues) = self.registry.snapshot();
-        for (name, q) in queues {
-            let mut held = 0;
-            for s in &mut self.shards {
-                if let Some(st) = s.local_stats(&name) {
-                    held += st.visible + st.delayed + st.in_flight;
-                }
+        check_shards(&mut self.shards, &self.registry)
+    }
+}
+
+/// Every shard's invariants, plus the cross-shard ones: each queue's shared
+/// depth equals its messages over all shards, and the shared memory budget
+/// covers what the shards account. For a settled set of shards (nothing in
+/// a ring): the cluster's tests and the simulation.
+pub fn check_shards(shards: &mut [Shard], registry: &Registry) -> Result<(), String> {
+    for s in shards.iter() {
+        s.check_invariants()?;
+    }
+    let (_, queues) = registry.snapshot();
+    for (name, q) in queues {
+        let mut held = 0;
+        for s in shards.iter_mut() {
+            if let Some(st) = s.local_stats(&name) {
+                held += st.visible + st.delayed + st.in_flight;
             }
-            if q.shared.depth() != held {
-                return Err(format!(
-                    "queue {name}: shared depth {} but shards hold {held}",
-                    q.shared.depth()
-                ));
-            }
         }
-        let in_use: u64 = self.shards.iter().map(Shard::memory_in_use).sum();
-        if self.registry.memory().used() < in_use {
+        if q.shared.depth() != held {
             return Err(format!(
-                "memory budget used {} below what shards hold {in_use}",
-                self.registry.memory().used()
+                "queue {name}: shared depth {} but shards hold {held}",
+                q.shared.depth()
             ));
         }
-        Ok(())
     }
+    let in_use: u64 = shards.iter().map(Shard::memory_in_use).sum();
+    if registry.memory().used() < in_use {
+        return Err(format!(
+            "memory budget used {} below what shards hold {in_use}",
+            registry.memory().used()
+        ));
+    }
+    Ok(())
 }

@@ -14,6 +14,7 @@ use sluice_protocol::{
 use super::oracle::{Counts, Held, Oracle, Snap};
 use crate::engine::mesh::doorbell::{self, Wake};
 use crate::engine::random::{Rng, splitmix64};
+use crate::engine::cluster::check_shards;
 use crate::engine::{Op, OpResult, Registry, RegistryConfig, Shard, ShardConfig};
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -671,33 +672,7 @@ impl World {
                 ));
             }
         }
-        for s in &self.shards {
-            s.check_invariants()?;
-        }
-        // Each queue's shared depth is what its partitions hold, and the
-        // memory budget covers what the shards hold.
-        let (_, queues) = self.registry.snapshot();
-        for (name, q) in queues {
-            let mut held = 0;
-            for s in &mut self.shards {
-                if let Some(st) = s.local_stats(&name) {
-                    held += st.visible + st.delayed + st.in_flight;
-                }
-            }
-            if q.shared.depth() != held {
-                return Err(format!(
-                    "queue {name}: shared depth {} but shards hold {held}",
-                    q.shared.depth()
-                ));
-            }
-        }
-        let in_use: u64 = self.shards.iter().map(Shard::memory_in_use).sum();
-        if self.registry.memory().used() < in_use {
-            return Err(format!(
-                "memory budget used {} below what the shards hold {in_use}",
-                self.registry.memory().used()
-            ));
-        }
+        check_shards(&mut self.shards, &self.registry)?;
         let views: Vec<_> = self.shards.iter().flat_map(Shard::messages).collect();
         self.oracle.checkpoint(&views, self.now_ns, self.step)
     }
