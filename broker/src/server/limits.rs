@@ -66,6 +66,11 @@ pub const LOG_DEFAULT: &str = "info";
 pub const SHUTDOWN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// Upper bound for `--shutdown-timeout`.
 pub const SHUTDOWN_TIMEOUT_MAX: Duration = Duration::from_secs(3600);
+/// Default for `--idle-spin`: how long a shard polls without sleeping
+/// after its last work.
+pub const IDLE_SPIN_DEFAULT: Duration = Duration::ZERO;
+/// Upper bound for `--idle-spin`.
+pub const IDLE_SPIN_MAX: Duration = Duration::from_millis(10);
 /// Largest config file read.
 pub const CONFIG_FILE_BYTES_MAX: u64 = MIB;
 
