@@ -157,6 +157,7 @@ pub struct Harness {
     pub addr: String,
     started: Instant,
     fds_before: Option<u64>,
+    fd_kinds_before: String,
     start_rss: Option<u64>,
     facts: Vec<(String, String)>,
     violations: Vec<String>,
@@ -179,8 +180,11 @@ impl Harness {
         let addr = server.addr_string();
         let control = workload::client(&addr)?;
         // The server answers HELLO once the connection is registered, so
-        // the count now includes the control connection.
-        let fds_before = server.fds();
+        // the count now includes the control connection; the binary opens
+        // a few more descriptors just after it logs that it serves (its
+        // signal thread's), so wait for the count to hold still.
+        let fds_before = settled_fds(&server);
+        let fd_kinds_before = server::proc_fd_kinds(server.pid());
         let start_rss = server.memory().map(|m| m.rss_bytes);
         Ok(Harness {
             server,
@@ -188,6 +192,7 @@ impl Harness {
             addr,
             started: Instant::now(),
             fds_before,
+            fd_kinds_before,
             start_rss,
             facts: Vec::new(),
             violations: Vec::new(),
@@ -221,8 +226,10 @@ impl Harness {
         });
         if now != Some(before) {
             self.violation(format!(
-                "server descriptors not back: {before} before the fault, {} after",
-                now.map_or("unknown".to_owned(), |n| n.to_string())
+                "server descriptors not back: {before} before the fault ({}), {} after ({})",
+                self.fd_kinds_before,
+                now.map_or("unknown".to_owned(), |n| n.to_string()),
+                server::proc_fd_kinds(self.server.pid())
             ));
         }
         now
@@ -255,6 +262,8 @@ impl Harness {
         }
         let messages = ledger.reconcile(Some(totals), true);
         let fds_after = self.fds_back();
+        let kinds = self.fd_kinds_before.clone();
+        self.fact("server descriptors before, by kind", kinds);
         let peak = self.server.memory().map(|m| m.peak_bytes);
         let warnings = self.server.warnings();
         self.fact("server WARN/ERROR log lines", warnings.len());
@@ -311,6 +320,25 @@ impl Harness {
             violations,
         }
     }
+}
+
+/// The server's descriptor count once it has held still for 250 ms (at
+/// most 5 s).
+fn settled_fds(server: &ServerProcess) -> Option<u64> {
+    let mut last = server.fds();
+    let mut same = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while same < 5 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = server.fds();
+        if now == last {
+            same += 1;
+        } else {
+            same = 0;
+            last = now;
+        }
+    }
+    last
 }
 
 /// MiB in bytes.

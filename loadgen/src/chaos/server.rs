@@ -251,6 +251,33 @@ pub fn proc_fds(pid: u32) -> Option<u64> {
     Some(dir.count() as u64)
 }
 
+/// What a process's descriptors are, by kind (`socket`, `pipe`,
+/// `anon_inode:[io_uring]`, a path), with counts: for reports on leaks.
+#[must_use]
+pub fn proc_fd_kinds(pid: u32) -> String {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return "unknown".into();
+    };
+    let mut kinds = std::collections::BTreeMap::<String, u32>::new();
+    for entry in dir.flatten() {
+        let target = std::fs::read_link(entry.path())
+            .map(|t| t.display().to_string())
+            .unwrap_or_default();
+        let kind = target.split(":[").next().unwrap_or("").to_owned();
+        let kind = if kind.starts_with("anon_inode") {
+            target
+        } else {
+            kind
+        };
+        *kinds.entry(kind).or_default() += 1;
+    }
+    kinds
+        .iter()
+        .map(|(k, n)| format!("{k} x{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Memory of a process, from `/proc/PID/status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcMemory {

@@ -5,12 +5,12 @@
 
 use super::{Fault, MIB};
 
-// mod churn;
+mod churn;
 // mod idle;
 mod kill;
 // mod memory;
-// mod partial;
-// mod silent;
+mod partial;
+mod silent;
 // mod sigterm;
 
 /// `--memory-max` of the faults that are not about memory: far above what
@@ -25,9 +25,9 @@ pub const RSS_SLACK_BYTES: u64 = 64 * MIB;
 /// Every fault, in the order the suite runs them.
 pub const ALL: &[Fault] = &[
     kill::FAULT,
-    // churn::FAULT,
-    // silent::FAULT,
-    // partial::FAULT,
+    churn::FAULT,
+    silent::FAULT,
+    partial::FAULT,
     // idle::FAULT,
     // memory::FAULT,
     // sigterm::FAULT,
