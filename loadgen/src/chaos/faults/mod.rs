@@ -6,12 +6,12 @@
 use super::{Fault, MIB};
 
 mod churn;
-// mod idle;
+mod idle;
 mod kill;
-// mod memory;
+mod memory;
 mod partial;
+mod sigterm;
 mod silent;
-// mod sigterm;
 
 /// `--memory-max` of the faults that are not about memory: far above what
 /// they hold, so a send never gets `Busy`, yet small enough to make the
@@ -28,9 +28,9 @@ pub const ALL: &[Fault] = &[
     churn::FAULT,
     silent::FAULT,
     partial::FAULT,
-    // idle::FAULT,
-    // memory::FAULT,
-    // sigterm::FAULT,
+    idle::FAULT,
+    memory::FAULT,
+    sigterm::FAULT,
 ];
 
 /// The `--memory-max` flag value for [`MEMORY_MAX_BYTES`].
