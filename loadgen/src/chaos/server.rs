@@ -28,7 +28,7 @@ pub struct ServerSpec {
     pub shards: u16,
     /// `--cpus` (`none`, `auto` or a list).
     pub cpus: String,
-    /// Further flags, after the suite's own (so they win).
+    /// Further flags; one the suite also sets replaces the suite's.
     pub extra: Vec<String>,
 }
 
@@ -54,27 +54,40 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Starts the server with `flags` added to the spec's (scenario flags
-    /// such as `--memory-max`) and waits until it serves.
+    /// Starts the server with `flags` (pairs of flag and value, such as
+    /// `--memory-max 8MiB`) added to the spec's, and waits until it serves.
     ///
     /// # Errors
     /// The binary cannot be run, or the server exits or stays silent
     /// before it serves.
     pub fn start(spec: &ServerSpec, flags: &[&str]) -> Result<ServerProcess, ChaosError> {
-        let mut args: Vec<String> = [
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "off",
-            "--log",
-            "info",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        args.extend(["--shards".to_owned(), spec.shards.to_string()]);
-        args.extend(["--cpus".to_owned(), spec.cpus.clone()]);
-        args.extend(flags.iter().map(|s| (*s).to_owned()));
+        let shards = spec.shards.to_string();
+        let mut pairs: Vec<(&str, &str)> = vec![
+            ("--listen", "127.0.0.1:0"),
+            ("--metrics-addr", "off"),
+            ("--log", "info"),
+            ("--shards", &shards),
+            ("--cpus", &spec.cpus),
+        ];
+        pairs.extend(
+            flags
+                .chunks(2)
+                .map(|kv| (kv[0], kv.get(1).copied().unwrap_or(""))),
+        );
+        // A flag given in `extra` replaces the suite's own (the server
+        // refuses a flag given twice).
+        let overridden: Vec<&str> = spec
+            .extra
+            .iter()
+            .filter_map(|a| a.strip_prefix("--"))
+            .map(|a| a.split('=').next().unwrap_or(a))
+            .collect();
+        let mut args: Vec<String> = Vec::new();
+        for (flag, value) in pairs {
+            if !overridden.contains(&flag.trim_start_matches("--")) {
+                args.extend([flag.to_owned(), value.to_owned()]);
+            }
+        }
         args.extend(spec.extra.iter().cloned());
         let mut child = Command::new(&spec.binary)
             .args(&args)
