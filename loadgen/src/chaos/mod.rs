@@ -106,6 +106,9 @@ pub struct FaultReport {
     pub server_args: Vec<String>,
     /// The per-message tally.
     pub messages: Reconciled,
+    /// Whether the queues were drained at the end, so that "lost" was
+    /// checked (not after SIGTERM: an in-memory broker loses what it held).
+    pub lost_checked: bool,
     /// Queues whose counters broke the accounting identity.
     pub identity_mismatches: u64,
     /// Server descriptors with only the control connection open, before.
@@ -273,7 +276,8 @@ impl Harness {
         Ok(self.report(fault, messages, broken, fds_after, peak, Some(rss_bound)))
     }
 
-    /// The report from figures the scenario gathered itself.
+    /// The report from figures the scenario gathered itself ("lost" not
+    /// checked: no final drain).
     #[must_use]
     pub fn report(
         self,
@@ -309,6 +313,7 @@ impl Harness {
             seconds: self.started.elapsed().as_secs_f64(),
             server_args: self.server.args().to_vec(),
             messages,
+            lost_checked: false,
             identity_mismatches,
             fds_before: self.fds_before,
             fds_after,

@@ -49,7 +49,14 @@ pub fn fault_table(r: &FaultReport) -> String {
             format!("{} (+{})", m.deleted, m.deleted_unacknowledged),
         ),
         ("held at the end", m.held.to_string()),
-        ("lost", m.lost.to_string()),
+        (
+            "lost",
+            if r.lost_checked {
+                m.lost.to_string()
+            } else {
+                "not checked: no drain after the server stopped".to_owned()
+            },
+        ),
         ("identity mismatches", r.identity_mismatches.to_string()),
         ("server fds before", opt(r.fds_before)),
         ("server fds after", opt(r.fds_after)),
@@ -99,7 +106,11 @@ pub fn summary_table(reports: &[FaultReport]) -> String {
             if r.passed() { "pass" } else { "FAIL" },
             r.seconds,
             r.messages.sent,
-            r.messages.lost,
+            if r.lost_checked {
+                r.messages.lost.to_string()
+            } else {
+                "n/a".to_owned()
+            },
             r.messages.duplicates,
             r.identity_mismatches,
             opt(r.fds_before),
@@ -141,6 +152,7 @@ mod tests {
                 sent: 10,
                 ..Reconciled::default()
             },
+            lost_checked: true,
             identity_mismatches: 0,
             fds_before: Some(12),
             fds_after: Some(12),
