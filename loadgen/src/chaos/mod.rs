@@ -273,7 +273,9 @@ impl Harness {
         for w in warnings.iter().take(5) {
             self.fact("server log", w.clone());
         }
-        Ok(self.report(fault, messages, broken, fds_after, peak, Some(rss_bound)))
+        let mut report = self.report(fault, messages, broken, fds_after, peak, Some(rss_bound));
+        report.lost_checked = true;
+        Ok(report)
     }
 
     /// The report from figures the scenario gathered itself ("lost" not

@@ -99,6 +99,7 @@ fn killed_consumers_and_memory_pressure_lose_nothing() {
     for f in faults {
         let m = &f["messages"];
         assert!(m["sent"].as_u64().unwrap_or(0) > 0, "{f}");
+        assert_eq!(f["lost_checked"], true, "{f}");
         assert_eq!(m["lost"], 0, "{f}");
         assert_eq!(f["identity_mismatches"], 0, "{f}");
         assert_eq!(f["fds_before"], f["fds_after"], "{f}");
