@@ -47,6 +47,8 @@ const KINDS: [&str; 7] = [
 struct Counts {
     by_kind: [AtomicU64; KINDS.len()],
     failed: AtomicU64,
+    /// The first failures, word for word.
+    first_failures: std::sync::Mutex<Vec<String>>,
 }
 
 fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
@@ -77,10 +79,20 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
             while start.elapsed() < duration && total() < connects_max {
                 let kind = i % KINDS.len();
                 i += 1;
-                if churn_once(kind, addr, &addr_s, &ledger).is_ok() {
-                    counts.by_kind[kind].fetch_add(1, Relaxed);
-                } else {
-                    counts.failed.fetch_add(1, Relaxed);
+                match churn_once(kind, addr, &addr_s, &ledger) {
+                    Ok(()) => {
+                        counts.by_kind[kind].fetch_add(1, Relaxed);
+                    }
+                    Err(e) => {
+                        counts.failed.fetch_add(1, Relaxed);
+                        let mut first = counts
+                            .first_failures
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        if first.len() < 5 {
+                            first.push(format!("{}: {e}", KINDS[kind]));
+                        }
+                    }
                 }
             }
         })?);
