@@ -2,7 +2,8 @@
 //! the reconciliation with the broker's counters.
 //!
 //! Each message carries its sequence number in its body (the load
-//! generator's [`body`](crate::body) header with this ledger's run tag).
+//! generator's body header, see [`crate::body`], with this ledger's run
+//! tag).
 //! The ledger records, per sequence number: whether the send was
 //! acknowledged, refused (a definite error: nothing was enqueued) or has an
 //! unknown outcome (the connection dropped or the request timed out: it may

@@ -234,11 +234,10 @@ pub fn run(ctx: &Ctx, spec: &SoakSpec) -> Result<SoakReport, ChaosError> {
     if !drained.complete {
         violations.push("the final drain did not empty the queues".to_owned());
     }
-    let (totals, broken, stats) = workload::totals(&h.control, &[QUEUE, DLQ, POLL])?;
+    let (totals, _, stats) = workload::totals(&h.control, &[QUEUE, DLQ, POLL])?;
     for s in stats.iter().filter(|s| !s.identity_holds()) {
         violations.push(format!("accounting identity broken at the end: {s:?}"));
     }
-    let _ = broken;
     let messages = ledger.reconcile(Some(totals), true);
     let last = sample(&h, load_start, false)?;
     println!("{}", row(&last));
