@@ -112,7 +112,7 @@ struct SoakArgs {
     sample_every: Duration,
     /// Samples taken before this are warm-up; the first one after it is the
     /// reference for flatness.
-    #[arg(long, value_parser = parse_duration, default_value = "2m")]
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
     warmup: Duration,
     /// Messages per second the producers aim at.
     #[arg(long, default_value_t = 5_000)]
