@@ -150,19 +150,25 @@ impl AsyncClient {
     /// [`Error::Connect`] when no connection can be made in the connect
     /// time-out; the server's error when it refuses the HELLO.
     pub async fn connect(config: ClientConfig) -> Result<AsyncClient> {
-        let conn = open(&config).await?;
-        let current = Current {
-            info: Some(conn.hello().clone()),
-            conn: Some(conn),
-        };
+        let client = AsyncClient::unconnected(config);
+        client.connection().await?;
+        Ok(client)
+    }
+
+    /// A client that connects at its first request (the sharded client's,
+    /// so that a broker that is down fails only its own queues).
+    pub(crate) fn unconnected(config: ClientConfig) -> AsyncClient {
         let reconnect = ReconnectState::new(config.reconnect_policy());
-        Ok(AsyncClient {
+        AsyncClient {
             inner: Arc::new(AsyncInner {
                 config,
-                current: Mutex::new(current),
+                current: Mutex::new(Current {
+                    info: None,
+                    conn: None,
+                }),
                 reconnect: tokio::sync::Mutex::new(reconnect),
             }),
-        })
+        }
     }
 
     /// The configuration.

@@ -209,8 +209,16 @@ impl Client {
     /// time-out; the server's error (`Unauthorized`, `UnsupportedVersion`,
     /// `TooManyConnections`) when it refuses the HELLO.
     pub fn connect(config: ClientConfig) -> Result<Client> {
+        let client = Client::unconnected(config);
+        client.connection()?;
+        Ok(client)
+    }
+
+    /// A client that connects at its first request (the sharded client's,
+    /// so that a broker that is down fails only its own queues).
+    pub(crate) fn unconnected(config: ClientConfig) -> Client {
         let state = ReconnectState::new(config.reconnect_policy());
-        let client = Client {
+        Client {
             inner: Arc::new(Inner {
                 config,
                 current: RwLock::new(None),
@@ -219,9 +227,7 @@ impl Client {
                     last_error: None,
                 }),
             }),
-        };
-        client.connection()?;
-        Ok(client)
+        }
     }
 
     /// The configuration.

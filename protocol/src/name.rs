@@ -314,9 +314,15 @@ mod tests {
     fn the_hash_key_is_the_tag_or_the_whole_name() {
         assert_eq!(QueueName::from_static("{orders}").hash_key(), "orders");
         assert_eq!(QueueName::from_static("{orders}.dlq").hash_key(), "orders");
-        assert_eq!(QueueName::from_static("eu.{orders}.v2").hash_key(), "orders");
+        assert_eq!(
+            QueueName::from_static("eu.{orders}.v2").hash_key(),
+            "orders"
+        );
         assert_eq!(QueueName::from_static("orders").hash_key(), "orders");
-        assert_eq!(QueueName::from_static("orders.dlq").hash_key(), "orders.dlq");
+        assert_eq!(
+            QueueName::from_static("orders.dlq").hash_key(),
+            "orders.dlq"
+        );
         // Strings that are not names still get a key, the whole string.
         assert_eq!(hash_key("{}"), "{}");
         assert_eq!(hash_key("a{"), "a{");

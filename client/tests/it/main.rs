@@ -7,5 +7,6 @@ mod consumer;
 mod pipelining;
 mod producer;
 mod reconnect;
+mod sharded;
 mod sharing;
 mod util;
