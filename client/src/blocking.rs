@@ -117,10 +117,36 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
         .set_nodelay(true)
         .map_err(|e| connect_error(addr, e))?;
 
+    // TLS first, when configured: the handshake, bounded by the connect
+    // time-out.
+    let left = deadline.saturating_duration_since(Instant::now());
+    let tls = match config.get_tls() {
+        None => None,
+        Some(tls) => {
+            let session = tls.start(addr)?;
+            let bounded = |s: &TcpStream, t| {
+                s.set_read_timeout(Some(t))?;
+                s.set_write_timeout(Some(t))
+            };
+            bounded(&stream, left.max(Duration::from_millis(1)))
+                .and_then(|()| session.handshake(&mut stream))
+                .map_err(|e| connect_error(addr, e))?;
+            Some(session)
+        }
+    };
+
     // HELLO, synchronously, before anything else can use the socket.
     let (mut handshake, frame) = Handshake::start(config.token())?;
+    let mut sealed = Vec::new();
+    let frame: &[u8] = match &tls {
+        Some(session) => {
+            session.seal(&frame, &mut sealed)?;
+            &sealed
+        }
+        None => &frame,
+    };
     stream
-        .write_all(&frame)
+        .write_all(frame)
         .map_err(|e| connect_error(addr, e))?;
     let mut chunk = vec![0u8; HELLO_CHUNK_BYTES];
     let hello = loop {
@@ -135,21 +161,33 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
         stream
             .set_read_timeout(Some(left))
             .map_err(|e| connect_error(addr, e))?;
+        let eof = || {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the server closed the connection during HELLO",
+            );
+            connect_error(addr, e)
+        };
         match stream.read(&mut chunk) {
-            Ok(0) => {
-                let e = std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the server closed the connection during HELLO",
-                );
-                return Err(connect_error(addr, e));
-            }
-            Ok(n) => handshake.buffer().extend_from_slice(&chunk[..n]),
+            Ok(0) => return Err(eof()),
+            Ok(n) => match &tls {
+                None => handshake.buffer().extend_from_slice(&chunk[..n]),
+                // A refused client certificate shows here (TLS 1.3 sends
+                // the alert after the client's side of the handshake).
+                Some(session) => match session.open(&chunk[..n], handshake.buffer()) {
+                    Ok(false) => {}
+                    Ok(true) => return Err(eof()),
+                    Err(e) => {
+                        return Err(connect_error(addr, std::io::Error::other(e.to_string())));
+                    }
+                },
+            },
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(connect_error(addr, e)),
         }
     };
     let (decoder, buf) = handshake.finish(&hello);
-    let conn = Connection::new(stream, hello, decoder, buf, config.get_read_spin())
+    let conn = Connection::new(stream, tls, hello, decoder, buf, config.get_read_spin())
         .map_err(|e| connect_error(addr, e))?;
     Ok(Arc::new(conn))
 }

@@ -85,6 +85,7 @@ mod ops;
 mod pending;
 pub mod producer;
 pub mod sharded;
+pub mod tls;
 
 pub use async_client::AsyncClient;
 pub use blocking::{Client, PendingReply};

@@ -42,6 +42,8 @@
 //! | `shard_loop.rs` | one shard's event loop: the driver, the engine, the sessions, deadlines, shutdown |
 //! | `session.rs` | one connection's protocol state machine, without a socket: HELLO, auth, framing, order, back-pressure, closing |
 //! | `convert.rs` | wire requests -> engine ops, engine results -> wire replies |
+//! | `transport.rs` | between the driver's bytes and the session: plain text, or TLS (rustls, sans-IO) |
+//! | `tls.rs` | the TLS files, read once into rustls's server configuration |
 //! | `limits.rs` | every limit of the server: flag bounds and defaults, connection timings |
 //! | `shared.rs` | what the threads share: connection count, counters, snapshots |
 //! | `telemetry.rs` | lease histograms and the `/metrics` text |
@@ -60,6 +62,8 @@ mod shard_loop;
 mod shared;
 pub mod signals;
 mod telemetry;
+pub mod tls;
+pub mod transport;
 
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, mpsc};
@@ -187,6 +191,13 @@ impl Server {
             && !config.listen.ip().to_canonical().is_loopback()
         {
             return Err(StartError::InsecureListen(config.listen));
+        }
+        if config.tls.is_none() && !config.listen.ip().to_canonical().is_loopback() {
+            tracing::warn!(
+                listen = %config.listen,
+                "listening on a non-loopback address without TLS: the auth token and every \
+                 message cross the network in clear text (give --tls-cert and --tls-key)"
+            );
         }
         let shards = config.shards.max(1);
         let placement = placement(&config.cpus, shards)?;

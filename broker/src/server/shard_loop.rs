@@ -57,6 +57,7 @@ use super::limits::{
 };
 use super::session::{Command, Cx, Engine, Session, SessionConfig, Submitted, shutting_down};
 use super::shared::{ShardStats, Shared, server_version};
+use super::transport::{Inbound, Transport};
 use crate::engine::mesh::doorbell::Doorbell;
 use crate::engine::{Op, OpResult, Shard};
 use crate::io::{ConnId, Connections, Driver, Event};
@@ -134,6 +135,11 @@ struct Conn {
     /// The driver's id (slot and generation).
     id: ConnId,
     session: Session,
+    /// Plain text or TLS, between the driver and the session.
+    transport: Transport,
+    /// The transport refused the connection: it is closing, and nothing
+    /// more it sends is read.
+    refused: bool,
     /// Whether it holds one of `--max-connections`.
     counted: bool,
     /// Whether it is in `State::dirty` (replies to hand over this turn).
@@ -378,7 +384,10 @@ impl State {
         for command in conn.session.commands() {
             match command {
                 Command::Send(bytes) => {
-                    io.send(id, bytes);
+                    let bytes = conn.transport.seal(bytes);
+                    if !bytes.is_empty() {
+                        io.send(id, bytes);
+                    }
                 }
                 Command::SetReading(on) => {
                     io.set_reading(id, on);
@@ -386,7 +395,12 @@ impl State {
                         paused.push(id);
                     }
                 }
-                Command::Close => io.close(id),
+                Command::Close => {
+                    if let Some(alert) = conn.transport.close_notify() {
+                        io.send(id, alert);
+                    }
+                    io.close(id);
+                }
                 Command::CloseNow => io.close_now(id),
             }
         }
@@ -418,12 +432,54 @@ impl State {
                     io.send(conn, buf.freeze());
                 }
             }
-            Event::Data { conn, bytes } => {
-                self.with_session(io, conn, |s, cx, engine| s.on_data(bytes, cx, engine));
-            }
+            Event::Data { conn, bytes } => self.on_data(io, conn, bytes),
             Event::Closed { conn, error } => self.on_closed(conn, error),
             Event::Woken => {}
             Event::AcceptFailed { error, shed } => self.on_accept_failed(&error, shed),
+        }
+    }
+
+    /// Bytes arrived: through the connection's transport to its session.
+    fn on_data(&mut self, io: &mut Connections, id: ConnId, bytes: &[u8]) {
+        let Some(conn) = self
+            .conns
+            .get_mut(id.index() as usize)
+            .and_then(Option::as_mut)
+            .filter(|c| c.id == id && !c.refused)
+        else {
+            return;
+        };
+        match conn.transport.on_data(bytes) {
+            Inbound::Passed(bytes) => {
+                self.with_session(io, id, |s, cx, engine| s.on_data(bytes, cx, engine));
+            }
+            Inbound::Decrypted => {
+                if let Some(handshake) = conn.transport.take_outgoing() {
+                    io.send(id, handshake);
+                }
+                let plain = conn.transport.take_plaintext();
+                if !plain.is_empty() {
+                    self.with_session(io, id, |s, cx, engine| s.on_data(&plain, cx, engine));
+                }
+                if let Some(c) = self.conns[id.index() as usize].as_mut() {
+                    c.transport.give_back(plain);
+                }
+            }
+            Inbound::Refuse { why, detail, reply } => {
+                conn.refused = true;
+                tracing::info!(
+                    peer = %conn.session.peer(),
+                    shard = self.index,
+                    "closing connection: {detail}"
+                );
+                let stats = &self.shared.shards[usize::from(self.index)].stats;
+                stats.transport_refused[why as usize].add(1);
+                stats.closed_bad_input.add(1);
+                if let Some(reply) = reply {
+                    io.send(id, reply);
+                }
+                io.close(id);
+            }
         }
     }
 
@@ -463,6 +519,15 @@ impl State {
     }
 
     fn on_accept(&mut self, io: &mut Connections, id: ConnId, peer: SocketAddr) {
+        let tls = self.shared.config.tls.as_ref().map(|t| &t.server_config);
+        let transport = match Transport::new(tls) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "closing connection: TLS could not start");
+                io.close_now(id);
+                return;
+            }
+        };
         let idx = id.index() as usize;
         if self.conns.len() <= idx {
             self.conns.resize_with(idx + 1, || None);
@@ -486,6 +551,8 @@ impl State {
         self.conns[idx] = Some(Conn {
             id,
             session,
+            transport,
+            refused: false,
             counted,
             dirty: false,
         });

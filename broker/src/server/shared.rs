@@ -41,6 +41,7 @@ use super::config::Config;
 #[cfg(doc)]
 use super::limits::STATS_PUBLISH_INTERVAL;
 use super::metrics::HistogramReader;
+use super::transport::REFUSAL_NAMES;
 use crate::engine::{LeaseOutcome, Registry};
 use crate::io::{Backend, Waker};
 
@@ -104,6 +105,9 @@ pub struct ShardStats {
     pub accept_failures: OwnedCounter,
     /// Connections closed for bad input (framing, HELLO, timeouts).
     pub closed_bad_input: OwnedCounter,
+    /// Connections their transport refused, by
+    /// [`Refusal`](super::transport::Refusal).
+    pub transport_refused: [OwnedCounter; 3],
     /// Reply bytes queued and not yet written, published each loop turn.
     pub unsent_bytes: CachePadded<OwnedCounter>,
     /// The scrape generation last published (see [`Shared::request_scrape`]).
@@ -121,6 +125,7 @@ impl ShardStats {
             refused: OwnedCounter::default(),
             accept_failures: OwnedCounter::default(),
             closed_bad_input: OwnedCounter::default(),
+            transport_refused: std::array::from_fn(|_| OwnedCounter::default()),
             unsent_bytes: CachePadded::new(OwnedCounter::default()),
             published_generation: AtomicU64::new(0),
             queues: Mutex::new(Vec::new()),
@@ -328,6 +333,12 @@ impl Shared {
             "connections_closed_bad_input".into(),
             self.sum(|s| s.closed_bad_input.get()),
         );
+        for (i, why) in REFUSAL_NAMES.iter().enumerate() {
+            push(
+                format!("connections_refused_{why}"),
+                self.sum(|s| s.transport_refused[i].get()),
+            );
+        }
         push("queues".into(), self.registry.list("").len() as u64);
         push("memory_used_bytes".into(), self.registry.memory().used());
         push("memory_max_bytes".into(), self.registry.memory().limit());

@@ -9,4 +9,5 @@ mod producer;
 mod reconnect;
 mod sharded;
 mod sharing;
+mod tls;
 mod util;
