@@ -286,7 +286,8 @@ pub struct Settings {
     #[arg(long, env = "SLUICE_TLS_CERT", value_name = "PATH")]
     pub tls_cert: Option<PathBuf>,
 
-    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1) [default:
+    /// none, plain text].
     #[arg(long, env = "SLUICE_TLS_KEY", value_name = "PATH")]
     pub tls_key: Option<PathBuf>,
 
