@@ -47,6 +47,7 @@
 //! | `limits.rs` | every limit of the server: flag bounds and defaults, connection timings |
 //! | `shared.rs` | what the threads share: connection count, counters, snapshots |
 //! | `telemetry.rs` | lease histograms and the `/metrics` text |
+//! | `process.rs` | the `process_*` metrics from `/proc/self` |
 //! | `metrics.rs` | Prometheus writer, histograms, the HTTP endpoint |
 //! | `signals.rs` | SIGTERM / SIGINT to a graceful shutdown |
 //! | `clock.rs` | the only clock reads |
@@ -57,6 +58,7 @@ pub mod metrics;
 mod clock;
 mod convert;
 pub mod limits;
+mod process;
 pub mod session;
 mod shard_loop;
 mod shared;
@@ -283,7 +285,17 @@ impl Server {
                             Backend::Epoll => BackendChoice::Epoll,
                         };
                         if let Some(why) = &o.fallback {
-                            tracing::warn!(reason = %why, "io_uring unavailable, using epoll");
+                            tracing::warn!(
+                                reason = %why,
+                                "IO_URING UNAVAILABLE: FALLING BACK TO EPOLL. io_uring could not \
+                                 be set up ({why}), so every shard runs on epoll, which costs \
+                                 more CPU per request. In a container this is usually the \
+                                 runtime's default seccomp profile blocking the io_uring \
+                                 system calls: run with a profile that allows io_uring_setup, \
+                                 io_uring_enter and io_uring_register (see deploy/README.md), or \
+                                 pass --io epoll to choose epoll and silence this warning. \
+                                 /metrics shows sluice_io_backend_fallback 1."
+                            );
                         }
                         tracing::debug!(backend = %o.backend, detail = %o.detail, "io backend");
                     }
@@ -303,6 +315,7 @@ impl Server {
             }
         }
         let backend = opened.first().map_or(Backend::Epoll, |o| o.backend);
+        let io_fallback = opened.first().and_then(|o| o.fallback.clone());
 
         let mut seed = random_seed();
         let registry = Arc::new(Registry::new(RegistryConfig {
@@ -322,6 +335,7 @@ impl Server {
             config,
             registry.clone(),
             backend,
+            io_fallback,
             listen,
             opened
                 .iter()
@@ -358,10 +372,7 @@ impl Server {
         let metrics = match shared.config.metrics {
             None => None,
             Some(addr) => {
-                let source = {
-                    let shared = shared.clone();
-                    move |out: &mut String| telemetry::render(&shared, out)
-                };
+                let source = telemetry::ServerMetrics(shared.clone());
                 match MetricsServer::start(addr, source) {
                     Ok(m) => Some(m),
                     Err(source) => {

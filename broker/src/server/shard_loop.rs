@@ -79,8 +79,11 @@ pub struct ShardStart {
 pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Result<()> {
     let _guard = StopOnPanic(start.shared.clone());
     let mut st = State::new(index, start);
+    // When the last wait ended: from then to the next turn the shard works.
+    let mut wait_ended_ns: Option<u64> = None;
     loop {
         let now = clock::now_ns();
+        st.count_turn(now, wait_ended_ns);
         let mut timeout = st.wait_timeout(now);
         // Spinning: within --idle-spin of the last work, poll without
         // sleeping, so the next request costs no wake-up.
@@ -100,6 +103,8 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
         st.doorbell.woke();
         result?;
         st.refresh_clock();
+        // The clock was read at the first event, or just now.
+        wait_ended_ns = Some(st.now_ns);
         if st.events > 0 && st.idle_spin_ns > 0 {
             st.spin_until_ns = st.now_ns.saturating_add(st.idle_spin_ns);
         }
@@ -295,6 +300,22 @@ impl State {
             spin_until_ns: 0,
             events: 0,
         }
+    }
+
+    /// Loop metrics, at the top of a turn: the turn, whether the last wait
+    /// brought events, the time worked since it ended, the ring messages.
+    fn count_turn(&self, now: u64, wait_ended_ns: Option<u64>) {
+        let l = &self.stats().event_loop;
+        l.turns.add(1);
+        if self.events > 0 {
+            l.turns_with_events.add(1);
+        }
+        if let Some(ended) = wait_ended_ns {
+            l.busy_ns.add(now.saturating_sub(ended));
+        }
+        let (received, sent) = self.engine.ring_messages();
+        l.ring_received.set(received);
+        l.ring_sent.set(sent);
     }
 
     fn stats(&self) -> &ShardStats {
