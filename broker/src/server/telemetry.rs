@@ -310,19 +310,11 @@ fn render_operations(shared: &Shared, w: &mut PromWriter<'_>) {
         MetricType::Gauge,
     )
     .sample_u64(&[("version", env!("CARGO_PKG_VERSION"))], 1);
-    w.family(
-        "sluice_io_backend",
-        "The io backend every shard runs on (always 1).",
-        MetricType::Gauge,
-    )
-    .sample_u64(&[("backend", &shared.backend.to_string())], 1);
-    w.family(
-        "sluice_io_backend_fallback",
-        "1 when io_uring was unavailable (e.g. blocked by a container's seccomp profile) and \
-         the server fell back to epoll; 0 otherwise.",
-        MetricType::Gauge,
-    )
-    .sample_u64(&[], u64::from(shared.io_fallback.is_some()));
+    render_io(
+        w,
+        &shared.backend.to_string(),
+        shared.io_fallback.as_deref(),
+    );
     w.family(
         "sluice_draining",
         "1 once a graceful shutdown has begun (/healthz answers 503), else 0.",
@@ -370,6 +362,24 @@ fn render_operations(shared: &Shared, w: &mut PromWriter<'_>) {
             );
         }
     }
+}
+
+/// The io backend in use, and whether it is epoll because io_uring was
+/// unavailable (`fallback`: why).
+fn render_io(w: &mut PromWriter<'_>, backend: &str, fallback: Option<&str>) {
+    w.family(
+        "sluice_io_backend",
+        "The io backend every shard runs on (always 1).",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[("backend", backend)], 1);
+    w.family(
+        "sluice_io_backend_fallback",
+        "1 when io_uring was unavailable (e.g. blocked by a container's seccomp profile) and \
+         the server fell back to epoll; 0 otherwise.",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[], u64::from(fallback.is_some()));
 }
 
 /// Each shard's event loop, rings and connections.
@@ -479,6 +489,28 @@ fn render_process(w: &mut PromWriter<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_io_fallback_shows() {
+        let mut out = String::new();
+        render_io(
+            &mut PromWriter::new(&mut out),
+            "epoll",
+            Some("io_uring_setup failed: Operation not permitted"),
+        );
+        assert!(
+            out.contains("sluice_io_backend{backend=\"epoll\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains("sluice_io_backend_fallback 1\n"), "{out}");
+        let mut out = String::new();
+        render_io(&mut PromWriter::new(&mut out), "io_uring", None);
+        assert!(
+            out.contains("sluice_io_backend{backend=\"io_uring\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains("sluice_io_backend_fallback 0\n"), "{out}");
+    }
 
     #[test]
     fn lease_metrics_record_by_outcome() {
