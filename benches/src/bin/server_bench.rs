@@ -1321,7 +1321,7 @@ fn bench_tls_e2e(args: &Args, io: Io, pki: Option<&TestPki>) -> Res<f64> {
             let mut idle = 0;
             while deleted.load(Ordering::Acquire) < total {
                 let got = consumer
-                    .receive(QUEUE, options.clone())
+                    .receive(QUEUE, options)
                     .map_err(|e| format!("receive: {e}"))?;
                 if got.is_empty() {
                     idle += 1;

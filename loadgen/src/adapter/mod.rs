@@ -311,7 +311,7 @@ impl TargetUrl {
         }
         let mut brokers = Vec::new();
         for one in rest.split(',') {
-            brokers.push(host_port(one, kind.default_port()).map_err(|reason| err(reason))?);
+            brokers.push(host_port(one, kind.default_port()).map_err(&err)?);
         }
         if brokers.len() > 1 && kind != Kind::Sluice {
             return Err(err("only sluice takes several brokers (sluice://a:1,b:2)"));
