@@ -1,9 +1,9 @@
 //! TLS for both clients: [`TlsConfig`] says whom to trust (and which
 //! certificate to present when the server asks for one); a connection's
-//! [`TlsSession`] is rustls's sans-IO client, which the blocking and the
+//! `TlsSession` is rustls's sans-IO client, which the blocking and the
 //! async connection drive with their own sockets: ciphertext read goes in
-//! through [`TlsSession::open`], frames to write come out encrypted from
-//! [`TlsSession::seal`]. The `ring` provider; TLS 1.3 and 1.2.
+//! through `TlsSession::open`, frames to write come out encrypted from
+//! `TlsSession::seal`. The `ring` provider; TLS 1.3 and 1.2.
 //!
 //! The server's name is checked against its certificate: by default the
 //! host part of the address connected to (a DNS name or an IP address),

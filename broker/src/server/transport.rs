@@ -63,7 +63,7 @@ pub enum Inbound<'a> {
     /// Plain bytes for the session, borrowed from the driver's buffer.
     Passed(&'a [u8]),
     /// Decrypted bytes for the session are in the transport's buffer (see
-    /// [`Transport::plaintext`]), possibly none.
+    /// [`Transport::take_plaintext`]), possibly none.
     Decrypted,
     /// Refuse the connection: send `reply` (if any), then close.
     Refuse {
