@@ -116,7 +116,7 @@ mod tests {
         let f = FrameDecoder::new(4096).decode(&mut frame).unwrap().unwrap();
         assert_eq!(f.request_id, HELLO_REQUEST_ID);
         let sluice_protocol::Request::Hello(h) =
-            sluice_protocol::Request::decode(f.opcode, f.payload).unwrap()
+            sluice_protocol::Request::decode(f.opcode, f.flags, f.payload).unwrap()
         else {
             panic!("not a HELLO")
         };

@@ -154,6 +154,7 @@ impl Operation for Hello {
         Ok(Request::Hello(sluice_protocol::HelloRequest {
             version: sluice_protocol::limits::PROTOCOL_VERSION,
             token: self.0.clone(),
+            session_timeout_ms: 0,
         }))
     }
     fn output(reply: Reply) -> Result<HelloReply> {
@@ -283,6 +284,7 @@ impl Operation for Receive<'_> {
             max_messages: self.1.max_messages,
             visibility_timeout_ms: self.1.visibility_timeout.map(duration_ms),
             wait_ms: self.1.wait.map(duration_ms),
+            bind_leases: false,
         }))
     }
     fn extra_wait(&self) -> Duration {
@@ -396,6 +398,7 @@ mod tests {
                 max_messages: 1,
                 visibility_timeout_ms: None,
                 wait_ms,
+                bind_leases: false,
             })
         };
         assert_eq!(longest_wait(&[Request::Ping { nonce: 1 }]), Duration::ZERO);

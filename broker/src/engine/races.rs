@@ -125,6 +125,7 @@ fn receive_op(wait_ms: u32) -> Op {
         max_messages: 1,
         visibility_timeout_ms: None,
         wait_ms: Some(wait_ms),
+        bind_leases: false,
     })
 }
 

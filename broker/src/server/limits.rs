@@ -95,6 +95,10 @@ pub const DRAIN_QUIET_NS: u64 = 100_000_000;
 /// Time a closing connection has to take its last replies before it is
 /// closed at once (a peer that never reads would hold it forever).
 pub const CLOSE_FLUSH_TIMEOUT_NS: u64 = 5_000_000_000;
+/// Leases a connection keeps bound (RECEIVE with the bind flag) at most;
+/// past it the older half loses its binding. About 56 bytes each, so at
+/// most about 1 MiB per connection, below its unsent-reply allowance.
+pub const BOUND_LEASES_MAX: usize = 16_384;
 
 // ----- a shard's loop -------------------------------------------------------------
 

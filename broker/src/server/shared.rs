@@ -36,7 +36,7 @@ use std::time::Duration;
 use sluice_protocol::opcode;
 use sluice_protocol::{QueueName, QueueStats, ServerStatsReply};
 
-use super::clock;
+use super::clock::{self, Clock, EngineTime, NotManual};
 use super::config::Config;
 #[cfg(doc)]
 use super::limits::STATS_PUBLISH_INTERVAL;
@@ -104,6 +104,8 @@ pub struct ShardStats {
     pub accept_failures: OwnedCounter,
     /// Connections closed for bad input (framing, HELLO, timeouts).
     pub closed_bad_input: OwnedCounter,
+    /// Connections closed because their session timeout ran out (silent).
+    pub timed_out: OwnedCounter,
     /// Reply bytes queued and not yet written, published each loop turn.
     pub unsent_bytes: CachePadded<OwnedCounter>,
     /// The scrape generation last published (see [`Shared::request_scrape`]).
@@ -121,6 +123,7 @@ impl ShardStats {
             refused: OwnedCounter::default(),
             accept_failures: OwnedCounter::default(),
             closed_bad_input: OwnedCounter::default(),
+            timed_out: OwnedCounter::default(),
             unsent_bytes: CachePadded::new(OwnedCounter::default()),
             published_generation: AtomicU64::new(0),
             queues: Mutex::new(Vec::new()),
@@ -145,8 +148,8 @@ impl ShardStats {
 /// Readers of one shard's lease histograms.
 #[derive(Debug, Clone)]
 pub struct LeaseReaders {
-    /// Lease hold time, by outcome: deleted, released, expired.
-    pub hold: [HistogramReader; 3],
+    /// Lease hold time, by outcome: deleted, released, expired, abandoned.
+    pub hold: [HistogramReader; OUTCOMES],
     /// Lease end to receivable again.
     pub lateness: HistogramReader,
 }
@@ -157,11 +160,15 @@ pub fn outcome_slot(outcome: LeaseOutcome) -> usize {
         LeaseOutcome::Deleted => 0,
         LeaseOutcome::Released => 1,
         LeaseOutcome::Expired => 2,
+        LeaseOutcome::Abandoned => 3,
     }
 }
 
+/// How many ways a lease can end ([`LeaseOutcome`]).
+pub const OUTCOMES: usize = 4;
+
 /// Label values of [`LeaseReaders::hold`], in order.
-pub const OUTCOME_NAMES: [&str; 3] = ["deleted", "released", "expired"];
+pub const OUTCOME_NAMES: [&str; OUTCOMES] = ["deleted", "released", "expired", "abandoned"];
 
 /// One shard as the others see it.
 #[derive(Debug)]
@@ -197,6 +204,8 @@ pub struct Shared {
     pub scrape_generation: AtomicU64,
     /// The shards, by index.
     pub shards: Box<[ShardShared]>,
+    /// The engine's clock (`--clock`).
+    pub clock: Clock,
 }
 
 impl Shared {
@@ -207,9 +216,11 @@ impl Shared {
         backend: Backend,
         local_addr: SocketAddr,
         shards: Vec<(Arc<Waker>, LeaseReaders)>,
+        clock: Clock,
     ) -> Shared {
         let n = shards.len();
         Shared {
+            clock,
             config,
             registry,
             backend,
@@ -247,6 +258,20 @@ impl Shared {
         for s in &*self.shards {
             s.waker.wake();
         }
+    }
+
+    /// Moves a manual clock forward by `by_ms` and wakes every shard, so each
+    /// fires what came due (a waiting receive whose wait is over is
+    /// answered); returns the manual time since the start (ms) and the time
+    /// now.
+    ///
+    /// # Errors
+    /// [`NotManual`] when the server runs on the real clock: nothing
+    /// changes.
+    pub fn advance_clock(&self, by_ms: u64) -> Result<(u64, EngineTime), NotManual> {
+        let moved = self.clock.advance(by_ms)?;
+        self.wake_all();
+        Ok(moved)
     }
 
     /// Tries to admit one more connection against `--max-connections`.
@@ -327,6 +352,21 @@ impl Shared {
         push(
             "connections_closed_bad_input".into(),
             self.sum(|s| s.closed_bad_input.get()),
+        );
+        push(
+            "connections_timed_out".into(),
+            self.sum(|s| s.timed_out.get()),
+        );
+        push(
+            "leases_abandoned".into(),
+            self.shards
+                .iter()
+                .map(|s| {
+                    s.lease.hold[outcome_slot(LeaseOutcome::Abandoned)]
+                        .snapshot()
+                        .count()
+                })
+                .sum(),
         );
         push("queues".into(), self.registry.list("").len() as u64);
         push("memory_used_bytes".into(), self.registry.memory().used());

@@ -12,9 +12,9 @@ use sluice_protocol::{
 };
 
 use super::oracle::{Counts, Held, Oracle, Snap};
+use crate::engine::cluster::check_shards;
 use crate::engine::mesh::doorbell::{self, Wake};
 use crate::engine::random::{Rng, splitmix64};
-use crate::engine::cluster::check_shards;
 use crate::engine::{Op, OpResult, Registry, RegistryConfig, Shard, ShardConfig};
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -495,6 +495,7 @@ impl World {
                 max_messages: max,
                 visibility_timeout_ms: visibility,
                 wait_ms: wait,
+                bind_leases: false,
             }),
             Kind::Receive {
                 queue,

@@ -582,6 +582,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                     max_messages: u16::try_from(max).expect("the model draws small maxima"),
                     visibility_timeout_ms: vis,
                     wait_ms: Some(0),
+                    bind_leases: false,
                 }),
             ) {
                 OpResult::Received(g) => g,

@@ -313,6 +313,7 @@ fn an_unsupported_version_is_refused(io: IoChoice) {
     Request::Hello(sluice_protocol::HelloRequest {
         version: 2,
         token: Bytes::new(),
+        session_timeout_ms: 0,
     })
     .encode(1, &mut out)
     .unwrap();

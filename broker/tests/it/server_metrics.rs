@@ -163,6 +163,7 @@ fn the_engine_reports_how_leases_end() {
             max_messages: 1,
             visibility_timeout_ms: Some(vis),
             wait_ms: Some(0),
+            bind_leases: false,
         }),
     ) {
         OpResult::Received(m) => m.into_iter().next().expect("a message"),

@@ -144,6 +144,7 @@ impl Client {
         let id = self.send(&Request::Hello(HelloRequest {
             version: 1,
             token: Bytes::copy_from_slice(token),
+            session_timeout_ms: 0,
         }));
         let Some(f) = self.read_frame() else {
             return Err(WireError::new(
@@ -296,6 +297,7 @@ impl Client {
             max_messages: max,
             visibility_timeout_ms,
             wait_ms: Some(wait_ms),
+            bind_leases: false,
         })
     }
 

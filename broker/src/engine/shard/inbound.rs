@@ -47,7 +47,9 @@ impl Shard {
                     let r = core::mem::take(acc).into_iter().flatten().collect();
                     let result = match action {
                         ReceiptAction::Delete => OpResult::Deleted(r),
-                        ReceiptAction::ChangeVisibility => OpResult::VisibilityChanged(r),
+                        ReceiptAction::ChangeVisibility | ReceiptAction::Abandon => {
+                            OpResult::VisibilityChanged(r)
+                        }
                     };
                     self.finish(req, result);
                 }

@@ -606,6 +606,10 @@ impl Shard {
                 let entries = r.receipts.iter().map(|&r| (r, 0));
                 self.op_receipts(ticket, &r.queue, ReceiptAction::Delete, entries);
             }
+            Op::Abandon(r) => {
+                let entries = r.receipts.iter().map(|&r| (r, 0));
+                self.op_receipts(ticket, &r.queue, ReceiptAction::Abandon, entries);
+            }
             Op::ChangeVisibility(r) => {
                 let entries = r
                     .entries
