@@ -144,11 +144,15 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
-    /// A clock standing at `start_ns` (monotonic) and `start_wall_ms` (wall).
+    /// A clock standing at `start_ns` (monotonic, rounded up to a whole
+    /// millisecond) and `start_wall_ms` (wall). The engine rounds deadlines
+    /// up to whole milliseconds; starting on one, a clock moved in whole
+    /// milliseconds always stands on one, so a lease of N ms taken at any
+    /// moment ends after an advance of exactly N ms, not one more.
     #[must_use]
     pub fn new(start_ns: u64, start_wall_ms: u64) -> ManualClock {
         ManualClock {
-            start_ns,
+            start_ns: start_ns.div_ceil(NS_PER_MS).saturating_mul(NS_PER_MS),
             start_wall_ms,
             elapsed_ns: AtomicU64::new(0),
         }
@@ -218,11 +222,14 @@ mod tests {
         let clock = Clock::Manual(Arc::new(ManualClock::new(1_000, 1_700_000_000_000)));
         assert!(clock.is_manual());
         let before = clock.engine_time(99_999_999, 1);
-        assert_eq!(before.now_ns, 1_000, "the real readings are ignored");
+        assert_eq!(
+            before.now_ns, NS_PER_MS,
+            "on a whole ms; real readings ignored"
+        );
         assert_eq!(clock.engine_time(5, 5), before, "it stands still");
         let (elapsed_ms, after) = clock.advance(30_000).unwrap();
         assert_eq!(elapsed_ms, 30_000);
-        assert_eq!(after.now_ns, 1_000 + 30_000 * NS_PER_MS);
+        assert_eq!(after.now_ns, NS_PER_MS + 30_000 * NS_PER_MS);
         assert_eq!(after.wall_ms, 1_700_000_030_000);
         assert_eq!(clock.engine_time(0, 0), after);
         let (elapsed_ms, again) = clock.advance(0).unwrap();

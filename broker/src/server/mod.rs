@@ -567,7 +567,17 @@ impl ServerHandle {
     /// changes.
     pub fn advance_clock(&self, by: std::time::Duration) -> Result<(u64, EngineTime), NotManual> {
         let by_ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
-        self.shared.advance_clock(by_ms)
+        let moved = self.shared.advance_clock(by_ms)?;
+        // Every shard wakes at once; only a server stuck elsewhere would
+        // take this long, and then the caller's next request still sees
+        // the new time on the shard that serves it.
+        if !self
+            .shared
+            .wait_clock(moved.1.now_ns, std::time::Duration::from_secs(10))
+        {
+            tracing::warn!("the shards did not catch up with the manual clock within 10 s");
+        }
+        Ok(moved)
     }
 
     /// A handle that starts the shutdown from another thread.

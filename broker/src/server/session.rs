@@ -35,6 +35,12 @@
 //! the connection once no bytes have arrived for that long (checked by
 //! [`Session::tick`], on real time). A client keeps it open with PINGs.
 //!
+//! `ADVANCE_CLOCK` is a barrier too: it moves the manual clock at once, but
+//! its reply, and the frames behind it, wait until every shard has caught
+//! up with the new time ([`Session::clock_wait`], [`Session::on_clock_caught_up`]),
+//! so what a client sends after the reply sees the clock moved everywhere
+//! (a lease that ran out on another shard is receivable from this one).
+//!
 //! # Bound leases
 //!
 //! A RECEIVE with the bind flag records the receipts it delivers
@@ -215,6 +221,9 @@ pub struct Session {
     /// The ticket of the request that holds the connection up (see the
     /// module docs).
     barrier: Option<u64>,
+    /// An `ADVANCE_CLOCK` answered once every shard reached this engine
+    /// time: its request id, the time and the reply.
+    clock_wait: Option<(u32, u64, Reply)>,
     paused: bool,
     commands: Vec<Command>,
     /// Bytes in the `Send`s of `commands`.
@@ -239,6 +248,7 @@ impl Session {
             bound: BoundLeases::new(),
             deferred: Vec::new(),
             barrier: None,
+            clock_wait: None,
             paused: false,
             commands: Vec::new(),
             commanded_bytes: 0,
@@ -398,6 +408,30 @@ impl Session {
         }
     }
 
+    /// The engine time every shard must reach before this session's
+    /// `ADVANCE_CLOCK` is answered, if one waits.
+    #[must_use]
+    pub fn clock_wait(&self) -> Option<u64> {
+        self.clock_wait.as_ref().map(|(_, t, _)| *t)
+    }
+
+    /// Every shard reached the time of [`Session::clock_wait`]: the reply
+    /// goes out and the frames behind it are served.
+    pub fn on_clock_caught_up(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+        let Some((request_id, _, reply)) = self.clock_wait.take() else {
+            return;
+        };
+        self.reply(request_id, &reply);
+        if !self.paused {
+            self.process(cx, engine);
+        }
+    }
+
+    /// Whether a request holds the connection up (module docs: order).
+    fn held_up(&self) -> bool {
+        self.barrier.is_some() || self.clock_wait.is_some()
+    }
+
     /// Shutdown began: a connection still waiting for its HELLO is told and
     /// closed; the others are served until [`Session::drain`] closes them.
     pub fn begin_drain(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
@@ -445,7 +479,7 @@ impl Session {
         self.deferred.len() >= cx.config.in_flight_max
             || unsent >= unsent_max
             || (cx.unsent_over && unsent > 0)
-            || (self.barrier.is_some() && self.inbuf.len() >= cx.config.frame_bytes_max as usize)
+            || (self.held_up() && self.inbuf.len() >= cx.config.frame_bytes_max as usize)
     }
 
     /// Serves the whole frames buffered, as far as back-pressure and the
@@ -464,7 +498,7 @@ impl Session {
                 }
                 return;
             }
-            if self.barrier.is_some() {
+            if self.held_up() {
                 // Served once the earlier request is answered.
                 return;
             }
@@ -616,16 +650,19 @@ impl Session {
             },
             Route::Ping { nonce } => self.reply(request_id, &Reply::Pong { nonce }),
             Route::ServerStats => self.reply(request_id, &Reply::ServerStats((cx.server_stats)())),
-            Route::AdvanceClock { by_ms } => {
-                let reply = match (cx.advance_clock)(by_ms) {
-                    Ok((elapsed_ms, now)) => Reply::AdvanceClock {
+            Route::AdvanceClock { by_ms } => match (cx.advance_clock)(by_ms) {
+                Ok((elapsed_ms, now)) => {
+                    let reply = Reply::AdvanceClock {
                         elapsed_ms,
                         wall_ms: now.wall_ms,
-                    },
-                    Err(e) => Reply::error(ErrorCode::Unsupported, e.to_string()),
-                };
-                self.reply(request_id, &reply);
-            }
+                    };
+                    self.clock_wait = Some((request_id, now.now_ns, reply));
+                }
+                Err(e) => self.reply(
+                    request_id,
+                    &Reply::error(ErrorCode::Unsupported, e.to_string()),
+                ),
+            },
             Route::Hello => self.reply(
                 request_id,
                 &Reply::error(
@@ -812,6 +849,7 @@ impl Session {
         self.phase = Phase::Closing;
         self.closing_since_ns = now_ns;
         self.barrier = None;
+        self.clock_wait = None;
         self.inbuf = BytesMut::new();
         self.partial_since_ns = None;
         self.flush();
@@ -1377,8 +1415,17 @@ mod tests {
 
         let mut h = Harness::ready();
         h.manual_clock = Some(0);
-        h.data(&frame(6, &Request::AdvanceClock { by_ms: 30_000 }));
-        h.data(&frame(7, &Request::AdvanceClock { by_ms: 0 }));
+        let mut both = BytesMut::new();
+        both.extend_from_slice(&frame(6, &Request::AdvanceClock { by_ms: 30_000 }));
+        both.extend_from_slice(&frame(7, &Request::Ping { nonce: 1 }));
+        h.data(&both);
+        // The clock moved at once; the reply, and the PING behind it, wait
+        // until every shard caught up with the new time.
+        assert_eq!(h.manual_clock, Some(30_000));
+        assert_eq!(h.session.clock_wait(), Some(T0 + 30_000 * MS));
+        assert!(h.replies.is_empty());
+        h.call(|s, cx, e| s.on_clock_caught_up(cx, e));
+        assert_eq!(h.session.clock_wait(), None);
         assert_eq!(
             h.replies,
             [
@@ -1389,13 +1436,7 @@ mod tests {
                         wall_ms: 1_700_000_030_000
                     }
                 ),
-                (
-                    7,
-                    Reply::AdvanceClock {
-                        elapsed_ms: 30_000,
-                        wall_ms: 1_700_000_030_000
-                    }
-                )
+                (7, Reply::Pong { nonce: 1 })
             ]
         );
         assert!(h.engine.submitted.is_empty(), "answered by the session");

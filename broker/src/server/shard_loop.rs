@@ -73,7 +73,7 @@ use crate::engine::mesh::doorbell::Doorbell;
 use crate::engine::{Op, OpResult, Shard};
 use crate::io::{ConnId, Connections, Driver, Event};
 use crate::sync::Arc;
-use crate::sync::Ordering::{AcqRel, Acquire};
+use crate::sync::Ordering::{AcqRel, Acquire, Release};
 
 /// What a shard thread is handed once every shard's driver is open.
 #[derive(Debug)]
@@ -219,6 +219,8 @@ struct State {
     dirty: Vec<ConnId>,
     /// Connections paused for back-pressure.
     paused: Vec<ConnId>,
+    /// Connections whose `ADVANCE_CLOCK` waits for every shard to catch up.
+    clock_waiters: Vec<ConnId>,
     /// Real time, read after the last wait: the sessions' and the loop's.
     now_ns: u64,
     /// The engine's time, read with `now_ns`.
@@ -285,6 +287,7 @@ impl State {
             completions: Vec::new(),
             dirty: Vec::new(),
             paused: Vec::new(),
+            clock_waiters: Vec::new(),
             now_ns: now,
             engine_time,
             clock_fresh: true,
@@ -338,7 +341,7 @@ impl State {
         if self.engine.has_outbound() {
             wait = wait.min(OUTBOUND_RETRY);
         }
-        if !self.paused.is_empty() {
+        if !self.paused.is_empty() || !self.clock_waiters.is_empty() {
             wait = wait.min(PAUSED_RECHECK);
         }
         if self.drain_deadline_ns.is_some() {
@@ -366,6 +369,7 @@ impl State {
             next_ticket,
             dirty,
             paused,
+            clock_waiters,
             now_ns,
             engine_time,
             unsent_over,
@@ -418,6 +422,9 @@ impl State {
         if !conn.dirty && conn.session.has_output() {
             conn.dirty = true;
             dirty.push(id);
+        }
+        if conn.session.clock_wait().is_some() && !clock_waiters.contains(&id) {
+            clock_waiters.push(id);
         }
         true
     }
@@ -550,9 +557,23 @@ impl State {
     // ----- after the wait -----------------------------------------------------
 
     fn after_wait(&mut self, io: &mut Connections) {
+        if let Clock::Manual(m) = &self.shared.clock {
+            // A session may have moved it during this turn.
+            let t = m.now();
+            self.engine_time = EngineTime {
+                now_ns: t.now_ns.max(self.engine_time.now_ns),
+                wall_ms: t.wall_ms,
+            };
+        }
         self.engine
             .poll(self.engine_time.now_ns, self.engine_time.wall_ms);
+        self.shared.shards[usize::from(self.index)]
+            .clock_seen_ns
+            .store(self.engine_time.now_ns, Release);
         self.route_completions(io);
+        if !self.clock_waiters.is_empty() {
+            self.answer_clock_waiters(io);
+        }
         let generation = self.shared.scrape_generation.load(Acquire);
         if self.now_ns >= self.next_housekeeping_ns {
             self.housekeeping(io);
@@ -586,6 +607,26 @@ impl State {
             });
         }
         self.completions = done;
+    }
+
+    /// Answers the `ADVANCE_CLOCK`s whose time every shard has reached.
+    fn answer_clock_waiters(&mut self, io: &mut Connections) {
+        for id in core::mem::take(&mut self.clock_waiters) {
+            let target = self
+                .conns
+                .get(id.index() as usize)
+                .and_then(Option::as_ref)
+                .filter(|c| c.id == id)
+                .and_then(|c| c.session.clock_wait());
+            let Some(t) = target else { continue };
+            if self.shared.clock_caught_up(t) {
+                // A frame served behind it may wait again: `with_session`
+                // puts the connection back on the list then.
+                self.with_session(io, id, |s, cx, engine| s.on_clock_caught_up(cx, engine));
+            } else if !self.clock_waiters.contains(&id) {
+                self.clock_waiters.push(id);
+            }
+        }
     }
 
     fn resume_paused(&mut self, io: &mut Connections) {

@@ -22,6 +22,12 @@
 //!   replaces its snapshot every [`STATS_PUBLISH_INTERVAL`] (or when a scrape
 //!   asks) with `try_lock`, so it never waits for the metrics thread; the
 //!   metrics thread copies the snapshots out under the lock.
+//! - **The manual clock's catch-up** is one atomic per shard,
+//!   `clock_seen_ns`: the engine time of the shard's last poll, stored
+//!   (`Release`) after the poll fired every timer due by then and published
+//!   its hints; an `ADVANCE_CLOCK` waiting for the shards loads them
+//!   (`Acquire`), so once all are past its time, what the engines did by
+//!   then is visible to whoever acts on the reply.
 //! - **Shutdown** is a flag (`Release` store, `Acquire` load) plus a wake of
 //!   every shard's driver; shards count themselves out of
 //!   `shards_running` when they have closed their connections.
@@ -179,6 +185,8 @@ pub struct ShardShared {
     pub stats: ShardStats,
     /// Its lease histograms.
     pub lease: LeaseReaders,
+    /// The engine time of its last poll (see the ground rules).
+    pub clock_seen_ns: AtomicU64,
 }
 
 /// Everything shared, behind one `Arc`.
@@ -236,6 +244,7 @@ impl Shared {
                     waker,
                     stats: ShardStats::new(),
                     lease,
+                    clock_seen_ns: AtomicU64::new(0),
                 })
                 .collect(),
         }
@@ -272,6 +281,31 @@ impl Shared {
         let moved = self.clock.advance(by_ms)?;
         self.wake_all();
         Ok(moved)
+    }
+
+    /// Whether every shard has polled its engine at `engine_ns` or later (or
+    /// the server is shutting down, when shards stop polling).
+    pub fn clock_caught_up(&self, engine_ns: u64) -> bool {
+        self.shutting_down()
+            || self
+                .shards
+                .iter()
+                .all(|s| s.clock_seen_ns.load(Acquire) >= engine_ns)
+    }
+
+    /// Waits (at most `patience`) until [`Self::clock_caught_up`] with
+    /// `engine_ns`; whether it did.
+    pub fn wait_clock(&self, engine_ns: u64, patience: Duration) -> bool {
+        let deadline = clock::now_ns().saturating_add(clock::nanos(patience));
+        loop {
+            if self.clock_caught_up(engine_ns) {
+                return true;
+            }
+            if clock::now_ns() >= deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_micros(100));
+        }
     }
 
     /// Tries to admit one more connection against `--max-connections`.

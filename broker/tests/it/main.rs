@@ -33,6 +33,8 @@ mod server_auth;
 #[cfg(not(sluice_loom))]
 mod server_bad_input;
 #[cfg(not(sluice_loom))]
+mod server_bound_leases;
+#[cfg(not(sluice_loom))]
 mod server_leases;
 #[cfg(not(sluice_loom))]
 mod server_messages;
