@@ -125,6 +125,20 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
             }
             Ok(Outcome::default())
         }
+        Command::AdvanceClock(a) => {
+            let r = client.advance_clock(a.by)?;
+            let elapsed_ms = u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX);
+            if json {
+                print_json(&json!({"elapsed_ms": elapsed_ms, "wall_ms": r.wall_ms}));
+            } else {
+                print(&format!(
+                    "the clock stands {} after the server's start (wall clock {} ms)\n",
+                    units::format_ms(elapsed_ms),
+                    r.wall_ms
+                ));
+            }
+            Ok(Outcome::default())
+        }
         Command::Redrive(a) => {
             let r = client.redrive(&a.queue, a.max)?;
             if json {
@@ -318,7 +332,7 @@ fn sluice_protocol_batch_max() -> usize {
 }
 
 fn recv(client: &Client, a: &args::RecvArgs, json: bool) -> Result<Outcome, Failure> {
-    let mut options = ReceiveOptions::new(a.max);
+    let mut options = ReceiveOptions::new(a.max).bind_leases(a.bind);
     options.visibility_timeout = a.visibility_timeout;
     options.wait = a.wait;
     let messages = client.receive(&a.queue, options)?;
