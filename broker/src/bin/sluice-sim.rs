@@ -54,6 +54,10 @@ struct Args {
     /// Keep running further seeds until this many seconds have passed.
     #[arg(long, value_name = "SECONDS")]
     duration: Option<u64>,
+    /// Clients bind some receives' leases to their connection and release
+    /// them when they disconnect.
+    #[arg(long)]
+    bound_leases: bool,
 }
 
 #[cfg(not(sluice_loom))]
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
                 seed,
                 shards,
                 steps: args.steps,
+                bound_leases: args.bound_leases,
             };
             let t = Instant::now();
             match sim::run(&config) {
