@@ -86,8 +86,9 @@ fn main() -> ExitCode {
                     let c = &report.counts;
                     println!(
                         "seed {seed} shards {shards}: {} steps ok in {:.1}s ({} ms virtual): \
-                         {} sent, {} delivered ({} again), {} deleted, {} released, {} busy, \
-                         {} stale, {} gone, {} disconnects, {} dropped by retention, {} wiped",
+                         {} sent, {} delivered ({} again), {} deleted, {} released, \
+                         {} bound leases current at a disconnect, {} busy, {} stale, {} gone, \
+                         {} disconnects, {} dropped by retention, {} wiped",
                         config.steps,
                         t.elapsed().as_secs_f64(),
                         report.virtual_ms,
@@ -96,6 +97,7 @@ fn main() -> ExitCode {
                         c.redeliveries,
                         c.deleted,
                         c.released,
+                        c.abandoned,
                         c.busy,
                         c.stale,
                         c.gone,
