@@ -19,7 +19,7 @@
 //! of their own, so with it off a seed runs exactly as it always did (the
 //! regression seeds keep replaying their bugs).
 //!
-//! After every step it checks what a client could see ([`oracle`]): no
+//! After every step it checks what a client could see (`oracle.rs`): no
 //! message delivered again before its lease ended or after it was deleted,
 //! a receipt of an older delivery never accepted, delivery numbers unique
 //! and growing, `Busy` only on sends; every shard's invariants (the
