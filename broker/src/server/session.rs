@@ -20,6 +20,12 @@
 //! input buffer; reading pauses once a frame's worth waits). Only RECEIVE
 //! replies may overtake: a RECEIVE that waits or steals holds nothing up.
 //!
+//! `ADVANCE_CLOCK` is a barrier too: it moves the manual clock at once, but
+//! its reply, and the frames behind it, wait until every shard has caught
+//! up with the new time ([`Session::clock_wait`], [`Session::on_clock_caught_up`]),
+//! so what a client sends after the reply sees the clock moved everywhere
+//! (a lease that ran out on another shard is receivable from this one).
+//!
 //! # Back-pressure
 //!
 //! A session stops reading (and serving the frames it has buffered) while
@@ -34,12 +40,6 @@
 //! A version-2 HELLO may ask for a session timeout: the session then closes
 //! the connection once no bytes have arrived for that long (checked by
 //! [`Session::tick`], on real time). A client keeps it open with PINGs.
-//!
-//! `ADVANCE_CLOCK` is a barrier too: it moves the manual clock at once, but
-//! its reply, and the frames behind it, wait until every shard has caught
-//! up with the new time ([`Session::clock_wait`], [`Session::on_clock_caught_up`]),
-//! so what a client sends after the reply sees the clock moved everywhere
-//! (a lease that ran out on another shard is receivable from this one).
 //!
 //! # Bound leases
 //!
@@ -1618,6 +1618,26 @@ mod tests {
         assert_eq!(h.replies.last(), Some(&(51, Reply::Pong { nonce: 3 })));
         // HELLO, the unknown frame and the PING, counted by operation.
         assert_eq!(h.stats.requests.iter().map(|c| c.get()).sum::<u64>(), 3);
+    }
+
+    #[test]
+    fn a_flag_the_request_does_not_define_is_malformed_and_the_connection_stays() {
+        let mut h = Harness::ready();
+        // PING defines no flag; RECEIVE defines bit 0 only.
+        let mut ping = BytesMut::from(&frame(52, &Request::Ping { nonce: 0 })[..]);
+        ping[5] = 0x01;
+        h.data(&ping);
+        let mut recv = BytesMut::from(&frame(53, &receive())[..]);
+        recv[5] = 0x02;
+        h.data(&recv);
+        assert_eq!(
+            h.error_codes(),
+            [(52, ErrorCode::Malformed), (53, ErrorCode::Malformed)]
+        );
+        assert!(h.engine.submitted.is_empty());
+        assert!(!h.closed());
+        h.data(&frame(54, &bound_receive()));
+        assert!(matches!(h.engine.submitted[..], [Op::Receive(ref r)] if r.bind_leases));
     }
 
     #[test]

@@ -557,19 +557,25 @@ impl State {
     // ----- after the wait -----------------------------------------------------
 
     fn after_wait(&mut self, io: &mut Connections) {
-        if let Clock::Manual(m) = &self.shared.clock {
+        let manual = if let Clock::Manual(m) = &self.shared.clock {
             // A session may have moved it during this turn.
             let t = m.now();
             self.engine_time = EngineTime {
                 now_ns: t.now_ns.max(self.engine_time.now_ns),
                 wall_ms: t.wall_ms,
             };
-        }
+            true
+        } else {
+            false
+        };
         self.engine
             .poll(self.engine_time.now_ns, self.engine_time.wall_ms);
-        self.shared.shards[usize::from(self.index)]
-            .clock_seen_ns
-            .store(self.engine_time.now_ns, Release);
+        if manual {
+            // What an ADVANCE_CLOCK waits for (only a manual clock moves).
+            self.shared.shards[usize::from(self.index)]
+                .clock_seen_ns
+                .store(self.engine_time.now_ns, Release);
+        }
         self.route_completions(io);
         if !self.clock_waiters.is_empty() {
             self.answer_clock_waiters(io);

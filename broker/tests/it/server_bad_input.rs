@@ -311,7 +311,7 @@ fn an_unsupported_version_is_refused(io: IoChoice) {
     let rss = rss_bytes();
     let mut out = BytesMut::new();
     Request::Hello(sluice_protocol::HelloRequest {
-        version: 2,
+        version: 3,
         token: Bytes::new(),
         session_timeout_ms: 0,
     })
