@@ -7,7 +7,7 @@
 //! new occupant (no ABA) unless the slot is reused 2^32 times in between.
 
 /// A key into a [`Slab`]: slot index and the generation it was taken at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SlotKey {
     /// Slot index.
     pub slot: u32,

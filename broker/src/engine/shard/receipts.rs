@@ -33,8 +33,9 @@ impl Shard {
         };
         if entries.clone().all(|(r, _)| r.shard == self.id) {
             // The common case, every receipt names this shard: the results
-            // go straight into the reply (one allocation per request).
-            let mut results = Vec::with_capacity(entries.len());
+            // go straight into a vector of the result pool.
+            let mut results = self.acks_vec();
+            results.reserve(entries.len());
             for (receipt, timeout_ms) in entries {
                 results.push(self.local_receipt(p, inc, &receipt, action, timeout_ms));
             }
@@ -63,8 +64,7 @@ impl Shard {
             results[i] = Some(self.apply_receipt(Some(p), &receipt, action, timeout_ms));
         }
         if forwards.is_empty() {
-            // Every entry has its result: one allocation, exactly sized.
-            let mut r = Vec::with_capacity(results.len());
+            let mut r = self.acks_vec();
             r.extend(results.into_iter().flatten());
             return self.finish_ticket(ticket, wrap(action, r));
         }
@@ -129,10 +129,12 @@ impl Shard {
         };
         let current = receipt.incarnation == inc
             && self.messages.get(key).is_some_and(|m| {
-                m.partition == p
-                    && m.delivery == receipt.delivery
-                    && m.delivery > 0
-                    && m.check == receipt.check
+                m.partition() == p
+                    && self.counters(m).1 == receipt.delivery
+                    && receipt.delivery > 0
+                    && self
+                        .lease_of(m)
+                        .is_some_and(|l| l.check != 0 && l.check == receipt.check)
             });
         if current {
             if action == ReceiptAction::ChangeVisibility && timeout_ms > VISIBILITY_TIMEOUT_MS_MAX {
@@ -163,17 +165,19 @@ impl Shard {
         let Some(m) = self.messages.get(key) else {
             return Err(EntryError::Gone);
         };
-        if m.partition != p {
+        if m.partition() != p {
             return Err(EntryError::Gone);
         }
-        if receipt.delivery < m.delivery {
+        let (_, delivery) = self.counters(m);
+        if receipt.delivery < delivery {
             return Err(EntryError::StaleReceipt);
         }
-        if receipt.delivery > m.delivery {
+        if receipt.delivery > delivery {
             return Err(EntryError::InvalidReceipt);
         }
         let state = m.state;
-        let held_ns = self.now_ns.saturating_sub(m.leased_ns);
+        let leased_ns = self.lease_of(m).map_or(self.now_ns, |l| l.leased_ns);
+        let held_ns = self.now_ns.saturating_sub(leased_ns);
         match action {
             ReceiptAction::Delete => {
                 if state == MessageState::InFlight {
@@ -196,14 +200,12 @@ impl Shard {
                 let due = self
                     .now_ns
                     .saturating_add(u64::from(timeout_ms) * NS_PER_MS);
+                self.set_state(key, MessageState::InFlight, due);
                 if state != MessageState::InFlight {
                     // Leased again after its lease ended: a new lease.
-                    let now = self.now_ns;
-                    if let Some(m) = self.messages.get_mut(key) {
-                        m.leased_ns = now;
-                    }
+                    let lease = self.ensure_lease(key);
+                    self.leases.get_mut(lease).leased_ns = self.now_ns;
                 }
-                self.set_state(key, MessageState::InFlight, due);
             }
         }
         Ok(())
