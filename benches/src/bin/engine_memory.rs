@@ -20,6 +20,17 @@ const BATCH: usize = 1024;
 const BODY_BYTES: usize = 100;
 const QUEUE: &str = "held";
 
+/// The peak resident set size in bytes (`VmHWM` of `/proc/self/status`).
+fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM in kB")
+        * 1024
+}
+
 /// Resident set size in bytes, from `/proc/self/statm` (second field, in
 /// pages).
 fn rss_bytes() -> u64 {
@@ -76,6 +87,7 @@ fn main() {
     println!("body bytes:              {BODY_BYTES}");
     println!("RSS before / after:      {before} / {after} bytes");
     println!("RSS growth per message:  {per_message:.1} bytes");
+    println!("peak RSS:                {} bytes", peak_rss_bytes());
     println!(
         "overhead per message:    {:.1} bytes (goal: below 64)",
         per_message - BODY_BYTES as f64

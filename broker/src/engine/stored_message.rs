@@ -43,6 +43,7 @@
 use sluice_protocol::MessageAttributes;
 use sluice_protocol::limits::MESSAGE_ATTRIBUTES_BYTES_MAX;
 
+use super::slab::Paged;
 use super::wheel::TimerId;
 
 /// Where a message stands.
@@ -320,17 +321,18 @@ pub(crate) struct Lease {
 }
 
 /// A side table: entries reused through a free list, each owned by one
-/// message that knows its index.
+/// message that knows its index. Paged like the slab, so it grows without
+/// moving.
 #[derive(Debug)]
 pub(crate) struct Table<T> {
-    entries: Vec<T>,
+    entries: Paged<T>,
     free: Vec<u32>,
 }
 
 impl<T: Copy + Default> Default for Table<T> {
     fn default() -> Self {
         Table {
-            entries: Vec::new(),
+            entries: Paged::default(),
             free: Vec::new(),
         }
     }
@@ -340,7 +342,7 @@ impl<T: Copy + Default> Table<T> {
     /// Stores `value`; its index. `None` when the table holds 2^32 - 1.
     pub fn insert(&mut self, value: T) -> Option<u32> {
         if let Some(i) = self.free.pop() {
-            self.entries[i as usize] = value;
+            *self.get_mut(i) = value;
             return Some(i);
         }
         let i = u32::try_from(self.entries.len())
@@ -350,17 +352,23 @@ impl<T: Copy + Default> Table<T> {
         Some(i)
     }
 
+    /// Entry `i`, which its owner holds.
     pub fn get(&self, i: u32) -> &T {
-        &self.entries[i as usize]
+        self.entries
+            .get(i as usize)
+            .expect("an index its owner holds")
     }
 
+    /// Entry `i`, mutably.
     pub fn get_mut(&mut self, i: u32) -> &mut T {
-        &mut self.entries[i as usize]
+        self.entries
+            .get_mut(i as usize)
+            .expect("an index its owner holds")
     }
 
     /// Frees entry `i` (its owner forgets the index).
     pub fn remove(&mut self, i: u32) {
-        self.entries[i as usize] = T::default();
+        *self.get_mut(i) = T::default();
         self.free.push(i);
     }
 
