@@ -172,9 +172,16 @@ impl Bodies {
         if end > c.frozen_end() as usize {
             c.freeze();
         }
-        let i = c.pieces.partition_point(|(s, _)| *s <= offset) - 1;
-        let (s, piece) = &c.pieces[i];
-        let s = *s as usize;
+        // Most deliveries come from the piece frozen last.
+        let (s, piece) = match c.pieces.last() {
+            Some((s, piece)) if *s <= offset => (*s, piece),
+            _ => {
+                let i = c.pieces.partition_point(|(s, _)| *s <= offset) - 1;
+                let (s, piece) = &c.pieces[i];
+                (*s, piece)
+            }
+        };
+        let s = s as usize;
         piece.slice(start - s..end - s)
     }
 

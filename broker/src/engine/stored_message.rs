@@ -31,10 +31,12 @@
 //!   first-received time as an offset from sent-at), the queue it was
 //!   dead-lettered from, its one wheel timer, and its lease.
 //! - [`Lease`] (24 bytes), while it is in flight or delayed: the end of the
-//!   lease or delay, when the lease began (for the metrics) and the check of
+//!   lease or delay, when the lease began (for the metrics), the check of
 //!   the receipt it was delivered under (a receipt of the current delivery is
 //!   known good without a second MAC; once the lease entry is gone, a late
-//!   receipt takes the full check).
+//!   receipt takes the full check), and the lease group whose timer ends it
+//!   (the messages of one receive share a deadline, and one timer:
+//!   `shard/lease_groups.rs`).
 //!
 //! The data goes on the wire as it is stored: a delivery hands out a `Bytes`
 //! slice of the chunk, and the attributes are their wire form, so a receive
@@ -308,7 +310,7 @@ impl Default for Ext {
 }
 
 /// What a message in flight or delayed carries.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Lease {
     /// End of the lease (in flight) or of the delay (delayed).
     pub due_ns: u64,
@@ -318,6 +320,20 @@ pub(crate) struct Lease {
     /// before any): a receipt that matches the delivery field for field and
     /// carries this check is the one signed.
     pub check: u32,
+    /// The lease group whose one timer ends this lease (the receive batch
+    /// it was leased in), or [`NONE`] when the message's own timer does.
+    pub group: u32,
+}
+
+impl Default for Lease {
+    fn default() -> Self {
+        Lease {
+            due_ns: 0,
+            leased_ns: 0,
+            check: 0,
+            group: NONE,
+        }
+    }
 }
 
 /// A side table: entries reused through a free list, each owned by one
@@ -366,9 +382,9 @@ impl<T: Copy + Default> Table<T> {
             .expect("an index its owner holds")
     }
 
-    /// Frees entry `i` (its owner forgets the index).
+    /// Frees entry `i` (its owner forgets the index; the next insert
+    /// overwrites it).
     pub fn remove(&mut self, i: u32) {
-        *self.get_mut(i) = T::default();
         self.free.push(i);
     }
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::{PendingKind, Shard};
 use crate::engine::bodies::EMPTY;
-use crate::engine::stored_message::MessageState;
+use crate::engine::stored_message::{MessageState, NONE};
 use crate::engine::wheel::TimerId;
 
 impl Shard {
@@ -22,6 +22,7 @@ impl Shard {
         let mut chunk_live: HashMap<u32, u64> = HashMap::new();
         let mut exts = 0usize;
         let mut leases = 0usize;
+        let mut grouped: HashMap<u32, u32> = HashMap::new();
         for key in self.messages.keys() {
             let m = self
                 .messages
@@ -49,7 +50,30 @@ impl Shard {
                 ));
             }
             let timer = ext.map_or(TimerId::NONE, |e| e.timer);
-            let needs_timer = !(m.state == MessageState::Visible && m.in_age_fifo());
+            let group = lease.map_or(NONE, |l| l.group);
+            if group != NONE {
+                if m.state != MessageState::InFlight || !m.in_age_fifo() {
+                    return Err(format!(
+                        "message {key:?} of {} ({:?}, in age FIFO: {}) in lease group {group}",
+                        part.name,
+                        m.state,
+                        m.in_age_fifo()
+                    ));
+                }
+                *grouped.entry(group).or_default() += 1;
+                let listed = self
+                    .groups
+                    .groups
+                    .get(group as usize)
+                    .is_some_and(|g| g.members.contains(&key));
+                if !listed {
+                    return Err(format!(
+                        "message {key:?} not listed by its lease group {group}"
+                    ));
+                }
+            }
+            let needs_timer =
+                !(m.state == MessageState::Visible && m.in_age_fifo()) && group == NONE;
             if timer.is_none() == needs_timer {
                 return Err(format!(
                     "message {key:?} of {} ({:?}, in age FIFO: {}) has timer {timer:?}",
@@ -110,6 +134,22 @@ impl Shard {
             } else if len != 0 {
                 return Err(format!("message {key:?} holds {len} bytes in no chunk"));
             }
+        }
+        let mut group_timers = 0;
+        for (g, group) in self.groups.in_use() {
+            if grouped.remove(&g) != Some(group.live) {
+                return Err(format!(
+                    "lease group {g} counts {} members in it",
+                    group.live
+                ));
+            }
+            if group.timer.is_none() {
+                return Err(format!("lease group {g} has members and no timer"));
+            }
+            group_timers += 1;
+        }
+        if let Some((g, n)) = grouped.into_iter().next() {
+            return Err(format!("{n} leases in lease group {g}, which is closed"));
         }
         if exts != self.exts.len() || leases != self.leases.len() {
             return Err(format!(
@@ -193,10 +233,10 @@ impl Shard {
             .flatten()
             .filter(|p| p.retention_timer.is_some())
             .count();
-        let expect = timers + retention_timers + self.dedup.len() + waiter_timers;
+        let expect = timers + group_timers + retention_timers + self.dedup.len() + waiter_timers;
         if self.wheel.len() != expect {
             return Err(format!(
-                "wheel holds {} timers, expected {expect} (messages, partitions' retention, dedup entries, waiters)",
+                "wheel holds {} timers, expected {expect} (messages, lease groups, partitions' retention, dedup entries, waiters)",
                 self.wheel.len()
             ));
         }

@@ -5,11 +5,11 @@
 
 use sluice_protocol::QueueStats;
 
-use super::{NS_PER_MS, Removal, Shard, TimerEvent};
+use super::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Removal, Shard, TimerEvent};
 use crate::engine::ops::LeaseOutcome;
 use crate::engine::partition::ReadyEntry;
 use crate::engine::slab::SlotKey;
-use crate::engine::stored_message::{MessageState, NONE};
+use crate::engine::stored_message::{MessageState, NONE, StoredMessage};
 use crate::engine::wheel::TimerId;
 
 impl Shard {
@@ -56,9 +56,12 @@ impl Shard {
             return;
         }
         let retain_until = m.retain_until_ns();
-        let due = self.due_ns(&m);
+        let (due, grouped) = self
+            .lease_of(&m)
+            .map_or((0, false), |l| (l.due_ns, l.group != NONE));
         let deadline = match (m.state, m.in_age_fifo()) {
             (MessageState::Visible, true) => None,
+            (MessageState::InFlight, true) if grouped => None,
             (MessageState::Visible, false) => Some(retain_until),
             (MessageState::Delayed | MessageState::InFlight, true) => Some(due),
             (MessageState::Delayed | MessageState::InFlight, false) => Some(due.min(retain_until)),
@@ -137,6 +140,9 @@ impl Shard {
             self.drop_lease(&m);
         } else {
             let lease = self.ensure_lease(key);
+            // A new deadline: the message's own timer ends it, not its
+            // group's.
+            self.leave_group(lease);
             self.leases.get_mut(lease).due_ns = due_ns;
         }
         let part = self.part_mut(p);
@@ -181,9 +187,32 @@ impl Shard {
         let Some(m) = self.messages.get(key).copied() else {
             return;
         };
-        let cost = self.message_cost(&m);
-        let data_len = self.data_len(&m);
-        self.drop_side(&m);
+        self.remove_known(key, &m, why);
+        if why != Removal::QueueGone {
+            self.maybe_compact(m.partition());
+        }
+    }
+
+    /// Removes the message `m` at `key`: its side entries and timer, its
+    /// data, its memory, its counters. Its FIFO entries go stale; the
+    /// caller compacts the partition's FIFOs ([`Shard::maybe_compact`])
+    /// when it is done removing.
+    pub(super) fn remove_known(&mut self, key: SlotKey, m: &StoredMessage, why: Removal) {
+        let data_len = self.data_len(m);
+        let mut cost = data_len as u64 + MESSAGE_BYTES;
+        if m.ext != NONE {
+            let e = *self.exts.get(m.ext);
+            cost += EXT_BYTES;
+            if !e.timer.is_none() {
+                self.wheel.cancel(e.timer);
+            }
+            if e.lease != NONE {
+                cost += LEASE_BYTES;
+                self.leave_group(e.lease);
+                self.leases.remove(e.lease);
+            }
+            self.exts.remove(m.ext);
+        }
         self.messages.remove(key);
         let p = m.partition();
         self.memory.release(self.registry.memory(), cost);
@@ -205,9 +234,6 @@ impl Shard {
         }
         if m.state == MessageState::Visible {
             self.mark_touched(p, false);
-        }
-        if why != Removal::QueueGone {
-            self.maybe_compact(p);
         }
     }
 
@@ -325,15 +351,17 @@ impl Shard {
         let mut total = 0;
         loop {
             let mut fired = core::mem::take(&mut self.fired);
-            self.wheel.advance(self.now_ns, |_, ev| fired.push(ev));
+            self.wheel
+                .advance(self.now_ns, |id, ev| fired.push((id, ev)));
             if fired.is_empty() {
                 self.fired = fired;
                 return total;
             }
             total += fired.len();
-            for ev in fired.drain(..) {
+            for (id, ev) in fired.drain(..) {
                 match ev {
                     TimerEvent::Message(key) => self.on_message_timer(key),
+                    TimerEvent::LeaseGroup(g) => self.on_group_timer(g, id),
                     TimerEvent::Retention(p) => self.on_retention_timer(p),
                     TimerEvent::Dedup(slot) => {
                         if let Some(cost) = self.dedup.expire(slot) {
@@ -360,23 +388,28 @@ impl Shard {
             self.remove_message(key, Removal::Dropped);
             return;
         }
-        let (due, leased_ns) = self
-            .lease_of(&m)
-            .map_or((0, 0), |l| (l.due_ns, l.leased_ns));
+        let due = self.due_ns(&m);
         match m.state {
-            MessageState::InFlight if due <= now => {
-                let p = m.partition();
-                if let Some(o) = self.observer.0.as_mut() {
-                    o.lease_ended(LeaseOutcome::Expired, due.saturating_sub(leased_ns));
-                    o.redelivery_lateness(now.saturating_sub(due));
-                }
-                self.part_mut(p).stats.redelivered += 1;
-                self.make_available(key, due);
-            }
+            MessageState::InFlight if due <= now => self.expire_lease(key, &m),
             MessageState::Delayed if due <= now => {
                 self.set_state(key, MessageState::Visible, due);
             }
             _ => self.arm_timer(key),
         }
+    }
+
+    /// The lease of the message `m` at `key` ended by its deadline: it is
+    /// delivered again (after the queue's backoff, if any).
+    pub(super) fn expire_lease(&mut self, key: SlotKey, m: &StoredMessage) {
+        let now = self.now_ns;
+        let (due, leased_ns) = self
+            .lease_of(m)
+            .map_or((now, now), |l| (l.due_ns, l.leased_ns));
+        if let Some(o) = self.observer.0.as_mut() {
+            o.lease_ended(LeaseOutcome::Expired, due.saturating_sub(leased_ns));
+            o.redelivery_lateness(now.saturating_sub(due));
+        }
+        self.part_mut(m.partition()).stats.redelivered += 1;
+        self.make_available(key, due);
     }
 }

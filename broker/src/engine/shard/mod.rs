@@ -43,6 +43,7 @@
 //! |---|---|
 //! | `mod.rs` | the `Shard` struct, entry points, request bookkeeping, operation dispatch |
 //! | `queues.rs` | catching up with the registry: partitions created and dropped |
+//! | `lease_groups.rs` | one timer for the leases of one receive |
 //! | `records.rs` | a message's record and side-table entries: reading them, creating and freeing them, what they cost |
 //! | `lifecycle.rs` | a message's life in its shard: state, timer, ready-FIFO and membership, removal, moves; timers firing |
 //! | `send.rs` | send, dedup-key forwarding, message ids |
@@ -55,6 +56,7 @@
 mod gather;
 mod inbound;
 mod invariants;
+mod lease_groups;
 mod lifecycle;
 mod queues;
 mod receipts;
@@ -69,6 +71,7 @@ use sluice_protocol::limits::BATCH_ENTRIES_MAX;
 use sluice_protocol::{MessageId, QueueInfo, QueueName, QueueStats, ReceivedMessage, SendOutcome};
 
 use self::gather::{GatherAcc, PendingGather};
+use self::lease_groups::LeaseGroups;
 use self::receive::PendingReceive;
 use super::bodies::Bodies;
 use super::dedup::DedupTable;
@@ -83,7 +86,7 @@ use super::random::Rng;
 use super::registry::Registry;
 use super::slab::{Slab, SlotKey};
 use super::stored_message::{Ext, Lease, MessageState, StoredMessage, Table};
-use super::wheel::{TimerWheel, timer_bytes};
+use super::wheel::{TimerId, TimerWheel, timer_bytes};
 use crate::sync::Arc;
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -129,6 +132,8 @@ pub struct MessageView {
 #[derive(Clone, Copy, Debug)]
 enum TimerEvent {
     Message(SlotKey),
+    /// The end of the leases of a lease group (`lease_groups.rs`).
+    LeaseGroup(u32),
     /// The retention of a partition's age FIFO front.
     Retention(u32),
     Dedup(SlotKey),
@@ -211,6 +216,7 @@ pub struct Shard {
     messages: Slab<StoredMessage>,
     exts: Table<Ext>,
     leases: Table<Lease>,
+    groups: LeaseGroups,
     bodies: Bodies,
     ready_spare: ReadySpare,
     age_spare: AgeSpare,
@@ -229,7 +235,7 @@ pub struct Shard {
     touched: Vec<u32>,
     sent_count: usize,
     shut_down: bool,
-    fired: Vec<TimerEvent>,
+    fired: Vec<(TimerId, TimerEvent)>,
     inbox: Vec<(usize, ShardMsg)>,
     observer: Observer,
 }
@@ -302,6 +308,7 @@ impl Shard {
             messages: Slab::new(),
             exts: Table::default(),
             leases: Table::default(),
+            groups: LeaseGroups::default(),
             bodies: Bodies::new(),
             ready_spare: ReadySpare::new(FIFO_SPARE_BLOCKS_MAX),
             age_spare: AgeSpare::new(FIFO_SPARE_BLOCKS_MAX),

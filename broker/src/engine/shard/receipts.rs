@@ -9,7 +9,7 @@ use crate::engine::error::EntryError;
 use crate::engine::mesh::shard_msg::{ForwardEntry, ReceiptAction, ShardMsg};
 use crate::engine::ops::{LeaseOutcome, OpResult};
 use crate::engine::slab::SlotKey;
-use crate::engine::stored_message::MessageState;
+use crate::engine::stored_message::{MessageState, NONE};
 
 impl Shard {
     pub(super) fn op_receipts(
@@ -39,6 +39,8 @@ impl Shard {
             for (receipt, timeout_ms) in entries {
                 results.push(self.local_receipt(p, inc, &receipt, action, timeout_ms));
             }
+            // The FIFOs' stale entries, once for the batch.
+            self.maybe_compact(p);
             return self.finish_ticket(ticket, wrap(action, results));
         }
         let mut results: Vec<Option<Result<(), EntryError>>> = vec![None; entries.len()];
@@ -127,15 +129,32 @@ impl Shard {
             slot: receipt.slot,
             generation: receipt.generation,
         };
-        let current = receipt.incarnation == inc
-            && self.messages.get(key).is_some_and(|m| {
-                m.partition() == p
-                    && self.counters(m).1 == receipt.delivery
-                    && receipt.delivery > 0
-                    && self
-                        .lease_of(m)
-                        .is_some_and(|l| l.check != 0 && l.check == receipt.check)
-            });
+        let mut current = false;
+        if let Some(m) = self.messages.get(key).copied() {
+            if receipt.incarnation == inc && m.partition() == p && m.ext != NONE {
+                let e = *self.exts.get(m.ext);
+                current =
+                    e.lease != NONE && e.delivery == receipt.delivery && receipt.delivery > 0 && {
+                        let l = self.leases.get(e.lease);
+                        l.check != 0 && l.check == receipt.check
+                    };
+                if current && action == ReceiptAction::Delete {
+                    // The common delete: the message in hand, removed at once
+                    // (the batch compacts the FIFOs once, at its end).
+                    if m.state == MessageState::InFlight {
+                        let leased_ns = self.leases.get(e.lease).leased_ns;
+                        if let Some(o) = self.observer.0.as_mut() {
+                            o.lease_ended(
+                                LeaseOutcome::Deleted,
+                                self.now_ns.saturating_sub(leased_ns),
+                            );
+                        }
+                    }
+                    self.remove_known(key, &m, Removal::Deleted);
+                    return Ok(());
+                }
+            }
+        }
         if current {
             if action == ReceiptAction::ChangeVisibility && timeout_ms > VISIBILITY_TIMEOUT_MS_MAX {
                 self.check_receipt(inc, receipt, action, timeout_ms)?;

@@ -4,16 +4,16 @@
 
 use sluice_protocol::attributes::{RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX};
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, FRAME_RESERVED_BYTES};
-use sluice_protocol::message::first_received_delta_ms;
+use sluice_protocol::message::first_received_delta_ms as first_received_delta_ms_of;
 use sluice_protocol::{QueueName, Receipt, ReceivedMessage, received_message_encoded_len};
 
-use super::{NS_PER_MS, PendingKind, Shard, TimerEvent};
+use super::{EXT_BYTES, LEASE_BYTES, NS_PER_MS, PendingKind, Shard, TimerEvent};
 use crate::engine::error::EngineError;
 use crate::engine::mesh::shard_msg::ShardMsg;
 use crate::engine::ops::OpResult;
 use crate::engine::partition::ReadyEntry;
 use crate::engine::slab::SlotKey;
-use crate::engine::stored_message::MessageState;
+use crate::engine::stored_message::{Ext, Lease, MessageState, NONE, StoredMessage};
 use crate::engine::wheel::TimerId;
 
 /// Reply-frame room left for a receive.
@@ -72,7 +72,7 @@ impl Shard {
     /// The next visible message of `p` to serve and where it comes from,
     /// without taking it ([`Shard::take_next`] does). Stale entries in front
     /// are dropped on the way. See `partition.rs` for the order.
-    pub(super) fn next_visible(&mut self, p: u32) -> Option<(SlotKey, Source)> {
+    pub(super) fn next_visible(&mut self, p: u32) -> Option<(SlotKey, Source, StoredMessage)> {
         let part = self.partitions[p as usize]
             .as_mut()
             .expect("live partition index");
@@ -83,7 +83,7 @@ impl Shard {
             match self.messages.get_mut(e.key) {
                 Some(m) if m.partition() == p => {
                     if m.state == MessageState::Visible {
-                        break Some(e);
+                        break Some((e, *m));
                     }
                     // Leased again since (a change of visibility after its
                     // lease ended): it comes back when visible.
@@ -104,15 +104,17 @@ impl Shard {
                 Some(m)
                     if m.partition() == p && m.is_plain() && m.in_age_fifo() && !m.in_ready() =>
                 {
-                    break Some((key, m.seq.get()));
+                    break Some((key, *m));
                 }
                 _ => part.fresh += 1,
             }
         };
         match (ready, fresh) {
-            (Some(r), Some((_, seq))) if r.order <= seq => Some((r.key, Source::Ready)),
-            (_, Some((key, _))) => Some((key, Source::Fresh)),
-            (Some(r), None) => Some((r.key, Source::Ready)),
+            (Some((r, m)), Some((_, f))) if r.order <= f.seq.get() => {
+                Some((r.key, Source::Ready, m))
+            }
+            (_, Some((key, m))) => Some((key, Source::Fresh, m)),
+            (Some((r, m)), None) => Some((r.key, Source::Ready, m)),
             (None, None) => None,
         }
     }
@@ -135,7 +137,7 @@ impl Shard {
 
     /// Pops the next visible message of `p`.
     pub(super) fn pop_visible(&mut self, p: u32) -> Option<(SlotKey, Source)> {
-        let (key, source) = self.next_visible(p)?;
+        let (key, source, _) = self.next_visible(p)?;
         self.take_next(p, key, source);
         Some((key, source))
     }
@@ -163,7 +165,9 @@ impl Shard {
     }
 
     /// Leases up to `max` visible messages of `p` into `out`, dead-lettering
-    /// those whose next delivery would exceed the redrive policy.
+    /// those whose next delivery would exceed the redrive policy. The
+    /// messages leased here share a deadline, and a lease group's timer
+    /// (`lease_groups.rs`).
     pub(super) fn take_visible(
         &mut self,
         p: u32,
@@ -188,14 +192,13 @@ impl Shard {
         let now = self.now_ns;
         let wall = self.wall_ms;
         let due = now.saturating_add(u64::from(vis_ms) * NS_PER_MS);
+        let mut group = NONE;
+        let mut leased = 0u64;
+        let mut charge = 0u64;
         let start = out.len();
         while out.len() - start < max {
-            let Some((key, source)) = self.next_visible(p) else {
+            let Some((key, source, m)) = self.next_visible(p) else {
                 break;
-            };
-            let Some(m) = self.messages.get(key).copied() else {
-                self.take_next(p, key, source);
-                continue;
             };
             let (receive_count, delivery) = self.counters(&m);
             if let Some((d, max_receives)) = dlq {
@@ -213,17 +216,9 @@ impl Shard {
                 break;
             }
             self.take_next(p, key, source);
-            let ext = self.ensure_ext(key);
-            let sent_at_ms = m.sent_at_ms.get();
             let delivery = delivery + 1;
-            let e = self.exts.get_mut(ext);
-            e.receive_count = receive_count.saturating_add(1);
-            e.delivery = delivery;
-            if delivery == 1 {
-                e.first_received_delta_ms = first_received_delta_ms(sent_at_ms, wall);
-            }
-            let (receive_count, first_received_delta_ms) =
-                (e.receive_count, e.first_received_delta_ms);
+            let receive_count = receive_count.saturating_add(1);
+            let sent_at_ms = m.sent_at_ms.get();
             let receipt = self.registry.receipt_key().sign(Receipt {
                 incarnation: inc,
                 shard: self.id,
@@ -232,13 +227,57 @@ impl Shard {
                 delivery,
                 check: 0,
             });
-            self.part_mut(p).stats.received += 1;
-            self.set_state(key, MessageState::InFlight, due);
-            let lease = self.exts.get(ext).lease;
-            let l = self.leases.get_mut(lease);
-            l.leased_ns = now;
-            l.check = receipt.check;
-            let payload = self.payload(key);
+            // The lease and the counters, each written once. A visible
+            // message has no lease entry.
+            let lease = self
+                .leases
+                .insert(Lease {
+                    due_ns: due,
+                    leased_ns: now,
+                    check: receipt.check,
+                    group: NONE,
+                })
+                .expect("a lease entry per message at most");
+            charge += LEASE_BYTES;
+            let first_received_delta_ms;
+            let ext = if m.ext == NONE {
+                first_received_delta_ms = first_received_delta_ms_of(sent_at_ms, wall);
+                charge += EXT_BYTES;
+                self.exts
+                    .insert(Ext {
+                        delivery,
+                        receive_count,
+                        first_received_delta_ms,
+                        lease,
+                        ..Ext::default()
+                    })
+                    .expect("an ext entry per message at most")
+            } else {
+                let e = self.exts.get_mut(m.ext);
+                debug_assert_eq!(e.lease, NONE, "a visible message has no lease");
+                e.delivery = delivery;
+                e.receive_count = receive_count;
+                if delivery == 1 {
+                    e.first_received_delta_ms = first_received_delta_ms_of(sent_at_ms, wall);
+                }
+                first_received_delta_ms = e.first_received_delta_ms;
+                e.lease = lease;
+                m.ext
+            };
+            if let Some(m) = self.messages.get_mut(key) {
+                m.state = MessageState::InFlight;
+                m.ext = ext;
+            }
+            if m.in_age_fifo() {
+                if group == NONE {
+                    group = self.groups.open();
+                }
+                self.join_group(group, key, lease);
+            } else {
+                // Its own timer covers its retention too.
+                self.arm_timer(key);
+            }
+            let payload = self.payload_of(&m);
             out.push(ReceivedMessage {
                 id: self.message_id(m.seq.get()),
                 receipt,
@@ -248,6 +287,18 @@ impl Shard {
                 attributes: payload.attributes,
                 body: payload.body,
             });
+            leased += 1;
+        }
+        if group != NONE {
+            self.arm_group(group, due);
+        }
+        if leased > 0 {
+            self.memory.charge(self.registry.memory(), charge);
+            let stats = &mut self.part_mut(p).stats;
+            stats.visible -= leased;
+            stats.in_flight += leased;
+            stats.received += leased;
+            self.mark_touched(p, false);
         }
     }
 

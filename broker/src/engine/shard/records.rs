@@ -68,7 +68,12 @@ impl Shard {
                 attributes: MessageAttributes::new(),
             };
         };
-        let data_len = self.data_len(&m);
+        self.payload_of(&m)
+    }
+
+    /// The body and attributes of the message `m`.
+    pub(super) fn payload_of(&mut self, m: &StoredMessage) -> Payload {
+        let data_len = self.data_len(m);
         let attrs_len = m.attrs_len();
         let body_len = data_len - attrs_len;
         let offset = u32::from(m.offset);
@@ -133,27 +138,12 @@ impl Shard {
         if m.ext == NONE {
             return;
         }
-        let ext = self.exts.get_mut(m.ext);
-        if ext.lease != NONE {
-            let lease = core::mem::replace(&mut ext.lease, NONE);
+        let lease = self.exts.get(m.ext).lease;
+        if lease != NONE {
+            self.leave_group(lease);
+            self.exts.get_mut(m.ext).lease = NONE;
             self.leases.remove(lease);
             self.memory.release(self.registry.memory(), LEASE_BYTES);
         }
-    }
-
-    /// Frees the side entries of a message that leaves, and cancels its
-    /// timer. The caller releases the memory ([`Shard::message_cost`]).
-    pub(super) fn drop_side(&mut self, m: &StoredMessage) {
-        if m.ext == NONE {
-            return;
-        }
-        let ext = *self.exts.get(m.ext);
-        if !ext.timer.is_none() {
-            self.wheel.cancel(ext.timer);
-        }
-        if ext.lease != NONE {
-            self.leases.remove(ext.lease);
-        }
-        self.exts.remove(m.ext);
     }
 }

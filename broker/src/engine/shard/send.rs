@@ -200,14 +200,18 @@ impl Shard {
         } else {
             part.stats.visible += 1;
             if in_age_fifo {
-                // Fresh: served from the age FIFO (partition.rs).
+                // Fresh: served from the age FIFO (partition.rs), and no
+                // timer (its retention is the FIFO's).
                 self.mark_touched(p, true);
             } else {
                 self.ensure_ext(key);
                 self.push_ready(p, key);
+                self.arm_timer(key);
             }
         }
-        self.arm_timer(key);
+        if delayed {
+            self.arm_timer(key);
+        }
         if let Some(k) = dedup_key {
             let window_ns = u64::from(window_ms) * NS_PER_MS;
             if let Some(slot) = self.dedup.insert(inc, k, id, dedup_cost) {
