@@ -69,6 +69,7 @@
 
 use std::fmt;
 
+use super::huge_pages;
 pub use super::limits::TICK_NS;
 use super::limits::{LIST_RETAIN_MAX, LIST_STALE_SLACK};
 
@@ -223,8 +224,10 @@ impl<T> TimerWheel<T> {
     /// An empty wheel whose clock reads `now_ns`, with room for `timers`
     /// timers before its slab grows (its lists grow as timers arrive).
     pub fn with_capacity(now_ns: u64, timers: usize) -> Self {
+        let entries = Vec::with_capacity(timers);
+        huge_pages::advise(&entries);
         Self {
-            entries: Vec::with_capacity(timers),
+            entries,
             free: NIL,
             lists: (0..LISTS).map(|_| Vec::new()).collect(),
             live: vec![0; LISTS].into_boxed_slice(),
@@ -265,14 +268,28 @@ impl<T> TimerWheel<T> {
     /// now and then, compacts its list; see the [module docs](self)).
     #[inline]
     pub fn cancel(&mut self, id: TimerId) -> Option<T> {
-        let entry = self.entries.get(id.index as usize)?;
-        if entry.generation != id.generation || entry.list() == FREE {
+        // At ten million timers the entry is a cache miss, and the CPU
+        // overlaps the misses of consecutive cancels only as far as their
+        // instructions fit its window: this path is kept short.
+        let entry = self.entries.get_mut(id.index as usize)?;
+        // A free entry's generation moved on when it was freed, and no id
+        // carries the new one until the entry is reused.
+        if entry.generation != id.generation {
             return None;
         }
         let list = entry.list();
+        entry.generation = entry.generation.wrapping_add(1);
+        entry.set_list(FREE);
+        entry.pos = self.free;
+        let value = entry.value.take();
+        self.free = id.index;
         self.len -= 1;
-        let value = self.release(id.index);
-        self.forget(list);
+        let l = usize::from(list);
+        self.live[l] -= 1;
+        let live = self.live[l] as usize;
+        if live == 0 || self.lists[l].len() > 2 * live + LIST_STALE_SLACK {
+            self.forget(list, live);
+        }
         value
     }
 
@@ -368,12 +385,17 @@ impl<T> TimerWheel<T> {
                 .ok()
                 .filter(|&index| index != NIL)
                 .expect("a timing wheel holds fewer than u32::MAX entries");
+            let grows = self.entries.len() == self.entries.capacity();
             self.entries.push(Entry {
                 key: tick,
                 generation: 0,
                 pos: NIL,
                 value: Some(value),
             });
+            if grows {
+                // A new buffer: huge pages for it once it is large.
+                huge_pages::advise(&self.entries);
+            }
             TimerId {
                 index,
                 generation: 0,
@@ -426,14 +448,12 @@ impl<T> TimerWheel<T> {
         }
     }
 
-    /// A timer of `list` was cancelled: its index stays in the list, stale.
-    /// Empties the list when nothing live is left, and compacts it when its
-    /// stale indices outnumber its live ones (plus the slack).
-    #[inline]
-    fn forget(&mut self, list: u16) {
+    /// A timer of `list` was cancelled, leaving `live` on it, and its index
+    /// stale there: empties the list when nothing live is left, and compacts
+    /// it when its stale indices outnumber its live ones (plus the slack).
+    #[cold]
+    fn forget(&mut self, list: u16, live: usize) {
         let l = usize::from(list);
-        self.live[l] -= 1;
-        let live = self.live[l] as usize;
         if live == 0 {
             self.lists[l].clear();
             if list < DUE {
@@ -442,7 +462,7 @@ impl<T> TimerWheel<T> {
             } else if list == OVERFLOW {
                 self.overflow_min = u64::MAX;
             }
-        } else if self.lists[l].len() > 2 * live + LIST_STALE_SLACK {
+        } else {
             let mut members = std::mem::take(&mut self.lists[l]);
             self.compact(list, &mut members);
             self.lists[l] = members;
