@@ -91,14 +91,19 @@ use crate::sync::Arc;
 
 const NS_PER_MS: u64 = 1_000_000;
 
-/// Bytes the memory budget charges per message beyond its data: its slab
-/// slot and its age-FIFO (or `moved`) entry.
-const MESSAGE_BYTES: u64 = (Slab::<StoredMessage>::slot_bytes() + size_of::<SlotKey>()) as u64;
-/// Bytes charged while a message has an [`Ext`] entry: the entry, one wheel
-/// timer and a ready-FIFO entry, which such a message may hold.
-const EXT_BYTES: u64 = (size_of::<Ext>() + timer_bytes::<TimerEvent>() + READY_ENTRY_BYTES) as u64;
-/// Bytes charged while a message has a [`Lease`] entry.
-const LEASE_BYTES: u64 = size_of::<Lease>() as u64;
+/// Bytes the memory budget (`--memory-max`) charges per message beyond its
+/// data (body and attributes): its slab slot and its age-FIFO (or `moved`)
+/// entry. A message never delivered, delayed or moved costs this and
+/// nothing more.
+pub const MESSAGE_BYTES: u64 = (Slab::<StoredMessage>::slot_bytes() + size_of::<SlotKey>()) as u64;
+/// Bytes charged on top while a message has been delivered, delayed or
+/// moved: its `Ext` entry, and the wheel timer and ready-FIFO entry such a
+/// message may hold.
+pub const EXT_BYTES: u64 =
+    (size_of::<Ext>() + timer_bytes::<TimerEvent>() + READY_ENTRY_BYTES) as u64;
+/// Bytes charged on top while a message is in flight or delayed: its
+/// `Lease` entry.
+pub const LEASE_BYTES: u64 = size_of::<Lease>() as u64;
 
 /// How one shard is set up. The number of shards, the memory budget and the
 /// run's keys come from the [`Registry`].
