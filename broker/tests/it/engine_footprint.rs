@@ -28,7 +28,7 @@ fn the_budget_charges_what_a_message_holds_in_each_state() {
     send(&mut c, 0, "q", &body);
     let held = 100 + MESSAGE_BYTES;
     assert_eq!(memory(&c), held, "a held message: its data and record");
-    assert!(MESSAGE_BYTES < 64, "{MESSAGE_BYTES} bytes per held message");
+    const { assert!(MESSAGE_BYTES < 64, "a held message under 64 bytes of state") };
     let m = receive(&mut c, 0, "q", 1).remove(0);
     assert_eq!(memory(&c), held + EXT_BYTES + LEASE_BYTES, "in flight");
     c.advance_ms(100);
