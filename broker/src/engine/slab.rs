@@ -73,17 +73,30 @@ impl<T> Paged<T> {
         self.len += 1;
     }
 
+    /// Page and place of index `i`, in 32-bit arithmetic (cheaper than
+    /// 64-bit division by a constant): the stores hold fewer than 2^32
+    /// values (the slab and the side tables index with `u32`).
+    #[inline]
+    fn place(i: usize) -> Option<(usize, usize)> {
+        let i = u32::try_from(i).ok()?;
+        // SLOTS is at most PAGE_BYTES (64 Ki): within u32.
+        let slots = Self::SLOTS as u32;
+        Some(((i / slots) as usize, (i % slots) as usize))
+    }
+
     /// The value at `i`.
     #[must_use]
+    #[inline]
     pub fn get(&self, i: usize) -> Option<&T> {
-        self.pages.get(i / Self::SLOTS)?.get(i % Self::SLOTS)
+        let (page, at) = Self::place(i)?;
+        self.pages.get(page)?.get(at)
     }
 
     /// The value at `i`, mutably.
+    #[inline]
     pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
-        self.pages
-            .get_mut(i / Self::SLOTS)?
-            .get_mut(i % Self::SLOTS)
+        let (page, at) = Self::place(i)?;
+        self.pages.get_mut(page)?.get_mut(at)
     }
 
     /// Every value, in index order.

@@ -95,6 +95,12 @@ impl Shard {
     pub(super) fn leave_group(&mut self, lease: u32) {
         let l = self.leases.get_mut(lease);
         let g = core::mem::replace(&mut l.group, NONE);
+        self.count_out(g);
+    }
+
+    /// A member of group `g` (none when `NONE`) left it; a group left empty
+    /// cancels its timer.
+    pub(super) fn count_out(&mut self, g: u32) {
         if g == NONE {
             return;
         }

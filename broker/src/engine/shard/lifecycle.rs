@@ -9,7 +9,7 @@ use super::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Removal, Shard, Ti
 use crate::engine::ops::LeaseOutcome;
 use crate::engine::partition::ReadyEntry;
 use crate::engine::slab::SlotKey;
-use crate::engine::stored_message::{MessageState, NONE, StoredMessage};
+use crate::engine::stored_message::{Ext, MessageState, NONE, StoredMessage};
 use crate::engine::wheel::TimerId;
 
 impl Shard {
@@ -198,17 +198,33 @@ impl Shard {
     /// caller compacts the partition's FIFOs ([`Shard::maybe_compact`])
     /// when it is done removing.
     pub(super) fn remove_known(&mut self, key: SlotKey, m: &StoredMessage, why: Removal) {
+        let side = (m.ext != NONE).then(|| {
+            let e = *self.exts.get(m.ext);
+            let group = (e.lease != NONE).then(|| self.leases.get(e.lease).group);
+            (e, group)
+        });
+        self.remove_with(key, m, side, why);
+    }
+
+    /// [`Shard::remove_known`] with the message's ext entry and its lease's
+    /// group (when it has a lease) already read.
+    pub(super) fn remove_with(
+        &mut self,
+        key: SlotKey,
+        m: &StoredMessage,
+        side: Option<(Ext, Option<u32>)>,
+        why: Removal,
+    ) {
         let data_len = self.data_len(m);
         let mut cost = data_len as u64 + MESSAGE_BYTES;
-        if m.ext != NONE {
-            let e = *self.exts.get(m.ext);
+        if let Some((e, group)) = side {
             cost += EXT_BYTES;
             if !e.timer.is_none() {
                 self.wheel.cancel(e.timer);
             }
-            if e.lease != NONE {
+            if let Some(group) = group {
                 cost += LEASE_BYTES;
-                self.leave_group(e.lease);
+                self.count_out(group);
                 self.leases.remove(e.lease);
             }
             self.exts.remove(m.ext);

@@ -133,25 +133,22 @@ impl Shard {
         if let Some(m) = self.messages.get(key).copied() {
             if receipt.incarnation == inc && m.partition() == p && m.ext != NONE {
                 let e = *self.exts.get(m.ext);
-                current =
-                    e.lease != NONE && e.delivery == receipt.delivery && receipt.delivery > 0 && {
-                        let l = self.leases.get(e.lease);
-                        l.check != 0 && l.check == receipt.check
-                    };
-                if current && action == ReceiptAction::Delete {
-                    // The common delete: the message in hand, removed at once
-                    // (the batch compacts the FIFOs once, at its end).
-                    if m.state == MessageState::InFlight {
-                        let leased_ns = self.leases.get(e.lease).leased_ns;
-                        if let Some(o) = self.observer.0.as_mut() {
-                            o.lease_ended(
-                                LeaseOutcome::Deleted,
-                                self.now_ns.saturating_sub(leased_ns),
-                            );
+                if e.lease != NONE && e.delivery == receipt.delivery && receipt.delivery > 0 {
+                    let l = *self.leases.get(e.lease);
+                    current = l.check != 0 && l.check == receipt.check;
+                    if current && action == ReceiptAction::Delete {
+                        // The common delete: the message in hand, removed at
+                        // once (the batch compacts the FIFOs once, at its
+                        // end).
+                        if m.state == MessageState::InFlight {
+                            let held_ns = self.now_ns.saturating_sub(l.leased_ns);
+                            if let Some(o) = self.observer.0.as_mut() {
+                                o.lease_ended(LeaseOutcome::Deleted, held_ns);
+                            }
                         }
+                        self.remove_with(key, &m, Some((e, Some(l.group))), Removal::Deleted);
+                        return Ok(());
                     }
-                    self.remove_known(key, &m, Removal::Deleted);
-                    return Ok(());
                 }
             }
         }

@@ -13,7 +13,7 @@ use crate::engine::mesh::shard_msg::ShardMsg;
 use crate::engine::ops::OpResult;
 use crate::engine::partition::ReadyEntry;
 use crate::engine::slab::SlotKey;
-use crate::engine::stored_message::{Ext, Lease, MessageState, NONE, StoredMessage};
+use crate::engine::stored_message::{Ext, Lease, MessageState, NONE};
 use crate::engine::wheel::TimerId;
 
 /// Reply-frame room left for a receive.
@@ -72,7 +72,7 @@ impl Shard {
     /// The next visible message of `p` to serve and where it comes from,
     /// without taking it ([`Shard::take_next`] does). Stale entries in front
     /// are dropped on the way. See `partition.rs` for the order.
-    pub(super) fn next_visible(&mut self, p: u32) -> Option<(SlotKey, Source, StoredMessage)> {
+    pub(super) fn next_visible(&mut self, p: u32) -> Option<(SlotKey, Source)> {
         let part = self.partitions[p as usize]
             .as_mut()
             .expect("live partition index");
@@ -83,7 +83,7 @@ impl Shard {
             match self.messages.get_mut(e.key) {
                 Some(m) if m.partition() == p => {
                     if m.state == MessageState::Visible {
-                        break Some((e, *m));
+                        break Some(e);
                     }
                     // Leased again since (a change of visibility after its
                     // lease ended): it comes back when visible.
@@ -104,17 +104,15 @@ impl Shard {
                 Some(m)
                     if m.partition() == p && m.is_plain() && m.in_age_fifo() && !m.in_ready() =>
                 {
-                    break Some((key, *m));
+                    break Some((key, m.seq.get()));
                 }
                 _ => part.fresh += 1,
             }
         };
         match (ready, fresh) {
-            (Some((r, m)), Some((_, f))) if r.order <= f.seq.get() => {
-                Some((r.key, Source::Ready, m))
-            }
-            (_, Some((key, m))) => Some((key, Source::Fresh, m)),
-            (Some((r, m)), None) => Some((r.key, Source::Ready, m)),
+            (Some(r), Some((_, seq))) if r.order <= seq => Some((r.key, Source::Ready)),
+            (_, Some((key, _))) => Some((key, Source::Fresh)),
+            (Some(r), None) => Some((r.key, Source::Ready)),
             (None, None) => None,
         }
     }
@@ -137,7 +135,7 @@ impl Shard {
 
     /// Pops the next visible message of `p`.
     pub(super) fn pop_visible(&mut self, p: u32) -> Option<(SlotKey, Source)> {
-        let (key, source, _) = self.next_visible(p)?;
+        let (key, source) = self.next_visible(p)?;
         self.take_next(p, key, source);
         Some((key, source))
     }
@@ -197,7 +195,11 @@ impl Shard {
         let mut charge = 0u64;
         let start = out.len();
         while out.len() - start < max {
-            let Some((key, source, m)) = self.next_visible(p) else {
+            let Some((key, source)) = self.next_visible(p) else {
+                break;
+            };
+            let Some(m) = self.messages.get(key).copied() else {
+                // next_visible names only messages it found.
                 break;
             };
             let (receive_count, delivery) = self.counters(&m);
