@@ -3,7 +3,7 @@
 //!
 //! # The record
 //!
-//! What every held message needs, and nothing else ([`StoredMessage`], 40
+//! What every held message needs, and nothing else (`StoredMessage`, 40
 //! bytes; 44 with its slab slot's generation):
 //!
 //! | field | bytes | what |
@@ -17,7 +17,7 @@
 //! | `retention_ms` | 4 | retention from `sent_ms`: the drop deadline as a 32-bit offset |
 //! | `partition` | 3 | local index of its queue's partition |
 //! | `state` | 1 | visible, delayed or in flight |
-//! | `ext` | 4 | index of its [`Ext`] entry, or none |
+//! | `ext` | 4 | index of its `Ext` entry, or none |
 //!
 //! A message never delivered, never delayed and never moved (the common
 //! held message) has nothing else: no timer (its retention is its
@@ -26,11 +26,11 @@
 //!
 //! # Side tables
 //!
-//! - [`Ext`] (32 bytes), from a message's first delivery, delay or move
+//! - `Ext` (32 bytes), from a message's first delivery, delay or move
 //!   until it leaves: its counters (receive count, delivery number,
 //!   first-received time as an offset from sent-at), the queue it was
 //!   dead-lettered from, its one wheel timer, and its lease.
-//! - [`Lease`] (24 bytes), while it is in flight or delayed: the end of the
+//! - `Lease` (24 bytes), while it is in flight or delayed: the end of the
 //!   lease or delay, when the lease began (for the metrics), the check of
 //!   the receipt it was delivered under (a receipt of the current delivery is
 //!   known good without a second MAC; once the lease entry is gone, a late

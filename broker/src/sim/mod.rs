@@ -11,7 +11,7 @@
 //! out or are woken from other shards, the memory budget runs out (`Busy`),
 //! and queues are purged, deleted and created again with leases out.
 //!
-//! After every step it checks what a client could see ([`oracle`]): no
+//! After every step it checks what a client could see (`oracle.rs`): no
 //! message delivered again before its lease ended or after it was deleted,
 //! a receipt of an older delivery never accepted, delivery numbers unique
 //! and growing, `Busy` only on sends; every shard's invariants (the
