@@ -16,7 +16,10 @@
 //!   deadline for a message whose retention is its own (see
 //!   `partition.rs`: moved in, or out of send order). A visible message whose
 //!   retention is its partition's FIFO has none; one timer per partition
-//!   drops the FIFO's front. Removing a message cancels its timer at once.
+//!   drops the FIFO's front. A lease taken by a receive, for a message whose
+//!   retention is its FIFO's, has no timer of its own either: the receive's
+//!   lease group has one for all its messages (`lease_groups.rs`). Removing
+//!   a message cancels its timer (or counts it out of its group) at once.
 //! - A receive that its partition cannot fill asks, one at a time, the other
 //!   shards whose visible hint is non-zero ([`ShardMsg::Steal`]); the owner
 //!   leases the messages itself and sends them back. A receive that got
