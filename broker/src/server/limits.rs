@@ -158,6 +158,7 @@ const _: () = assert!(SHARDS_MAX as usize <= crate::engine::limits::SHARDS_MAX);
 const _: () = assert!(SHARD_RING_CAPACITY.is_power_of_two());
 const _: () = assert!(SHARD_RING_CAPACITY <= crate::engine::limits::LINK_CAPACITY_MAX);
 const _: () = assert!(QUEUES_MAX_DEFAULT as usize == crate::engine::limits::QUEUES_MAX_DEFAULT);
+const _: () = assert!(QUEUES_MAX_LIMIT as usize <= crate::engine::limits::PARTITIONS_MAX);
 const _: () = assert!(CLOSE_FLUSH_TIMEOUT_NS > DRAIN_QUIET_NS);
 const _: () = assert!(HOUSEKEEPING_MIN_NS <= HOUSEKEEPING_MAX_NS);
 // The housekeeping tick is a quarter of the shortest connection timeout, so

@@ -182,6 +182,10 @@ impl Engine for EngineLink<'_> {
         self.shard.cancel(ticket);
         self.tickets.remove(&ticket);
     }
+
+    fn recycle(&mut self, result: OpResult) {
+        self.shard.recycle(result);
+    }
 }
 
 struct State {
