@@ -12,6 +12,9 @@
 //!   when it is meant to go out, what became of it, how long it took;
 //! - [`report`] and [`slo`]: tables, JSON, `.hgrm`, SVG, objectives.
 //!
+//! [`chaos`] is the fault suite and the soak of `sluice-chaos`: a real
+//! `sluice-server` process, faults over real sockets, every message counted.
+//!
 //! ```
 //! use sluice_loadgen::slo::Slo;
 //! use sluice_loadgen::stats::{Percentiles, new_histogram};
@@ -28,6 +31,7 @@
 
 pub mod adapter;
 pub mod body;
+pub mod chaos;
 pub mod config;
 pub mod report;
 pub mod run;

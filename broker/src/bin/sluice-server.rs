@@ -48,10 +48,15 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::builder()
         .parse(&config.log_filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A log line that cannot be written (the reader of a piped stderr went
+    // away) is dropped: tracing-subscriber would otherwise report it with
+    // `eprintln!`, which panics on that same broken stderr and takes down
+    // whichever thread logged, the signal thread included.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
         .init();
     tracing::info!(
         "sluice-server {} starting with this configuration:\n{config}",

@@ -9,9 +9,11 @@
 //! value, and the engine copies a message's body and attributes exactly
 //! once: when it accepts the message, straight out of the receive buffer.
 //!
-//! Results are owned values that borrow nothing from the shard, so a later
-//! form of [`crate::engine::Shard::submit`] can write them into storage the
-//! server lends instead of vectors of its own.
+//! Results are owned values that borrow nothing from the shard. Their
+//! vectors come from a pool the caller refills by handing each result back
+//! once used ([`crate::engine::Shard::recycle`]: the server does so after
+//! writing the reply), so in steady state a request's result allocates
+//! nothing.
 
 use sluice_protocol::{
     ChangeVisibilityRequest, DeleteRequest, PeekedMessage, QueueAttributesRequest, QueueInfo,

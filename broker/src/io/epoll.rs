@@ -12,7 +12,11 @@
 //! The price of edge triggering is that the driver must remember readiness
 //! itself: a connection is `readable` from its edge until a read returns
 //! `EAGAIN` or less than a full buffer (a short read shows the socket was
-//! drained, as tokio's `poll_evented.rs` relies on). Each connection reads at
+//! drained, as tokio's `poll_evented.rs` relies on), unless the edge also
+//! signalled the peer's end (`EPOLLRDHUP`, `EPOLLHUP`, `EPOLLERR`): bytes
+//! and the end of stream often share one edge, and no edge follows, so such
+//! a connection is read until a read returns 0 or fails (tokio likewise
+//! keeps "read closed" apart from "readable"). Each connection reads at
 //! most [`READ_BUDGET`] buffers per poll so one busy peer cannot starve the
 //! others; one with data left is served again at the next poll without
 //! waiting. Reads go into one reusable buffer, lent to the callback. Sends
@@ -51,6 +55,10 @@ struct EConn {
     fd: Option<OwnedFd>,
     /// An edge arrived and the socket has not been read dry since.
     readable: bool,
+    /// An edge signalled the peer's end of stream or an error: a short read
+    /// no longer means the socket is drained, since the end is still to be
+    /// read and no further edge will announce it.
+    peer_closed: bool,
     /// The last send could not write everything; waiting for `EPOLLOUT`.
     write_blocked: bool,
     /// `EPOLLOUT` is in the interest set.
@@ -198,7 +206,7 @@ impl EpollDriver {
                     self.ops.slot_mut(index).close = CloseReq::Now;
                 }
                 Ok(n) => {
-                    if n < self.buf.len() {
+                    if n < self.buf.len() && !self.conns[i].peer_closed {
                         self.conns[i].readable = false;
                     }
                     let conn = self.ops.id(index);
@@ -366,8 +374,10 @@ impl EpollDriver {
             }
             self.conns[i] = EConn {
                 fd: Some(fd),
-                // Bytes may have arrived before registration.
+                // Bytes may have arrived before registration (an end of
+                // stream too: registering a ready socket reports its edge).
                 readable: true,
+                peer_closed: false,
                 write_blocked: false,
                 out_registered: false,
             };
@@ -442,6 +452,9 @@ impl Driver for EpollDriver {
                         let hangup = (libc::EPOLLHUP | libc::EPOLLERR) as u32;
                         if flags & ((libc::EPOLLIN | libc::EPOLLRDHUP) as u32 | hangup) != 0 {
                             conn.readable = true;
+                        }
+                        if flags & (libc::EPOLLRDHUP as u32 | hangup) != 0 {
+                            conn.peer_closed = true;
                         }
                         if flags & (libc::EPOLLOUT as u32 | hangup) != 0 {
                             conn.write_blocked = false;

@@ -43,11 +43,12 @@ use self::units::{format_bytes, format_duration, parse_bytes, parse_duration};
 pub use super::limits::{
     CONFIG_FILE_BYTES_MAX, CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT, CPU_INDEX_LIMIT,
     FRAME_BYTES_MAX_MIN, FRAME_TIMEOUT_DEFAULT, HELLO_FRAME_BYTES_MAX_MIN, HELLO_TIMEOUT_DEFAULT,
-    LISTEN_DEFAULT, LOG_DEFAULT, MEMORY_MAX_FALLBACK, MEMORY_MAX_LIMIT, MEMORY_MAX_MIN,
-    METRICS_ADDR_DEFAULT, QUEUES_MAX_DEFAULT, QUEUES_MAX_LIMIT, REQUESTS_IN_FLIGHT_MAX_DEFAULT,
-    REQUESTS_IN_FLIGHT_MAX_LIMIT, SHARDS_MAX, SHUTDOWN_TIMEOUT_DEFAULT, SHUTDOWN_TIMEOUT_MAX,
-    TIMEOUT_MAX, TIMEOUT_MIN, UNSENT_BYTES_MAX_DEFAULT, UNSENT_BYTES_MAX_LIMIT,
-    UNSENT_BYTES_TOTAL_MAX_DEFAULT, UNSENT_BYTES_TOTAL_MAX_LIMIT,
+    IDLE_SPIN_DEFAULT, IDLE_SPIN_MAX, LISTEN_DEFAULT, LOG_DEFAULT, MEMORY_MAX_FALLBACK,
+    MEMORY_MAX_LIMIT, MEMORY_MAX_MIN, METRICS_ADDR_DEFAULT, QUEUES_MAX_DEFAULT, QUEUES_MAX_LIMIT,
+    REQUESTS_IN_FLIGHT_MAX_DEFAULT, REQUESTS_IN_FLIGHT_MAX_LIMIT, SHARDS_MAX,
+    SHUTDOWN_TIMEOUT_DEFAULT, SHUTDOWN_TIMEOUT_MAX, TIMEOUT_MAX, TIMEOUT_MIN,
+    UNSENT_BYTES_MAX_DEFAULT, UNSENT_BYTES_MAX_LIMIT, UNSENT_BYTES_TOTAL_MAX_DEFAULT,
+    UNSENT_BYTES_TOTAL_MAX_LIMIT,
 };
 
 /// Bytes beyond the token an auth token file may hold (its trailing line
@@ -386,10 +387,18 @@ pub struct Settings {
     /// exiting anyway [default: 10s].
     #[arg(long, env = "SLUICE_SHUTDOWN_TIMEOUT", value_name = "DURATION", value_parser = parse_time)]
     pub shutdown_timeout: Option<Duration>,
+
+    /// After its last work, a shard polls its connections and rings this
+    /// long before it sleeps in the kernel: a request that comes within it
+    /// costs no wake-up (lower latency, more requests per second on one
+    /// connection), at the price of that CPU time spinning after each burst.
+    /// Up to 10ms [default: 0s, off].
+    #[arg(long, env = "SLUICE_IDLE_SPIN", value_name = "DURATION", value_parser = parse_time)]
+    pub idle_spin: Option<Duration>,
 }
 
 /// The keys a config file may hold: the flag names with underscores.
-pub const CONFIG_FILE_KEYS: [&str; 20] = [
+pub const CONFIG_FILE_KEYS: [&str; 21] = [
     "listen",
     "shards",
     "cpus",
@@ -410,6 +419,7 @@ pub const CONFIG_FILE_KEYS: [&str; 20] = [
     "queues_max",
     "log",
     "shutdown_timeout",
+    "idle_spin",
 ];
 
 impl RawArgs {
@@ -469,6 +479,7 @@ impl Settings {
             queues_max: self.queues_max.or(lower.queues_max),
             log: self.log.or(lower.log),
             shutdown_timeout: self.shutdown_timeout.or(lower.shutdown_timeout),
+            idle_spin: self.idle_spin.or(lower.idle_spin),
         }
     }
 
@@ -584,6 +595,7 @@ impl Settings {
             "queues_max" => self.queues_max = with(value, parse_count)?,
             "log" => self.log = with(value, |s| Ok(s.to_owned()))?,
             "shutdown_timeout" => self.shutdown_timeout = with(value, parse_time)?,
+            "idle_spin" => self.idle_spin = with(value, parse_time)?,
             _ => return Err(KeyProblem::Unknown),
         }
         Ok(())
@@ -765,6 +777,8 @@ pub struct Config {
     pub log_filter: String,
     /// Time to answer requests in flight on shutdown.
     pub shutdown_timeout: Duration,
+    /// How long a shard polls after its last work before it sleeps.
+    pub idle_spin: Duration,
 }
 
 /// Why a configuration was refused. Each message names the setting (flag
@@ -1106,6 +1120,14 @@ impl Config {
             format_duration,
         )?;
 
+        let idle_spin = in_range(
+            "idle-spin",
+            s.idle_spin.unwrap_or(IDLE_SPIN_DEFAULT),
+            Duration::ZERO,
+            IDLE_SPIN_MAX,
+            format_duration,
+        )?;
+
         let log_filter = s.log.unwrap_or_else(|| LOG_DEFAULT.to_owned());
         check_log_filter(&log_filter)?;
 
@@ -1155,6 +1177,7 @@ impl Config {
             queues_max,
             log_filter,
             shutdown_timeout,
+            idle_spin,
         })
     }
 }
@@ -1241,7 +1264,8 @@ impl fmt::Display for Config {
         }
         writeln!(f, "queues_max = {}", self.queues_max)?;
         writeln!(f, "log = {}", quoted(&self.log_filter))?;
-        writeln!(f, "shutdown_timeout = {}", time(self.shutdown_timeout))
+        writeln!(f, "shutdown_timeout = {}", time(self.shutdown_timeout))?;
+        writeln!(f, "idle_spin = {}", time(self.idle_spin))
     }
 }
 

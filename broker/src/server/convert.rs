@@ -96,6 +96,28 @@ fn codes<T>(results: Vec<Result<T, EntryError>>) -> Vec<Result<T, ErrorCode>> {
         .collect()
 }
 
+/// A reply's vector of per-entry results, once the reply is written, as an
+/// empty result the engine can fill again ([`crate::engine::Shard::recycle`]):
+/// the same allocation, its entries dropped. `None` for other replies.
+pub fn into_storage(reply: Reply) -> Option<OpResult> {
+    match reply {
+        Reply::Send { results } => Some(OpResult::Sent(emptied(results))),
+        Reply::Delete { results } => Some(OpResult::Deleted(emptied(results))),
+        Reply::ChangeVisibility { results } => Some(OpResult::VisibilityChanged(emptied(results))),
+        _ => None,
+    }
+}
+
+/// `results` emptied, as a vector of engine results: the wire codes and the
+/// engine's errors have one layout, so this keeps the allocation.
+fn emptied<T>(mut results: Vec<Result<T, ErrorCode>>) -> Vec<Result<T, EntryError>> {
+    results.clear();
+    results
+        .into_iter()
+        .map(|r| r.map_err(|_| EntryError::Gone))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use sluice_protocol::{MessageId, SendOutcome};
@@ -117,8 +139,14 @@ mod tests {
         let codes = [Ok(()), Err(ErrorCode::Gone), Err(ErrorCode::Busy)];
         let reply = to_reply(OpResult::Deleted(deleted));
         assert!(
-            matches!(reply, Reply::Delete { results } if results.as_ptr() as usize == at && results == codes)
+            matches!(&reply, Reply::Delete { results } if results.as_ptr() as usize == at && *results == codes)
         );
+        // Once written, the same vector goes back to the engine, empty.
+        let Some(OpResult::Deleted(again)) = into_storage(reply) else {
+            panic!("a DELETE reply's results are storage");
+        };
+        assert!(again.is_empty() && again.capacity() >= 3);
+        assert_eq!(again.as_ptr() as usize, at);
         // The session's own requests stay with it.
         assert_eq!(route(Request::Ping { nonce: 3 }), Route::Ping { nonce: 3 });
         assert_eq!(route(Request::ServerStats), Route::ServerStats);

@@ -66,6 +66,11 @@ pub const LOG_DEFAULT: &str = "info";
 pub const SHUTDOWN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// Upper bound for `--shutdown-timeout`.
 pub const SHUTDOWN_TIMEOUT_MAX: Duration = Duration::from_secs(3600);
+/// Default for `--idle-spin`: how long a shard polls without sleeping
+/// after its last work.
+pub const IDLE_SPIN_DEFAULT: Duration = Duration::ZERO;
+/// Upper bound for `--idle-spin`.
+pub const IDLE_SPIN_MAX: Duration = Duration::from_millis(10);
 /// Largest config file read.
 pub const CONFIG_FILE_BYTES_MAX: u64 = MIB;
 
@@ -157,6 +162,7 @@ const _: () = assert!(SHARDS_MAX as usize <= crate::engine::limits::SHARDS_MAX);
 const _: () = assert!(SHARD_RING_CAPACITY.is_power_of_two());
 const _: () = assert!(SHARD_RING_CAPACITY <= crate::engine::limits::LINK_CAPACITY_MAX);
 const _: () = assert!(QUEUES_MAX_DEFAULT as usize == crate::engine::limits::QUEUES_MAX_DEFAULT);
+const _: () = assert!(QUEUES_MAX_LIMIT as usize <= crate::engine::limits::PARTITIONS_MAX);
 const _: () = assert!(CLOSE_FLUSH_TIMEOUT_NS > DRAIN_QUIET_NS);
 const _: () = assert!(HOUSEKEEPING_MIN_NS <= HOUSEKEEPING_MAX_NS);
 // The housekeeping tick is a quarter of the shortest connection timeout, so

@@ -114,6 +114,9 @@ pub trait Engine {
     fn submit_unanswered(&mut self, op: Op);
     /// Forgets `ticket`: its connection is gone.
     fn cancel(&mut self, ticket: u64);
+    /// Hands a result back once its reply is written, so the engine fills
+    /// its vectors again instead of allocating new ones.
+    fn recycle(&mut self, result: OpResult);
 }
 
 /// What every session of a shard shares: the limits it enforces and what a
@@ -718,7 +721,9 @@ impl Session {
         engine: &mut dyn Engine,
     ) {
         if let OpResult::Received(messages) = result {
-            return self.answer_receive(request_id, receive_queue, bind, &messages, engine);
+            self.answer_receive(request_id, receive_queue, bind, &messages, engine);
+            engine.recycle(OpResult::Received(messages));
+            return;
         }
         let mut reply = convert::to_reply(result);
         let dropped = reply.fit_frame(self.decoder.frame_bytes_max() as usize);
@@ -729,6 +734,9 @@ impl Session {
             );
         }
         self.reply(request_id, &reply);
+        if let Some(storage) = convert::into_storage(reply) {
+            engine.recycle(storage);
+        }
     }
 
     /// Writes a RECEIVE reply straight into the output. The engine budgets
@@ -906,6 +914,7 @@ mod tests {
         submitted: Vec<Op>,
         unanswered: Vec<Op>,
         cancelled: Vec<u64>,
+        recycled: Vec<OpResult>,
         next_ticket: u64,
     }
 
@@ -940,6 +949,10 @@ mod tests {
 
         fn cancel(&mut self, ticket: u64) {
             self.cancelled.push(ticket);
+        }
+
+        fn recycle(&mut self, result: OpResult) {
+            self.recycled.push(result);
         }
     }
 
@@ -1514,7 +1527,14 @@ mod tests {
         assert!(h.replies.is_empty(), "PING waits behind the DELETE");
         assert_eq!(h.session.in_flight(), 2);
         // The DELETE's answer comes: it, then the PING, in order.
-        assert!(h.result(2, OpResult::Deleted(vec![Err(EntryError::Gone)])));
+        let results = vec![Err(EntryError::Gone)];
+        let storage = results.as_ptr() as usize;
+        assert!(h.result(2, OpResult::Deleted(results)));
+        // Its vector goes back to the engine, empty, once written.
+        assert!(matches!(
+            h.engine.recycled.pop(),
+            Some(OpResult::Deleted(v)) if v.is_empty() && v.as_ptr() as usize == storage
+        ));
         assert_eq!(
             h.replies,
             [

@@ -94,6 +94,11 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
         let now = clock::now_ns();
         let time = st.shared.clock.engine_time(now, clock::wall_ms());
         let mut timeout = st.wait_timeout(now, time.now_ns);
+        // Spinning: within --idle-spin of the last work, poll without
+        // sleeping, so the next request costs no wake-up.
+        if now < st.spin_until_ns {
+            timeout = Some(Duration::ZERO);
+        }
         if timeout != Some(Duration::ZERO) {
             let engine = &mut st.engine;
             if !st
@@ -104,10 +109,14 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
             }
         }
         st.clock_fresh = false;
+        st.events = 0;
         let result = driver.poll(timeout, &mut |io, event| st.on_event(io, event));
         st.doorbell.woke();
         result?;
         st.refresh_clock();
+        if st.events > 0 && st.idle_spin_ns > 0 {
+            st.spin_until_ns = st.now_ns.saturating_add(st.idle_spin_ns);
+        }
         if st.shared.shutting_down() && st.drain_deadline_ns.is_none() {
             driver.stop_accepting();
             st.begin_drain(driver.connections_mut());
@@ -201,6 +210,10 @@ impl Engine for EngineLink<'_> {
         self.shard.cancel(ticket);
         self.tickets.remove(&ticket);
     }
+
+    fn recycle(&mut self, result: OpResult) {
+        self.shard.recycle(result);
+    }
 }
 
 struct State {
@@ -240,6 +253,11 @@ struct State {
     /// (and refused connections) since, not yet logged.
     accept_failure_logged_ns: Option<u64>,
     accept_failures_unlogged: (u64, u64),
+    /// `--idle-spin`, and until when this shard polls without sleeping.
+    idle_spin_ns: u64,
+    spin_until_ns: u64,
+    /// Events the driver reported in this turn's poll.
+    events: u32,
 }
 
 impl State {
@@ -269,8 +287,11 @@ impl State {
         };
         let housekeeping_ns = (config.hello_timeout_ns.min(config.frame_timeout_ns) / 4)
             .clamp(HOUSEKEEPING_MIN_NS, HOUSEKEEPING_MAX_NS);
-        let (unsent_total_max, shutdown_timeout_ns) =
-            (c.unsent_bytes_total_max, nanos(c.shutdown_timeout));
+        let (unsent_total_max, shutdown_timeout_ns, idle_spin) = (
+            c.unsent_bytes_total_max,
+            nanos(c.shutdown_timeout),
+            c.idle_spin,
+        );
         let now = clock::now_ns();
         let engine_time = start.shared.clock.engine_time(now, clock::wall_ms());
         State {
@@ -302,6 +323,9 @@ impl State {
             exit: false,
             accept_failure_logged_ns: None,
             accept_failures_unlogged: (0, 0),
+            idle_spin_ns: nanos(idle_spin),
+            spin_until_ns: 0,
+            events: 0,
         }
     }
 
@@ -438,6 +462,7 @@ impl State {
 
     fn on_event(&mut self, io: &mut Connections, event: Event<'_>) {
         self.refresh_clock();
+        self.events = self.events.saturating_add(1);
         match event {
             Event::Accepted { conn, peer } => self.on_accept(io, conn, peer),
             Event::Refused { conn, peer } => {

@@ -7,6 +7,7 @@
 mod engine_util;
 
 mod engine_dead_letter;
+mod engine_footprint;
 mod engine_leases;
 mod engine_long_poll;
 mod engine_model;

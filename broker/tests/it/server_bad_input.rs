@@ -3,7 +3,7 @@
 //! bytes (SERVER_STATS) and this process's RSS, against generous bounds.
 
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -23,6 +23,7 @@ both_backends!(
     an_oversized_declared_length_is_refused_unread,
     an_oversized_frame_after_hello_is_refused_unread,
     a_frame_cut_short_and_stalled_is_closed,
+    a_peer_that_closes_after_its_last_bytes_is_closed_at_once,
     no_hello_in_time_is_closed,
     a_connection_flood_past_max_connections_is_refused,
     a_pipelining_flood_that_never_reads_is_paused,
@@ -153,6 +154,38 @@ fn a_frame_cut_short_and_stalled_is_closed(io: IoChoice) {
         std::thread::sleep(Duration::from_millis(300));
     }
     slow.ping();
+    still_serving(&server, rss);
+}
+
+/// A peer that closes its end right after its last bytes (half a frame, or
+/// a whole request) is closed at once on both backends. Its end of stream can come in the same readiness event as
+/// those bytes, and must not be missed: with the frame time-out at an hour,
+/// only the end of stream can close these connections.
+fn a_peer_that_closes_after_its_last_bytes_is_closed_at_once(io: IoChoice) {
+    let Some(server) = start(io, &["--frame-timeout", "1h"]) else {
+        return;
+    };
+    let rss = rss_bytes();
+    let mut observer = server.client();
+    let mut ping = BytesMut::new();
+    Request::Ping { nonce: 1 }.encode(5, &mut ping).unwrap();
+    for i in 0..200 {
+        let mut c = server.client();
+        let whole = i % 2 == 1;
+        c.write_raw(if whole { &ping[..] } else { &ping[..7] });
+        c.stream.shutdown(Shutdown::Write).unwrap();
+        // Returns at the server's close; a read time-out panics. After the
+        // peer's end the server closes at once, so the PONG may or may not
+        // have gone out first.
+        let frames = c.read_until_closed();
+        assert!(
+            frames.iter().all(|f| f.opcode == opcode::PONG) && frames.len() <= usize::from(whole),
+            "{frames:?}"
+        );
+    }
+    eventually(LIMIT, "only the observer connected", || {
+        (observer.server_stats().counter("connections") == Some(1)).then_some(())
+    });
     still_serving(&server, rss);
 }
 

@@ -25,6 +25,7 @@ both_backends!(
     peek_leases_nothing,
     purge_and_queue_deletion_with_leased_messages,
     receive_replies_fit_one_frame,
+    a_spinning_shard_serves_like_a_sleeping_one,
 );
 
 /// Receives until a message arrives, each receive long-polling up to 2 s.
@@ -310,4 +311,32 @@ fn receive_replies_fit_one_frame(io: IoChoice) {
         (40, 0),
         "nothing released or lost"
     );
+}
+
+/// `--idle-spin`: the shard polls instead of sleeping after work; requests,
+/// lease timers and a long poll woken by another connection's send behave
+/// the same.
+fn a_spinning_shard_serves_like_a_sleeping_one(io: IoChoice) {
+    let Some(server) = start(io, &["--idle-spin", "10ms"]) else {
+        return;
+    };
+    let mut c = server.client();
+    c.create("jobs", attrs());
+    let sent = c.send_body("jobs", "spin");
+    let first = receive_one(&mut c, "jobs", Some(50));
+    let again = receive_one(&mut c, "jobs", Some(30_000));
+    assert_eq!((again.id, again.receive_count), (sent.id, 2));
+    assert_eq!(first.delivery() + 1, again.delivery());
+    // A long poll on one connection, a send on another.
+    let mut waiter = server.client();
+    let id = waiter.send(&Client::receive_request("jobs", 1, Some(30_000), 10_000));
+    std::thread::sleep(Duration::from_millis(50));
+    let other = c.send_body("jobs", "wake");
+    match waiter.wait(id) {
+        Reply::Receive { messages } => {
+            let got: Vec<_> = messages.to_messages().iter().map(|m| m.id).collect();
+            assert_eq!(got, vec![other.id]);
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -336,7 +336,59 @@ fn out_of_descriptors_refuses_new_connections_and_keeps_the_open_ones(io: IoChoi
     p.stop();
 }
 
+/// A server whose log reader went away (`sluice-server 2>&1 | head`, a log
+/// shipper that died) still shuts down on SIGTERM: writing a log line to
+/// the broken pipe must not take the signal thread (or a shard) down.
+fn sigterm_stops_the_server_after_its_log_reader_is_gone(io: IoChoice) {
+    let args = start_args(io, &["--shards", "2"]);
+    let mut child = Command::new(BIN)
+        .args(&args)
+        .env_remove("SLUICE_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start sluice-server");
+    let mut log = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let mut line = String::new();
+    let addr: SocketAddr = loop {
+        line.clear();
+        let n = log.read_line(&mut line).expect("read the log");
+        assert!(n > 0, "the server exited before serving");
+        if line.contains("sluice is serving") {
+            break field(&line, "listen=").parse().expect("listen address");
+        }
+    };
+    // Close the read end of the log pipe: every later log line fails to
+    // be written.
+    drop(log);
+    let mut c = Client::connect(addr);
+    c.hello(b"").expect("HELLO");
+    c.ping();
+    drop(c);
+    let pid = child.id().to_string();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -TERM {pid}");
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the server") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("sluice-server ignored SIGTERM once its log pipe was closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "sluice-server exited with {status}");
+}
+
 both_backends!(
+    sigterm_stops_the_server_after_its_log_reader_is_gone,
     shard_cpus_follow_the_affinity_mask,
     a_cpu_outside_the_mask_is_refused_at_start,
     out_of_descriptors_refuses_new_connections_and_keeps_the_open_ones,

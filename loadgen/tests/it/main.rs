@@ -1,10 +1,12 @@
 //! Integration tests: each adapter against its real server, started here on a
 //! free loopback port with persistence off (sluice in-process, the peers as
-//! their own binaries), and the binary end to end.
+//! their own binaries), the binary end to end, and the fault suite
+//! (`sluice-chaos`) against a `sluice-server` process.
 //!
 //! A missing peer binary skips its tests with a printed reason, except when
 //! `CI=true`, where it fails them.
 
+mod chaos;
 mod cli;
 mod nats;
 mod peers;

@@ -111,6 +111,7 @@ fn defaults() {
     assert_eq!(c.queues_max, 10_000);
     assert_eq!(c.log_filter, "info");
     assert_eq!(c.shutdown_timeout, Duration::from_secs(10));
+    assert_eq!(c.idle_spin, Duration::ZERO);
 }
 
 #[test]
@@ -161,6 +162,7 @@ fn every_flag(token_path: &str) -> Vec<String> {
         "--queues-max=20",
         "--log=warn,sluice_broker=debug",
         "--shutdown-timeout=250ms",
+        "--idle-spin=50us",
     ]
     .map(str::to_owned)
     .to_vec()
@@ -192,6 +194,7 @@ fn assert_every_setting(c: &Config, token_path: &str) {
     assert_eq!(c.queues_max, 20);
     assert_eq!(c.log_filter, "warn,sluice_broker=debug");
     assert_eq!(c.shutdown_timeout, Duration::from_millis(250));
+    assert_eq!(c.idle_spin, Duration::from_micros(50));
 }
 
 #[test]
@@ -436,6 +439,7 @@ fn assert_out_of_range(args: &[&str], flag: &str, min: &str, max: &str) {
 fn every_range_is_checked() {
     let cases: &[(&[&str], &str, &str, &str)] = &[
         (&["--shards=0"], "shards", "1", "64"),
+        (&["--idle-spin=11ms"], "idle-spin", "0", "10ms"),
         (&["--shards=65"], "shards", "1", "64"),
         (&["--max-connections=0"], "max-connections", "1", "1000000"),
         (
