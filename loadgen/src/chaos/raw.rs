@@ -27,10 +27,7 @@ pub fn frame(request: &Request, request_id: u32) -> Vec<u8> {
 /// The HELLO frame (no token).
 #[must_use]
 pub fn hello_frame() -> Vec<u8> {
-    frame(
-        &Request::Hello(HelloRequest::new(Bytes::new())),
-        1,
-    )
+    frame(&Request::Hello(HelloRequest::new(Bytes::new())), 1)
 }
 
 /// A SEND frame of one message to `queue`.
