@@ -44,18 +44,26 @@ fn receive_op() -> Op {
         max_messages: BATCH as u16,
         visibility_timeout_ms: None,
         wait_ms: Some(0),
+        bind_leases: false,
     })
 }
 
-/// One cycle on one shard: send 64, receive 64, delete 64.
+/// One cycle on one shard: send 64, receive 64, delete 64, each result
+/// handed back to the engine once read (as the server does once it has
+/// written the reply).
 fn cycle(shard: &mut Shard, send: &SendRequest, ticket: &mut u64, now_ns: u64) {
     *ticket += 3;
     let sent = shard.submit(*ticket, Op::Send(send.clone()), now_ns, WALL_MS);
     assert!(matches!(&sent, Some(OpResult::Sent(r)) if r.len() == BATCH));
-    let receipts: Vec<Receipt> = match shard.submit(*ticket + 1, receive_op(), now_ns, WALL_MS) {
-        Some(OpResult::Received(m)) => m.into_iter().map(|m| m.receipt).collect(),
+    shard.recycle(black_box(sent).expect("sent"));
+    let mut receipts: Vec<Receipt> = Vec::with_capacity(BATCH);
+    match shard.submit(*ticket + 1, receive_op(), now_ns, WALL_MS) {
+        Some(OpResult::Received(m)) => {
+            receipts.extend(m.iter().map(|m| m.receipt));
+            shard.recycle(OpResult::Received(m));
+        }
         other => panic!("receive: {other:?}"),
-    };
+    }
     assert_eq!(receipts.len(), BATCH);
     let deleted = shard.submit(
         *ticket + 2,
@@ -67,7 +75,7 @@ fn cycle(shard: &mut Shard, send: &SendRequest, ticket: &mut u64, now_ns: u64) {
         WALL_MS,
     );
     assert!(matches!(&deleted, Some(OpResult::Deleted(r)) if r.iter().all(Result::is_ok)));
-    black_box(deleted);
+    shard.recycle(black_box(deleted).expect("deleted"));
 }
 
 fn one_shard_cycle(c: &mut Criterion) {

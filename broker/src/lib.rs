@@ -3,7 +3,8 @@
 
 // `unsafe` lives in few places, each block with a `// SAFETY:` comment
 // (`clippy::undocumented_unsafe_blocks` is denied workspace-wide): the SPSC
-// ring (`engine/ring.rs`), the io layer's syscalls and buffer rings
+// ring (`engine/mesh/ring.rs`), the huge-page advice for the timing wheel
+// (`engine/huge_pages.rs`), the io layer's syscalls and buffer rings
 // (`io/sys.rs`, `io/uring.rs`, `io/buf_ring.rs`). Everything else is
 // compiled with `unsafe_code` denied.
 #![deny(unsafe_code)]

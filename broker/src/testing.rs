@@ -1,6 +1,17 @@
 //! An in-process server for tests and benchmarks, behind the `test-util`
 //! feature (as tokio's `test-util`): the broker's, the client's and the load
-//! generator's tests all start their servers through it.
+//! generator's tests all start their servers through it, and so can the
+//! tests of services built on sluice (a dev-dependency on `sluice-broker`
+//! with `features = ["test-util"]`).
+//!
+//! **A clock you move.** [`Builder::manual_clock`] starts the broker on a
+//! manual clock (`--clock manual`) and [`TestServer::advance`] moves it:
+//! leases run out, delays and backoffs end, long polls time out and
+//! retention drops messages the moment the clock passes them, without the
+//! test sleeping, while the ordinary clients talk to the server as to any
+//! other (they can move it too, with `advance_clock`). The clock stands
+//! still otherwise, so nothing expires behind a slow test's back.
+//! Connection deadlines (HELLO, session timeouts) keep to real time.
 //!
 //! [`TestServer::builder`] starts from a configuration fit for a test:
 //! 127.0.0.1 on a free port, metrics off, one shard, 256 MiB of message
@@ -17,14 +28,22 @@
 //! let server = TestServer::builder().arg("--shards", "2").start();
 //! println!("a test server on {}", server.addr());
 //! drop(server); // shut down and joined
+//!
+//! let server = TestServer::builder().manual_clock().start();
+//! // ... a client receives a message with a 30 s lease, and then:
+//! server.advance(std::time::Duration::from_secs(30)); // the lease ran out
 //! ```
+//!
+//! The client crate's docs (`sluice_client`, "Testing with a clock you
+//! move") show a whole test: a lease that runs out and a message that
+//! dead-letters on its fourth failed delivery, in milliseconds.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::io::OpenError;
 use crate::server::config::{Config, Host, IoChoice, RawArgs};
-use crate::server::{Server, ServerHandle, StartError};
+use crate::server::{EngineTime, NotManual, Server, ServerHandle, StartError};
 
 /// How long a server that does not start yet is retried.
 pub const START_PATIENCE: Duration = Duration::from_secs(15);
@@ -57,6 +76,13 @@ impl Builder {
     pub fn arg(mut self, flag: &str, value: &str) -> Builder {
         self.args.extend([flag.to_owned(), value.to_owned()]);
         self
+    }
+
+    /// Runs the broker on a manual clock (`--clock manual`), moved by
+    /// [`TestServer::advance`] or a client's `ADVANCE_CLOCK`.
+    #[must_use]
+    pub fn manual_clock(self) -> Builder {
+        self.arg("--clock", "manual")
     }
 
     /// Adds flags and values as given, e.g. `["--shards", "2"]`.
@@ -191,6 +217,34 @@ impl TestServer {
     #[must_use]
     pub fn io(&self) -> IoChoice {
         self.io
+    }
+
+    /// Moves the broker's manual clock forward by `by` (whole
+    /// milliseconds): every lease, delay, backoff, long-poll wait, dedup
+    /// window and retention period that ends within it ends now, on every
+    /// shard. Requests sent after this returns see the new time. Returns
+    /// the manual time elapsed since the start (every advance so far).
+    ///
+    /// # Panics
+    /// When the server runs on the real clock (start it with
+    /// [`Builder::manual_clock`]), or after [`TestServer::stop`].
+    pub fn advance(&self, by: Duration) -> Duration {
+        match self.try_advance(by) {
+            Ok((elapsed_ms, _)) => Duration::from_millis(elapsed_ms),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`TestServer::advance`], reporting a server on the real clock as an
+    /// error; returns the elapsed manual time (ms) and the broker's time.
+    ///
+    /// # Errors
+    /// [`NotManual`] on the real clock: nothing changes.
+    ///
+    /// # Panics
+    /// After [`TestServer::stop`].
+    pub fn try_advance(&self, by: Duration) -> Result<(u64, EngineTime), NotManual> {
+        self.handle().advance_clock(by)
     }
 
     /// The running server.

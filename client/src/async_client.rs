@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
-use crate::ops::{self, Operation, ReceiveOptions, RedriveOutcome};
+use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
 
@@ -152,7 +152,7 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
                 Some(session)
             }
         };
-        let (mut handshake, frame) = Handshake::start(config.token())?;
+        let (mut handshake, frame) = Handshake::start(config.token(), config.session_timeout_ms())?;
         let mut sealed = Vec::new();
         let frame: &[u8] = match &tls {
             Some(session) => {
@@ -204,7 +204,12 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
             let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out");
             connect_error(addr, e)
         })??;
-    Ok(AsyncConn::start(stream, tls, hello, decoder, buf))
+    let heartbeat = config
+        .heartbeat_interval()
+        .map(|interval| (interval, config.get_request_timeout()));
+    Ok(AsyncConn::start(
+        stream, tls, hello, decoder, buf, heartbeat,
+    ))
 }
 
 impl AsyncClient {
@@ -525,6 +530,16 @@ impl AsyncClient {
     /// Connection failures and time-outs.
     pub async fn server_stats(&self) -> Result<ServerStatsReply> {
         self.run(&ops::ServerStats).await
+    }
+
+    /// Moves the broker's manual clock; see
+    /// [`Client::advance_clock`](crate::Client::advance_clock).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] from a server on the real clock (nothing
+    /// changes); `InvalidArgument` above 366 days.
+    pub async fn advance_clock(&self, by: Duration) -> Result<ClockReading> {
+        self.run(&ops::AdvanceClock(by)).await
     }
 }
 

@@ -24,7 +24,7 @@ use sluice_protocol::{
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
-use crate::ops::{self, Operation, ReceiveOptions, RedriveOutcome};
+use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
 
@@ -136,7 +136,7 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
     };
 
     // HELLO, synchronously, before anything else can use the socket.
-    let (mut handshake, frame) = Handshake::start(config.token())?;
+    let (mut handshake, frame) = Handshake::start(config.token(), config.session_timeout_ms())?;
     let mut sealed = Vec::new();
     let frame: &[u8] = match &tls {
         Some(session) => {
@@ -187,9 +187,31 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
         }
     };
     let (decoder, buf) = handshake.finish(&hello);
-    let conn = Connection::new(stream, tls, hello, decoder, buf, config.get_read_spin())
-        .map_err(|e| connect_error(addr, e))?;
-    Ok(Arc::new(conn))
+    let heartbeat = config
+        .heartbeat_interval()
+        .map(|interval| (interval, std::sync::mpsc::channel::<()>()));
+    let stop = heartbeat.as_ref().map(|(_, (tx, _))| tx.clone());
+    let conn = Connection::new(
+        stream,
+        tls,
+        hello,
+        decoder,
+        buf,
+        config.get_read_spin(),
+        stop,
+    )
+    .map_err(|e| connect_error(addr, e))?;
+    let conn = Arc::new(conn);
+    if let Some((interval, (tx, rx))) = heartbeat {
+        drop(tx);
+        let weak = Arc::downgrade(&conn);
+        let timeout = config.get_request_timeout();
+        std::thread::Builder::new()
+            .name("sluice-heartbeat".into())
+            .spawn(move || conn::heartbeat(&weak, &rx, interval, timeout))
+            .map_err(|e| connect_error(addr, e))?;
+    }
+    Ok(conn)
 }
 
 /// A request sent and not answered yet, from the `start_*` methods of
@@ -654,6 +676,19 @@ impl Client {
     /// Connection failures and time-outs.
     pub fn server_stats(&self) -> Result<ServerStatsReply> {
         self.run(&ops::ServerStats)
+    }
+
+    /// Moves the broker's manual clock forward by `by` (whole
+    /// milliseconds): for tests, against a server started with `--clock
+    /// manual` (or the test kit's `TestServer::builder().manual_clock()`).
+    /// Leases, delays, backoffs, long-poll waits and retention that end
+    /// within it end now, on every shard, before the reply comes.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] from a server on the real clock (nothing
+    /// changes); `InvalidArgument` above 366 days.
+    pub fn advance_clock(&self, by: Duration) -> Result<ClockReading> {
+        self.run(&ops::AdvanceClock(by))
     }
 }
 

@@ -56,7 +56,7 @@ use sluice_protocol::{
 
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
-use crate::ops::{ReceiveOptions, RedriveOutcome};
+use crate::ops::{ClockReading, ReceiveOptions, RedriveOutcome};
 use crate::{AsyncClient, Client};
 
 /// The broker `key` goes to among `addrs`: the index of the address whose
@@ -426,6 +426,22 @@ macro_rules! sharded_ops {
                     results.push((addr.clone(), c.server_stats() $($aw)*));
                 }
                 merge(results, Vec::new(), |all, addr, s| all.push((addr.to_owned(), s)))
+            }
+
+            /// Moves every broker's manual clock (`--clock manual`) by `by`,
+            /// as the single client's `advance_clock` does: each broker's
+            /// reading; brokers that refused or did not answer are in
+            /// [`Merged::failed`].
+            ///
+            /// # Errors
+            /// Only when no broker answered (for instance `Unsupported`
+            /// from brokers on the real clock).
+            pub $($async_)? fn advance_clock(&self, by: Duration) -> Result<Merged<Vec<(String, ClockReading)>>> {
+                let mut results = Vec::with_capacity(self.brokers.len());
+                for (addr, c) in self.brokers.iter() {
+                    results.push((addr.clone(), c.advance_clock(by) $($aw)*));
+                }
+                merge(results, Vec::new(), |all, addr, r| all.push((addr.to_owned(), r)))
             }
 
             /// The attributes and counters of every queue starting with

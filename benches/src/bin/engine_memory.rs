@@ -2,7 +2,9 @@
 //! of 100 bytes sent to one shard and never received, with mimalloc as the
 //! global allocator (as in the server). Prints the growth per message minus
 //! the 100 body bytes (goal: below 64), and the sizes of the per-message
-//! structures, to tell where the bytes go.
+//! structures, to tell where the bytes go. Then every message is received
+//! (leased for 12 hours, batches of 1,024) and the growth is printed again:
+//! the cost of a message in flight.
 //!
 //! `cargo run --release -p sluice-benches --bin engine_memory [-- MESSAGES]`
 
@@ -10,7 +12,7 @@ use bytes::Bytes;
 use sluice_benches::{WALL_MS, shards};
 use sluice_broker::engine::shard::footprint;
 use sluice_broker::engine::{Op, OpResult};
-use sluice_protocol::{QueueName, SendEntry, SendRequest};
+use sluice_protocol::{QueueName, ReceiveRequest, SendEntry, SendRequest};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -19,6 +21,20 @@ const MESSAGES_DEFAULT: usize = 10_000_000;
 const BATCH: usize = 1024;
 const BODY_BYTES: usize = 100;
 const QUEUE: &str = "held";
+/// The leases' length when every message is received: none ends during the
+/// run.
+const LEASE_MS: u32 = 12 * 3_600 * 1_000;
+
+/// The peak resident set size in bytes (`VmHWM` of `/proc/self/status`).
+fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM in kB")
+        * 1024
+}
 
 /// Resident set size in bytes, from `/proc/self/statm` (second field, in
 /// pages).
@@ -76,13 +92,41 @@ fn main() {
     println!("body bytes:              {BODY_BYTES}");
     println!("RSS before / after:      {before} / {after} bytes");
     println!("RSS growth per message:  {per_message:.1} bytes");
+    println!("peak RSS:                {} bytes", peak_rss_bytes());
     println!(
         "overhead per message:    {:.1} bytes (goal: below 64)",
         per_message - BODY_BYTES as f64
     );
     println!("per-message structures (bytes):");
     for (name, bytes) in footprint() {
-        println!("  {name:<28} {bytes}");
+        println!("  {name:<34} {bytes}");
     }
+    // Every message leased, as a consumer group's pending entries are.
+    let mut leased = 0;
+    let mut ticket = messages as u64;
+    while leased < messages {
+        ticket += 1;
+        let op = Op::Receive(ReceiveRequest {
+            queue: queue.clone(),
+            max_messages: BATCH as u16,
+            visibility_timeout_ms: Some(LEASE_MS),
+            wait_ms: Some(0),
+            bind_leases: false,
+        });
+        match shard.submit(ticket, op, now_ns, WALL_MS) {
+            Some(OpResult::Received(m)) if !m.is_empty() => {
+                leased += m.len();
+                shard.recycle(OpResult::Received(m));
+            }
+            other => panic!("receive: {other:?}"),
+        }
+    }
+    let in_flight = rss_bytes();
+    let per_leased = (in_flight - before) as f64 / messages as f64;
+    println!("every message leased:    RSS {in_flight} bytes");
+    println!(
+        "in flight, per message:  {per_leased:.1} bytes, {:.1} over the body",
+        per_leased - BODY_BYTES as f64
+    );
     drop(shard);
 }

@@ -392,6 +392,7 @@ impl Client {
         let hello = Request::Hello(HelloRequest {
             version: PROTOCOL_VERSION,
             token: Bytes::new(),
+            session_timeout_ms: 0,
         });
         match c.call(&hello)? {
             Reply::Hello(h) => c.shard = h.shard,
@@ -517,6 +518,7 @@ fn receive_frame(max: usize) -> Res<Bytes> {
         max_messages: u16::try_from(max).map_err(|e| e.to_string())?,
         visibility_timeout_ms: None,
         wait_ms: Some(RECEIVE_WAIT_MS),
+        bind_leases: false,
     });
     let mut buf = BytesMut::new();
     req.encode(0, &mut buf).map_err(|e| e.to_string())?;

@@ -33,20 +33,32 @@ pub const TICK_NS: u64 = 1_000_000;
 /// A wheel list whose capacity exceeds this many timers is freed, not kept
 /// for reuse, when its slot expires.
 pub const LIST_RETAIN_MAX: usize = 1 << 16;
+/// Stale indices (of cancelled timers) a wheel list holds beyond as many as
+/// its live timers before it is compacted.
+pub const LIST_STALE_SLACK: usize = 64;
 
 /// Bytes a shard takes from the shared memory budget at a time.
 pub const MEMORY_CHUNK_BYTES: u64 = 256 * 1024;
-/// Bytes of engine state charged per message beyond its body and
-/// attributes: the slot, its ready-FIFO and age-FIFO entries and its timer.
-pub const MESSAGE_STATE_BYTES: u64 = 192;
 /// Bytes charged per dedup entry beyond its key.
 pub const DEDUP_ENTRY_BYTES: u64 = 96;
 
 /// Bytes of one chunk of message data.
 pub const CHUNK_BYTES: usize = 64 * 1024;
 /// The largest message data (body and attributes) stored in a chunk; a
-/// larger one has a buffer of its own.
+/// larger one has a chunk of its own.
 pub const CHUNKED_BYTES_MAX: usize = CHUNK_BYTES / 8;
+/// Reclaimed chunk buffers a shard keeps for its next chunks.
+pub const CHUNK_SPARE_MAX: usize = 4;
+/// Bytes of one block of a partition's ready or age FIFO.
+pub const FIFO_BLOCK_BYTES: usize = 1024;
+/// Empty FIFO blocks a shard keeps for its FIFOs to grow into (per kind of
+/// FIFO).
+pub const FIFO_SPARE_BLOCKS_MAX: usize = 256;
+/// Batch-result vectors a shard keeps for reuse, per kind of result.
+pub const RESULT_POOL_MAX: usize = 64;
+/// Most partitions (queues) a shard holds at once: a message records its
+/// partition in 24 bits.
+pub const PARTITIONS_MAX: usize = 1 << 24;
 /// Dead bytes in retired chunks tolerated beyond their live bytes before a
 /// compaction pass.
 pub const COMPACT_SLACK_BYTES: u64 = 4 * 1024 * 1024;
@@ -63,6 +75,11 @@ const _: () = assert!(CLUSTER_RING_CAPACITY.is_power_of_two());
 const _: () = assert!(TICK_NS == NS_PER_MS, "deadlines in ms land on whole ticks");
 const _: () = assert!(CHUNKED_BYTES_MAX <= CHUNK_BYTES);
 const _: () = assert!(CHUNK_BYTES <= u32::MAX as usize);
+// A message records its offset in its chunk in 16 bits, and its data's
+// length in 16 bits unless it has a chunk of its own.
+const _: () = assert!(CHUNK_BYTES <= 1 << 16);
+const _: () = assert!(CHUNKED_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(QUEUES_MAX_DEFAULT <= PARTITIONS_MAX);
 // A message's data (up to a frame) has its length stored as a u32.
 const _: () = assert!(FRAME_BYTES_MAX_LIMIT as u64 <= u32::MAX as u64);
 // A chunk holds at least one message's attributes next to a small body.

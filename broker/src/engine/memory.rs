@@ -52,6 +52,11 @@ impl MemoryBudget {
             .is_ok()
     }
 
+    fn force_take(&self, n: u64) {
+        // A shard never holds more than the address space.
+        self.used.fetch_add(n as usize, Ordering::Relaxed);
+    }
+
     fn give(&self, n: u64) {
         // Never more than was taken: the shard tracks its credit exactly.
         self.used.fetch_sub(n as usize, Ordering::Relaxed);
@@ -83,6 +88,26 @@ impl ShardMemory {
         self.credit -= n;
         self.in_use += n;
         true
+    }
+
+    /// Takes `n` bytes whatever the budget says: state a message needs for
+    /// an operation that must not fail on memory (a delivery's lease entry).
+    /// It may take the budget past its limit, and sends then fail until it
+    /// is back under.
+    pub fn charge(&mut self, budget: &MemoryBudget, n: u64) {
+        if self.credit < n {
+            let short = n - self.credit;
+            // A chunk when the budget has one, exactly what is short when
+            // not: an idle credit past the limit would let sends through.
+            if !budget.try_take(short.max(MEMORY_CHUNK_BYTES)) {
+                budget.force_take(short);
+                self.credit += short;
+            } else {
+                self.credit += short.max(MEMORY_CHUNK_BYTES);
+            }
+        }
+        self.credit -= n;
+        self.in_use += n;
     }
 
     /// Gives back `n` bytes taken earlier.
@@ -125,6 +150,21 @@ mod tests {
         assert!(m.reserve(&b, 300));
         assert_eq!(m.in_use(), 900);
         m.release(&b, 900);
+        m.return_credit(&b);
+        assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn a_charge_may_pass_the_limit_and_then_sends_fail() {
+        let b = MemoryBudget::new(1000);
+        let mut m = ShardMemory::default();
+        assert!(m.reserve(&b, 900));
+        m.charge(&b, 200);
+        assert_eq!(m.in_use(), 1100);
+        assert!(!m.reserve(&b, 1));
+        m.release(&b, 200);
+        assert!(m.reserve(&b, 100));
+        m.release(&b, 1000);
         m.return_credit(&b);
         assert_eq!(b.used(), 0);
     }

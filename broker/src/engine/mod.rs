@@ -18,8 +18,10 @@
 //! | `limits.rs` | the engine's own limits, tied to the protocol's by compile-time checks |
 //! | `shard/` | the shard engine: leases, timers, steals, waiters, fan-out (one file per concept) |
 //! | `partition.rs` | one queue's partition on one shard |
-//! | `stored_message.rs` | a message as a shard stores it |
-//! | `bodies.rs` | message data (body and attributes) in shared chunks, and their compaction |
+//! | `stored_message.rs` | a message as a shard stores it: its 40-byte record and its side-table entries |
+//! | `bodies.rs` | message data (body and attributes) in shared chunks, their pieces, reuse and compaction |
+//! | `huge_pages.rs` | huge-page advice for the timing wheel's entries (its one `unsafe` call) |
+//! | `fifo.rs` | the partitions' FIFOs, in fixed blocks that go back to a pool |
 //! | `slab.rs` | slots reused with generations |
 //! | `wheel.rs` | the hierarchical timing wheel |
 //! | `registry.rs` | queue metadata shared across shards |
@@ -35,6 +37,10 @@ mod bodies;
 pub mod cluster;
 pub mod dedup;
 pub mod error;
+mod fifo;
+// The one `madvise` call; see the module's docs.
+#[allow(unsafe_code)]
+mod huge_pages;
 pub mod limits;
 pub mod memory;
 pub mod mesh;

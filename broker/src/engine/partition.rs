@@ -1,14 +1,7 @@
-//! One queue's partition on one shard: its counters, its ready FIFO, its
-//! membership index and its long-poll waiters. Plain single-threaded data;
-//! the shard ([`super::Shard`]) holds the logic.
+//! One queue's partition on one shard: its counters, its ready and age
+//! FIFOs, its membership index and its long-poll waiters. Plain
+//! single-threaded data; the shard ([`super::Shard`]) holds the logic.
 //!
-//! - `ready`: keys of messages that were visible when pushed, oldest first.
-//!   Lazy deletion: an entry is skipped when its key no longer matches (the
-//!   slot's generation moved on: deleted, moved to another queue) or the
-//!   message is not visible. A message has at most one entry (its
-//!   `in_ready` flag), so the FIFO never holds more entries than messages,
-//!   stale ones aside, and those are compacted away when they outnumber the
-//!   live ones.
 //! - `age` (sent here, in send order, so oldest first) and `moved` (moved in
 //!   from another queue, ordered by original send time) together index every
 //!   message of the partition: purge and delete-queue walk them, and the
@@ -22,16 +15,56 @@
 //!   or redrive, which keeps its original send time, or sent after the
 //!   queue's retention was shortened) goes to `moved` instead and keeps a
 //!   retention timer of its own.
+//! - Receive order: visible messages are served in the order they became
+//!   visible. A message visible from its send and never delivered (a
+//!   *fresh* one: no side-table entry, see `stored_message.rs`) is served
+//!   straight from `age`, through the cursor `fresh` (the position of the
+//!   next age entry to consider), so it costs no second FIFO entry. Every
+//!   other visible message (delivered before, delayed, moved in, sent out of
+//!   retention order) has an entry in `ready`, stamped with the shard's next
+//!   sequence number when it was pushed: it became visible before every
+//!   message sent from then on, so the next to serve is the `ready` front
+//!   when its stamp is at most the sequence number of the next fresh
+//!   message, and that fresh message otherwise.
+//! - Both FIFOs are lazy: an entry is skipped when its key no longer matches
+//!   (the slot's generation moved on: deleted, moved to another queue) or the
+//!   message no longer qualifies. A message has at most one `ready` entry
+//!   (its `in_ready` flag), so neither FIFO holds more entries than
+//!   messages, stale ones aside, and those are compacted away when they
+//!   outnumber the live ones.
 
 use std::collections::{BTreeSet, VecDeque};
 
 use sluice_protocol::{QueueAttributes, QueueName, QueueStats};
 
-use super::limits::FIFO_SLACK;
+use super::fifo::{Fifo, Spare};
+use super::limits::{FIFO_BLOCK_BYTES, FIFO_SLACK};
 use super::registry::QueueShared;
 use super::slab::SlotKey;
 use super::wheel::TimerId;
 use crate::sync::Arc;
+
+/// A `ready` entry: the message, and the shard's next sequence number when
+/// it was pushed (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ReadyEntry {
+    pub key: SlotKey,
+    pub order: u64,
+}
+
+/// Bytes of one `ready` entry.
+pub const READY_ENTRY_BYTES: usize = core::mem::size_of::<ReadyEntry>();
+const READY_BLOCK: usize = FIFO_BLOCK_BYTES / READY_ENTRY_BYTES;
+const AGE_BLOCK: usize = FIFO_BLOCK_BYTES / core::mem::size_of::<SlotKey>();
+
+/// A partition's ready FIFO.
+pub(crate) type ReadyFifo = Fifo<ReadyEntry, READY_BLOCK>;
+/// A partition's age FIFO.
+pub(crate) type AgeFifo = Fifo<SlotKey, AGE_BLOCK>;
+/// The shard's spare blocks for ready FIFOs.
+pub(crate) type ReadySpare = Spare<ReadyEntry, READY_BLOCK>;
+/// The shard's spare blocks for age FIFOs.
+pub(crate) type AgeSpare = Spare<SlotKey, AGE_BLOCK>;
 
 #[derive(Debug)]
 pub(crate) struct Partition {
@@ -41,8 +74,11 @@ pub(crate) struct Partition {
     pub shared: Arc<QueueShared>,
     /// Counters and gauges; `oldest_age_ms` is computed on demand.
     pub stats: QueueStats,
-    pub ready: VecDeque<SlotKey>,
-    pub age: VecDeque<SlotKey>,
+    pub ready: ReadyFifo,
+    pub age: AgeFifo,
+    /// Position in `age` of the next entry to consider as a fresh message
+    /// to serve.
+    pub fresh: u64,
     pub moved: BTreeSet<(u64, u32)>,
     /// Retention deadline of the entry pushed last on `age`.
     pub age_tail_until_ns: u64,
@@ -65,8 +101,9 @@ impl Partition {
             attrs,
             shared,
             stats: QueueStats::default(),
-            ready: VecDeque::new(),
-            age: VecDeque::new(),
+            ready: ReadyFifo::new(),
+            fresh: AgeFifo::new().head(),
+            age: AgeFifo::new(),
             moved: BTreeSet::new(),
             age_tail_until_ns: 0,
             retention_timer: None,

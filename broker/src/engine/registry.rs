@@ -39,7 +39,7 @@ use sluice_protocol::{AttributeUpdate, QueueAttributes, QueueName};
 use std::collections::BTreeMap;
 
 use super::error::EngineError;
-use super::limits::{QUEUES_MAX_DEFAULT, SHARDS_MAX};
+use super::limits::{PARTITIONS_MAX, QUEUES_MAX_DEFAULT, SHARDS_MAX};
 use super::memory::MemoryBudget;
 use super::random::splitmix64;
 use super::receipt_mac::ReceiptKey;
@@ -57,7 +57,7 @@ pub struct RegistryConfig {
     /// Memory budget for messages, bytes (bodies, attributes, per-message
     /// state, dedup entries).
     pub memory_bytes_max: u64,
-    /// Maximum number of queues.
+    /// Maximum number of queues (at most [`PARTITIONS_MAX`]).
     pub queues_max: usize,
     /// Largest frame: bounds max message size and a receive's reply.
     pub frame_bytes_max: u32,
@@ -223,13 +223,18 @@ impl Registry {
     /// A registry with no queues.
     ///
     /// # Panics
-    /// When `config.shards` is 0 or above [`SHARDS_MAX`] (a configuration
-    /// bug the server's flag parsing rules out).
+    /// When `config.shards` is 0 or above [`SHARDS_MAX`], or
+    /// `config.queues_max` above [`PARTITIONS_MAX`] (configuration bugs the
+    /// server's flag parsing rules out).
     #[must_use]
     pub fn new(config: RegistryConfig) -> Registry {
         assert!(
             (1..=SHARDS_MAX).contains(&usize::from(config.shards)),
             "shards must be 1 ..= SHARDS_MAX"
+        );
+        assert!(
+            config.queues_max <= PARTITIONS_MAX,
+            "queues_max must be at most PARTITIONS_MAX"
         );
         let mut st = config.seed;
         let key = ReceiptKey::new(splitmix64(&mut st), splitmix64(&mut st));

@@ -1,5 +1,11 @@
 //! A slab of slots reused with a generation counter.
 //!
+//! Slots are stored in pages of [`PAGE_BYTES`] ([`Paged`]): growing adds a
+//! page and never moves what is stored, so ten million messages are not
+//! copied to a new buffer each time the count doubles, and no abandoned
+//! buffer (the allocator does not always return one at once) or doubled
+//! capacity stays behind.
+//!
 //! A slot's generation is bumped every time its occupant is removed, and
 //! whenever the owner asks ([`Slab::bump`]: a message moving to another queue
 //! is a new occupant as far as old receipts are concerned). A reference is a
@@ -7,12 +13,96 @@
 //! new occupant (no ABA) unless the slot is reused 2^32 times in between.
 
 /// A key into a [`Slab`]: slot index and the generation it was taken at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SlotKey {
     /// Slot index.
     pub slot: u32,
     /// Generation of the occupant.
     pub generation: u32,
+}
+
+/// Bytes of one page of a [`Paged`] store: an allocation size that
+/// allocators serve without rounding up.
+pub const PAGE_BYTES: usize = 64 * 1024;
+
+/// A growable array in pages of [`PAGE_BYTES`]: what it stores never moves.
+#[derive(Debug)]
+pub struct Paged<T> {
+    pages: Vec<Vec<T>>,
+    len: usize,
+}
+
+impl<T> Default for Paged<T> {
+    fn default() -> Self {
+        Paged {
+            pages: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> Paged<T> {
+    /// Values per page.
+    const SLOTS: usize = if core::mem::size_of::<T>() == 0 {
+        PAGE_BYTES
+    } else if core::mem::size_of::<T>() >= PAGE_BYTES {
+        1
+    } else {
+        PAGE_BYTES / core::mem::size_of::<T>()
+    };
+
+    /// Values stored.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it stores nothing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `value` at index `len()`.
+    pub fn push(&mut self, value: T) {
+        if self.len % Self::SLOTS == 0 {
+            self.pages.push(Vec::with_capacity(Self::SLOTS));
+        }
+        let page = self.len / Self::SLOTS;
+        self.pages[page].push(value);
+        self.len += 1;
+    }
+
+    /// Page and place of index `i`, in 32-bit arithmetic (cheaper than
+    /// 64-bit division by a constant): the stores hold fewer than 2^32
+    /// values (the slab and the side tables index with `u32`).
+    #[inline]
+    fn place(i: usize) -> Option<(usize, usize)> {
+        let i = u32::try_from(i).ok()?;
+        // SLOTS is at most PAGE_BYTES (64 Ki): within u32.
+        let slots = Self::SLOTS as u32;
+        Some(((i / slots) as usize, (i % slots) as usize))
+    }
+
+    /// The value at `i`.
+    #[must_use]
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<&T> {
+        let (page, at) = Self::place(i)?;
+        self.pages.get(page)?.get(at)
+    }
+
+    /// The value at `i`, mutably.
+    #[inline]
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        let (page, at) = Self::place(i)?;
+        self.pages.get_mut(page)?.get_mut(at)
+    }
+
+    /// Every value, in index order.
+    pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+        self.pages.iter().flatten()
+    }
 }
 
 #[derive(Debug)]
@@ -24,7 +114,7 @@ struct Entry<T> {
 /// Slots of `T`, reused through a free list.
 #[derive(Debug)]
 pub struct Slab<T> {
-    entries: Vec<Entry<T>>,
+    entries: Paged<Entry<T>>,
     free: Vec<u32>,
     len: usize,
 }
@@ -40,17 +130,7 @@ impl<T> Slab<T> {
     #[must_use]
     pub fn new() -> Slab<T> {
         Slab {
-            entries: Vec::new(),
-            free: Vec::new(),
-            len: 0,
-        }
-    }
-
-    /// An empty slab with room for `n` values.
-    #[must_use]
-    pub fn with_capacity(n: usize) -> Slab<T> {
-        Slab {
-            entries: Vec::with_capacity(n),
+            entries: Paged::default(),
             free: Vec::new(),
             len: 0,
         }
@@ -75,12 +155,14 @@ impl<T> Slab<T> {
     }
 
     /// Stores `value` and returns its key. `None` when the slab already
-    /// holds 2^32 slots (the caller answers `Busy`).
+    /// holds `u32::MAX` slots (the caller answers `Busy`).
     pub fn insert(&mut self, value: T) -> Option<SlotKey> {
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
-                let slot = u32::try_from(self.entries.len()).ok()?;
+                let slot = u32::try_from(self.entries.len())
+                    .ok()
+                    .filter(|&s| s != u32::MAX)?;
                 self.entries.push(Entry {
                     generation: 0,
                     value: None,
@@ -88,7 +170,7 @@ impl<T> Slab<T> {
                 slot
             }
         };
-        let entry = &mut self.entries[slot as usize];
+        let entry = self.entries.get_mut(slot as usize)?;
         debug_assert!(entry.value.is_none());
         entry.value = Some(value);
         self.len += 1;

@@ -98,6 +98,26 @@ impl fmt::Display for IoChoice {
     }
 }
 
+/// The clock the broker's engine runs on (`--clock`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum ClockChoice {
+    /// The real clocks.
+    #[default]
+    Real,
+    /// A clock that stands still until an `ADVANCE_CLOCK` request (or the
+    /// test server's `advance`) moves it: for tests.
+    Manual,
+}
+
+impl fmt::Display for ClockChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClockChoice::Real => "real",
+            ClockChoice::Manual => "manual",
+        })
+    }
+}
+
 /// Where the shard threads run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CpuPlacement {
@@ -225,6 +245,11 @@ fn parse_time(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
 }
 
+fn parse_clock(s: &str) -> Result<ClockChoice, String> {
+    ClockChoice::from_str(s.trim(), true)
+        .map_err(|_| format!("`{s}` is not a clock: use real or manual"))
+}
+
 fn parse_io(s: &str) -> Result<IoChoice, String> {
     IoChoice::from_str(s.trim(), true)
         .map_err(|_| format!("`{s}` is not an io backend: use auto, uring or epoll"))
@@ -275,6 +300,12 @@ pub struct Settings {
     /// [default: auto].
     #[arg(long, env = "SLUICE_IO", value_name = "BACKEND", value_parser = parse_io)]
     pub io: Option<IoChoice>,
+
+    /// The broker's clock: real, or manual (for tests: it stands still
+    /// until an ADVANCE_CLOCK request moves it; leases, delays and
+    /// retention end only then) [default: real].
+    #[arg(long, env = "SLUICE_CLOCK", value_name = "real|manual", value_parser = parse_clock)]
+    pub clock: Option<ClockChoice>,
 
     /// File holding the auth token every client must present, up to 1024
     /// bytes; trailing line ends are trimmed [default: no token].
@@ -384,11 +415,12 @@ pub struct Settings {
 }
 
 /// The keys a config file may hold: the flag names with underscores.
-pub const CONFIG_FILE_KEYS: [&str; 23] = [
+pub const CONFIG_FILE_KEYS: [&str; 24] = [
     "listen",
     "shards",
     "cpus",
     "io",
+    "clock",
     "auth_token_file",
     "tls_cert",
     "tls_key",
@@ -451,6 +483,7 @@ impl Settings {
             shards: self.shards.or(lower.shards),
             cpus: self.cpus.or(lower.cpus),
             io: self.io.or(lower.io),
+            clock: self.clock.or(lower.clock),
             auth_token_file: self.auth_token_file.or(lower.auth_token_file),
             tls_cert: self.tls_cert.or(lower.tls_cert),
             tls_key: self.tls_key.or(lower.tls_key),
@@ -561,6 +594,7 @@ impl Settings {
             "shards" => self.shards = with(value, parse_count)?,
             "cpus" => self.cpus = with(value, parse_cpus)?,
             "io" => self.io = with(value, parse_io)?,
+            "clock" => self.clock = with(value, parse_clock)?,
             "auth_token_file" => self.auth_token_file = Some(toml_path(value)?),
             "tls_cert" => self.tls_cert = Some(toml_path(value)?),
             "tls_key" => self.tls_key = Some(toml_path(value)?),
@@ -744,6 +778,8 @@ pub struct Config {
     pub cpus: CpuPlacement,
     /// Kernel interface.
     pub io: IoChoice,
+    /// The engine's clock.
+    pub clock: ClockChoice,
     /// Token clients must present, if any.
     pub auth_token: Option<AuthToken>,
     /// TLS, when `--tls-cert` and `--tls-key` are given.
@@ -1199,6 +1235,7 @@ impl Config {
             shards,
             cpus,
             io: s.io.unwrap_or(IoChoice::Auto),
+            clock: s.clock.unwrap_or_default(),
             auth_token,
             tls,
             insecure,
@@ -1250,6 +1287,7 @@ impl fmt::Display for Config {
         writeln!(f, "shards = {}", self.shards)?;
         writeln!(f, "cpus = {}", quoted(&self.cpus.to_string()))?;
         writeln!(f, "io = {}", quoted(&self.io.to_string()))?;
+        writeln!(f, "clock = {}", quoted(&self.clock.to_string()))?;
         match &self.auth_token {
             Some(token) => writeln!(
                 f,

@@ -8,7 +8,7 @@ use sluice_protocol::{ErrorCode, ReceivedBatch, Reply, Request};
 use crate::engine::{EntryError, Op, OpResult};
 
 /// Where a request goes: to the engine as an operation, or to the session,
-/// which answers HELLO, PING and `SERVER_STATS` itself.
+/// which answers HELLO, PING, `SERVER_STATS` and `ADVANCE_CLOCK` itself.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Route {
     /// An engine operation.
@@ -22,6 +22,11 @@ pub enum Route {
     },
     /// `SERVER_STATS`.
     ServerStats,
+    /// `ADVANCE_CLOCK`: move the server's manual clock.
+    AdvanceClock {
+        /// How far, in ms.
+        by_ms: u64,
+    },
 }
 
 /// Where `request` goes.
@@ -54,6 +59,7 @@ pub fn route(request: Request) -> Route {
         Request::Hello(_) => return Route::Hello,
         Request::Ping { nonce } => return Route::Ping { nonce },
         Request::ServerStats => return Route::ServerStats,
+        Request::AdvanceClock { by_ms } => return Route::AdvanceClock { by_ms },
     })
 }
 
@@ -90,6 +96,28 @@ fn codes<T>(results: Vec<Result<T, EntryError>>) -> Vec<Result<T, ErrorCode>> {
         .collect()
 }
 
+/// A reply's vector of per-entry results, once the reply is written, as an
+/// empty result the engine can fill again ([`crate::engine::Shard::recycle`]):
+/// the same allocation, its entries dropped. `None` for other replies.
+pub fn into_storage(reply: Reply) -> Option<OpResult> {
+    match reply {
+        Reply::Send { results } => Some(OpResult::Sent(emptied(results))),
+        Reply::Delete { results } => Some(OpResult::Deleted(emptied(results))),
+        Reply::ChangeVisibility { results } => Some(OpResult::VisibilityChanged(emptied(results))),
+        _ => None,
+    }
+}
+
+/// `results` emptied, as a vector of engine results: the wire codes and the
+/// engine's errors have one layout, so this keeps the allocation.
+fn emptied<T>(mut results: Vec<Result<T, ErrorCode>>) -> Vec<Result<T, EntryError>> {
+    results.clear();
+    results
+        .into_iter()
+        .map(|r| r.map_err(|_| EntryError::Gone))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use sluice_protocol::{MessageId, SendOutcome};
@@ -111,8 +139,14 @@ mod tests {
         let codes = [Ok(()), Err(ErrorCode::Gone), Err(ErrorCode::Busy)];
         let reply = to_reply(OpResult::Deleted(deleted));
         assert!(
-            matches!(reply, Reply::Delete { results } if results.as_ptr() as usize == at && results == codes)
+            matches!(&reply, Reply::Delete { results } if results.as_ptr() as usize == at && *results == codes)
         );
+        // Once written, the same vector goes back to the engine, empty.
+        let Some(OpResult::Deleted(again)) = into_storage(reply) else {
+            panic!("a DELETE reply's results are storage");
+        };
+        assert!(again.is_empty() && again.capacity() >= 3);
+        assert_eq!(again.as_ptr() as usize, at);
         // The session's own requests stay with it.
         assert_eq!(route(Request::Ping { nonce: 3 }), Route::Ping { nonce: 3 });
         assert_eq!(route(Request::ServerStats), Route::ServerStats);

@@ -100,6 +100,10 @@ pub const DRAIN_QUIET_NS: u64 = 100_000_000;
 /// Time a closing connection has to take its last replies before it is
 /// closed at once (a peer that never reads would hold it forever).
 pub const CLOSE_FLUSH_TIMEOUT_NS: u64 = 5_000_000_000;
+/// Leases a connection keeps bound (RECEIVE with the bind flag) at most;
+/// past it the older half loses its binding. About 56 bytes each, so at
+/// most about 1 MiB per connection, below its unsent-reply allowance.
+pub const BOUND_LEASES_MAX: usize = 16_384;
 
 // ----- a shard's loop -------------------------------------------------------------
 
@@ -161,6 +165,7 @@ const _: () = assert!(SHARDS_MAX as usize <= crate::engine::limits::SHARDS_MAX);
 const _: () = assert!(SHARD_RING_CAPACITY.is_power_of_two());
 const _: () = assert!(SHARD_RING_CAPACITY <= crate::engine::limits::LINK_CAPACITY_MAX);
 const _: () = assert!(QUEUES_MAX_DEFAULT as usize == crate::engine::limits::QUEUES_MAX_DEFAULT);
+const _: () = assert!(QUEUES_MAX_LIMIT as usize <= crate::engine::limits::PARTITIONS_MAX);
 const _: () = assert!(CLOSE_FLUSH_TIMEOUT_NS > DRAIN_QUIET_NS);
 const _: () = assert!(HOUSEKEEPING_MIN_NS <= HOUSEKEEPING_MAX_NS);
 // The housekeeping tick is a quarter of the shortest connection timeout, so

@@ -40,7 +40,8 @@
 //! |---|---|
 //! | `config.rs` | flags, environment, config file -> validated [`Config`] |
 //! | `shard_loop.rs` | one shard's event loop: the driver, the engine, the sessions, deadlines, shutdown |
-//! | `session.rs` | one connection's protocol state machine, without a socket: HELLO, auth, framing, order, back-pressure, closing |
+//! | `session.rs` | one connection's protocol state machine, without a socket: HELLO, auth, framing, order, back-pressure, heartbeat, closing |
+//! | `bound_leases.rs` | the leases a connection bound to itself, released when it closes |
 //! | `convert.rs` | wire requests -> engine ops, engine results -> wire replies |
 //! | `transport.rs` | between the driver's bytes and the session: plain text, or TLS (rustls, sans-IO) |
 //! | `tls.rs` | the TLS files, read once into rustls's server configuration |
@@ -50,12 +51,13 @@
 //! | `process.rs` | the `process_*` metrics from `/proc/self` |
 //! | `metrics.rs` | Prometheus writer, histograms, the HTTP endpoint |
 //! | `signals.rs` | SIGTERM / SIGINT to a graceful shutdown |
-//! | `clock.rs` | the only clock reads |
+//! | `clock.rs` | the only clock reads; the engine's clock, real or manual |
 
+mod bound_leases;
 pub mod config;
 pub mod metrics;
 
-mod clock;
+pub mod clock;
 mod convert;
 pub mod limits;
 mod process;
@@ -73,8 +75,10 @@ use std::fmt;
 use std::io::Read;
 use std::net::SocketAddr;
 
+use self::clock::Clock;
+pub use self::clock::{EngineTime, NotManual};
 pub use self::config::Config;
-use self::config::{CpuPlacement, IoChoice};
+use self::config::{ClockChoice, CpuPlacement, IoChoice};
 use self::metrics::MetricsServer;
 use self::shard_loop::ShardStart;
 use self::shared::Shared;
@@ -331,6 +335,16 @@ impl Server {
             .collect();
         let links = doorbell::mesh(usize::from(shards), SHARD_RING_CAPACITY, wakers);
         let lease: Vec<LeaseMetrics> = (0..shards).map(|_| LeaseMetrics::new()).collect();
+        let engine_clock = match config.clock {
+            ClockChoice::Real => Clock::Real,
+            ClockChoice::Manual => {
+                tracing::warn!(
+                    "the broker runs on a manual clock (--clock manual, for tests): leases, \
+                     delays, waits and retention end only when ADVANCE_CLOCK moves it"
+                );
+                Clock::manual()
+            }
+        };
         let shared = Arc::new(Shared::new(
             config,
             registry.clone(),
@@ -342,9 +356,10 @@ impl Server {
                 .zip(&lease)
                 .map(|(o, l)| (o.waker.clone(), l.readers()))
                 .collect(),
+            engine_clock,
         ));
-        let now = clock::now_ns();
-        let wall = clock::wall_ms();
+        let start_time = shared.clock.engine_time(clock::now_ns(), clock::wall_ms());
+        let (now, wall) = (start_time.now_ns, start_time.wall_ms);
         for (i, ((links, lease), start)) in links.into_iter().zip(lease).zip(&starts).enumerate() {
             let doorbell = links.doorbell().clone();
             let mut engine = Shard::new(
@@ -560,6 +575,31 @@ impl ServerHandle {
     /// and end. [`join`](Self::join) waits for that.
     pub fn shutdown(&self) {
         self.shared.begin_shutdown();
+    }
+
+    /// Moves the broker's manual clock (`--clock manual`) forward by `by`
+    /// (whole milliseconds) and wakes every shard: leases, delays,
+    /// backoffs, long-poll waits and retention that end within it end now.
+    /// Every request that arrives after this returns sees the new time.
+    /// Returns the manual time elapsed since the server started (every
+    /// advance so far) and the broker's time now.
+    ///
+    /// # Errors
+    /// [`NotManual`] when the server runs on the real clock; nothing
+    /// changes.
+    pub fn advance_clock(&self, by: std::time::Duration) -> Result<(u64, EngineTime), NotManual> {
+        let by_ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        let moved = self.shared.advance_clock(by_ms)?;
+        // Every shard wakes at once; only a server stuck elsewhere would
+        // take this long, and then the caller's next request still sees
+        // the new time on the shard that serves it.
+        if !self
+            .shared
+            .wait_clock(moved.1.now_ns, std::time::Duration::from_secs(10))
+        {
+            tracing::warn!("the shards did not catch up with the manual clock within 10 s");
+        }
+        Ok(moved)
     }
 
     /// A handle that starts the shutdown from another thread.

@@ -22,6 +22,12 @@
 //!   replaces its snapshot every [`STATS_PUBLISH_INTERVAL`] (or when a scrape
 //!   asks) with `try_lock`, so it never waits for the metrics thread; the
 //!   metrics thread copies the snapshots out under the lock.
+//! - **The manual clock's catch-up** is one atomic per shard,
+//!   `clock_seen_ns`: the engine time of the shard's last poll, stored
+//!   (`Release`) after the poll fired every timer due by then and published
+//!   its hints; an `ADVANCE_CLOCK` waiting for the shards loads them
+//!   (`Acquire`), so once all are past its time, what the engines did by
+//!   then is visible to whoever acts on the reply.
 //! - **Shutdown** is a flag (`Release` store, `Acquire` load) plus a wake of
 //!   every shard's driver; shards count themselves out of
 //!   `shards_running` when they have closed their connections.
@@ -36,7 +42,7 @@ use std::time::Duration;
 use sluice_protocol::opcode;
 use sluice_protocol::{ErrorCode, QueueName, QueueStats, ServerStatsReply};
 
-use super::clock;
+use super::clock::{self, Clock, EngineTime, NotManual};
 use super::config::Config;
 #[cfg(doc)]
 use super::limits::STATS_PUBLISH_INTERVAL;
@@ -197,6 +203,8 @@ pub struct ShardStats {
     /// Connections their transport refused, by
     /// [`Refusal`](super::transport::Refusal).
     pub transport_refused: [OwnedCounter; 3],
+    /// Connections closed because their session timeout ran out (silent).
+    pub timed_out: OwnedCounter,
     /// Reply bytes queued and not yet written, published each loop turn.
     pub unsent_bytes: CachePadded<OwnedCounter>,
     /// Error codes returned, by [`error_slot`]: whole-request errors and
@@ -222,6 +230,7 @@ impl ShardStats {
             accept_failures: OwnedCounter::default(),
             closed_bad_input: OwnedCounter::default(),
             transport_refused: std::array::from_fn(|_| OwnedCounter::default()),
+            timed_out: OwnedCounter::default(),
             unsent_bytes: CachePadded::new(OwnedCounter::default()),
             errors: std::array::from_fn(|_| OwnedCounter::default()),
             durations: RequestDurations::default(),
@@ -249,8 +258,8 @@ impl ShardStats {
 /// Readers of one shard's lease histograms.
 #[derive(Debug, Clone)]
 pub struct LeaseReaders {
-    /// Lease hold time, by outcome: deleted, released, expired.
-    pub hold: [HistogramReader; 3],
+    /// Lease hold time, by outcome: deleted, released, expired, abandoned.
+    pub hold: [HistogramReader; OUTCOMES],
     /// Lease end to receivable again.
     pub lateness: HistogramReader,
 }
@@ -261,11 +270,15 @@ pub fn outcome_slot(outcome: LeaseOutcome) -> usize {
         LeaseOutcome::Deleted => 0,
         LeaseOutcome::Released => 1,
         LeaseOutcome::Expired => 2,
+        LeaseOutcome::Abandoned => 3,
     }
 }
 
+/// How many ways a lease can end ([`LeaseOutcome`]).
+pub const OUTCOMES: usize = 4;
+
 /// Label values of [`LeaseReaders::hold`], in order.
-pub const OUTCOME_NAMES: [&str; 3] = ["deleted", "released", "expired"];
+pub const OUTCOME_NAMES: [&str; OUTCOMES] = ["deleted", "released", "expired", "abandoned"];
 
 /// One shard as the others see it.
 #[derive(Debug)]
@@ -276,6 +289,8 @@ pub struct ShardShared {
     pub stats: ShardStats,
     /// Its lease histograms.
     pub lease: LeaseReaders,
+    /// The engine time of its last poll (see the ground rules).
+    pub clock_seen_ns: AtomicU64,
 }
 
 /// Everything shared, behind one `Arc`.
@@ -304,6 +319,8 @@ pub struct Shared {
     pub scrape_generation: AtomicU64,
     /// The shards, by index.
     pub shards: Box<[ShardShared]>,
+    /// The engine's clock (`--clock`).
+    pub clock: Clock,
 }
 
 impl Shared {
@@ -315,9 +332,11 @@ impl Shared {
         io_fallback: Option<String>,
         local_addr: SocketAddr,
         shards: Vec<(Arc<Waker>, LeaseReaders)>,
+        clock: Clock,
     ) -> Shared {
         let n = shards.len();
         Shared {
+            clock,
             config,
             registry,
             backend,
@@ -334,6 +353,7 @@ impl Shared {
                     waker,
                     stats: ShardStats::new(),
                     lease,
+                    clock_seen_ns: AtomicU64::new(0),
                 })
                 .collect(),
         }
@@ -355,6 +375,45 @@ impl Shared {
     pub fn wake_all(&self) {
         for s in &*self.shards {
             s.waker.wake();
+        }
+    }
+
+    /// Moves a manual clock forward by `by_ms` and wakes every shard, so each
+    /// fires what came due (a waiting receive whose wait is over is
+    /// answered); returns the manual time since the start (ms) and the time
+    /// now.
+    ///
+    /// # Errors
+    /// [`NotManual`] when the server runs on the real clock: nothing
+    /// changes.
+    pub fn advance_clock(&self, by_ms: u64) -> Result<(u64, EngineTime), NotManual> {
+        let moved = self.clock.advance(by_ms)?;
+        self.wake_all();
+        Ok(moved)
+    }
+
+    /// Whether every shard has polled its engine at `engine_ns` or later (or
+    /// the server is shutting down, when shards stop polling).
+    pub fn clock_caught_up(&self, engine_ns: u64) -> bool {
+        self.shutting_down()
+            || self
+                .shards
+                .iter()
+                .all(|s| s.clock_seen_ns.load(Acquire) >= engine_ns)
+    }
+
+    /// Waits (at most `patience`) until [`Self::clock_caught_up`] with
+    /// `engine_ns`; whether it did.
+    pub fn wait_clock(&self, engine_ns: u64, patience: Duration) -> bool {
+        let deadline = clock::now_ns().saturating_add(clock::nanos(patience));
+        loop {
+            if self.clock_caught_up(engine_ns) {
+                return true;
+            }
+            if clock::now_ns() >= deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_micros(100));
         }
     }
 
@@ -443,6 +502,21 @@ impl Shared {
                 self.sum(|s| s.transport_refused[i].get()),
             );
         }
+        push(
+            "connections_timed_out".into(),
+            self.sum(|s| s.timed_out.get()),
+        );
+        push(
+            "leases_abandoned".into(),
+            self.shards
+                .iter()
+                .map(|s| {
+                    s.lease.hold[outcome_slot(LeaseOutcome::Abandoned)]
+                        .snapshot()
+                        .count()
+                })
+                .sum(),
+        );
         push("queues".into(), self.registry.list("").len() as u64);
         push("memory_used_bytes".into(), self.registry.memory().used());
         push("memory_max_bytes".into(), self.registry.memory().limit());

@@ -14,7 +14,7 @@
 //! | `sluice_uptime_seconds` | | |
 //! | `sluice_connections` | | open client connections |
 //! | `sluice_connections_max` | | `--max-connections` |
-//! | `sluice_connections_accepted_total`, `_refused_total`, `_closed_bad_input_total`, `sluice_accept_failures_total` | | |
+//! | `sluice_connections_accepted_total`, `_refused_total`, `_closed_bad_input_total`, `_timed_out_total` (silent past their session timeout), `sluice_accept_failures_total` | | |
 //! | `sluice_requests_total` | `op` | requests decoded, by operation |
 //! | `sluice_unsent_bytes` | | replies queued and not yet written |
 //! | `sluice_memory_used_bytes`, `sluice_memory_max_bytes` | | the message memory budget |
@@ -22,7 +22,7 @@
 //! | `sluice_queue_messages` | `queue`, `state` | visible, delayed, in_flight |
 //! | `sluice_queue_oldest_message_age_seconds` | `queue` | |
 //! | `sluice_queue_<counter>_total` | `queue` | the per-queue counters: sent, moved in, received, deleted, redelivered, released, dead-lettered, redriven, dropped, purged |
-//! | `sluice_lease_hold_seconds` | `outcome` | histogram: deleted, released, expired |
+//! | `sluice_lease_hold_seconds` | `outcome` | histogram: deleted, released, expired, abandoned (released because the connection it was bound to closed; the queue's `released` counter counts these too) |
 //! | `sluice_redelivery_lateness_seconds` | | histogram: lease end to receivable again |
 //! | `sluice_build_info` | `version` | always 1 |
 //! | `sluice_io_backend` | `backend` | 1 for the backend in use |
@@ -46,8 +46,8 @@ use super::metrics::{
 };
 use super::process;
 use super::shared::{
-    ERROR_SLOTS, LeaseReaders, OP_SLOTS, OUTCOME_NAMES, ShardStats, Shared, error_slot_name,
-    op_slot_name, outcome_slot, server_version,
+    ERROR_SLOTS, LeaseReaders, OP_SLOTS, OUTCOME_NAMES, OUTCOMES, ShardStats, Shared,
+    error_slot_name, op_slot_name, outcome_slot, server_version,
 };
 use crate::engine::{LeaseObserver, LeaseOutcome};
 
@@ -56,7 +56,7 @@ use super::limits::SCRAPE_WAIT;
 /// A shard's lease histograms; the engine reports into them.
 #[derive(Debug, Default)]
 pub struct LeaseMetrics {
-    hold: [LatencyHistogram; 3],
+    hold: [LatencyHistogram; OUTCOMES],
     lateness: LatencyHistogram,
 }
 
@@ -218,6 +218,11 @@ pub fn render(shared: &Shared, out: &mut String) {
         "sluice_connections_closed_bad_input_total",
         "Connections closed for bad input: framing, HELLO, auth, timeouts.",
         shared.sum(|s| s.closed_bad_input.get()),
+    );
+    w.counter(
+        "sluice_connections_timed_out_total",
+        "Connections closed because they were silent for longer than their session timeout.",
+        shared.sum(|s| s.timed_out.get()),
     );
     {
         let mut f = w.family(

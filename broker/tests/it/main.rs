@@ -7,6 +7,7 @@
 mod engine_util;
 
 mod engine_dead_letter;
+mod engine_footprint;
 mod engine_leases;
 mod engine_long_poll;
 mod engine_model;
@@ -32,6 +33,8 @@ mod server_util;
 mod server_auth;
 #[cfg(not(sluice_loom))]
 mod server_bad_input;
+#[cfg(not(sluice_loom))]
+mod server_bound_leases;
 #[cfg(not(sluice_loom))]
 mod server_leases;
 #[cfg(not(sluice_loom))]

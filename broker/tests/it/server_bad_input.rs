@@ -344,8 +344,9 @@ fn an_unsupported_version_is_refused(io: IoChoice) {
     let rss = rss_bytes();
     let mut out = BytesMut::new();
     Request::Hello(sluice_protocol::HelloRequest {
-        version: 2,
+        version: 3,
         token: Bytes::new(),
+        session_timeout_ms: 0,
     })
     .encode(1, &mut out)
     .unwrap();

@@ -172,6 +172,7 @@ fn the_engine_reports_how_leases_end() {
             max_messages: 1,
             visibility_timeout_ms: Some(vis),
             wait_ms: Some(0),
+            bind_leases: false,
         }),
     ) {
         OpResult::Received(m) => m.into_iter().next().expect("a message"),
@@ -204,9 +205,20 @@ fn the_engine_reports_how_leases_end() {
     assert!(matches!(r, OpResult::VisibilityChanged(ref v) if v[0].is_ok()));
     let _ = receive(&mut c, 500);
     c.advance_ms(600);
+    // The message again, its connection closing 300 ms later.
+    let m = receive(&mut c, 1_000);
+    c.advance_ms(300);
+    let r = c.call(
+        0,
+        Op::Abandon(DeleteRequest {
+            queue: qn("q"),
+            receipts: vec![m.receipt],
+        }),
+    );
+    assert!(matches!(r, OpResult::VisibilityChanged(ref v) if v[0].is_ok()));
     let log = log.lock().unwrap().clone();
     let ms = |ns: u64| ns / 1_000_000;
-    assert_eq!(log.len(), 4, "{log:?}");
+    assert_eq!(log.len(), 5, "{log:?}");
     assert_eq!((log[0].0, ms(log[0].1)), (Some(LeaseOutcome::Deleted), 250));
     assert_eq!(
         (log[1].0, ms(log[1].1)),
@@ -215,6 +227,10 @@ fn the_engine_reports_how_leases_end() {
     assert_eq!((log[2].0, ms(log[2].1)), (Some(LeaseOutcome::Expired), 500));
     assert_eq!(log[3].0, None, "then the lateness");
     assert!(ms(log[3].1) <= 100, "{log:?}");
+    assert_eq!(
+        (log[4].0, ms(log[4].1)),
+        (Some(LeaseOutcome::Abandoned), 300)
+    );
 }
 
 /// The value of the sample line that starts with `series ` (exact labels).

@@ -40,10 +40,18 @@
 //!   connection the server closed while idle is noticed by the next request:
 //!   after [`IDLE_CHECK_AFTER`] without reading, it first reads what is
 //!   waiting without blocking.
+//! - **Heartbeat.** With a session timeout, a heartbeat task wakes every
+//!   quarter of it and sends a PING (awaiting its PONG like any request)
+//!   only when nothing was written during the last quarter: a timestamp
+//!   (`last_write_ms`, Relaxed: a stale value only moves a PING a little)
+//!   stored per write is all it costs while requests flow. It holds the
+//!   connection weakly between looks and ends when it closes or is
+//!   dropped.
 
 use std::future::Future;
 use std::io::ErrorKind;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -145,6 +153,10 @@ pub(crate) struct AsyncConn {
     flush: Arc<Notify>,
     /// Wakes the reader task: to start reading, or to see that it can stop.
     read: Arc<Notify>,
+    /// When the connection opened: the epoch of `last_write_ms`.
+    opened: Instant,
+    /// Milliseconds from `opened` to the last write (the heartbeat's look).
+    last_write_ms: AtomicU64,
 }
 
 impl Drop for AsyncConn {
@@ -158,13 +170,15 @@ impl Drop for AsyncConn {
 
 impl AsyncConn {
     /// Wraps a connected stream whose HELLO is done (`buf` holds whatever
-    /// came after the HELLO reply) and starts its flusher task.
+    /// came after the HELLO reply) and starts its flusher and reader tasks,
+    /// and its heartbeat when given one (interval, PONG time-out).
     pub(crate) fn start(
         stream: TcpStream,
         tls: Option<TlsSession>,
         hello: HelloReply,
         decoder: FrameDecoder,
         buf: BytesMut,
+        heartbeat: Option<(Duration, Duration)>,
     ) -> Arc<AsyncConn> {
         let flush = Arc::new(Notify::new());
         let read = Arc::new(Notify::new());
@@ -187,10 +201,27 @@ impl AsyncConn {
             writer: Mutex::new(Writer::default()),
             flush: Arc::clone(&flush),
             read: Arc::clone(&read),
+            opened: Instant::now(),
+            last_write_ms: AtomicU64::new(0),
         });
         tokio::spawn(flusher(Arc::downgrade(&conn), flush));
         tokio::spawn(reader(Arc::downgrade(&conn), read));
+        if let Some((interval, timeout)) = heartbeat {
+            tokio::spawn(heartbeat_task(Arc::downgrade(&conn), interval, timeout));
+        }
         conn
+    }
+
+    fn age_ms(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether something was written within the last `within`.
+    fn wrote_within(&self, within: Duration) -> bool {
+        let within_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+        self.age_ms()
+            .saturating_sub(self.last_write_ms.load(Ordering::Relaxed))
+            < within_ms
     }
 
     pub(crate) fn hello(&self) -> &HelloReply {
@@ -323,7 +354,10 @@ impl AsyncConn {
         while !w.queued.is_empty() {
             match self.stream.try_write(&w.queued) {
                 Ok(0) => return Err(Error::io(ErrorKind::WriteZero.into())),
-                Ok(n) => w.queued.advance(n),
+                Ok(n) => {
+                    w.queued.advance(n);
+                    self.last_write_ms.store(self.age_ms(), Ordering::Relaxed);
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(Error::io(e)),
@@ -611,5 +645,34 @@ async fn flusher(conn: Weak<AsyncConn>, notify: Arc<Notify>) {
                 }
             }
         }
+    }
+}
+
+/// The heartbeat task of one connection (see the ground rules): every
+/// `interval`, a PING if nothing was written during the last one.
+async fn heartbeat_task(conn: Weak<AsyncConn>, interval: Duration, timeout: Duration) {
+    let ping = [Request::Ping {
+        nonce: 0x6865_6172_7462_6561,
+    }];
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick completes at once.
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(c) = conn.upgrade() else { return };
+        if c.is_closed() {
+            return;
+        }
+        if c.wrote_within(interval) {
+            continue;
+        }
+        let mut id = [0u32];
+        if c.submit(&ping, &mut id).is_err() {
+            return;
+        }
+        // The PONG itself says nothing; a failure ends the connection for
+        // every request, and the next look finds it closed.
+        let _ = tokio::time::timeout(timeout, ReplyFuture::new(c, id[0])).await;
     }
 }

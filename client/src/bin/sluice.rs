@@ -162,6 +162,49 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
             }
             Ok(Outcome::default())
         }
+        Command::AdvanceClock(a) => {
+            let merged = client.advance_clock(a.by)?;
+            let single = client.addrs().count() == 1;
+            let reading = |r: &sluice_client::ClockReading| {
+                let elapsed_ms = u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX);
+                (elapsed_ms, r.wall_ms)
+            };
+            if json && single {
+                for (_, r) in &merged.value {
+                    let (elapsed_ms, wall_ms) = reading(r);
+                    print_json(&json!({"elapsed_ms": elapsed_ms, "wall_ms": wall_ms}));
+                }
+            } else if json {
+                let by_broker: serde_json::Map<String, Value> = merged
+                    .value
+                    .iter()
+                    .map(|(addr, r)| {
+                        let (elapsed_ms, wall_ms) = reading(r);
+                        (
+                            addr.clone(),
+                            json!({"elapsed_ms": elapsed_ms, "wall_ms": wall_ms}),
+                        )
+                    })
+                    .collect();
+                print_json(&Value::Object(by_broker));
+            } else {
+                for (addr, r) in &merged.value {
+                    let (elapsed_ms, wall_ms) = reading(r);
+                    let on = if single {
+                        String::new()
+                    } else {
+                        format!("{addr}: ")
+                    };
+                    print(&format!(
+                        "{on}the clock stands {} after the server's start (wall clock {wall_ms} ms)\n",
+                        units::format_ms(elapsed_ms),
+                    ));
+                }
+            }
+            Ok(Outcome {
+                failed: report_failed(&merged.failed),
+            })
+        }
         Command::Redrive(a) => {
             let r = client.redrive(&a.queue, a.max)?;
             if json {
@@ -376,7 +419,7 @@ fn sluice_protocol_batch_max() -> usize {
 }
 
 fn recv(client: &Client, a: &args::RecvArgs, json: bool) -> Result<Outcome, Failure> {
-    let mut options = ReceiveOptions::new(a.max);
+    let mut options = ReceiveOptions::new(a.max).bind_leases(a.bind);
     options.visibility_timeout = a.visibility_timeout;
     options.wait = a.wait;
     let messages = client.receive(&a.queue, options)?;

@@ -45,17 +45,27 @@
 //!   after [`IDLE_CHECK_AFTER`] without reading, a request first reads what
 //!   is waiting without blocking (an end of stream there makes the client
 //!   reconnect before sending).
-//! - **Atomics.** Two copies let a request check its connection without a
+//! - **Heartbeat.** With a session timeout, the connection has one more
+//!   thread, its heartbeat ([`heartbeat`]): it sleeps a quarter of the
+//!   timeout at a time and sends a PING (and waits for its PONG like any
+//!   caller) only when nothing was written during the last quarter. While
+//!   requests flow it costs a timestamp store per write and a look at it
+//!   per quarter. It holds the connection only weakly between looks and
+//!   ends when the connection closes or is dropped (the drop closes its
+//!   channel, which wakes it at once).
+//! - **Atomics.** Copies let a request check its connection without a
 //!   lock. `closed` is stored (Release) once the table is closed, under the
 //!   state lock, and loaded (Acquire) by that check: a stale `false` only
 //!   lets the request on to the table, which refuses it, and the client
-//!   retries on a new connection. `last_read_ms` is Relaxed: a stale value
-//!   only moves the idle check a little earlier or later.
+//!   retries on a new connection. `last_read_ms` and `last_write_ms` are
+//!   Relaxed: a stale value only moves the idle check, or a heartbeat, a
+//!   little earlier or later.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
@@ -210,6 +220,11 @@ pub(crate) struct Connection {
     /// Milliseconds from `opened` to the last read, for the idle check
     /// without the lock (`State::last_read` is the exact one).
     last_read_ms: AtomicU64,
+    /// Milliseconds from `opened` to the end of the last write (the
+    /// heartbeat's look).
+    last_write_ms: AtomicU64,
+    /// Dropped with the connection: wakes its heartbeat to end.
+    _heartbeat_stop: Option<mpsc::Sender<()>>,
     /// Set once the connection ended (`State::table.closed()` is the truth).
     closed: AtomicBool,
 }
@@ -224,6 +239,7 @@ impl Connection {
         decoder: FrameDecoder,
         buf: BytesMut,
         read_spin: Duration,
+        heartbeat_stop: Option<mpsc::Sender<()>>,
     ) -> std::io::Result<Connection> {
         stream.set_read_timeout(None)?;
         stream.set_write_timeout(Some(WRITE_STALL))?;
@@ -249,8 +265,18 @@ impl Connection {
             writer: Mutex::new(Writer::default()),
             opened: Instant::now(),
             last_read_ms: AtomicU64::new(0),
+            last_write_ms: AtomicU64::new(0),
+            _heartbeat_stop: heartbeat_stop,
             closed: AtomicBool::new(false),
         })
+    }
+
+    /// Whether something was written within the last `within`.
+    fn wrote_within(&self, within: Duration) -> bool {
+        let within_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+        self.age_ms()
+            .saturating_sub(self.last_write_ms.load(Ordering::Relaxed))
+            < within_ms
     }
 
     fn age_ms(&self) -> u64 {
@@ -372,6 +398,7 @@ impl Connection {
                     .seal(&out, &mut sealed)
                     .and_then(|()| self.write_all(&sealed, deadline)),
             };
+            self.last_write_ms.store(self.age_ms(), Ordering::Relaxed);
             out.clear();
             sealed.clear();
             w = lock(&self.writer);
@@ -712,5 +739,40 @@ impl Connection {
     pub(crate) fn snapshot(&self) -> (usize, bool, usize) {
         let st = self.state();
         (st.table.len(), st.leading, st.parked)
+    }
+}
+
+/// A connection's heartbeat thread (see the ground rules): every
+/// `interval`, a PING if nothing was written during the last one. Ends when
+/// the connection is dropped (`stop`'s sender goes with it) or closed.
+pub(crate) fn heartbeat(
+    conn: &Weak<Connection>,
+    stop: &mpsc::Receiver<()>,
+    interval: Duration,
+    timeout: Duration,
+) {
+    let ping = [Request::Ping {
+        nonce: 0x6865_6172_7462_6561,
+    }];
+    loop {
+        match stop.recv_timeout(interval) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let Some(conn) = conn.upgrade() else { return };
+        if conn.is_closed() {
+            return;
+        }
+        if conn.wrote_within(interval) {
+            continue;
+        }
+        let deadline = Instant::now() + timeout;
+        let mut id = [0u32];
+        if conn.submit(&ping, &mut id, deadline).is_err() {
+            return;
+        }
+        // The PONG itself says nothing; a failure ends the connection for
+        // everyone, and the next look finds it closed.
+        let _ = conn.wait(id[0], deadline, timeout);
     }
 }

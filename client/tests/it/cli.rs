@@ -384,3 +384,31 @@ fn several_brokers_and_tls() {
     let out = cli.run(&["stats"]);
     assert!(stderr(&out).contains("TLS"), "{}", stderr(&out));
 }
+
+#[test]
+fn recv_bind_gives_back_what_it_did_not_delete_and_advance_clock_needs_a_manual_clock() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "jobs"]);
+    cli.ok(&["send", "jobs", "keep me"]);
+    // A 10-minute lease, bound: released as soon as `sluice` exits.
+    let got = cli.json(&["recv", "jobs", "--bind", "--visibility-timeout", "10m"]);
+    assert_eq!(got.as_array().map(Vec::len), Some(1), "{got}");
+    let again = cli.json(&["recv", "jobs", "--wait", "5s", "--delete"]);
+    assert_eq!(again[0]["receive_count"], 2, "{again}");
+
+    let out = cli.run(&["advance-clock", "30s"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).starts_with("Unsupported: "),
+        "{}",
+        stderr(&out)
+    );
+
+    let manual = TestServer::start_on("127.0.0.1:0", &["--clock", "manual"]);
+    let cli = Cli::new(&manual);
+    let moved = cli.json(&["advance-clock", "1m30s"]);
+    assert_eq!(moved["elapsed_ms"], 90_000, "{moved}");
+    let out = cli.ok(&["advance-clock", "0"]);
+    assert!(out.starts_with("the clock stands 90s after"), "{out}");
+}

@@ -4,6 +4,8 @@ mod api_async;
 mod api_blocking;
 mod cli;
 mod consumer;
+mod heartbeat;
+mod kill;
 mod pipelining;
 mod producer;
 mod reconnect;

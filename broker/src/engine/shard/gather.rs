@@ -1,12 +1,12 @@
 //! Fan-out operations over every shard: stats, purge, delete-queue (all at
 //! once) and peek, redrive (one shard after another until satisfied).
 
-use sluice_protocol::message::first_received_delta_ms;
 use sluice_protocol::{PeekedMessage, QueueInfo, QueueStats};
 
 use super::{NS_PER_MS, Pending, PendingKind, Removal, Shard};
 use crate::engine::mesh::shard_msg::{GatherReply, GatherRequest, ShardMsg};
 use crate::engine::ops::OpResult;
+use crate::engine::slab::SlotKey;
 use crate::engine::stored_message::MessageState;
 
 /// What a fan-out has gathered so far.
@@ -206,15 +206,13 @@ impl Shard {
 
     pub(super) fn partition_stats(&mut self, p: u32) -> QueueStats {
         let mut oldest: Option<u64> = None;
-        while let Some(&key) = self.part(p).age.front() {
+        while let Some(key) = self.part(p).age.front() {
             match self.messages.get(key) {
-                Some(m) if m.partition == p && m.in_age_fifo => {
-                    oldest = Some(m.sent_ns);
+                Some(m) if m.partition() == p && m.in_age_fifo() => {
+                    oldest = Some(m.sent_ns());
                     break;
                 }
-                _ => {
-                    self.part_mut(p).age.pop_front();
-                }
+                _ => self.pop_age_front(p),
             }
         }
         let part = self.part(p);
@@ -226,28 +224,61 @@ impl Shard {
         s
     }
 
-    pub(super) fn peek_local(&self, p: u32, max: u32) -> Vec<PeekedMessage> {
-        let part = self.part(p);
-        let mut out = Vec::new();
-        for &key in &part.ready {
-            if out.len() >= max as usize {
-                break;
+    /// Up to `max` visible messages of `p`, in the order a receive would
+    /// take them, without taking them.
+    pub(super) fn peek_local(&mut self, p: u32, max: u32) -> Vec<PeekedMessage> {
+        let mut keys = Vec::new();
+        {
+            let part = self.part(p);
+            let visible = |key: SlotKey| {
+                self.messages
+                    .get(key)
+                    .filter(|m| m.partition() == p && m.state == MessageState::Visible)
+            };
+            let mut ready = part
+                .ready
+                .iter()
+                .filter(|e| visible(e.key).is_some_and(|m| m.in_ready()))
+                .peekable();
+            let mut fresh = part
+                .age
+                .iter_from(part.fresh)
+                .filter_map(|key| {
+                    visible(key)
+                        .filter(|m| m.is_plain() && m.in_age_fifo() && !m.in_ready())
+                        .map(|m| (key, m.seq.get()))
+                })
+                .peekable();
+            while keys.len() < max as usize {
+                let from_ready = match (ready.peek(), fresh.peek()) {
+                    (Some(r), Some(&(_, seq))) => r.order <= seq,
+                    (Some(_), None) => true,
+                    (None, Some(_)) => false,
+                    (None, None) => break,
+                };
+                if from_ready {
+                    keys.extend(ready.next().map(|e| e.key));
+                } else {
+                    keys.extend(fresh.next().map(|(key, _)| key));
+                }
             }
-            let Some(m) = self.messages.get(key) else {
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Some(m) = self.messages.get(key).copied() else {
                 continue;
             };
-            if m.partition != p || m.state != MessageState::Visible {
-                continue;
-            }
+            let (receive_count, delivery) = self.counters(&m);
+            let first = self.ext_of(&m).map_or(0, |e| e.first_received_delta_ms);
+            let payload = self.payload(key);
             out.push(PeekedMessage {
-                id: self.message_id(m.seq),
-                receive_count: m.receive_count,
-                delivery: m.delivery,
-                sent_at_ms: m.sent_at_ms,
-                first_received_delta_ms: (m.delivery > 0)
-                    .then(|| first_received_delta_ms(m.sent_at_ms, m.first_received_ms)),
-                attributes: m.attributes(),
-                body: m.body(),
+                id: self.message_id(m.seq.get()),
+                receive_count,
+                delivery,
+                sent_at_ms: m.sent_at_ms.get(),
+                first_received_delta_ms: (delivery > 0).then_some(first),
+                attributes: payload.attributes,
+                body: payload.body,
             });
         }
         out
@@ -257,14 +288,15 @@ impl Shard {
         let (mut moved, mut stayed) = (0u64, 0u64);
         let mut keep = Vec::new();
         while moved + stayed < u64::from(max) {
-            let Some(key) = self.pop_visible(p) else {
+            let Some((key, source)) = self.pop_visible(p) else {
                 break;
             };
             let Some(m) = self.messages.get(key) else {
                 continue;
             };
-            let target = (m.source != 0)
-                .then(|| self.by_incarnation.get(&m.source).copied())
+            let source_inc = self.ext_of(m).map_or(0, |e| e.source);
+            let target = (source_inc != 0)
+                .then(|| self.by_incarnation.get(&source_inc).copied())
                 .flatten();
             let ok = target.is_some_and(|t| {
                 let part = self.part(t);
@@ -280,15 +312,12 @@ impl Shard {
                 }
                 None => {
                     stayed += 1;
-                    keep.push(key);
+                    keep.push((key, source));
                 }
             }
         }
-        for key in keep.into_iter().rev() {
-            if let Some(m) = self.messages.get_mut(key) {
-                m.in_ready = true;
-                self.part_mut(p).ready.push_front(key);
-            }
+        for (key, source) in keep.into_iter().rev() {
+            self.push_back_front(p, key, source);
         }
         (moved, stayed)
     }

@@ -44,10 +44,14 @@ impl Shard {
                 *outstanding -= 1;
                 if *outstanding == 0 {
                     let action = *action;
-                    let r = core::mem::take(acc).into_iter().flatten().collect();
+                    let acc = core::mem::take(acc);
+                    let mut r = self.acks_vec();
+                    r.extend(acc.into_iter().flatten());
                     let result = match action {
                         ReceiptAction::Delete => OpResult::Deleted(r),
-                        ReceiptAction::ChangeVisibility => OpResult::VisibilityChanged(r),
+                        ReceiptAction::ChangeVisibility | ReceiptAction::Abandon => {
+                            OpResult::VisibilityChanged(r)
+                        }
                     };
                     self.finish(req, result);
                 }
@@ -84,7 +88,9 @@ impl Shard {
                 }
                 *outstanding -= 1;
                 if *outstanding == 0 {
-                    let r = core::mem::take(acc).into_iter().flatten().collect();
+                    let acc = core::mem::take(acc);
+                    let mut r = self.sent_vec();
+                    r.extend(acc.into_iter().flatten());
                     self.finish(req, OpResult::Sent(r));
                 }
             }
@@ -100,7 +106,7 @@ impl Shard {
                     bytes_left: reply_bytes_left,
                     holds_any,
                 };
-                let mut messages = Vec::new();
+                let mut messages = self.received_vec();
                 if let Some(p) = self.by_incarnation.get(&incarnation).copied() {
                     self.take_visible(
                         p,
@@ -121,7 +127,7 @@ impl Shard {
             }
             ShardMsg::StealReply {
                 req,
-                messages,
+                mut messages,
                 reply_bytes_left,
             } => {
                 let Some(r) = self.receive_mut(req) else {
@@ -132,7 +138,13 @@ impl Shard {
                     r.budget.holds_any = true;
                 }
                 r.budget.bytes_left = reply_bytes_left;
-                r.got.extend(messages);
+                if r.got.is_empty() {
+                    let empty = core::mem::replace(&mut r.got, messages);
+                    self.recycle(OpResult::Received(empty));
+                } else {
+                    r.got.append(&mut messages);
+                    self.recycle(OpResult::Received(messages));
+                }
                 self.continue_receive(req);
             }
             ShardMsg::Wake { incarnation } => {

@@ -3,21 +3,26 @@
 use std::collections::HashMap;
 
 use super::{PendingKind, Shard};
-use crate::engine::bodies::OWN_BUFFER;
-use crate::engine::limits::MESSAGE_STATE_BYTES;
-use crate::engine::stored_message::MessageState;
+use crate::engine::bodies::EMPTY;
+use crate::engine::stored_message::{MessageState, NONE};
+use crate::engine::wheel::TimerId;
 
 impl Shard {
     /// Checks the shard's internal consistency: per partition, the
     /// accounting identity and that the gauges match the messages; every
-    /// message has its timer when it needs one, its ready-FIFO entry when visible and its
-    /// membership entry; memory accounting matches. Tests call it after
-    /// every step.
+    /// message has its timer when it needs one, its lease entry exactly when
+    /// not visible, its ready-FIFO entry or its place after the fresh cursor
+    /// when visible, and its membership entry; the side tables hold exactly
+    /// the messages' entries; memory accounting matches. Tests call it
+    /// after every step.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut counts: HashMap<u32, [u64; 3]> = HashMap::new();
         let mut mem = 0u64;
         let mut timers = 0usize;
         let mut chunk_live: HashMap<u32, u64> = HashMap::new();
+        let mut exts = 0usize;
+        let mut leases = 0usize;
+        let mut grouped: HashMap<u32, u32> = HashMap::new();
         for key in self.messages.keys() {
             let m = self
                 .messages
@@ -25,53 +30,96 @@ impl Shard {
                 .ok_or_else(|| format!("slab key {key:?} does not resolve"))?;
             let part = self
                 .partitions
-                .get(m.partition as usize)
+                .get(m.partition() as usize)
                 .and_then(Option::as_ref)
                 .ok_or_else(|| format!("message {key:?} in a dropped partition"))?;
-            let c = counts.entry(m.partition).or_default();
+            let c = counts.entry(m.partition()).or_default();
             match m.state {
                 MessageState::Visible => c[0] += 1,
                 MessageState::Delayed => c[1] += 1,
                 MessageState::InFlight => c[2] += 1,
             }
-            let needs_timer = !(m.state == MessageState::Visible && m.in_age_fifo);
-            if m.timer.is_some() != needs_timer {
+            let ext = self.ext_of(m);
+            let lease = self.lease_of(m);
+            exts += usize::from(ext.is_some());
+            leases += usize::from(lease.is_some());
+            if (m.state == MessageState::Visible) == lease.is_some() {
                 return Err(format!(
-                    "message {key:?} of {} ({:?}, in age FIFO: {}) has timer {:?}",
-                    part.name, m.state, m.in_age_fifo, m.timer
+                    "message {key:?} of {} is {:?} with lease {lease:?}",
+                    part.name, m.state
                 ));
             }
-            if m.timer.is_some() {
+            let timer = ext.map_or(TimerId::NONE, |e| e.timer);
+            let group = lease.map_or(NONE, |l| l.group);
+            if group != NONE {
+                if m.state != MessageState::InFlight || !m.in_age_fifo() {
+                    return Err(format!(
+                        "message {key:?} of {} ({:?}, in age FIFO: {}) in lease group {group}",
+                        part.name,
+                        m.state,
+                        m.in_age_fifo()
+                    ));
+                }
+                *grouped.entry(group).or_default() += 1;
+                let listed = self
+                    .groups
+                    .groups
+                    .get(group as usize)
+                    .is_some_and(|g| g.members.contains(&key));
+                if !listed {
+                    return Err(format!(
+                        "message {key:?} not listed by its lease group {group}"
+                    ));
+                }
+            }
+            let needs_timer =
+                !(m.state == MessageState::Visible && m.in_age_fifo()) && group == NONE;
+            if timer.is_none() == needs_timer {
+                return Err(format!(
+                    "message {key:?} of {} ({:?}, in age FIFO: {}) has timer {timer:?}",
+                    part.name,
+                    m.state,
+                    m.in_age_fifo()
+                ));
+            }
+            if !timer.is_none() {
                 timers += 1;
             }
-            if m.in_age_fifo && part.retention_timer.is_none() {
+            if m.in_age_fifo() && part.retention_timer.is_none() {
                 return Err(format!(
                     "message {key:?} of {} in an age FIFO without a retention timer",
                     part.name
                 ));
             }
-            if m.in_age_fifo && m.retain_until_ns > part.age_tail_until_ns {
+            if m.in_age_fifo() && m.retain_until_ns() > part.age_tail_until_ns {
                 return Err(format!(
                     "message {key:?} of {} retained past its FIFO's tail",
                     part.name
                 ));
             }
-            if m.state == MessageState::Visible && !m.in_ready {
+            let fresh = m.is_plain() && m.in_age_fifo() && !m.in_ready();
+            if m.state == MessageState::Visible && !m.in_ready() && !fresh {
                 return Err(format!(
-                    "visible message {key:?} of {} not in its ready FIFO",
+                    "visible message {key:?} of {} neither fresh nor in its ready FIFO",
                     part.name
                 ));
             }
-            if m.in_ready {
-                let n = part.ready.iter().filter(|&&k| k == key).count();
+            if fresh && !part.age.iter_from(part.fresh).any(|k| k == key) {
+                return Err(format!(
+                    "fresh message {key:?} of {} behind its partition's fresh cursor",
+                    part.name
+                ));
+            }
+            if m.in_ready() {
+                let n = part.ready.iter().filter(|e| e.key == key).count();
                 if n != 1 {
                     return Err(format!("message {key:?} has {n} ready entries"));
                 }
             }
-            let indexed = if m.in_age_fifo {
-                part.age.contains(&key)
+            let indexed = if m.in_age_fifo() {
+                part.age.iter().any(|k| k == key)
             } else {
-                part.moved.contains(&(m.sent_ns, key.slot))
+                part.moved.contains(&(m.sent_ns(), key.slot))
             };
             if !indexed {
                 return Err(format!(
@@ -79,10 +127,36 @@ impl Shard {
                     part.name
                 ));
             }
-            mem += m.data.len() as u64 + MESSAGE_STATE_BYTES;
-            if m.chunk != OWN_BUFFER {
-                *chunk_live.entry(m.chunk).or_default() += m.data.len() as u64;
+            mem += self.message_cost(m);
+            let len = self.data_len(m) as u64;
+            if m.chunk != EMPTY {
+                *chunk_live.entry(m.chunk).or_default() += len;
+            } else if len != 0 {
+                return Err(format!("message {key:?} holds {len} bytes in no chunk"));
             }
+        }
+        let mut group_timers = 0;
+        for (g, group) in self.groups.in_use() {
+            if grouped.remove(&g) != Some(group.live) {
+                return Err(format!(
+                    "lease group {g} counts {} members in it",
+                    group.live
+                ));
+            }
+            if group.timer.is_none() {
+                return Err(format!("lease group {g} has members and no timer"));
+            }
+            group_timers += 1;
+        }
+        if let Some((g, n)) = grouped.into_iter().next() {
+            return Err(format!("{n} leases in lease group {g}, which is closed"));
+        }
+        if exts != self.exts.len() || leases != self.leases.len() {
+            return Err(format!(
+                "messages hold {exts} ext and {leases} lease entries, the tables {} and {}",
+                self.exts.len(),
+                self.leases.len()
+            ));
         }
         for (chunk, live) in self.bodies.live_bytes() {
             let held = chunk_live.remove(&chunk).unwrap_or(0);
@@ -159,10 +233,10 @@ impl Shard {
             .flatten()
             .filter(|p| p.retention_timer.is_some())
             .count();
-        let expect = timers + retention_timers + self.dedup.len() + waiter_timers;
+        let expect = timers + group_timers + retention_timers + self.dedup.len() + waiter_timers;
         if self.wheel.len() != expect {
             return Err(format!(
-                "wheel holds {} timers, expected {expect} (messages, partitions' retention, dedup entries, waiters)",
+                "wheel holds {} timers, expected {expect} (messages, lease groups, partitions' retention, dedup entries, waiters)",
                 self.wheel.len()
             ));
         }

@@ -5,11 +5,12 @@
 
 use sluice_protocol::QueueStats;
 
-use super::{NS_PER_MS, Removal, Shard, TimerEvent};
-use crate::engine::limits::MESSAGE_STATE_BYTES;
+use super::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Removal, Shard, TimerEvent};
 use crate::engine::ops::LeaseOutcome;
+use crate::engine::partition::ReadyEntry;
 use crate::engine::slab::SlotKey;
-use crate::engine::stored_message::MessageState;
+use crate::engine::stored_message::{Ext, MessageState, NONE, StoredMessage};
+use crate::engine::wheel::TimerId;
 
 impl Shard {
     pub(super) fn mark_touched(&mut self, p: u32, gained: bool) {
@@ -21,13 +22,23 @@ impl Shard {
         }
     }
 
+    /// Puts a visible message in its partition's ready FIFO (unless it has
+    /// an entry there already), stamped with the next sequence number (see
+    /// `partition.rs`).
     pub(super) fn push_ready(&mut self, p: u32, key: SlotKey) {
         let Some(m) = self.messages.get_mut(key) else {
             return;
         };
-        if !m.in_ready {
-            m.in_ready = true;
-            self.part_mut(p).ready.push_back(key);
+        if !m.in_ready() {
+            m.set_in_ready(true);
+            let entry = ReadyEntry {
+                key,
+                order: self.next_seq,
+            };
+            let part = self.partitions[p as usize]
+                .as_mut()
+                .expect("live partition index");
+            part.ready.push_back(entry, &mut self.ready_spare);
         }
         self.mark_touched(p, true);
     }
@@ -35,25 +46,34 @@ impl Shard {
     /// (Re)schedules the message's one timer, or cancels it when none is
     /// needed (visible, retention by the partition's FIFO).
     pub(super) fn arm_timer(&mut self, key: SlotKey) {
-        let Some(m) = self.messages.get_mut(key) else {
+        let Some(m) = self.messages.get(key).copied() else {
             return;
         };
-        let deadline = match (m.state, m.in_age_fifo) {
+        if m.ext == NONE {
+            // Never delivered, delayed or moved: visible, and its retention
+            // is its partition's age FIFO.
+            debug_assert!(m.state == MessageState::Visible && m.in_age_fifo());
+            return;
+        }
+        let retain_until = m.retain_until_ns();
+        let (due, grouped) = self
+            .lease_of(&m)
+            .map_or((0, false), |l| (l.due_ns, l.group != NONE));
+        let deadline = match (m.state, m.in_age_fifo()) {
             (MessageState::Visible, true) => None,
-            (MessageState::Visible, false) => Some(m.retain_until_ns),
-            (MessageState::Delayed | MessageState::InFlight, true) => Some(m.due_ns),
-            (MessageState::Delayed | MessageState::InFlight, false) => {
-                Some(m.due_ns.min(m.retain_until_ns))
-            }
+            (MessageState::InFlight, true) if grouped => None,
+            (MessageState::Visible, false) => Some(retain_until),
+            (MessageState::Delayed | MessageState::InFlight, true) => Some(due),
+            (MessageState::Delayed | MessageState::InFlight, false) => Some(due.min(retain_until)),
         };
-        if let Some(t) = m.timer.take() {
-            self.wheel.cancel(t);
+        let ext = self.exts.get_mut(m.ext);
+        let old = core::mem::replace(&mut ext.timer, TimerId::NONE);
+        if !old.is_none() {
+            self.wheel.cancel(old);
         }
         if let Some(deadline) = deadline {
             let t = self.wheel.insert(deadline, TimerEvent::Message(key));
-            if let Some(m) = self.messages.get_mut(key) {
-                m.timer = Some(t);
-            }
+            self.exts.get_mut(m.ext).timer = t;
         }
     }
 
@@ -65,18 +85,18 @@ impl Shard {
             return;
         };
         part.retention_timer = None;
-        while let Some(&key) = self.part(p).age.front() {
+        while let Some(key) = self.part(p).age.front() {
             let until = self
                 .messages
                 .get(key)
-                .filter(|m| m.partition == p && m.in_age_fifo)
-                .map(|m| m.retain_until_ns);
+                .filter(|m| m.partition() == p && m.in_age_fifo())
+                .map(|m| m.retain_until_ns());
             match until {
                 None => {
-                    self.part_mut(p).age.pop_front();
+                    self.pop_age_front(p);
                 }
                 Some(until) if until <= now => {
-                    self.part_mut(p).age.pop_front();
+                    self.pop_age_front(p);
                     self.remove_message(key, Removal::Dropped);
                 }
                 Some(until) => {
@@ -88,6 +108,16 @@ impl Shard {
         }
     }
 
+    /// Pops the front of `p`'s age FIFO; the fresh cursor never lies before
+    /// the front.
+    pub(super) fn pop_age_front(&mut self, p: u32) {
+        let part = self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index");
+        part.age.pop_front(&mut self.age_spare);
+        part.fresh = part.fresh.max(part.age.head());
+    }
+
     pub(super) fn gauge_mut(stats: &mut QueueStats, state: MessageState) -> &mut u64 {
         match state {
             MessageState::Visible => &mut stats.visible,
@@ -96,14 +126,25 @@ impl Shard {
         }
     }
 
-    /// Moves a message to `state` (gauges follow).
+    /// Moves a message to `state` (gauges follow); `due_ns` is the end of
+    /// the lease or delay. A message that leaves visibility gets a lease
+    /// entry; one that becomes visible gives its back.
     pub(super) fn set_state(&mut self, key: SlotKey, state: MessageState, due_ns: u64) {
         let Some(m) = self.messages.get_mut(key) else {
             return;
         };
-        let (old, p) = (m.state, m.partition);
+        let (old, p) = (m.state, m.partition());
         m.state = state;
-        m.due_ns = due_ns;
+        let m = *m;
+        if state == MessageState::Visible {
+            self.drop_lease(&m);
+        } else {
+            let lease = self.ensure_lease(key);
+            // A new deadline: the message's own timer ends it, not its
+            // group's.
+            self.leave_group(lease);
+            self.leases.get_mut(lease).due_ns = due_ns;
+        }
         let part = self.part_mut(p);
         *Self::gauge_mut(&mut part.stats, old) -= 1;
         *Self::gauge_mut(&mut part.stats, state) += 1;
@@ -121,11 +162,12 @@ impl Shard {
         let Some(m) = self.messages.get(key) else {
             return;
         };
-        let backoff = self.part(m.partition).attrs.backoff;
+        let backoff = self.part(m.partition()).attrs.backoff;
+        let (receive_count, _) = self.counters(m);
         let wait_ms = match backoff {
             None => 0,
             Some(b) => {
-                let n = m.receive_count.max(1);
+                let n = receive_count.max(1);
                 let d = if n > 32 {
                     u64::from(b.max_ms)
                 } else {
@@ -142,23 +184,60 @@ impl Shard {
     }
 
     pub(super) fn remove_message(&mut self, key: SlotKey, why: Removal) {
-        let Some(m) = self.messages.remove(key) else {
+        let Some(m) = self.messages.get(key).copied() else {
             return;
         };
-        if let Some(t) = m.timer {
-            self.wheel.cancel(t);
+        self.remove_known(key, &m, why);
+        if why != Removal::QueueGone {
+            self.maybe_compact(m.partition());
         }
-        let p = m.partition;
-        let cost = m.data.len() as u64 + MESSAGE_STATE_BYTES;
+    }
+
+    /// Removes the message `m` at `key`: its side entries and timer, its
+    /// data, its memory, its counters. Its FIFO entries go stale; the
+    /// caller compacts the partition's FIFOs ([`Shard::maybe_compact`])
+    /// when it is done removing.
+    pub(super) fn remove_known(&mut self, key: SlotKey, m: &StoredMessage, why: Removal) {
+        let side = (m.ext != NONE).then(|| {
+            let e = *self.exts.get(m.ext);
+            let group = (e.lease != NONE).then(|| self.leases.get(e.lease).group);
+            (e, group)
+        });
+        self.remove_with(key, m, side, why);
+    }
+
+    /// [`Shard::remove_known`] with the message's ext entry and its lease's
+    /// group (when it has a lease) already read.
+    pub(super) fn remove_with(
+        &mut self,
+        key: SlotKey,
+        m: &StoredMessage,
+        side: Option<(Ext, Option<u32>)>,
+        why: Removal,
+    ) {
+        let data_len = self.data_len(m);
+        let mut cost = data_len as u64 + MESSAGE_BYTES;
+        if let Some((e, group)) = side {
+            cost += EXT_BYTES;
+            if !e.timer.is_none() {
+                self.wheel.cancel(e.timer);
+            }
+            if let Some(group) = group {
+                cost += LEASE_BYTES;
+                self.count_out(group);
+                self.leases.remove(e.lease);
+            }
+            self.exts.remove(m.ext);
+        }
+        self.messages.remove(key);
+        let p = m.partition();
         self.memory.release(self.registry.memory(), cost);
-        self.bodies.release(m.chunk, m.data.len());
-        let (state, in_age_fifo, sent_ns) = (m.state, m.in_age_fifo, m.sent_ns);
-        drop(m);
+        self.bodies.release(m.chunk, data_len);
         if self.bodies.needs_compaction() {
             self.compact_bodies();
         }
         let part = self.part_mut(p);
-        *Self::gauge_mut(&mut part.stats, state) -= 1;
+        *Self::gauge_mut(&mut part.stats, m.state) -= 1;
         match why {
             Removal::Deleted => part.stats.deleted += 1,
             Removal::Dropped => part.stats.dropped += 1,
@@ -166,14 +245,11 @@ impl Shard {
             Removal::QueueGone => {}
         }
         part.shared.release_depth();
-        if !in_age_fifo {
-            part.moved.remove(&(sent_ns, key.slot));
+        if !m.in_age_fifo() {
+            part.moved.remove(&(m.sent_ns(), key.slot));
         }
-        if state == MessageState::Visible {
+        if m.state == MessageState::Visible {
             self.mark_touched(p, false);
-        }
-        if why != Removal::QueueGone {
-            self.maybe_compact(p);
         }
     }
 
@@ -182,53 +258,67 @@ impl Shard {
     pub(super) fn compact_bodies(&mut self) {
         let keys: Vec<SlotKey> = self.messages.keys().collect();
         for key in keys {
-            let Some(m) = self.messages.get_mut(key) else {
+            let Some(m) = self.messages.get(key).copied() else {
                 continue;
             };
             if self.bodies.is_sparse(m.chunk) {
-                let (data, chunk) = self.bodies.store(&m.data, &[]);
-                self.bodies.release(m.chunk, m.data.len());
-                m.data = data;
-                m.chunk = chunk;
+                let len = self.data_len(&m);
+                let data = self.bodies.data(m.chunk, u32::from(m.offset), len);
+                let (chunk, offset) = self.bodies.store(&data, &[]);
+                self.bodies.release(m.chunk, len);
+                if let Some(m) = self.messages.get_mut(key) {
+                    m.relocate(chunk, offset);
+                }
             }
         }
-    }
-
-    pub(super) fn key_live_in(&self, key: SlotKey, p: u32) -> bool {
-        self.messages.get(key).is_some_and(|m| m.partition == p)
     }
 
     pub(super) fn maybe_compact(&mut self, p: u32) {
         let part = self.part(p);
         if part.needs_compaction(part.age.len()) {
-            let mut age = core::mem::take(&mut self.part_mut(p).age);
-            age.retain(|&k| {
-                self.key_live_in(k, p) && self.messages.get(k).is_some_and(|m| m.in_age_fifo)
-            });
+            let part = self.partitions[p as usize]
+                .as_mut()
+                .expect("live partition index");
+            let messages = &self.messages;
+            let fresh = part.fresh;
+            part.fresh = part.age.retain(
+                |k| {
+                    messages
+                        .get(k)
+                        .is_some_and(|m| m.partition() == p && m.in_age_fifo())
+                },
+                fresh,
+                &mut self.age_spare,
+            );
             // The retention timer stays: its deadline is at or before the
             // new front's. The tail is the back's (the latest) deadline.
-            let tail = age
+            part.age_tail_until_ns = part
+                .age
                 .back()
-                .and_then(|&k| self.messages.get(k))
-                .map_or(0, |m| m.retain_until_ns);
-            let part = self.part_mut(p);
-            part.age = age;
-            part.age_tail_until_ns = tail;
+                .and_then(|k| messages.get(k))
+                .map_or(0, |m| m.retain_until_ns());
         }
         let part = self.part(p);
         if part.needs_compaction(part.ready.len()) {
-            let mut ready = core::mem::take(&mut self.part_mut(p).ready);
-            ready.retain(|&k| self.key_live_in(k, p));
-            self.part_mut(p).ready = ready;
+            let part = self.partitions[p as usize]
+                .as_mut()
+                .expect("live partition index");
+            let messages = &self.messages;
+            let end = part.ready.end();
+            part.ready.retain(
+                |e| messages.get(e.key).is_some_and(|m| m.partition() == p),
+                end,
+                &mut self.ready_spare,
+            );
         }
     }
 
     /// Moves a visible message to partition `to` (dead-letter or redrive):
     /// a new generation, so receipts of the old queue answer `Gone`.
     pub(super) fn move_message(&mut self, key: SlotKey, to: u32, redrive: bool) -> Option<SlotKey> {
-        let m = self.messages.get(key)?;
-        let (from, sent_ns, in_age, state) = (m.partition, m.sent_ns, m.in_age_fifo, m.state);
-        debug_assert_eq!(state, MessageState::Visible);
+        let m = *self.messages.get(key)?;
+        let (from, sent_ns) = (m.partition(), m.sent_ns());
+        debug_assert_eq!(m.state, MessageState::Visible);
         let from_inc = self.part(from).incarnation;
         {
             let part = self.part_mut(from);
@@ -239,22 +329,29 @@ impl Shard {
                 part.stats.dead_lettered += 1;
             }
             part.shared.release_depth();
-            if !in_age {
+            if !m.in_age_fifo() {
                 part.moved.remove(&(sent_ns, key.slot));
             }
         }
         self.mark_touched(from, false);
         let new_key = self.messages.bump(key)?;
-        let retention_ns = u64::from(self.part(to).attrs.retention_ms) * NS_PER_MS;
-        let m = self.messages.get_mut(new_key)?;
-        m.partition = to;
-        m.source = if redrive { 0 } else { from_inc };
-        if redrive {
-            m.receive_count = 0;
+        // The timer names the old key: it goes, and is set again below.
+        let ext = self.ensure_ext(new_key);
+        let old_timer = core::mem::replace(&mut self.exts.get_mut(ext).timer, TimerId::NONE);
+        if !old_timer.is_none() {
+            self.wheel.cancel(old_timer);
         }
-        m.in_ready = false;
-        m.in_age_fifo = false;
-        m.retain_until_ns = sent_ns.saturating_add(retention_ns);
+        let retention_ms = self.part(to).attrs.retention_ms;
+        let m = self.messages.get_mut(new_key)?;
+        m.set_partition(to);
+        m.set_in_ready(false);
+        m.set_in_age_fifo(false);
+        m.retention_ms = retention_ms;
+        let e = self.exts.get_mut(ext);
+        e.source = if redrive { 0 } else { from_inc };
+        if redrive {
+            e.receive_count = 0;
+        }
         let part = self.part_mut(to);
         part.stats.moved_in += 1;
         part.stats.visible += 1;
@@ -270,15 +367,17 @@ impl Shard {
         let mut total = 0;
         loop {
             let mut fired = core::mem::take(&mut self.fired);
-            self.wheel.advance(self.now_ns, |_, ev| fired.push(ev));
+            self.wheel
+                .advance(self.now_ns, |id, ev| fired.push((id, ev)));
             if fired.is_empty() {
                 self.fired = fired;
                 return total;
             }
             total += fired.len();
-            for ev in fired.drain(..) {
+            for (id, ev) in fired.drain(..) {
                 match ev {
                     TimerEvent::Message(key) => self.on_message_timer(key),
+                    TimerEvent::LeaseGroup(g) => self.on_group_timer(g, id),
                     TimerEvent::Retention(p) => self.on_retention_timer(p),
                     TimerEvent::Dedup(slot) => {
                         if let Some(cost) = self.dedup.expire(slot) {
@@ -294,30 +393,39 @@ impl Shard {
 
     pub(super) fn on_message_timer(&mut self, key: SlotKey) {
         let now = self.now_ns;
-        let Some(m) = self.messages.get_mut(key) else {
+        let Some(m) = self.messages.get(key).copied() else {
             return;
         };
-        m.timer = None;
-        if m.retain_until_ns <= now {
+        if m.ext == NONE {
+            return;
+        }
+        self.exts.get_mut(m.ext).timer = TimerId::NONE;
+        if m.retain_until_ns() <= now {
             self.remove_message(key, Removal::Dropped);
             return;
         }
+        let due = self.due_ns(&m);
         match m.state {
-            MessageState::InFlight if m.due_ns <= now => {
-                let due = m.due_ns;
-                let p = m.partition;
-                if let Some(o) = self.observer.0.as_mut() {
-                    o.lease_ended(LeaseOutcome::Expired, due.saturating_sub(m.leased_ns));
-                    o.redelivery_lateness(now.saturating_sub(due));
-                }
-                self.part_mut(p).stats.redelivered += 1;
-                self.make_available(key, due);
-            }
-            MessageState::Delayed if m.due_ns <= now => {
-                let due = m.due_ns;
+            MessageState::InFlight if due <= now => self.expire_lease(key, &m),
+            MessageState::Delayed if due <= now => {
                 self.set_state(key, MessageState::Visible, due);
             }
             _ => self.arm_timer(key),
         }
+    }
+
+    /// The lease of the message `m` at `key` ended by its deadline: it is
+    /// delivered again (after the queue's backoff, if any).
+    pub(super) fn expire_lease(&mut self, key: SlotKey, m: &StoredMessage) {
+        let now = self.now_ns;
+        let (due, leased_ns) = self
+            .lease_of(m)
+            .map_or((now, now), |l| (l.due_ns, l.leased_ns));
+        if let Some(o) = self.observer.0.as_mut() {
+            o.lease_ended(LeaseOutcome::Expired, due.saturating_sub(leased_ns));
+            o.redelivery_lateness(now.saturating_sub(due));
+        }
+        self.part_mut(m.partition()).stats.redelivered += 1;
+        self.make_available(key, due);
     }
 }

@@ -16,7 +16,10 @@
 //!   deadline for a message whose retention is its own (see
 //!   `partition.rs`: moved in, or out of send order). A visible message whose
 //!   retention is its partition's FIFO has none; one timer per partition
-//!   drops the FIFO's front. Removing a message cancels its timer at once.
+//!   drops the FIFO's front. A lease taken by a receive, for a message whose
+//!   retention is its FIFO's, has no timer of its own either: the receive's
+//!   lease group has one for all its messages (`lease_groups.rs`). Removing
+//!   a message cancels its timer (or counts it out of its group) at once.
 //! - A receive that its partition cannot fill asks, one at a time, the other
 //!   shards whose visible hint is non-zero ([`ShardMsg::Steal`]); the owner
 //!   leases the messages itself and sends them back. A receive that got
@@ -43,6 +46,8 @@
 //! |---|---|
 //! | `mod.rs` | the `Shard` struct, entry points, request bookkeeping, operation dispatch |
 //! | `queues.rs` | catching up with the registry: partitions created and dropped |
+//! | `lease_groups.rs` | one timer for the leases of one receive |
+//! | `records.rs` | a message's record and side-table entries: reading them, creating and freeing them, what they cost |
 //! | `lifecycle.rs` | a message's life in its shard: state, timer, ready-FIFO and membership, removal, moves; timers firing |
 //! | `send.rs` | send, dedup-key forwarding, message ids |
 //! | `receive.rs` | leasing, receive, steals, long-poll waiters, hints and wake-ups |
@@ -54,35 +59,54 @@
 mod gather;
 mod inbound;
 mod invariants;
+mod lease_groups;
 mod lifecycle;
 mod queues;
 mod receipts;
 mod receive;
+mod records;
 mod send;
 
+use core::mem::size_of;
 use std::collections::{HashMap, VecDeque};
 
 use sluice_protocol::limits::BATCH_ENTRIES_MAX;
-use sluice_protocol::{MessageId, QueueInfo, QueueName, QueueStats, SendOutcome};
+use sluice_protocol::{MessageId, QueueInfo, QueueName, QueueStats, ReceivedMessage, SendOutcome};
 
 use self::gather::{GatherAcc, PendingGather};
+use self::lease_groups::LeaseGroups;
 use self::receive::PendingReceive;
 use super::bodies::Bodies;
 use super::dedup::DedupTable;
 use super::error::{EngineError, EntryError};
+use super::limits::{FIFO_SPARE_BLOCKS_MAX, RESULT_POOL_MAX};
 use super::memory::ShardMemory;
 use super::mesh::doorbell::ShardLinks;
 use super::mesh::shard_msg::{GatherRequest, ReceiptAction, ShardMsg};
 use super::ops::{LeaseObserver, Op, OpResult};
-use super::partition::Partition;
+use super::partition::{AgeSpare, Partition, READY_ENTRY_BYTES, ReadySpare};
 use super::random::Rng;
 use super::registry::Registry;
 use super::slab::{Slab, SlotKey};
-use super::stored_message::{MessageState, StoredMessage};
-use super::wheel::TimerWheel;
+use super::stored_message::{Ext, Lease, MessageState, StoredMessage, Table};
+use super::wheel::{TimerId, TimerWheel, timer_bytes};
 use crate::sync::Arc;
 
 const NS_PER_MS: u64 = 1_000_000;
+
+/// Bytes the memory budget (`--memory-max`) charges per message beyond its
+/// data (body and attributes): its slab slot and its age-FIFO (or `moved`)
+/// entry. A message never delivered, delayed or moved costs this and
+/// nothing more.
+pub const MESSAGE_BYTES: u64 = (Slab::<StoredMessage>::slot_bytes() + size_of::<SlotKey>()) as u64;
+/// Bytes charged on top while a message has been delivered, delayed or
+/// moved: its `Ext` entry, and the wheel timer and ready-FIFO entry such a
+/// message may hold.
+pub const EXT_BYTES: u64 =
+    (size_of::<Ext>() + timer_bytes::<TimerEvent>() + READY_ENTRY_BYTES) as u64;
+/// Bytes charged on top while a message is in flight or delayed: its
+/// `Lease` entry.
+pub const LEASE_BYTES: u64 = size_of::<Lease>() as u64;
 
 /// How one shard is set up. The number of shards, the memory budget and the
 /// run's keys come from the [`Registry`].
@@ -116,6 +140,8 @@ pub struct MessageView {
 #[derive(Clone, Copy, Debug)]
 enum TimerEvent {
     Message(SlotKey),
+    /// The end of the leases of a lease group (`lease_groups.rs`).
+    LeaseGroup(u32),
     /// The retention of a partition's age FIFO front.
     Retention(u32),
     Dedup(SlotKey),
@@ -135,6 +161,32 @@ enum PendingKind {
         results: Vec<Option<Result<(), EntryError>>>,
         outstanding: u16,
     },
+}
+
+/// Vectors of batch results, handed back by the caller ([`Shard::recycle`])
+/// and filled again, so a result allocates nothing once the pool has them.
+#[derive(Debug)]
+struct ResultPool {
+    sent: Vec<Vec<Result<SendOutcome, EntryError>>>,
+    received: Vec<Vec<ReceivedMessage>>,
+    acks: Vec<Vec<Result<(), EntryError>>>,
+}
+
+impl ResultPool {
+    fn new() -> ResultPool {
+        ResultPool {
+            sent: Vec::with_capacity(RESULT_POOL_MAX),
+            received: Vec::with_capacity(RESULT_POOL_MAX),
+            acks: Vec::with_capacity(RESULT_POOL_MAX),
+        }
+    }
+
+    fn keep<T>(pool: &mut Vec<Vec<T>>, mut v: Vec<T>) {
+        if pool.len() < RESULT_POOL_MAX && v.capacity() > 0 {
+            v.clear();
+            pool.push(v);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -170,7 +222,15 @@ pub struct Shard {
     names: HashMap<QueueName, u32>,
     by_incarnation: HashMap<u32, u32>,
     messages: Slab<StoredMessage>,
+    exts: Table<Ext>,
+    leases: Table<Lease>,
+    groups: LeaseGroups,
     bodies: Bodies,
+    ready_spare: ReadySpare,
+    age_spare: AgeSpare,
+    results: ResultPool,
+    /// Scratch list of requests (waiters to serve), reused.
+    scratch_reqs: Vec<u64>,
     wheel: TimerWheel<TimerEvent>,
     dedup: DedupTable,
     rng: Rng,
@@ -185,7 +245,7 @@ pub struct Shard {
     /// Messages taken from other shards' rings since start.
     received_count: usize,
     shut_down: bool,
-    fired: Vec<TimerEvent>,
+    fired: Vec<(TimerId, TimerEvent)>,
     inbox: Vec<(usize, ShardMsg)>,
     observer: Observer,
 }
@@ -203,20 +263,24 @@ impl core::fmt::Debug for Observer {
 
 /// Bytes of the per-message structures a shard keeps beside each message's
 /// data (body + attributes, packed in shared chunks), for the memory bench:
-/// name, bytes each. A held (visible) message has no wheel timer: its
-/// retention is its partition's age FIFO; a leased or delayed one has one
-/// (a wheel entry of `24 + size_of::<Option<TimerEvent>>()` bytes).
+/// name, bytes each. A held message never delivered has a slot and an
+/// age-FIFO entry, nothing else: no wheel timer (its retention is its
+/// partition's age FIFO) and no ready-FIFO entry (it is served from the
+/// age FIFO). The rest is what a delivered, delayed or moved message adds.
 #[must_use]
 pub fn footprint() -> Vec<(&'static str, usize)> {
-    use core::mem::size_of;
     vec![
-        ("StoredMessage", size_of::<StoredMessage>()),
+        ("StoredMessage (record)", size_of::<StoredMessage>()),
         (
-            "slab slot (StoredMessage + gen)",
+            "slab slot (record + generation)",
             Slab::<StoredMessage>::slot_bytes(),
         ),
-        ("ready FIFO entry", size_of::<SlotKey>()),
         ("age FIFO entry", size_of::<SlotKey>()),
+        ("held message, all in", MESSAGE_BYTES as usize),
+        ("+ Ext (delivered, delayed, moved)", size_of::<Ext>()),
+        ("+ Lease (in flight, delayed)", size_of::<Lease>()),
+        ("+ wheel timer", timer_bytes::<TimerEvent>()),
+        ("+ ready FIFO entry", READY_ENTRY_BYTES),
     ]
 }
 
@@ -252,7 +316,14 @@ impl Shard {
             names: HashMap::new(),
             by_incarnation: HashMap::new(),
             messages: Slab::new(),
+            exts: Table::default(),
+            leases: Table::default(),
+            groups: LeaseGroups::default(),
             bodies: Bodies::new(),
+            ready_spare: ReadySpare::new(FIFO_SPARE_BLOCKS_MAX),
+            age_spare: AgeSpare::new(FIFO_SPARE_BLOCKS_MAX),
+            results: ResultPool::new(),
+            scratch_reqs: Vec::new(),
             wheel: TimerWheel::new(now_ns),
             dedup: DedupTable::default(),
             rng: Rng::new(config.seed),
@@ -305,6 +376,35 @@ impl Shard {
             .iter()
             .position(|(t, _)| *t == ticket)?;
         Some(self.completions.remove(start + pos).1)
+    }
+
+    /// Hands a result back once it has been used (its reply written): the
+    /// vectors of batch results (sent, received, deleted, visibility
+    /// changed) are cleared and filled again by later operations, so in
+    /// steady state a request's result allocates nothing. Other results are
+    /// dropped. Optional: a result not handed back is simply freed.
+    pub fn recycle(&mut self, result: OpResult) {
+        let pool = &mut self.results;
+        match result {
+            OpResult::Sent(v) => ResultPool::keep(&mut pool.sent, v),
+            OpResult::Received(v) => ResultPool::keep(&mut pool.received, v),
+            OpResult::Deleted(v) | OpResult::VisibilityChanged(v) => {
+                ResultPool::keep(&mut pool.acks, v);
+            }
+            _ => {}
+        }
+    }
+
+    fn sent_vec(&mut self) -> Vec<Result<SendOutcome, EntryError>> {
+        self.results.sent.pop().unwrap_or_default()
+    }
+
+    fn received_vec(&mut self) -> Vec<ReceivedMessage> {
+        self.results.received.pop().unwrap_or_default()
+    }
+
+    fn acks_vec(&mut self) -> Vec<Result<(), EntryError>> {
+        self.results.acks.pop().unwrap_or_default()
     }
 
     /// Drains the inbound rings, fires due timers, expires waiters and
@@ -395,8 +495,8 @@ impl Shard {
                 steal_outstanding = r.steal_from.is_some();
             }
             if !cancelled {
-                self.completions
-                    .push((ticket, OpResult::Received(Vec::new())));
+                let empty = self.received_vec();
+                self.completions.push((ticket, OpResult::Received(empty)));
                 self.tickets.remove(&ticket);
             }
             if steal_outstanding {
@@ -617,6 +717,10 @@ impl Shard {
                 let entries = r.receipts.iter().map(|&r| (r, 0));
                 self.op_receipts(ticket, &r.queue, ReceiptAction::Delete, entries);
             }
+            Op::Abandon(r) => {
+                let entries = r.receipts.iter().map(|&r| (r, 0));
+                self.op_receipts(ticket, &r.queue, ReceiptAction::Abandon, entries);
+            }
             Op::ChangeVisibility(r) => {
                 let entries = r
                     .entries
@@ -650,15 +754,16 @@ impl Shard {
             .keys()
             .filter_map(|k| {
                 let m = self.messages.get(k)?;
-                let part = self.partitions.get(m.partition as usize)?.as_ref()?;
+                let part = self.partitions.get(m.partition() as usize)?.as_ref()?;
+                let (receive_count, delivery) = self.counters(m);
                 Some(MessageView {
-                    id: self.message_id(m.seq),
+                    id: self.message_id(m.seq.get()),
                     queue: part.name.clone(),
                     state: m.state,
-                    due_ns: (m.state != MessageState::Visible).then_some(m.due_ns),
-                    receive_count: m.receive_count,
-                    delivery: m.delivery,
-                    retain_until_ns: m.retain_until_ns,
+                    due_ns: (m.state != MessageState::Visible).then(|| self.due_ns(m)),
+                    receive_count,
+                    delivery,
+                    retain_until_ns: m.retain_until_ns(),
                 })
             })
             .collect()

@@ -80,6 +80,13 @@ impl Shard {
             }
         }
         shared.store_visible_hint(self.id, 0);
+        {
+            let part = self.partitions[p as usize]
+                .as_mut()
+                .expect("live partition index");
+            part.ready.clear(&mut self.ready_spare);
+            part.age.clear(&mut self.age_spare);
+        }
         let name = self.part(p).name.clone();
         self.names.remove(&name);
         self.by_incarnation.remove(&inc);
@@ -98,16 +105,16 @@ impl Shard {
     pub(super) fn members(&self, p: u32) -> Vec<SlotKey> {
         let part = self.part(p);
         let mut out = Vec::with_capacity(usize::try_from(part.live()).unwrap_or(0));
-        for &key in &part.age {
+        for key in part.age.iter() {
             if let Some(m) = self.messages.get(key) {
-                if m.partition == p && m.in_age_fifo {
+                if m.partition() == p && m.in_age_fifo() {
                     out.push(key);
                 }
             }
         }
         for &(_, slot) in &part.moved {
             if let Some((generation, m)) = self.messages.get_any(slot) {
-                if m.partition == p && !m.in_age_fifo {
+                if m.partition() == p && !m.in_age_fifo() {
                     out.push(SlotKey { slot, generation });
                 }
             }

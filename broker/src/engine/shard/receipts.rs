@@ -1,5 +1,9 @@
-//! Delete and change visibility by receipt: checked where they arrive,
-//! applied by the owner (forwarded when the receipt names another shard).
+//! Delete, change visibility and abandon by receipt: checked where they
+//! arrive, applied by the owner (forwarded when the receipt names another
+//! shard). An abandon is the release a closing connection asks for the
+//! leases bound to it: applied only to a lease that is still current and
+//! running, so it can race a forwarded delete, an expiry and a redelivery
+//! on the owner and never touch a newer delivery.
 
 use sluice_protocol::attributes::VISIBILITY_TIMEOUT_MS_MAX;
 use sluice_protocol::{QueueName, Receipt};
@@ -9,7 +13,7 @@ use crate::engine::error::EntryError;
 use crate::engine::mesh::shard_msg::{ForwardEntry, ReceiptAction, ShardMsg};
 use crate::engine::ops::{LeaseOutcome, OpResult};
 use crate::engine::slab::SlotKey;
-use crate::engine::stored_message::MessageState;
+use crate::engine::stored_message::{MessageState, NONE};
 
 impl Shard {
     pub(super) fn op_receipts(
@@ -29,15 +33,20 @@ impl Shard {
         let inc = self.part(p).incarnation;
         let wrap = |action, r: Vec<Result<(), EntryError>>| match action {
             ReceiptAction::Delete => OpResult::Deleted(r),
-            ReceiptAction::ChangeVisibility => OpResult::VisibilityChanged(r),
+            ReceiptAction::ChangeVisibility | ReceiptAction::Abandon => {
+                OpResult::VisibilityChanged(r)
+            }
         };
         if entries.clone().all(|(r, _)| r.shard == self.id) {
             // The common case, every receipt names this shard: the results
-            // go straight into the reply (one allocation per request).
-            let mut results = Vec::with_capacity(entries.len());
+            // go straight into a vector of the result pool.
+            let mut results = self.acks_vec();
+            results.reserve(entries.len());
             for (receipt, timeout_ms) in entries {
                 results.push(self.local_receipt(p, inc, &receipt, action, timeout_ms));
             }
+            // The FIFOs' stale entries, once for the batch.
+            self.maybe_compact(p);
             return self.finish_ticket(ticket, wrap(action, results));
         }
         let mut results: Vec<Option<Result<(), EntryError>>> = vec![None; entries.len()];
@@ -63,8 +72,7 @@ impl Shard {
             results[i] = Some(self.apply_receipt(Some(p), &receipt, action, timeout_ms));
         }
         if forwards.is_empty() {
-            // Every entry has its result: one allocation, exactly sized.
-            let mut r = Vec::with_capacity(results.len());
+            let mut r = self.acks_vec();
             r.extend(results.into_iter().flatten());
             return self.finish_ticket(ticket, wrap(action, r));
         }
@@ -127,13 +135,29 @@ impl Shard {
             slot: receipt.slot,
             generation: receipt.generation,
         };
-        let current = receipt.incarnation == inc
-            && self.messages.get(key).is_some_and(|m| {
-                m.partition == p
-                    && m.delivery == receipt.delivery
-                    && m.delivery > 0
-                    && m.check == receipt.check
-            });
+        let mut current = false;
+        if let Some(m) = self.messages.get(key).copied() {
+            if receipt.incarnation == inc && m.partition() == p && m.ext != NONE {
+                let e = *self.exts.get(m.ext);
+                if e.lease != NONE && e.delivery == receipt.delivery && receipt.delivery > 0 {
+                    let l = *self.leases.get(e.lease);
+                    current = l.check != 0 && l.check == receipt.check;
+                    if current && action == ReceiptAction::Delete {
+                        // The common delete: the message in hand, removed at
+                        // once (the batch compacts the FIFOs once, at its
+                        // end).
+                        if m.state == MessageState::InFlight {
+                            let held_ns = self.now_ns.saturating_sub(l.leased_ns);
+                            if let Some(o) = self.observer.0.as_mut() {
+                                o.lease_ended(LeaseOutcome::Deleted, held_ns);
+                            }
+                        }
+                        self.remove_with(key, &m, Some((e, Some(l.group))), Removal::Deleted);
+                        return Ok(());
+                    }
+                }
+            }
+        }
         if current {
             if action == ReceiptAction::ChangeVisibility && timeout_ms > VISIBILITY_TIMEOUT_MS_MAX {
                 self.check_receipt(inc, receipt, action, timeout_ms)?;
@@ -163,17 +187,19 @@ impl Shard {
         let Some(m) = self.messages.get(key) else {
             return Err(EntryError::Gone);
         };
-        if m.partition != p {
+        if m.partition() != p {
             return Err(EntryError::Gone);
         }
-        if receipt.delivery < m.delivery {
+        let (_, delivery) = self.counters(m);
+        if receipt.delivery < delivery {
             return Err(EntryError::StaleReceipt);
         }
-        if receipt.delivery > m.delivery {
+        if receipt.delivery > delivery {
             return Err(EntryError::InvalidReceipt);
         }
         let state = m.state;
-        let held_ns = self.now_ns.saturating_sub(m.leased_ns);
+        let leased_ns = self.lease_of(m).map_or(self.now_ns, |l| l.leased_ns);
+        let held_ns = self.now_ns.saturating_sub(leased_ns);
         match action {
             ReceiptAction::Delete => {
                 if state == MessageState::InFlight {
@@ -182,6 +208,18 @@ impl Shard {
                     }
                 }
                 self.remove_message(key, Removal::Deleted);
+            }
+            ReceiptAction::Abandon => {
+                // Only a running lease: one that ran out already made the
+                // message available (and may have been re-leased by a
+                // change of visibility, then it is running again).
+                if state == MessageState::InFlight {
+                    if let Some(o) = self.observer.0.as_mut() {
+                        o.lease_ended(LeaseOutcome::Abandoned, held_ns);
+                    }
+                    self.part_mut(p).stats.released += 1;
+                    self.make_available(key, self.now_ns);
+                }
             }
             ReceiptAction::ChangeVisibility if timeout_ms == 0 => {
                 if state == MessageState::InFlight {
@@ -196,14 +234,12 @@ impl Shard {
                 let due = self
                     .now_ns
                     .saturating_add(u64::from(timeout_ms) * NS_PER_MS);
+                self.set_state(key, MessageState::InFlight, due);
                 if state != MessageState::InFlight {
                     // Leased again after its lease ended: a new lease.
-                    let now = self.now_ns;
-                    if let Some(m) = self.messages.get_mut(key) {
-                        m.leased_ns = now;
-                    }
+                    let lease = self.ensure_lease(key);
+                    self.leases.get_mut(lease).leased_ns = self.now_ns;
                 }
-                self.set_state(key, MessageState::InFlight, due);
             }
         }
         Ok(())

@@ -4,15 +4,16 @@
 
 use sluice_protocol::attributes::{RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX};
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, FRAME_RESERVED_BYTES};
-use sluice_protocol::message::first_received_delta_ms;
+use sluice_protocol::message::first_received_delta_ms as first_received_delta_ms_of;
 use sluice_protocol::{QueueName, Receipt, ReceivedMessage, received_message_encoded_len};
 
-use super::{NS_PER_MS, PendingKind, Shard, TimerEvent};
+use super::{EXT_BYTES, LEASE_BYTES, NS_PER_MS, PendingKind, Shard, TimerEvent};
 use crate::engine::error::EngineError;
 use crate::engine::mesh::shard_msg::ShardMsg;
 use crate::engine::ops::OpResult;
+use crate::engine::partition::ReadyEntry;
 use crate::engine::slab::SlotKey;
-use crate::engine::stored_message::MessageState;
+use crate::engine::stored_message::{Ext, Lease, MessageState, NONE};
 use crate::engine::wheel::TimerId;
 
 /// Reply-frame room left for a receive.
@@ -58,26 +59,113 @@ pub(super) struct PendingReceive {
     pub(super) lease_ms: u32,
 }
 
+/// Where the next visible message of a partition comes from.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Source {
+    /// The ready FIFO's front.
+    Ready,
+    /// The age FIFO at the fresh cursor.
+    Fresh,
+}
+
 impl Shard {
-    /// Pops the next visible message of `p`'s ready FIFO.
-    pub(super) fn pop_visible(&mut self, p: u32) -> Option<SlotKey> {
-        loop {
-            let key = self.part_mut(p).ready.pop_front()?;
-            let Some(m) = self.messages.get_mut(key) else {
-                continue;
+    /// The next visible message of `p` to serve and where it comes from,
+    /// without taking it ([`Shard::take_next`] does). Stale entries in front
+    /// are dropped on the way. See `partition.rs` for the order.
+    pub(super) fn next_visible(&mut self, p: u32) -> Option<(SlotKey, Source)> {
+        let part = self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index");
+        let ready = loop {
+            let Some(e) = part.ready.front() else {
+                break None;
             };
-            if m.partition != p {
-                continue;
+            match self.messages.get_mut(e.key) {
+                Some(m) if m.partition() == p => {
+                    if m.state == MessageState::Visible {
+                        break Some(e);
+                    }
+                    // Leased again since (a change of visibility after its
+                    // lease ended): it comes back when visible.
+                    m.set_in_ready(false);
+                    part.ready.pop_front(&mut self.ready_spare);
+                }
+                _ => {
+                    part.ready.pop_front(&mut self.ready_spare);
+                }
             }
-            m.in_ready = false;
-            if m.state == MessageState::Visible {
-                return Some(key);
+        };
+        part.fresh = part.fresh.max(part.age.head());
+        let fresh = loop {
+            let Some(key) = part.age.get(part.fresh) else {
+                break None;
+            };
+            match self.messages.get(key) {
+                Some(m)
+                    if m.partition() == p && m.is_plain() && m.in_age_fifo() && !m.in_ready() =>
+                {
+                    break Some((key, m.seq.get()));
+                }
+                _ => part.fresh += 1,
             }
+        };
+        match (ready, fresh) {
+            (Some(r), Some((_, seq))) if r.order <= seq => Some((r.key, Source::Ready)),
+            (_, Some((key, _))) => Some((key, Source::Fresh)),
+            (Some(r), None) => Some((r.key, Source::Ready)),
+            (None, None) => None,
         }
     }
 
+    /// Takes the message [`Shard::next_visible`] found out of its FIFO.
+    pub(super) fn take_next(&mut self, p: u32, key: SlotKey, source: Source) {
+        let part = self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index");
+        match source {
+            Source::Ready => {
+                part.ready.pop_front(&mut self.ready_spare);
+                if let Some(m) = self.messages.get_mut(key) {
+                    m.set_in_ready(false);
+                }
+            }
+            Source::Fresh => part.fresh += 1,
+        }
+    }
+
+    /// Pops the next visible message of `p`.
+    pub(super) fn pop_visible(&mut self, p: u32) -> Option<(SlotKey, Source)> {
+        let (key, source) = self.next_visible(p)?;
+        self.take_next(p, key, source);
+        Some((key, source))
+    }
+
+    /// Puts a message popped by [`Shard::pop_visible`] back in front, to be
+    /// the next one served (in reverse order when several go back).
+    pub(super) fn push_back_front(&mut self, p: u32, key: SlotKey, source: Source) {
+        let order = match source {
+            // Its place relative to fresh messages: before all those sent
+            // after it was pushed (which it already was).
+            Source::Ready => 0,
+            // Before every fresh message still to come, which were sent
+            // after it.
+            Source::Fresh => self.messages.get(key).map_or(0, |m| m.seq.get()),
+        };
+        let Some(m) = self.messages.get_mut(key) else {
+            return;
+        };
+        m.set_in_ready(true);
+        let part = self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index");
+        part.ready
+            .push_front(ReadyEntry { key, order }, &mut self.ready_spare);
+    }
+
     /// Leases up to `max` visible messages of `p` into `out`, dead-lettering
-    /// those whose next delivery would exceed the redrive policy.
+    /// those whose next delivery would exceed the redrive policy. The
+    /// messages leased here share a deadline, and a lease group's timer
+    /// (`lease_groups.rs`).
     pub(super) fn take_visible(
         &mut self,
         p: u32,
@@ -99,67 +187,120 @@ impl Shard {
                 part.incarnation,
             )
         };
+        let now = self.now_ns;
+        let wall = self.wall_ms;
+        let due = now.saturating_add(u64::from(vis_ms) * NS_PER_MS);
+        let mut group = NONE;
+        let mut leased = 0u64;
+        let mut charge = 0u64;
         let start = out.len();
         while out.len() - start < max {
-            let Some(key) = self.pop_visible(p) else {
+            let Some((key, source)) = self.next_visible(p) else {
                 break;
             };
-            let Some(m) = self.messages.get(key) else {
-                continue;
+            let Some(m) = self.messages.get(key).copied() else {
+                // next_visible names only messages it found.
+                break;
             };
+            let (receive_count, delivery) = self.counters(&m);
             if let Some((d, max_receives)) = dlq {
-                if m.receive_count >= max_receives && d != p {
+                if receive_count >= max_receives && d != p {
+                    self.take_next(p, key, source);
                     self.move_message(key, d, false);
                     continue;
                 }
             }
             // Body and attributes go on the wire as they are stored.
-            let cost = received_message_encoded_len(m.attributes_wire_bytes(), m.body_len as usize);
-            let id = self.message_id(m.seq);
+            let data_len = self.data_len(&m);
+            let cost = received_message_encoded_len(m.attrs_len(), data_len - m.attrs_len());
             if !budget.take(cost) {
-                // Back to the front: it is the next one to go.
-                if let Some(m) = self.messages.get_mut(key) {
-                    m.in_ready = true;
-                }
-                self.part_mut(p).ready.push_front(key);
+                // Left in place: it is the next one to go.
                 break;
             }
-            let now = self.now_ns;
-            let wall = self.wall_ms;
-            let Some(m) = self.messages.get_mut(key) else {
-                continue;
-            };
-            m.receive_count = m.receive_count.saturating_add(1);
-            m.delivery += 1;
-            m.leased_ns = now;
-            if m.delivery == 1 {
-                m.first_received_ms = wall;
-            }
+            self.take_next(p, key, source);
+            let delivery = delivery + 1;
+            let receive_count = receive_count.saturating_add(1);
+            let sent_at_ms = m.sent_at_ms.get();
             let receipt = self.registry.receipt_key().sign(Receipt {
                 incarnation: inc,
                 shard: self.id,
                 slot: key.slot,
                 generation: key.generation,
-                delivery: m.delivery,
+                delivery,
                 check: 0,
             });
-            m.check = receipt.check;
-            let delivered = ReceivedMessage {
-                id,
-                receipt,
-                receive_count: m.receive_count,
-                sent_at_ms: m.sent_at_ms,
-                first_received_delta_ms: first_received_delta_ms(m.sent_at_ms, m.first_received_ms),
-                attributes: m.attributes(),
-                body: m.body(),
+            // The lease and the counters, each written once. A visible
+            // message has no lease entry.
+            let lease = self
+                .leases
+                .insert(Lease {
+                    due_ns: due,
+                    leased_ns: now,
+                    check: receipt.check,
+                    group: NONE,
+                })
+                .expect("a lease entry per message at most");
+            charge += LEASE_BYTES;
+            let first_received_delta_ms;
+            let ext = if m.ext == NONE {
+                first_received_delta_ms = first_received_delta_ms_of(sent_at_ms, wall);
+                charge += EXT_BYTES;
+                self.exts
+                    .insert(Ext {
+                        delivery,
+                        receive_count,
+                        first_received_delta_ms,
+                        lease,
+                        ..Ext::default()
+                    })
+                    .expect("an ext entry per message at most")
+            } else {
+                let e = self.exts.get_mut(m.ext);
+                debug_assert_eq!(e.lease, NONE, "a visible message has no lease");
+                e.delivery = delivery;
+                e.receive_count = receive_count;
+                if delivery == 1 {
+                    e.first_received_delta_ms = first_received_delta_ms_of(sent_at_ms, wall);
+                }
+                first_received_delta_ms = e.first_received_delta_ms;
+                e.lease = lease;
+                m.ext
             };
-            out.push(delivered);
-            self.part_mut(p).stats.received += 1;
-            self.set_state(
-                key,
-                MessageState::InFlight,
-                now.saturating_add(u64::from(vis_ms) * NS_PER_MS),
-            );
+            if let Some(m) = self.messages.get_mut(key) {
+                m.state = MessageState::InFlight;
+                m.ext = ext;
+            }
+            if m.in_age_fifo() {
+                if group == NONE {
+                    group = self.groups.open();
+                }
+                self.join_group(group, key, lease);
+            } else {
+                // Its own timer covers its retention too.
+                self.arm_timer(key);
+            }
+            let payload = self.payload_of(&m);
+            out.push(ReceivedMessage {
+                id: self.message_id(m.seq.get()),
+                receipt,
+                receive_count,
+                sent_at_ms,
+                first_received_delta_ms,
+                attributes: payload.attributes,
+                body: payload.body,
+            });
+            leased += 1;
+        }
+        if group != NONE {
+            self.arm_group(group, due);
+        }
+        if leased > 0 {
+            self.memory.charge(self.registry.memory(), charge);
+            let stats = &mut self.part_mut(p).stats;
+            stats.visible -= leased;
+            stats.in_flight += leased;
+            stats.received += leased;
+            self.mark_touched(p, false);
         }
     }
 
@@ -216,7 +357,8 @@ impl Shard {
             lease_ms: visibility_timeout_ms.unwrap_or(part.attrs.visibility_timeout_ms),
         };
         let visible = usize::try_from(self.part(p).stats.visible).unwrap_or(usize::MAX);
-        let mut got = Vec::with_capacity(pr.max.min(visible));
+        let mut got = self.received_vec();
+        got.reserve(pr.max.min(visible));
         self.take_visible(p, pr.max, visibility_timeout_ms, &mut pr.budget, &mut got);
         pr.budget_full = got.len() < pr.max && self.part(p).stats.visible > 0;
         pr.got = got;
@@ -382,8 +524,10 @@ impl Shard {
 
     /// Serves parked receives from `p`'s own visible messages.
     pub(super) fn serve_local_waiters(&mut self, p: u32) {
-        let waiters: Vec<u64> = self.part(p).waiters.iter().copied().collect();
-        for req in waiters {
+        let mut waiters = core::mem::take(&mut self.scratch_reqs);
+        waiters.clear();
+        waiters.extend(self.part(p).waiters.iter().copied());
+        for &req in &waiters {
             if self.part(p).stats.visible == 0 {
                 break;
             }
@@ -393,16 +537,20 @@ impl Shard {
             if r.steal_from.is_some() {
                 continue;
             }
-            let (max, vis) = (r.max, r.visibility_timeout_ms);
+            let (max, vis) = (r.max - r.got.len().min(r.max), r.visibility_timeout_ms);
             let mut budget = r.budget;
-            let mut got = Vec::new();
+            let mut got = core::mem::take(&mut r.got);
+            if got.capacity() == 0 {
+                got = self.received_vec();
+            }
             self.take_visible(p, max, vis, &mut budget, &mut got);
             if let Some(r) = self.receive_mut(req) {
                 r.budget = budget;
-                r.got.extend(got);
+                r.got = got;
             }
             self.continue_receive(req);
         }
+        self.scratch_reqs = waiters;
     }
 
     pub(super) fn flush_touched(&mut self) {

@@ -4,13 +4,13 @@
 use sluice_protocol::attributes::DELAY_MS_MAX;
 use sluice_protocol::{MessageId, QueueName, SendBatch, SendEntry, SendEntryRef, SendOutcome};
 
-use super::{NS_PER_MS, PendingKind, Shard, TimerEvent};
+use super::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard, TimerEvent};
 use crate::engine::dedup::owner_shard;
 use crate::engine::error::EntryError;
-use crate::engine::limits::{DEDUP_ENTRY_BYTES, MESSAGE_STATE_BYTES};
+use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
 use crate::engine::mesh::shard_msg::ShardMsg;
 use crate::engine::ops::OpResult;
-use crate::engine::stored_message::{MessageState, StoredMessage};
+use crate::engine::stored_message::{self, MessageState, NewMessage, StoredMessage};
 
 impl Shard {
     pub(super) fn op_send(&mut self, ticket: u64, queue: &QueueName, entries: &SendBatch) {
@@ -26,11 +26,16 @@ impl Shard {
             (part.incarnation, part.attrs.dedup_window_ms)
         };
         // The common case, no entry another shard must dedup: the results
-        // go straight into the reply (one allocation per request).
+        // go straight into a vector of the result pool.
         let may_forward =
             window > 0 && self.shards > 1 && entries.iter().any(|e| e.dedup_key.is_some());
         if !may_forward {
-            let results = entries.iter().map(|e| self.send_entry(p, e)).collect();
+            let mut results = self.sent_vec();
+            results.reserve(entries.len());
+            for e in entries.iter() {
+                let r = self.send_entry(p, e);
+                results.push(r);
+            }
             return self.finish_ticket(ticket, OpResult::Sent(results));
         }
         let mut results: Vec<Option<Result<SendOutcome, EntryError>>> = vec![None; entries.len()];
@@ -52,8 +57,9 @@ impl Shard {
             results[i] = Some(self.send_entry(p, entry));
         }
         if forwards.is_empty() {
-            let results = results.into_iter().flatten().collect();
-            return self.finish_ticket(ticket, OpResult::Sent(results));
+            let mut done = self.sent_vec();
+            done.extend(results.into_iter().flatten());
+            return self.finish_ticket(ticket, OpResult::Sent(done));
         }
         let outstanding = forwards.len() as u16;
         let req = self.new_req(
@@ -114,55 +120,54 @@ impl Shard {
         if !part.shared.try_reserve_depth(part.attrs.max_depth) {
             return Err(EntryError::QueueFull);
         }
-        let retention_ns = u64::from(part.attrs.retention_ms) * NS_PER_MS;
+        let retention_ms = part.attrs.retention_ms;
         let shared = part.shared.clone();
         let attributes = entry.attributes.wire_bytes();
         let data_len = entry.body.len() + attributes.len();
-        let msg_cost = data_len as u64 + MESSAGE_STATE_BYTES;
+        let now = self.now_ns;
+        let sent_ms = stored_message::sent_ms(now);
+        let retain_until_ns = (sent_ms + u64::from(retention_ms)) * NS_PER_MS;
+        let in_age_fifo = part.age.is_empty() || retain_until_ns >= part.age_tail_until_ns;
+        let delayed = delay_ms > 0;
+        // What the message will hold: its data and record, and the side
+        // entries a delayed message (its lease: the delay's end) or one
+        // out of retention order (its own timer) needs from the start.
+        let side = match (delayed, in_age_fifo) {
+            (false, true) => 0,
+            (false, false) => EXT_BYTES,
+            (true, _) => EXT_BYTES + LEASE_BYTES,
+        };
+        let msg_cost = data_len as u64 + MESSAGE_BYTES;
         let dedup_cost = dedup_key.map_or(0, |k| k.len() as u64 + DEDUP_ENTRY_BYTES);
         if !self
             .memory
-            .reserve(self.registry.memory(), msg_cost + dedup_cost)
+            .reserve(self.registry.memory(), msg_cost + side + dedup_cost)
         {
             shared.release_depth();
             return Err(EntryError::MemoryFull);
         }
-        let (data, chunk) = self.bodies.store(entry.body, attributes);
-        // Bodies are bounded by the frame limit (64 MiB at most), far below
-        // 2^32.
-        let body_len = entry.body.len() as u32;
-        let now = self.now_ns;
-        let retain_until_ns = now.saturating_add(retention_ns);
-        let part = self.part(p);
-        let in_age_fifo = part.age.is_empty() || retain_until_ns >= part.age_tail_until_ns;
-        let delayed = delay_ms > 0;
+        // The side entries charge themselves as they are made.
+        self.memory.release(self.registry.memory(), side);
+        let (chunk, offset) = self.bodies.store(entry.body, attributes);
         let seq = self.next_seq;
-        let Some(key) = self.messages.insert(StoredMessage {
-            data,
-            body_len,
-            attribute_count: entry.attributes.count(),
+        let Some(key) = self.messages.insert(StoredMessage::new(NewMessage {
             chunk,
+            offset,
+            data_len,
+            solo: data_len > CHUNKED_BYTES_MAX,
+            attrs_len: attributes.len(),
             seq,
             sent_at_ms: self.wall_ms,
-            sent_ns: now,
-            retain_until_ns,
-            due_ns: now + u64::from(delay_ms) * NS_PER_MS,
-            delivery: 0,
-            check: 0,
-            first_received_ms: 0,
-            leased_ns: 0,
-            receive_count: 0,
+            sent_ms,
+            retention_ms,
             partition: p,
-            source: 0,
             state: if delayed {
                 MessageState::Delayed
             } else {
                 MessageState::Visible
             },
-            in_ready: false,
             in_age_fifo,
-            timer: None,
-        }) else {
+        })) else {
             shared.release_depth();
             self.bodies.release(chunk, data_len);
             self.memory
@@ -171,10 +176,12 @@ impl Shard {
         };
         self.next_seq += 1;
         let id = self.message_id(seq);
-        let part = self.part_mut(p);
+        let part = self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index");
         part.stats.sent += 1;
         if in_age_fifo {
-            part.age.push_back(key);
+            part.age.push_back(key, &mut self.age_spare);
             part.age_tail_until_ns = retain_until_ns;
             if part.retention_timer.is_none() {
                 let t = self.wheel.insert(retain_until_ns, TimerEvent::Retention(p));
@@ -183,16 +190,28 @@ impl Shard {
         } else {
             // Retention shortened since the FIFO's back was sent: out of
             // order, so a timer of its own.
-            part.moved.insert((now, key.slot));
+            part.moved.insert((sent_ms * NS_PER_MS, key.slot));
         }
         let part = self.part_mut(p);
         if delayed {
             part.stats.delayed += 1;
+            let lease = self.ensure_lease(key);
+            self.leases.get_mut(lease).due_ns = now + u64::from(delay_ms) * NS_PER_MS;
         } else {
             part.stats.visible += 1;
-            self.push_ready(p, key);
+            if in_age_fifo {
+                // Fresh: served from the age FIFO (partition.rs), and no
+                // timer (its retention is the FIFO's).
+                self.mark_touched(p, true);
+            } else {
+                self.ensure_ext(key);
+                self.push_ready(p, key);
+                self.arm_timer(key);
+            }
         }
-        self.arm_timer(key);
+        if delayed {
+            self.arm_timer(key);
+        }
         if let Some(k) = dedup_key {
             let window_ns = u64::from(window_ms) * NS_PER_MS;
             if let Some(slot) = self.dedup.insert(inc, k, id, dedup_cost) {

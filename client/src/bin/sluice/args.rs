@@ -95,6 +95,15 @@ pub enum Command {
     Redrive(RedriveArgs),
     /// Show the server's statistics.
     Stats,
+    /// Move the clock of a server started with `--clock manual` (tests).
+    AdvanceClock(AdvanceClockArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AdvanceClockArgs {
+    /// How far, e.g. 30s (whole milliseconds; 0 reads the clock).
+    #[arg(value_name = "DUR", value_parser = parse_duration)]
+    pub by: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -218,6 +227,11 @@ pub struct RecvArgs {
     /// Delete the messages once printed.
     #[arg(long)]
     pub delete: bool,
+    /// Bind the leases to this connection: what is not deleted is released
+    /// as soon as `sluice` exits, however it ends (with --delete, a message
+    /// received by a `sluice` killed before deleting it comes back at once).
+    #[arg(long)]
+    pub bind: bool,
 }
 
 #[derive(Debug, Args)]

@@ -1,0 +1,330 @@
+//! A FIFO of small `Copy` entries stored in fixed blocks: the partitions'
+//! ready and age FIFOs.
+//!
+//! A `VecDeque` doubles its buffer as it grows and never gives the room
+//! back: a queue that once held ten million messages would keep the
+//! memory of ten million entries (and, while growing, copy them all at
+//! every doubling). Here the entries sit in blocks of `N`; a block that
+//! empties goes back to a [`Spare`] pool shared by every FIFO of the
+//! shard (bounded, so a shrunk FIFO's room returns to the allocator), and
+//! a new block comes from that pool first. So memory follows the entries,
+//! up to one partly filled block at each end, and a FIFO in steady use
+//! allocates nothing.
+//!
+//! Every entry has an absolute position that it keeps while it stays in the
+//! FIFO: the front's is [`Fifo::head`], and each push takes the next one.
+//! A position outlives pops in front of it, so a cursor into the FIFO is a
+//! plain number (the age FIFO's fresh-message cursor, `partition.rs`).
+
+use std::collections::VecDeque;
+
+/// The position of the first push: room in front for [`Fifo::push_front`]
+/// without wrapping.
+const FIRST_POSITION: u64 = 1 << 62;
+
+/// Blocks no FIFO holds at the moment, kept for the next one that grows.
+#[derive(Debug)]
+pub(crate) struct Spare<T, const N: usize> {
+    blocks: Vec<Box<[T; N]>>,
+    max: usize,
+}
+
+impl<T: Copy + Default, const N: usize> Spare<T, N> {
+    /// A pool that keeps at most `max` blocks.
+    pub fn new(max: usize) -> Spare<T, N> {
+        Spare {
+            blocks: Vec::with_capacity(max),
+            max,
+        }
+    }
+
+    fn take(&mut self) -> Box<[T; N]> {
+        self.blocks
+            .pop()
+            .unwrap_or_else(|| Box::new([T::default(); N]))
+    }
+
+    fn give(&mut self, block: Box<[T; N]>) {
+        if self.blocks.len() < self.max {
+            self.blocks.push(block);
+        }
+    }
+}
+
+/// A FIFO of `T` in blocks of `N` entries; see the [module docs](self).
+#[derive(Debug)]
+pub(crate) struct Fifo<T, const N: usize> {
+    blocks: VecDeque<Box<[T; N]>>,
+    /// Index of the front entry in `blocks[0]`.
+    first: usize,
+    len: usize,
+    /// Position of the front entry.
+    head: u64,
+}
+
+impl<T: Copy + Default, const N: usize> Default for Fifo<T, N> {
+    fn default() -> Self {
+        Fifo::new()
+    }
+}
+
+impl<T: Copy + Default, const N: usize> Fifo<T, N> {
+    /// An empty FIFO (no block yet).
+    pub fn new() -> Fifo<T, N> {
+        Fifo {
+            blocks: VecDeque::new(),
+            first: 0,
+            len: 0,
+            head: FIRST_POSITION,
+        }
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Position of the front entry (of the next push when empty).
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// Position the next push takes.
+    pub fn end(&self) -> u64 {
+        self.head + self.len as u64
+    }
+
+    fn at(&self, i: usize) -> T {
+        let k = self.first + i;
+        self.blocks[k / N][k % N]
+    }
+
+    /// Appends `value`.
+    pub fn push_back(&mut self, value: T, spare: &mut Spare<T, N>) {
+        let k = self.first + self.len;
+        if k == self.blocks.len() * N {
+            self.blocks.push_back(spare.take());
+        }
+        self.blocks[k / N][k % N] = value;
+        self.len += 1;
+    }
+
+    /// Puts `value` in front (it takes the position before the front's).
+    pub fn push_front(&mut self, value: T, spare: &mut Spare<T, N>) {
+        if self.first == 0 {
+            self.blocks.push_front(spare.take());
+            self.first = N;
+        }
+        self.first -= 1;
+        self.blocks[0][self.first] = value;
+        self.len += 1;
+        self.head -= 1;
+    }
+
+    /// The front entry.
+    pub fn front(&self) -> Option<T> {
+        (self.len > 0).then(|| self.at(0))
+    }
+
+    /// The back entry.
+    pub fn back(&self) -> Option<T> {
+        (self.len > 0).then(|| self.at(self.len - 1))
+    }
+
+    /// Removes and returns the front entry.
+    pub fn pop_front(&mut self, spare: &mut Spare<T, N>) -> Option<T> {
+        let value = self.front()?;
+        self.first += 1;
+        self.len -= 1;
+        self.head += 1;
+        if self.first == N || self.len == 0 {
+            if let Some(block) = self.blocks.pop_front() {
+                spare.give(block);
+            }
+            self.first = 0;
+            if self.len == 0 {
+                self.release_all(spare);
+            }
+        }
+        Some(value)
+    }
+
+    /// The entry at position `pos`, if held.
+    pub fn get(&self, pos: u64) -> Option<T> {
+        let i = pos.checked_sub(self.head)?;
+        (i < self.len as u64).then(|| self.at(i as usize))
+    }
+
+    /// Every entry from position `pos` on (from the front when `pos` lies
+    /// before it), front to back.
+    pub fn iter_from(&self, pos: u64) -> impl Iterator<Item = T> + '_ {
+        let start = pos.saturating_sub(self.head).min(self.len as u64) as usize;
+        (start..self.len).map(move |i| self.at(i))
+    }
+
+    /// Every entry, front to back.
+    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
+        self.iter_from(self.head)
+    }
+
+    /// Keeps the entries for which `keep` holds, in order, and returns the
+    /// position `mark` maps to afterwards: that of the first kept entry that
+    /// was at or after `mark` (the end when none). Positions are renumbered
+    /// from the same head.
+    pub fn retain(
+        &mut self,
+        mut keep: impl FnMut(T) -> bool,
+        mark: u64,
+        spare: &mut Spare<T, N>,
+    ) -> u64 {
+        let mut kept = 0usize;
+        let mut kept_before_mark = 0usize;
+        for i in 0..self.len {
+            let value = self.at(i);
+            if keep(value) {
+                if self.head + (i as u64) < mark {
+                    kept_before_mark += 1;
+                }
+                let k = self.first + kept;
+                self.blocks[k / N][k % N] = value;
+                kept += 1;
+            }
+        }
+        self.len = kept;
+        // Blocks past the last kept entry go back to the pool.
+        let needed = (self.first + kept).div_ceil(N);
+        while self.blocks.len() > needed {
+            if let Some(block) = self.blocks.pop_back() {
+                spare.give(block);
+            }
+        }
+        if self.len == 0 {
+            self.release_all(spare);
+        }
+        self.head + kept_before_mark as u64
+    }
+
+    /// Empties the FIFO, its blocks back to the pool.
+    pub fn clear(&mut self, spare: &mut Spare<T, N>) {
+        self.head += self.len as u64;
+        self.len = 0;
+        self.release_all(spare);
+    }
+
+    fn release_all(&mut self, spare: &mut Spare<T, N>) {
+        while let Some(block) = self.blocks.pop_front() {
+            spare.give(block);
+        }
+        self.first = 0;
+    }
+
+    /// Blocks held.
+    #[cfg(test)]
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn positions_survive_pops_and_blocks_return_to_the_pool() {
+        let mut spare = Spare::<u32, 4>::new(8);
+        let mut f = Fifo::<u32, 4>::new();
+        for v in 0..10 {
+            f.push_back(v, &mut spare);
+        }
+        assert_eq!(f.block_count(), 3);
+        let base = f.head();
+        assert_eq!(f.get(base + 7), Some(7));
+        for v in 0..5 {
+            assert_eq!(f.pop_front(&mut spare), Some(v));
+        }
+        assert_eq!(f.head(), base + 5);
+        assert_eq!(f.get(base + 4), None);
+        assert_eq!(f.get(base + 7), Some(7));
+        assert_eq!(f.block_count(), 2);
+        assert_eq!(spare.blocks.len(), 1);
+        assert_eq!(f.iter_from(base + 8).collect::<Vec<_>>(), [8, 9]);
+        f.clear(&mut spare);
+        assert_eq!(f.block_count(), 0);
+        assert_eq!(spare.blocks.len(), 3);
+        assert_eq!(f.end(), base + 10);
+    }
+
+    #[test]
+    fn retain_maps_the_mark_and_frees_trailing_blocks() {
+        let mut spare = Spare::<u32, 4>::new(1);
+        let mut f = Fifo::<u32, 4>::new();
+        for v in 0..12 {
+            f.push_back(v, &mut spare);
+        }
+        let base = f.head();
+        let mark = f.retain(|v| v % 3 == 0, base + 5, &mut spare);
+        assert_eq!(f.iter().collect::<Vec<_>>(), [0, 3, 6, 9]);
+        // 0 and 3 were before position 5: 6 is now at position 2.
+        assert_eq!(mark, base + 2);
+        assert_eq!(f.get(mark), Some(6));
+        assert_eq!(f.block_count(), 1);
+        assert_eq!(spare.blocks.len(), 1, "the pool keeps at most one");
+    }
+
+    proptest! {
+        #[test]
+        fn behaves_like_a_vecdeque(ops in prop::collection::vec(0u8..6, 0..300)) {
+            let mut spare = Spare::<u32, 3>::new(2);
+            let mut f = Fifo::<u32, 3>::new();
+            let mut model: VecDeque<u32> = VecDeque::new();
+            let mut model_head = f.head();
+            for (i, op) in ops.into_iter().enumerate() {
+                let v = i as u32;
+                match op {
+                    0 | 1 => {
+                        f.push_back(v, &mut spare);
+                        model.push_back(v);
+                    }
+                    2 => {
+                        let popped = model.pop_front();
+                        if popped.is_some() {
+                            model_head += 1;
+                        }
+                        prop_assert_eq!(f.pop_front(&mut spare), popped);
+                    }
+                    3 => {
+                        f.push_front(v, &mut spare);
+                        model.push_front(v);
+                        model_head -= 1;
+                    }
+                    4 => {
+                        let mark = model_head + model.len() as u64 / 2;
+                        let before = model.iter().take(model.len() / 2).filter(|&&x| x % 2 == 0).count();
+                        let got = f.retain(|x| x % 2 == 0, mark, &mut spare);
+                        model.retain(|&x| x % 2 == 0);
+                        prop_assert_eq!(got, model_head + before as u64);
+                    }
+                    _ => {
+                        let pos = model_head + model.len() as u64 / 3;
+                        prop_assert_eq!(f.get(pos), model.get(model.len() / 3).copied());
+                    }
+                }
+                prop_assert_eq!(f.len(), model.len());
+                prop_assert_eq!(f.head(), model_head);
+                prop_assert_eq!(f.front(), model.front().copied());
+                prop_assert_eq!(f.back(), model.back().copied());
+                prop_assert_eq!(f.iter().collect::<Vec<_>>(), model.iter().copied().collect::<Vec<_>>());
+                prop_assert!(f.block_count() <= model.len().div_ceil(3) + 2);
+            }
+        }
+    }
+}
