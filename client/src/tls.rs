@@ -31,7 +31,8 @@ const PLAINTEXT_CHUNK_BYTES: usize = 16 * 1024;
 /// use sluice_client::{ClientConfig, tls::TlsConfig};
 ///
 /// let tls = TlsConfig::with_ca_file("ca.pem")?.server_name("broker.internal");
-/// let config = ClientConfig::new("10.0.0.5:7171").tls(tls);
+/// let client = sluice_client::Client::connect(ClientConfig::new("10.0.0.5:7171").tls(tls))?;
+/// client.ping()?;
 /// # Ok::<(), sluice_client::Error>(())
 /// ```
 #[derive(Clone)]
