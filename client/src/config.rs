@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::tls::TlsConfig;
+
 pub use crate::limits::{
     ADDR_DEFAULT, CONNECT_TIMEOUT_DEFAULT, READ_SPIN_MAX, RECONNECT_DELAY_INITIAL_DEFAULT,
     RECONNECT_DELAY_MAX_DEFAULT, REQUEST_TIMEOUT_DEFAULT, SESSION_TIMEOUT_MAX, SESSION_TIMEOUT_MIN,
@@ -35,6 +37,7 @@ pub struct ClientConfig {
     auth_token: Option<Bytes>,
     reconnect: ReconnectPolicy,
     read_spin: Duration,
+    tls: Option<TlsConfig>,
     session_timeout: Option<Duration>,
 }
 
@@ -56,6 +59,7 @@ impl fmt::Debug for ClientConfig {
             )
             .field("reconnect", &self.reconnect)
             .field("read_spin", &self.read_spin)
+            .field("tls", &self.tls)
             .field("session_timeout", &self.session_timeout)
             .finish()
     }
@@ -73,6 +77,7 @@ impl ClientConfig {
             auth_token: None,
             reconnect: ReconnectPolicy::default(),
             read_spin: Duration::ZERO,
+            tls: None,
             session_timeout: None,
         }
     }
@@ -132,6 +137,20 @@ impl ClientConfig {
     pub fn read_spin(mut self, spin: Duration) -> ClientConfig {
         self.read_spin = spin.min(READ_SPIN_MAX);
         self
+    }
+
+    /// Connects with TLS, trusting and presenting what `tls` says (see
+    /// [`TlsConfig`]); without it the connection is plain text.
+    #[must_use]
+    pub fn tls(mut self, tls: TlsConfig) -> ClientConfig {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The TLS settings, if any.
+    #[must_use]
+    pub fn get_tls(&self) -> Option<&TlsConfig> {
+        self.tls.as_ref()
     }
 
     /// Asks the server to close the connection once it has heard nothing

@@ -149,12 +149,15 @@ pub mod limits;
 mod ops;
 mod pending;
 pub mod producer;
+pub mod sharded;
+pub mod tls;
 
 pub use async_client::AsyncClient;
 pub use blocking::{Client, PendingReply};
 pub use config::{ClientConfig, ReconnectPolicy};
 pub use error::{Error, Result};
 pub use ops::{ClockReading, ReceiveOptions, RedriveOutcome};
+pub use sharded::{AsyncShardedClient, ShardedClient};
 pub use sluice_protocol::{
     AttributeUpdate, Backoff, ErrorCode, HelloReply, MessageAttributes, MessageId, PeekedMessage,
     QueueAttributes, QueueInfo, QueueStats, Receipt, ReceivedMessage, RedrivePolicy, Reply,

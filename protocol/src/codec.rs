@@ -55,8 +55,10 @@ pub enum DecodeError {
         /// The field.
         field: &'static str,
     },
-    /// A queue name (or prefix) breaks the syntax `[A-Za-z0-9_.-]{1,80}`.
-    #[error("{field} at byte {offset} is not a valid queue name ([A-Za-z0-9_.-]{{1,80}})")]
+    /// A queue name (or prefix) breaks the syntax (see [`QueueName`](crate::QueueName)).
+    #[error(
+        "{field} at byte {offset} is not a valid queue name (1 to 80 of [A-Za-z0-9_.-], at most one {{tag}})"
+    )]
     InvalidQueueName {
         /// Where the name starts.
         offset: usize,

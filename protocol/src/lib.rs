@@ -82,7 +82,8 @@ pub use request::{
     Request, SendRequest,
 };
 
-/// Whether `name` is a valid queue name: `[A-Za-z0-9_.-]{1,80}`.
+/// Whether `name` is a valid queue name: 1 to 80 of `[A-Za-z0-9_.-]`, with
+/// at most one `{tag}` (see [`QueueName`]).
 #[must_use]
 pub fn is_valid_queue_name(name: &str) -> bool {
     name::is_valid_name_bytes(name.as_bytes())

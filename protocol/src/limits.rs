@@ -28,7 +28,7 @@ pub const FRAME_BYTES_MAX_LIMIT: u32 = 64 * 1024 * 1024;
 /// one RECEIVE or PEEK.
 pub const BATCH_ENTRIES_MAX: usize = 1024;
 
-/// Queue names: `[A-Za-z0-9_.-]{1,80}`.
+/// Queue names: 1 to 80 of `[A-Za-z0-9_.-]`, with at most one `{tag}`.
 pub const QUEUE_NAME_BYTES_MAX: usize = 80;
 /// Dedup keys: 1 to 128 bytes.
 pub const DEDUP_KEY_BYTES_MAX: usize = 128;

@@ -620,7 +620,7 @@ mod tests {
         let err = decode(opcode::DELETE_QUEUE, b"\x03a b").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "queue at byte 1 is not a valid queue name ([A-Za-z0-9_.-]{1,80})"
+            "queue at byte 1 is not a valid queue name (1 to 80 of [A-Za-z0-9_.-], at most one {tag})"
         );
     }
 

@@ -141,6 +141,9 @@ pub const METRICS_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const METRICS_LINGER_TIMEOUT: Duration = Duration::from_millis(500);
 /// Bytes read and discarded after a reply, at most.
 pub const METRICS_LINGER_BYTES_MAX: usize = 64 * 1024;
+/// Metrics connections served at once, each on its own short-lived thread;
+/// one more is answered 503 at once and closed.
+pub const METRICS_CONNECTIONS_MAX: usize = 16;
 
 // ----- what a server sets up ----------------------------------------------------
 

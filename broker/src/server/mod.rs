@@ -43,9 +43,12 @@
 //! | `session.rs` | one connection's protocol state machine, without a socket: HELLO, auth, framing, order, back-pressure, heartbeat, closing |
 //! | `bound_leases.rs` | the leases a connection bound to itself, released when it closes |
 //! | `convert.rs` | wire requests -> engine ops, engine results -> wire replies |
+//! | `transport.rs` | between the driver's bytes and the session: plain text, or TLS (rustls, sans-IO) |
+//! | `tls.rs` | the TLS files, read once into rustls's server configuration |
 //! | `limits.rs` | every limit of the server: flag bounds and defaults, connection timings |
 //! | `shared.rs` | what the threads share: connection count, counters, snapshots |
 //! | `telemetry.rs` | lease histograms and the `/metrics` text |
+//! | `process.rs` | the `process_*` metrics from `/proc/self` |
 //! | `metrics.rs` | Prometheus writer, histograms, the HTTP endpoint |
 //! | `signals.rs` | SIGTERM / SIGINT to a graceful shutdown |
 //! | `clock.rs` | the only clock reads; the engine's clock, real or manual |
@@ -57,11 +60,14 @@ pub mod metrics;
 pub mod clock;
 mod convert;
 pub mod limits;
+mod process;
 pub mod session;
 mod shard_loop;
 mod shared;
 pub mod signals;
 mod telemetry;
+pub mod tls;
+pub mod transport;
 
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, mpsc};
@@ -192,6 +198,13 @@ impl Server {
         {
             return Err(StartError::InsecureListen(config.listen));
         }
+        if config.tls.is_none() && !config.listen.ip().to_canonical().is_loopback() {
+            tracing::warn!(
+                listen = %config.listen,
+                "listening on a non-loopback address without TLS: the auth token and every \
+                 message cross the network in clear text (give --tls-cert and --tls-key)"
+            );
+        }
         let shards = config.shards.max(1);
         let placement = placement(&config.cpus, shards)?;
         check_open_files(&config);
@@ -276,7 +289,17 @@ impl Server {
                             Backend::Epoll => BackendChoice::Epoll,
                         };
                         if let Some(why) = &o.fallback {
-                            tracing::warn!(reason = %why, "io_uring unavailable, using epoll");
+                            tracing::warn!(
+                                reason = %why,
+                                "IO_URING UNAVAILABLE: FALLING BACK TO EPOLL. io_uring could not \
+                                 be set up ({why}), so every shard runs on epoll, which costs \
+                                 more CPU per request. In a container this is usually the \
+                                 runtime's default seccomp profile blocking the io_uring \
+                                 system calls: run with a profile that allows io_uring_setup, \
+                                 io_uring_enter and io_uring_register (see deploy/README.md), or \
+                                 pass --io epoll to choose epoll and silence this warning. \
+                                 /metrics shows sluice_io_backend_fallback 1."
+                            );
                         }
                         tracing::debug!(backend = %o.backend, detail = %o.detail, "io backend");
                     }
@@ -296,6 +319,7 @@ impl Server {
             }
         }
         let backend = opened.first().map_or(Backend::Epoll, |o| o.backend);
+        let io_fallback = opened.first().and_then(|o| o.fallback.clone());
 
         let mut seed = random_seed();
         let registry = Arc::new(Registry::new(RegistryConfig {
@@ -325,6 +349,7 @@ impl Server {
             config,
             registry.clone(),
             backend,
+            io_fallback,
             listen,
             opened
                 .iter()
@@ -362,10 +387,7 @@ impl Server {
         let metrics = match shared.config.metrics {
             None => None,
             Some(addr) => {
-                let source = {
-                    let shared = shared.clone();
-                    move |out: &mut String| telemetry::render(&shared, out)
-                };
+                let source = telemetry::ServerMetrics(shared.clone());
                 match MetricsServer::start(addr, source) {
                     Ok(m) => Some(m),
                     Err(source) => {

@@ -73,11 +73,11 @@ use sluice_protocol::{
 };
 
 pub use super::bound_leases::BoundLeases;
-use super::clock::{EngineTime, NotManual};
+use super::clock::{self, EngineTime, NotManual};
 use super::config::AuthToken;
 use super::convert::{self, Route};
 use super::limits::{CLOSE_FLUSH_TIMEOUT_NS, DRAIN_QUIET_NS};
-use super::shared::{ShardStats, op_slot};
+use super::shared::{ShardStats, error_slot, op_slot};
 use crate::engine::{Op, OpResult};
 
 /// What a session asks of the io layer, in order.
@@ -194,6 +194,8 @@ struct Deferred {
     receive_queue: Option<QueueName>,
     /// A RECEIVE whose leases bind to the connection.
     bind: bool,
+    /// Its operation slot and when its frame was decoded.
+    started: Option<(usize, u64)>,
 }
 
 /// One connection's protocol state. See the module docs.
@@ -231,6 +233,9 @@ pub struct Session {
     commands: Vec<Command>,
     /// Bytes in the `Send`s of `commands`.
     commanded_bytes: usize,
+    /// The request being served: its operation slot and when its frame was
+    /// decoded (see [`RequestDurations`](super::shared::RequestDurations)).
+    serving: Option<(usize, u64)>,
 }
 
 impl Session {
@@ -255,6 +260,7 @@ impl Session {
             paused: false,
             commands: Vec::new(),
             commanded_bytes: 0,
+            serving: None,
         }
     }
 
@@ -341,7 +347,16 @@ impl Session {
         if lifted {
             self.barrier = None;
         }
-        self.answer(d.request_id, d.receive_queue, d.bind, result, engine);
+        self.serving = d.started;
+        self.answer(
+            d.request_id,
+            d.receive_queue,
+            d.bind,
+            result,
+            cx.stats,
+            engine,
+        );
+        self.serving = None;
         if lifted && !self.paused {
             // Serve what arrived behind it (a paused session is resumed by
             // `resume` instead).
@@ -424,7 +439,7 @@ impl Session {
         let Some((request_id, _, reply)) = self.clock_wait.take() else {
             return;
         };
-        self.reply(request_id, &reply);
+        self.reply(request_id, &reply, cx.stats);
         if !self.paused {
             self.process(cx, engine);
         }
@@ -439,7 +454,7 @@ impl Session {
     /// closed; the others are served until [`Session::drain`] closes them.
     pub fn begin_drain(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
         if self.phase == Phase::Hello {
-            self.reply(0, &shutting_down());
+            self.reply(0, &shutting_down(), cx.stats);
             self.begin_close(cx.now_ns, engine);
         }
     }
@@ -453,7 +468,7 @@ impl Session {
             && self.deferred.is_empty()
             && cx.now_ns.saturating_sub(quiet_since) >= DRAIN_QUIET_NS
         {
-            self.reply(0, &shutting_down());
+            self.reply(0, &shutting_down(), cx.stats);
             self.begin_close(cx.now_ns, engine);
         }
     }
@@ -528,17 +543,25 @@ impl Session {
     }
 
     fn on_frame(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
-        cx.stats.requests[op_slot(frame.opcode)].add(1);
+        let slot = op_slot(frame.opcode);
+        cx.stats.requests[slot].add(1);
+        self.serving = Some((slot, clock::now_ns()));
+        self.on_frame_inner(frame, cx, engine);
+        // Answered (and recorded), or deferred with its start.
+        self.serving = None;
+    }
+
+    fn on_frame_inner(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
         match self.phase {
             Phase::Closing => {}
             Phase::Hello => self.on_hello(frame, cx, engine),
             Phase::Ready if cx.draining => {
                 // Shutting down: nothing new starts; the connection closes
                 // once what is in flight is answered and it is quiet.
-                self.reply(frame.request_id, &shutting_down());
+                self.reply(frame.request_id, &shutting_down(), cx.stats);
             }
             Phase::Ready => match Request::decode(frame.opcode, frame.flags, frame.payload) {
-                Err(e) => self.reply(frame.request_id, &Reply::Error(e.to_wire_error())),
+                Err(e) => self.reply(frame.request_id, &Reply::Error(e.to_wire_error()), cx.stats),
                 Ok(request) => self.dispatch(frame.request_id, request, cx, engine),
             },
         }
@@ -546,7 +569,7 @@ impl Session {
 
     fn on_hello(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
         if cx.draining {
-            self.reply(frame.request_id, &shutting_down());
+            self.reply(frame.request_id, &shutting_down(), cx.stats);
             self.begin_close(cx.now_ns, engine);
             return;
         }
@@ -617,7 +640,7 @@ impl Session {
         // The version the client asked for: a version-1 client gets the
         // version-1 protocol.
         reply.version = hello.version;
-        self.reply(frame.request_id, &Reply::Hello(reply));
+        self.reply(frame.request_id, &Reply::Hello(reply), cx.stats);
     }
 
     fn dispatch(
@@ -637,7 +660,7 @@ impl Session {
         match convert::route(request) {
             Route::Engine(op) => match engine.submit(op) {
                 Submitted::Done(result) => {
-                    self.answer(request_id, receive_queue, bind, result, engine);
+                    self.answer(request_id, receive_queue, bind, result, cx.stats, engine);
                 }
                 Submitted::Later(ticket) => {
                     if receive_queue.is_none() {
@@ -648,11 +671,16 @@ impl Session {
                         request_id,
                         receive_queue,
                         bind,
+                        started: self.serving.take(),
                     });
                 }
             },
-            Route::Ping { nonce } => self.reply(request_id, &Reply::Pong { nonce }),
-            Route::ServerStats => self.reply(request_id, &Reply::ServerStats((cx.server_stats)())),
+            Route::Ping { nonce } => self.reply(request_id, &Reply::Pong { nonce }, cx.stats),
+            Route::ServerStats => self.reply(
+                request_id,
+                &Reply::ServerStats((cx.server_stats)()),
+                cx.stats,
+            ),
             Route::AdvanceClock { by_ms } => match (cx.advance_clock)(by_ms) {
                 Ok((elapsed_ms, now)) => {
                     let reply = Reply::AdvanceClock {
@@ -664,6 +692,7 @@ impl Session {
                 Err(e) => self.reply(
                     request_id,
                     &Reply::error(ErrorCode::Unsupported, e.to_string()),
+                    cx.stats,
                 ),
             },
             Route::Hello => self.reply(
@@ -672,6 +701,7 @@ impl Session {
                     ErrorCode::InvalidArgument,
                     "HELLO was already answered on this connection",
                 ),
+                cx.stats,
             ),
         }
     }
@@ -718,10 +748,11 @@ impl Session {
         receive_queue: Option<QueueName>,
         bind: bool,
         result: OpResult,
+        stats: &ShardStats,
         engine: &mut dyn Engine,
     ) {
         if let OpResult::Received(messages) = result {
-            self.answer_receive(request_id, receive_queue, bind, &messages, engine);
+            self.answer_receive(request_id, receive_queue, bind, &messages, stats, engine);
             engine.recycle(OpResult::Received(messages));
             return;
         }
@@ -733,7 +764,7 @@ impl Session {
                 "a reply was above the frame limit and lost its last entries"
             );
         }
-        self.reply(request_id, &reply);
+        self.reply(request_id, &reply, stats);
         if let Some(storage) = convert::into_storage(reply) {
             engine.recycle(storage);
         }
@@ -749,6 +780,7 @@ impl Session {
         queue: Option<QueueName>,
         bind: bool,
         messages: &[ReceivedMessage],
+        stats: &ShardStats,
         engine: &mut dyn Engine,
     ) {
         let mut undelivered = Vec::new();
@@ -781,6 +813,7 @@ impl Session {
                 }
             }
             w.finish(&mut self.out);
+            self.served(stats);
             if let Some(queue) = queue.as_ref().filter(|_| bind && delivered > 0) {
                 self.bound
                     .bind(queue, messages[..delivered].iter().map(|m| m.receipt));
@@ -806,10 +839,24 @@ impl Session {
         }));
     }
 
-    /// Writes `reply` (dropped if the connection is closing).
-    fn reply(&mut self, request_id: u32, reply: &Reply) {
-        if self.phase != Phase::Closing {
-            encode_into(&mut self.out, request_id, reply);
+    /// Writes `reply` (dropped if the connection is closing), counting the
+    /// error codes it returns and the request's duration.
+    fn reply(&mut self, request_id: u32, reply: &Reply, stats: &ShardStats) {
+        if self.phase == Phase::Closing {
+            self.serving = None;
+            return;
+        }
+        encode_into(&mut self.out, request_id, reply);
+        count_errors(reply, stats);
+        self.served(stats);
+    }
+
+    /// The reply to the request being served is queued: its duration,
+    /// from the frame decoded, is recorded.
+    fn served(&mut self, stats: &ShardStats) {
+        if let Some((slot, started_ns)) = self.serving.take() {
+            let nanos = clock::now_ns().saturating_sub(started_ns);
+            stats.durations.record(slot, nanos);
         }
     }
 
@@ -829,7 +876,7 @@ impl Session {
         engine: &mut dyn Engine,
     ) {
         tracing::debug!(peer = %self.peer, code = %e.code, message = %e.message, "closing connection");
-        self.reply(request_id, &Reply::Error(e));
+        self.reply(request_id, &Reply::Error(e), cx.stats);
         self.close_bad_input(cx, engine);
     }
 
@@ -862,6 +909,20 @@ impl Session {
         self.partial_since_ns = None;
         self.flush();
         self.commands.push(Command::Close);
+    }
+}
+
+/// Counts the error codes `reply` returns: a whole-request error, or each
+/// refused entry of a batch.
+fn count_errors(reply: &Reply, stats: &ShardStats) {
+    let count = |code: ErrorCode| stats.errors[error_slot(code)].add(1);
+    match reply {
+        Reply::Error(e) => count(e.code),
+        Reply::Send { results } => results.iter().filter_map(|r| r.err()).for_each(count),
+        Reply::Delete { results } | Reply::ChangeVisibility { results } => {
+            results.iter().filter_map(|r| r.err()).for_each(count);
+        }
+        _ => {}
     }
 }
 

@@ -69,6 +69,7 @@ use super::limits::{
 };
 use super::session::{Command, Cx, Engine, Session, SessionConfig, Submitted, shutting_down};
 use super::shared::{ShardStats, Shared, server_version};
+use super::transport::{Inbound, Transport};
 use crate::engine::mesh::doorbell::Doorbell;
 use crate::engine::{Op, OpResult, Shard};
 use crate::io::{ConnId, Connections, Driver, Event};
@@ -90,8 +91,11 @@ pub struct ShardStart {
 pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Result<()> {
     let _guard = StopOnPanic(start.shared.clone());
     let mut st = State::new(index, start);
+    // When the last wait ended: from then to the next turn the shard works.
+    let mut wait_ended_ns: Option<u64> = None;
     loop {
         let now = clock::now_ns();
+        st.count_turn(now, wait_ended_ns);
         let time = st.shared.clock.engine_time(now, clock::wall_ms());
         let mut timeout = st.wait_timeout(now, time.now_ns);
         // Spinning: within --idle-spin of the last work, poll without
@@ -114,6 +118,8 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
         st.doorbell.woke();
         result?;
         st.refresh_clock();
+        // The clock was read at the first event, or just now.
+        wait_ended_ns = Some(st.now_ns);
         if st.events > 0 && st.idle_spin_ns > 0 {
             st.spin_until_ns = st.now_ns.saturating_add(st.idle_spin_ns);
         }
@@ -149,6 +155,11 @@ struct Conn {
     /// The driver's id (slot and generation).
     id: ConnId,
     session: Session,
+    /// Plain text or TLS, between the driver and the session.
+    transport: Transport,
+    /// The transport refused the connection: it is closing, and nothing
+    /// more it sends is read.
+    refused: bool,
     /// Whether it holds one of `--max-connections`.
     counted: bool,
     /// Whether it is in `State::dirty` (replies to hand over this turn).
@@ -329,6 +340,22 @@ impl State {
         }
     }
 
+    /// Loop metrics, at the top of a turn: the turn, whether the last wait
+    /// brought events, the time worked since it ended, the ring messages.
+    fn count_turn(&self, now: u64, wait_ended_ns: Option<u64>) {
+        let l = &self.stats().event_loop;
+        l.turns.add(1);
+        if self.events > 0 {
+            l.turns_with_events.add(1);
+        }
+        if let Some(ended) = wait_ended_ns {
+            l.busy_ns.add(now.saturating_sub(ended));
+        }
+        let (received, sent) = self.engine.ring_messages();
+        l.ring_received.set(received);
+        l.ring_sent.set(sent);
+    }
+
     fn stats(&self) -> &ShardStats {
         &self.shared.shards[usize::from(self.index)].stats
     }
@@ -431,7 +458,10 @@ impl State {
         for command in conn.session.commands() {
             match command {
                 Command::Send(bytes) => {
-                    io.send(id, bytes);
+                    let bytes = conn.transport.seal(bytes);
+                    if !bytes.is_empty() {
+                        io.send(id, bytes);
+                    }
                 }
                 Command::SetReading(on) => {
                     io.set_reading(id, on);
@@ -439,7 +469,12 @@ impl State {
                         paused.push(id);
                     }
                 }
-                Command::Close => io.close(id),
+                Command::Close => {
+                    if let Some(alert) = conn.transport.close_notify() {
+                        io.send(id, alert);
+                    }
+                    io.close(id);
+                }
                 Command::CloseNow => io.close_now(id),
             }
         }
@@ -474,12 +509,54 @@ impl State {
                     io.send(conn, buf.freeze());
                 }
             }
-            Event::Data { conn, bytes } => {
-                self.with_session(io, conn, |s, cx, engine| s.on_data(bytes, cx, engine));
-            }
+            Event::Data { conn, bytes } => self.on_data(io, conn, bytes),
             Event::Closed { conn, error } => self.on_closed(conn, error),
             Event::Woken => {}
             Event::AcceptFailed { error, shed } => self.on_accept_failed(&error, shed),
+        }
+    }
+
+    /// Bytes arrived: through the connection's transport to its session.
+    fn on_data(&mut self, io: &mut Connections, id: ConnId, bytes: &[u8]) {
+        let Some(conn) = self
+            .conns
+            .get_mut(id.index() as usize)
+            .and_then(Option::as_mut)
+            .filter(|c| c.id == id && !c.refused)
+        else {
+            return;
+        };
+        match conn.transport.on_data(bytes) {
+            Inbound::Passed(bytes) => {
+                self.with_session(io, id, |s, cx, engine| s.on_data(bytes, cx, engine));
+            }
+            Inbound::Decrypted => {
+                if let Some(handshake) = conn.transport.take_outgoing() {
+                    io.send(id, handshake);
+                }
+                let plain = conn.transport.take_plaintext();
+                if !plain.is_empty() {
+                    self.with_session(io, id, |s, cx, engine| s.on_data(&plain, cx, engine));
+                }
+                if let Some(c) = self.conns[id.index() as usize].as_mut() {
+                    c.transport.give_back(plain);
+                }
+            }
+            Inbound::Refuse { why, detail, reply } => {
+                conn.refused = true;
+                tracing::info!(
+                    peer = %conn.session.peer(),
+                    shard = self.index,
+                    "closing connection: {detail}"
+                );
+                let stats = &self.shared.shards[usize::from(self.index)].stats;
+                stats.transport_refused[why as usize].add(1);
+                stats.closed_bad_input.add(1);
+                if let Some(reply) = reply {
+                    io.send(id, reply);
+                }
+                io.close(id);
+            }
         }
     }
 
@@ -519,6 +596,15 @@ impl State {
     }
 
     fn on_accept(&mut self, io: &mut Connections, id: ConnId, peer: SocketAddr) {
+        let tls = self.shared.config.tls.as_ref().map(|t| &t.server_config);
+        let transport = match Transport::new(tls) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "closing connection: TLS could not start");
+                io.close_now(id);
+                return;
+            }
+        };
         let idx = id.index() as usize;
         if self.conns.len() <= idx {
             self.conns.resize_with(idx + 1, || None);
@@ -542,6 +628,8 @@ impl State {
         self.conns[idx] = Some(Conn {
             id,
             session,
+            transport,
+            refused: false,
             counted,
             dirty: false,
         });

@@ -47,3 +47,7 @@ mod server_process;
 mod server_shards;
 #[cfg(not(sluice_loom))]
 mod server_shutdown;
+
+// The files of deploy/ against a real server and the real configuration.
+#[cfg(not(sluice_loom))]
+mod deploy_files;

@@ -63,6 +63,7 @@ use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::pending::{self, Table};
+use crate::tls::TlsSession;
 
 /// Room made in the read buffer before each read.
 const READ_RESERVE_BYTES: usize = 64 * 1024;
@@ -110,6 +111,8 @@ impl State {
 struct Reader {
     decoder: FrameDecoder,
     buf: BytesMut,
+    /// TLS records read and not yet opened (TLS only).
+    cipher: BytesMut,
     /// Reply frames cut and not yet handed out (kept for its capacity).
     ready: Vec<Frame>,
     /// Tasks to wake (kept for its capacity).
@@ -120,6 +123,9 @@ struct Reader {
 struct Writer {
     /// Frames not yet written.
     queued: BytesMut,
+    /// TLS only: `queued` sealed, and how much of it was written.
+    sealed: Vec<u8>,
+    sealed_at: usize,
     /// The flusher task owns the writing until `queued` is empty.
     flushing: bool,
 }
@@ -137,6 +143,8 @@ pub(crate) enum Refused {
 #[derive(Debug)]
 pub(crate) struct AsyncConn {
     stream: TcpStream,
+    /// TLS, when the client was configured for it.
+    tls: Option<TlsSession>,
     hello: HelloReply,
     state: Mutex<State>,
     reader: Mutex<Reader>,
@@ -166,6 +174,7 @@ impl AsyncConn {
     /// and its heartbeat when given one (interval, PONG time-out).
     pub(crate) fn start(
         stream: TcpStream,
+        tls: Option<TlsSession>,
         hello: HelloReply,
         decoder: FrameDecoder,
         buf: BytesMut,
@@ -175,6 +184,7 @@ impl AsyncConn {
         let read = Arc::new(Notify::new());
         let conn = Arc::new(AsyncConn {
             stream,
+            tls,
             hello,
             state: Mutex::new(State {
                 table: Table::new(),
@@ -184,6 +194,7 @@ impl AsyncConn {
             reader: Mutex::new(Reader {
                 decoder,
                 buf,
+                cipher: BytesMut::new(),
                 ready: Vec::new(),
                 wake: Vec::new(),
             }),
@@ -321,6 +332,25 @@ impl AsyncConn {
 
     /// Writes what is queued without blocking; true when it all went.
     fn write_some(&self, w: &mut Writer) -> Result<bool> {
+        if let Some(tls) = &self.tls {
+            // Sealed in the order written: one writer holds `w` at a time.
+            if !w.queued.is_empty() {
+                tls.seal(&w.queued, &mut w.sealed)?;
+                w.queued.clear();
+            }
+            while w.sealed_at < w.sealed.len() {
+                match self.stream.try_write(&w.sealed[w.sealed_at..]) {
+                    Ok(0) => return Err(Error::io(ErrorKind::WriteZero.into())),
+                    Ok(n) => w.sealed_at += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io(e)),
+                }
+            }
+            w.sealed.clear();
+            w.sealed_at = 0;
+            return Ok(true);
+        }
         while !w.queued.is_empty() {
             match self.stream.try_write(&w.queued) {
                 Ok(0) => return Err(Error::io(ErrorKind::WriteZero.into())),
@@ -342,8 +372,15 @@ impl AsyncConn {
     fn read_available(&self) -> Poll<()> {
         let mut r = lock(&self.reader);
         loop {
-            r.buf.reserve(READ_RESERVE_BYTES);
-            match self.stream.try_read_buf(&mut r.buf) {
+            let read = if self.tls.is_some() {
+                r.cipher.clear();
+                r.cipher.reserve(READ_RESERVE_BYTES);
+                self.stream.try_read_buf(&mut r.cipher)
+            } else {
+                r.buf.reserve(READ_RESERVE_BYTES);
+                self.stream.try_read_buf(&mut r.buf)
+            };
+            match read {
                 Ok(0) => {
                     drop(r);
                     self.fail(&Error::Disconnected(
@@ -352,6 +389,21 @@ impl AsyncConn {
                     return Poll::Ready(());
                 }
                 Ok(_) => {
+                    if let Some(tls) = &self.tls {
+                        let Reader { cipher, buf, .. } = &mut *r;
+                        let end = match tls.open(cipher, buf) {
+                            Ok(false) => None,
+                            Ok(true) => Some(Error::Disconnected(
+                                "the server closed the TLS session".into(),
+                            )),
+                            Err(e) => Some(e),
+                        };
+                        if let Some(err) = end {
+                            drop(r);
+                            self.fail(&err);
+                            return Poll::Ready(());
+                        }
+                    }
                     if !self.dispatch(&mut r) {
                         return Poll::Ready(());
                     }
@@ -375,6 +427,7 @@ impl AsyncConn {
             buf,
             ready,
             wake,
+            ..
         } = r;
         let end = pending::cut_frames(decoder, buf, |f| ready.push(f));
         {

@@ -75,6 +75,7 @@ use sluice_protocol::{Frame, FrameDecoder, HelloReply, Reply, Request};
 
 use crate::error::{Error, Result};
 use crate::pending::{self, Table};
+use crate::tls::TlsSession;
 
 /// Bytes asked of the socket per read.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -177,6 +178,8 @@ struct Writer {
     queued: BytesMut,
     /// The buffer the writer last sent, kept for its capacity.
     spare: BytesMut,
+    /// TLS records of the last write, kept for its capacity.
+    sealed: Vec<u8>,
     /// A thread is writing.
     writing: bool,
 }
@@ -204,6 +207,9 @@ enum ReadOutcome {
 #[derive(Debug)]
 pub(crate) struct Connection {
     stream: TcpStream,
+    /// TLS, when the client was configured for it: frames are sealed on the
+    /// way out and opened on the way in.
+    tls: Option<TlsSession>,
     hello: HelloReply,
     read_spin: Duration,
     state: Mutex<State>,
@@ -228,6 +234,7 @@ impl Connection {
     /// came after the HELLO reply.
     pub(crate) fn new(
         stream: TcpStream,
+        tls: Option<TlsSession>,
         hello: HelloReply,
         decoder: FrameDecoder,
         buf: BytesMut,
@@ -238,6 +245,7 @@ impl Connection {
         stream.set_write_timeout(Some(WRITE_STALL))?;
         Ok(Connection {
             stream,
+            tls,
             hello,
             read_spin,
             state: Mutex::new(State {
@@ -381,12 +389,21 @@ impl Connection {
             }
             let spare = std::mem::take(&mut w.spare);
             let mut out = std::mem::replace(&mut w.queued, spare);
+            let mut sealed = std::mem::take(&mut w.sealed);
             drop(w);
-            let written = self.write_all(&out, deadline);
+            // One writer at a time: records are sealed in the order they go out.
+            let written = match &self.tls {
+                None => self.write_all(&out, deadline),
+                Some(tls) => tls
+                    .seal(&out, &mut sealed)
+                    .and_then(|()| self.write_all(&sealed, deadline)),
+            };
             self.last_write_ms.store(self.age_ms(), Ordering::Relaxed);
             out.clear();
+            sealed.clear();
             w = lock(&self.writer);
             w.spare = out;
+            w.sealed = sealed;
             if let Err(err) = written {
                 w.writing = false;
                 w.queued.clear();
@@ -597,10 +614,7 @@ impl Connection {
             Ok(0) => ReadOutcome::End(Error::Disconnected(
                 "the server closed the connection".into(),
             )),
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                ReadOutcome::Data
-            }
+            Ok(n) => self.take_in(buf, &chunk[..n]),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -613,6 +627,22 @@ impl Connection {
         }
     }
 
+    /// Bytes read from the socket into the reply buffer: as they are, or
+    /// decrypted.
+    fn take_in(&self, buf: &mut BytesMut, bytes: &[u8]) -> ReadOutcome {
+        let Some(tls) = &self.tls else {
+            buf.extend_from_slice(bytes);
+            return ReadOutcome::Data;
+        };
+        match tls.open(bytes, buf) {
+            Ok(false) => ReadOutcome::Data,
+            Ok(true) => ReadOutcome::End(Error::Disconnected(
+                "the server closed the TLS session".into(),
+            )),
+            Err(e) => ReadOutcome::End(e),
+        }
+    }
+
     /// One read that never blocks.
     fn recv_now(&self, r: &mut Reader) -> ReadOutcome {
         let Reader { buf, chunk, .. } = r;
@@ -620,10 +650,7 @@ impl Connection {
             Ok((0, _)) => ReadOutcome::End(Error::Disconnected(
                 "the server closed the connection".into(),
             )),
-            Ok((n, _)) => {
-                buf.extend_from_slice(&chunk[..n]);
-                ReadOutcome::Data
-            }
+            Ok((n, _)) => self.take_in(buf, &chunk[..n]),
             Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => ReadOutcome::Idle,
             Err(e) => ReadOutcome::End(Error::io(e.into())),
         }

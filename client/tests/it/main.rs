@@ -9,5 +9,7 @@ mod kill;
 mod pipelining;
 mod producer;
 mod reconnect;
+mod sharded;
 mod sharing;
+mod tls;
 mod util;

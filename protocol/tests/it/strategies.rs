@@ -23,7 +23,12 @@ pub fn bytes(max: usize) -> impl Strategy<Value = Bytes> {
 }
 
 pub fn queue_name() -> impl Strategy<Value = QueueName> {
-    "[A-Za-z0-9_.-]{1,80}".prop_map(|s| QueueName::new(&s).unwrap())
+    prop_oneof![
+        "[A-Za-z0-9_.-]{1,80}",
+        // One {tag}, with text around it or not.
+        "[A-Za-z0-9_.-]{0,20}\\{[A-Za-z0-9_.-]{1,20}\\}[A-Za-z0-9_.-]{0,20}",
+    ]
+    .prop_map(|s| QueueName::new(&s).unwrap())
 }
 
 fn short_string(max_chars: usize) -> impl Strategy<Value = String> {
