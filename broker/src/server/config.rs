@@ -244,6 +244,12 @@ pub struct RawArgs {
     #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// Reports what a snapshot file holds (queues, messages by state, bytes)
+    /// and whether it would load, without starting the server: exit 0 when
+    /// it is sound, 2 when not. The file is only read.
+    #[arg(long, value_name = "PATH")]
+    pub check_snapshot: Option<PathBuf>,
+
     /// Every other setting.
     #[command(flatten)]
     pub settings: Settings,
@@ -364,10 +370,17 @@ pub struct Settings {
     /// Up to 10ms [default: 0s, off].
     #[arg(long, env = "SLUICE_IDLE_SPIN", value_name = "DURATION", value_parser = parse_time)]
     pub idle_spin: Option<Duration>,
+
+    /// Snapshot file: written on a graceful shutdown (SIGTERM, Ctrl-C) with
+    /// every queue and message, loaded at start when it exists and then
+    /// renamed to PATH.loaded-<unix ms> [default: none, a restart loses
+    /// everything].
+    #[arg(long, env = "SLUICE_SNAPSHOT", value_name = "PATH")]
+    pub snapshot: Option<PathBuf>,
 }
 
 /// The keys a config file may hold: the flag names with underscores.
-pub const CONFIG_FILE_KEYS: [&str; 20] = [
+pub const CONFIG_FILE_KEYS: [&str; 21] = [
     "listen",
     "shards",
     "cpus",
@@ -388,6 +401,7 @@ pub const CONFIG_FILE_KEYS: [&str; 20] = [
     "log",
     "shutdown_timeout",
     "idle_spin",
+    "snapshot",
 ];
 
 impl RawArgs {
@@ -447,6 +461,7 @@ impl Settings {
             log: self.log.or(lower.log),
             shutdown_timeout: self.shutdown_timeout.or(lower.shutdown_timeout),
             idle_spin: self.idle_spin.or(lower.idle_spin),
+            snapshot: self.snapshot.or(lower.snapshot),
         }
     }
 
@@ -470,10 +485,13 @@ impl Settings {
             });
         }
         let mut settings = Settings::from_toml(&text, path)?;
-        if let Some(token) = &mut settings.auth_token_file {
-            if token.is_relative() {
+        for file in [&mut settings.auth_token_file, &mut settings.snapshot]
+            .into_iter()
+            .flatten()
+        {
+            if file.is_relative() {
                 if let Some(folder) = path.parent() {
-                    *token = folder.join(&*token);
+                    *file = folder.join(&*file);
                 }
             }
         }
@@ -532,6 +550,15 @@ impl Settings {
             "io" => self.io = with(value, parse_io)?,
             "auth_token_file" => match value {
                 toml::Value::String(s) => self.auth_token_file = Some(PathBuf::from(s)),
+                other => {
+                    return Err(KeyProblem::Value(format!(
+                        "expected a path in a string, found a {}",
+                        other.type_str()
+                    )));
+                }
+            },
+            "snapshot" => match value {
+                toml::Value::String(s) => self.snapshot = Some(PathBuf::from(s)),
                 other => {
                     return Err(KeyProblem::Value(format!(
                         "expected a path in a string, found a {}",
@@ -743,6 +770,9 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// How long a shard polls after its last work before it sleeps.
     pub idle_spin: Duration,
+    /// Snapshot file written on a graceful shutdown and loaded at start;
+    /// `None`: none.
+    pub snapshot: Option<PathBuf>,
 }
 
 /// Why a configuration was refused. Each message names the setting (flag
@@ -1141,6 +1171,7 @@ impl Config {
             log_filter,
             shutdown_timeout,
             idle_spin,
+            snapshot: s.snapshot,
         })
     }
 }
@@ -1227,7 +1258,11 @@ impl fmt::Display for Config {
         writeln!(f, "queues_max = {}", self.queues_max)?;
         writeln!(f, "log = {}", quoted(&self.log_filter))?;
         writeln!(f, "shutdown_timeout = {}", time(self.shutdown_timeout))?;
-        writeln!(f, "idle_spin = {}", time(self.idle_spin))
+        writeln!(f, "idle_spin = {}", time(self.idle_spin))?;
+        match &self.snapshot {
+            Some(path) => writeln!(f, "snapshot = {}", quoted(&path.to_string_lossy())),
+            None => writeln!(f, "# snapshot: none, a restart loses every queue and message"),
+        }
     }
 }
 

@@ -15,6 +15,8 @@ mod engine_queues;
 mod engine_receipts;
 mod engine_send;
 mod engine_shards;
+#[cfg(not(sluice_loom))]
+mod engine_snapshot;
 // Real threads and std's Arc: nothing for loom to explore.
 #[cfg(not(sluice_loom))]
 mod engine_stress;
