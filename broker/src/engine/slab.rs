@@ -252,12 +252,7 @@ impl<T> Slab<T> {
     /// receipts name the slot and generation). Slots it adds on the way
     /// start free at `hole_generation`. `None` when the slot is taken or is
     /// `u32::MAX`. The free list is stale until [`Slab::rebuild_free`].
-    pub fn insert_at(
-        &mut self,
-        key: SlotKey,
-        value: T,
-        hole_generation: u32,
-    ) -> Option<SlotKey> {
+    pub fn insert_at(&mut self, key: SlotKey, value: T, hole_generation: u32) -> Option<SlotKey> {
         if key.slot == u32::MAX {
             return None;
         }
@@ -347,7 +342,13 @@ mod tests {
         assert_eq!((s.len(), s.slots(), s.generation_max()), (1, 4, 9));
         assert_eq!(s.get(k), Some(&"c"));
         let a = s.insert("a").unwrap();
-        assert_eq!(a, SlotKey { slot: 0, generation: 5 });
+        assert_eq!(
+            a,
+            SlotKey {
+                slot: 0,
+                generation: 5
+            }
+        );
         assert_eq!(s.insert("b").unwrap().slot, 1);
         assert_eq!(s.insert("d").unwrap().slot, 2);
         assert_eq!(s.insert("e").unwrap().slot, 4);

@@ -1261,7 +1261,10 @@ impl fmt::Display for Config {
         writeln!(f, "idle_spin = {}", time(self.idle_spin))?;
         match &self.snapshot {
             Some(path) => writeln!(f, "snapshot = {}", quoted(&path.to_string_lossy())),
-            None => writeln!(f, "# snapshot: none, a restart loses every queue and message"),
+            None => writeln!(
+                f,
+                "# snapshot: none, a restart loses every queue and message"
+            ),
         }
     }
 }

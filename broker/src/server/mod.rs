@@ -73,22 +73,86 @@ use self::metrics::MetricsServer;
 use self::shard_loop::ShardStart;
 use self::shared::Shared;
 use self::telemetry::LeaseMetrics;
-use crate::engine::mesh::doorbell::{self, Wake};
+use crate::engine::mesh::doorbell::Wake;
 use crate::engine::random::splitmix64;
-use crate::engine::{Registry, RegistryConfig, Shard, ShardConfig};
+use crate::engine::shard::LoadClock;
+use crate::engine::{Registry, RegistryConfig, Shard};
 use crate::io::{self, Backend, BackendChoice, DriverConfig, OpenError, Waker};
+use crate::snapshot::{self, format::SnapshotError};
 use sluice_protocol::{ErrorCode, Reply};
+use std::sync::OnceLock;
 
 use self::limits::{DESCRIPTORS_BASE, DESCRIPTORS_PER_SHARD};
 pub use self::limits::{REFUSED_CONNECTIONS_MAX, SHARD_RING_CAPACITY};
 
-/// Wakes a shard's io driver when another shard rings its doorbell.
-struct DriverWake(Arc<Waker>);
+/// Wakes a shard's io driver when another shard rings its doorbell, once
+/// the driver is open: the engines (and their
+/// doorbells) are built, and a snapshot loaded into them, before any
+/// driver exists. Until the driver is set, nobody needs waking (no shard
+/// loop runs).
+struct LateWake(Arc<OnceLock<Arc<Waker>>>);
 
-impl Wake for DriverWake {
+impl Wake for LateWake {
     fn wake(&self) {
-        self.0.wake();
+        if let Some(w) = self.0.get() {
+            w.wake();
+        }
     }
+}
+
+/// What a shard thread ends with: its engine, to be saved (`None` when it
+/// ended before it started serving), or its driver's error.
+type ShardOutcome = Result<Option<Shard>, std::io::Error>;
+
+/// Loads `opened` (the file at `path`) into `engines`, one thread per
+/// shard, logs what was loaded, and moves the file aside.
+fn load_snapshot(
+    path: &std::path::Path,
+    opened: &snapshot::Opened,
+    engines: &mut [Shard],
+    now: u64,
+    wall: u64,
+) -> Result<(), StartError> {
+    let started = clock::now_ns();
+    let clock = LoadClock {
+        now_ns: now,
+        wall_ms: wall,
+        saved_wall_ms: opened.header.saved_wall_ms,
+    };
+    let load = snapshot::load_shards(snapshot::Source::File(path), opened, engines, clock)
+        .map_err(|source| StartError::Snapshot {
+            path: path.to_owned(),
+            source,
+        })?;
+    let took_ns = clock::now_ns().saturating_sub(started).max(1);
+    let bytes = opened
+        .header
+        .sections
+        .last()
+        .map_or(0, |s| s.offset + s.len);
+    let aside = snapshot::move_aside(path, wall).map_err(|source| StartError::SnapshotMove {
+        path: path.to_owned(),
+        source,
+    })?;
+    tracing::info!(
+        file = %path.display(),
+        queues = opened.header.queues,
+        messages = load.messages(),
+        visible = load.visible,
+        delayed = load.delayed,
+        in_flight = load.in_flight,
+        leases_ended_while_stopped = load.leases_ended,
+        delays_ended_while_stopped = load.delays_ended,
+        dedup_entries = load.dedup,
+        bytes,
+        message_bytes = load.data_bytes,
+        seconds = took_ns as f64 / 1e9,
+        mb_per_s = bytes as f64 / 1e6 / (took_ns as f64 / 1e9),
+        moved_to = %aside.display(),
+        "snapshot loaded (leases that ended while stopped are visible again at the first tick); \
+         the file was moved aside: only the next graceful shutdown writes one to load"
+    );
+    Ok(())
 }
 
 /// Why the server did not start.
@@ -133,6 +197,31 @@ pub enum StartError {
         /// The CPUs the process may use, as a list.
         allowed: String,
     },
+    /// The snapshot could not be loaded: truncated, corrupt, another
+    /// version, other limits, another shard count, or too large for
+    /// `--memory-max`. The file is left as it was.
+    #[error("snapshot {}: {source}; the file was left untouched", path.display())]
+    Snapshot {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong, with its byte offset.
+        #[source]
+        source: SnapshotError,
+    },
+    /// The snapshot loaded but could not be moved aside: starting would let
+    /// a crash bring its messages back.
+    #[error(
+        "snapshot {} loaded but cannot be moved aside ({source}); not starting, so that a \
+         crash cannot load it again",
+        path.display()
+    )]
+    SnapshotMove {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The metrics endpoint could not be bound.
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
@@ -162,6 +251,22 @@ pub enum ServerError {
     Panicked {
         /// The shard.
         shard: u16,
+    },
+    /// The snapshot could not be written (the previous file, if any, is
+    /// untouched).
+    #[error("cannot write snapshot {}: {source}", path.display())]
+    Snapshot {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No snapshot was written: a shard did not stop cleanly.
+    #[error("no snapshot written to {}: a shard failed, its messages cannot be saved", path.display())]
+    SnapshotSkipped {
+        /// The file.
+        path: std::path::PathBuf,
     },
 }
 
@@ -200,10 +305,67 @@ impl Server {
             IoChoice::Uring => BackendChoice::IoUring,
             IoChoice::Epoll => BackendChoice::Epoll,
         };
+        // The engine first: the registry, the shards, and the snapshot
+        // loaded into them, all before any listener is bound. Their
+        // doorbells wake drivers that do not exist yet: `LateWake`s, set
+        // once each driver is open (nothing rings them before that).
+        let now = clock::now_ns();
+        let wall = clock::wall_ms();
+        let mut seed = random_seed();
+        let registry_config = RegistryConfig {
+            shards,
+            seed: splitmix64(&mut seed),
+            memory_bytes_max: config.memory_max_bytes,
+            queues_max: config.queues_max as usize,
+            frame_bytes_max: config.frame_bytes_max,
+        };
+        let snapshot_path = config.snapshot.clone().filter(|p| p.exists());
+        let snapshot_error = |path: &std::path::Path, source| StartError::Snapshot {
+            path: path.to_owned(),
+            source,
+        };
+        let opened = match &snapshot_path {
+            Some(path) => Some(
+                snapshot::open(snapshot::Source::File(path))
+                    .and_then(|o| {
+                        o.check_fit(shards, config.memory_max_bytes, config.queues_max as usize)
+                            .map(|()| o)
+                    })
+                    .map_err(|e| snapshot_error(path, e))?,
+            ),
+            None => None,
+        };
+        let registry = Arc::new(match &opened {
+            Some(o) => o.registry(registry_config).map_err(|e| {
+                snapshot_error(
+                    snapshot_path.as_deref().unwrap_or(std::path::Path::new("")),
+                    e,
+                )
+            })?,
+            None => Registry::new(registry_config),
+        });
+        let late: Vec<Arc<OnceLock<Arc<Waker>>>> =
+            (0..shards).map(|_| Arc::new(OnceLock::new())).collect();
+        let late_wakers: Vec<Box<dyn Wake>> = late
+            .iter()
+            .map(|l| Box::new(LateWake(l.clone())) as Box<dyn Wake>)
+            .collect();
+        let mut engines = snapshot::fresh_shards(
+            &registry,
+            SHARD_RING_CAPACITY,
+            late_wakers,
+            splitmix64(&mut seed),
+            now,
+            wall,
+        );
+        if let (Some(opened), Some(path)) = (&opened, &snapshot_path) {
+            load_snapshot(path, opened, &mut engines, now, wall)?;
+        }
+
         let mut listen = config.listen;
-        let mut threads: Vec<JoinHandle<Result<(), std::io::Error>>> = Vec::new();
+        let mut threads: Vec<JoinHandle<ShardOutcome>> = Vec::new();
         let mut starts: Vec<mpsc::Sender<ShardStart>> = Vec::new();
-        let mut opened: Vec<Opened> = Vec::new();
+        let mut drivers: Vec<Opened> = Vec::new();
         let abort = |threads: Vec<JoinHandle<_>>, starts: Vec<mpsc::Sender<ShardStart>>| {
             drop(starts);
             for t in threads {
@@ -233,7 +395,7 @@ impl Server {
                         Ok(o) => o,
                         Err(e) => {
                             let _ = report_tx.send(Err(e));
-                            return Ok(());
+                            return Ok(None);
                         }
                     };
                     let report = Opened {
@@ -244,13 +406,13 @@ impl Server {
                         detail: o.driver.setup_detail().to_owned(),
                     };
                     if report_tx.send(Ok(report)).is_err() {
-                        return Ok(());
+                        return Ok(None);
                     }
                     // The server gives up starting by dropping the sender.
                     let Ok(start) = start_rx.recv() else {
-                        return Ok(());
+                        return Ok(None);
                     };
-                    shard_loop::run(i, o.driver, start)
+                    shard_loop::run(i, o.driver, start).map(Some)
                 });
             let thread = match spawned {
                 Ok(t) => t,
@@ -276,7 +438,7 @@ impl Server {
                         }
                         tracing::debug!(backend = %o.backend, detail = %o.detail, "io backend");
                     }
-                    opened.push(o);
+                    drivers.push(o);
                 }
                 Ok(Err(source)) => {
                     abort(threads, starts);
@@ -291,48 +453,24 @@ impl Server {
                 }
             }
         }
-        let backend = opened.first().map_or(Backend::Epoll, |o| o.backend);
-
-        let mut seed = random_seed();
-        let registry = Arc::new(Registry::new(RegistryConfig {
-            shards,
-            seed: splitmix64(&mut seed),
-            memory_bytes_max: config.memory_max_bytes,
-            queues_max: config.queues_max as usize,
-            frame_bytes_max: config.frame_bytes_max,
-        }));
-        let wakers: Vec<Box<dyn Wake>> = opened
-            .iter()
-            .map(|o| Box::new(DriverWake(o.waker.clone())) as Box<dyn Wake>)
-            .collect();
-        let links = doorbell::mesh(usize::from(shards), SHARD_RING_CAPACITY, wakers);
+        let backend = drivers.first().map_or(Backend::Epoll, |o| o.backend);
+        for (l, o) in late.iter().zip(&drivers) {
+            let _ = l.set(o.waker.clone());
+        }
         let lease: Vec<LeaseMetrics> = (0..shards).map(|_| LeaseMetrics::new()).collect();
         let shared = Arc::new(Shared::new(
             config,
             registry.clone(),
             backend,
             listen,
-            opened
+            drivers
                 .iter()
                 .zip(&lease)
                 .map(|(o, l)| (o.waker.clone(), l.readers()))
                 .collect(),
         ));
-        let now = clock::now_ns();
-        let wall = clock::wall_ms();
-        for (i, ((links, lease), start)) in links.into_iter().zip(lease).zip(&starts).enumerate() {
-            let doorbell = links.doorbell().clone();
-            let mut engine = Shard::new(
-                ShardConfig {
-                    // At most SHARDS_MAX (64) shards.
-                    shard: u16::try_from(i).unwrap_or(u16::MAX),
-                    seed: splitmix64(&mut seed),
-                },
-                links,
-                registry.clone(),
-                now,
-                wall,
-            );
+        for ((mut engine, lease), start) in engines.into_iter().zip(lease).zip(&starts) {
+            let doorbell = engine.doorbell().clone();
             engine.set_lease_observer(Box::new(lease));
             // A shard that is waiting on its channel takes this; one that
             // died is reported by join.
@@ -369,7 +507,11 @@ impl Server {
             shards,
             cpus = %describe_placement(&placement),
             backend = %backend,
-            "sluice is serving (everything is in memory: a restart loses every queue and message)"
+            snapshot = %shared.config.snapshot.as_ref().map_or_else(
+                || "none: a restart loses every queue and message".to_owned(),
+                |p| format!("{} (written on a graceful shutdown; a crash loses what is held)", p.display())
+            ),
+            "sluice is serving (everything is in memory)"
         );
         Ok(ServerHandle {
             metrics_addr: metrics.as_ref().map(MetricsServer::local_addr),
@@ -481,10 +623,52 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
+/// Saves the shards (ended, after the shutdown drain) to `path`: their
+/// rings are settled first, so that what one shard still had to tell
+/// another (a forwarded send, a steal's reply) has landed.
+fn save_snapshot(path: &std::path::Path, engines: &mut [Shard]) -> Result<(), ServerError> {
+    let Some(registry) = engines.first().map(|e| e.registry().clone()) else {
+        return Ok(());
+    };
+    let started = clock::now_ns();
+    // Bounded: a round that does nothing ends it, and every round moves
+    // messages forward; a handful of rounds is the most it ever takes.
+    for _ in 0..1000 {
+        let (now, wall) = (clock::now_ns(), clock::wall_ms());
+        let work: usize = engines.iter_mut().map(|e| e.poll(now, wall)).sum();
+        let mut done = Vec::new();
+        for e in engines.iter_mut() {
+            // Results for connections that are gone.
+            e.drain_completions(&mut done);
+        }
+        if work == 0 && !engines.iter().any(Shard::has_outbound) {
+            break;
+        }
+    }
+    let (now, wall) = (clock::now_ns(), clock::wall_ms());
+    let report = snapshot::save(path, &registry, engines, now, wall).map_err(|source| {
+        ServerError::Snapshot {
+            path: path.to_owned(),
+            source,
+        }
+    })?;
+    let took_ns = clock::now_ns().saturating_sub(started).max(1);
+    tracing::info!(
+        file = %report.path.display(),
+        queues = report.queues,
+        messages = report.messages,
+        bytes = report.bytes,
+        seconds = took_ns as f64 / 1e9,
+        mb_per_s = report.bytes as f64 / 1e6 / (took_ns as f64 / 1e9),
+        "snapshot written (mode 0600: it holds the receipt key)"
+    );
+    Ok(())
+}
+
 /// A running server. Dropping it shuts the server down and waits for it.
 pub struct ServerHandle {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<Result<(), std::io::Error>>>,
+    threads: Vec<JoinHandle<ShardOutcome>>,
     metrics: Option<MetricsServer>,
     metrics_addr: Option<SocketAddr>,
 }
@@ -553,10 +737,16 @@ impl ServerHandle {
 
     fn join_inner(&mut self) -> Result<(), ServerError> {
         let mut first_error = None;
+        let shards = self.threads.len();
+        let mut engines = Vec::with_capacity(shards);
         for (i, t) in self.threads.drain(..).enumerate() {
             let shard = u16::try_from(i).unwrap_or(u16::MAX);
             let e = match t.join() {
-                Ok(Ok(())) => continue,
+                Ok(Ok(Some(engine))) => {
+                    engines.push(engine);
+                    continue;
+                }
+                Ok(Ok(None)) => continue,
                 Ok(Err(source)) => ServerError::Driver { shard, source },
                 Err(_) => ServerError::Panicked { shard },
             };
@@ -567,6 +757,17 @@ impl ServerHandle {
         }
         if let Some(m) = self.metrics.take() {
             m.shutdown();
+        }
+        if let Some(path) = self.shared.config.snapshot.clone() {
+            let saved = if first_error.is_none() && engines.len() == shards {
+                save_snapshot(&path, &mut engines)
+            } else {
+                Err(ServerError::SnapshotSkipped { path })
+            };
+            if let Err(e) = saved {
+                tracing::error!(error = %e, "snapshot not written");
+                first_error.get_or_insert(e);
+            }
         }
         match first_error {
             Some(e) => Err(e),

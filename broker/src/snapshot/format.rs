@@ -107,9 +107,7 @@ pub enum SnapshotError {
         reason: String,
     },
     /// Written by a broker built with other limits.
-    #[error(
-        "written by a broker built with {name} = {file} (byte {offset}); this one has {here}"
-    )]
+    #[error("written by a broker built with {name} = {file} (byte {offset}); this one has {here}")]
     Limits {
         /// Where.
         offset: u64,
@@ -263,14 +261,32 @@ impl Header {
     /// The first problem found, with its offset.
     pub fn read(r: &mut impl Read, file_len: u64) -> Result<Header, SnapshotError> {
         let mut fixed = [0u8; HEADER_FIXED_BYTES];
-        read_prefix(r, &mut fixed, 0, file_len, "header")?;
-        if fixed[..8] != MAGIC {
+        // What the file has of the fixed part: the magic and the version
+        // are judged before a short file is called truncated.
+        let have = usize::try_from(file_len.min(HEADER_FIXED_BYTES as u64)).unwrap_or(0);
+        read_prefix(r, &mut fixed[..have], 0, file_len, "header")?;
+        let magic_len = have.min(MAGIC.len());
+        if fixed[..magic_len] != MAGIC[..magic_len] {
             return Err(SnapshotError::BadMagic {
-                found: fixed[..8].to_vec(),
+                found: fixed[..magic_len].to_vec(),
+            });
+        }
+        if have >= 12 {
+            let version = u32::from_le_bytes([fixed[8], fixed[9], fixed[10], fixed[11]]);
+            if version != VERSION {
+                return Err(SnapshotError::Version { found: version });
+            }
+        }
+        if have < HEADER_FIXED_BYTES {
+            return Err(SnapshotError::Truncated {
+                offset: file_len,
+                field: "header",
+                needed: (HEADER_FIXED_BYTES - have) as u64,
             });
         }
         let u16_at = |o: usize| u16::from_le_bytes([fixed[o], fixed[o + 1]]);
-        let u32_at = |o: usize| u32::from_le_bytes([fixed[o], fixed[o + 1], fixed[o + 2], fixed[o + 3]]);
+        let u32_at =
+            |o: usize| u32::from_le_bytes([fixed[o], fixed[o + 1], fixed[o + 2], fixed[o + 3]]);
         let u64_at = |o: usize| {
             let mut a = [0u8; 8];
             a.copy_from_slice(&fixed[o..o + 8]);
@@ -293,7 +309,13 @@ impl Header {
             ));
         }
         let mut rest = vec![0u8; header_len - HEADER_FIXED_BYTES];
-        read_prefix(r, &mut rest, HEADER_FIXED_BYTES as u64, file_len, "section table")?;
+        read_prefix(
+            r,
+            &mut rest,
+            HEADER_FIXED_BYTES as u64,
+            file_len,
+            "section table",
+        )?;
         let (table, stored) = rest.split_at(rest.len() - 4);
         let stored = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);
         let mut crc = Crc32c::new();
@@ -325,7 +347,9 @@ impl Header {
             return Err(SnapshotError::invalid(
                 16,
                 "shards",
-                format!("{shards} shard(s) with {sections} section(s): one section per shard and the registry's"),
+                format!(
+                    "{shards} shard(s) with {sections} section(s): one section per shard and the registry's"
+                ),
             ));
         }
         let mut out = Vec::with_capacity(sections);
@@ -365,7 +389,11 @@ impl Header {
                 return Err(SnapshotError::invalid(
                     at + 8,
                     "section offset",
-                    format!("{} section starts at {}, expected {next}", s.describe(), s.offset),
+                    format!(
+                        "{} section starts at {}, expected {next}",
+                        s.describe(),
+                        s.offset
+                    ),
                 ));
             }
             next = match s.offset.checked_add(s.len) {
@@ -609,7 +637,8 @@ impl<R: Read> SectionReader<R> {
         self.buf.drain(..self.pos);
         self.pos = 0;
         // At least what is needed, and a block when the section has it.
-        let want = (n - have).max(READ_BLOCK_BYTES.min(usize::try_from(self.left).unwrap_or(usize::MAX)));
+        let want =
+            (n - have).max(READ_BLOCK_BYTES.min(usize::try_from(self.left).unwrap_or(usize::MAX)));
         let want = want.min(usize::try_from(self.left).unwrap_or(usize::MAX));
         let at = self.offset() + have as u64;
         let start = self.buf.len();
@@ -699,7 +728,8 @@ impl<R: Read> SectionReader<R> {
         let mut guard = 0u64;
         while self.left > 0 && guard <= self.section.len / READ_BLOCK_BYTES as u64 + 1 {
             guard += 1;
-            let n = usize::try_from(self.left.min(READ_BLOCK_BYTES as u64)).unwrap_or(READ_BLOCK_BYTES);
+            let n =
+                usize::try_from(self.left.min(READ_BLOCK_BYTES as u64)).unwrap_or(READ_BLOCK_BYTES);
             self.need(n, "section")?;
             self.pos = self.buf.len();
         }
@@ -728,7 +758,10 @@ impl<R: Read> SectionReader<R> {
             return Err(SnapshotError::invalid(
                 at,
                 "section end",
-                format!("{left} byte(s) after the last record of the {}", self.section.describe()),
+                format!(
+                    "{left} byte(s) after the last record of the {}",
+                    self.section.describe()
+                ),
             ));
         }
         Ok(())

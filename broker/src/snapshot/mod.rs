@@ -206,7 +206,11 @@ pub fn load_shards(
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
-                    Err(SnapshotError::invalid(0, "load", "a loading thread panicked"))
+                    Err(SnapshotError::invalid(
+                        0,
+                        "load",
+                        "a loading thread panicked",
+                    ))
                 })
             })
             .collect()
@@ -290,7 +294,11 @@ fn read_registry<R: Read>(r: &mut SectionReader<R>) -> Result<RestoredRegistry, 
             .ok()
             .and_then(|s| QueueName::new(s).ok())
             .ok_or_else(|| {
-                SnapshotError::invalid(at, "queue name", "not a valid queue name ([A-Za-z0-9_.-]{1,80})")
+                SnapshotError::invalid(
+                    at,
+                    "queue name",
+                    "not a valid queue name ([A-Za-z0-9_.-]{1,80})",
+                )
             })?;
         let at = r.offset();
         let len = usize::from(r.u16("attributes length")?);
@@ -325,10 +333,7 @@ fn plan(state: &RestoredRegistry, shards: &mut [Shard], now_ns: u64) -> (u64, Ve
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(0))
-            .collect()
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).collect()
     });
     (reg, sizes)
 }
@@ -595,14 +600,28 @@ pub struct CheckReport {
 impl std::fmt::Display for CheckReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let l = &self.load;
-        writeln!(f, "format version {}, written by a broker with {} shard(s) at Unix ms {}", format::VERSION, self.header.shards, self.header.saved_wall_ms)?;
-        writeln!(f, "{} bytes; queues: {}; messages: {}", self.bytes, self.header.queues, self.header.messages)?;
+        writeln!(
+            f,
+            "format version {}, written by a broker with {} shard(s) at Unix ms {}",
+            format::VERSION,
+            self.header.shards,
+            self.header.saved_wall_ms
+        )?;
+        writeln!(
+            f,
+            "{} bytes; queues: {}; messages: {}",
+            self.bytes, self.header.queues, self.header.messages
+        )?;
         writeln!(
             f,
             "as of now: visible {}, delayed {}, in flight {}, leases ended since (visible again at start) {}, delays ended since {}",
             l.visible, l.delayed, l.in_flight, l.leases_ended, l.delays_ended
         )?;
-        writeln!(f, "message data: {} bytes; memory needed: {} bytes; dedup entries still open: {}", l.data_bytes, self.header.memory_bytes, l.dedup)?;
+        writeln!(
+            f,
+            "message data: {} bytes; memory needed: {} bytes; dedup entries still open: {}",
+            l.data_bytes, self.header.memory_bytes, l.dedup
+        )?;
         write!(f, "checked in {:.3} s: it loads", self.took.as_secs_f64())
     }
 }
@@ -647,7 +666,9 @@ pub fn check_within(
     opened.check_fit(shards, memory_max, crate::engine::limits::PARTITIONS_MAX)?;
     // Well past any retention: a message's age is never clamped.
     let now_ns = 1 << 60;
-    let wakers = (0..shards).map(|_| Box::new(NoWake) as Box<dyn Wake>).collect();
+    let wakers = (0..shards)
+        .map(|_| Box::new(NoWake) as Box<dyn Wake>)
+        .collect();
     let mut engines = fresh_shards(&registry, 64, wakers, 0, now_ns, wall_ms);
     let clock = LoadClock {
         now_ns,

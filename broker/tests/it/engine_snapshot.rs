@@ -123,7 +123,9 @@ fn a_loaded_cluster_holds_what_was_saved() {
         );
         let mut dup = SendEntry::new(bytes::Bytes::from_static(b"again"));
         dup.dedup_key = Some(bytes::Bytes::from_static(b"key-8"));
-        let r = send_entries(&mut d, 0, "work", vec![dup]).remove(0).unwrap();
+        let r = send_entries(&mut d, 0, "work", vec![dup])
+            .remove(0)
+            .unwrap();
         assert!(r.duplicate);
         check(&mut d);
     }
@@ -214,7 +216,10 @@ fn another_version_limits_or_shard_count_is_refused() {
     magic[0] = b'X';
     assert!(matches!(load(&magic), Err(SnapshotError::BadMagic { .. })));
     let e = Cluster::from_snapshot(&file, config(1), 5_000_000_000, 1_700_000_000_000).unwrap_err();
-    assert!(matches!(e, SnapshotError::Shards { file: 2, here: 1 }), "{e}");
+    assert!(
+        matches!(e, SnapshotError::Shards { file: 2, here: 1 }),
+        "{e}"
+    );
     let tight = RegistryConfig {
         memory_bytes_max: 1000,
         ..config(2)

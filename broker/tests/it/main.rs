@@ -47,3 +47,5 @@ mod server_process;
 mod server_shards;
 #[cfg(not(sluice_loom))]
 mod server_shutdown;
+#[cfg(not(sluice_loom))]
+mod server_snapshot;

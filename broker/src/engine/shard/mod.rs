@@ -358,6 +358,13 @@ impl Shard {
         &self.registry
     }
 
+    /// This shard's doorbell (other shards ring it after pushing to its
+    /// rings).
+    #[must_use]
+    pub fn doorbell(&self) -> &Arc<super::mesh::doorbell::Doorbell> {
+        self.links.doorbell()
+    }
+
     /// Reports how leases end to `observer` from now on (the server's
     /// metrics). Without one, nothing is reported and nothing is paid.
     pub fn set_lease_observer(&mut self, observer: Box<dyn LeaseObserver>) {

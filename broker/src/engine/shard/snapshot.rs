@@ -19,15 +19,13 @@
 
 use std::io::Read;
 
-use sluice_protocol::{AttributesRef, MessageId};
 use sluice_protocol::limits::{DEDUP_KEY_BYTES_MAX, FRAME_BYTES_MAX_LIMIT};
+use sluice_protocol::{AttributesRef, MessageId};
 
 use super::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Shard, TimerEvent};
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
 use crate::engine::slab::{Slab, SlotKey};
-use crate::engine::stored_message::{
-    self, MessageState, NONE, NewMessage, StoredMessage, U48,
-};
+use crate::engine::stored_message::{self, MessageState, NONE, NewMessage, StoredMessage, U48};
 use crate::snapshot::format::{Out, SectionReader, SnapshotError};
 
 const STATE_MASK: u8 = 0b11;
@@ -280,7 +278,11 @@ impl Shard {
         let at = r.offset();
         let next_seq = r.u64("next sequence number")?;
         if next_seq > U48::MAX {
-            return Err(SnapshotError::invalid(at, "next sequence number", format!("{next_seq} is above 2^48 - 1")));
+            return Err(SnapshotError::invalid(
+                at,
+                "next sequence number",
+                format!("{next_seq} is above 2^48 - 1"),
+            ));
         }
         self.next_seq = next_seq;
         let at = r.offset();
@@ -301,7 +303,10 @@ impl Shard {
             return Err(SnapshotError::invalid(
                 at,
                 "partitions",
-                format!("{partitions}, but the registry section has {} queues", self.by_incarnation.len()),
+                format!(
+                    "{partitions}, but the registry section has {} queues",
+                    self.by_incarnation.len()
+                ),
             ));
         }
         let mut seen = std::collections::HashSet::new();
@@ -309,10 +314,18 @@ impl Shard {
             let at = r.offset();
             let inc = r.u32("incarnation")?;
             let Some(&p) = self.by_incarnation.get(&inc) else {
-                return Err(SnapshotError::invalid(at, "incarnation", format!("queue incarnation {inc} is not in the registry section")));
+                return Err(SnapshotError::invalid(
+                    at,
+                    "incarnation",
+                    format!("queue incarnation {inc} is not in the registry section"),
+                ));
             };
             if !seen.insert(inc) {
-                return Err(SnapshotError::invalid(at, "incarnation", format!("queue incarnation {inc} appears twice")));
+                return Err(SnapshotError::invalid(
+                    at,
+                    "incarnation",
+                    format!("queue incarnation {inc} appears twice"),
+                ));
             }
             let mut c = [0u64; COUNTERS];
             for v in &mut c {
@@ -336,7 +349,14 @@ impl Shard {
             // Each record takes at least 43 bytes: a count beyond what the
             // section holds is a lie, caught before the loop.
             if count > r.remaining() / 43 {
-                return Err(SnapshotError::invalid(at, "message count", format!("{count} records cannot fit in the {} bytes left", r.remaining())));
+                return Err(SnapshotError::invalid(
+                    at,
+                    "message count",
+                    format!(
+                        "{count} records cannot fit in the {} bytes left",
+                        r.remaining()
+                    ),
+                ));
             }
             for _ in 0..count {
                 self.load_message(r, p, slots, hole_generation, clock, &mut load)?;
@@ -345,7 +365,14 @@ impl Shard {
         let at = r.offset();
         let dedup = r.u64("dedup entries")?;
         if dedup > r.remaining() / 29 {
-            return Err(SnapshotError::invalid(at, "dedup entries", format!("{dedup} entries cannot fit in the {} bytes left", r.remaining())));
+            return Err(SnapshotError::invalid(
+                at,
+                "dedup entries",
+                format!(
+                    "{dedup} entries cannot fit in the {} bytes left",
+                    r.remaining()
+                ),
+            ));
         }
         for _ in 0..dedup {
             self.load_dedup(r, clock, &mut load)?;
@@ -366,12 +393,20 @@ impl Shard {
         let slot = r.u32("slot")?;
         let generation = r.u32("generation")?;
         if slot >= slots {
-            return Err(SnapshotError::invalid(start, "slot", format!("{slot}, but the shard has {slots} slots")));
+            return Err(SnapshotError::invalid(
+                start,
+                "slot",
+                format!("{slot}, but the shard has {slots} slots"),
+            ));
         }
         let at = r.offset();
         let seq = r.u64("sequence number")?;
         if seq >= self.next_seq {
-            return Err(SnapshotError::invalid(at, "sequence number", format!("{seq}, not below the next one, {}", self.next_seq)));
+            return Err(SnapshotError::invalid(
+                at,
+                "sequence number",
+                format!("{seq}, not below the next one, {}", self.next_seq),
+            ));
         }
         let sent_at_ms = r.u64("sent at")?.min(U48::MAX);
         let age_ms = r.u64("age")?;
@@ -382,7 +417,13 @@ impl Shard {
             0 => MessageState::Visible,
             1 => MessageState::Delayed,
             2 => MessageState::InFlight,
-            _ => return Err(SnapshotError::invalid(at, "flags", "state 3 is not a state")),
+            _ => {
+                return Err(SnapshotError::invalid(
+                    at,
+                    "flags",
+                    "state 3 is not a state",
+                ));
+            }
         };
         let in_age = flags & FLAG_IN_AGE_FIFO != 0;
         let has_ext = flags & FLAG_EXT != 0;
@@ -392,7 +433,11 @@ impl Shard {
             && (has_ext || (in_age && !has_lease))
             && (!has_lease || has_ext);
         if !consistent {
-            return Err(SnapshotError::invalid(at, "flags", format!("{flags:#04x} is not a combination a message can have")));
+            return Err(SnapshotError::invalid(
+                at,
+                "flags",
+                format!("{flags:#04x} is not a combination a message can have"),
+            ));
         }
         let ext = if has_ext {
             Some((
@@ -405,7 +450,11 @@ impl Shard {
             None
         };
         let lease = if has_lease {
-            Some((r.u64("lease end")?, r.u64("lease start")?, r.u32("receipt check")?))
+            Some((
+                r.u64("lease end")?,
+                r.u64("lease start")?,
+                r.u32("receipt check")?,
+            ))
         } else {
             None
         };
@@ -413,7 +462,11 @@ impl Shard {
         let attrs_len = usize::from(r.u16("attributes length")?);
         let data_len = r.u32("data length")? as usize;
         if data_len > FRAME_BYTES_MAX_LIMIT as usize || attrs_len > data_len {
-            return Err(SnapshotError::invalid(at, "data length", format!("{data_len} bytes with {attrs_len} of attributes")));
+            return Err(SnapshotError::invalid(
+                at,
+                "data length",
+                format!("{data_len} bytes with {attrs_len} of attributes"),
+            ));
         }
         let data_at = r.offset();
         let data = r.bytes(data_len, "message data")?;
@@ -421,7 +474,11 @@ impl Shard {
         if !attrs.is_empty() {
             let count = stored_message::attribute_count(attrs);
             if AttributesRef::from_wire(count, attrs).is_err() || attrs_len > (1 << 13) - 1 {
-                return Err(SnapshotError::invalid(data_at + body.len() as u64, "attributes", "not a valid attribute block"));
+                return Err(SnapshotError::invalid(
+                    data_at + body.len() as u64,
+                    "attributes",
+                    "not a valid attribute block",
+                ));
             }
         }
         // What the message holds of the budget, side entries included.
@@ -444,7 +501,9 @@ impl Shard {
         let elapsed = clock.elapsed_ms();
         let now_ms = clock.now_ns / NS_PER_MS;
         let sent_ms = now_ms.saturating_sub(age_ms.saturating_add(elapsed));
-        let retain_until_ns = sent_ms.saturating_add(u64::from(retention_ms)).saturating_mul(NS_PER_MS);
+        let retain_until_ns = sent_ms
+            .saturating_add(u64::from(retention_ms))
+            .saturating_mul(NS_PER_MS);
         let part = self.part(p);
         // A message the file puts in the age FIFO out of retention order
         // (a clock that jumped, a file written by hand) keeps its own
@@ -465,10 +524,18 @@ impl Shard {
             state,
             in_age_fifo: in_age,
         });
-        if self.messages.insert_at(key, record, hole_generation).is_none() {
+        if self
+            .messages
+            .insert_at(key, record, hole_generation)
+            .is_none()
+        {
             self.bodies.release(chunk, data_len);
             self.memory.release(self.registry.memory(), cost);
-            return Err(SnapshotError::invalid(start, "slot", format!("slot {slot} holds two messages")));
+            return Err(SnapshotError::invalid(
+                start,
+                "slot",
+                format!("slot {slot} holds two messages"),
+            ));
         }
         load.data_bytes += data_len as u64;
         if let Some((delivery, receive_count, first_received_delta_ms, source)) = ext {
@@ -484,13 +551,19 @@ impl Shard {
         if let Some((due_in_ms, leased_ago_ms, check)) = lease {
             let ended = due_in_ms <= elapsed;
             let due_ns = if ended {
-                clock.now_ns.saturating_sub((elapsed - due_in_ms).saturating_mul(NS_PER_MS))
+                clock
+                    .now_ns
+                    .saturating_sub((elapsed - due_in_ms).saturating_mul(NS_PER_MS))
             } else {
-                clock.now_ns.saturating_add((due_in_ms - elapsed).saturating_mul(NS_PER_MS))
+                clock
+                    .now_ns
+                    .saturating_add((due_in_ms - elapsed).saturating_mul(NS_PER_MS))
             };
-            let leased_ns = clock
-                .now_ns
-                .saturating_sub(leased_ago_ms.saturating_add(elapsed).saturating_mul(NS_PER_MS));
+            let leased_ns = clock.now_ns.saturating_sub(
+                leased_ago_ms
+                    .saturating_add(elapsed)
+                    .saturating_mul(NS_PER_MS),
+            );
             self.restored_lease(key, due_ns, leased_ns, check);
             match (state, ended) {
                 (MessageState::InFlight, true) => load.leases_ended += 1,
@@ -556,7 +629,11 @@ impl Shard {
         let at = r.offset();
         let len = usize::from(r.u8("dedup key length")?);
         if len == 0 || len > DEDUP_KEY_BYTES_MAX {
-            return Err(SnapshotError::invalid(at, "dedup key length", format!("{len}, not in 1..={DEDUP_KEY_BYTES_MAX}")));
+            return Err(SnapshotError::invalid(
+                at,
+                "dedup key length",
+                format!("{len}, not in 1..={DEDUP_KEY_BYTES_MAX}"),
+            ));
         }
         let inc_at = r.offset();
         let inc = r.u32("dedup incarnation")?;
@@ -564,11 +641,19 @@ impl Shard {
         let id = MessageId(r.u128("dedup message id")?);
         let left_ms = r.u64("dedup window left")?;
         let Some(&p) = self.by_incarnation.get(&inc) else {
-            return Err(SnapshotError::invalid(inc_at, "dedup incarnation", format!("queue incarnation {inc} is not in the registry section")));
+            return Err(SnapshotError::invalid(
+                inc_at,
+                "dedup incarnation",
+                format!("queue incarnation {inc} is not in the registry section"),
+            ));
         };
         let owner = crate::engine::dedup::owner_shard(inc, &key, self.shards);
         if owner != self.id {
-            return Err(SnapshotError::invalid(at, "dedup key", format!("belongs to shard {owner}, found in shard {}", self.id)));
+            return Err(SnapshotError::invalid(
+                at,
+                "dedup key",
+                format!("belongs to shard {owner}, found in shard {}", self.id),
+            ));
         }
         if self.dedup.lookup(inc, &key).is_some() {
             return Err(SnapshotError::invalid(at, "dedup key", "appears twice"));
@@ -587,7 +672,9 @@ impl Shard {
                 max: budget.limit(),
             });
         }
-        let until = clock.now_ns.saturating_add(left_ms.saturating_mul(NS_PER_MS));
+        let until = clock
+            .now_ns
+            .saturating_add(left_ms.saturating_mul(NS_PER_MS));
         if let Some(slot) = self.dedup.insert(inc, &key, id, cost, until) {
             let t = self.wheel.insert(until, TimerEvent::Dedup(slot));
             self.dedup.set_timer(slot, t);
