@@ -373,8 +373,8 @@ pub struct Settings {
 
     /// Snapshot file: written on a graceful shutdown (SIGTERM, Ctrl-C) with
     /// every queue and message, loaded at start when it exists and then
-    /// renamed to PATH.loaded-<unix ms> [default: none, a restart loses
-    /// everything].
+    /// renamed to PATH.loaded-MS, MS the Unix time in ms [default: none, a
+    /// restart loses everything].
     #[arg(long, env = "SLUICE_SNAPSHOT", value_name = "PATH")]
     pub snapshot: Option<PathBuf>,
 }

@@ -334,7 +334,7 @@ fn a_restart_with_a_snapshot_keeps_every_queue_and_message() {
     // again), and `later`'s delay may have run out.
     for (q, b) in ALL.iter().zip(&before) {
         let mut a = c0.stats(q);
-        let mut b = b.clone();
+        let mut b = *b;
         assert!(a.oldest_age_ms >= b.oldest_age_ms, "{q}");
         a.oldest_age_ms = 0;
         b.oldest_age_ms = 0;

@@ -428,10 +428,11 @@ impl Shard {
         let in_age = flags & FLAG_IN_AGE_FIFO != 0;
         let has_ext = flags & FLAG_EXT != 0;
         let has_lease = flags & FLAG_LEASE != 0;
+        // A lease needs a side entry, so does a message outside the age FIFO;
+        // a visible message has no lease, a delayed or leased one has.
         let consistent = flags & !FLAGS_KNOWN == 0
             && has_lease == (state != MessageState::Visible)
-            && (has_ext || (in_age && !has_lease))
-            && (!has_lease || has_ext);
+            && (has_ext || (in_age && !has_lease));
         if !consistent {
             return Err(SnapshotError::invalid(
                 at,
