@@ -24,10 +24,12 @@
 //! | `mod.rs` | saving and loading a whole file, moving it aside, the check |
 //! | `format.rs` | header, section readers and writers, errors |
 //! | `crc32c.rs` | CRC-32C in safe Rust |
+//! | `fuzz_harness.rs` | the harness of the fuzz target in `broker/fuzz` |
 //! | `engine/shard/snapshot.rs` | a shard's section |
 
 pub mod crc32c;
 pub mod format;
+pub mod fuzz_harness;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};

@@ -234,3 +234,59 @@ fn another_version_limits_or_shard_count_is_refused() {
     let e = Cluster::from_snapshot(&file, few, 5_000_000_000, 1_700_000_000_000).unwrap_err();
     assert!(matches!(e, SnapshotError::TooManyQueues { .. }), "{e}");
 }
+
+/// The fuzz target's seeds (`broker/fuzz/seeds`) are snapshots this engine
+/// writes and loads; `SLUICE_WRITE_FUZZ_SEEDS=1` writes them again.
+#[test]
+fn the_fuzz_seeds_load() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
+    if std::env::var_os("SLUICE_WRITE_FUZZ_SEEDS").is_some() {
+        std::fs::create_dir_all(&dir).unwrap();
+        for shards in [1u16, 2] {
+            let (mut c, _) = populated(shards);
+            c.shutdown();
+            std::fs::write(dir.join(format!("shards-{shards}.snapshot")), c.snapshot()).unwrap();
+        }
+    }
+    for shards in [1u16, 2] {
+        let path = dir.join(format!("shards-{shards}.snapshot"));
+        let file = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let report = sluice_broker::snapshot::check(
+            sluice_broker::snapshot::Source::Bytes(&file),
+            1_700_000_000_000,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(report.header.shards, shards);
+        assert!(report.header.messages > 40);
+    }
+}
+
+/// The fuzz harness on a few thousand mutations of a real snapshot (the
+/// fuzz target explores further in CI): refused or loaded, never a panic.
+#[test]
+fn the_fuzz_harness_takes_mutations() {
+    use sluice_broker::snapshot::fuzz_harness::{fix_checksums, load};
+    let file = small_file();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..2000 {
+        let mut bad = file.clone();
+        for _ in 0..=(next() % 4) {
+            let i = (next() % bad.len() as u64) as usize;
+            match next() % 3 {
+                0 => bad[i] ^= 1 << (next() % 8),
+                1 => bad[i] = 0xff,
+                _ => bad[i] = 0,
+            }
+        }
+        load(&bad);
+        if fix_checksums(&mut bad) {
+            let _ = Cluster::from_snapshot(&bad, config(2), 5_000_000_000, 1_700_000_000_000);
+        }
+    }
+}
