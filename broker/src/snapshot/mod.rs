@@ -34,6 +34,7 @@ pub mod fuzz_harness;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -373,10 +374,12 @@ fn header_for(
 }
 
 /// Writes at a position of a file (positioned writes: each shard's thread
-/// writes its own section through its own writer).
+/// writes its own section through its own writer), adding what it wrote to
+/// `written` for the flusher.
 struct At<'f> {
     file: &'f File,
     offset: u64,
+    written: Option<&'f AtomicU64>,
 }
 
 impl Write for At<'_> {
@@ -384,6 +387,9 @@ impl Write for At<'_> {
         use std::os::unix::fs::FileExt;
         let n = self.file.write_at(buf, self.offset)?;
         self.offset += n as u64;
+        if let Some(w) = self.written {
+            w.fetch_add(n as u64, Ordering::Relaxed);
+        }
         Ok(n)
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -426,12 +432,20 @@ pub fn save(
         let mut w = SectionWriter::new(At {
             file: &file,
             offset: reg.offset,
+            written: None,
         });
         write_registry(&mut w, &state);
         let mut results = vec![w.finish()];
         let file_ref = &file;
         let shard_sections = &header.sections[1..];
+        let written_bytes = AtomicU64::new(0);
+        let writers_left = AtomicUsize::new(shards.len());
+        let (written_ref, left_ref) = (&written_bytes, &writers_left);
         let written: Vec<io::Result<(u64, u32)>> = std::thread::scope(|s| {
+            // The flusher: while the shards write, it asks the kernel to
+            // write back what they wrote so far, so that the disk works
+            // while the shards serialize instead of all at the end.
+            s.spawn(move || flush_behind(file_ref, written_ref, left_ref));
             let handles: Vec<_> = shards
                 .iter_mut()
                 .zip(shard_sections)
@@ -441,9 +455,12 @@ pub fn save(
                         let mut w = SectionWriter::new(At {
                             file: file_ref,
                             offset,
+                            written: Some(written_ref),
                         });
                         shard.write_snapshot(&mut w, now_ns);
-                        w.finish()
+                        let r = w.finish();
+                        left_ref.fetch_sub(1, Ordering::Release);
+                        r
                     })
                 })
                 .collect();
@@ -471,6 +488,7 @@ pub fn save(
         At {
             file: &file,
             offset: 0,
+            written: None,
         }
         .write_all(&bytes)?;
         file.sync_all()?;
@@ -489,6 +507,26 @@ pub fn save(
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
             Err(e)
+        }
+    }
+}
+
+/// Bytes written between two write-backs the flusher asks for.
+const FLUSH_BEHIND_BYTES: u64 = 64 << 20;
+
+/// Asks for the write-back of `file` (`fdatasync`) each time the writers
+/// have added [`FLUSH_BEHIND_BYTES`], until none is left writing. Errors
+/// are left to the final `fsync`, which reports them.
+fn flush_behind(file: &File, written: &AtomicU64, writers_left: &AtomicUsize) {
+    let mut synced = 0;
+    // Ends when the writers do; each turn sleeps a millisecond or flushes.
+    while writers_left.load(Ordering::Acquire) > 0 {
+        let now = written.load(Ordering::Relaxed);
+        if now - synced >= FLUSH_BEHIND_BYTES {
+            let _ = file.sync_data();
+            synced = now;
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 }

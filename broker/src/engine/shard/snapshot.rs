@@ -34,6 +34,37 @@ const FLAG_EXT: u8 = 1 << 3;
 const FLAG_LEASE: u8 = 1 << 4;
 const FLAGS_KNOWN: u8 = STATE_MASK | FLAG_IN_AGE_FIFO | FLAG_EXT | FLAG_LEASE;
 
+/// The largest fixed part of a message record: 37 bytes, a side entry
+/// (20), a lease (20), the lengths (6).
+const RECORD_BYTES_MAX: usize = 37 + 20 + 20 + 6;
+
+/// A message record's fixed part, gathered on the stack.
+struct Record {
+    buf: [u8; RECORD_BYTES_MAX],
+    len: usize,
+}
+
+impl Default for Record {
+    fn default() -> Self {
+        Record {
+            buf: [0; RECORD_BYTES_MAX],
+            len: 0,
+        }
+    }
+}
+
+impl Record {
+    fn put(&mut self, b: &[u8]) {
+        // The fields written never exceed RECORD_BYTES_MAX.
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
 /// Counters a snapshot saves per partition, in file order.
 const COUNTERS: usize = 10;
 
@@ -137,7 +168,7 @@ impl Shard {
     /// counts, sizes it: the same walk). `now_ns` and `wall_ms` are the
     /// save's clocks; times are written relative to them. Call it on a
     /// shard at rest (after the shutdown drain).
-    pub fn write_snapshot(&mut self, out: &mut impl Out, now_ns: u64) {
+    pub fn write_snapshot(&self, out: &mut impl Out, now_ns: u64) {
         let now_ns = now_ns.max(self.now_ns);
         let now_ms = now_ns / NS_PER_MS;
         out.u64(self.next_seq);
@@ -195,7 +226,7 @@ impl Shard {
     }
 
     fn write_message(
-        &mut self,
+        &self,
         out: &mut impl Out,
         key: SlotKey,
         m: &StoredMessage,
@@ -214,34 +245,38 @@ impl Shard {
         if lease.is_some() {
             flags |= FLAG_LEASE;
         }
-        out.u32(key.slot);
-        out.u32(key.generation);
-        out.u64(m.seq.get());
-        out.u64(m.sent_at_ms.get());
-        out.u64(now_ms.saturating_sub(m.sent_ms.get()));
-        out.u32(m.retention_ms);
-        out.u8(flags);
+        // The record's fixed part gathered on the stack, handed over in one
+        // piece.
+        let mut rec = Record::default();
+        rec.put(&key.slot.to_le_bytes());
+        rec.put(&key.generation.to_le_bytes());
+        rec.put(&m.seq.get().to_le_bytes());
+        rec.put(&m.sent_at_ms.get().to_le_bytes());
+        rec.put(&now_ms.saturating_sub(m.sent_ms.get()).to_le_bytes());
+        rec.put(&m.retention_ms.to_le_bytes());
+        rec.put(&[flags]);
         if let Some(e) = ext {
-            out.u64(e.delivery);
-            out.u32(e.receive_count);
-            out.u32(e.first_received_delta_ms);
-            out.u32(e.source);
+            rec.put(&e.delivery.to_le_bytes());
+            rec.put(&e.receive_count.to_le_bytes());
+            rec.put(&e.first_received_delta_ms.to_le_bytes());
+            rec.put(&e.source.to_le_bytes());
         }
         if let Some(l) = lease {
-            out.u64(l.due_ns.saturating_sub(now_ns).div_ceil(NS_PER_MS));
-            out.u64(now_ns.saturating_sub(l.leased_ns) / NS_PER_MS);
-            out.u32(l.check);
+            let left = l.due_ns.saturating_sub(now_ns).div_ceil(NS_PER_MS);
+            rec.put(&left.to_le_bytes());
+            rec.put(&(now_ns.saturating_sub(l.leased_ns) / NS_PER_MS).to_le_bytes());
+            rec.put(&l.check.to_le_bytes());
         }
         let data_len = self.data_len(m);
         // 13 bits (stored_message.rs).
-        out.u16(m.attrs_len() as u16);
+        rec.put(&(m.attrs_len() as u16).to_le_bytes());
         // A message is at most a frame (64 MiB).
-        out.u32(data_len as u32);
+        rec.put(&(data_len as u32).to_le_bytes());
+        out.put(rec.bytes());
         if out.counting() {
             out.skip(data_len as u64);
         } else {
-            let data = self.bodies.data(m.chunk, u32::from(m.offset), data_len);
-            out.put(&data);
+            out.put(self.bodies.borrow(m.chunk, u32::from(m.offset), data_len));
         }
     }
 
