@@ -23,7 +23,7 @@
 //! |---|---|
 //! | `mod.rs` | saving and loading a whole file, moving it aside, the check |
 //! | `format.rs` | header, section readers and writers, errors |
-//! | `crc32c.rs` | CRC-32C in safe Rust |
+//! | `crc32c.rs` | the CRC-32C checksum (the `crc32c` crate) |
 //! | `fuzz_harness.rs` | the harness of the fuzz target in `broker/fuzz` |
 //! | `engine/shard/snapshot.rs` | a shard's section |
 

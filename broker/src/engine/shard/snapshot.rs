@@ -245,6 +245,13 @@ impl Shard {
         if lease.is_some() {
             flags |= FLAG_LEASE;
         }
+        let data_len = self.data_len(m);
+        if out.counting() {
+            let fixed =
+                37 + 6 + if ext.is_some() { 20 } else { 0 } + if lease.is_some() { 20 } else { 0 };
+            out.skip(fixed + data_len as u64);
+            return;
+        }
         // The record's fixed part gathered on the stack, handed over in one
         // piece.
         let mut rec = Record::default();
@@ -267,17 +274,16 @@ impl Shard {
             rec.put(&(now_ns.saturating_sub(l.leased_ns) / NS_PER_MS).to_le_bytes());
             rec.put(&l.check.to_le_bytes());
         }
-        let data_len = self.data_len(m);
         // 13 bits (stored_message.rs).
         rec.put(&(m.attrs_len() as u16).to_le_bytes());
         // A message is at most a frame (64 MiB).
         rec.put(&(data_len as u32).to_le_bytes());
+        debug_assert_eq!(
+            rec.len,
+            37 + 6 + 20 * (usize::from(ext.is_some()) + usize::from(lease.is_some()))
+        );
         out.put(rec.bytes());
-        if out.counting() {
-            out.skip(data_len as u64);
-        } else {
-            out.put(self.bodies.borrow(m.chunk, u32::from(m.offset), data_len));
-        }
+        out.put(self.bodies.borrow(m.chunk, u32::from(m.offset), data_len));
     }
 
     /// Loads this shard's section into this shard, which must be fresh
