@@ -89,9 +89,13 @@ fn main() {
     let save_s = save.elapsed().as_secs_f64();
     let mb = report.bytes as f64 / 1e6;
     println!(
-        "save: {} bytes ({mb:.0} MB) in {save_s:.2} s = {:.0} MB/s (fsync and rename included)",
+        "save: {} bytes ({mb:.0} MB) in {save_s:.2} s = {:.0} MB/s (fsync and rename included: \
+         sizing {:.2} s, writing {:.2} s, final fsync and rename {:.2} s)",
         report.bytes,
-        mb / save_s
+        mb / save_s,
+        report.sizing.as_secs_f64(),
+        report.writing.as_secs_f64(),
+        report.syncing.as_secs_f64()
     );
     drop(engines);
     drop(registry);

@@ -312,6 +312,16 @@ impl Bodies {
         !c.solo && u64::from(c.live) * 2 < u64::from(c.used)
     }
 
+    /// Bytes of every held message's data: the live bytes of the chunks in
+    /// use.
+    pub fn live_total(&self) -> u64 {
+        self.chunks
+            .iter()
+            .filter(|c| c.in_use)
+            .map(|c| u64::from(c.live))
+            .sum()
+    }
+
     /// Live bytes per chunk in use, for the invariants: (chunk, live).
     pub fn live_bytes(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
         self.chunks

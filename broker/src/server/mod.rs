@@ -660,6 +660,9 @@ fn save_snapshot(path: &std::path::Path, engines: &mut [Shard]) -> Result<(), Se
         bytes = report.bytes,
         seconds = took_ns as f64 / 1e9,
         mb_per_s = report.bytes as f64 / 1e6 / (took_ns as f64 / 1e9),
+        sizing_s = report.sizing.as_secs_f64(),
+        writing_s = report.writing.as_secs_f64(),
+        fsync_s = report.syncing.as_secs_f64(),
         "snapshot written (mode 0600: it holds the receipt key)"
     );
     Ok(())

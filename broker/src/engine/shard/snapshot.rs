@@ -34,9 +34,15 @@ const FLAG_EXT: u8 = 1 << 3;
 const FLAG_LEASE: u8 = 1 << 4;
 const FLAGS_KNOWN: u8 = STATE_MASK | FLAG_IN_AGE_FIFO | FLAG_EXT | FLAG_LEASE;
 
-/// The largest fixed part of a message record: 37 bytes, a side entry
-/// (20), a lease (20), the lengths (6).
-const RECORD_BYTES_MAX: usize = 37 + 20 + 20 + 6;
+/// A message record's fixed part without a side entry or a lease: 37
+/// bytes, and the two lengths (6).
+const RECORD_BASE_BYTES: usize = 37 + 6;
+/// What a side entry adds to a record.
+const RECORD_EXT_BYTES: usize = 20;
+/// What a lease adds to a record.
+const RECORD_LEASE_BYTES: usize = 20;
+/// The largest fixed part of a message record.
+const RECORD_BYTES_MAX: usize = RECORD_BASE_BYTES + RECORD_EXT_BYTES + RECORD_LEASE_BYTES;
 
 /// A message record's fixed part, gathered on the stack.
 struct Record {
@@ -139,6 +145,31 @@ impl Shard {
     #[must_use]
     pub fn message_count(&self) -> u64 {
         self.messages.len() as u64
+    }
+
+    /// Bytes of this shard's section, from its counts alone (no walk over
+    /// the messages): what [`Shard::write_snapshot`] writes at `now_ns`.
+    /// The save checks the two agree, and sizes by the walk if they do not.
+    #[must_use]
+    pub fn snapshot_len(&self, now_ns: u64) -> u64 {
+        let now_ns = now_ns.max(self.now_ns);
+        let partitions = self.partitions.iter().filter(|p| p.is_some()).count() as u64;
+        let dedup: u64 = self
+            .dedup
+            .entries()
+            .filter(|e| e.3 > now_ns)
+            .map(|(_, key, _, _)| 1 + 4 + key.len() as u64 + 16 + 8)
+            .sum();
+        8 + 4
+            + 4
+            + 4
+            + partitions * (4 + 8 * COUNTERS as u64 + 8)
+            + self.messages.len() as u64 * RECORD_BASE_BYTES as u64
+            + self.exts.len() as u64 * RECORD_EXT_BYTES as u64
+            + self.leases.len() as u64 * RECORD_LEASE_BYTES as u64
+            + self.bodies.live_total()
+            + 8
+            + dedup
     }
 
     /// The messages of partition `p` in file order: its age FIFO's live
@@ -247,9 +278,10 @@ impl Shard {
         }
         let data_len = self.data_len(m);
         if out.counting() {
-            let fixed =
-                37 + 6 + if ext.is_some() { 20 } else { 0 } + if lease.is_some() { 20 } else { 0 };
-            out.skip(fixed + data_len as u64);
+            let fixed = RECORD_BASE_BYTES
+                + RECORD_EXT_BYTES * usize::from(ext.is_some())
+                + RECORD_LEASE_BYTES * usize::from(lease.is_some());
+            out.skip((fixed + data_len) as u64);
             return;
         }
         // The record's fixed part gathered on the stack, handed over in one
@@ -280,7 +312,9 @@ impl Shard {
         rec.put(&(data_len as u32).to_le_bytes());
         debug_assert_eq!(
             rec.len,
-            37 + 6 + 20 * (usize::from(ext.is_some()) + usize::from(lease.is_some()))
+            RECORD_BASE_BYTES
+                + RECORD_EXT_BYTES * usize::from(ext.is_some())
+                + RECORD_LEASE_BYTES * usize::from(lease.is_some())
         );
         out.put(rec.bytes());
         out.put(self.bodies.borrow(m.chunk, u32::from(m.offset), data_len));
