@@ -75,7 +75,7 @@ use self::shared::Shared;
 use self::telemetry::LeaseMetrics;
 use crate::engine::mesh::doorbell::Wake;
 use crate::engine::random::splitmix64;
-use crate::engine::shard::LoadClock;
+use crate::engine::shard::{LoadClock, ShardLoad};
 use crate::engine::{Registry, RegistryConfig, Shard};
 use crate::io::{self, Backend, BackendChoice, DriverConfig, OpenError, Waker};
 use crate::snapshot::{self, format::SnapshotError};
@@ -104,15 +104,24 @@ impl Wake for LateWake {
 /// ended before it started serving), or its driver's error.
 type ShardOutcome = Result<Option<Shard>, std::io::Error>;
 
+/// What was loaded from a snapshot, for the log line once the file is
+/// moved aside.
+struct Loaded {
+    load: ShardLoad,
+    queues: u64,
+    bytes: u64,
+    took_ns: u64,
+}
+
 /// Loads `opened` (the file at `path`) into `engines`, one thread per
-/// shard, logs what was loaded, and moves the file aside.
+/// shard.
 fn load_snapshot(
     path: &std::path::Path,
     opened: &snapshot::Opened,
     engines: &mut [Shard],
     now: u64,
     wall: u64,
-) -> Result<(), StartError> {
+) -> Result<Loaded, StartError> {
     let started = clock::now_ns();
     let clock = LoadClock {
         now_ns: now,
@@ -124,19 +133,25 @@ fn load_snapshot(
             path: path.to_owned(),
             source,
         })?;
-    let took_ns = clock::now_ns().saturating_sub(started).max(1);
-    let bytes = opened
-        .header
-        .sections
-        .last()
-        .map_or(0, |s| s.offset + s.len);
-    let aside = snapshot::move_aside(path, wall).map_err(|source| StartError::SnapshotMove {
-        path: path.to_owned(),
-        source,
-    })?;
+    Ok(Loaded {
+        load,
+        queues: opened.header.queues,
+        bytes: opened
+            .header
+            .sections
+            .last()
+            .map_or(0, |s| s.offset + s.len),
+        took_ns: clock::now_ns().saturating_sub(started).max(1),
+    })
+}
+
+/// Moves the loaded snapshot aside and logs what was loaded.
+fn move_aside(path: &std::path::Path, wall: u64, loaded: &Loaded) -> std::io::Result<()> {
+    let aside = snapshot::move_aside(path, wall)?;
+    let load = &loaded.load;
     tracing::info!(
         file = %path.display(),
-        queues = opened.header.queues,
+        queues = loaded.queues,
         messages = load.messages(),
         visible = load.visible,
         delayed = load.delayed,
@@ -144,10 +159,10 @@ fn load_snapshot(
         leases_ended_while_stopped = load.leases_ended,
         delays_ended_while_stopped = load.delays_ended,
         dedup_entries = load.dedup,
-        bytes,
+        bytes = loaded.bytes,
         message_bytes = load.data_bytes,
-        seconds = took_ns as f64 / 1e9,
-        mb_per_s = bytes as f64 / 1e6 / (took_ns as f64 / 1e9),
+        seconds = loaded.took_ns as f64 / 1e9,
+        mb_per_s = loaded.bytes as f64 / 1e6 / (loaded.took_ns as f64 / 1e9),
         moved_to = %aside.display(),
         "snapshot loaded (leases that ended while stopped are visible again at the first tick); \
          the file was moved aside: only the next graceful shutdown writes one to load"
@@ -358,9 +373,12 @@ impl Server {
             now,
             wall,
         );
-        if let (Some(opened), Some(path)) = (&opened, &snapshot_path) {
-            load_snapshot(path, opened, &mut engines, now, wall)?;
-        }
+        let loaded = match (&opened, &snapshot_path) {
+            (Some(opened), Some(path)) => {
+                Some(load_snapshot(path, opened, &mut engines, now, wall)?)
+            }
+            _ => None,
+        };
 
         let mut listen = config.listen;
         let mut threads: Vec<JoinHandle<ShardOutcome>> = Vec::new();
@@ -451,6 +469,17 @@ impl Server {
                         source: std::io::Error::other("the shard thread ended while starting"),
                     });
                 }
+            }
+        }
+        // Every listener is bound: only now is the loaded file moved aside
+        // (a start that fails before this leaves it where it was).
+        if let (Some(load), Some(path)) = (loaded, &snapshot_path) {
+            if let Err(source) = move_aside(path, wall, &load) {
+                abort(threads, starts);
+                return Err(StartError::SnapshotMove {
+                    path: path.clone(),
+                    source,
+                });
             }
         }
         let backend = drivers.first().map_or(Backend::Epoll, |o| o.backend);

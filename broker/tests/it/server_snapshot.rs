@@ -573,3 +573,34 @@ fn a_snapshot_for_other_shards_or_memory_is_refused_clearly() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_start_that_fails_after_loading_leaves_the_file() {
+    let dir = scratch("port-in-use");
+    let good = small_snapshot();
+    let path = dir.join("busy.snapshot");
+    std::fs::write(&path, &good).unwrap();
+    // A listener without SO_REUSEPORT: the server cannot bind beside it.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let mut args = start_args(
+        IoChoice::Epoll,
+        &["--shards", "2", "--snapshot", path.to_str().unwrap()],
+    );
+    let at = args
+        .iter()
+        .position(|a| a == "--listen")
+        .expect("start_args sets --listen");
+    args[at + 1] = addr;
+    let out = Command::new(BIN)
+        .args(&args)
+        .env_remove("SLUICE_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sluice-server");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), good, "the file stays: {err}");
+    drop(taken);
+    let _ = std::fs::remove_dir_all(&dir);
+}
