@@ -200,6 +200,25 @@ impl Cluster {
         crate::snapshot::to_bytes(&self.registry, &mut self.shards, self.now_ns, self.wall_ms)
     }
 
+    /// Saves a snapshot to `path` the way a shutdown does (one thread per
+    /// shard, direct writes where the file system takes them).
+    ///
+    /// # Errors
+    /// The save's i/o error.
+    pub fn save_snapshot(
+        &mut self,
+        path: &std::path::Path,
+    ) -> std::io::Result<crate::snapshot::SaveReport> {
+        self.settle();
+        crate::snapshot::save(
+            path,
+            &self.registry,
+            &mut self.shards,
+            self.now_ns,
+            self.wall_ms,
+        )
+    }
+
     /// A cluster loaded from `snapshot` under `config` (whose shard count
     /// must be the file's; its seed feeds the shards' PRNGs only, the keys
     /// come from the file), with its clocks at `now_ns` and `wall_ms` (the

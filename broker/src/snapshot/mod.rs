@@ -23,11 +23,13 @@
 //! |---|---|
 //! | `mod.rs` | saving and loading a whole file, moving it aside, the check |
 //! | `format.rs` | header, section readers and writers, errors |
+//! | `direct.rs` | a section's whole blocks written around the page cache (`O_DIRECT`) |
 //! | `crc32c.rs` | the CRC-32C checksum (the `crc32c` crate) |
 //! | `fuzz_harness.rs` | the harness of the fuzz target in `broker/fuzz` |
 //! | `engine/shard/snapshot.rs` | a shard's section |
 
 pub mod crc32c;
+mod direct;
 pub mod format;
 pub mod fuzz_harness;
 
@@ -436,16 +438,27 @@ pub fn save(
     now_ns: u64,
     wall_ms: u64,
 ) -> io::Result<SaveReport> {
-    match save_sized(path, registry, shards, now_ns, wall_ms, Sizing::Counts)? {
-        Ok(report) => Ok(report),
-        Err(mismatch) => {
-            // The counts disagree with the messages (a bug): size by the
-            // walk instead rather than lose the snapshot.
-            tracing::warn!(%mismatch, "snapshot sections sized again by walking the messages");
-            save_sized(path, registry, shards, now_ns, wall_ms, Sizing::Walk)?
-                .map_err(io::Error::other)
+    let mut direct = true;
+    let mut sizing = Sizing::Counts;
+    // At most three tries: direct writes refused, then sizes that disagree.
+    for _ in 0..3 {
+        match save_sized(path, registry, shards, now_ns, wall_ms, sizing, direct) {
+            Ok(Ok(report)) => return Ok(report),
+            Ok(Err(mismatch)) if sizing == Sizing::Counts => {
+                // The counts disagree with the messages (a bug): size by
+                // the walk instead rather than lose the snapshot.
+                tracing::warn!(%mismatch, "snapshot sections sized again by walking the messages");
+                sizing = Sizing::Walk;
+            }
+            Ok(Err(mismatch)) => return Err(io::Error::other(mismatch)),
+            Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::debug!(error = %e, "direct writes refused; saving through the page cache");
+                direct = false;
+            }
+            Err(e) => return Err(e),
         }
     }
+    Err(io::Error::other("the snapshot could not be written"))
 }
 
 /// [`save`] with the sections sized as `sizing` says; `Ok(Err(..))` when
@@ -457,6 +470,7 @@ fn save_sized(
     now_ns: u64,
     wall_ms: u64,
     how: Sizing,
+    direct: bool,
 ) -> io::Result<Result<SaveReport, String>> {
     let started = Instant::now();
     let state = registry.saved_state();
@@ -477,6 +491,19 @@ fn save_sized(
         };
         let total = header.sections.last().map_or(0, |s| s.offset + s.len);
         file.set_len(total)?;
+        // The same file opened for direct writes (`O_DIRECT`): the shards'
+        // whole blocks go through it, the rest through `file`.
+        let direct_file = if direct {
+            use std::os::unix::fs::OpenOptionsExt;
+            Some(
+                OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&tmp)?,
+            )
+        } else {
+            None
+        };
         let reg = header.sections[0];
         let mut w = SectionWriter::new(At {
             file: &file,
@@ -490,24 +517,44 @@ fn save_sized(
         let written_bytes = AtomicU64::new(0);
         let writers_left = AtomicUsize::new(shards.len());
         let (written_ref, left_ref) = (&written_bytes, &writers_left);
+        let direct_ref = direct_file.as_ref();
+        let fragments = std::sync::Mutex::new(Vec::new());
+        let fragments_ref = &fragments;
         let written: Vec<io::Result<(u64, u32)>> = std::thread::scope(|s| {
-            // The flusher: while the shards write, it asks the kernel to
-            // write back what they wrote so far, so that the disk works
-            // while the shards serialize instead of all at the end.
-            s.spawn(move || flush_behind(file_ref, written_ref, left_ref));
+            // The flusher (buffered writes only): while the shards write,
+            // it asks the kernel to write back what they wrote so far, so
+            // that the disk works while the shards serialize instead of
+            // all at the end.
+            if direct_ref.is_none() {
+                s.spawn(move || flush_behind(file_ref, written_ref, left_ref));
+            }
             let handles: Vec<_> = shards
                 .iter_mut()
                 .zip(shard_sections)
                 .map(|(shard, section)| {
                     let offset = section.offset;
                     s.spawn(move || {
-                        let mut w = SectionWriter::new(At {
-                            file: file_ref,
-                            offset,
-                            written: Some(written_ref),
-                        });
-                        shard.write_snapshot(&mut w, now_ns);
-                        let r = w.finish();
+                        let r = match direct_ref {
+                            Some(direct) => {
+                                let mut w = direct::DirectWriter::new(direct, offset);
+                                shard.write_snapshot(&mut w, now_ns);
+                                w.finish().map(|(n, crc, f)| {
+                                    if let Ok(mut all) = fragments_ref.lock() {
+                                        all.extend(f.0);
+                                    }
+                                    (n, crc)
+                                })
+                            }
+                            None => {
+                                let mut w = SectionWriter::new(At {
+                                    file: file_ref,
+                                    offset,
+                                    written: Some(written_ref),
+                                });
+                                shard.write_snapshot(&mut w, now_ns);
+                                w.finish()
+                            }
+                        };
                         left_ref.fetch_sub(1, Ordering::Release);
                         r
                     })
@@ -532,6 +579,14 @@ fn save_sized(
                 )));
             }
             section.crc = crc;
+        }
+        // The partial blocks the direct writers left, then the header,
+        // through the page cache.
+        drop(direct_file);
+        let fragments = fragments.into_inner().unwrap_or_default();
+        for (at, bytes) in fragments {
+            use std::os::unix::fs::FileExt;
+            file.write_all_at(&bytes, at)?;
         }
         let bytes = header.encode();
         At {

@@ -290,3 +290,39 @@ fn the_fuzz_harness_takes_mutations() {
         }
     }
 }
+
+/// The save to a file (threads, direct writes and the partial blocks
+/// written after them, the header last) writes the very bytes of the
+/// snapshot written in turn, and with mode 0600.
+#[test]
+fn a_saved_file_is_the_snapshot_byte_for_byte() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("sluice-engine-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for shards in [1u16, 2] {
+        let (mut c, _) = populated(shards);
+        // Enough data that the shards' sections span many blocks.
+        for batch in 0..6 {
+            let entries = (0..500)
+                .map(|i| entry(&format!("{batch}-{i:03}-{}", "y".repeat(i % 700))))
+                .collect();
+            let sent = send_entries(&mut c, batch % usize::from(shards), "quiet", entries);
+            assert!(sent.iter().all(Result::is_ok));
+        }
+        c.shutdown();
+        let path = dir.join(format!("s{shards}.snapshot"));
+        let report = c.save_snapshot(&path).unwrap();
+        let file = std::fs::read(&path).unwrap();
+        assert_eq!(file.len() as u64, report.bytes);
+        assert_eq!(file, c.snapshot(), "{shards} shard(s)");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
