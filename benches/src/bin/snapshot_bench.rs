@@ -122,7 +122,7 @@ fn main() {
     let load_s = load.elapsed().as_secs_f64();
     assert_eq!(loaded.messages(), held);
     println!(
-        "load: {} messages ({mb:.0} MB) in {load_s:.2} s = {:.0} MB/s (from the page cache)",
+        "load: {} messages ({mb:.0} MB) in {load_s:.2} s = {:.0} MB/s",
         loaded.messages(),
         mb / load_s
     );

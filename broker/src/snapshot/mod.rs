@@ -201,9 +201,25 @@ pub fn load_shards(
             .iter_mut()
             .zip(sections)
             .map(|(shard, &section)| {
-                s.spawn(move || {
-                    let mut r = SectionReader::new(source.reader(section.offset)?, section);
-                    shard.load_snapshot(&mut r, clock)
+                s.spawn(move || match source {
+                    // A file is read ahead on a thread of its own, so the
+                    // disk works while the shard rebuilds.
+                    Source::File(path) => {
+                        let file = File::open(path).map_err(|source| SnapshotError::Io {
+                            offset: section.offset,
+                            source,
+                        })?;
+                        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD_BLOCKS);
+                        std::thread::scope(|inner| {
+                            inner.spawn(move || read_ahead(&file, section, &tx));
+                            let mut r = SectionReader::new(Blocks::new(rx), section);
+                            shard.load_snapshot(&mut r, clock)
+                        })
+                    }
+                    Source::Bytes(_) => {
+                        let mut r = SectionReader::new(source.reader(section.offset)?, section);
+                        shard.load_snapshot(&mut r, clock)
+                    }
                 })
             })
             .collect();
@@ -236,6 +252,72 @@ pub fn load_shards(
         ));
     }
     Ok(total)
+}
+
+/// Blocks a section's read-ahead thread keeps ready.
+const READ_AHEAD_BLOCKS: usize = 2;
+
+/// Reads `section` of `file` in blocks of `READ_BLOCK_BYTES` and sends
+/// them in order; an error is sent in place of a block and ends it. Stops
+/// early when the loader hangs up (it failed, or is done).
+fn read_ahead(
+    file: &File,
+    section: Section,
+    tx: &std::sync::mpsc::SyncSender<io::Result<Vec<u8>>>,
+) {
+    use std::os::unix::fs::FileExt;
+    let block = format::READ_BLOCK_BYTES as u64;
+    let mut at = 0;
+    // One turn per block of the section.
+    while at < section.len {
+        let n = (section.len - at).min(block);
+        // At most READ_BLOCK_BYTES.
+        let mut buf = vec![0u8; n as usize];
+        let r = file
+            .read_exact_at(&mut buf, section.offset + at)
+            .map(|()| buf);
+        let failed = r.is_err();
+        if tx.send(r).is_err() || failed {
+            return;
+        }
+        at += n;
+    }
+}
+
+/// The blocks [`read_ahead`] sends, as a `Read`.
+struct Blocks {
+    rx: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    block: Vec<u8>,
+    pos: usize,
+}
+
+impl Blocks {
+    fn new(rx: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>) -> Blocks {
+        Blocks {
+            rx,
+            block: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+impl Read for Blocks {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.block.len() {
+            match self.rx.recv() {
+                Ok(block) => {
+                    self.block = block?;
+                    self.pos = 0;
+                }
+                // The read-ahead is done: the end of the section.
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.block.len() - self.pos);
+        out[..n].copy_from_slice(&self.block[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
 }
 
 /// What a save wrote.
