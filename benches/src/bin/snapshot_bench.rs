@@ -1,15 +1,17 @@
 //! Snapshot save and load speed: fills two shards (the server's layout on a
 //! two-core machine) with 10,000,000 messages of 100 bytes (half on each),
 //! saves them to a snapshot file the way a graceful shutdown does (one
-//! thread per shard, positioned writes, `fsync`, rename, directory
-//! `fsync`), then loads the file into fresh shards the way a start does
-//! (one thread per shard), and reports the time and MB/s of each. Compare
-//! with the disk's own sequential write speed on the same filesystem
+//! thread per shard, the sections' whole blocks written with `O_DIRECT`
+//! where the file system allows it, `fsync`, rename, directory `fsync`),
+//! then loads the file into fresh shards the way a start does (one thread
+//! per shard), and reports the time and MB/s of each. Compare with the
+//! disk's own sequential write speed on the same filesystem
 //! (`dd if=/dev/zero of=FILE bs=1M count=2048 conv=fdatasync`).
 //!
-//! The load reads the file the save just wrote, so it comes from the page
-//! cache unless the cache was dropped in between: it measures the parsing
-//! and rebuilding, not the disk.
+//! The save's direct writes leave the file out of the page cache, so the
+//! load reads it from the disk (or whatever cache the disk has below the
+//! guest); written to tmpfs, where writes are buffered, the load reads it
+//! from memory.
 //!
 //! `cargo run --release -p sluice-benches --bin snapshot_bench [-- MESSAGES [FILE]]`
 //! (FILE defaults to `snapshot-bench.snapshot` in the current folder; it is
