@@ -74,7 +74,9 @@ Logging follows --log (SLUICE_LOG), a tracing filter such as `info` or
 `info,sluice_broker=debug`. RUST_LOG is not read, so a RUST_LOG meant for other
 programs does not change the broker's logs.
 
-Everything is held in memory: a restart loses every queue and message.";
+Everything is held in memory: a restart loses every queue and message, unless
+--snapshot PATH is given (a graceful shutdown then writes them to PATH and the
+next start loads them; a crash still loses them).";
 
 /// How the server talks to the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
