@@ -89,7 +89,9 @@ fn main() -> ExitCode {
             // A snapshot that cannot be loaded is a problem with an input,
             // as a bad setting is.
             return match e {
-                StartError::Snapshot { .. } => ExitCode::from(2),
+                StartError::Snapshot { .. } | StartError::SnapshotUnwritable { .. } => {
+                    ExitCode::from(2)
+                }
                 _ => ExitCode::FAILURE,
             };
         }

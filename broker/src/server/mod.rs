@@ -223,6 +223,21 @@ pub enum StartError {
         #[source]
         source: SnapshotError,
     },
+    /// No snapshot could be written beside `--snapshot`'s path (no such
+    /// folder, no permission): refused at start rather than found out at
+    /// the shutdown that would need it.
+    #[error(
+        "cannot write a snapshot at {} (--snapshot): {source}; give a path in a folder this \
+         process may write to",
+        path.display()
+    )]
+    SnapshotUnwritable {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The snapshot loaded but could not be moved aside: starting would let
     /// a crash bring its messages back.
     #[error(
@@ -334,6 +349,13 @@ impl Server {
             queues_max: config.queues_max as usize,
             frame_bytes_max: config.frame_bytes_max,
         };
+        if let Some(path) = &config.snapshot {
+            // Found out now, not at the shutdown that would need it.
+            snapshot::probe_writable(path).map_err(|source| StartError::SnapshotUnwritable {
+                path: path.clone(),
+                source,
+            })?;
+        }
         let snapshot_path = config.snapshot.clone().filter(|p| p.exists());
         let snapshot_error = |path: &std::path::Path, source| StartError::Snapshot {
             path: path.to_owned(),

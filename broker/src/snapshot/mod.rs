@@ -775,6 +775,23 @@ fn sync_dir(path: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Checks that a snapshot can be written at `path`: creates and removes
+/// the temporary file a save would write (mode 0600).
+///
+/// # Errors
+/// Why not (no such folder, no permission).
+pub fn probe_writable(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = temp_path(path);
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    std::fs::remove_file(&tmp)
+}
+
 /// Where a loaded snapshot is moved: `PATH.loaded-<unix ms>`.
 #[must_use]
 pub fn loaded_path(path: &Path, wall_ms: u64) -> PathBuf {

@@ -604,3 +604,20 @@ fn a_start_that_fails_after_loading_leaves_the_file() {
     drop(taken);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_snapshot_path_that_cannot_be_written_is_refused_at_start() {
+    let args = start_args(
+        IoChoice::Epoll,
+        &["--snapshot", "/nonexistent-sluice-folder/sluice.snapshot"],
+    );
+    let out = Command::new(BIN)
+        .args(&args)
+        .env_remove("SLUICE_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sluice-server");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot write a snapshot at"), "{err}");
+}
