@@ -44,6 +44,7 @@ fn receive_op() -> Op {
         max_messages: BATCH as u16,
         visibility_timeout_ms: None,
         wait_ms: Some(0),
+        bind_leases: false,
     })
 }
 

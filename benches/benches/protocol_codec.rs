@@ -116,7 +116,7 @@ fn benches(c: &mut Criterion) {
     let reply_payload = reply_wire.slice(FRAME_OVERHEAD_BYTES..);
     // Check once that the inputs decode, so the loops measure the real path.
     assert_eq!(
-        Request::decode(send.opcode(), send_payload.clone()).as_ref(),
+        Request::decode(send.opcode(), 0, send_payload.clone()).as_ref(),
         Ok(&send)
     );
     assert_eq!(
@@ -141,7 +141,7 @@ fn benches(c: &mut Criterion) {
     });
     g.bench_function("send_64x100/decode", |b| {
         b.iter(|| {
-            let request = Request::decode(send.opcode(), black_box(&send_payload).clone());
+            let request = Request::decode(send.opcode(), 0, black_box(&send_payload).clone());
             request.map(|r| consume_request(&r))
         });
     });
@@ -151,9 +151,8 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             rx.extend_from_slice(black_box(&send_wire));
             match decoder.decode(&mut rx) {
-                Ok(Some(frame)) => {
-                    Request::decode(frame.opcode, frame.payload).map(|r| consume_request(&r))
-                }
+                Ok(Some(frame)) => Request::decode(frame.opcode, frame.flags, frame.payload)
+                    .map(|r| consume_request(&r)),
                 _ => Ok(0),
             }
         });

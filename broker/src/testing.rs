@@ -1,6 +1,17 @@
 //! An in-process server for tests and benchmarks, behind the `test-util`
 //! feature (as tokio's `test-util`): the broker's, the client's and the load
-//! generator's tests all start their servers through it.
+//! generator's tests all start their servers through it, and so can the
+//! tests of services built on sluice (a dev-dependency on `sluice-broker`
+//! with `features = ["test-util"]`).
+//!
+//! **A clock you move.** [`Builder::manual_clock`] starts the broker on a
+//! manual clock (`--clock manual`) and [`TestServer::advance`] moves it:
+//! leases run out, delays and backoffs end, long polls time out and
+//! retention drops messages the moment the clock passes them, without the
+//! test sleeping, while the ordinary clients talk to the server as to any
+//! other (they can move it too, with `advance_clock`). The clock stands
+//! still otherwise, so nothing expires behind a slow test's back.
+//! Connection deadlines (HELLO, session timeouts) keep to real time.
 //!
 //! [`TestServer::builder`] starts from a configuration fit for a test:
 //! 127.0.0.1 on a free port, metrics off, one shard, 256 MiB of message
@@ -17,14 +28,22 @@
 //! let server = TestServer::builder().arg("--shards", "2").start();
 //! println!("a test server on {}", server.addr());
 //! drop(server); // shut down and joined
+//!
+//! let server = TestServer::builder().manual_clock().start();
+//! // ... a client receives a message with a 30 s lease, and then:
+//! server.advance(std::time::Duration::from_secs(30)); // the lease ran out
 //! ```
+//!
+//! The client crate's docs (`sluice_client`, "Testing with a clock you
+//! move") show a whole test: a lease that runs out and a message that
+//! dead-letters on its fourth failed delivery, in milliseconds.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::io::OpenError;
 use crate::server::config::{Config, Host, IoChoice, RawArgs};
-use crate::server::{Server, ServerHandle, StartError};
+use crate::server::{EngineTime, NotManual, Server, ServerHandle, StartError};
 
 /// How long a server that does not start yet is retried.
 pub const START_PATIENCE: Duration = Duration::from_secs(15);
@@ -59,10 +78,17 @@ impl Builder {
         self
     }
 
+    /// Runs the broker on a manual clock (`--clock manual`), moved by
+    /// [`TestServer::advance`] or a client's `ADVANCE_CLOCK`.
+    #[must_use]
+    pub fn manual_clock(self) -> Builder {
+        self.arg("--clock", "manual")
+    }
+
     /// Adds flags and values as given, e.g. `["--shards", "2"]`.
     #[must_use]
-    pub fn args(mut self, args: &[&str]) -> Builder {
-        self.args.extend(args.iter().map(|&a| a.to_owned()));
+    pub fn args<S: AsRef<str>>(mut self, args: &[S]) -> Builder {
+        self.args.extend(args.iter().map(|a| a.as_ref().to_owned()));
         self
     }
 
@@ -193,6 +219,34 @@ impl TestServer {
         self.io
     }
 
+    /// Moves the broker's manual clock forward by `by` (whole
+    /// milliseconds): every lease, delay, backoff, long-poll wait, dedup
+    /// window and retention period that ends within it ends now, on every
+    /// shard. Requests sent after this returns see the new time. Returns
+    /// the manual time elapsed since the start (every advance so far).
+    ///
+    /// # Panics
+    /// When the server runs on the real clock (start it with
+    /// [`Builder::manual_clock`]), or after [`TestServer::stop`].
+    pub fn advance(&self, by: Duration) -> Duration {
+        match self.try_advance(by) {
+            Ok((elapsed_ms, _)) => Duration::from_millis(elapsed_ms),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`TestServer::advance`], reporting a server on the real clock as an
+    /// error; returns the elapsed manual time (ms) and the broker's time.
+    ///
+    /// # Errors
+    /// [`NotManual`] on the real clock: nothing changes.
+    ///
+    /// # Panics
+    /// After [`TestServer::stop`].
+    pub fn try_advance(&self, by: Duration) -> Result<(u64, EngineTime), NotManual> {
+        self.handle().advance_clock(by)
+    }
+
     /// The running server.
     ///
     /// # Panics
@@ -230,5 +284,169 @@ impl Drop for TestServer {
             // A failing test is already unwinding: do not panic again.
             let _ = h.join();
         }
+    }
+}
+
+/// Certificates for TLS tests, made at run time (nothing is committed): a
+/// CA, a server certificate it signed for `localhost` and `127.0.0.1`, a
+/// client certificate it signed, and a second CA that signed nothing the
+/// server presents (a client trusting only it must be refused). PEM files
+/// in a fresh folder under the system's temporary folder, removed on drop.
+///
+/// ```
+/// use sluice_broker::testing::{TestPki, TestServer};
+///
+/// let pki = TestPki::generate();
+/// let server = TestServer::builder().args(&pki.server_args()).start();
+/// assert!(pki.ca_pem().exists());
+/// ```
+#[derive(Debug)]
+pub struct TestPki {
+    dir: std::path::PathBuf,
+}
+
+impl TestPki {
+    /// Makes the certificates and writes them.
+    ///
+    /// # Panics
+    /// When a certificate cannot be made or a file written (a broken test
+    /// machine).
+    #[must_use]
+    pub fn generate() -> TestPki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+            IsCa, KeyPair, KeyUsagePurpose,
+        };
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-test-pki-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        let write = |name: &str, text: &str| {
+            std::fs::write(dir.join(name), text).expect("a file in the temporary folder");
+        };
+        let ca = |name: &str| {
+            let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.distinguished_name.push(DnType::CommonName, name);
+            params.key_usages = vec![
+                KeyUsagePurpose::KeyCertSign,
+                KeyUsagePurpose::CrlSign,
+                KeyUsagePurpose::DigitalSignature,
+            ];
+            CertifiedIssuer::self_signed(params, KeyPair::generate().expect("a key")).expect("a CA")
+        };
+        let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose, issuer| {
+            let key = KeyPair::generate().expect("a key");
+            let mut params = CertificateParams::new(names).expect("leaf params");
+            params
+                .distinguished_name
+                .push(DnType::CommonName, "sluice test");
+            params.extended_key_usages = vec![usage];
+            let cert = params
+                .signed_by(&key, issuer)
+                .expect("a signed certificate");
+            (cert.pem(), key.serialize_pem())
+        };
+        let trusted = ca("sluice test CA");
+        let other = ca("sluice other CA");
+        write("ca.pem", &trusted.pem());
+        write("other-ca.pem", &other.pem());
+        let (cert, key) = leaf(
+            vec!["localhost".into(), "127.0.0.1".into()],
+            ExtendedKeyUsagePurpose::ServerAuth,
+            &trusted,
+        );
+        write("server.pem", &cert);
+        write("server.key", &key);
+        let (cert, key) = leaf(
+            vec!["client.sluice.test".into()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+            &trusted,
+        );
+        write("client.pem", &cert);
+        write("client.key", &key);
+        let (cert, key) = leaf(
+            vec!["client.sluice.test".into()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+            &other,
+        );
+        write("stranger.pem", &cert);
+        write("stranger.key", &key);
+        TestPki { dir }
+    }
+
+    /// The folder holding the files.
+    #[must_use]
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// The CA that signed the server's and the client's certificates.
+    #[must_use]
+    pub fn ca_pem(&self) -> std::path::PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// A CA that signed neither.
+    #[must_use]
+    pub fn other_ca_pem(&self) -> std::path::PathBuf {
+        self.dir.join("other-ca.pem")
+    }
+
+    /// The server's certificate (for `localhost` and `127.0.0.1`).
+    #[must_use]
+    pub fn server_cert(&self) -> std::path::PathBuf {
+        self.dir.join("server.pem")
+    }
+
+    /// The server's key.
+    #[must_use]
+    pub fn server_key(&self) -> std::path::PathBuf {
+        self.dir.join("server.key")
+    }
+
+    /// A client certificate signed by [`TestPki::ca_pem`] and its key.
+    #[must_use]
+    pub fn client_cert_and_key(&self) -> (std::path::PathBuf, std::path::PathBuf) {
+        (self.dir.join("client.pem"), self.dir.join("client.key"))
+    }
+
+    /// A client certificate signed by [`TestPki::other_ca_pem`] and its key.
+    #[must_use]
+    pub fn stranger_cert_and_key(&self) -> (std::path::PathBuf, std::path::PathBuf) {
+        (self.dir.join("stranger.pem"), self.dir.join("stranger.key"))
+    }
+
+    /// `--tls-cert` and `--tls-key` for a server.
+    #[must_use]
+    pub fn server_args(&self) -> Vec<String> {
+        vec![
+            "--tls-cert".into(),
+            self.path_str("server.pem"),
+            "--tls-key".into(),
+            self.path_str("server.key"),
+        ]
+    }
+
+    /// [`TestPki::server_args`] plus `--tls-client-ca`.
+    #[must_use]
+    pub fn server_args_with_client_ca(&self) -> Vec<String> {
+        let mut args = self.server_args();
+        args.extend(["--tls-client-ca".into(), self.path_str("ca.pem")]);
+        args
+    }
+
+    fn path_str(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TestPki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use sluice_protocol::{
     AttributeUpdate, HelloReply, PeekedMessage, QueueInfo, Receipt, ReceivedMessage, Reply,
     Request, SendEntry, SendOutcome, ServerStatsReply,
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
-use crate::ops::{self, Operation, ReceiveOptions, RedriveOutcome};
+use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
 
@@ -97,6 +97,17 @@ fn connect_error(addr: &str, err: std::io::Error) -> Error {
     }
 }
 
+fn closed_during(addr: &str, what: &str) -> Error {
+    let e = std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        format!("the server closed the connection during {what}"),
+    );
+    connect_error(addr, e)
+}
+
+/// Bytes read at a time during the TLS handshake.
+const HELLO_CHUNK_BYTES: usize = 4 * 1024;
+
 /// Connects and says HELLO.
 async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
     let addr = config.addr();
@@ -108,38 +119,97 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
         stream
             .set_nodelay(true)
             .map_err(|e| connect_error(addr, e))?;
-        let (mut handshake, frame) = Handshake::start(config.token())?;
+        // TLS first, when configured.
+        let tls = match config.get_tls() {
+            None => None,
+            Some(tls) => {
+                let session = tls.start(addr)?;
+                let tls_failed =
+                    |e: Error| connect_error(addr, std::io::Error::other(e.to_string()));
+                let mut out = Vec::new();
+                let mut chunk = vec![0u8; HELLO_CHUNK_BYTES];
+                loop {
+                    session.outgoing(&mut out);
+                    if !out.is_empty() {
+                        stream
+                            .write_all(&out)
+                            .await
+                            .map_err(|e| connect_error(addr, e))?;
+                        out.clear();
+                    }
+                    if !session.is_handshaking() {
+                        break;
+                    }
+                    let n = stream
+                        .read(&mut chunk)
+                        .await
+                        .map_err(|e| connect_error(addr, e))?;
+                    if n == 0 {
+                        return Err(closed_during(addr, "the TLS handshake"));
+                    }
+                    session.handshake_input(&chunk[..n]).map_err(tls_failed)?;
+                }
+                Some(session)
+            }
+        };
+        let (mut handshake, frame) = Handshake::start(config.token(), config.session_timeout_ms())?;
+        let mut sealed = Vec::new();
+        let frame: &[u8] = match &tls {
+            Some(session) => {
+                session.seal(&frame, &mut sealed)?;
+                &sealed
+            }
+            None => &frame,
+        };
         stream
-            .write_all(&frame)
+            .write_all(frame)
             .await
             .map_err(|e| connect_error(addr, e))?;
+        let mut cipher = BytesMut::new();
         let hello = loop {
             if let Some(hello) = handshake.poll()? {
                 break hello;
             }
+            let into = if tls.is_some() {
+                cipher.clear();
+                &mut cipher
+            } else {
+                handshake.buffer()
+            };
             let n = stream
-                .read_buf(handshake.buffer())
+                .read_buf(into)
                 .await
                 .map_err(|e| connect_error(addr, e))?;
             if n == 0 {
-                let e = std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the server closed the connection during HELLO",
-                );
-                return Err(connect_error(addr, e));
+                return Err(closed_during(addr, "HELLO"));
+            }
+            if let Some(session) = &tls {
+                // A refused client certificate shows here (TLS 1.3 sends
+                // the alert after the client's side of the handshake).
+                match session.open(&cipher, handshake.buffer()) {
+                    Ok(false) => {}
+                    Ok(true) => return Err(closed_during(addr, "HELLO")),
+                    Err(e) => {
+                        return Err(connect_error(addr, std::io::Error::other(e.to_string())));
+                    }
+                }
             }
         };
         let (decoder, buf) = handshake.finish(&hello);
-        Ok((stream, decoder, buf, hello))
+        Ok((stream, tls, decoder, buf, hello))
     };
-    let (stream, decoder, buf, hello) =
-        tokio::time::timeout(timeout, connecting)
-            .await
-            .map_err(|_| {
-                let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out");
-                connect_error(addr, e)
-            })??;
-    Ok(AsyncConn::start(stream, hello, decoder, buf))
+    let (stream, tls, decoder, buf, hello) = tokio::time::timeout(timeout, connecting)
+        .await
+        .map_err(|_| {
+            let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out");
+            connect_error(addr, e)
+        })??;
+    let heartbeat = config
+        .heartbeat_interval()
+        .map(|interval| (interval, config.get_request_timeout()));
+    Ok(AsyncConn::start(
+        stream, tls, hello, decoder, buf, heartbeat,
+    ))
 }
 
 impl AsyncClient {
@@ -150,19 +220,25 @@ impl AsyncClient {
     /// [`Error::Connect`] when no connection can be made in the connect
     /// time-out; the server's error when it refuses the HELLO.
     pub async fn connect(config: ClientConfig) -> Result<AsyncClient> {
-        let conn = open(&config).await?;
-        let current = Current {
-            info: Some(conn.hello().clone()),
-            conn: Some(conn),
-        };
+        let client = AsyncClient::unconnected(config);
+        client.connection().await?;
+        Ok(client)
+    }
+
+    /// A client that connects at its first request (the sharded client's,
+    /// so that a broker that is down fails only its own queues).
+    pub(crate) fn unconnected(config: ClientConfig) -> AsyncClient {
         let reconnect = ReconnectState::new(config.reconnect_policy());
-        Ok(AsyncClient {
+        AsyncClient {
             inner: Arc::new(AsyncInner {
                 config,
-                current: Mutex::new(current),
+                current: Mutex::new(Current {
+                    info: None,
+                    conn: None,
+                }),
                 reconnect: tokio::sync::Mutex::new(reconnect),
             }),
-        })
+        }
     }
 
     /// The configuration.
@@ -454,6 +530,16 @@ impl AsyncClient {
     /// Connection failures and time-outs.
     pub async fn server_stats(&self) -> Result<ServerStatsReply> {
         self.run(&ops::ServerStats).await
+    }
+
+    /// Moves the broker's manual clock; see
+    /// [`Client::advance_clock`](crate::Client::advance_clock).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] from a server on the real clock (nothing
+    /// changes); `InvalidArgument` above 366 days.
+    pub async fn advance_clock(&self, by: Duration) -> Result<ClockReading> {
+        self.run(&ops::AdvanceClock(by)).await
     }
 }
 

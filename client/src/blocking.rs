@@ -24,7 +24,7 @@ use sluice_protocol::{
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
-use crate::ops::{self, Operation, ReceiveOptions, RedriveOutcome};
+use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
 
@@ -117,10 +117,36 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
         .set_nodelay(true)
         .map_err(|e| connect_error(addr, e))?;
 
+    // TLS first, when configured: the handshake, bounded by the connect
+    // time-out.
+    let left = deadline.saturating_duration_since(Instant::now());
+    let tls = match config.get_tls() {
+        None => None,
+        Some(tls) => {
+            let session = tls.start(addr)?;
+            let bounded = |s: &TcpStream, t| {
+                s.set_read_timeout(Some(t))?;
+                s.set_write_timeout(Some(t))
+            };
+            bounded(&stream, left.max(Duration::from_millis(1)))
+                .and_then(|()| session.handshake(&mut stream))
+                .map_err(|e| connect_error(addr, e))?;
+            Some(session)
+        }
+    };
+
     // HELLO, synchronously, before anything else can use the socket.
-    let (mut handshake, frame) = Handshake::start(config.token())?;
+    let (mut handshake, frame) = Handshake::start(config.token(), config.session_timeout_ms())?;
+    let mut sealed = Vec::new();
+    let frame: &[u8] = match &tls {
+        Some(session) => {
+            session.seal(&frame, &mut sealed)?;
+            &sealed
+        }
+        None => &frame,
+    };
     stream
-        .write_all(&frame)
+        .write_all(frame)
         .map_err(|e| connect_error(addr, e))?;
     let mut chunk = vec![0u8; HELLO_CHUNK_BYTES];
     let hello = loop {
@@ -135,23 +161,57 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
         stream
             .set_read_timeout(Some(left))
             .map_err(|e| connect_error(addr, e))?;
+        let eof = || {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the server closed the connection during HELLO",
+            );
+            connect_error(addr, e)
+        };
         match stream.read(&mut chunk) {
-            Ok(0) => {
-                let e = std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the server closed the connection during HELLO",
-                );
-                return Err(connect_error(addr, e));
-            }
-            Ok(n) => handshake.buffer().extend_from_slice(&chunk[..n]),
+            Ok(0) => return Err(eof()),
+            Ok(n) => match &tls {
+                None => handshake.buffer().extend_from_slice(&chunk[..n]),
+                // A refused client certificate shows here (TLS 1.3 sends
+                // the alert after the client's side of the handshake).
+                Some(session) => match session.open(&chunk[..n], handshake.buffer()) {
+                    Ok(false) => {}
+                    Ok(true) => return Err(eof()),
+                    Err(e) => {
+                        return Err(connect_error(addr, std::io::Error::other(e.to_string())));
+                    }
+                },
+            },
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(connect_error(addr, e)),
         }
     };
     let (decoder, buf) = handshake.finish(&hello);
-    let conn = Connection::new(stream, hello, decoder, buf, config.get_read_spin())
-        .map_err(|e| connect_error(addr, e))?;
-    Ok(Arc::new(conn))
+    let heartbeat = config
+        .heartbeat_interval()
+        .map(|interval| (interval, std::sync::mpsc::channel::<()>()));
+    let stop = heartbeat.as_ref().map(|(_, (tx, _))| tx.clone());
+    let conn = Connection::new(
+        stream,
+        tls,
+        hello,
+        decoder,
+        buf,
+        config.get_read_spin(),
+        stop,
+    )
+    .map_err(|e| connect_error(addr, e))?;
+    let conn = Arc::new(conn);
+    if let Some((interval, (tx, rx))) = heartbeat {
+        drop(tx);
+        let weak = Arc::downgrade(&conn);
+        let timeout = config.get_request_timeout();
+        std::thread::Builder::new()
+            .name("sluice-heartbeat".into())
+            .spawn(move || conn::heartbeat(&weak, &rx, interval, timeout))
+            .map_err(|e| connect_error(addr, e))?;
+    }
+    Ok(conn)
 }
 
 /// A request sent and not answered yet, from the `start_*` methods of
@@ -209,8 +269,16 @@ impl Client {
     /// time-out; the server's error (`Unauthorized`, `UnsupportedVersion`,
     /// `TooManyConnections`) when it refuses the HELLO.
     pub fn connect(config: ClientConfig) -> Result<Client> {
+        let client = Client::unconnected(config);
+        client.connection()?;
+        Ok(client)
+    }
+
+    /// A client that connects at its first request (the sharded client's,
+    /// so that a broker that is down fails only its own queues).
+    pub(crate) fn unconnected(config: ClientConfig) -> Client {
         let state = ReconnectState::new(config.reconnect_policy());
-        let client = Client {
+        Client {
             inner: Arc::new(Inner {
                 config,
                 current: RwLock::new(None),
@@ -219,9 +287,7 @@ impl Client {
                     last_error: None,
                 }),
             }),
-        };
-        client.connection()?;
-        Ok(client)
+        }
     }
 
     /// The configuration.
@@ -610,6 +676,19 @@ impl Client {
     /// Connection failures and time-outs.
     pub fn server_stats(&self) -> Result<ServerStatsReply> {
         self.run(&ops::ServerStats)
+    }
+
+    /// Moves the broker's manual clock forward by `by` (whole
+    /// milliseconds): for tests, against a server started with `--clock
+    /// manual` (or the test kit's `TestServer::builder().manual_clock()`).
+    /// Leases, delays, backoffs, long-poll waits and retention that end
+    /// within it end now, on every shard, before the reply comes.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] from a server on the real clock (nothing
+    /// changes); `InvalidArgument` above 366 days.
+    pub fn advance_clock(&self, by: Duration) -> Result<ClockReading> {
+        self.run(&ops::AdvanceClock(by))
     }
 }
 

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::tls::TlsConfig;
+
 pub use crate::limits::{
     ADDR_DEFAULT, CONNECT_TIMEOUT_DEFAULT, READ_SPIN_MAX, RECONNECT_DELAY_INITIAL_DEFAULT,
-    RECONNECT_DELAY_MAX_DEFAULT, REQUEST_TIMEOUT_DEFAULT,
+    RECONNECT_DELAY_MAX_DEFAULT, REQUEST_TIMEOUT_DEFAULT, SESSION_TIMEOUT_MAX, SESSION_TIMEOUT_MIN,
 };
 
 /// How a client connects. Build it with the chained setters:
@@ -35,6 +37,8 @@ pub struct ClientConfig {
     auth_token: Option<Bytes>,
     reconnect: ReconnectPolicy,
     read_spin: Duration,
+    tls: Option<TlsConfig>,
+    session_timeout: Option<Duration>,
 }
 
 impl Default for ClientConfig {
@@ -55,6 +59,8 @@ impl fmt::Debug for ClientConfig {
             )
             .field("reconnect", &self.reconnect)
             .field("read_spin", &self.read_spin)
+            .field("tls", &self.tls)
+            .field("session_timeout", &self.session_timeout)
             .finish()
     }
 }
@@ -71,6 +77,8 @@ impl ClientConfig {
             auth_token: None,
             reconnect: ReconnectPolicy::default(),
             read_spin: Duration::ZERO,
+            tls: None,
+            session_timeout: None,
         }
     }
 
@@ -129,6 +137,55 @@ impl ClientConfig {
     pub fn read_spin(mut self, spin: Duration) -> ClientConfig {
         self.read_spin = spin.min(READ_SPIN_MAX);
         self
+    }
+
+    /// Connects with TLS, trusting and presenting what `tls` says (see
+    /// [`TlsConfig`]); without it the connection is plain text.
+    #[must_use]
+    pub fn tls(mut self, tls: TlsConfig) -> ClientConfig {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The TLS settings, if any.
+    #[must_use]
+    pub fn get_tls(&self) -> Option<&TlsConfig> {
+        self.tls.as_ref()
+    }
+
+    /// Asks the server to close the connection once it has heard nothing
+    /// from this client for `timeout` (clamped to
+    /// [`SESSION_TIMEOUT_MIN`] ..= [`SESSION_TIMEOUT_MAX`]; default: none).
+    /// The client then sends a PING whenever it has sent nothing for a
+    /// quarter of it, from a small timer of its own (a thread for the
+    /// blocking client, a task for the async one, per connection) that
+    /// only looks at a timestamp while requests flow. So a client that
+    /// idles, or only long-polls, keeps its connection; a process that
+    /// hangs whole, or a host that vanishes without closing its TCP
+    /// connections, loses it after `timeout`, and with it the leases bound
+    /// to it ([`ReceiveOptions::bind_leases`](crate::ReceiveOptions::bind_leases)).
+    #[must_use]
+    pub fn session_timeout(mut self, timeout: Duration) -> ClientConfig {
+        self.session_timeout = Some(timeout.clamp(SESSION_TIMEOUT_MIN, SESSION_TIMEOUT_MAX));
+        self
+    }
+
+    /// The session timeout asked for, if any.
+    #[must_use]
+    pub fn get_session_timeout(&self) -> Option<Duration> {
+        self.session_timeout
+    }
+
+    /// How often the heartbeat looks for silence, when there is a session
+    /// timeout.
+    pub(crate) fn heartbeat_interval(&self) -> Option<Duration> {
+        self.session_timeout
+            .map(|t| t / crate::limits::HEARTBEAT_FRACTION)
+    }
+
+    /// The session timeout in the HELLO's unit (0: none).
+    pub(crate) fn session_timeout_ms(&self) -> u32 {
+        self.session_timeout.map_or(0, duration_ms)
     }
 
     /// The address.

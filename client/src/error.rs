@@ -80,6 +80,11 @@ pub enum Error {
     /// A bug in the server.
     #[error("Internal: {}", or_default(.0, ErrorCode::Internal))]
     Internal(String),
+    /// The server does not offer the request as it is configured
+    /// (`advance_clock` on a server running on the real clock); nothing
+    /// changed.
+    #[error("Unsupported: {}", or_default(.0, ErrorCode::Unsupported))]
+    Unsupported(String),
     /// A code this client does not know (a newer server).
     #[error("{code}: {message}")]
     Other {
@@ -152,6 +157,7 @@ fn describe(code: ErrorCode) -> &'static str {
         ErrorCode::ShuttingDown => "the server is shutting down",
         ErrorCode::TooManyConnections => "the server's connection limit is reached",
         ErrorCode::Internal => "a bug in the server",
+        ErrorCode::Unsupported => "the server does not offer this request as it is configured",
         _ => "unknown error",
     }
 }
@@ -181,6 +187,7 @@ impl Error {
             ErrorCode::ShuttingDown => Error::ShuttingDown(m),
             ErrorCode::TooManyConnections => Error::TooManyConnections(m),
             ErrorCode::Internal => Error::Internal(m),
+            ErrorCode::Unsupported => Error::Unsupported(m),
             code => Error::Other { code, message: m },
         }
     }
@@ -209,6 +216,7 @@ impl Error {
             Error::ShuttingDown(_) => ErrorCode::ShuttingDown,
             Error::TooManyConnections(_) => ErrorCode::TooManyConnections,
             Error::Internal(_) => ErrorCode::Internal,
+            Error::Unsupported(_) => ErrorCode::Unsupported,
             Error::Other { code, .. } => *code,
             Error::Connect { .. }
             | Error::Io(_)

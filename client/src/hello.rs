@@ -4,7 +4,7 @@
 //! what was read, checking it, raising the frame limit after it).
 //!
 //! ```text
-//! let (mut handshake, hello_frame) = Handshake::start(token)?;
+//! let (mut handshake, hello_frame) = Handshake::start(token, session_timeout_ms)?;
 //! write hello_frame;
 //! loop {
 //!     read into handshake.buffer();
@@ -31,14 +31,15 @@ pub(crate) struct Handshake {
 }
 
 impl Handshake {
-    /// Starts a handshake presenting `token` (empty: none); returns it and
-    /// the HELLO frame to write before anything else.
+    /// Starts a handshake presenting `token` (empty: none) and asking for
+    /// `session_timeout_ms` (0: none); returns it and the HELLO frame to
+    /// write before anything else.
     ///
     /// # Errors
     /// `InvalidArgument` when the token does not fit a HELLO.
-    pub(crate) fn start(token: Bytes) -> Result<(Handshake, BytesMut)> {
+    pub(crate) fn start(token: Bytes, session_timeout_ms: u32) -> Result<(Handshake, BytesMut)> {
         let mut frame = BytesMut::new();
-        ops::Hello(token)
+        ops::Hello(token, session_timeout_ms)
             .request()?
             .encode(HELLO_REQUEST_ID, &mut frame)
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
@@ -111,21 +112,24 @@ mod tests {
     }
 
     #[test]
-    fn the_hello_frame_carries_the_token() {
-        let (_, mut frame) = Handshake::start(Bytes::from_static(b"tok")).unwrap();
+    fn the_hello_frame_carries_the_token_and_the_session_timeout() {
+        let (_, mut frame) = Handshake::start(Bytes::from_static(b"tok"), 1_500).unwrap();
         let f = FrameDecoder::new(4096).decode(&mut frame).unwrap().unwrap();
         assert_eq!(f.request_id, HELLO_REQUEST_ID);
         let sluice_protocol::Request::Hello(h) =
-            sluice_protocol::Request::decode(f.opcode, f.payload).unwrap()
+            sluice_protocol::Request::decode(f.opcode, f.flags, f.payload).unwrap()
         else {
             panic!("not a HELLO")
         };
-        assert_eq!((h.version, &h.token[..]), (PROTOCOL_VERSION, &b"tok"[..]));
+        assert_eq!(
+            (h.version, &h.token[..], h.session_timeout_ms),
+            (PROTOCOL_VERSION, &b"tok"[..], 1_500)
+        );
     }
 
     #[test]
     fn the_reply_may_arrive_in_pieces_and_what_follows_it_is_kept() {
-        let (mut h, _) = Handshake::start(Bytes::new()).unwrap();
+        let (mut h, _) = Handshake::start(Bytes::new(), 0).unwrap();
         let reply = Reply::Hello(hello_reply(64 * 1024));
         let mut bytes = wire(&reply);
         bytes.extend_from_slice(&wire(&Reply::Pong { nonce: 9 }));
@@ -146,16 +150,16 @@ mod tests {
 
     #[test]
     fn an_error_reply_is_the_server_s_error() {
-        let (mut h, _) = Handshake::start(Bytes::new()).unwrap();
+        let (mut h, _) = Handshake::start(Bytes::new(), 0).unwrap();
         let refused = Reply::error(ErrorCode::Unauthorized, "wrong auth token");
         h.buffer().extend_from_slice(&wire(&refused));
         let e = h.poll().unwrap_err();
         assert_eq!(e.code(), Some(ErrorCode::Unauthorized));
-        let (mut h, _) = Handshake::start(Bytes::new()).unwrap();
+        let (mut h, _) = Handshake::start(Bytes::new(), 0).unwrap();
         h.buffer()
             .extend_from_slice(&wire(&Reply::Pong { nonce: 1 }));
         assert!(matches!(h.poll(), Err(Error::Protocol(_))));
-        let (mut h, _) = Handshake::start(Bytes::new()).unwrap();
+        let (mut h, _) = Handshake::start(Bytes::new(), 0).unwrap();
         h.buffer().extend_from_slice(&[3, 0, 0, 0]);
         assert!(matches!(h.poll(), Err(Error::Protocol(_))));
     }

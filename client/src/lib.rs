@@ -70,6 +70,71 @@
 //! assert!(err.is_lease_lost());
 //! assert!(err.to_string().starts_with("StaleReceipt: "));
 //! ```
+//!
+//! # Leases bound to the connection
+//!
+//! A receive may bind its leases to the client's connection
+//! ([`ReceiveOptions::bind_leases`]; the [consumers](consumer) do by
+//! default): if the connection closes, because the process died or the
+//! network dropped it, the server releases those leases at once and
+//! another consumer gets the messages, instead of after their visibility
+//! timeout. A [session timeout](ClientConfig::session_timeout) makes the
+//! server close a connection it has not heard from for that long (the
+//! client sends PINGs when it has nothing else to send), which covers a
+//! process that hangs whole or a host that vanishes.
+//!
+//! # Testing with a clock you move
+//!
+//! Tests of code built on sluice can run a broker in-process on a manual
+//! clock: `sluice_broker::testing::TestServer` (a dev-dependency on
+//! `sluice-broker` with the `test-util` feature), reached with the ordinary
+//! clients. `advance` moves the clock: leases run out, delays end and
+//! retention drops messages at once, so "the lease runs out, the message
+//! comes back, the fourth failed delivery dead-letters it" takes
+//! milliseconds, not minutes. ([`Client::advance_clock`] does the same over
+//! the protocol, for a `sluice-server --clock manual` started elsewhere.)
+//!
+//! ```
+//! use std::time::Duration;
+//! use sluice_broker::testing::TestServer;
+//! use sluice_client::{AttributeUpdate, Client, ClientConfig, ReceiveOptions, RedrivePolicy};
+//!
+//! let server = TestServer::builder().manual_clock().start();
+//! let client = Client::connect(ClientConfig::new(server.addr().to_string()))?;
+//! client.create_queue("orders.dlq", &AttributeUpdate::default())?;
+//! client.create_queue("orders", &AttributeUpdate {
+//!     visibility_timeout_ms: Some(30_000),
+//!     redrive: Some(RedrivePolicy { dead_letter_queue: "orders.dlq".into(), max_receives: 4 }),
+//!     ..AttributeUpdate::default()
+//! })?;
+//! let sent = client.send("orders", "order 42")?;
+//! let now = ReceiveOptions::new(1).wait(Duration::ZERO);
+//!
+//! // A consumer receives the message and fails: it never deletes it.
+//! let first = client.receive("orders", now)?;
+//! assert_eq!(first[0].id, sent.id);
+//! // Nobody else gets it while its 30 s lease runs...
+//! server.advance(Duration::from_secs(29));
+//! assert!(client.receive("orders", now)?.is_empty());
+//! // ...and when it has run out, it comes back.
+//! server.advance(Duration::from_secs(1));
+//! let again = client.receive("orders", now)?;
+//! assert_eq!((again[0].id, again[0].receive_count), (sent.id, 2));
+//!
+//! // The third and the fourth delivery fail too...
+//! for delivery in 3..=4 {
+//!     server.advance(Duration::from_secs(30));
+//!     assert_eq!(client.receive("orders", now)?[0].receive_count, delivery);
+//! }
+//! // ...so when the fourth lease runs out, the message is dead-lettered
+//! // instead of delivered a fifth time.
+//! server.advance(Duration::from_secs(30));
+//! assert!(client.receive("orders", now)?.is_empty());
+//! let dead = client.peek("orders.dlq", 10)?;
+//! assert_eq!((dead[0].id, dead[0].receive_count), (sent.id, 4));
+//! // Two minutes of the broker's time passed; the test did not sleep.
+//! # Ok::<(), sluice_client::Error>(())
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![doc(test(attr(deny(warnings))))]
@@ -84,12 +149,15 @@ pub mod limits;
 mod ops;
 mod pending;
 pub mod producer;
+pub mod sharded;
+pub mod tls;
 
 pub use async_client::AsyncClient;
 pub use blocking::{Client, PendingReply};
 pub use config::{ClientConfig, ReconnectPolicy};
 pub use error::{Error, Result};
-pub use ops::{ReceiveOptions, RedriveOutcome};
+pub use ops::{ClockReading, ReceiveOptions, RedriveOutcome};
+pub use sharded::{AsyncShardedClient, ShardedClient};
 pub use sluice_protocol::{
     AttributeUpdate, Backoff, ErrorCode, HelloReply, MessageAttributes, MessageId, PeekedMessage,
     QueueAttributes, QueueInfo, QueueStats, Receipt, ReceivedMessage, RedrivePolicy, Reply,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sluice_protocol::limits::{
     FRAME_HEADER_BYTES, FRAME_PREFIX_BYTES, QUEUE_NAME_BYTES_MAX,
-    RECEIVE_WAIT_MS_MAX as WAIT_MS_MAX,
+    RECEIVE_WAIT_MS_MAX as WAIT_MS_MAX, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN,
 };
 
 // ----- connections (`ClientConfig`) ---------------------------------------------
@@ -23,6 +23,15 @@ pub const RECONNECT_DELAY_INITIAL_DEFAULT: Duration = Duration::from_millis(50);
 pub const RECONNECT_DELAY_MAX_DEFAULT: Duration = Duration::from_secs(5);
 /// The longest read spin [`ClientConfig::read_spin`](crate::ClientConfig::read_spin) accepts.
 pub const READ_SPIN_MAX: Duration = Duration::from_millis(10);
+/// The shortest session timeout a client may ask for (the protocol's).
+pub const SESSION_TIMEOUT_MIN: Duration = Duration::from_millis(SESSION_TIMEOUT_MS_MIN as u64);
+/// The longest session timeout a client may ask for (the protocol's: 1 h).
+pub const SESSION_TIMEOUT_MAX: Duration = Duration::from_millis(SESSION_TIMEOUT_MS_MAX as u64);
+/// A client with a session timeout sends a PING when it has sent nothing
+/// for this fraction of it: with the server checking silence every
+/// 250 ms at most, a quarter leaves room for a PING delayed by a busy
+/// machine.
+pub const HEARTBEAT_FRACTION: u32 = 4;
 
 /// The longest a RECEIVE may wait on the server (the protocol's maximum):
 /// a request's timeout allows for it when the wait is the queue's default,

@@ -95,6 +95,11 @@ pub struct ReceiveOptions {
     pub visibility_timeout: Option<Duration>,
     /// Long-poll wait (at most 20 s); `None` uses the queue's default wait.
     pub wait: Option<Duration>,
+    /// Bind the leases to the connection: if it closes (the process dies,
+    /// the connection drops, its session timeout runs out), the server
+    /// releases them at once instead of waiting out their visibility
+    /// timeout. Default false.
+    pub bind_leases: bool,
 }
 
 impl Default for ReceiveOptions {
@@ -111,6 +116,7 @@ impl ReceiveOptions {
             max_messages,
             visibility_timeout: None,
             wait: None,
+            bind_leases: false,
         }
     }
 
@@ -125,6 +131,14 @@ impl ReceiveOptions {
     #[must_use]
     pub fn wait(mut self, wait: Duration) -> ReceiveOptions {
         self.wait = Some(wait);
+        self
+    }
+
+    /// Binds the leases to the connection (see
+    /// [`ReceiveOptions::bind_leases`](#structfield.bind_leases)).
+    #[must_use]
+    pub fn bind_leases(mut self, bind: bool) -> ReceiveOptions {
+        self.bind_leases = bind;
         self
     }
 }
@@ -147,17 +161,47 @@ macro_rules! expect {
     };
 }
 
-pub(crate) struct Hello(pub Bytes);
+/// HELLO with a token and a session timeout (ms, 0: none).
+pub(crate) struct Hello(pub Bytes, pub u32);
 impl Operation for Hello {
     type Output = HelloReply;
     fn request(&self) -> Result<Request> {
         Ok(Request::Hello(sluice_protocol::HelloRequest {
             version: sluice_protocol::limits::PROTOCOL_VERSION,
             token: self.0.clone(),
+            session_timeout_ms: self.1,
         }))
     }
     fn output(reply: Reply) -> Result<HelloReply> {
         expect!(reply, "HELLO", Reply::Hello(h) => h)
+    }
+}
+
+/// The manual clock after an advance ([`Client::advance_clock`](crate::Client::advance_clock)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockReading {
+    /// Manual time since the server started: every advance so far.
+    pub elapsed: Duration,
+    /// The time the broker stamps sent messages with now (Unix ms).
+    pub wall_ms: u64,
+}
+
+pub(crate) struct AdvanceClock(pub Duration);
+impl Operation for AdvanceClock {
+    type Output = ClockReading;
+    fn request(&self) -> Result<Request> {
+        let by_ms = u64::try_from(self.0.as_millis()).unwrap_or(u64::MAX);
+        if by_ms > sluice_protocol::limits::ADVANCE_CLOCK_MS_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "a clock advance of {by_ms} ms is above the limit of {} ms (366 days)",
+                sluice_protocol::limits::ADVANCE_CLOCK_MS_MAX
+            )));
+        }
+        Ok(Request::AdvanceClock { by_ms })
+    }
+    fn output(reply: Reply) -> Result<ClockReading> {
+        expect!(reply, "ADVANCE_CLOCK", Reply::AdvanceClock { elapsed_ms, wall_ms } =>
+            ClockReading { elapsed: Duration::from_millis(elapsed_ms), wall_ms })
     }
 }
 
@@ -283,6 +327,7 @@ impl Operation for Receive<'_> {
             max_messages: self.1.max_messages,
             visibility_timeout_ms: self.1.visibility_timeout.map(duration_ms),
             wait_ms: self.1.wait.map(duration_ms),
+            bind_leases: self.1.bind_leases,
         }))
     }
     fn extra_wait(&self) -> Duration {
@@ -396,6 +441,7 @@ mod tests {
                 max_messages: 1,
                 visibility_timeout_ms: None,
                 wait_ms,
+                bind_leases: false,
             })
         };
         assert_eq!(longest_wait(&[Request::Ping { nonce: 1 }]), Duration::ZERO);

@@ -132,6 +132,10 @@ pub struct RunSpec {
     pub token: Option<String>,
     /// `--sluice-read-spin`.
     pub sluice_read_spin: Option<Duration>,
+    /// `--sluice-tls-ca`.
+    pub sluice_tls_ca: Option<std::path::PathBuf>,
+    /// `--sluice-tls-server-name`.
+    pub sluice_tls_server_name: Option<String>,
 }
 
 /// A setting that cannot run.
@@ -177,6 +181,8 @@ pub struct RunConfig {
     pub in_flight_max: Option<u64>,
     /// The sluice client's read spin (zero: off, the client's default).
     pub sluice_read_spin: Duration,
+    /// TLS for sluice targets (`--sluice-tls-ca`).
+    pub sluice_tls: Option<sluice_client::tls::TlsConfig>,
 }
 
 /// `--messages` when neither it nor `--duration` is given.
@@ -318,9 +324,24 @@ impl RunConfig {
                 format_duration(SLUICE_READ_SPIN_MAX)
             ));
         }
+        let sluice_tls = match (spec.sluice_tls_ca, spec.sluice_tls_server_name) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return fail("--sluice-tls-server-name needs --sluice-tls-ca".into());
+            }
+            (Some(ca), name) => {
+                let tls = sluice_client::tls::TlsConfig::with_ca_file(&ca)
+                    .map_err(|e| ConfigError(format!("--sluice-tls-ca: {e}")))?;
+                Some(match name {
+                    Some(name) => tls.server_name(name),
+                    None => tls,
+                })
+            }
+        };
         Ok(RunConfig {
             in_flight_max,
             sluice_read_spin,
+            sluice_tls,
             workload,
             targets: spec.targets,
             passes,
@@ -505,6 +526,20 @@ mod tests {
                     ..spec()
                 },
                 "--sluice-read-spin",
+            ),
+            (
+                RunSpec {
+                    sluice_tls_server_name: Some("broker".into()),
+                    ..spec()
+                },
+                "--sluice-tls-server-name needs --sluice-tls-ca",
+            ),
+            (
+                RunSpec {
+                    sluice_tls_ca: Some("/nonexistent/sluice-ca.pem".into()),
+                    ..spec()
+                },
+                "--sluice-tls-ca",
             ),
             (
                 RunSpec {

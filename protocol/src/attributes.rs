@@ -183,7 +183,7 @@ impl AttributeUpdate {
             if !crate::is_valid_queue_name(&r.dead_letter_queue) {
                 return Err(WireError::new(
                     ErrorCode::InvalidArgument,
-                    "dead_letter_queue: not a valid queue name ([A-Za-z0-9_.-]{1,80})",
+                    "dead_letter_queue: not a valid queue name (1 to 80 of [A-Za-z0-9_.-], at most one {tag})",
                 ));
             }
             out.redrive = Some(r.clone());

@@ -55,8 +55,10 @@ pub enum DecodeError {
         /// The field.
         field: &'static str,
     },
-    /// A queue name (or prefix) breaks the syntax `[A-Za-z0-9_.-]{1,80}`.
-    #[error("{field} at byte {offset} is not a valid queue name ([A-Za-z0-9_.-]{{1,80}})")]
+    /// A queue name (or prefix) breaks the syntax (see [`QueueName`](crate::QueueName)).
+    #[error(
+        "{field} at byte {offset} is not a valid queue name (1 to 80 of [A-Za-z0-9_.-], at most one {{tag}})"
+    )]
     InvalidQueueName {
         /// Where the name starts.
         offset: usize,
@@ -103,6 +105,18 @@ pub enum DecodeError {
     /// The opcode names no operation of this kind (request or reply).
     #[error("unknown opcode {0:#04x}")]
     UnknownOpcode(u8),
+    /// The frame header's flags have a bit the opcode does not define.
+    #[error(
+        "flags {flags:#04x} of opcode {opcode:#04x}: bits {undefined:#04x} are not defined for it"
+    )]
+    UndefinedFlags {
+        /// The request's opcode.
+        opcode: u8,
+        /// The flags byte as received.
+        flags: u8,
+        /// The bits the opcode does not define.
+        undefined: u8,
+    },
 }
 
 impl DecodeError {
@@ -114,7 +128,8 @@ impl DecodeError {
             DecodeError::Truncated { .. }
             | DecodeError::TrailingBytes { .. }
             | DecodeError::InvalidValue { .. }
-            | DecodeError::InvalidUtf8 { .. } => ErrorCode::Malformed,
+            | DecodeError::InvalidUtf8 { .. }
+            | DecodeError::UndefinedFlags { .. } => ErrorCode::Malformed,
             DecodeError::InvalidQueueName { .. }
             | DecodeError::TooLong { .. }
             | DecodeError::InvalidArgument { .. } => ErrorCode::InvalidArgument,

@@ -54,11 +54,15 @@ pub enum ErrorCode {
     TooManyConnections = 0x0012,
     /// A bug in the server; the message says what. Does not close.
     Internal = 0x0013,
+    /// The server does not offer this request as it is configured
+    /// (`ADVANCE_CLOCK` on a server that runs on the real clock); nothing
+    /// changed. Does not close. (Protocol version 2.)
+    Unsupported = 0x0014,
 }
 
 impl ErrorCode {
     /// Every code, in wire order.
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::QueueNotFound,
         ErrorCode::QueueExists,
         ErrorCode::InvalidArgument,
@@ -78,6 +82,7 @@ impl ErrorCode {
         ErrorCode::ShuttingDown,
         ErrorCode::TooManyConnections,
         ErrorCode::Internal,
+        ErrorCode::Unsupported,
     ];
 
     /// The code's wire value.
@@ -129,6 +134,7 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "ShuttingDown",
             ErrorCode::TooManyConnections => "TooManyConnections",
             ErrorCode::Internal => "Internal",
+            ErrorCode::Unsupported => "Unsupported",
         }
     }
 }

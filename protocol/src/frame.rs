@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | 0 | 4 | `len`: u32 LE, bytes after this prefix (at least 6) |
 //! | 4 | 1 | opcode |
-//! | 5 | 1 | flags: reserved, senders write 0, receivers ignore |
+//! | 5 | 1 | flags: per opcode (see [`flags`]); bits a request does not define must be 0 |
 //! | 6 | 4 | request id: u32 LE |
 //! | 10 | `len - 6` | payload |
 //!
@@ -53,6 +53,8 @@ pub mod opcode {
     pub const PEEK: u8 = 0x25;
     /// `SERVER_STATS`.
     pub const SERVER_STATS: u8 = 0x30;
+    /// `ADVANCE_CLOCK`: move a manual clock forward (protocol version 2).
+    pub const ADVANCE_CLOCK: u8 = 0x31;
     /// HELLO's reply.
     pub const HELLO_REPLY: u8 = reply_to(HELLO);
     /// PING's reply.
@@ -83,13 +85,15 @@ pub mod opcode {
     pub const PEEK_REPLY: u8 = reply_to(PEEK);
     /// `SERVER_STATS`'s reply.
     pub const SERVER_STATS_REPLY: u8 = reply_to(SERVER_STATS);
+    /// `ADVANCE_CLOCK`'s reply.
+    pub const ADVANCE_CLOCK_REPLY: u8 = reply_to(ADVANCE_CLOCK);
     /// The bit set in every reply's opcode.
     pub const REPLY_BIT: u8 = 0x80;
     /// ERROR: the reply to any request that failed as a whole.
     pub const ERROR: u8 = 0xFF;
 
     /// Every reply opcode, ERROR last.
-    pub const REPLIES: [u8; 16] = [
+    pub const REPLIES: [u8; 17] = [
         HELLO_REPLY,
         PONG,
         CREATE_QUEUE_REPLY,
@@ -105,11 +109,12 @@ pub mod opcode {
         REDRIVE_REPLY,
         PEEK_REPLY,
         SERVER_STATS_REPLY,
+        ADVANCE_CLOCK_REPLY,
         ERROR,
     ];
 
     /// Every request opcode.
-    pub const REQUESTS: [u8; 15] = [
+    pub const REQUESTS: [u8; 16] = [
         HELLO,
         PING,
         CREATE_QUEUE,
@@ -125,6 +130,7 @@ pub mod opcode {
         REDRIVE,
         PEEK,
         SERVER_STATS,
+        ADVANCE_CLOCK,
     ];
 
     /// The opcode of the reply to request `op`.
@@ -153,6 +159,7 @@ pub mod opcode {
             REDRIVE => "REDRIVE",
             PEEK => "PEEK",
             SERVER_STATS => "SERVER_STATS",
+            ADVANCE_CLOCK => "ADVANCE_CLOCK",
             HELLO_REPLY => "HELLO_REPLY",
             PONG => "PONG",
             CREATE_QUEUE_REPLY => "CREATE_QUEUE_REPLY",
@@ -168,9 +175,29 @@ pub mod opcode {
             REDRIVE_REPLY => "REDRIVE_REPLY",
             PEEK_REPLY => "PEEK_REPLY",
             SERVER_STATS_REPLY => "SERVER_STATS_REPLY",
+            ADVANCE_CLOCK_REPLY => "ADVANCE_CLOCK_REPLY",
             ERROR => "ERROR",
             _ => return None,
         })
+    }
+}
+
+/// The bits of a frame's `flags` byte. Each is defined for one request
+/// opcode; a request with a bit its opcode does not define is `Malformed`.
+/// Replies carry 0.
+pub mod flags {
+    /// RECEIVE: bind the leases of the messages this receive delivers to the
+    /// connection, so that they are released at once when it closes
+    /// (protocol version 2).
+    pub const RECEIVE_BIND_LEASES: u8 = 0x01;
+
+    /// The flag bits request `op` defines.
+    #[must_use]
+    pub const fn defined(op: u8) -> u8 {
+        match op {
+            super::opcode::RECEIVE => RECEIVE_BIND_LEASES,
+            _ => 0,
+        }
     }
 }
 
@@ -182,7 +209,7 @@ pub const FRAME_OVERHEAD_BYTES: usize = FRAME_PREFIX_BYTES + FRAME_HEADER_BYTES;
 pub struct Frame {
     /// What the frame is (see [`opcode`]).
     pub opcode: u8,
-    /// Reserved flags: written as 0, ignored on receipt.
+    /// Per-opcode flags (see [`flags`]).
     pub flags: u8,
     /// Chosen by the client; a reply echoes its request's.
     pub request_id: u32,
@@ -221,11 +248,12 @@ fn frame_len(payload_len: usize) -> Result<u32, EncodeError> {
     )
 }
 
-/// Writes a frame's prefix and header for a payload of `payload_len` bytes
-/// (flags 0), after reserving room for the whole frame.
+/// Writes a frame's prefix and header for a payload of `payload_len` bytes,
+/// after reserving room for the whole frame.
 pub(crate) fn put_header(
     buf: &mut BytesMut,
     opcode: u8,
+    flags: u8,
     request_id: u32,
     payload_len: usize,
 ) -> Result<(), EncodeError> {
@@ -233,7 +261,7 @@ pub(crate) fn put_header(
     buf.reserve(FRAME_OVERHEAD_BYTES + payload_len);
     buf.put_u32_le(len);
     buf.put_u8(opcode);
-    buf.put_u8(0);
+    buf.put_u8(flags);
     buf.put_u32_le(request_id);
     Ok(())
 }

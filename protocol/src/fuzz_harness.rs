@@ -9,7 +9,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::frame::{FRAME_OVERHEAD_BYTES, Frame, FrameDecoder, opcode};
+use crate::frame::{FRAME_OVERHEAD_BYTES, Frame, FrameDecoder, flags, opcode};
 use crate::limits::FRAME_BYTES_MAX_DEFAULT;
 use crate::message::{ReceivedBatch, ReceivedMessage, SendBatch};
 use crate::reply::Reply;
@@ -19,11 +19,12 @@ use crate::request::Request;
 ///
 /// 1. the frame decoder over `data` as a byte stream, whole and then one
 ///    byte at a time, which must yield the same frames and the same error;
-/// 2. every frame's payload through [`Request::decode`] or [`Reply::decode`]
-///    (by its opcode), re-encoding what decodes and checking the bytes match
-///    the frame (flags written as 0);
-/// 3. `data` as a payload of every request and reply opcode, with the same
-///    round-trip check.
+/// 2. every frame (opcode, flags, payload) through [`Request::decode`] or
+///    [`Reply::decode`] (by its opcode), re-encoding what decodes and
+///    checking the bytes match the frame (a reply's flags written as 0);
+/// 3. `data` as a payload of every request and reply opcode, with flags 0
+///    and with every flag a request defines, with the same round-trip
+///    check.
 ///
 /// # Panics
 /// When a property above breaks: that is the finding.
@@ -39,32 +40,48 @@ pub fn decode_all(data: &[u8]) {
         "framing error depends on how bytes arrive"
     );
     for frame in &frames {
-        check_payload(frame.opcode, frame.request_id, &frame.payload);
+        check_frame(frame.opcode, frame.flags, frame.request_id, &frame.payload);
     }
     let payload = Bytes::copy_from_slice(data);
     for op in opcode::REQUESTS.iter().chain(opcode::REPLIES.iter()) {
         check_payload(*op, 0, &payload);
+        let defined = flags::defined(*op);
+        if defined != 0 {
+            check_frame(*op, defined, 0, &payload);
+        }
     }
 }
 
-/// Decodes `payload` as opcode `op` and, if it decodes, checks that it
-/// re-encodes to exactly the frame it came from.
+/// [`check_frame`] with flags 0.
 ///
 /// # Panics
 /// When the round trip or `encoded_len` is wrong.
 pub fn check_payload(op: u8, request_id: u32, payload: &Bytes) {
-    let mut expected = BytesMut::new();
-    let frame = Frame {
-        opcode: op,
-        flags: 0,
-        request_id,
-        payload: payload.clone(),
+    check_frame(op, 0, request_id, payload);
+}
+
+/// Decodes a frame of opcode `op` with header `frame_flags` and `payload`
+/// and, if it decodes, checks that it re-encodes to exactly the frame it
+/// came from (a reply with flags 0: replies define none).
+///
+/// # Panics
+/// When the round trip or `encoded_len` is wrong.
+pub fn check_frame(op: u8, frame_flags: u8, request_id: u32, payload: &Bytes) {
+    let framed = |f: u8| {
+        let mut expected = BytesMut::new();
+        let frame = Frame {
+            opcode: op,
+            flags: f,
+            request_id,
+            payload: payload.clone(),
+        };
+        frame.encode(&mut expected).ok().map(|()| expected)
     };
-    if frame.encode(&mut expected).is_err() {
+    let Some(expected) = framed(frame_flags) else {
         return;
-    }
+    };
     let mut out = BytesMut::new();
-    if let Ok(request) = Request::decode(op, payload.clone()) {
+    if let Ok(request) = Request::decode(op, frame_flags, payload.clone()) {
         assert_eq!(request.opcode(), op);
         assert!(
             request.encode(request_id, &mut out).is_ok(),
@@ -76,7 +93,11 @@ pub fn check_payload(op: u8, request_id: u32, payload: &Bytes) {
             "encoded_len of {request:?}"
         );
         assert_eq!(out, expected, "request round trip of {request:?}");
-        let again = Request::decode(op, out.split_off(FRAME_OVERHEAD_BYTES).freeze());
+        let again = Request::decode(
+            op,
+            request.flags(),
+            out.split_off(FRAME_OVERHEAD_BYTES).freeze(),
+        );
         assert_eq!(again.as_ref(), Ok(&request));
         if let Request::Send(send) = &request {
             // The borrowed views must see exactly what the validator accepted.
@@ -89,6 +110,9 @@ pub fn check_payload(op: u8, request_id: u32, payload: &Bytes) {
         }
     }
     out.clear();
+    let Some(expected) = framed(0) else {
+        return;
+    };
     if let Ok(reply) = Reply::decode(op, payload.clone()) {
         assert_eq!(reply.opcode(), op);
         assert!(

@@ -32,7 +32,7 @@
 //! let mut decoder = FrameDecoder::new(1 << 20);
 //! let frame = decoder.decode(&mut wire).unwrap().expect("a whole frame");
 //! assert_eq!(frame.request_id, 7);
-//! let decoded = Request::decode(frame.opcode, frame.payload).unwrap();
+//! let decoded = Request::decode(frame.opcode, frame.flags, frame.payload).unwrap();
 //! assert_eq!(decoded, request);
 //! // Entries are borrowed views of the frame: no copy, no allocation.
 //! let Request::Send(send) = decoded else { unreachable!() };
@@ -66,7 +66,7 @@ pub use attributes::{AttributeUpdate, Backoff, QueueAttributes, QueueStats, Redr
 pub use batch::{Batch, BatchEntry, BatchIter};
 pub use codec::{DecodeError, EncodeError, Reader, SliceReader};
 pub use error::{ErrorCode, WireError};
-pub use frame::{Frame, FrameDecoder, FrameError, opcode};
+pub use frame::{Frame, FrameDecoder, FrameError, flags, opcode};
 pub use message::{
     AttributesRef, MessageAttributes, PeekedMessage, ReceivedBatch, ReceivedMessage,
     ReceivedMessageRef, SendBatch, SendEntry, SendEntryRef, SendOutcome, VisibilityChange,
@@ -82,7 +82,8 @@ pub use request::{
     Request, SendRequest,
 };
 
-/// Whether `name` is a valid queue name: `[A-Za-z0-9_.-]{1,80}`.
+/// Whether `name` is a valid queue name: 1 to 80 of `[A-Za-z0-9_.-]`, with
+/// at most one `{tag}` (see [`QueueName`]).
 #[must_use]
 pub fn is_valid_queue_name(name: &str) -> bool {
     name::is_valid_name_bytes(name.as_bytes())

@@ -4,8 +4,13 @@
 //! client's own limits are tied to these by compile-time checks of theirs.
 
 /// Protocol version spoken by this crate. HELLO carries it; a server refuses
-/// versions it does not speak with `UnsupportedVersion`.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// versions it does not speak with `UnsupportedVersion`. Version 2 added the
+/// HELLO's session timeout, RECEIVE's flag that binds leases to the
+/// connection, and `ADVANCE_CLOCK`.
+pub const PROTOCOL_VERSION: u16 = 2;
+/// The oldest protocol version a server of this crate still speaks: a
+/// version-1 HELLO (no session timeout) is answered as before.
+pub const PROTOCOL_VERSION_MIN: u16 = 1;
 
 /// Bytes of the length prefix that starts every frame.
 pub const FRAME_PREFIX_BYTES: usize = 4;
@@ -23,7 +28,7 @@ pub const FRAME_BYTES_MAX_LIMIT: u32 = 64 * 1024 * 1024;
 /// one RECEIVE or PEEK.
 pub const BATCH_ENTRIES_MAX: usize = 1024;
 
-/// Queue names: `[A-Za-z0-9_.-]{1,80}`.
+/// Queue names: 1 to 80 of `[A-Za-z0-9_.-]`, with at most one `{tag}`.
 pub const QUEUE_NAME_BYTES_MAX: usize = 80;
 /// Dedup keys: 1 to 128 bytes.
 pub const DEDUP_KEY_BYTES_MAX: usize = 128;
@@ -35,6 +40,14 @@ pub const MESSAGE_ATTRIBUTES_BYTES_MAX: usize = 4 * 1024;
 pub const AUTH_TOKEN_BYTES_MAX: usize = 1024;
 /// Bytes of an error message in an error reply.
 pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
+
+/// Shortest session timeout a HELLO may ask for (0 asks for none).
+pub const SESSION_TIMEOUT_MS_MIN: u32 = 100;
+/// Longest session timeout a HELLO may ask for (1 h).
+pub const SESSION_TIMEOUT_MS_MAX: u32 = 60 * 60 * 1000;
+/// Most one `ADVANCE_CLOCK` moves a manual clock (366 days: past the
+/// longest retention, with room).
+pub const ADVANCE_CLOCK_MS_MAX: u64 = 366 * 24 * 60 * 60 * 1000;
 
 /// Framing bytes of one SEND entry beyond its body, dedup key and attributes.
 pub const SEND_ENTRY_OVERHEAD_BYTES: usize = 10;
@@ -88,6 +101,10 @@ pub const BACKOFF_MAX_MS_MAX: u32 = 12 * HOUR_MS;
 const _: () = assert!(SEND_ENTRY_OVERHEAD_BYTES <= 16);
 const _: () = assert!(RECEIVE_ENTRY_OVERHEAD_BYTES <= 64);
 const _: () = assert!(FRAME_BYTES_MAX_BEFORE_HELLO <= FRAME_BYTES_MAX_DEFAULT);
+const _: () = assert!(PROTOCOL_VERSION_MIN <= PROTOCOL_VERSION);
+const _: () =
+    assert!(0 < SESSION_TIMEOUT_MS_MIN && SESSION_TIMEOUT_MS_MIN <= SESSION_TIMEOUT_MS_MAX);
+const _: () = assert!(ADVANCE_CLOCK_MS_MAX >= RETENTION_MS_MAX as u64);
 const _: () = assert!(FRAME_BYTES_MAX_DEFAULT <= FRAME_BYTES_MAX_LIMIT);
 const _: () = assert!(BATCH_ENTRIES_MAX <= u16::MAX as usize);
 const _: () = assert!(QUEUE_NAME_BYTES_MAX <= u8::MAX as usize);

@@ -9,7 +9,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::codec::{DecodeError, Reader};
 
-/// A queue name, `[A-Za-z0-9_.-]{1,80}`. Decoded names share the frame's
+/// A queue name: 1 to 80 bytes of `[A-Za-z0-9_.-]`, which may also hold one
+/// hash tag, `{` then 1 or more of `[A-Za-z0-9_.-]` then `}` (`{orders}`,
+/// `{orders}.dlq`, `eu.{orders}.v2`): clients that spread queues over
+/// several brokers place a name by its tag alone ([`QueueName::hash_key`]).
+/// Decoded names share the frame's
 /// buffer; the syntax is checked on every construction, so a `QueueName` is
 /// always valid. It hashes, compares and borrows as its `str`, so maps keyed
 /// by `QueueName` can be searched with a `&str`.
@@ -18,14 +22,16 @@ pub struct QueueName(Bytes);
 
 /// A string that is not a valid queue name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("not a valid queue name: names are 1 to 80 of [A-Za-z0-9_.-]")]
+#[error(
+    "not a valid queue name: names are 1 to 80 of [A-Za-z0-9_.-], with at most one {{tag}} of them"
+)]
 pub struct InvalidQueueName;
 
 impl QueueName {
     /// A name from a string, copied.
     ///
     /// # Errors
-    /// [`InvalidQueueName`] unless `name` matches `[A-Za-z0-9_.-]{1,80}`.
+    /// [`InvalidQueueName`] unless `name` is a valid name (see the type).
     pub fn new(name: &str) -> Result<QueueName, InvalidQueueName> {
         if crate::is_valid_queue_name(name) {
             Ok(QueueName(Bytes::copy_from_slice(name.as_bytes())))
@@ -43,7 +49,7 @@ impl QueueName {
     pub const fn from_static(name: &'static str) -> QueueName {
         assert!(
             is_valid_name_bytes(name.as_bytes()),
-            "not a valid queue name: names are 1 to 80 of [A-Za-z0-9_.-]"
+            "not a valid queue name: names are 1 to 80 of [A-Za-z0-9_.-], with at most one {{tag}}"
         );
         QueueName(Bytes::from_static(name.as_bytes()))
     }
@@ -51,7 +57,7 @@ impl QueueName {
     /// A name from bytes, without copying.
     ///
     /// # Errors
-    /// [`InvalidQueueName`] unless the bytes match `[A-Za-z0-9_.-]{1,80}`.
+    /// [`InvalidQueueName`] unless the bytes are a valid name (see the type).
     pub fn from_bytes(bytes: Bytes) -> Result<QueueName, InvalidQueueName> {
         if is_valid_name_bytes(&bytes) {
             Ok(QueueName(bytes))
@@ -66,6 +72,14 @@ impl QueueName {
         // Every constructor checked that the bytes are ASCII, so this never
         // falls back to the empty string.
         core::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    /// What places the queue on one of several brokers: the tag between
+    /// `{` and `}` if the name has one, else the whole name. See
+    /// [`hash_key`].
+    #[must_use]
+    pub fn hash_key(&self) -> &str {
+        hash_key(self.as_str())
     }
 
     /// The name's bytes, shared.
@@ -104,24 +118,66 @@ impl QueueName {
     }
 }
 
-/// Whether `b` is a valid queue name's bytes.
+/// Whether `b` is a valid queue name's bytes: 1 to 80 of `[A-Za-z0-9_.-]`
+/// with at most one `{tag}`, the tag 1 or more of the same bytes.
 pub(crate) const fn is_valid_name_bytes(b: &[u8]) -> bool {
     if b.is_empty() || b.len() > crate::limits::QUEUE_NAME_BYTES_MAX {
         return false;
     }
+    // Where the tag's `{` is (None: not yet seen), and whether it closed.
+    let mut open: Option<usize> = None;
+    let mut closed = false;
     let mut i = 0;
     while i < b.len() {
-        if !is_name_byte(b[i]) {
+        let c = b[i];
+        if c == b'{' {
+            if open.is_some() {
+                return false;
+            }
+            open = Some(i);
+        } else if c == b'}' {
+            match open {
+                // `{}` (an empty tag), `}` before `{`, a second `}`.
+                Some(at) if !closed && i > at + 1 => closed = true,
+                _ => return false,
+            }
+        } else if !is_plain_name_byte(c) {
             return false;
         }
         i += 1;
     }
-    true
+    open.is_none() || closed
 }
 
-/// Whether `c` may appear in a queue name.
-pub(crate) const fn is_name_byte(c: u8) -> bool {
+/// Whether `c` may appear in a queue name outside the braces of its tag.
+pub(crate) const fn is_plain_name_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-')
+}
+
+/// Whether `c` may appear in a queue name or a prefix of one (`LIST_QUEUES`).
+pub(crate) const fn is_name_byte(c: u8) -> bool {
+    is_plain_name_byte(c) || matches!(c, b'{' | b'}')
+}
+
+/// What places queue `name` on one of several brokers: the tag between its
+/// `{` and `}` if it has one, else the whole name. Queues that share a tag
+/// (`{orders}`, `{orders}.dlq`) share a broker.
+///
+/// ```
+/// use sluice_protocol::name::hash_key;
+/// assert_eq!(hash_key("{orders}.dlq"), "orders");
+/// assert_eq!(hash_key("eu.{orders}"), "orders");
+/// assert_eq!(hash_key("orders.dlq"), "orders.dlq");
+/// ```
+#[must_use]
+pub fn hash_key(name: &str) -> &str {
+    if let Some(open) = name.find('{')
+        && let Some(len) = name[open + 1..].find('}')
+        && len > 0
+    {
+        return &name[open + 1..open + 1 + len];
+    }
+    name
 }
 
 impl Deref for QueueName {
@@ -236,6 +292,40 @@ mod tests {
             QueueName::from_bytes(Bytes::from_static(b"q\0")),
             Err(InvalidQueueName)
         );
+    }
+
+    #[test]
+    fn one_tag_may_be_written_in_braces() {
+        for ok in ["{orders}", "{orders}.dlq", "eu.{orders}.v2", "{a}", "x{y}"] {
+            assert!(QueueName::new(ok).is_ok(), "{ok}");
+        }
+        let bad = [
+            "{}", "{", "}", "}a{", "{a", "a}", "{a}{b}", "{a}}", "{{a}", "{a b}", "{a}.{b}",
+        ];
+        for bad in bad {
+            assert_eq!(QueueName::new(bad), Err(InvalidQueueName), "{bad}");
+        }
+        // Braces count against the 80 bytes like any other.
+        assert!(QueueName::new(&format!("{{{}}}", "a".repeat(78))).is_ok());
+        assert!(QueueName::new(&format!("{{{}}}", "a".repeat(79))).is_err());
+    }
+
+    #[test]
+    fn the_hash_key_is_the_tag_or_the_whole_name() {
+        assert_eq!(QueueName::from_static("{orders}").hash_key(), "orders");
+        assert_eq!(QueueName::from_static("{orders}.dlq").hash_key(), "orders");
+        assert_eq!(
+            QueueName::from_static("eu.{orders}.v2").hash_key(),
+            "orders"
+        );
+        assert_eq!(QueueName::from_static("orders").hash_key(), "orders");
+        assert_eq!(
+            QueueName::from_static("orders.dlq").hash_key(),
+            "orders.dlq"
+        );
+        // Strings that are not names still get a key, the whole string.
+        assert_eq!(hash_key("{}"), "{}");
+        assert_eq!(hash_key("a{"), "a{");
     }
 
     #[test]

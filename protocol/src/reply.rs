@@ -283,6 +283,14 @@ pub enum Reply {
     },
     /// `0xB0` `SERVER_STATS` reply.
     ServerStats(ServerStatsReply),
+    /// `0xB1` `ADVANCE_CLOCK` reply: the manual clock after the advance.
+    AdvanceClock {
+        /// Manual time since the server started: every advance so far.
+        elapsed_ms: u64,
+        /// The wall-clock time the broker now stamps messages with (Unix
+        /// ms).
+        wall_ms: u64,
+    },
     /// `0xFF` ERROR: the request failed as a whole. Messages above 1,024
     /// bytes are cut (at a character boundary) when encoded.
     Error(WireError),
@@ -331,6 +339,7 @@ impl Reply {
             Reply::Redrive { .. } => opcode::REDRIVE,
             Reply::Peek { .. } => opcode::PEEK,
             Reply::ServerStats(_) => opcode::SERVER_STATS,
+            Reply::AdvanceClock { .. } => opcode::ADVANCE_CLOCK,
             Reply::Error(_) => return opcode::ERROR,
         };
         opcode::reply_to(request)
@@ -355,7 +364,7 @@ impl Reply {
             Reply::Delete { results } | Reply::ChangeVisibility { results } => {
                 2 + 2 * results.len()
             }
-            Reply::Redrive { .. } => 16,
+            Reply::Redrive { .. } | Reply::AdvanceClock { .. } => 16,
             Reply::Peek { messages } => {
                 2 + messages
                     .iter()
@@ -439,7 +448,7 @@ impl Reply {
     }
 
     fn encode_inner(&self, request_id: u32, buf: &mut BytesMut) -> Result<(), EncodeError> {
-        put_header(buf, self.opcode(), request_id, self.payload_len())?;
+        put_header(buf, self.opcode(), 0, request_id, self.payload_len())?;
         match self {
             Reply::Hello(h) => {
                 buf.put_u16_le(h.version);
@@ -508,6 +517,13 @@ impl Reply {
                     put_string_u8(buf, &c.name, "counter name")?;
                     buf.put_u64_le(c.value);
                 }
+            }
+            Reply::AdvanceClock {
+                elapsed_ms,
+                wall_ms,
+            } => {
+                buf.put_u64_le(*elapsed_ms);
+                buf.put_u64_le(*wall_ms);
             }
             Reply::Error(e) => {
                 let message = error_message(&e.message);
@@ -630,6 +646,10 @@ impl Reply {
                     counters,
                 })
             }
+            opcode::ADVANCE_CLOCK_REPLY => Reply::AdvanceClock {
+                elapsed_ms: r.u64("elapsed_ms")?,
+                wall_ms: r.u64("wall_ms")?,
+            },
             opcode::ERROR => {
                 let code_offset = r.offset();
                 let Err(code) = read_status(&mut r, "code")? else {

@@ -5,8 +5,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::attributes::AttributeUpdate;
 use crate::codec::{DecodeError, EncodeError, Reader, capacity_for, len_u16};
-use crate::frame::{opcode, put_header};
-use crate::limits::{AUTH_TOKEN_BYTES_MAX, BATCH_ENTRIES_MAX};
+use crate::frame::{flags, opcode, put_header};
+use crate::limits::{ADVANCE_CLOCK_MS_MAX, AUTH_TOKEN_BYTES_MAX, BATCH_ENTRIES_MAX};
 use crate::message::{SendBatch, SendEntry, USE_QUEUE_DEFAULT, VisibilityChange};
 use crate::name::{QueueName, is_name_byte};
 use crate::receipt::{RECEIPT_BYTES, Receipt};
@@ -18,6 +18,31 @@ pub struct HelloRequest {
     pub version: u16,
     /// Auth token (at most 1 KiB); empty when the client has none.
     pub token: Bytes,
+    /// The session timeout the client asks for, in ms: the server closes
+    /// the connection once it has been silent (no request, no PING) this
+    /// long. 0 asks for none. On the wire from version 2 on; a version-1
+    /// HELLO has no such field (it decodes as 0, and is encoded without
+    /// it).
+    pub session_timeout_ms: u32,
+}
+
+impl HelloRequest {
+    /// A HELLO of the current version presenting `token` (empty: none),
+    /// without a session timeout.
+    #[must_use]
+    pub fn new(token: Bytes) -> HelloRequest {
+        HelloRequest {
+            version: crate::limits::PROTOCOL_VERSION,
+            token,
+            session_timeout_ms: 0,
+        }
+    }
+
+    /// Whether this HELLO's version carries the session timeout field.
+    #[must_use]
+    pub fn has_session_timeout_field(&self) -> bool {
+        self.version >= 2
+    }
 }
 
 /// `CREATE_QUEUE` (and, with the same layout, `SET_QUEUE`).
@@ -65,6 +90,11 @@ pub struct ReceiveRequest {
     pub visibility_timeout_ms: Option<u32>,
     /// Long-poll wait; `None` uses the queue's.
     pub wait_ms: Option<u32>,
+    /// Bind the leases of the delivered messages to the connection: when it
+    /// closes, those still current are released at once. Carried in the
+    /// frame header's flags ([`flags::RECEIVE_BIND_LEASES`]), protocol
+    /// version 2.
+    pub bind_leases: bool,
 }
 
 /// DELETE: a batch of 1 to 1,024 receipts.
@@ -145,6 +175,13 @@ pub enum Request {
     },
     /// `0x30` `SERVER_STATS`.
     ServerStats,
+    /// `0x31` `ADVANCE_CLOCK`: move a server's manual clock forward (a
+    /// server on the real clock refuses it with `Unsupported`).
+    AdvanceClock {
+        /// How far, in ms (0 ..= [`ADVANCE_CLOCK_MS_MAX`]; 0 reads the
+        /// clock).
+        by_ms: u64,
+    },
 }
 
 /// Bytes of one `CHANGE_VISIBILITY` entry.
@@ -170,6 +207,16 @@ impl Request {
             Request::Redrive { .. } => opcode::REDRIVE,
             Request::Peek { .. } => opcode::PEEK,
             Request::ServerStats => opcode::SERVER_STATS,
+            Request::AdvanceClock { .. } => opcode::ADVANCE_CLOCK,
+        }
+    }
+
+    /// The flags of the request's frame header (see [`flags`]).
+    #[must_use]
+    pub fn flags(&self) -> u8 {
+        match self {
+            Request::Receive(r) if r.bind_leases => flags::RECEIVE_BIND_LEASES,
+            _ => 0,
         }
     }
 
@@ -190,7 +237,8 @@ impl Request {
             Request::Hello(_)
             | Request::Ping { .. }
             | Request::ListQueues { .. }
-            | Request::ServerStats => None,
+            | Request::ServerStats
+            | Request::AdvanceClock { .. } => None,
         }
     }
 
@@ -198,8 +246,10 @@ impl Request {
     #[must_use]
     pub fn payload_len(&self) -> usize {
         match self {
-            Request::Hello(h) => 2 + 2 + h.token.len(),
-            Request::Ping { .. } => 8,
+            Request::Hello(h) => {
+                2 + 2 + h.token.len() + if h.has_session_timeout_field() { 4 } else { 0 }
+            }
+            Request::Ping { .. } | Request::AdvanceClock { .. } => 8,
             Request::CreateQueue(r) | Request::SetQueue(r) => {
                 r.queue.encoded_len() + r.attributes.encoded_len()
             }
@@ -225,7 +275,7 @@ impl Request {
         crate::frame::FRAME_OVERHEAD_BYTES + self.payload_len()
     }
 
-    /// Writes the whole frame (prefix, header with flags 0, payload):
+    /// Writes the whole frame (prefix, header with [`Self::flags`], payload):
     /// exactly [`Self::encoded_len`] bytes. Limits the decoder enforces (batch
     /// sizes, token and prefix lengths) are not checked here, so a client can
     /// send what a server must refuse; only values that do not fit their wire
@@ -244,12 +294,21 @@ impl Request {
     }
 
     fn encode_inner(&self, request_id: u32, buf: &mut BytesMut) -> Result<(), EncodeError> {
-        put_header(buf, self.opcode(), request_id, self.payload_len())?;
+        put_header(
+            buf,
+            self.opcode(),
+            self.flags(),
+            request_id,
+            self.payload_len(),
+        )?;
         match self {
             Request::Hello(h) => {
                 buf.put_u16_le(h.version);
                 buf.put_u16_le(len_u16(h.token.len(), "token")?);
                 buf.put_slice(&h.token);
+                if h.has_session_timeout_field() {
+                    buf.put_u32_le(h.session_timeout_ms);
+                }
             }
             Request::Ping { nonce } => buf.put_u64_le(*nonce),
             Request::CreateQueue(r) | Request::SetQueue(r) => {
@@ -303,15 +362,17 @@ impl Request {
                 buf.put_u16_le(*max_messages);
             }
             Request::ServerStats => {}
+            Request::AdvanceClock { by_ms } => buf.put_u64_le(*by_ms),
         }
         Ok(())
     }
 
-    /// Decodes a request's payload. Bodies, dedup keys and the token share
-    /// `payload`'s buffer.
+    /// Decodes a request from its frame's opcode, header flags and payload.
+    /// Bodies, dedup keys and the token share `payload`'s buffer.
     ///
     /// # Errors
     /// [`DecodeError`]: `UnknownOpcode` for an opcode that is not a request;
+    /// `UndefinedFlags` for a flag bit the opcode does not define;
     /// structural violations (queue name syntax, batch counts, dedup key and
     /// attribute limits, token length) and malformed or trailing bytes.
     /// [`DecodeError::code`] gives the error reply's code.
@@ -319,7 +380,15 @@ impl Request {
         clippy::too_many_lines,
         reason = "one arm per opcode, each the layout of its request"
     )]
-    pub fn decode(opcode: u8, payload: Bytes) -> Result<Request, DecodeError> {
+    pub fn decode(opcode: u8, frame_flags: u8, payload: Bytes) -> Result<Request, DecodeError> {
+        let undefined = frame_flags & !flags::defined(opcode);
+        if undefined != 0 && opcode::REQUESTS.contains(&opcode) {
+            return Err(DecodeError::UndefinedFlags {
+                opcode,
+                flags: frame_flags,
+                undefined,
+            });
+        }
         let mut r = Reader::new(payload);
         let request = match opcode {
             opcode::HELLO => {
@@ -334,9 +403,19 @@ impl Request {
                         max: AUTH_TOKEN_BYTES_MAX,
                     });
                 }
+                let token = r.bytes(len, "token")?;
+                // Version 1 ends here; version 2 (and the layout a server
+                // of this crate assumes for any later one, which it refuses
+                // before decoding) adds the session timeout.
+                let session_timeout_ms = if version >= 2 {
+                    r.u32("session_timeout_ms")?
+                } else {
+                    0
+                };
                 Request::Hello(HelloRequest {
                     version,
-                    token: r.bytes(len, "token")?,
+                    token,
+                    session_timeout_ms,
                 })
             }
             opcode::PING => Request::Ping {
@@ -373,6 +452,7 @@ impl Request {
                     visibility_timeout_ms: (visibility_timeout_ms != USE_QUEUE_DEFAULT)
                         .then_some(visibility_timeout_ms),
                     wait_ms: (wait_ms != USE_QUEUE_DEFAULT).then_some(wait_ms),
+                    bind_leases: frame_flags & flags::RECEIVE_BIND_LEASES != 0,
                 })
             }
             opcode::DELETE => {
@@ -414,6 +494,18 @@ impl Request {
                 }
             }
             opcode::SERVER_STATS => Request::ServerStats,
+            opcode::ADVANCE_CLOCK => {
+                let offset = r.offset();
+                let by_ms = r.u64("by_ms")?;
+                if by_ms > ADVANCE_CLOCK_MS_MAX {
+                    return Err(DecodeError::InvalidArgument {
+                        offset,
+                        field: "by_ms",
+                        reason: "above 31,622,400,000 ms (366 days)",
+                    });
+                }
+                Request::AdvanceClock { by_ms }
+            }
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;
@@ -460,7 +552,7 @@ mod tests {
     use crate::error::ErrorCode;
 
     fn decode(op: u8, payload: &[u8]) -> Result<Request, DecodeError> {
-        Request::decode(op, Bytes::copy_from_slice(payload))
+        Request::decode(op, 0, Bytes::copy_from_slice(payload))
     }
 
     #[test]
@@ -528,7 +620,7 @@ mod tests {
         let err = decode(opcode::DELETE_QUEUE, b"\x03a b").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "queue at byte 1 is not a valid queue name ([A-Za-z0-9_.-]{1,80})"
+            "queue at byte 1 is not a valid queue name (1 to 80 of [A-Za-z0-9_.-], at most one {tag})"
         );
     }
 
@@ -576,9 +668,125 @@ mod tests {
             max_messages: 10,
             visibility_timeout_ms: None,
             wait_ms: Some(5),
+            bind_leases: true,
         });
         req.encode(7, &mut buf).unwrap();
         assert_eq!(buf.len(), 4 + req.encoded_len());
+    }
+
+    #[test]
+    fn a_receive_binds_its_leases_by_a_header_flag() {
+        let mut p = vec![1, b'q'];
+        p.extend_from_slice(&3u16.to_le_bytes());
+        p.extend_from_slice(&USE_QUEUE_DEFAULT.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        let payload = Bytes::from(p);
+        let bound = Request::decode(opcode::RECEIVE, flags::RECEIVE_BIND_LEASES, payload.clone());
+        let Ok(Request::Receive(r)) = &bound else {
+            panic!("{bound:?}")
+        };
+        assert!(r.bind_leases);
+        assert_eq!(bound.as_ref().unwrap().flags(), flags::RECEIVE_BIND_LEASES);
+        let Ok(Request::Receive(r)) = Request::decode(opcode::RECEIVE, 0, payload.clone()) else {
+            panic!()
+        };
+        assert!(!r.bind_leases);
+        // Any other bit, on RECEIVE or on a request that defines none, is
+        // refused as Malformed.
+        for (op, f, body) in [
+            (opcode::RECEIVE, 0x02, payload.clone()),
+            (opcode::RECEIVE, 0x81, payload),
+            (
+                opcode::PING,
+                flags::RECEIVE_BIND_LEASES,
+                Bytes::from(vec![0; 8]),
+            ),
+            (opcode::SERVER_STATS, 0x40, Bytes::new()),
+        ] {
+            let err = Request::decode(op, f, body).unwrap_err();
+            assert!(matches!(err, DecodeError::UndefinedFlags { .. }), "{err}");
+            assert_eq!(err.code(), ErrorCode::Malformed);
+        }
+        // An unknown opcode stays UnknownOperation, whatever its flags.
+        assert_eq!(
+            Request::decode(0x7e, 0xff, Bytes::new()).unwrap_err(),
+            DecodeError::UnknownOpcode(0x7e)
+        );
+    }
+
+    #[test]
+    fn hello_layouts_by_version() {
+        // Version 1: version, token; no session timeout.
+        let v1 = decode(opcode::HELLO, &[1, 0, 2, 0, b'a', b'b']).unwrap();
+        let Request::Hello(h) = &v1 else { panic!() };
+        assert_eq!(
+            (h.version, &h.token[..], h.session_timeout_ms),
+            (1, &b"ab"[..], 0)
+        );
+        assert_eq!(v1.payload_len(), 6);
+        assert_eq!(
+            decode(opcode::HELLO, &[1, 0, 0, 0, 0x10, 0x27, 0, 0]).unwrap_err(),
+            DecodeError::TrailingBytes {
+                offset: 4,
+                count: 4
+            }
+        );
+        // Version 2: the session timeout follows the token.
+        let v2 = decode(opcode::HELLO, &[2, 0, 0, 0, 0x10, 0x27, 0, 0]).unwrap();
+        let Request::Hello(h) = &v2 else { panic!() };
+        assert_eq!((h.version, h.session_timeout_ms), (2, 10_000));
+        let mut out = BytesMut::new();
+        v2.encode(1, &mut out).unwrap();
+        assert_eq!(&out[10..], &[2, 0, 0, 0, 0x10, 0x27, 0, 0]);
+        for short in [&[2u8, 0, 0, 0][..], &[2, 0, 0, 0, 0x10, 0x27, 0]] {
+            let err = decode(opcode::HELLO, short).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    DecodeError::Truncated {
+                        field: "session_timeout_ms",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert_eq!(err.code(), ErrorCode::Malformed);
+        }
+        assert_eq!(
+            decode(opcode::HELLO, &[2, 0, 0, 0, 0, 0, 0, 0, 9]).unwrap_err(),
+            DecodeError::TrailingBytes {
+                offset: 8,
+                count: 1
+            }
+        );
+    }
+
+    #[test]
+    fn advance_clock_is_bounded() {
+        let max = ADVANCE_CLOCK_MS_MAX.to_le_bytes();
+        assert_eq!(
+            decode(opcode::ADVANCE_CLOCK, &max),
+            Ok(Request::AdvanceClock {
+                by_ms: ADVANCE_CLOCK_MS_MAX
+            })
+        );
+        let over = (ADVANCE_CLOCK_MS_MAX + 1).to_le_bytes();
+        let err = decode(opcode::ADVANCE_CLOCK, &over).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument);
+        assert!(err.to_string().contains("by_ms"), "{err}");
+        assert_eq!(
+            decode(opcode::ADVANCE_CLOCK, &[1, 2, 3])
+                .unwrap_err()
+                .code(),
+            ErrorCode::Malformed
+        );
+        assert_eq!(
+            decode(opcode::ADVANCE_CLOCK, &[0; 9]).unwrap_err(),
+            DecodeError::TrailingBytes {
+                offset: 8,
+                count: 1
+            }
+        );
     }
 
     #[test]

@@ -69,6 +69,7 @@ fn main() {
             max_messages: BATCH as u16,
             visibility_timeout_ms: None,
             wait_ms: Some(0),
+            bind_leases: false,
         });
         let built = region.change().allocations as u64;
         let region = Region::new(GLOBAL);

@@ -111,6 +111,7 @@ fn main() {
             max_messages: BATCH as u16,
             visibility_timeout_ms: Some(LEASE_MS),
             wait_ms: Some(0),
+            bind_leases: false,
         });
         match shard.submit(ticket, op, now_ns, WALL_MS) {
             Some(OpResult::Received(m)) if !m.is_empty() => {

@@ -37,10 +37,20 @@
 //!   CPUs 0 and 1, which the driver then shares). Messages deleted per
 //!   second.
 //!
+//! - `tls` (only when asked for: `--only tls`): the same broker without
+//!   and with TLS (rustls; a CA and server certificate made at start, in a
+//!   temporary folder), through the native blocking client, in one run:
+//!   PING round trips (p50, p99), the plain and the TLS server taking turns
+//!   request by request; then end to end, one producer connection keeping
+//!   `--window` SENDs of `--batch` x `--size` bytes in flight and one
+//!   consumer connection receiving (up to `--batch`, long poll) and
+//!   deleting each batch, at most `--backlog` messages sent and not yet
+//!   deleted, `--e2e-messages` in all: messages deleted per second.
+//!
 //! ```text
 //! cargo build --release -p sluice-broker --bin sluice-server
 //! cargo build --release -p sluice-benches --bin server_bench
-//! ./target/release/server_bench [--quick] [--only send,e2e,rtt,client,shards] ...
+//! ./target/release/server_bench [--quick] [--only send,e2e,rtt,client,shards,tls] ...
 //! ```
 
 use std::io::{self, Read, Write};
@@ -56,7 +66,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 use sluice_broker::io::pin_current_thread;
+use sluice_broker::testing::TestPki;
 use sluice_client::ClientConfig;
+use sluice_client::tls::TlsConfig;
 use sluice_protocol::limits::PROTOCOL_VERSION;
 use sluice_protocol::{
     AttributeUpdate, DeleteRequest, Frame, FrameDecoder, HelloRequest, QueueAttributesRequest,
@@ -133,7 +145,7 @@ const USAGE: &str = "usage: server_bench [--quick] [--server PATH] [--passes N] 
 [--size BYTES] [--window N] [--receives N] [--backlog N] [--send-messages N] [--e2e-messages N] \
 [--send-conns 1,2] [--rounds N] [--warmup-rounds N] [--client-threads N] [--client-requests N] \
 [--client-spin-us N] [--producers N] [--consumers N] [--server-cpu C] [--client-cpu C] \
-[--only send,e2e,rtt,client,shards] [--io uring,epoll] \
+[--only send,e2e,rtt,client,shards,tls] [--io uring,epoll] \
 [--connect HOST:PORT]";
 
 impl Args {
@@ -247,8 +259,10 @@ impl Args {
             return Err("counts must be positive, --batch at most 1024".into());
         }
         for o in &args.only {
-            if !["send", "e2e", "rtt", "client", "shards"].contains(&o.as_str()) {
-                return Err(format!("--only {o}: use send, e2e, rtt, client or shards"));
+            if !["send", "e2e", "rtt", "client", "shards", "tls"].contains(&o.as_str()) {
+                return Err(format!(
+                    "--only {o}: use send, e2e, rtt, client, shards or tls"
+                ));
             }
         }
         if args.connect.is_some() {
@@ -256,8 +270,10 @@ impl Args {
             // strace, say): `--io` only labels the figures.
             args.passes = 1;
             args.ios.truncate(1);
-            if args.only.iter().any(|o| o == "shards") {
-                return Err("--connect cannot run `shards` (it starts its own servers)".into());
+            if args.only.iter().any(|o| o == "shards" || o == "tls") {
+                return Err(
+                    "--connect cannot run `shards` or `tls` (they start their own servers)".into(),
+                );
             }
         } else if !args.server.exists() {
             return Err(format!(
@@ -292,7 +308,7 @@ fn target(args: &Args, io: Io) -> Res<Target> {
     if let Some(addr) = args.connect {
         return Ok(Target { _child: None, addr });
     }
-    let child = ServerProc::start(args, io, 1, &args.server_cpu.to_string())?;
+    let child = ServerProc::start(args, io, 1, &args.server_cpu.to_string(), &[])?;
     Ok(Target {
         addr: child.addr,
         _child: Some(child),
@@ -300,7 +316,7 @@ fn target(args: &Args, io: Io) -> Res<Target> {
 }
 
 impl ServerProc {
-    fn start(args: &Args, io: Io, shards: usize, cpus: &str) -> Res<ServerProc> {
+    fn start(args: &Args, io: Io, shards: usize, cpus: &str, extra: &[String]) -> Res<ServerProc> {
         // Port 0 would leave us guessing the port: take a free one first.
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -314,6 +330,7 @@ impl ServerProc {
             .args(["--shards", &shards.to_string(), "--io", io.flag()])
             .args(["--listen", &addr.to_string()])
             .args(["--metrics-addr", "off", "--log", "warn"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -375,6 +392,7 @@ impl Client {
         let hello = Request::Hello(HelloRequest {
             version: PROTOCOL_VERSION,
             token: Bytes::new(),
+            session_timeout_ms: 0,
         });
         match c.call(&hello)? {
             Reply::Hello(h) => c.shard = h.shard,
@@ -500,6 +518,7 @@ fn receive_frame(max: usize) -> Res<Bytes> {
         max_messages: u16::try_from(max).map_err(|e| e.to_string())?,
         visibility_timeout_ms: None,
         wait_ms: Some(RECEIVE_WAIT_MS),
+        bind_leases: false,
     });
     let mut buf = BytesMut::new();
     req.encode(0, &mut buf).map_err(|e| e.to_string())?;
@@ -770,7 +789,7 @@ fn bench_shards(args: &Args, io: Io, shards: usize) -> Res<Rate> {
             .collect::<Vec<_>>()
             .join(",")
     };
-    let server = ServerProc::start(args, io, shards, &cpus)?;
+    let server = ServerProc::start(args, io, shards, &cpus, &[])?;
     let shards16 = u16::try_from(shards).map_err(|e| e.to_string())?;
     let mut pipes = Vec::new();
     let mut placed = Vec::new();
@@ -1234,6 +1253,141 @@ impl Latency {
     }
 }
 
+// ----- TLS next to plain text ---------------------------------------------------------
+
+/// A server without TLS or with it, and a blocking native client on it.
+fn tls_client(addr: SocketAddr, pki: Option<&TestPki>) -> Res<sluice_client::Client> {
+    let mut config = ClientConfig::new(addr.to_string());
+    if let Some(pki) = pki {
+        let tls = TlsConfig::with_ca_file(pki.ca_pem()).map_err(|e| format!("TLS CA: {e}"))?;
+        config = config.tls(tls);
+    }
+    sluice_client::Client::connect(config).map_err(|e| format!("Client on {addr}: {e}"))
+}
+
+fn tls_server(args: &Args, io: Io, pki: Option<&TestPki>) -> Res<ServerProc> {
+    let extra = pki.map(TestPki::server_args).unwrap_or_default();
+    ServerProc::start(args, io, 1, &args.server_cpu.to_string(), &extra)
+}
+
+/// PING round trips through the blocking client to a plain and a TLS
+/// server at once, taking turns request by request: (plain, TLS).
+fn bench_tls_ping(args: &Args, io: Io, pki: &TestPki) -> Res<(Latency, Latency)> {
+    let plain = tls_server(args, io, None)?;
+    let tls = tls_server(args, io, Some(pki))?;
+    let clients = [
+        tls_client(plain.addr, None)?,
+        tls_client(tls.addr, Some(pki))?,
+    ];
+    let mut hists = [new_histogram()?, new_histogram()?];
+    for round in 0..args.warmup_rounds + args.rounds {
+        for (c, h) in clients.iter().zip(&mut hists) {
+            let rtt = c.ping().map_err(|e| format!("PING: {e}"))?;
+            if round >= args.warmup_rounds {
+                h.record(u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX).max(1))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    Ok((Latency::of(&hists[0]), Latency::of(&hists[1])))
+}
+
+/// End to end through the blocking client on two connections: a producer
+/// with `--window` SENDs in flight, a consumer receiving and deleting each
+/// batch, at most `--backlog` messages sent and not deleted. Messages
+/// deleted per second, from the first send to the last delete.
+fn bench_tls_e2e(args: &Args, io: Io, pki: Option<&TestPki>) -> Res<f64> {
+    use std::collections::VecDeque;
+    use std::sync::atomic::AtomicU64;
+
+    let server = tls_server(args, io, pki)?;
+    let producer = tls_client(server.addr, pki)?;
+    let consumer = tls_client(server.addr, pki)?;
+    producer
+        .create_queue(QUEUE, &AttributeUpdate::default())
+        .map_err(|e| format!("create: {e}"))?;
+    let total = args.e2e_messages.max(args.batch as u64);
+    let batches = total.div_ceil(args.batch as u64);
+    let total = batches * args.batch as u64;
+    let entries: Vec<SendEntry> = (0..args.batch)
+        .map(|_| SendEntry::new(Bytes::from(vec![b'x'; args.size])))
+        .collect();
+    let deleted = AtomicU64::new(0);
+    let started = Instant::now();
+    thread::scope(|s| -> Res<()> {
+        let deleted = &deleted;
+        let consumer = s.spawn(move || -> Res<()> {
+            let options =
+                sluice_client::ReceiveOptions::new(u16::try_from(args.batch).unwrap_or(u16::MAX))
+                    .wait(Duration::from_millis(u64::from(RECEIVE_WAIT_MS)));
+            let mut idle = 0;
+            while deleted.load(Ordering::Acquire) < total {
+                let got = consumer
+                    .receive(QUEUE, options)
+                    .map_err(|e| format!("receive: {e}"))?;
+                if got.is_empty() {
+                    idle += 1;
+                    if idle > 30 {
+                        return Err("no message for 30 long polls".into());
+                    }
+                    continue;
+                }
+                idle = 0;
+                let receipts: Vec<_> = got.iter().map(|m| m.receipt).collect();
+                for r in consumer
+                    .delete_batch(QUEUE, &receipts)
+                    .map_err(|e| format!("delete: {e}"))?
+                {
+                    r.map_err(|e| format!("delete entry: {e}"))?;
+                }
+                deleted.fetch_add(receipts.len() as u64, Ordering::AcqRel);
+            }
+            Ok(())
+        });
+        let mut in_flight = VecDeque::new();
+        let mut sent = 0u64;
+        let wait_one = |q: &mut VecDeque<sluice_client::PendingReply<_>>| -> Res<()> {
+            if let Some(p) = q.pop_front() {
+                let results: Vec<sluice_client::Result<_>> =
+                    p.wait().map_err(|e| format!("send: {e}"))?;
+                for r in results {
+                    r.map_err(|e| format!("send entry: {e}"))?;
+                }
+            }
+            Ok(())
+        };
+        for _ in 0..batches {
+            while in_flight.len() >= args.window {
+                wait_one(&mut in_flight)?;
+            }
+            // Bounded backlog: wait for the consumer (bounded by its own
+            // 30 idle long polls, after which it fails and ends).
+            while sent.saturating_sub(deleted.load(Ordering::Acquire)) > args.backlog
+                && !consumer.is_finished()
+            {
+                if in_flight.is_empty() {
+                    thread::yield_now();
+                } else {
+                    wait_one(&mut in_flight)?;
+                }
+            }
+            in_flight.push_back(
+                producer
+                    .start_send_batch(QUEUE, &entries)
+                    .map_err(|e| format!("send: {e}"))?,
+            );
+            sent += args.batch as u64;
+        }
+        while !in_flight.is_empty() {
+            wait_one(&mut in_flight)?;
+        }
+        consumer
+            .join()
+            .map_err(|_| "the consumer thread panicked".to_string())?
+    })?;
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
 // ----- the run ----------------------------------------------------------------------
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -1336,6 +1490,22 @@ fn run_pass(args: &Args, t: &mut Table) -> Res<()> {
             req_line(t, format!("client {} threads+spin", io.flag()), r);
             let r = bench_client_tasks(args, io)?;
             req_line(t, format!("client {} tasks", io.flag()), r);
+        }
+    }
+    if args.runs("tls") {
+        let pki = TestPki::generate();
+        for &io in &args.ios {
+            let (plain, tls) = bench_tls_ping(args, io, &pki)?;
+            lat_line(t, &format!("PING {} plain", io.flag()), plain);
+            lat_line(t, &format!("PING {} TLS", io.flag()), tls);
+            for (name, pki) in [("plain", None), ("TLS", Some(&pki))] {
+                let rate = bench_tls_e2e(args, io, pki)?;
+                println!(
+                    "  {:<34} {rate:>12.0} msg/s",
+                    format!("client e2e {} {name}", io.flag())
+                );
+                t.push(format!("client e2e {} {name}", io.flag()), rate);
+            }
         }
     }
     if args.runs("shards") {
@@ -1489,6 +1659,32 @@ fn summary(args: &Args, t: &Table) {
              req/s ({ec:.2} us CPU/req) | reported | | |",
             args.client_threads
         );
+    }
+    if args.runs("tls") {
+        println!(
+            "\nTLS next to plain text (native blocking client; median of {} pass(es)):",
+            args.passes
+        );
+        println!("| figure | io | plain | TLS | TLS / plain |");
+        println!("|---|---|---:|---:|---:|");
+        for &io in &args.ios {
+            let io = io.flag();
+            let pair = |name: &dyn Fn(&str) -> String| {
+                (
+                    t.median(&name("plain")).unwrap_or(f64::NAN),
+                    t.median(&name("TLS")).unwrap_or(f64::NAN),
+                )
+            };
+            let (p, s) = pair(&|k| format!("client e2e {io} {k}"));
+            println!(
+                "| send + receive + delete, msg/s | {io} | {p:.0} | {s:.0} | {:.2} |",
+                s / p
+            );
+            for q in ["p50", "p99"] {
+                let (p, s) = pair(&|k| format!("PING {io} {k} {q}"));
+                println!("| PING {q}, us | {io} | {p:.1} | {s:.1} | {:.2} |", s / p);
+            }
+        }
     }
     if args.runs("shards") {
         for shards in [1, 2] {

@@ -54,6 +54,10 @@ struct Args {
     /// Keep running further seeds until this many seconds have passed.
     #[arg(long, value_name = "SECONDS")]
     duration: Option<u64>,
+    /// Clients bind some receives' leases to their connection and release
+    /// them when they disconnect.
+    #[arg(long)]
+    bound_leases: bool,
 }
 
 #[cfg(not(sluice_loom))]
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
                 seed,
                 shards,
                 steps: args.steps,
+                bound_leases: args.bound_leases,
             };
             let t = Instant::now();
             match sim::run(&config) {
@@ -81,8 +86,9 @@ fn main() -> ExitCode {
                     let c = &report.counts;
                     println!(
                         "seed {seed} shards {shards}: {} steps ok in {:.1}s ({} ms virtual): \
-                         {} sent, {} delivered ({} again), {} deleted, {} released, {} busy, \
-                         {} stale, {} gone, {} disconnects, {} dropped by retention, {} wiped",
+                         {} sent, {} delivered ({} again), {} deleted, {} released, \
+                         {} bound leases current at a disconnect, {} busy, {} stale, {} gone, \
+                         {} disconnects, {} dropped by retention, {} wiped",
                         config.steps,
                         t.elapsed().as_secs_f64(),
                         report.virtual_ms,
@@ -91,6 +97,7 @@ fn main() -> ExitCode {
                         c.redeliveries,
                         c.deleted,
                         c.released,
+                        c.abandoned,
                         c.busy,
                         c.stale,
                         c.gone,

@@ -57,6 +57,15 @@ pub enum Op {
     Delete(DeleteRequest),
     /// Change the lease of 1 ..= 1024 deliveries.
     ChangeVisibility(ChangeVisibilityRequest),
+    /// Release the leases of 1 ..= 1024 deliveries whose connection closed
+    /// (their leases were bound to it): each one still current and running
+    /// ends at once as a release would (the queue's backoff applies, the
+    /// `released` counter moves) and is reported as
+    /// [`LeaseOutcome::Abandoned`]; one that ran out already is left as it
+    /// is. Per-entry results as a change of visibility's
+    /// ([`OpResult::VisibilityChanged`]): `Ok` for a current receipt,
+    /// `StaleReceipt`, `Gone` or `InvalidReceipt` otherwise.
+    Abandon(DeleteRequest),
     /// Move up to `max_messages` visible messages of a dead-letter queue back to the
     /// queues they came from.
     Redrive {
@@ -135,6 +144,9 @@ pub enum LeaseOutcome {
     Released,
     /// The visibility timeout passed: the message is delivered again.
     Expired,
+    /// Released because the connection the lease was bound to closed
+    /// ([`Op::Abandon`]).
+    Abandoned,
 }
 
 /// Told by the owner shard how its leases end, for metrics. Called on the

@@ -1,7 +1,8 @@
 //! loom models of the lease races, where the shards meet (a forwarded delete
 //! or change of visibility against the owner's expiry and redelivery, a
-//! steal against the owner's own receive, a long-poll wake-up against a
-//! waiter leaving), on the
+//! closing connection's release of its bound leases against a forwarded
+//! delete and against the owner's expiry, a steal against the owner's own
+//! receive, a long-poll wake-up against a waiter leaving), on the
 //! production types: two real [`Shard`]s sharing one [`Registry`], wired by
 //! the real ring-and-doorbell mesh, each driven by its own thread.
 //!
@@ -125,11 +126,20 @@ fn receive_op(wait_ms: u32) -> Op {
         max_messages: 1,
         visibility_timeout_ms: None,
         wait_ms: Some(wait_ms),
+        bind_leases: false,
     })
 }
 
 fn delete_op(receipt: Receipt) -> Op {
     Op::Delete(DeleteRequest {
+        queue: queue(),
+        receipts: vec![receipt],
+    })
+}
+
+/// What a session submits for a bound lease when its connection closes.
+fn abandon_op(receipt: Receipt) -> Op {
+    Op::Abandon(DeleteRequest {
         queue: queue(),
         receipts: vec![receipt],
     })
@@ -410,6 +420,162 @@ fn loom_forwarded_change_visibility_vs_expiry() {
         "change before expiry",
         "change after expiry, before redelivery",
         "redelivery first",
+    ]);
+}
+
+/// A connection on the owner (shard 0) closes holding a bound lease, so its
+/// session asks its engine to release it, while a consumer on shard 1
+/// deletes the same delivery (forwarded to the owner), and the owner's own
+/// consumer receives right after the release. One winner: the delete (the
+/// release finds the message gone), or the release (the message is
+/// visible again, then deleted by the late delete if nobody received it
+/// yet, or received again, when the delete is stale and the new lease
+/// untouched). Never lost, never two valid leases.
+#[test]
+fn loom_bound_release_vs_forwarded_delete() {
+    let outcomes = Outcomes::default();
+    let seen = outcomes.clone();
+    run(move || {
+        let attrs = AttributeUpdate {
+            visibility_timeout_ms: Some(60_000),
+            ..AttributeUpdate::default()
+        };
+        let (mut a, mut b) = two_shards(&attrs);
+        send_one(&mut a, 1, T0);
+        let r1 = receive_now(&mut a, 2, T0)[0].receipt;
+        assert_eq!(r1.shard, 0);
+        let t = T0 + 10 * MS;
+
+        let consumer = spawn(move || {
+            assert!(
+                b.submit(3, delete_op(r1), t, WALL_MS).is_none(),
+                "forwarded"
+            );
+            b.poll(t, WALL_MS);
+            b
+        });
+        a.poll(t, WALL_MS);
+        let release = receipt_result(
+            a.submit(4, abandon_op(r1), t, WALL_MS)
+                .expect("a receipt of this shard completes at once"),
+        );
+        a.poll(t, WALL_MS);
+        let again = receive_now(&mut a, 5, t);
+        a.poll(t, WALL_MS);
+        let mut b = consumer.join().expect("shard 1");
+
+        settle(&mut a, &mut b, t);
+        let delete = receipt_result(result_of(&mut b, 3, None));
+        let stats = check_all(&mut a, &mut b);
+        let held = a.messages();
+        match (release, delete) {
+            (Err(ErrorCode::Gone), Ok(())) => {
+                assert!(again.is_empty() && held.is_empty());
+                assert_eq!((stats.deleted, stats.released), (1, 0));
+                seen.saw("delete first");
+            }
+            (Ok(()), Ok(())) => {
+                assert!(again.is_empty(), "deleted, yet delivered again");
+                assert!(held.is_empty());
+                assert_eq!((stats.deleted, stats.released), (1, 1));
+                seen.saw("release, then the delete");
+            }
+            (Ok(()), Err(ErrorCode::StaleReceipt)) => {
+                assert_eq!(again.len(), 1);
+                assert_eq!(again[0].delivery(), 2);
+                assert_eq!(held.len(), 1);
+                assert_eq!(held[0].state, MessageState::InFlight);
+                assert_eq!(held[0].delivery, 2);
+                assert_eq!((stats.deleted, stats.released), (0, 1));
+                // The old receipt stays stale; the new one holds the lease.
+                assert_eq!(delete_now(&mut a, 6, r1, t), Err(ErrorCode::StaleReceipt));
+                assert_eq!(delete_now(&mut a, 7, again[0].receipt, t), Ok(()));
+                seen.saw("release, redelivery, then a stale delete");
+            }
+            other => panic!("release and delete: {other:?}"),
+        }
+        let stats = check_all(&mut a, &mut b);
+        assert_eq!((stats.sent, stats.deleted), (1, 1), "{stats:?}");
+        assert!(a.messages().is_empty() && b.messages().is_empty());
+    });
+    outcomes.assert_reached(&[
+        "delete first",
+        "release, then the delete",
+        "release, redelivery, then a stale delete",
+    ]);
+}
+
+/// A consumer on shard 1 took the owner's message by a steal and bound its
+/// lease; its connection closes (the release is forwarded to the owner,
+/// shard 0) while the owner's lease of it expires and the owner's own
+/// consumer receives it again. Whatever the order, the owner's consumer
+/// gets the message once, under the only valid lease: released at once
+/// (the release came first), released by the expiry (the release then
+/// finds it visible and does nothing), or redelivered (the release is
+/// stale and leaves the new lease alone).
+#[test]
+fn loom_bound_release_vs_expiry_on_the_owner() {
+    let outcomes = Outcomes::default();
+    let seen = outcomes.clone();
+    run(move || {
+        let attrs = AttributeUpdate {
+            visibility_timeout_ms: Some(1000),
+            ..AttributeUpdate::default()
+        };
+        let (mut a, mut b) = two_shards(&attrs);
+        send_one(&mut a, 1, T0);
+        let pending = b.submit(2, receive_op(0), T0, WALL_MS);
+        settle(&mut a, &mut b, T0);
+        let first = received(result_of(&mut b, 2, pending));
+        let r1 = first[0].receipt;
+        assert_eq!(r1.shard, 0, "the owner leased it for shard 1");
+        let expiry = T0 + 1000 * MS;
+
+        let closing = spawn(move || {
+            let immediate = b.submit(3, abandon_op(r1), T0 + 500 * MS, WALL_MS);
+            assert!(immediate.is_none(), "forwarded to the owner");
+            b.poll(T0 + 500 * MS, WALL_MS);
+            b
+        });
+        a.poll(expiry - MS, WALL_MS);
+        a.poll(expiry, WALL_MS);
+        let again = receive_now(&mut a, 4, expiry);
+        a.poll(expiry, WALL_MS);
+        let mut b = closing.join().expect("shard 1");
+
+        settle(&mut a, &mut b, expiry);
+        let release = receipt_result(result_of(&mut b, 3, None));
+        let stats = check_all(&mut a, &mut b);
+        assert_eq!(
+            again.len(),
+            1,
+            "the message is back for the owner's consumer"
+        );
+        assert_eq!(again[0].delivery(), 2);
+        let held = a.messages();
+        assert_eq!(held.len(), 1, "neither lost nor doubled");
+        assert_eq!(held[0].state, MessageState::InFlight);
+        assert_eq!(held[0].delivery, 2);
+        assert_eq!(stats.released + stats.redelivered, 1, "{stats:?}");
+        seen.saw(match (release, stats.released) {
+            (Ok(()), 1) => "released before the expiry",
+            (Ok(()), _) => "expired first, the release found nothing to do",
+            (Err(ErrorCode::StaleReceipt), _) => "redelivered first, the release is stale",
+            other => panic!("release: {other:?}"),
+        });
+        // One valid lease: the old receipt is stale, the new one deletes.
+        assert_eq!(
+            delete_now(&mut a, 5, r1, expiry),
+            Err(ErrorCode::StaleReceipt)
+        );
+        assert_eq!(delete_now(&mut a, 6, again[0].receipt, expiry), Ok(()));
+        let stats = check_all(&mut a, &mut b);
+        assert_eq!((stats.sent, stats.deleted), (1, 1), "{stats:?}");
+    });
+    outcomes.assert_reached(&[
+        "released before the expiry",
+        "expired first, the release found nothing to do",
+        "redelivered first, the release is stale",
     ]);
 }
 

@@ -490,6 +490,16 @@ pub struct OpenFilesLimit {
 /// Raises the process's soft open-files limit (`RLIMIT_NOFILE`) to its hard
 /// limit, as a server with many connections wants. A soft limit already at
 /// the hard one is left alone.
+/// The open-files limit (`RLIMIT_NOFILE`) now: (soft, hard).
+pub fn open_files_limit() -> io::Result<(u64, u64)> {
+    sys::open_files_limit()
+}
+
+/// Memory page size and clock ticks per second, as `/proc` counts them.
+pub fn proc_units() -> (u64, u64) {
+    (sys::page_size() as u64, sys::clock_ticks_per_second())
+}
+
 pub fn raise_open_files_limit() -> io::Result<OpenFilesLimit> {
     let (before, hard) = sys::open_files_limit()?;
     if before < hard {

@@ -359,6 +359,13 @@ pub(crate) fn page_size() -> usize {
         .unwrap_or(4096)
 }
 
+/// Clock ticks per second (`USER_HZ`), the unit of `/proc` CPU times.
+pub(crate) fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf takes no pointers.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100)
+}
+
 /// `epoll_create1(EPOLL_CLOEXEC)`.
 pub(crate) fn epoll_create() -> io::Result<OwnedFd> {
     // SAFETY: takes no pointers.

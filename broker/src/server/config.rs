@@ -39,6 +39,7 @@ use sluice_protocol::limits as wire;
 
 use self::memory::MemoryLimit;
 use self::units::{format_bytes, format_duration, parse_bytes, parse_duration};
+use super::tls::{TlsError, TlsSettings};
 
 pub use super::limits::{
     CONFIG_FILE_BYTES_MAX, CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT, CPU_INDEX_LIMIT,
@@ -95,6 +96,26 @@ impl fmt::Display for IoChoice {
             IoChoice::Auto => "auto",
             IoChoice::Uring => "uring",
             IoChoice::Epoll => "epoll",
+        })
+    }
+}
+
+/// The clock the broker's engine runs on (`--clock`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum ClockChoice {
+    /// The real clocks.
+    #[default]
+    Real,
+    /// A clock that stands still until an `ADVANCE_CLOCK` request (or the
+    /// test server's `advance`) moves it: for tests.
+    Manual,
+}
+
+impl fmt::Display for ClockChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClockChoice::Real => "real",
+            ClockChoice::Manual => "manual",
         })
     }
 }
@@ -226,6 +247,11 @@ fn parse_time(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
 }
 
+fn parse_clock(s: &str) -> Result<ClockChoice, String> {
+    ClockChoice::from_str(s.trim(), true)
+        .map_err(|_| format!("`{s}` is not a clock: use real or manual"))
+}
+
 fn parse_io(s: &str) -> Result<IoChoice, String> {
     IoChoice::from_str(s.trim(), true)
         .map_err(|_| format!("`{s}` is not an io backend: use auto, uring or epoll"))
@@ -283,10 +309,32 @@ pub struct Settings {
     #[arg(long, env = "SLUICE_IO", value_name = "BACKEND", value_parser = parse_io)]
     pub io: Option<IoChoice>,
 
+    /// The broker's clock: real, or manual (for tests: it stands still
+    /// until an ADVANCE_CLOCK request moves it; leases, delays and
+    /// retention end only then) [default: real].
+    #[arg(long, env = "SLUICE_CLOCK", value_name = "real|manual", value_parser = parse_clock)]
+    pub clock: Option<ClockChoice>,
+
     /// File holding the auth token every client must present, up to 1024
     /// bytes; trailing line ends are trimmed [default: no token].
     #[arg(long, env = "SLUICE_AUTH_TOKEN_FILE", value_name = "PATH")]
     pub auth_token_file: Option<PathBuf>,
+
+    /// PEM certificate chain (the server's own first): clients must
+    /// connect with TLS. Needs --tls-key [default: plain text].
+    #[arg(long, env = "SLUICE_TLS_CERT", value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1) [default:
+    /// none, plain text].
+    #[arg(long, env = "SLUICE_TLS_KEY", value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA certificates: every client must present a certificate that
+    /// chains to one of them. Needs --tls-cert [default: no client
+    /// certificates].
+    #[arg(long, env = "SLUICE_TLS_CLIENT_CA", value_name = "PATH")]
+    pub tls_client_ca: Option<PathBuf>,
 
     /// Allow a non-loopback --listen address without an auth token
     /// [default: false].
@@ -382,12 +430,16 @@ pub struct Settings {
 }
 
 /// The keys a config file may hold: the flag names with underscores.
-pub const CONFIG_FILE_KEYS: [&str; 21] = [
+pub const CONFIG_FILE_KEYS: [&str; 25] = [
     "listen",
     "shards",
     "cpus",
     "io",
+    "clock",
     "auth_token_file",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
     "insecure",
     "metrics_addr",
     "max_connections",
@@ -447,7 +499,11 @@ impl Settings {
             shards: self.shards.or(lower.shards),
             cpus: self.cpus.or(lower.cpus),
             io: self.io.or(lower.io),
+            clock: self.clock.or(lower.clock),
             auth_token_file: self.auth_token_file.or(lower.auth_token_file),
+            tls_cert: self.tls_cert.or(lower.tls_cert),
+            tls_key: self.tls_key.or(lower.tls_key),
+            tls_client_ca: self.tls_client_ca.or(lower.tls_client_ca),
             insecure: self.insecure.or(lower.insecure),
             metrics_addr: self.metrics_addr.or(lower.metrics_addr),
             max_connections: self.max_connections.or(lower.max_connections),
@@ -468,8 +524,8 @@ impl Settings {
     }
 
     /// Reads a config file: at most [`CONFIG_FILE_BYTES_MAX`] bytes of TOML.
-    /// A relative `auth_token_file` in it is taken relative to the file's
-    /// folder.
+    /// A relative `auth_token_file`, `tls_cert`, `tls_key` or
+    /// `tls_client_ca` in it is taken relative to the file's folder.
     pub fn from_file(path: &Path) -> Result<Settings, ConfigError> {
         let read_error = |source| ConfigError::ReadConfigFile {
             path: path.to_owned(),
@@ -487,9 +543,15 @@ impl Settings {
             });
         }
         let mut settings = Settings::from_toml(&text, path)?;
-        for file in [&mut settings.auth_token_file, &mut settings.snapshot]
-            .into_iter()
-            .flatten()
+        for file in [
+            &mut settings.auth_token_file,
+            &mut settings.tls_cert,
+            &mut settings.tls_key,
+            &mut settings.tls_client_ca,
+            &mut settings.snapshot,
+        ]
+        .into_iter()
+        .flatten()
         {
             if file.is_relative() {
                 if let Some(folder) = path.parent() {
@@ -550,24 +612,12 @@ impl Settings {
             "shards" => self.shards = with(value, parse_count)?,
             "cpus" => self.cpus = with(value, parse_cpus)?,
             "io" => self.io = with(value, parse_io)?,
-            "auth_token_file" => match value {
-                toml::Value::String(s) => self.auth_token_file = Some(PathBuf::from(s)),
-                other => {
-                    return Err(KeyProblem::Value(format!(
-                        "expected a path in a string, found a {}",
-                        other.type_str()
-                    )));
-                }
-            },
-            "snapshot" => match value {
-                toml::Value::String(s) => self.snapshot = Some(PathBuf::from(s)),
-                other => {
-                    return Err(KeyProblem::Value(format!(
-                        "expected a path in a string, found a {}",
-                        other.type_str()
-                    )));
-                }
-            },
+            "clock" => self.clock = with(value, parse_clock)?,
+            "auth_token_file" => self.auth_token_file = Some(toml_path(value)?),
+            "tls_cert" => self.tls_cert = Some(toml_path(value)?),
+            "tls_key" => self.tls_key = Some(toml_path(value)?),
+            "tls_client_ca" => self.tls_client_ca = Some(toml_path(value)?),
+            "snapshot" => self.snapshot = Some(toml_path(value)?),
             "insecure" => match value {
                 toml::Value::Boolean(b) => self.insecure = Some(*b),
                 other => {
@@ -600,6 +650,16 @@ impl Settings {
 enum KeyProblem {
     Unknown,
     Value(String),
+}
+
+fn toml_path(value: &toml::Value) -> Result<PathBuf, KeyProblem> {
+    match value {
+        toml::Value::String(s) => Ok(PathBuf::from(s)),
+        other => Err(KeyProblem::Value(format!(
+            "expected a path in a string, found a {}",
+            other.type_str()
+        ))),
+    }
 }
 
 /// What the host offers, for the defaults that depend on it.
@@ -737,8 +797,12 @@ pub struct Config {
     pub cpus: CpuPlacement,
     /// Kernel interface.
     pub io: IoChoice,
+    /// The engine's clock.
+    pub clock: ClockChoice,
     /// Token clients must present, if any.
     pub auth_token: Option<AuthToken>,
+    /// TLS, when `--tls-cert` and `--tls-key` are given.
+    pub tls: Option<TlsSettings>,
     /// Whether `--insecure` was given (a non-loopback listen address without
     /// a token is then allowed).
     pub insecure: bool,
@@ -899,6 +963,21 @@ pub enum ConfigError {
         /// `--unsent-bytes-max`, formatted.
         unsent: String,
     },
+    /// `--tls-key` without `--tls-cert`, or the other way round, or
+    /// `--tls-client-ca` without them.
+    #[error(
+        "{given} needs {missing}: TLS takes a certificate chain and its key \
+         (--tls-cert and --tls-key), and --tls-client-ca only adds client certificates to them"
+    )]
+    TlsIncomplete {
+        /// The setting given.
+        given: &'static str,
+        /// The one missing.
+        missing: &'static str,
+    },
+    /// A TLS file that cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// A non-loopback listen address without a token or `--insecure`.
     #[error(
         "refusing to listen on {listen} without an auth token: anyone who can reach it could \
@@ -1143,6 +1222,28 @@ impl Config {
             .as_deref()
             .map(AuthToken::read)
             .transpose()?;
+        let tls = match (s.tls_cert, s.tls_key, s.tls_client_ca) {
+            (Some(cert), Some(key), ca) => Some(TlsSettings::load(cert, key, ca)?),
+            (None, None, None) => None,
+            (Some(_), None, _) => {
+                return Err(ConfigError::TlsIncomplete {
+                    given: "--tls-cert",
+                    missing: "--tls-key",
+                });
+            }
+            (None, Some(_), _) => {
+                return Err(ConfigError::TlsIncomplete {
+                    given: "--tls-key",
+                    missing: "--tls-cert",
+                });
+            }
+            (None, None, Some(_)) => {
+                return Err(ConfigError::TlsIncomplete {
+                    given: "--tls-client-ca",
+                    missing: "--tls-cert and --tls-key",
+                });
+            }
+        };
         let insecure = s.insecure.unwrap_or(false);
         if auth_token.is_none() && !insecure && !listen.ip().to_canonical().is_loopback() {
             return Err(ConfigError::InsecureListen {
@@ -1156,7 +1257,9 @@ impl Config {
             shards,
             cpus,
             io: s.io.unwrap_or(IoChoice::Auto),
+            clock: s.clock.unwrap_or_default(),
             auth_token,
+            tls,
             insecure,
             metrics,
             connections_max,
@@ -1207,6 +1310,7 @@ impl fmt::Display for Config {
         writeln!(f, "shards = {}", self.shards)?;
         writeln!(f, "cpus = {}", quoted(&self.cpus.to_string()))?;
         writeln!(f, "io = {}", quoted(&self.io.to_string()))?;
+        writeln!(f, "clock = {}", quoted(&self.clock.to_string()))?;
         match &self.auth_token {
             Some(token) => writeln!(
                 f,
@@ -1215,6 +1319,17 @@ impl fmt::Display for Config {
                 token.bytes.len()
             )?,
             None => writeln!(f, "# auth_token_file: none, clients need no token")?,
+        }
+        match &self.tls {
+            Some(tls) => {
+                writeln!(f, "tls_cert = {}", quoted(&tls.cert.to_string_lossy()))?;
+                writeln!(f, "tls_key = {}", quoted(&tls.key.to_string_lossy()))?;
+                match &tls.client_ca {
+                    Some(ca) => writeln!(f, "tls_client_ca = {}", quoted(&ca.to_string_lossy()))?,
+                    None => writeln!(f, "# tls_client_ca: none, clients need no certificate")?,
+                }
+            }
+            None => writeln!(f, "# tls_cert: none, clients connect in plain text")?,
         }
         writeln!(f, "insecure = {}", self.insecure)?;
         match self.metrics {

@@ -8,7 +8,7 @@ use sluice_protocol::{ErrorCode, ReceivedBatch, Reply, Request};
 use crate::engine::{EntryError, Op, OpResult};
 
 /// Where a request goes: to the engine as an operation, or to the session,
-/// which answers HELLO, PING and `SERVER_STATS` itself.
+/// which answers HELLO, PING, `SERVER_STATS` and `ADVANCE_CLOCK` itself.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Route {
     /// An engine operation.
@@ -22,6 +22,11 @@ pub enum Route {
     },
     /// `SERVER_STATS`.
     ServerStats,
+    /// `ADVANCE_CLOCK`: move the server's manual clock.
+    AdvanceClock {
+        /// How far, in ms.
+        by_ms: u64,
+    },
 }
 
 /// Where `request` goes.
@@ -54,6 +59,7 @@ pub fn route(request: Request) -> Route {
         Request::Hello(_) => return Route::Hello,
         Request::Ping { nonce } => return Route::Ping { nonce },
         Request::ServerStats => return Route::ServerStats,
+        Request::AdvanceClock { by_ms } => return Route::AdvanceClock { by_ms },
     })
 }
 

@@ -100,6 +100,10 @@ pub const DRAIN_QUIET_NS: u64 = 100_000_000;
 /// Time a closing connection has to take its last replies before it is
 /// closed at once (a peer that never reads would hold it forever).
 pub const CLOSE_FLUSH_TIMEOUT_NS: u64 = 5_000_000_000;
+/// Leases a connection keeps bound (RECEIVE with the bind flag) at most;
+/// past it the older half loses its binding. About 56 bytes each, so at
+/// most about 1 MiB per connection, below its unsent-reply allowance.
+pub const BOUND_LEASES_MAX: usize = 16_384;
 
 // ----- a shard's loop -------------------------------------------------------------
 
@@ -137,6 +141,9 @@ pub const METRICS_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const METRICS_LINGER_TIMEOUT: Duration = Duration::from_millis(500);
 /// Bytes read and discarded after a reply, at most.
 pub const METRICS_LINGER_BYTES_MAX: usize = 64 * 1024;
+/// Metrics connections served at once, each on its own short-lived thread;
+/// one more is answered 503 at once and closed.
+pub const METRICS_CONNECTIONS_MAX: usize = 16;
 
 // ----- what a server sets up ----------------------------------------------------
 

@@ -34,7 +34,8 @@ mod http;
 pub use exposition::{Family, MetricType, PromWriter};
 pub use histogram::{
     HistogramReader, HistogramSnapshot, LATENCY_BUCKET_BOUNDS_NANOS, LATENCY_BUCKETS,
-    LatencyHistogram,
+    LatencyHistogram, REQUEST_BUCKET_BOUNDS, REQUEST_BUCKET_BOUNDS_NANOS, REQUEST_BUCKETS,
+    request_bucket_of,
 };
 pub use http::{MetricsServer, MetricsServerOptions, MetricsSource};
 

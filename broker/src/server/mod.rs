@@ -40,26 +40,34 @@
 //! |---|---|
 //! | `config.rs` | flags, environment, config file -> validated [`Config`] |
 //! | `shard_loop.rs` | one shard's event loop: the driver, the engine, the sessions, deadlines, shutdown |
-//! | `session.rs` | one connection's protocol state machine, without a socket: HELLO, auth, framing, order, back-pressure, closing |
+//! | `session.rs` | one connection's protocol state machine, without a socket: HELLO, auth, framing, order, back-pressure, heartbeat, closing |
+//! | `bound_leases.rs` | the leases a connection bound to itself, released when it closes |
 //! | `convert.rs` | wire requests -> engine ops, engine results -> wire replies |
+//! | `transport.rs` | between the driver's bytes and the session: plain text, or TLS (rustls, sans-IO) |
+//! | `tls.rs` | the TLS files, read once into rustls's server configuration |
 //! | `limits.rs` | every limit of the server: flag bounds and defaults, connection timings |
 //! | `shared.rs` | what the threads share: connection count, counters, snapshots |
 //! | `telemetry.rs` | lease histograms and the `/metrics` text |
+//! | `process.rs` | the `process_*` metrics from `/proc/self` |
 //! | `metrics.rs` | Prometheus writer, histograms, the HTTP endpoint |
 //! | `signals.rs` | SIGTERM / SIGINT to a graceful shutdown |
-//! | `clock.rs` | the only clock reads |
+//! | `clock.rs` | the only clock reads; the engine's clock, real or manual |
 
+mod bound_leases;
 pub mod config;
 pub mod metrics;
 
-mod clock;
+pub mod clock;
 mod convert;
 pub mod limits;
+mod process;
 pub mod session;
 mod shard_loop;
 mod shared;
 pub mod signals;
 mod telemetry;
+pub mod tls;
+pub mod transport;
 
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, mpsc};
@@ -67,8 +75,10 @@ use std::fmt;
 use std::io::Read;
 use std::net::SocketAddr;
 
+use self::clock::Clock;
+pub use self::clock::{EngineTime, NotManual};
 pub use self::config::Config;
-use self::config::{CpuPlacement, IoChoice};
+use self::config::{ClockChoice, CpuPlacement, IoChoice};
 use self::metrics::MetricsServer;
 use self::shard_loop::ShardStart;
 use self::shared::Shared;
@@ -323,6 +333,13 @@ impl Server {
         {
             return Err(StartError::InsecureListen(config.listen));
         }
+        if config.tls.is_none() && !config.listen.ip().to_canonical().is_loopback() {
+            tracing::warn!(
+                listen = %config.listen,
+                "listening on a non-loopback address without TLS: the auth token and every \
+                 message cross the network in clear text (give --tls-cert and --tls-key)"
+            );
+        }
         let shards = config.shards.max(1);
         let placement = placement(&config.cpus, shards)?;
         check_open_files(&config);
@@ -339,8 +356,18 @@ impl Server {
         // loaded into them, all before any listener is bound. Their
         // doorbells wake drivers that do not exist yet: `LateWake`s, set
         // once each driver is open (nothing rings them before that).
-        let now = clock::now_ns();
-        let wall = clock::wall_ms();
+        let engine_clock = match config.clock {
+            ClockChoice::Real => Clock::Real,
+            ClockChoice::Manual => {
+                tracing::warn!(
+                    "the broker runs on a manual clock (--clock manual, for tests): leases, \
+                     delays, waits and retention end only when ADVANCE_CLOCK moves it"
+                );
+                Clock::manual()
+            }
+        };
+        let start_time = engine_clock.engine_time(clock::now_ns(), clock::wall_ms());
+        let (now, wall) = (start_time.now_ns, start_time.wall_ms);
         let mut seed = random_seed();
         let registry_config = RegistryConfig {
             shards,
@@ -474,7 +501,17 @@ impl Server {
                             Backend::Epoll => BackendChoice::Epoll,
                         };
                         if let Some(why) = &o.fallback {
-                            tracing::warn!(reason = %why, "io_uring unavailable, using epoll");
+                            tracing::warn!(
+                                reason = %why,
+                                "IO_URING UNAVAILABLE: FALLING BACK TO EPOLL. io_uring could not \
+                                 be set up ({why}), so every shard runs on epoll, which costs \
+                                 more CPU per request. In a container this is usually the \
+                                 runtime's default seccomp profile blocking the io_uring \
+                                 system calls: run with a profile that allows io_uring_setup, \
+                                 io_uring_enter and io_uring_register (see deploy/README.md), or \
+                                 pass --io epoll to choose epoll and silence this warning. \
+                                 /metrics shows sluice_io_backend_fallback 1."
+                            );
                         }
                         tracing::debug!(backend = %o.backend, detail = %o.detail, "io backend");
                     }
@@ -508,17 +545,20 @@ impl Server {
         for (l, o) in late.iter().zip(&drivers) {
             let _ = l.set(o.waker.clone());
         }
+        let io_fallback = drivers.first().and_then(|o| o.fallback.clone());
         let lease: Vec<LeaseMetrics> = (0..shards).map(|_| LeaseMetrics::new()).collect();
         let shared = Arc::new(Shared::new(
             config,
             registry.clone(),
             backend,
+            io_fallback,
             listen,
             drivers
                 .iter()
                 .zip(&lease)
                 .map(|(o, l)| (o.waker.clone(), l.readers()))
                 .collect(),
+            engine_clock,
         ));
         for ((mut engine, lease), start) in engines.into_iter().zip(lease).zip(&starts) {
             let doorbell = engine.doorbell().clone();
@@ -536,10 +576,7 @@ impl Server {
         let metrics = match shared.config.metrics {
             None => None,
             Some(addr) => {
-                let source = {
-                    let shared = shared.clone();
-                    move |out: &mut String| telemetry::render(&shared, out)
-                };
+                let source = telemetry::ServerMetrics(shared.clone());
                 match MetricsServer::start(addr, source) {
                     Ok(m) => Some(m),
                     Err(source) => {
@@ -677,7 +714,11 @@ fn random_seed() -> u64 {
 /// Saves the shards (ended, after the shutdown drain) to `path`: their
 /// rings are settled first, so that what one shard still had to tell
 /// another (a forwarded send, a steal's reply) has landed.
-fn save_snapshot(path: &std::path::Path, engines: &mut [Shard]) -> Result<(), ServerError> {
+fn save_snapshot(
+    path: &std::path::Path,
+    engines: &mut [Shard],
+    engine_clock: &Clock,
+) -> Result<(), ServerError> {
     let Some(registry) = engines.first().map(|e| e.registry().clone()) else {
         return Ok(());
     };
@@ -685,7 +726,8 @@ fn save_snapshot(path: &std::path::Path, engines: &mut [Shard]) -> Result<(), Se
     // Bounded: a round that does nothing ends it, and every round moves
     // messages forward; a handful of rounds is the most it ever takes.
     for _ in 0..1000 {
-        let (now, wall) = (clock::now_ns(), clock::wall_ms());
+        let t = engine_clock.engine_time(clock::now_ns(), clock::wall_ms());
+        let (now, wall) = (t.now_ns, t.wall_ms);
         let work: usize = engines.iter_mut().map(|e| e.poll(now, wall)).sum();
         let mut done = Vec::new();
         for e in engines.iter_mut() {
@@ -696,13 +738,19 @@ fn save_snapshot(path: &std::path::Path, engines: &mut [Shard]) -> Result<(), Se
             break;
         }
     }
-    let (now, wall) = (clock::now_ns(), clock::wall_ms());
-    let report = snapshot::save(path, &registry, engines, now, wall).map_err(|source| {
-        ServerError::Snapshot {
-            path: path.to_owned(),
-            source,
-        }
-    })?;
+    // Times are saved relative to the engine's now (the manual clock's,
+    // under `--clock manual`); the header's wall-clock time is the real
+    // one, from which the next start counts the time stopped.
+    let now = engine_clock
+        .engine_time(clock::now_ns(), clock::wall_ms())
+        .now_ns;
+    let report =
+        snapshot::save(path, &registry, engines, now, clock::wall_ms()).map_err(|source| {
+            ServerError::Snapshot {
+                path: path.to_owned(),
+                source,
+            }
+        })?;
     let took_ns = clock::now_ns().saturating_sub(started).max(1);
     tracing::info!(
         file = %report.path.display(),
@@ -778,6 +826,31 @@ impl ServerHandle {
         self.shared.begin_shutdown();
     }
 
+    /// Moves the broker's manual clock (`--clock manual`) forward by `by`
+    /// (whole milliseconds) and wakes every shard: leases, delays,
+    /// backoffs, long-poll waits and retention that end within it end now.
+    /// Every request that arrives after this returns sees the new time.
+    /// Returns the manual time elapsed since the server started (every
+    /// advance so far) and the broker's time now.
+    ///
+    /// # Errors
+    /// [`NotManual`] when the server runs on the real clock; nothing
+    /// changes.
+    pub fn advance_clock(&self, by: std::time::Duration) -> Result<(u64, EngineTime), NotManual> {
+        let by_ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        let moved = self.shared.advance_clock(by_ms)?;
+        // Every shard wakes at once; only a server stuck elsewhere would
+        // take this long, and then the caller's next request still sees
+        // the new time on the shard that serves it.
+        if !self
+            .shared
+            .wait_clock(moved.1.now_ns, std::time::Duration::from_secs(10))
+        {
+            tracing::warn!("the shards did not catch up with the manual clock within 10 s");
+        }
+        Ok(moved)
+    }
+
     /// A handle that starts the shutdown from another thread.
     pub fn shutdown_trigger(&self) -> ShutdownTrigger {
         ShutdownTrigger(self.shared.clone())
@@ -814,7 +887,7 @@ impl ServerHandle {
         }
         if let Some(path) = self.shared.config.snapshot.clone() {
             let saved = if first_error.is_none() && engines.len() == shards {
-                save_snapshot(&path, &mut engines)
+                save_snapshot(&path, &mut engines, &self.shared.clock)
             } else {
                 Err(ServerError::SnapshotSkipped { path })
             };

@@ -20,6 +20,12 @@
 //! input buffer; reading pauses once a frame's worth waits). Only RECEIVE
 //! replies may overtake: a RECEIVE that waits or steals holds nothing up.
 //!
+//! `ADVANCE_CLOCK` is a barrier too: it moves the manual clock at once, but
+//! its reply, and the frames behind it, wait until every shard has caught
+//! up with the new time ([`Session::clock_wait`], [`Session::on_clock_caught_up`]),
+//! so what a client sends after the reply sees the clock moved everywhere
+//! (a lease that ran out on another shard is receivable from this one).
+//!
 //! # Back-pressure
 //!
 //! A session stops reading (and serving the frames it has buffered) while
@@ -29,29 +35,49 @@
 //! again once in flight and unsent bytes fall below the limits (unsent
 //! bytes below half, so a connection does not flap).
 //!
+//! # Heartbeat
+//!
+//! A version-2 HELLO may ask for a session timeout: the session then closes
+//! the connection once no bytes have arrived for that long (checked by
+//! [`Session::tick`], on real time). A client keeps it open with PINGs.
+//!
+//! # Bound leases
+//!
+//! A RECEIVE with the bind flag records the receipts it delivers
+//! ([`BoundLeases`]); a DELETE or a release (visibility 0) on the
+//! connection forgets them. When the connection closes, for whatever
+//! reason (the peer, an error, the session timeout, shutdown), the session
+//! hands what is left to the engine as [`Op::Abandon`]: the owner of each
+//! message (this shard or another) releases the lease if it is still
+//! current and running.
+//!
 //! # Closing
 //!
 //! A protocol error is answered and then the connection closes: nothing
 //! more is read or served, its requests still in the engine are cancelled,
-//! replies to them are dropped, and what was already written is flushed; a
-//! peer that does not read its last replies within
-//! [`CLOSE_FLUSH_TIMEOUT_NS`] is cut off.
+//! replies to them are dropped, its bound leases are released, and what was
+//! already written is flushed; a peer that does not read its last replies
+//! within [`CLOSE_FLUSH_TIMEOUT_NS`] is cut off.
 
 use std::net::SocketAddr;
 
 use bytes::{Bytes, BytesMut};
-use sluice_protocol::limits::PROTOCOL_VERSION;
+use sluice_protocol::limits::{
+    PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN,
+};
 use sluice_protocol::reply::RECEIVE_REPLY_FIXED_BYTES;
 use sluice_protocol::{
-    ChangeVisibilityRequest, ErrorCode, Frame, FrameDecoder, HelloReply, QueueName,
+    ChangeVisibilityRequest, DeleteRequest, ErrorCode, Frame, FrameDecoder, HelloReply, QueueName,
     ReceiveReplyWriter, ReceivedMessage, Reply, Request, ServerStatsReply, VisibilityChange,
     WireError, opcode,
 };
 
+pub use super::bound_leases::BoundLeases;
+use super::clock::{self, EngineTime, NotManual};
 use super::config::AuthToken;
 use super::convert::{self, Route};
 use super::limits::{CLOSE_FLUSH_TIMEOUT_NS, DRAIN_QUIET_NS};
-use super::shared::{ShardStats, op_slot};
+use super::shared::{ShardStats, error_slot, op_slot};
 use crate::engine::{Op, OpResult};
 
 /// What a session asks of the io layer, in order.
@@ -131,6 +157,9 @@ pub struct Cx<'a> {
     pub stats: &'a ShardStats,
     /// The `SERVER_STATS` reply.
     pub server_stats: &'a dyn Fn() -> ServerStatsReply,
+    /// Moves the server's manual clock by this many ms (`ADVANCE_CLOCK`):
+    /// the manual time since the start (ms) and the time after the move.
+    pub advance_clock: &'a dyn Fn(u64) -> Result<(u64, EngineTime), NotManual>,
 }
 
 impl core::fmt::Debug for Cx<'_> {
@@ -163,6 +192,10 @@ struct Deferred {
     request_id: u32,
     /// The queue of a RECEIVE, to release messages its reply cannot carry.
     receive_queue: Option<QueueName>,
+    /// A RECEIVE whose leases bind to the connection.
+    bind: bool,
+    /// Its operation slot and when its frame was decoded.
+    started: Option<(usize, u64)>,
 }
 
 /// One connection's protocol state. See the module docs.
@@ -182,16 +215,27 @@ pub struct Session {
     partial_since_ns: Option<u64>,
     closing_since_ns: u64,
     /// When bytes last arrived (a draining server closes a connection once
-    /// it has been quiet a moment, so what was already sent gets answered).
+    /// it has been quiet a moment, so what was already sent gets answered;
+    /// the session timeout counts from it).
     last_data_ns: u64,
+    /// The session timeout the HELLO asked for, if any.
+    session_timeout_ns: Option<u64>,
+    /// The leases bound to this connection.
+    bound: BoundLeases,
     deferred: Vec<Deferred>,
     /// The ticket of the request that holds the connection up (see the
     /// module docs).
     barrier: Option<u64>,
+    /// An `ADVANCE_CLOCK` answered once every shard reached this engine
+    /// time: its request id, the time and the reply.
+    clock_wait: Option<(u32, u64, Reply)>,
     paused: bool,
     commands: Vec<Command>,
     /// Bytes in the `Send`s of `commands`.
     commanded_bytes: usize,
+    /// The request being served: its operation slot and when its frame was
+    /// decoded (see [`RequestDurations`](super::shared::RequestDurations)).
+    serving: Option<(usize, u64)>,
 }
 
 impl Session {
@@ -208,11 +252,15 @@ impl Session {
             partial_since_ns: None,
             closing_since_ns: 0,
             last_data_ns: now_ns,
+            session_timeout_ns: None,
+            bound: BoundLeases::new(),
             deferred: Vec::new(),
             barrier: None,
+            clock_wait: None,
             paused: false,
             commands: Vec::new(),
             commanded_bytes: 0,
+            serving: None,
         }
     }
 
@@ -240,6 +288,12 @@ impl Session {
     #[must_use]
     pub fn in_flight(&self) -> usize {
         self.deferred.len()
+    }
+
+    /// Leases bound to the connection now.
+    #[must_use]
+    pub fn bound_leases(&self) -> usize {
+        self.bound.len()
     }
 
     /// Whether reading is paused for back-pressure.
@@ -293,7 +347,16 @@ impl Session {
         if lifted {
             self.barrier = None;
         }
-        self.answer(d.request_id, d.receive_queue, result, engine);
+        self.serving = d.started;
+        self.answer(
+            d.request_id,
+            d.receive_queue,
+            d.bind,
+            result,
+            cx.stats,
+            engine,
+        );
+        self.serving = None;
         if lifted && !self.paused {
             // Serve what arrived behind it (a paused session is resumed by
             // `resume` instead).
@@ -324,8 +387,8 @@ impl Session {
         }
     }
 
-    /// Deadlines: HELLO, a frame left unfinished, a closing connection
-    /// whose peer does not read.
+    /// Deadlines: HELLO, a frame left unfinished, the session timeout, a
+    /// closing connection whose peer does not read.
     pub fn tick(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
         let now = cx.now_ns;
         match self.phase {
@@ -337,6 +400,19 @@ impl Session {
             Phase::Hello if now.saturating_sub(self.accepted_ns) >= cx.config.hello_timeout_ns => {
                 tracing::debug!(peer = %self.peer, "closing connection: no HELLO in time");
                 self.close_bad_input(cx, engine);
+            }
+            Phase::Ready
+                if self
+                    .session_timeout_ns
+                    .is_some_and(|t| now.saturating_sub(self.last_data_ns) >= t) =>
+            {
+                tracing::debug!(
+                    peer = %self.peer,
+                    bound_leases = self.bound.len(),
+                    "closing connection: silent for longer than its session timeout"
+                );
+                cx.stats.timed_out.add(1);
+                self.begin_close(now, engine);
             }
             _ => {
                 if self
@@ -350,11 +426,35 @@ impl Session {
         }
     }
 
+    /// The engine time every shard must reach before this session's
+    /// `ADVANCE_CLOCK` is answered, if one waits.
+    #[must_use]
+    pub fn clock_wait(&self) -> Option<u64> {
+        self.clock_wait.as_ref().map(|(_, t, _)| *t)
+    }
+
+    /// Every shard reached the time of [`Session::clock_wait`]: the reply
+    /// goes out and the frames behind it are served.
+    pub fn on_clock_caught_up(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+        let Some((request_id, _, reply)) = self.clock_wait.take() else {
+            return;
+        };
+        self.reply(request_id, &reply, cx.stats);
+        if !self.paused {
+            self.process(cx, engine);
+        }
+    }
+
+    /// Whether a request holds the connection up (module docs: order).
+    fn held_up(&self) -> bool {
+        self.barrier.is_some() || self.clock_wait.is_some()
+    }
+
     /// Shutdown began: a connection still waiting for its HELLO is told and
     /// closed; the others are served until [`Session::drain`] closes them.
     pub fn begin_drain(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
         if self.phase == Phase::Hello {
-            self.reply(0, &shutting_down());
+            self.reply(0, &shutting_down(), cx.stats);
             self.begin_close(cx.now_ns, engine);
         }
     }
@@ -368,17 +468,18 @@ impl Session {
             && self.deferred.is_empty()
             && cx.now_ns.saturating_sub(quiet_since) >= DRAIN_QUIET_NS
         {
-            self.reply(0, &shutting_down());
+            self.reply(0, &shutting_down(), cx.stats);
             self.begin_close(cx.now_ns, engine);
         }
     }
 
     /// The io layer reports the connection gone: its requests still in the
-    /// engine are cancelled.
+    /// engine are cancelled and its bound leases released.
     pub fn on_closed(&mut self, engine: &mut dyn Engine) {
         for d in self.deferred.drain(..) {
             engine.cancel(d.ticket);
         }
+        self.release_bound(engine);
         self.phase = Phase::Closing;
     }
 
@@ -396,7 +497,7 @@ impl Session {
         self.deferred.len() >= cx.config.in_flight_max
             || unsent >= unsent_max
             || (cx.unsent_over && unsent > 0)
-            || (self.barrier.is_some() && self.inbuf.len() >= cx.config.frame_bytes_max as usize)
+            || (self.held_up() && self.inbuf.len() >= cx.config.frame_bytes_max as usize)
     }
 
     /// Serves the whole frames buffered, as far as back-pressure and the
@@ -415,7 +516,7 @@ impl Session {
                 }
                 return;
             }
-            if self.barrier.is_some() {
+            if self.held_up() {
                 // Served once the earlier request is answered.
                 return;
             }
@@ -442,17 +543,25 @@ impl Session {
     }
 
     fn on_frame(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
-        cx.stats.requests[op_slot(frame.opcode)].add(1);
+        let slot = op_slot(frame.opcode);
+        cx.stats.requests[slot].add(1);
+        self.serving = Some((slot, clock::now_ns()));
+        self.on_frame_inner(frame, cx, engine);
+        // Answered (and recorded), or deferred with its start.
+        self.serving = None;
+    }
+
+    fn on_frame_inner(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
         match self.phase {
             Phase::Closing => {}
             Phase::Hello => self.on_hello(frame, cx, engine),
             Phase::Ready if cx.draining => {
                 // Shutting down: nothing new starts; the connection closes
                 // once what is in flight is answered and it is quiet.
-                self.reply(frame.request_id, &shutting_down());
+                self.reply(frame.request_id, &shutting_down(), cx.stats);
             }
-            Phase::Ready => match Request::decode(frame.opcode, frame.payload) {
-                Err(e) => self.reply(frame.request_id, &Reply::Error(e.to_wire_error())),
+            Phase::Ready => match Request::decode(frame.opcode, frame.flags, frame.payload) {
+                Err(e) => self.reply(frame.request_id, &Reply::Error(e.to_wire_error()), cx.stats),
                 Ok(request) => self.dispatch(frame.request_id, request, cx, engine),
             },
         }
@@ -460,7 +569,7 @@ impl Session {
 
     fn on_hello(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
         if cx.draining {
-            self.reply(frame.request_id, &shutting_down());
+            self.reply(frame.request_id, &shutting_down(), cx.stats);
             self.begin_close(cx.now_ns, engine);
             return;
         }
@@ -479,17 +588,18 @@ impl Session {
         // checked before the rest, whose layout a later version may change.
         if let Some(v) = frame.payload.first_chunk::<2>() {
             let version = u16::from_le_bytes(*v);
-            if version != PROTOCOL_VERSION {
+            if !(PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION).contains(&version) {
                 let e = WireError::new(
                     ErrorCode::UnsupportedVersion,
                     format!(
-                        "this server speaks protocol version {PROTOCOL_VERSION}, not {version}"
+                        "this server speaks protocol versions {PROTOCOL_VERSION_MIN} to \
+                         {PROTOCOL_VERSION}, not {version}"
                     ),
                 );
                 return self.protocol_error(frame.request_id, e, cx, engine);
             }
         }
-        let hello = match Request::decode(frame.opcode, frame.payload) {
+        let hello = match Request::decode(frame.opcode, frame.flags, frame.payload) {
             Ok(Request::Hello(h)) => h,
             Ok(_) => {
                 let e = WireError::new(ErrorCode::Internal, "HELLO decoded as another request");
@@ -510,9 +620,27 @@ impl Session {
                 return self.protocol_error(frame.request_id, e, cx, engine);
             }
         }
+        let timeout_ms = hello.session_timeout_ms;
+        if timeout_ms != 0
+            && !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&timeout_ms)
+        {
+            let e = WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "session_timeout_ms {timeout_ms} is out of range: 0 (none) or \
+                     {SESSION_TIMEOUT_MS_MIN} to {SESSION_TIMEOUT_MS_MAX}"
+                ),
+            );
+            return self.protocol_error(frame.request_id, e, cx, engine);
+        }
+        self.session_timeout_ns = (timeout_ms != 0).then(|| u64::from(timeout_ms) * 1_000_000);
         self.phase = Phase::Ready;
         self.decoder.set_frame_bytes_max(cx.config.frame_bytes_max);
-        self.reply(frame.request_id, &Reply::Hello(cx.config.hello.clone()));
+        let mut reply = cx.config.hello.clone();
+        // The version the client asked for: a version-1 client gets the
+        // version-1 protocol.
+        reply.version = hello.version;
+        self.reply(frame.request_id, &Reply::Hello(reply), cx.stats);
     }
 
     fn dispatch(
@@ -522,13 +650,18 @@ impl Session {
         cx: &Cx<'_>,
         engine: &mut dyn Engine,
     ) {
-        let receive_queue = match &request {
-            Request::Receive(r) => Some(r.queue.clone()),
-            _ => None,
+        let (receive_queue, bind) = match &request {
+            Request::Receive(r) => (Some(r.queue.clone()), r.bind_leases),
+            _ => (None, false),
         };
+        if !self.bound.is_empty() {
+            self.forget_ended_leases(&request);
+        }
         match convert::route(request) {
             Route::Engine(op) => match engine.submit(op) {
-                Submitted::Done(result) => self.answer(request_id, receive_queue, result, engine),
+                Submitted::Done(result) => {
+                    self.answer(request_id, receive_queue, bind, result, cx.stats, engine);
+                }
                 Submitted::Later(ticket) => {
                     if receive_queue.is_none() {
                         self.barrier = Some(ticket);
@@ -537,18 +670,73 @@ impl Session {
                         ticket,
                         request_id,
                         receive_queue,
+                        bind,
+                        started: self.serving.take(),
                     });
                 }
             },
-            Route::Ping { nonce } => self.reply(request_id, &Reply::Pong { nonce }),
-            Route::ServerStats => self.reply(request_id, &Reply::ServerStats((cx.server_stats)())),
+            Route::Ping { nonce } => self.reply(request_id, &Reply::Pong { nonce }, cx.stats),
+            Route::ServerStats => self.reply(
+                request_id,
+                &Reply::ServerStats((cx.server_stats)()),
+                cx.stats,
+            ),
+            Route::AdvanceClock { by_ms } => match (cx.advance_clock)(by_ms) {
+                Ok((elapsed_ms, now)) => {
+                    let reply = Reply::AdvanceClock {
+                        elapsed_ms,
+                        wall_ms: now.wall_ms,
+                    };
+                    self.clock_wait = Some((request_id, now.now_ns, reply));
+                }
+                Err(e) => self.reply(
+                    request_id,
+                    &Reply::error(ErrorCode::Unsupported, e.to_string()),
+                    cx.stats,
+                ),
+            },
             Route::Hello => self.reply(
                 request_id,
                 &Reply::error(
                     ErrorCode::InvalidArgument,
                     "HELLO was already answered on this connection",
                 ),
+                cx.stats,
             ),
+        }
+    }
+
+    /// A DELETE or a release (visibility 0) ends the leases it names: they
+    /// are bound no more (see `bound_leases.rs` for why on the request).
+    fn forget_ended_leases(&mut self, request: &Request) {
+        match request {
+            Request::Delete(r) => {
+                for receipt in &r.receipts {
+                    self.bound.forget(&r.queue, receipt);
+                }
+            }
+            Request::ChangeVisibility(r) => {
+                for e in r.entries.iter().filter(|e| e.visibility_timeout_ms == 0) {
+                    self.bound.forget(&r.queue, &e.receipt);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Hands the bound leases to the engine to release (those still
+    /// current): the connection is closing.
+    fn release_bound(&mut self, engine: &mut dyn Engine) {
+        if self.bound.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            peer = %self.peer,
+            leases = self.bound.len(),
+            "connection closed: releasing its bound leases"
+        );
+        for (queue, receipts) in self.bound.take() {
+            engine.submit_unanswered(Op::Abandon(DeleteRequest { queue, receipts }));
         }
     }
 
@@ -558,11 +746,13 @@ impl Session {
         &mut self,
         request_id: u32,
         receive_queue: Option<QueueName>,
+        bind: bool,
         result: OpResult,
+        stats: &ShardStats,
         engine: &mut dyn Engine,
     ) {
         if let OpResult::Received(messages) = result {
-            self.answer_receive(request_id, receive_queue, &messages, engine);
+            self.answer_receive(request_id, receive_queue, bind, &messages, stats, engine);
             engine.recycle(OpResult::Received(messages));
             return;
         }
@@ -574,7 +764,7 @@ impl Session {
                 "a reply was above the frame limit and lost its last entries"
             );
         }
-        self.reply(request_id, &reply);
+        self.reply(request_id, &reply, stats);
         if let Some(storage) = convert::into_storage(reply) {
             engine.recycle(storage);
         }
@@ -588,7 +778,9 @@ impl Session {
         &mut self,
         request_id: u32,
         queue: Option<QueueName>,
+        bind: bool,
         messages: &[ReceivedMessage],
+        stats: &ShardStats,
         engine: &mut dyn Engine,
     ) {
         let mut undelivered = Vec::new();
@@ -612,12 +804,20 @@ impl Session {
             }
             self.out.reserve(reply_bytes);
             let mut w = ReceiveReplyWriter::begin(&mut self.out, request_id, frame_bytes_max);
+            let mut delivered = 0;
             for m in messages {
                 if !undelivered.is_empty() || !w.push(&mut self.out, &m.as_view()) {
                     undelivered.push(m.receipt);
+                } else {
+                    delivered += 1;
                 }
             }
             w.finish(&mut self.out);
+            self.served(stats);
+            if let Some(queue) = queue.as_ref().filter(|_| bind && delivered > 0) {
+                self.bound
+                    .bind(queue, messages[..delivered].iter().map(|m| m.receipt));
+            }
         }
         let Some(queue) = queue.filter(|_| !undelivered.is_empty()) else {
             return;
@@ -639,10 +839,24 @@ impl Session {
         }));
     }
 
-    /// Writes `reply` (dropped if the connection is closing).
-    fn reply(&mut self, request_id: u32, reply: &Reply) {
-        if self.phase != Phase::Closing {
-            encode_into(&mut self.out, request_id, reply);
+    /// Writes `reply` (dropped if the connection is closing), counting the
+    /// error codes it returns and the request's duration.
+    fn reply(&mut self, request_id: u32, reply: &Reply, stats: &ShardStats) {
+        if self.phase == Phase::Closing {
+            self.serving = None;
+            return;
+        }
+        encode_into(&mut self.out, request_id, reply);
+        count_errors(reply, stats);
+        self.served(stats);
+    }
+
+    /// The reply to the request being served is queued: its duration,
+    /// from the frame decoded, is recorded.
+    fn served(&mut self, stats: &ShardStats) {
+        if let Some((slot, started_ns)) = self.serving.take() {
+            let nanos = clock::now_ns().saturating_sub(started_ns);
+            stats.durations.record(slot, nanos);
         }
     }
 
@@ -662,7 +876,7 @@ impl Session {
         engine: &mut dyn Engine,
     ) {
         tracing::debug!(peer = %self.peer, code = %e.code, message = %e.message, "closing connection");
-        self.reply(request_id, &Reply::Error(e));
+        self.reply(request_id, &Reply::Error(e), cx.stats);
         self.close_bad_input(cx, engine);
     }
 
@@ -674,11 +888,12 @@ impl Session {
     }
 
     /// Closes after what is written; requests still in the engine are
-    /// cancelled.
+    /// cancelled, bound leases released.
     fn begin_close(&mut self, now_ns: u64, engine: &mut dyn Engine) {
         for d in self.deferred.drain(..) {
             engine.cancel(d.ticket);
         }
+        self.release_bound(engine);
         self.close(now_ns);
     }
 
@@ -689,10 +904,25 @@ impl Session {
         self.phase = Phase::Closing;
         self.closing_since_ns = now_ns;
         self.barrier = None;
+        self.clock_wait = None;
         self.inbuf = BytesMut::new();
         self.partial_since_ns = None;
         self.flush();
         self.commands.push(Command::Close);
+    }
+}
+
+/// Counts the error codes `reply` returns: a whole-request error, or each
+/// refused entry of a batch.
+fn count_errors(reply: &Reply, stats: &ShardStats) {
+    let count = |code: ErrorCode| stats.errors[error_slot(code)].add(1);
+    match reply {
+        Reply::Error(e) => count(e.code),
+        Reply::Send { results } => results.iter().filter_map(|r| r.err()).for_each(count),
+        Reply::Delete { results } | Reply::ChangeVisibility { results } => {
+            results.iter().filter_map(|r| r.err()).for_each(count);
+        }
+        _ => {}
     }
 }
 
@@ -721,13 +951,14 @@ mod tests {
     use bytes::{Bytes, BytesMut};
     use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
     use sluice_protocol::{
-        DeleteRequest, ErrorCode, FrameDecoder, HelloReply, HelloRequest, MessageAttributes,
-        MessageId, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply, Request, SendEntry,
-        SendRequest, ServerLimits, ServerStatsReply,
+        ChangeVisibilityRequest, DeleteRequest, ErrorCode, FrameDecoder, HelloReply, HelloRequest,
+        MessageAttributes, MessageId, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply,
+        Request, SendEntry, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange,
     };
 
     use super::{Command, Cx, Engine, Phase, Session, SessionConfig, Submitted};
     use crate::engine::{EntryError, Op, OpResult};
+    use crate::server::clock::{EngineTime, NotManual};
     use crate::server::config::AuthToken;
     use crate::server::limits::CLOSE_FLUSH_TIMEOUT_NS;
     use crate::server::shared::ShardStats;
@@ -796,6 +1027,9 @@ mod tests {
         now_ns: u64,
         draining: bool,
         io_unsent: usize,
+        /// A manual clock's time since the start (ms); `None`: the real
+        /// clock.
+        manual_clock: Option<u64>,
         /// Every command so far, replies decoded out of the `Send`s.
         commands: Vec<Command>,
         replies: Vec<(u32, Reply)>,
@@ -841,6 +1075,7 @@ mod tests {
         Request::Hello(HelloRequest {
             version: 1,
             token: Bytes::copy_from_slice(token),
+            session_timeout_ms: 0,
         })
     }
 
@@ -857,6 +1092,7 @@ mod tests {
             max_messages: 10,
             visibility_timeout_ms: None,
             wait_ms: Some(1000),
+            bind_leases: false,
         })
     }
 
@@ -871,6 +1107,7 @@ mod tests {
                 now_ns: T0,
                 draining: false,
                 io_unsent: 0,
+                manual_clock: None,
                 commands: Vec::new(),
                 replies: Vec::new(),
                 reply_bytes: BytesMut::new(),
@@ -893,6 +1130,18 @@ mod tests {
                 shards: 2,
                 counters: Vec::new(),
             };
+            let manual = std::cell::Cell::new(self.manual_clock);
+            let advance_clock = |by_ms: u64| {
+                let elapsed = manual.get().ok_or(NotManual)? + by_ms;
+                manual.set(Some(elapsed));
+                Ok((
+                    elapsed,
+                    EngineTime {
+                        now_ns: T0 + elapsed * MS,
+                        wall_ms: 1_700_000_000_000 + elapsed,
+                    },
+                ))
+            };
             let cx = Cx {
                 now_ns: self.now_ns,
                 draining: self.draining,
@@ -901,8 +1150,10 @@ mod tests {
                 config: &self.config,
                 stats: &self.stats,
                 server_stats: &server_stats,
+                advance_clock: &advance_clock,
             };
             f(&mut self.session, &cx, &mut self.engine);
+            self.manual_clock = manual.get();
             self.session.flush();
             for c in self.session.commands() {
                 if let Command::Send(bytes) = &c {
@@ -981,14 +1232,288 @@ mod tests {
 
     #[test]
     fn a_hello_of_another_version_is_refused() {
-        let mut h = Harness::new(config());
-        let hello = Request::Hello(HelloRequest {
+        for version in [0, 3, 0xffff] {
+            let mut h = Harness::new(config());
+            let hello = Request::Hello(HelloRequest {
+                version,
+                token: Bytes::new(),
+                session_timeout_ms: 0,
+            });
+            h.data(&frame(1, &hello));
+            assert_eq!(h.error_codes(), [(1, ErrorCode::UnsupportedVersion)]);
+            assert!(h.closed());
+        }
+    }
+
+    #[test]
+    fn both_versions_are_answered_in_their_own() {
+        for version in [1, 2] {
+            let mut h = Harness::new(config());
+            h.data(&frame(
+                7,
+                &Request::Hello(HelloRequest {
+                    version,
+                    token: Bytes::new(),
+                    session_timeout_ms: 0,
+                }),
+            ));
+            let Some((7, Reply::Hello(reply))) = h.replies.pop() else {
+                panic!("{:?}", h.replies)
+            };
+            assert_eq!(reply.version, version);
+            assert_eq!(h.session.phase(), Phase::Ready);
+        }
+    }
+
+    fn hello_with_timeout(timeout_ms: u32) -> Request {
+        Request::Hello(HelloRequest {
             version: 2,
             token: Bytes::new(),
-        });
-        h.data(&frame(1, &hello));
-        assert_eq!(h.error_codes(), [(1, ErrorCode::UnsupportedVersion)]);
+            session_timeout_ms: timeout_ms,
+        })
+    }
+
+    #[test]
+    fn a_session_timeout_out_of_range_is_refused() {
+        for timeout_ms in [1, 99, 3_600_001, u32::MAX] {
+            let mut h = Harness::new(config());
+            h.data(&frame(1, &hello_with_timeout(timeout_ms)));
+            assert_eq!(
+                h.error_codes(),
+                [(1, ErrorCode::InvalidArgument)],
+                "{timeout_ms}"
+            );
+            assert!(h.closed());
+        }
+        for timeout_ms in [0, 100, 3_600_000] {
+            let mut h = Harness::new(config());
+            h.data(&frame(1, &hello_with_timeout(timeout_ms)));
+            assert!(
+                matches!(h.replies[..], [(1, Reply::Hello(_))]),
+                "{timeout_ms}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_silent_connection_is_closed_after_its_session_timeout_and_pings_keep_it() {
+        let mut h = Harness::new(config());
+        h.data(&frame(1, &hello_with_timeout(1000)));
+        h.tick_at(T0 + 999 * MS);
+        assert!(!h.closed());
+        // A PING (any bytes) restarts the count.
+        h.now_ns = T0 + 900 * MS;
+        h.data(&frame(2, &Request::Ping { nonce: 1 }));
+        h.tick_at(T0 + 1_899 * MS);
+        assert!(!h.closed(), "pinged 999 ms ago");
+        // A long poll in flight does not count as activity.
+        h.engine.later();
+        h.now_ns = T0 + 1_500 * MS;
+        h.data(&frame(3, &receive()));
+        h.tick_at(T0 + 2_499 * MS);
+        assert!(!h.closed());
+        h.tick_at(T0 + 2_500 * MS);
+        assert!(h.closed(), "silent for its whole timeout");
+        assert_eq!(h.stats.timed_out.get(), 1);
+        assert_eq!(h.engine.cancelled, [1], "the long poll is cancelled");
+        assert_eq!(h.stats.closed_bad_input.get(), 0, "not bad input");
+    }
+
+    #[test]
+    fn without_a_session_timeout_a_silent_connection_stays() {
+        let mut h = Harness::ready();
+        h.tick_at(T0 + 3_600_000 * MS);
+        assert!(!h.closed());
+    }
+
+    fn bound_receive() -> Request {
+        Request::Receive(ReceiveRequest {
+            bind_leases: true,
+            ..match receive() {
+                Request::Receive(r) => r,
+                _ => unreachable!(),
+            }
+        })
+    }
+
+    fn delivered(i: u8) -> ReceivedMessage {
+        ReceivedMessage {
+            id: MessageId(i.into()),
+            receipt: Receipt {
+                slot: i.into(),
+                delivery: 1,
+                ..Receipt::default()
+            },
+            receive_count: 1,
+            sent_at_ms: 0,
+            first_received_delta_ms: 0,
+            attributes: MessageAttributes::new(),
+            body: Bytes::from_static(b"m"),
+        }
+    }
+
+    /// The receipts of the `Op::Abandon`s the session handed the engine.
+    fn abandoned(h: &Harness) -> Vec<Receipt> {
+        let mut out: Vec<Receipt> = h
+            .engine
+            .unanswered
+            .iter()
+            .flat_map(|op| match op {
+                Op::Abandon(r) => {
+                    assert_eq!(r.queue, q());
+                    r.receipts.clone()
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        out.sort_by_key(|r| r.slot);
+        out
+    }
+
+    #[test]
+    fn bound_leases_are_released_when_the_peer_closes_except_those_it_ended() {
+        let mut h = Harness::ready();
+        // One bound receive answered at once, one later; one unbound.
+        h.engine.script.push_back(Some(OpResult::Received(vec![
+            delivered(1),
+            delivered(2),
+            delivered(3),
+        ])));
+        h.data(&frame(10, &bound_receive()));
+        h.engine.later();
+        h.data(&frame(11, &bound_receive()));
+        assert!(h.result(1, OpResult::Received(vec![delivered(4)])));
+        h.engine
+            .script
+            .push_back(Some(OpResult::Received(vec![delivered(5)])));
+        h.data(&frame(12, &receive()));
+        assert_eq!(h.session.bound_leases(), 4, "1 to 4 are bound, 5 is not");
+        // The client deletes 1 and releases 2; extending 3 keeps it bound.
+        h.data(&frame(
+            13,
+            &Request::Delete(DeleteRequest {
+                queue: q(),
+                receipts: vec![delivered(1).receipt],
+            }),
+        ));
+        let change = |receipt, visibility_timeout_ms| {
+            Request::ChangeVisibility(ChangeVisibilityRequest {
+                queue: q(),
+                entries: vec![VisibilityChange {
+                    receipt,
+                    visibility_timeout_ms,
+                }],
+            })
+        };
+        h.data(&frame(14, &change(delivered(2).receipt, 0)));
+        h.data(&frame(15, &change(delivered(3).receipt, 60_000)));
+        assert_eq!(h.session.bound_leases(), 2);
+        assert!(h.engine.unanswered.is_empty());
+        // The peer goes away: 3 and 4 are handed to the engine to release.
+        h.call(|s, _, e| s.on_closed(e));
+        assert_eq!(abandoned(&h), [delivered(3).receipt, delivered(4).receipt]);
+        assert_eq!(h.session.bound_leases(), 0);
+    }
+
+    #[test]
+    fn bound_leases_are_released_on_a_close_by_the_server_too() {
+        // A protocol error...
+        let mut h = Harness::ready();
+        h.engine
+            .script
+            .push_back(Some(OpResult::Received(vec![delivered(7)])));
+        h.data(&frame(10, &bound_receive()));
+        h.data(&[1, 0, 0, 0]);
         assert!(h.closed());
+        assert_eq!(abandoned(&h), [delivered(7).receipt]);
+        // ...released once, not again when the io layer reports the close.
+        h.call(|s, _, e| s.on_closed(e));
+        assert_eq!(abandoned(&h), [delivered(7).receipt]);
+
+        // The session timeout...
+        let mut h = Harness::new(config());
+        h.data(&frame(1, &hello_with_timeout(100)));
+        h.engine
+            .script
+            .push_back(Some(OpResult::Received(vec![delivered(8)])));
+        h.data(&frame(10, &bound_receive()));
+        h.tick_at(T0 + 100 * MS);
+        assert!(h.closed());
+        assert_eq!(abandoned(&h), [delivered(8).receipt]);
+
+        // ...and shutdown.
+        let mut h = Harness::ready();
+        h.engine
+            .script
+            .push_back(Some(OpResult::Received(vec![delivered(9)])));
+        h.data(&frame(10, &bound_receive()));
+        h.draining = true;
+        h.now_ns = T0 + 200 * MS;
+        h.call(|s, cx, e| s.drain(T0, cx, e));
+        assert!(h.closed());
+        assert_eq!(abandoned(&h), [delivered(9).receipt]);
+    }
+
+    #[test]
+    fn messages_a_bound_reply_cannot_carry_are_released_not_bound() {
+        let mut h = Harness::new(SessionConfig {
+            frame_bytes_max: 4096,
+            ..config()
+        });
+        h.data(&frame(1, &hello(b"")));
+        h.engine.later();
+        h.data(&frame(60, &bound_receive()));
+        let big = |i: u8| ReceivedMessage {
+            body: Bytes::from(vec![i; 3000]),
+            ..delivered(i)
+        };
+        assert!(h.result(1, OpResult::Received(vec![big(1), big(2)])));
+        assert_eq!(h.session.bound_leases(), 1, "only the one delivered");
+        assert!(matches!(h.engine.unanswered[..], [Op::ChangeVisibility(_)]));
+        h.engine.unanswered.clear();
+        h.call(|s, _, e| s.on_closed(e));
+        assert_eq!(abandoned(&h), [big(1).receipt]);
+    }
+
+    #[test]
+    fn advance_clock_moves_a_manual_clock_and_is_refused_on_the_real_one() {
+        let mut h = Harness::ready();
+        h.data(&frame(5, &Request::AdvanceClock { by_ms: 30_000 }));
+        assert_eq!(h.error_codes(), [(5, ErrorCode::Unsupported)]);
+        let Some((_, Reply::Error(e))) = h.replies.last() else {
+            panic!()
+        };
+        assert!(e.message.contains("--clock manual"), "{}", e.message);
+        assert!(!h.closed());
+        assert_eq!(h.manual_clock, None, "nothing moved");
+
+        let mut h = Harness::ready();
+        h.manual_clock = Some(0);
+        let mut both = BytesMut::new();
+        both.extend_from_slice(&frame(6, &Request::AdvanceClock { by_ms: 30_000 }));
+        both.extend_from_slice(&frame(7, &Request::Ping { nonce: 1 }));
+        h.data(&both);
+        // The clock moved at once; the reply, and the PING behind it, wait
+        // until every shard caught up with the new time.
+        assert_eq!(h.manual_clock, Some(30_000));
+        assert_eq!(h.session.clock_wait(), Some(T0 + 30_000 * MS));
+        assert!(h.replies.is_empty());
+        h.call(|s, cx, e| s.on_clock_caught_up(cx, e));
+        assert_eq!(h.session.clock_wait(), None);
+        assert_eq!(
+            h.replies,
+            [
+                (
+                    6,
+                    Reply::AdvanceClock {
+                        elapsed_ms: 30_000,
+                        wall_ms: 1_700_000_030_000
+                    }
+                ),
+                (7, Reply::Pong { nonce: 1 })
+            ]
+        );
+        assert!(h.engine.submitted.is_empty(), "answered by the session");
     }
 
     #[test]
@@ -1174,6 +1699,26 @@ mod tests {
         assert_eq!(h.replies.last(), Some(&(51, Reply::Pong { nonce: 3 })));
         // HELLO, the unknown frame and the PING, counted by operation.
         assert_eq!(h.stats.requests.iter().map(|c| c.get()).sum::<u64>(), 3);
+    }
+
+    #[test]
+    fn a_flag_the_request_does_not_define_is_malformed_and_the_connection_stays() {
+        let mut h = Harness::ready();
+        // PING defines no flag; RECEIVE defines bit 0 only.
+        let mut ping = BytesMut::from(&frame(52, &Request::Ping { nonce: 0 })[..]);
+        ping[5] = 0x01;
+        h.data(&ping);
+        let mut recv = BytesMut::from(&frame(53, &receive())[..]);
+        recv[5] = 0x02;
+        h.data(&recv);
+        assert_eq!(
+            h.error_codes(),
+            [(52, ErrorCode::Malformed), (53, ErrorCode::Malformed)]
+        );
+        assert!(h.engine.submitted.is_empty());
+        assert!(!h.closed());
+        h.data(&frame(54, &bound_receive()));
+        assert!(matches!(h.engine.submitted[..], [Op::Receive(ref r)] if r.bind_leases));
     }
 
     #[test]

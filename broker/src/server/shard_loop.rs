@@ -18,6 +18,18 @@
 //!    returns: always after the wait, never from before it.
 //! 4. `shard.poll(now)`: rings from other shards, due timers. Completions
 //!    are routed to their sessions by ticket.
+//!
+//! # Two times
+//!
+//! The sessions' deadlines (HELLO, unfinished frames, the session timeout,
+//! closing, draining) and the loop's own (housekeeping, stats, shutdown)
+//! run on real time, `now_ns`. The engine runs on the server's
+//! [`Clock`](super::clock::Clock): the same readings on the real clock;
+//! on a manual clock, the manual time, read again for each operation
+//! handed to the engine (so a RECEIVE right behind an `ADVANCE_CLOCK` on
+//! the same connection sees the new time), and the engine's next timer does
+//! not bound the wait (only an advance, which wakes the shard, makes it
+//! due).
 //! 5. Housekeeping when due, shutdown steps, resuming paused connections,
 //!    then every reply written this turn goes to the driver, one send per
 //!    connection.
@@ -50,18 +62,19 @@ use bytes::BytesMut;
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, PROTOCOL_VERSION, RECEIVE_WAIT_MS_MAX};
 use sluice_protocol::{ErrorCode, HelloReply, Reply, ServerLimits};
 
-use super::clock::{self, nanos};
+use super::clock::{self, Clock, EngineTime, nanos};
 use super::limits::{
     ACCEPT_FAILURE_LOG_NS, DRAIN_RECHECK, HOUSEKEEPING_MAX_NS, HOUSEKEEPING_MIN_NS, OUTBOUND_RETRY,
     PAUSED_RECHECK, STATS_PUBLISH_INTERVAL,
 };
 use super::session::{Command, Cx, Engine, Session, SessionConfig, Submitted, shutting_down};
 use super::shared::{ShardStats, Shared, server_version};
+use super::transport::{Inbound, Transport};
 use crate::engine::mesh::doorbell::Doorbell;
 use crate::engine::{Op, OpResult, Shard};
 use crate::io::{ConnId, Connections, Driver, Event};
 use crate::sync::Arc;
-use crate::sync::Ordering::{AcqRel, Acquire};
+use crate::sync::Ordering::{AcqRel, Acquire, Release};
 
 /// What a shard thread is handed once every shard's driver is open.
 #[derive(Debug)]
@@ -80,9 +93,13 @@ pub struct ShardStart {
 pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Result<Shard> {
     let _guard = StopOnPanic(start.shared.clone());
     let mut st = State::new(index, start);
+    // When the last wait ended: from then to the next turn the shard works.
+    let mut wait_ended_ns: Option<u64> = None;
     loop {
         let now = clock::now_ns();
-        let mut timeout = st.wait_timeout(now);
+        st.count_turn(now, wait_ended_ns);
+        let time = st.shared.clock.engine_time(now, clock::wall_ms());
+        let mut timeout = st.wait_timeout(now, time.now_ns);
         // Spinning: within --idle-spin of the last work, poll without
         // sleeping, so the next request costs no wake-up.
         if now < st.spin_until_ns {
@@ -90,8 +107,10 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
         }
         if timeout != Some(Duration::ZERO) {
             let engine = &mut st.engine;
-            let wall = clock::wall_ms();
-            if !st.doorbell.prepare_sleep(|| engine.poll(now, wall) == 0) {
+            if !st
+                .doorbell
+                .prepare_sleep(|| engine.poll(time.now_ns, time.wall_ms) == 0)
+            {
                 timeout = Some(Duration::ZERO);
             }
         }
@@ -101,6 +120,8 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
         st.doorbell.woke();
         result?;
         st.refresh_clock();
+        // The clock was read at the first event, or just now.
+        wait_ended_ns = Some(st.now_ns);
         if st.events > 0 && st.idle_spin_ns > 0 {
             st.spin_until_ns = st.now_ns.saturating_add(st.idle_spin_ns);
         }
@@ -136,6 +157,11 @@ struct Conn {
     /// The driver's id (slot and generation).
     id: ConnId,
     session: Session,
+    /// Plain text or TLS, between the driver and the session.
+    transport: Transport,
+    /// The transport refused the connection: it is closing, and nothing
+    /// more it sends is read.
+    refused: bool,
     /// Whether it holds one of `--max-connections`.
     counted: bool,
     /// Whether it is in `State::dirty` (replies to hand over this turn).
@@ -150,8 +176,9 @@ struct EngineLink<'a> {
     tickets: &'a mut HashMap<u64, ConnId>,
     next_ticket: &'a mut u64,
     conn: ConnId,
-    now_ns: u64,
-    wall_ms: u64,
+    /// The engine's time as read after the wait.
+    time: EngineTime,
+    clock: &'a Clock,
 }
 
 impl EngineLink<'_> {
@@ -160,12 +187,23 @@ impl EngineLink<'_> {
         *self.next_ticket += 1;
         t
     }
+
+    /// The engine's time for the next operation: as read after the wait,
+    /// or the manual clock as it stands now (see the module docs).
+    #[inline]
+    fn time(&self) -> EngineTime {
+        match self.clock {
+            Clock::Real => self.time,
+            Clock::Manual(m) => m.now(),
+        }
+    }
 }
 
 impl Engine for EngineLink<'_> {
     fn submit(&mut self, op: Op) -> Submitted {
         let ticket = self.ticket();
-        match self.shard.submit(ticket, op, self.now_ns, self.wall_ms) {
+        let t = self.time();
+        match self.shard.submit(ticket, op, t.now_ns, t.wall_ms) {
             Some(result) => Submitted::Done(result),
             None => {
                 self.tickets.insert(ticket, self.conn);
@@ -177,7 +215,8 @@ impl Engine for EngineLink<'_> {
     fn submit_unanswered(&mut self, op: Op) {
         // A later result finds no ticket entry and answers no one.
         let ticket = self.ticket();
-        let _ = self.shard.submit(ticket, op, self.now_ns, self.wall_ms);
+        let t = self.time();
+        let _ = self.shard.submit(ticket, op, t.now_ns, t.wall_ms);
     }
 
     fn cancel(&mut self, ticket: u64) {
@@ -206,8 +245,12 @@ struct State {
     dirty: Vec<ConnId>,
     /// Connections paused for back-pressure.
     paused: Vec<ConnId>,
+    /// Connections whose `ADVANCE_CLOCK` waits for every shard to catch up.
+    clock_waiters: Vec<ConnId>,
+    /// Real time, read after the last wait: the sessions' and the loop's.
     now_ns: u64,
-    wall_ms: u64,
+    /// The engine's time, read with `now_ns`.
+    engine_time: EngineTime,
     clock_fresh: bool,
     /// Whether the server's unsent total is above its limit (this turn).
     unsent_over: bool,
@@ -263,6 +306,7 @@ impl State {
             c.idle_spin,
         );
         let now = clock::now_ns();
+        let engine_time = start.shared.clock.engine_time(now, clock::wall_ms());
         State {
             index,
             engine: start.engine,
@@ -277,8 +321,9 @@ impl State {
             completions: Vec::new(),
             dirty: Vec::new(),
             paused: Vec::new(),
+            clock_waiters: Vec::new(),
             now_ns: now,
-            wall_ms: clock::wall_ms(),
+            engine_time,
             clock_fresh: true,
             unsent_over: false,
             housekeeping_ns,
@@ -297,6 +342,22 @@ impl State {
         }
     }
 
+    /// Loop metrics, at the top of a turn: the turn, whether the last wait
+    /// brought events, the time worked since it ended, the ring messages.
+    fn count_turn(&self, now: u64, wait_ended_ns: Option<u64>) {
+        let l = &self.stats().event_loop;
+        l.turns.add(1);
+        if self.events > 0 {
+            l.turns_with_events.add(1);
+        }
+        if let Some(ended) = wait_ended_ns {
+            l.busy_ns.add(now.saturating_sub(ended));
+        }
+        let (received, sent) = self.engine.ring_messages();
+        l.ring_received.set(received);
+        l.ring_sent.set(sent);
+    }
+
     fn stats(&self) -> &ShardStats {
         &self.shared.shards[usize::from(self.index)].stats
     }
@@ -304,24 +365,36 @@ impl State {
     fn refresh_clock(&mut self) {
         if !self.clock_fresh {
             self.now_ns = clock::now_ns().max(self.now_ns);
-            self.wall_ms = clock::wall_ms();
+            let t = self.shared.clock.engine_time(self.now_ns, clock::wall_ms());
+            self.engine_time = EngineTime {
+                now_ns: t.now_ns.max(self.engine_time.now_ns),
+                wall_ms: t.wall_ms,
+            };
             self.clock_fresh = true;
         }
     }
 
-    fn wait_timeout(&self, now: u64) -> Option<Duration> {
+    /// How long to wait: `now` is real time, `engine_now` the engine's.
+    fn wait_timeout(&self, now: u64, engine_now: u64) -> Option<Duration> {
         let mut until = self.next_housekeeping_ns;
-        if let Some(d) = self.engine.next_deadline_ns() {
-            until = until.min(d);
-        }
         if let Some(d) = self.drain_deadline_ns {
             until = until.min(d);
         }
         let mut wait = Duration::from_nanos(until.saturating_sub(now));
+        if let Some(d) = self.engine.next_deadline_ns() {
+            let engine_wait = match self.shared.clock {
+                Clock::Real => Some(d.saturating_sub(engine_now)),
+                // Manual time moves only by an advance, which wakes us.
+                Clock::Manual(_) => (d <= engine_now).then_some(0),
+            };
+            if let Some(ns) = engine_wait {
+                wait = wait.min(Duration::from_nanos(ns));
+            }
+        }
         if self.engine.has_outbound() {
             wait = wait.min(OUTBOUND_RETRY);
         }
-        if !self.paused.is_empty() {
+        if !self.paused.is_empty() || !self.clock_waiters.is_empty() {
             wait = wait.min(PAUSED_RECHECK);
         }
         if self.drain_deadline_ns.is_some() {
@@ -349,8 +422,9 @@ impl State {
             next_ticket,
             dirty,
             paused,
+            clock_waiters,
             now_ns,
-            wall_ms,
+            engine_time,
             unsent_over,
             drain_deadline_ns,
             ..
@@ -363,6 +437,7 @@ impl State {
             return false;
         };
         let server_stats = || shared.server_stats();
+        let advance_clock = |by_ms| shared.advance_clock(by_ms);
         let cx = Cx {
             now_ns: *now_ns,
             draining: drain_deadline_ns.is_some(),
@@ -371,20 +446,24 @@ impl State {
             config,
             stats: &shared.shards[usize::from(*index)].stats,
             server_stats: &server_stats,
+            advance_clock: &advance_clock,
         };
         let mut link = EngineLink {
             shard: engine,
             tickets,
             next_ticket,
             conn: id,
-            now_ns: *now_ns,
-            wall_ms: *wall_ms,
+            time: *engine_time,
+            clock: &shared.clock,
         };
         f(&mut conn.session, &cx, &mut link);
         for command in conn.session.commands() {
             match command {
                 Command::Send(bytes) => {
-                    io.send(id, bytes);
+                    let bytes = conn.transport.seal(bytes);
+                    if !bytes.is_empty() {
+                        io.send(id, bytes);
+                    }
                 }
                 Command::SetReading(on) => {
                     io.set_reading(id, on);
@@ -392,13 +471,21 @@ impl State {
                         paused.push(id);
                     }
                 }
-                Command::Close => io.close(id),
+                Command::Close => {
+                    if let Some(alert) = conn.transport.close_notify() {
+                        io.send(id, alert);
+                    }
+                    io.close(id);
+                }
                 Command::CloseNow => io.close_now(id),
             }
         }
         if !conn.dirty && conn.session.has_output() {
             conn.dirty = true;
             dirty.push(id);
+        }
+        if conn.session.clock_wait().is_some() && !clock_waiters.contains(&id) {
+            clock_waiters.push(id);
         }
         true
     }
@@ -424,12 +511,54 @@ impl State {
                     io.send(conn, buf.freeze());
                 }
             }
-            Event::Data { conn, bytes } => {
-                self.with_session(io, conn, |s, cx, engine| s.on_data(bytes, cx, engine));
-            }
+            Event::Data { conn, bytes } => self.on_data(io, conn, bytes),
             Event::Closed { conn, error } => self.on_closed(conn, error),
             Event::Woken => {}
             Event::AcceptFailed { error, shed } => self.on_accept_failed(&error, shed),
+        }
+    }
+
+    /// Bytes arrived: through the connection's transport to its session.
+    fn on_data(&mut self, io: &mut Connections, id: ConnId, bytes: &[u8]) {
+        let Some(conn) = self
+            .conns
+            .get_mut(id.index() as usize)
+            .and_then(Option::as_mut)
+            .filter(|c| c.id == id && !c.refused)
+        else {
+            return;
+        };
+        match conn.transport.on_data(bytes) {
+            Inbound::Passed(bytes) => {
+                self.with_session(io, id, |s, cx, engine| s.on_data(bytes, cx, engine));
+            }
+            Inbound::Decrypted => {
+                if let Some(handshake) = conn.transport.take_outgoing() {
+                    io.send(id, handshake);
+                }
+                let plain = conn.transport.take_plaintext();
+                if !plain.is_empty() {
+                    self.with_session(io, id, |s, cx, engine| s.on_data(&plain, cx, engine));
+                }
+                if let Some(c) = self.conns[id.index() as usize].as_mut() {
+                    c.transport.give_back(plain);
+                }
+            }
+            Inbound::Refuse { why, detail, reply } => {
+                conn.refused = true;
+                tracing::info!(
+                    peer = %conn.session.peer(),
+                    shard = self.index,
+                    "closing connection: {detail}"
+                );
+                let stats = &self.shared.shards[usize::from(self.index)].stats;
+                stats.transport_refused[why as usize].add(1);
+                stats.closed_bad_input.add(1);
+                if let Some(reply) = reply {
+                    io.send(id, reply);
+                }
+                io.close(id);
+            }
         }
     }
 
@@ -469,6 +598,15 @@ impl State {
     }
 
     fn on_accept(&mut self, io: &mut Connections, id: ConnId, peer: SocketAddr) {
+        let tls = self.shared.config.tls.as_ref().map(|t| &t.server_config);
+        let transport = match Transport::new(tls) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "closing connection: TLS could not start");
+                io.close_now(id);
+                return;
+            }
+        };
         let idx = id.index() as usize;
         if self.conns.len() <= idx {
             self.conns.resize_with(idx + 1, || None);
@@ -492,6 +630,8 @@ impl State {
         self.conns[idx] = Some(Conn {
             id,
             session,
+            transport,
+            refused: false,
             counted,
             dirty: false,
         });
@@ -516,8 +656,8 @@ impl State {
             tickets: &mut self.tickets,
             next_ticket: &mut self.next_ticket,
             conn: id,
-            now_ns: self.now_ns,
-            wall_ms: self.wall_ms,
+            time: self.engine_time,
+            clock: &self.shared.clock,
         };
         c.session.on_closed(&mut link);
         if c.counted {
@@ -532,8 +672,29 @@ impl State {
     // ----- after the wait -----------------------------------------------------
 
     fn after_wait(&mut self, io: &mut Connections) {
-        self.engine.poll(self.now_ns, self.wall_ms);
+        let manual = if let Clock::Manual(m) = &self.shared.clock {
+            // A session may have moved it during this turn.
+            let t = m.now();
+            self.engine_time = EngineTime {
+                now_ns: t.now_ns.max(self.engine_time.now_ns),
+                wall_ms: t.wall_ms,
+            };
+            true
+        } else {
+            false
+        };
+        self.engine
+            .poll(self.engine_time.now_ns, self.engine_time.wall_ms);
+        if manual {
+            // What an ADVANCE_CLOCK waits for (only a manual clock moves).
+            self.shared.shards[usize::from(self.index)]
+                .clock_seen_ns
+                .store(self.engine_time.now_ns, Release);
+        }
         self.route_completions(io);
+        if !self.clock_waiters.is_empty() {
+            self.answer_clock_waiters(io);
+        }
         let generation = self.shared.scrape_generation.load(Acquire);
         if self.now_ns >= self.next_housekeeping_ns {
             self.housekeeping(io);
@@ -567,6 +728,26 @@ impl State {
             });
         }
         self.completions = done;
+    }
+
+    /// Answers the `ADVANCE_CLOCK`s whose time every shard has reached.
+    fn answer_clock_waiters(&mut self, io: &mut Connections) {
+        for id in core::mem::take(&mut self.clock_waiters) {
+            let target = self
+                .conns
+                .get(id.index() as usize)
+                .and_then(Option::as_ref)
+                .filter(|c| c.id == id)
+                .and_then(|c| c.session.clock_wait());
+            let Some(t) = target else { continue };
+            if self.shared.clock_caught_up(t) {
+                // A frame served behind it may wait again: `with_session`
+                // puts the connection back on the list then.
+                self.with_session(io, id, |s, cx, engine| s.on_clock_caught_up(cx, engine));
+            } else if !self.clock_waiters.contains(&id) {
+                self.clock_waiters.push(id);
+            }
+        }
     }
 
     fn resume_paused(&mut self, io: &mut Connections) {
@@ -622,7 +803,7 @@ impl State {
         self.drain_started_ns = self.now_ns;
         self.drain_deadline_ns = Some(self.now_ns.saturating_add(self.shutdown_timeout_ns));
         // Waiting receives get their empty batch now.
-        self.engine.shutdown(self.now_ns);
+        self.engine.shutdown(self.engine_time.now_ns);
         self.route_completions(io);
         for id in self.ids() {
             self.with_session(io, id, |s, cx, engine| s.begin_drain(cx, engine));

@@ -22,6 +22,12 @@
 //!   replaces its snapshot every [`STATS_PUBLISH_INTERVAL`] (or when a scrape
 //!   asks) with `try_lock`, so it never waits for the metrics thread; the
 //!   metrics thread copies the snapshots out under the lock.
+//! - **The manual clock's catch-up** is one atomic per shard,
+//!   `clock_seen_ns`: the engine time of the shard's last poll, stored
+//!   (`Release`) after the poll fired every timer due by then and published
+//!   its hints; an `ADVANCE_CLOCK` waiting for the shards loads them
+//!   (`Acquire`), so once all are past its time, what the engines did by
+//!   then is visible to whoever acts on the reply.
 //! - **Shutdown** is a flag (`Release` store, `Acquire` load) plus a wake of
 //!   every shard's driver; shards count themselves out of
 //!   `shards_running` when they have closed their connections.
@@ -34,13 +40,16 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use sluice_protocol::opcode;
-use sluice_protocol::{QueueName, QueueStats, ServerStatsReply};
+use sluice_protocol::{ErrorCode, QueueName, QueueStats, ServerStatsReply};
 
-use super::clock;
+use super::clock::{self, Clock, EngineTime, NotManual};
 use super::config::Config;
 #[cfg(doc)]
 use super::limits::STATS_PUBLISH_INTERVAL;
-use super::metrics::HistogramReader;
+#[cfg(doc)]
+use super::metrics::REQUEST_BUCKET_BOUNDS_NANOS;
+use super::metrics::{HistogramReader, REQUEST_BUCKETS, request_bucket_of};
+use super::transport::REFUSAL_NAMES;
 use crate::engine::{LeaseOutcome, Registry};
 use crate::io::{Backend, Waker};
 
@@ -88,6 +97,93 @@ impl OwnedCounter {
     }
 }
 
+/// Error code slots: one per [`ErrorCode::ALL`].
+pub const ERROR_SLOTS: usize = ErrorCode::ALL.len();
+
+/// The slot of an error code in [`ShardStats::errors`].
+pub fn error_slot(code: ErrorCode) -> usize {
+    ErrorCode::ALL
+        .iter()
+        .position(|&c| c == code)
+        .unwrap_or(ERROR_SLOTS - 1)
+}
+
+/// The label value of an error slot: the code's name in snake case
+/// (`busy`, `queue_not_found`).
+pub fn error_slot_name(slot: usize) -> String {
+    let Some(code) = ErrorCode::ALL.get(slot) else {
+        return "unknown".to_owned();
+    };
+    let mut out = String::new();
+    for (i, c) in code.to_string().chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A shard's request duration histograms, one per operation slot: from the
+/// frame decoded to its reply queued. One writer (the shard), plain
+/// counters in fixed buckets ([`REQUEST_BUCKET_BOUNDS_NANOS`]), no locks.
+#[derive(Debug)]
+pub struct RequestDurations {
+    /// Records per bucket, by operation slot.
+    pub buckets: [[OwnedCounter; REQUEST_BUCKETS]; OP_SLOTS],
+    /// Sum of the durations in nanoseconds, by operation slot.
+    pub sum_ns: [OwnedCounter; OP_SLOTS],
+}
+
+impl Default for RequestDurations {
+    fn default() -> Self {
+        RequestDurations {
+            buckets: std::array::from_fn(|_| std::array::from_fn(|_| OwnedCounter::default())),
+            sum_ns: std::array::from_fn(|_| OwnedCounter::default()),
+        }
+    }
+}
+
+impl RequestDurations {
+    /// Records one request of operation `slot` that took `nanos`: only the
+    /// owning shard calls this.
+    #[inline]
+    pub fn record(&self, slot: usize, nanos: u64) {
+        let slot = slot.min(OP_SLOTS - 1);
+        self.buckets[slot][request_bucket_of(nanos)].add(1);
+        self.sum_ns[slot].add(nanos);
+    }
+
+    /// Operation `slot`'s bucket counts (not cumulative) and sum in
+    /// nanoseconds.
+    pub fn read(&self, slot: usize) -> ([u64; REQUEST_BUCKETS], u64) {
+        let slot = slot.min(OP_SLOTS - 1);
+        (
+            std::array::from_fn(|i| self.buckets[slot][i].get()),
+            self.sum_ns[slot].get(),
+        )
+    }
+}
+
+/// A shard's event loop, as the metrics see it (one writer, the shard).
+#[derive(Debug, Default)]
+pub struct LoopStats {
+    /// Turns of the loop.
+    pub turns: OwnedCounter,
+    /// Turns whose wait returned io events.
+    pub turns_with_events: OwnedCounter,
+    /// Nanoseconds spent outside the wait: serving.
+    pub busy_ns: OwnedCounter,
+    /// Messages taken from other shards' rings.
+    pub ring_received: OwnedCounter,
+    /// Messages put on rings to other shards.
+    pub ring_sent: OwnedCounter,
+}
+
 /// One shard's counters and published state.
 #[derive(Debug)]
 pub struct ShardStats {
@@ -104,8 +200,20 @@ pub struct ShardStats {
     pub accept_failures: OwnedCounter,
     /// Connections closed for bad input (framing, HELLO, timeouts).
     pub closed_bad_input: OwnedCounter,
+    /// Connections their transport refused, by
+    /// [`Refusal`](super::transport::Refusal).
+    pub transport_refused: [OwnedCounter; 3],
+    /// Connections closed because their session timeout ran out (silent).
+    pub timed_out: OwnedCounter,
     /// Reply bytes queued and not yet written, published each loop turn.
     pub unsent_bytes: CachePadded<OwnedCounter>,
+    /// Error codes returned, by [`error_slot`]: whole-request errors and
+    /// each refused entry of a batch.
+    pub errors: [OwnedCounter; ERROR_SLOTS],
+    /// How long requests took, by operation slot.
+    pub durations: RequestDurations,
+    /// The shard's event loop.
+    pub event_loop: LoopStats,
     /// The scrape generation last published (see [`Shared::request_scrape`]).
     pub published_generation: AtomicU64,
     /// This shard's per-queue counters, replaced wholesale.
@@ -121,7 +229,12 @@ impl ShardStats {
             refused: OwnedCounter::default(),
             accept_failures: OwnedCounter::default(),
             closed_bad_input: OwnedCounter::default(),
+            transport_refused: std::array::from_fn(|_| OwnedCounter::default()),
+            timed_out: OwnedCounter::default(),
             unsent_bytes: CachePadded::new(OwnedCounter::default()),
+            errors: std::array::from_fn(|_| OwnedCounter::default()),
+            durations: RequestDurations::default(),
+            event_loop: LoopStats::default(),
             published_generation: AtomicU64::new(0),
             queues: Mutex::new(Vec::new()),
         }
@@ -145,8 +258,8 @@ impl ShardStats {
 /// Readers of one shard's lease histograms.
 #[derive(Debug, Clone)]
 pub struct LeaseReaders {
-    /// Lease hold time, by outcome: deleted, released, expired.
-    pub hold: [HistogramReader; 3],
+    /// Lease hold time, by outcome: deleted, released, expired, abandoned.
+    pub hold: [HistogramReader; OUTCOMES],
     /// Lease end to receivable again.
     pub lateness: HistogramReader,
 }
@@ -157,11 +270,15 @@ pub fn outcome_slot(outcome: LeaseOutcome) -> usize {
         LeaseOutcome::Deleted => 0,
         LeaseOutcome::Released => 1,
         LeaseOutcome::Expired => 2,
+        LeaseOutcome::Abandoned => 3,
     }
 }
 
+/// How many ways a lease can end ([`LeaseOutcome`]).
+pub const OUTCOMES: usize = 4;
+
 /// Label values of [`LeaseReaders::hold`], in order.
-pub const OUTCOME_NAMES: [&str; 3] = ["deleted", "released", "expired"];
+pub const OUTCOME_NAMES: [&str; OUTCOMES] = ["deleted", "released", "expired", "abandoned"];
 
 /// One shard as the others see it.
 #[derive(Debug)]
@@ -172,6 +289,8 @@ pub struct ShardShared {
     pub stats: ShardStats,
     /// Its lease histograms.
     pub lease: LeaseReaders,
+    /// The engine time of its last poll (see the ground rules).
+    pub clock_seen_ns: AtomicU64,
 }
 
 /// Everything shared, behind one `Arc`.
@@ -183,6 +302,9 @@ pub struct Shared {
     pub registry: Arc<Registry>,
     /// The io backend every shard runs on.
     pub backend: Backend,
+    /// Why io_uring was not used when it was asked for (`--io auto`) and the
+    /// server fell back to epoll; `None` when it did not fall back.
+    pub io_fallback: Option<String>,
     /// The client listener's address.
     pub local_addr: SocketAddr,
     /// When the server started (`clock::now_ns`).
@@ -197,6 +319,8 @@ pub struct Shared {
     pub scrape_generation: AtomicU64,
     /// The shards, by index.
     pub shards: Box<[ShardShared]>,
+    /// The engine's clock (`--clock`).
+    pub clock: Clock,
 }
 
 impl Shared {
@@ -205,14 +329,18 @@ impl Shared {
         config: Config,
         registry: Arc<Registry>,
         backend: Backend,
+        io_fallback: Option<String>,
         local_addr: SocketAddr,
         shards: Vec<(Arc<Waker>, LeaseReaders)>,
+        clock: Clock,
     ) -> Shared {
         let n = shards.len();
         Shared {
+            clock,
             config,
             registry,
             backend,
+            io_fallback,
             local_addr,
             started_ns: clock::now_ns(),
             connections: CachePadded::new(AtomicU32::new(0)),
@@ -225,6 +353,7 @@ impl Shared {
                     waker,
                     stats: ShardStats::new(),
                     lease,
+                    clock_seen_ns: AtomicU64::new(0),
                 })
                 .collect(),
         }
@@ -246,6 +375,45 @@ impl Shared {
     pub fn wake_all(&self) {
         for s in &*self.shards {
             s.waker.wake();
+        }
+    }
+
+    /// Moves a manual clock forward by `by_ms` and wakes every shard, so each
+    /// fires what came due (a waiting receive whose wait is over is
+    /// answered); returns the manual time since the start (ms) and the time
+    /// now.
+    ///
+    /// # Errors
+    /// [`NotManual`] when the server runs on the real clock: nothing
+    /// changes.
+    pub fn advance_clock(&self, by_ms: u64) -> Result<(u64, EngineTime), NotManual> {
+        let moved = self.clock.advance(by_ms)?;
+        self.wake_all();
+        Ok(moved)
+    }
+
+    /// Whether every shard has polled its engine at `engine_ns` or later (or
+    /// the server is shutting down, when shards stop polling).
+    pub fn clock_caught_up(&self, engine_ns: u64) -> bool {
+        self.shutting_down()
+            || self
+                .shards
+                .iter()
+                .all(|s| s.clock_seen_ns.load(Acquire) >= engine_ns)
+    }
+
+    /// Waits (at most `patience`) until [`Self::clock_caught_up`] with
+    /// `engine_ns`; whether it did.
+    pub fn wait_clock(&self, engine_ns: u64, patience: Duration) -> bool {
+        let deadline = clock::now_ns().saturating_add(clock::nanos(patience));
+        loop {
+            if self.clock_caught_up(engine_ns) {
+                return true;
+            }
+            if clock::now_ns() >= deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_micros(100));
         }
     }
 
@@ -328,6 +496,27 @@ impl Shared {
             "connections_closed_bad_input".into(),
             self.sum(|s| s.closed_bad_input.get()),
         );
+        for (i, why) in REFUSAL_NAMES.iter().enumerate() {
+            push(
+                format!("connections_refused_{why}"),
+                self.sum(|s| s.transport_refused[i].get()),
+            );
+        }
+        push(
+            "connections_timed_out".into(),
+            self.sum(|s| s.timed_out.get()),
+        );
+        push(
+            "leases_abandoned".into(),
+            self.shards
+                .iter()
+                .map(|s| {
+                    s.lease.hold[outcome_slot(LeaseOutcome::Abandoned)]
+                        .snapshot()
+                        .count()
+                })
+                .sum(),
+        );
         push("queues".into(), self.registry.list("").len() as u64);
         push("memory_used_bytes".into(), self.registry.memory().used());
         push("memory_max_bytes".into(), self.registry.memory().limit());
@@ -367,6 +556,40 @@ mod tests {
         assert_eq!(op_slot_name(op_slot(opcode::SERVER_STATS)), "server_stats");
         assert_eq!(op_slot(0x7e), OP_SLOTS - 1);
         assert_eq!(op_slot_name(OP_SLOTS - 1), "unknown");
+    }
+
+    #[test]
+    fn error_slots_name_every_code() {
+        assert_eq!(error_slot_name(error_slot(ErrorCode::Busy)), "busy");
+        assert_eq!(
+            error_slot_name(error_slot(ErrorCode::QueueNotFound)),
+            "queue_not_found"
+        );
+        let names: std::collections::HashSet<String> =
+            (0..ERROR_SLOTS).map(error_slot_name).collect();
+        assert_eq!(names.len(), ERROR_SLOTS, "{names:?}");
+        assert!(
+            names
+                .iter()
+                .all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        );
+    }
+
+    #[test]
+    fn request_durations_land_in_their_operation_and_bucket() {
+        let d = RequestDurations::default();
+        let send = op_slot(opcode::SEND);
+        d.record(send, 1_500);
+        d.record(send, 500);
+        d.record(OP_SLOTS + 5, u64::MAX / 2);
+        let (buckets, sum) = d.read(send);
+        assert_eq!((buckets[0], buckets[1], sum), (1, 1, 2_000));
+        let (unknown, _) = d.read(OP_SLOTS - 1);
+        assert_eq!(
+            unknown[REQUEST_BUCKETS - 1],
+            1,
+            "out of range: the last slot"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! | `sluice_uptime_seconds` | | |
 //! | `sluice_connections` | | open client connections |
 //! | `sluice_connections_max` | | `--max-connections` |
-//! | `sluice_connections_accepted_total`, `_refused_total`, `_closed_bad_input_total`, `sluice_accept_failures_total` | | |
+//! | `sluice_connections_accepted_total`, `_refused_total`, `_closed_bad_input_total`, `_timed_out_total` (silent past their session timeout), `sluice_accept_failures_total` | | |
 //! | `sluice_requests_total` | `op` | requests decoded, by operation |
 //! | `sluice_unsent_bytes` | | replies queued and not yet written |
 //! | `sluice_memory_used_bytes`, `sluice_memory_max_bytes` | | the message memory budget |
@@ -22,17 +22,32 @@
 //! | `sluice_queue_messages` | `queue`, `state` | visible, delayed, in_flight |
 //! | `sluice_queue_oldest_message_age_seconds` | `queue` | |
 //! | `sluice_queue_<counter>_total` | `queue` | the per-queue counters: sent, moved in, received, deleted, redelivered, released, dead-lettered, redriven, dropped, purged |
-//! | `sluice_lease_hold_seconds` | `outcome` | histogram: deleted, released, expired |
+//! | `sluice_lease_hold_seconds` | `outcome` | histogram: deleted, released, expired, abandoned (released because the connection it was bound to closed; the queue's `released` counter counts these too) |
 //! | `sluice_redelivery_lateness_seconds` | | histogram: lease end to receivable again |
+//! | `sluice_build_info` | `version` | always 1 |
+//! | `sluice_io_backend` | `backend` | 1 for the backend in use |
+//! | `sluice_io_backend_fallback` | | 1 when io_uring was unavailable and the server fell back to epoll |
+//! | `sluice_draining` | | 1 once a graceful shutdown began (`/healthz` answers 503) |
+//! | `sluice_request_duration_seconds` | `op` | histogram: frame decoded to reply queued |
+//! | `sluice_errors_total` | `code` | error codes returned: whole requests and each refused batch entry |
+//! | `sluice_shard_loop_turns_total`, `sluice_shard_loop_turns_with_events_total`, `sluice_shard_busy_seconds_total` | `shard` | each shard's event loop |
+//! | `sluice_shard_ring_received_total`, `sluice_shard_ring_sent_total` | `shard` | messages between shards |
+//! | `sluice_shard_connections` | `shard` | open connections per shard |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | | from `/proc/self` |
 
 use crate::sync::Ordering::Relaxed;
 use std::time::Duration;
 
 use sluice_protocol::QueueStats;
 
-use super::metrics::{HistogramSnapshot, LatencyHistogram, MetricType, PromWriter};
+use super::metrics::{
+    HistogramSnapshot, LatencyHistogram, MetricType, MetricsSource, PromWriter,
+    REQUEST_BUCKET_BOUNDS_NANOS, REQUEST_BUCKETS,
+};
+use super::process;
 use super::shared::{
-    LeaseReaders, OP_SLOTS, OUTCOME_NAMES, Shared, op_slot_name, outcome_slot, server_version,
+    ERROR_SLOTS, LeaseReaders, OP_SLOTS, OUTCOME_NAMES, OUTCOMES, ShardStats, Shared,
+    error_slot_name, op_slot_name, outcome_slot, server_version,
 };
 use crate::engine::{LeaseObserver, LeaseOutcome};
 
@@ -41,7 +56,7 @@ use super::limits::SCRAPE_WAIT;
 /// A shard's lease histograms; the engine reports into them.
 #[derive(Debug, Default)]
 pub struct LeaseMetrics {
-    hold: [LatencyHistogram; 3],
+    hold: [LatencyHistogram; OUTCOMES],
     lateness: LatencyHistogram,
 }
 
@@ -129,6 +144,21 @@ fn merged(readers: impl Iterator<Item = HistogramSnapshot>) -> HistogramSnapshot
     all
 }
 
+/// The server as the metrics endpoint sees it: `/metrics` is [`render`],
+/// `/healthz` answers 503 once the shutdown began.
+#[derive(Debug)]
+pub struct ServerMetrics(pub crate::sync::Arc<Shared>);
+
+impl MetricsSource for ServerMetrics {
+    fn render(&self, out: &mut String) {
+        render(&self.0, out);
+    }
+
+    fn draining(&self) -> bool {
+        self.0.shutting_down()
+    }
+}
+
 /// Writes every metric of the server into `out`.
 pub fn render(shared: &Shared, out: &mut String) {
     shared.request_scrape(SCRAPE_WAIT);
@@ -188,6 +218,11 @@ pub fn render(shared: &Shared, out: &mut String) {
         "sluice_connections_closed_bad_input_total",
         "Connections closed for bad input: framing, HELLO, auth, timeouts.",
         shared.sum(|s| s.closed_bad_input.get()),
+    );
+    w.counter(
+        "sluice_connections_timed_out_total",
+        "Connections closed because they were silent for longer than their session timeout.",
+        shared.sum(|s| s.timed_out.get()),
     );
     {
         let mut f = w.family(
@@ -267,11 +302,220 @@ pub fn render(shared: &Shared, out: &mut String) {
         MetricType::Histogram,
     )
     .histogram(&[], &lateness);
+    render_operations(shared, &mut w);
+    render_shards(shared, &mut w);
+    render_process(&mut w);
+}
+
+/// Build, io backend, drain state, request durations and errors.
+fn render_operations(shared: &Shared, w: &mut PromWriter<'_>) {
+    w.family(
+        "sluice_build_info",
+        "The build: version (always 1).",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[("version", env!("CARGO_PKG_VERSION"))], 1);
+    render_io(
+        w,
+        &shared.backend.to_string(),
+        shared.io_fallback.as_deref(),
+    );
+    w.family(
+        "sluice_draining",
+        "1 once a graceful shutdown has begun (/healthz answers 503), else 0.",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[], u64::from(shared.shutting_down()));
+    {
+        let mut f = w.family(
+            "sluice_request_duration_seconds",
+            "Server-side request duration, from the frame decoded to its reply queued, by \
+             operation.",
+            MetricType::Histogram,
+        );
+        for slot in 0..OP_SLOTS {
+            let mut counts = [0u64; REQUEST_BUCKETS];
+            let mut sum_ns = 0u64;
+            for s in &*shared.shards {
+                let (c, sum) = s.stats.durations.read(slot);
+                for (all, n) in counts.iter_mut().zip(c) {
+                    *all = all.saturating_add(n);
+                }
+                sum_ns = sum_ns.saturating_add(sum);
+            }
+            #[allow(clippy::cast_precision_loss, reason = "nanoseconds to seconds")]
+            let sum = sum_ns as f64 / 1e9;
+            f.histogram_buckets(
+                &[("op", &op_slot_name(slot))],
+                &REQUEST_BUCKET_BOUNDS_NANOS,
+                &counts,
+                sum,
+            );
+        }
+    }
+    {
+        let mut f = w.family(
+            "sluice_errors_total",
+            "Error codes returned to clients: whole-request errors and each refused entry of a \
+             batch, by code.",
+            MetricType::Counter,
+        );
+        for slot in 0..ERROR_SLOTS {
+            f.sample_u64(
+                &[("code", &error_slot_name(slot))],
+                shared.sum(|s| s.errors[slot].get()),
+            );
+        }
+    }
+}
+
+/// The io backend in use, and whether it is epoll because io_uring was
+/// unavailable (`fallback`: why).
+fn render_io(w: &mut PromWriter<'_>, backend: &str, fallback: Option<&str>) {
+    w.family(
+        "sluice_io_backend",
+        "The io backend every shard runs on (always 1).",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[("backend", backend)], 1);
+    w.family(
+        "sluice_io_backend_fallback",
+        "1 when io_uring was unavailable (e.g. blocked by a container's seccomp profile) and \
+         the server fell back to epoll; 0 otherwise.",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[], u64::from(fallback.is_some()));
+}
+
+/// Each shard's event loop, rings and connections.
+fn render_shards(shared: &Shared, w: &mut PromWriter<'_>) {
+    type Get = fn(&ShardStats) -> u64;
+    let per_shard: [(&str, &str, MetricType, Get); 5] = [
+        (
+            "sluice_shard_loop_turns_total",
+            "Turns of each shard's event loop.",
+            MetricType::Counter,
+            |s| s.event_loop.turns.get(),
+        ),
+        (
+            "sluice_shard_loop_turns_with_events_total",
+            "Turns of each shard's event loop whose wait returned io events.",
+            MetricType::Counter,
+            |s| s.event_loop.turns_with_events.get(),
+        ),
+        (
+            "sluice_shard_ring_received_total",
+            "Messages each shard took from other shards' rings.",
+            MetricType::Counter,
+            |s| s.event_loop.ring_received.get(),
+        ),
+        (
+            "sluice_shard_ring_sent_total",
+            "Messages each shard sent to other shards' rings.",
+            MetricType::Counter,
+            |s| s.event_loop.ring_sent.get(),
+        ),
+        (
+            "sluice_shard_connections",
+            "Open client connections, by shard.",
+            MetricType::Gauge,
+            |s| s.connections.get(),
+        ),
+    ];
+    let names: Vec<String> = (0..shared.shards.len()).map(|i| i.to_string()).collect();
+    for (name, help, kind, get) in per_shard {
+        let mut f = w.family(name, help, kind);
+        for (s, shard) in shared.shards.iter().zip(&names) {
+            f.sample_u64(&[("shard", shard)], get(&s.stats));
+        }
+    }
+    let mut f = w.family(
+        "sluice_shard_busy_seconds_total",
+        "Time each shard's loop spent outside its wait (serving), seconds; its rate is the \
+         shard's busy fraction.",
+        MetricType::Counter,
+    );
+    for (s, shard) in shared.shards.iter().zip(&names) {
+        #[allow(clippy::cast_precision_loss, reason = "nanoseconds to seconds")]
+        f.sample(
+            &[("shard", shard)],
+            s.stats.event_loop.busy_ns.get() as f64 / 1e9,
+        );
+    }
+}
+
+/// The standard `process_*` metrics; what cannot be read is left out.
+fn render_process(w: &mut PromWriter<'_>) {
+    let p = process::read();
+    if let Some(v) = p.cpu_seconds {
+        w.family(
+            "process_cpu_seconds_total",
+            "Total user and system CPU time spent in seconds.",
+            MetricType::Counter,
+        )
+        .sample(&[], v);
+    }
+    let gauges = [
+        (
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            p.resident_bytes,
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            p.virtual_bytes,
+        ),
+        (
+            "process_open_fds",
+            "Number of open file descriptors.",
+            p.open_fds,
+        ),
+        (
+            "process_max_fds",
+            "Maximum number of open file descriptors.",
+            p.max_fds,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        if let Some(v) = value {
+            w.family(name, help, MetricType::Gauge).sample_u64(&[], v);
+        }
+    }
+    if let Some(v) = p.start_time_seconds {
+        w.gauge(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            v,
+        );
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_io_fallback_shows() {
+        let mut out = String::new();
+        render_io(
+            &mut PromWriter::new(&mut out),
+            "epoll",
+            Some("io_uring_setup failed: Operation not permitted"),
+        );
+        assert!(
+            out.contains("sluice_io_backend{backend=\"epoll\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains("sluice_io_backend_fallback 1\n"), "{out}");
+        let mut out = String::new();
+        render_io(&mut PromWriter::new(&mut out), "io_uring", None);
+        assert!(
+            out.contains("sluice_io_backend{backend=\"io_uring\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains("sluice_io_backend_fallback 0\n"), "{out}");
+    }
 
     #[test]
     fn lease_metrics_record_by_outcome() {

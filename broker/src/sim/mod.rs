@@ -11,6 +11,14 @@
 //! out or are woken from other shards, the memory budget runs out (`Busy`),
 //! and queues are purged, deleted and created again with leases out.
 //!
+//! With [`SimConfig::bound_leases`], clients also bind some of their
+//! receives' leases to their connection, and a client that disconnects
+//! hands what it bound to its shard as the release a closing connection
+//! asks for (`Op::Abandon`), racing every other client's deletes, changes
+//! and receives and the owners' expiries. Those choices come from a stream
+//! of their own, so with it off a seed runs exactly as it always did (the
+//! regression seeds keep replaying their bugs).
+//!
 //! After every step it checks what a client could see (`oracle.rs`): no
 //! message delivered again before its lease ended or after it was deleted,
 //! a receipt of an older delivery never accepted, delivery numbers unique
@@ -40,6 +48,9 @@ pub struct SimConfig {
     pub shards: u16,
     /// Scheduler steps.
     pub steps: u64,
+    /// Clients bind leases to their connections and release them when
+    /// they disconnect.
+    pub bound_leases: bool,
 }
 
 /// A run that found nothing wrong.
@@ -79,10 +90,15 @@ impl fmt::Display for SimFailure {
         }
         write!(
             f,
-            "replay: cargo run --release -p sluice-broker --bin sluice-sim -- --seed {} --shards {} --steps {}",
+            "replay: cargo run --release -p sluice-broker --bin sluice-sim -- --seed {} --shards {} --steps {}{}",
             self.config.seed,
             self.config.shards,
-            self.step + 1
+            self.step + 1,
+            if self.config.bound_leases {
+                " --bound-leases"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -104,7 +120,7 @@ pub fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         (1..=SIM_SHARDS_MAX).contains(&config.shards),
         "shards must be 1 ..= {SIM_SHARDS_MAX}"
     );
-    let mut world = World::new(config.seed, config.shards);
+    let mut world = World::new(config.seed, config.shards, config.bound_leases);
     for step in 0..config.steps {
         if let Err(message) = world.step() {
             return Err(SimFailure {

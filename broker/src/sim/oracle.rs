@@ -54,6 +54,7 @@ pub struct Counts {
     pub redeliveries: u64,
     pub deleted: u64,
     pub released: u64,
+    pub abandoned: u64,
     pub extended: u64,
     pub stale: u64,
     pub gone: u64,
@@ -173,26 +174,42 @@ impl Oracle {
             Kind::Send { .. } => {}
             // A visibility change in flight may release or shorten the
             // lease before its result is seen: the lease is unknown until
-            // then.
+            // then. So may a closed connection's release of its bound
+            // leases.
             Kind::ChangeVisibility(entries) => {
                 for (h, _, _) in entries {
-                    if let Some(t) = self.tracks.get_mut(&h.id) {
-                        t.lease = None;
-                        t.cv_alone = t.cv_in_flight == 0;
-                        t.cv_in_flight += 1;
-                    }
+                    self.lease_in_doubt(h.id);
+                }
+            }
+            Kind::Abandon(entries) => {
+                for (h, _) in entries {
+                    self.lease_in_doubt(h.id);
                 }
             }
             _ => {}
         }
     }
 
+    /// A request that may end `id`'s lease (a visibility change, a
+    /// release) is in flight: the lease is unknown until it is done.
+    fn lease_in_doubt(&mut self, id: MessageId) {
+        if let Some(t) = self.tracks.get_mut(&id) {
+            t.lease = None;
+            t.cv_alone = t.cv_in_flight == 0;
+            t.cv_in_flight += 1;
+        }
+    }
+
     /// A visibility change naming these messages is no longer in flight.
     fn cv_done(&mut self, entries: &[(Held, u32, Snap)]) {
         for (h, _, _) in entries {
-            if let Some(t) = self.tracks.get_mut(&h.id) {
-                t.cv_in_flight = t.cv_in_flight.saturating_sub(1);
-            }
+            self.lease_settled(h.id);
+        }
+    }
+
+    fn lease_settled(&mut self, id: MessageId) {
+        if let Some(t) = self.tracks.get_mut(&id) {
+            t.cv_in_flight = t.cv_in_flight.saturating_sub(1);
         }
     }
 
@@ -327,6 +344,11 @@ impl Oracle {
             if let Kind::ChangeVisibility(entries) = &p.kind {
                 self.cv_done(entries);
             }
+            if let Kind::Abandon(entries) = &p.kind {
+                for (h, _) in entries {
+                    self.lease_settled(h.id);
+                }
+            }
             return Ok(format!("error {:?}", e.code()));
         }
         match (&p.kind, result) {
@@ -391,6 +413,7 @@ impl Oracle {
                 Kind::Receive {
                     queue,
                     visibility_ms,
+                    ..
                 },
                 OpResult::Received(msgs),
             ) => {
@@ -533,6 +556,30 @@ impl Oracle {
                     }
                 }
                 Ok(format!("{ok} changed"))
+            }
+            (Kind::Abandon(entries), OpResult::VisibilityChanged(results)) => {
+                if results.len() != entries.len() {
+                    return Err("release of bound leases: a result per receipt".to_owned());
+                }
+                for (h, _) in entries {
+                    self.lease_settled(h.id);
+                }
+                let mut ok = 0;
+                for ((h, snap), r) in entries.iter().zip(results) {
+                    match r {
+                        Ok(()) => {
+                            self.receipt_accepted(h, snap, "release of a bound lease")?;
+                            ok += 1;
+                            self.counts.abandoned += 1;
+                            let t = self.tracks.get_mut(&h.id).unwrap_or_else(|| {
+                                unreachable!("receipt_accepted found the track")
+                            });
+                            t.lease = None;
+                        }
+                        Err(e) => self.receipt_refused(h, e.code())?,
+                    }
+                }
+                Ok(format!("{ok} bound leases current"))
             }
             (Kind::Purge(_), OpResult::Purged { messages }) => {
                 self.wipe_done(p.submitted_step, step);

@@ -29,6 +29,9 @@ const CHECKPOINT_EVERY: u64 = 48;
 const DEEP_CHECK_EVERY: u64 = 16;
 /// Lines of history kept for a failure report.
 const RECENT_MAX: usize = 400;
+/// Bound receipts a client keeps (the oldest go first), so a disconnect's
+/// release stays one batch per queue.
+const BOUND_MAX: usize = 64;
 
 /// The queues. `work` dead-letters into `dlq`; `side` has no redrive
 /// policy, so it can be deleted and created again with leases out.
@@ -47,11 +50,13 @@ impl Wake for NoWake {
     fn wake(&self) {}
 }
 
-/// One connection: its shard and its requests in flight.
+/// One connection: its shard, its requests in flight and the receipts it
+/// bound to itself.
 #[derive(Debug)]
 struct Client {
     shard: usize,
     tickets: Vec<u64>,
+    bound: Vec<Held>,
 }
 
 /// A request in flight.
@@ -73,8 +78,12 @@ pub(super) enum Kind {
     Receive {
         queue: &'static str,
         visibility_ms: u64,
+        /// Its leases bind to the client's connection.
+        bind: bool,
     },
     Delete(Vec<(Held, Snap)>),
+    /// A disconnected client's bound leases, released if still current.
+    Abandon(Vec<(Held, Snap)>),
     ChangeVisibility(Vec<(Held, u32, Snap)>),
     Purge(&'static str),
     /// Side, at this incarnation when submitted.
@@ -92,7 +101,7 @@ impl Kind {
     pub(super) fn queue(&self) -> Option<&'static str> {
         match self {
             Kind::Send { queue, .. } | Kind::Receive { queue, .. } => Some(queue),
-            Kind::Delete(h) => h.first().map(|(h, _)| h.queue),
+            Kind::Delete(h) | Kind::Abandon(h) => h.first().map(|(h, _)| h.queue),
             Kind::ChangeVisibility(h) => h.first().map(|(h, _, _)| h.queue),
             Kind::Purge(q) | Kind::CreateQueue(q) | Kind::Peek(q) | Kind::Stats(q) => Some(q),
             Kind::DeleteQueue { .. } => Some(SIDE),
@@ -116,11 +125,15 @@ pub(super) struct World {
     step: u64,
     completions: Vec<(u64, OpResult)>,
     visibility_ms: HashMap<&'static str, u64>,
+    /// Whether receives may bind (see [`super::SimConfig::bound_leases`]),
+    /// and the stream of those choices, apart from the scheduler's.
+    bind_rng: Option<Rng>,
 }
 
 impl World {
-    pub(super) fn new(seed: u64, shards: u16) -> World {
+    pub(super) fn new(seed: u64, shards: u16, bound_leases: bool) -> World {
         let mut rng = Rng::new(seed);
+        let bind_rng = bound_leases.then(|| Rng::new(splitmix64(&mut (seed ^ 0xb0_7d))));
         let mut derive = seed ^ 0x51_u64;
         // Tight budgets make sends meet Busy; loose ones let depth limits
         // and retention do the limiting.
@@ -162,6 +175,7 @@ impl World {
             .map(|i| Client {
                 shard: i % usize::from(shards),
                 tickets: Vec::new(),
+                bound: Vec::new(),
             })
             .collect();
         let mut w = World {
@@ -179,6 +193,7 @@ impl World {
             step: 0,
             completions: Vec::new(),
             visibility_ms: HashMap::new(),
+            bind_rng,
         };
         let backoff = (w.rng.below_inclusive(1) == 0).then_some(Backoff {
             base_ms: 3,
@@ -351,8 +366,50 @@ impl World {
                 self.oracle.cancelled(&p, self.step);
             }
         }
+        self.release_bound(c, shard);
         // It reconnects, perhaps to another shard.
         self.clients[c].shard = self.pick(self.shards.len());
+    }
+
+    /// What a closing connection's session does: its bound leases go to
+    /// its shard as an abandon per queue, answered to no client (checked by
+    /// the oracle all the same).
+    fn release_bound(&mut self, c: usize, shard: usize) {
+        let bound = std::mem::take(&mut self.clients[c].bound);
+        for queue in QUEUES {
+            let held: Vec<Held> = bound.iter().copied().filter(|h| h.queue == queue).collect();
+            if held.is_empty() {
+                continue;
+            }
+            let ticket = self.next_ticket;
+            self.next_ticket += 1;
+            self.note(format!(
+                "client {c} on shard {shard} closed: releases {} bound leases of {queue} [ticket {ticket}]",
+                held.len()
+            ));
+            let receipts = held.iter().map(|h| h.receipt).collect();
+            let kind = Kind::Abandon(
+                held.into_iter()
+                    .map(|h| (h, self.oracle.snap(&h)))
+                    .collect(),
+            );
+            self.oracle.submitted(&kind, self.now_ns, self.step);
+            let op = Op::Abandon(DeleteRequest {
+                queue: qn(queue),
+                receipts,
+            });
+            // Nobody waits for it: not among the client's tickets.
+            let pending = Pending {
+                client: c,
+                submitted_ns: self.now_ns,
+                submitted_step: self.step,
+                kind,
+            };
+            if let Some(result) = self.shards[shard].submit(ticket, op, self.now_ns, self.wall_ms) {
+                self.completions.push((ticket, result));
+            }
+            self.pending.insert(ticket, pending);
+        }
     }
 
     fn submit_random(&mut self) {
@@ -489,18 +546,27 @@ impl World {
             Some(0)
         };
         let visibility_ms = visibility.map_or(self.visibility_ms[queue], u64::from);
+        let bind = self
+            .bind_rng
+            .as_mut()
+            .is_some_and(|r| r.below_inclusive(1) == 0);
         (
             Op::Receive(ReceiveRequest {
                 queue: qn(queue),
                 max_messages: max,
                 visibility_timeout_ms: visibility,
                 wait_ms: wait,
+                bind_leases: bind,
             }),
             Kind::Receive {
                 queue,
                 visibility_ms,
+                bind,
             },
-            format!("receive {max} from {queue} (visibility {visibility:?}, wait {wait:?})"),
+            format!(
+                "receive {max} from {queue} (visibility {visibility:?}, wait {wait:?}{})",
+                if bind { ", bound" } else { "" }
+            ),
         )
     }
 
@@ -602,6 +668,28 @@ impl World {
             };
             let client = &mut self.clients[p.client];
             client.tickets.retain(|&t| t != ticket);
+            if let (
+                Kind::Receive {
+                    queue, bind: true, ..
+                },
+                OpResult::Received(msgs),
+            ) = (&p.kind, &result)
+            {
+                // The session binds what it delivered (a result comes only
+                // while the client that asked is connected).
+                for m in msgs {
+                    if client.bound.len() == BOUND_MAX {
+                        client.bound.remove(0);
+                    }
+                    client.bound.push(Held {
+                        queue,
+                        receipt: m.receipt,
+                        id: m.id,
+                        delivery: m.delivery(),
+                        forged: false,
+                    });
+                }
+            }
             let summary = self
                 .oracle
                 .completed(&p, result, self.now_ns, self.step)

@@ -113,6 +113,7 @@ fn a_result_handed_back_is_filled_again() {
             max_messages: 8,
             visibility_timeout_ms: None,
             wait_ms: Some(0),
+            bind_leases: false,
         })
     };
     send(&mut c, 0, "q", "a");

@@ -13,6 +13,7 @@ fn waiting(c: &mut Cluster, shard: usize, queue: &str, wait_ms: u32) -> u64 {
             max_messages: 10,
             visibility_timeout_ms: None,
             wait_ms: Some(wait_ms),
+            bind_leases: false,
         }),
     );
     check(c);
@@ -57,6 +58,7 @@ fn queue_default_wait_and_empty_batch_when_it_ends() {
             max_messages: 1,
             visibility_timeout_ms: None,
             wait_ms: None,
+            bind_leases: false,
         }),
     );
     c.advance_ms(999);
@@ -71,6 +73,7 @@ fn queue_default_wait_and_empty_batch_when_it_ends() {
             max_messages: 1,
             visibility_timeout_ms: None,
             wait_ms: Some(20_001),
+            bind_leases: false,
         }),
     );
     assert_eq!(error_code(r), ErrorCode::InvalidArgument);

@@ -5,6 +5,13 @@
 //! replies, the deliveries, every message's state and every queue's stats
 //! must agree.
 //!
+//! Receives may bind their leases to one of two connections, and a step
+//! may close a connection: its bound receipts (every one it got, however
+//! they ended since, as a session that saw the deletes on other
+//! connections would not know) go to the engine as the release a closing
+//! connection asks for (`Op::Abandon`), and the model releases those
+//! leases that are still current and running.
+//!
 //! Where the semantics leave a choice to the engine (which visible messages a
 //! receive, peek or redrive takes when it cannot take them all; the jitter
 //! of a backoff) the model checks that the engine's choice is allowed and
@@ -42,6 +49,8 @@ const MESSAGE_BYTES_MAX: usize = 16;
 const WINDOW_MS: u64 = 100;
 const RETENTION_MS: [u64; 2] = [60_000, 120_000];
 const VISIBILITY_MS: [u64; 2] = [50, 30];
+/// Connections a receive may bind its leases to.
+const CONNS: usize = 2;
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -55,6 +64,14 @@ enum Step {
         queue: usize,
         max: u32,
         vis: Option<u32>,
+        /// The connection the leases bind to, if any.
+        bind: Option<usize>,
+    },
+    /// A connection closes: its bound leases are handed to the engine on
+    /// `shard` (the connection's).
+    Disconnect {
+        shard: usize,
+        conn: usize,
     },
     Delete {
         shard: usize,
@@ -107,9 +124,11 @@ fn step() -> impl Strategy<Value = Step> {
             shard.clone(),
             queue.clone(),
             prop_oneof![3 => 1u32..4, 1 => Just(100u32)],
-            prop_oneof![3 => Just(None), 1 => Just(Some(0u32)), 1 => Just(Some(10)), 1 => Just(Some(100))]
+            prop_oneof![3 => Just(None), 1 => Just(Some(0u32)), 1 => Just(Some(10)), 1 => Just(Some(100))],
+            prop_oneof![2 => Just(None), 1 => (0..CONNS).prop_map(Some)]
         )
-            .prop_map(|(shard, queue, max, vis)| Step::Receive { shard, queue, max, vis }),
+            .prop_map(|(shard, queue, max, vis, bind)| Step::Receive { shard, queue, max, vis, bind }),
+        2 => (shard.clone(), 0..CONNS).prop_map(|(shard, conn)| Step::Disconnect { shard, conn }),
         3 => (shard.clone(), queue.clone(), any::<usize>(), prop::bool::weighted(0.1))
             .prop_map(|(shard, queue, pick, forged)| Step::Delete { shard, queue, pick, forged }),
         3 => (
@@ -178,6 +197,8 @@ struct Model {
     stats: [QueueStats; 2],
     dedup: [HashMap<u8, (MessageId, u64)>; 2],
     receipts: Vec<MReceipt>,
+    /// Receipts bound to each connection, in the order received.
+    bound: [Vec<MReceipt>; CONNS],
 }
 
 fn gauge(s: &mut QueueStats, st: St) -> &mut u64 {
@@ -402,6 +423,7 @@ fn setup(shards: u16, backoff: bool, seed: u64) -> (Cluster, Model) {
         stats: [QueueStats::default(); 2],
         dedup: [HashMap::new(), HashMap::new()],
         receipts: Vec::new(),
+        bound: [Vec::new(), Vec::new()],
     };
     (c, model)
 }
@@ -573,6 +595,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             queue,
             max,
             vis,
+            bind,
         } => {
             let shard = shard % shards;
             let got = match c.call(
@@ -582,6 +605,9 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                     max_messages: u16::try_from(max).expect("the model draws small maxima"),
                     visibility_timeout_ms: vis,
                     wait_ms: Some(0),
+                    // The engine does not look at it: binding is the
+                    // session's (the model plays it below).
+                    bind_leases: bind.is_some(),
                 }),
             ) {
                 OpResult::Received(g) => g,
@@ -639,13 +665,55 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 );
                 assert_eq!(d.body, mm.body);
                 assert_eq!(d.attributes, mm.attributes);
-                m.receipts.push(MReceipt {
+                let rec = MReceipt {
                     receipt: d.receipt,
                     queue,
                     id: d.id,
                     moves: mm.moves,
                     delivery: d.delivery(),
-                });
+                };
+                m.receipts.push(rec);
+                if let Some(conn) = bind {
+                    m.bound[conn].push(rec);
+                }
+            }
+        }
+        Step::Disconnect { shard, conn } => {
+            let bound = std::mem::take(&mut m.bound[conn]);
+            for queue in [Q, DLQ] {
+                let recs: Vec<MReceipt> =
+                    bound.iter().copied().filter(|r| r.queue == queue).collect();
+                if recs.is_empty() {
+                    continue;
+                }
+                let got = match c.call(
+                    shard % shards,
+                    Op::Abandon(DeleteRequest {
+                        queue: qn(NAMES[queue]),
+                        receipts: recs.iter().map(|r| r.receipt).collect(),
+                    }),
+                ) {
+                    OpResult::VisibilityChanged(r) => r,
+                    other => panic!("{other:?}"),
+                };
+                assert_eq!(got.len(), recs.len());
+                for (rec, got) in recs.iter().zip(got) {
+                    let expect = expect_receipt(m, Some(*rec), queue, false);
+                    assert_eq!(
+                        got.map_err(|e| e.code()),
+                        expect.map(|_| ()),
+                        "abandon of {rec:?} on {}",
+                        NAMES[queue]
+                    );
+                    if let Ok(id) = expect {
+                        // Only a running lease is released; one that ran
+                        // out (or was released) is visible already.
+                        if matches!(m.msgs[&id].st, St::InFlight(_)) {
+                            m.stats[queue].released += 1;
+                            m.make_available(id, now);
+                        }
+                    }
+                }
             }
         }
         Step::Delete {
@@ -675,17 +743,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             if forged {
                 receipt.check ^= 1;
             }
-            let expect = match rec {
-                None => Err(ErrorCode::InvalidReceipt),
-                Some(_) if forged => Err(ErrorCode::InvalidReceipt),
-                Some(r) if r.queue != queue => Err(ErrorCode::InvalidReceipt),
-                Some(r) => match m.msgs.get(&r.id) {
-                    None => Err(ErrorCode::Gone),
-                    Some(mm) if mm.queue != r.queue || mm.moves != r.moves => Err(ErrorCode::Gone),
-                    Some(mm) if r.delivery < mm.delivery => Err(ErrorCode::StaleReceipt),
-                    Some(_) => Ok(r.id),
-                },
-            };
+            let expect = expect_receipt(m, rec, queue, forged);
             let op = match timeout {
                 None => Op::Delete(DeleteRequest {
                     queue: qn(NAMES[queue]),
@@ -823,6 +881,27 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
     }
 }
 
+/// What a delete, change of visibility or abandon of `rec` on `queue` must
+/// answer: the message's id when the receipt is its current delivery's.
+fn expect_receipt(
+    m: &Model,
+    rec: Option<MReceipt>,
+    queue: usize,
+    forged: bool,
+) -> Result<MessageId, ErrorCode> {
+    match rec {
+        None => Err(ErrorCode::InvalidReceipt),
+        Some(_) if forged => Err(ErrorCode::InvalidReceipt),
+        Some(r) if r.queue != queue => Err(ErrorCode::InvalidReceipt),
+        Some(r) => match m.msgs.get(&r.id) {
+            None => Err(ErrorCode::Gone),
+            Some(mm) if mm.queue != r.queue || mm.moves != r.moves => Err(ErrorCode::Gone),
+            Some(mm) if r.delivery < mm.delivery => Err(ErrorCode::StaleReceipt),
+            Some(_) => Ok(r.id),
+        },
+    }
+}
+
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
@@ -863,6 +942,7 @@ fn the_model_run_covers_a_fixed_scenario_on_one_shard_too() {
             queue: Q,
             max: 100,
             vis: Some(10),
+            bind: None,
         },
         Step::Advance(10),
         Step::Receive {
@@ -870,6 +950,7 @@ fn the_model_run_covers_a_fixed_scenario_on_one_shard_too() {
             queue: Q,
             max: 1,
             vis: None,
+            bind: Some(0),
         },
         Step::ChangeVisibility {
             shard: 0,
@@ -884,13 +965,17 @@ fn the_model_run_covers_a_fixed_scenario_on_one_shard_too() {
             queue: Q,
             max: 100,
             vis: None,
+            bind: Some(1),
         },
+        Step::Disconnect { shard: 0, conn: 0 },
+        Step::Disconnect { shard: 0, conn: 1 },
         Step::Advance(50),
         Step::Receive {
             shard: 0,
             queue: Q,
             max: 100,
             vis: None,
+            bind: None,
         },
         Step::Redrive { shard: 0, max: 5 },
         Step::Peek {

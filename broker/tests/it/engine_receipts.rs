@@ -1,5 +1,6 @@
-//! Delete and change visibility by receipt: every outcome a receipt can
-//! have (valid, after expiry, stale, gone, invalid; PROTOCOL.md §8).
+//! Delete, change visibility and abandon by receipt: every outcome a
+//! receipt can have (valid, after expiry, stale, gone, invalid; PROTOCOL.md
+//! §8), and the release of a closed connection's bound leases.
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, RegistryConfig};
@@ -223,4 +224,131 @@ fn batch_results_in_order_mixing_local_and_forwarded() {
     assert_eq!(r[0].as_ref().unwrap_err().code(), ErrorCode::Gone);
     assert_eq!(r[2].as_ref().unwrap_err().code(), ErrorCode::Gone);
     assert_eq!(stats(&mut c, "q").deleted, 2);
+}
+
+fn abandon(
+    c: &mut Cluster,
+    shard: usize,
+    queue: &str,
+    receipts: Vec<sluice_protocol::Receipt>,
+) -> Vec<Result<(), ErrorCode>> {
+    match call(
+        c,
+        shard,
+        sluice_broker::engine::Op::Abandon(DeleteRequest {
+            queue: qn(queue),
+            receipts,
+        }),
+    ) {
+        sluice_broker::engine::OpResult::VisibilityChanged(r) => {
+            r.into_iter().map(|r| r.map_err(|e| e.code())).collect()
+        }
+        other => panic!("abandon: {other:?}"),
+    }
+}
+
+#[test]
+fn abandon_releases_current_running_leases_on_every_shard() {
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        queue(&mut c, 600_000);
+        // Messages on every shard; the consumer on the last one gets them
+        // all (steals for the others), so receipts name every shard.
+        for s in 0..shards as usize {
+            for i in 0..3 {
+                send(&mut c, s, "q", &format!("{s}-{i}"));
+            }
+        }
+        let n = 3 * shards as usize;
+        let held = receive(&mut c, shards as usize - 1, "q", 100);
+        assert_eq!(held.len(), n);
+        let owners: std::collections::BTreeSet<u16> =
+            held.iter().map(|m| m.receipt.shard).collect();
+        assert_eq!(owners.len(), shards as usize);
+        let receipts = held.iter().map(|m| m.receipt).collect();
+        assert_eq!(abandon(&mut c, 0, "q", receipts), vec![Ok(()); n]);
+        let s = stats(&mut c, "q");
+        assert_eq!(
+            (s.visible, s.in_flight, s.released, s.redelivered),
+            (n as u64, 0, n as u64, 0)
+        );
+        // Visible again at once: delivered a second time.
+        let again = receive(&mut c, 0, "q", 100);
+        assert_eq!(again.len(), n);
+        assert!(again.iter().all(|m| m.delivery() == 2));
+    }
+}
+
+#[test]
+fn abandon_leaves_leases_that_are_not_current_or_not_running_alone() {
+    for shards in [1u16, 2] {
+        let last = shards as usize - 1;
+        let mut c = cluster(shards);
+        queue(&mut c, 1_000);
+
+        // A lease that ran out: nothing to release (not counted), and once
+        // the message is received again the old receipt is stale and the
+        // new lease untouched.
+        send(&mut c, 0, "q", "ran out");
+        let first = receive(&mut c, last, "q", 1).remove(0);
+        c.advance_ms(1_000);
+        assert_eq!(abandon(&mut c, 0, "q", vec![first.receipt]), [Ok(())]);
+        let s = stats(&mut c, "q");
+        assert_eq!((s.visible, s.redelivered, s.released), (1, 1, 0));
+        let second = receive(&mut c, 0, "q", 1).remove(0);
+        assert_eq!(
+            abandon(&mut c, last, "q", vec![first.receipt]),
+            [Err(ErrorCode::StaleReceipt)]
+        );
+        let s = stats(&mut c, "q");
+        assert_eq!((s.in_flight, s.released), (1, 0));
+        assert_eq!(delete_one(&mut c, last, "q", second.receipt), Ok(()));
+
+        // Deleted: gone. Released by its client: nothing more to do.
+        send(&mut c, 0, "q", "deleted");
+        let m = receive(&mut c, last, "q", 1).remove(0);
+        assert_eq!(delete_one(&mut c, last, "q", m.receipt), Ok(()));
+        assert_eq!(
+            abandon(&mut c, last, "q", vec![m.receipt]),
+            [Err(ErrorCode::Gone)]
+        );
+        send(&mut c, 0, "q", "released");
+        let m = receive(&mut c, last, "q", 1).remove(0);
+        assert_eq!(change_vis(&mut c, last, "q", m.receipt, 0), Ok(()));
+        let mut forged = m.receipt;
+        forged.check ^= 1;
+        assert_eq!(
+            abandon(&mut c, last, "q", vec![m.receipt, forged]),
+            [Ok(()), Err(ErrorCode::InvalidReceipt)]
+        );
+        let s = stats(&mut c, "q");
+        assert_eq!((s.visible, s.in_flight, s.released), (1, 0, 1), "{s:?}");
+    }
+}
+
+#[test]
+fn an_abandoned_lease_waits_out_the_queues_backoff_like_a_release() {
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        create(
+            &mut c,
+            "q",
+            AttributeUpdate {
+                visibility_timeout_ms: Some(600_000),
+                backoff: Some(Backoff {
+                    base_ms: 100,
+                    max_ms: 100,
+                }),
+                ..Default::default()
+            },
+        );
+        send(&mut c, 0, "q", "a");
+        let m = receive(&mut c, shards as usize - 1, "q", 1).remove(0);
+        assert_eq!(abandon(&mut c, 0, "q", vec![m.receipt]), [Ok(())]);
+        let s = stats(&mut c, "q");
+        assert_eq!((s.delayed, s.visible, s.released), (1, 0, 1));
+        assert!(receive(&mut c, 0, "q", 1).is_empty());
+        c.advance_ms(100);
+        assert_eq!(receive(&mut c, 0, "q", 1)[0].delivery(), 2);
+    }
 }

@@ -184,6 +184,7 @@ fn worker(
                 max_messages: 16,
                 visibility_timeout_ms: Some(5),
                 wait_ms: Some(0),
+                bind_leases: false,
             });
             let mut next = shard.submit(t, op, now_ns, wall_ms).map(|r| (t, r));
             while let Some(r) = next {

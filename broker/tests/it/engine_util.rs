@@ -92,6 +92,7 @@ pub fn receive_vis(
             max_messages: u16::try_from(max).expect("max fits the wire's u16"),
             visibility_timeout_ms: vis,
             wait_ms: Some(0),
+            bind_leases: false,
         }),
     ) {
         OpResult::Received(m) => m,

@@ -36,6 +36,8 @@ mod server_auth;
 #[cfg(not(sluice_loom))]
 mod server_bad_input;
 #[cfg(not(sluice_loom))]
+mod server_bound_leases;
+#[cfg(not(sluice_loom))]
 mod server_leases;
 #[cfg(not(sluice_loom))]
 mod server_messages;
@@ -49,3 +51,7 @@ mod server_shards;
 mod server_shutdown;
 #[cfg(not(sluice_loom))]
 mod server_snapshot;
+
+// The files of deploy/ against a real server and the real configuration.
+#[cfg(not(sluice_loom))]
+mod deploy_files;

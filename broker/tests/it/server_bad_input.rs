@@ -326,7 +326,20 @@ fn a_tls_client_hello_is_refused(io: IoChoice) {
         0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
     ];
     hello.extend_from_slice(&[0x5a; 32]);
-    expect_refused(&server, false, &hello, ErrorCode::FrameTooLarge);
+    // A plain-text port answers a TLS client with a TLS handshake_failure
+    // alert (so the client reports a TLS failure, not a reset), then closes.
+    let mut raw = TcpStream::connect(server.addr).expect("connect");
+    raw.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    raw.write_all(&hello).expect("sent");
+    let mut reply = Vec::new();
+    std::io::Read::read_to_end(&mut raw, &mut reply).expect("closed cleanly");
+    assert_eq!(reply, [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28]);
+    let mut c = server.client();
+    let stats = c.server_stats();
+    assert_eq!(
+        stats.counter("connections_refused_tls_on_plain_port"),
+        Some(1)
+    );
     still_serving(&server, rss);
 }
 
@@ -344,8 +357,9 @@ fn an_unsupported_version_is_refused(io: IoChoice) {
     let rss = rss_bytes();
     let mut out = BytesMut::new();
     Request::Hello(sluice_protocol::HelloRequest {
-        version: 2,
+        version: 3,
         token: Bytes::new(),
+        session_timeout_ms: 0,
     })
     .encode(1, &mut out)
     .unwrap();

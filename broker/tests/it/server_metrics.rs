@@ -2,24 +2,33 @@
 //! `/metrics` has the queue depths, the per-queue counters (sent, moved in,
 //! received, deleted, redelivered, released, dead-lettered, redriven,
 //! dropped, purged), requests by operation and the lease histograms. Also
-//! the engine's lease hook on its own, on the deterministic cluster.
+//! the engine's lease hook on its own, on the deterministic cluster. The
+//! metrics operators expect: build info, `process_*`, request durations by
+//! operation, errors by code (a `Busy` leaves a trace), per-shard loops, the
+//! io backend, `/healthz` 503 while draining, and scrapes served while
+//! another connection sits idle.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use bytes::Bytes;
 use sluice_broker::engine::{Cluster, LeaseObserver, LeaseOutcome, Op, OpResult, RegistryConfig};
 use sluice_broker::server::config::IoChoice;
 use sluice_protocol::{
-    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, QueueAttributesRequest,
-    ReceiveRequest, SendEntry, VisibilityChange,
+    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, ErrorCode, QueueAttributesRequest,
+    ReceiveRequest, Reply, Request, SendEntry, VisibilityChange,
 };
 
 use crate::both_backends;
 use crate::engine_util::{qn, send_op};
 use crate::server_util::{attrs, eventually, start};
 
-both_backends!(metrics_show_queues_counters_and_lease_histograms);
+both_backends!(
+    metrics_show_queues_counters_and_lease_histograms,
+    metrics_operators_expect,
+    an_idle_connection_does_not_hold_back_a_scrape,
+);
 
 fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect to metrics");
@@ -163,6 +172,7 @@ fn the_engine_reports_how_leases_end() {
             max_messages: 1,
             visibility_timeout_ms: Some(vis),
             wait_ms: Some(0),
+            bind_leases: false,
         }),
     ) {
         OpResult::Received(m) => m.into_iter().next().expect("a message"),
@@ -195,9 +205,20 @@ fn the_engine_reports_how_leases_end() {
     assert!(matches!(r, OpResult::VisibilityChanged(ref v) if v[0].is_ok()));
     let _ = receive(&mut c, 500);
     c.advance_ms(600);
+    // The message again, its connection closing 300 ms later.
+    let m = receive(&mut c, 1_000);
+    c.advance_ms(300);
+    let r = c.call(
+        0,
+        Op::Abandon(DeleteRequest {
+            queue: qn("q"),
+            receipts: vec![m.receipt],
+        }),
+    );
+    assert!(matches!(r, OpResult::VisibilityChanged(ref v) if v[0].is_ok()));
     let log = log.lock().unwrap().clone();
     let ms = |ns: u64| ns / 1_000_000;
-    assert_eq!(log.len(), 4, "{log:?}");
+    assert_eq!(log.len(), 5, "{log:?}");
     assert_eq!((log[0].0, ms(log[0].1)), (Some(LeaseOutcome::Deleted), 250));
     assert_eq!(
         (log[1].0, ms(log[1].1)),
@@ -206,4 +227,175 @@ fn the_engine_reports_how_leases_end() {
     assert_eq!((log[2].0, ms(log[2].1)), (Some(LeaseOutcome::Expired), 500));
     assert_eq!(log[3].0, None, "then the lateness");
     assert!(ms(log[3].1) <= 100, "{log:?}");
+    assert_eq!(
+        (log[4].0, ms(log[4].1)),
+        (Some(LeaseOutcome::Abandoned), 300)
+    );
+}
+
+/// The value of the sample line that starts with `series ` (exact labels).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+fn metrics_operators_expect(io: IoChoice) {
+    let Some(server) = start(
+        io,
+        &[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--shards",
+            "2",
+            "--memory-max",
+            "1MiB",
+        ],
+    ) else {
+        return;
+    };
+    let addr = server.handle().metrics_addr().expect("metrics on");
+    let mut c = server.client();
+    c.create("big", attrs());
+    // Fill the memory budget until sends are refused with Busy.
+    let body = Bytes::from(vec![b'x'; 60 * 1024]);
+    let (mut sends, mut busy) = (0u64, 0u64);
+    for _ in 0..200 {
+        let results = c.send_entries("big", &[SendEntry::new(body.clone())]);
+        sends += 1;
+        busy += results
+            .iter()
+            .filter(|r| **r == Err(ErrorCode::Busy))
+            .count() as u64;
+        if busy >= 2 {
+            break;
+        }
+    }
+    assert!(busy >= 2, "1 MiB of memory holds fewer than 200 x 60 KiB");
+    match c.call(Request::GetQueue {
+        queue: crate::server_util::name("missing"),
+    }) {
+        Reply::Error(e) => assert_eq!(e.code, ErrorCode::QueueNotFound),
+        other => panic!("{other:?}"),
+    }
+    c.ping();
+
+    let (status, text) = http_get(addr, "/metrics");
+    assert_eq!(status, 200);
+    let version = env!("CARGO_PKG_VERSION");
+    let backend = if io == IoChoice::Uring {
+        "io_uring"
+    } else {
+        "epoll"
+    };
+    let want: Vec<(String, f64)> = vec![
+        (format!("sluice_build_info{{version=\"{version}\"}}"), 1.0),
+        (format!("sluice_io_backend{{backend=\"{backend}\"}}"), 1.0),
+        ("sluice_io_backend_fallback".into(), 0.0),
+        ("sluice_draining".into(), 0.0),
+        ("sluice_errors_total{code=\"busy\"}".into(), busy as f64),
+        ("sluice_errors_total{code=\"queue_not_found\"}".into(), 1.0),
+        ("sluice_errors_total{code=\"unauthorized\"}".into(), 0.0),
+        (
+            "sluice_request_duration_seconds_count{op=\"send\"}".into(),
+            sends as f64,
+        ),
+        (
+            "sluice_request_duration_seconds_bucket{op=\"send\",le=\"+Inf\"}".into(),
+            sends as f64,
+        ),
+        (
+            "sluice_request_duration_seconds_count{op=\"ping\"}".into(),
+            1.0,
+        ),
+        (
+            "sluice_request_duration_seconds_count{op=\"get_queue\"}".into(),
+            1.0,
+        ),
+        // The start check's connection and this one.
+        (
+            "sluice_request_duration_seconds_count{op=\"hello\"}".into(),
+            2.0,
+        ),
+    ];
+    for (series, value) in &want {
+        assert_eq!(sample(&text, series), Some(*value), "{series} in:\n{text}");
+    }
+    for series in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+        "sluice_shard_loop_turns_total{shard=\"0\"}",
+        "sluice_shard_loop_turns_total{shard=\"1\"}",
+        "sluice_shard_loop_turns_with_events_total{shard=\"0\"}",
+        "sluice_shard_busy_seconds_total{shard=\"1\"}",
+        "sluice_shard_ring_received_total{shard=\"0\"}",
+        "sluice_shard_ring_sent_total{shard=\"1\"}",
+        "sluice_shard_connections{shard=\"0\"}",
+    ] {
+        let v = sample(&text, series).unwrap_or_else(|| panic!("{series} missing:\n{text}"));
+        assert!(v >= 0.0, "{series} {v}");
+    }
+    assert!(sample(&text, "process_open_fds").is_some_and(|n| n >= 3.0));
+    assert!(sample(&text, "process_resident_memory_bytes").is_some_and(|n| n > 0.0));
+    let turns: f64 = (0..2)
+        .filter_map(|i| {
+            sample(
+                &text,
+                &format!("sluice_shard_loop_turns_total{{shard=\"{i}\"}}"),
+            )
+        })
+        .sum();
+    assert!(turns > 0.0, "the loops turned");
+    // Durations are cumulative over the buckets.
+    let buckets: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("sluice_request_duration_seconds_bucket{op=\"send\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert!(
+        buckets.len() > 2 && buckets.windows(2).all(|w| w[0] <= w[1]),
+        "{buckets:?}"
+    );
+
+    // Draining: /healthz answers 503 until the server is gone.
+    let (status, body) = http_get(addr, "/healthz");
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    server.handle().shutdown();
+    let (status, body) = http_get(addr, "/healthz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.starts_with("draining"), "{body}");
+    let (_, text) = http_get(addr, "/metrics");
+    assert_eq!(sample(&text, "sluice_draining"), Some(1.0));
+}
+
+/// A connection to the metrics port that sends nothing does not hold back
+/// the scrape behind it (the endpoint's read timeout is 5 s; nothing here
+/// depends on it, only on the scrape being answered while the idle
+/// connection is still open).
+fn an_idle_connection_does_not_hold_back_a_scrape(io: IoChoice) {
+    let Some(server) = start(io, &["--metrics-addr", "127.0.0.1:0"]) else {
+        return;
+    };
+    let addr = server.handle().metrics_addr().expect("metrics on");
+    let mut idle = TcpStream::connect(addr).expect("connect");
+    let (status, body) = http_get(addr, "/metrics");
+    assert_eq!(status, 200);
+    assert!(body.contains("sluice_build_info"), "{body}");
+    let (status, _) = http_get(addr, "/healthz");
+    assert_eq!(status, 200);
+    // The idle connection was held open all along: it is answered now, or,
+    // on a slow machine where its 5 s ran out, told 408.
+    idle.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let _ = idle.write_all(b"GET /healthz HTTP/1.1\r\n\r\n");
+    let mut reply = String::new();
+    let _ = idle.read_to_string(&mut reply);
+    assert!(
+        reply.starts_with("HTTP/1.1 200 OK") || reply.starts_with("HTTP/1.1 408"),
+        "{reply:?}"
+    );
 }

@@ -1,8 +1,11 @@
 //! The `sluice-server` binary as an operator starts it: under `taskset`
 //! (its shards stay inside the CPUs it was given) and under a lowered
 //! `ulimit -n` (it warns at start and, out of descriptors, refuses new
-//! connections with an error while the open ones go on). Both need a process
-//! of their own: CPU affinity and the open-files limit are per process.
+//! connections with an error while the open ones go on), and under a
+//! seccomp filter that blocks io_uring as containers' default profiles do
+//! (it falls back to epoll, with a WARN line and
+//! `sluice_io_backend_fallback 1`). Each needs a process of its own: CPU
+//! affinity, the open-files limit and seccomp filters are per process.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -30,12 +33,14 @@ pub(crate) struct Process {
 impl Process {
     /// Runs `sh -c SCRIPT` where `"$@"` is the server and `args`.
     pub(crate) fn spawn(script: &str, args: &[&str]) -> Process {
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .arg("sh")
-            .arg(BIN)
-            .args(args)
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(script).arg("sh").arg(BIN).args(args);
+        Process::start(command)
+    }
+
+    /// Starts `command`, its standard error read line by line.
+    fn start(mut command: Command) -> Process {
+        let mut child = command
             .env_remove("SLUICE_CONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -385,6 +390,146 @@ fn sigterm_stops_the_server_after_its_log_reader_is_gone(io: IoChoice) {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "sluice-server exited with {status}");
+}
+
+/// A seccomp filter, installed in the child before it runs the server,
+/// that fails `io_uring_setup` with `EPERM` and allows every other call:
+/// what container runtimes' default profiles do to io_uring.
+fn deny_io_uring(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    let nr = u32::try_from(libc::SYS_io_uring_setup).expect("a syscall number");
+    let filter = [
+        // A = seccomp_data.nr (offset 0).
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        // io_uring_setup: the next instruction; else skip it.
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: nr,
+        },
+        libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        },
+        libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    // SAFETY: the closure runs in the forked child before exec and only
+    // makes two prctl calls (async-signal-safe system calls); the filter it
+    // points to was built before the fork and is moved into the closure,
+    // so it lives in the child's copy of memory while the kernel copies it.
+    unsafe {
+        command.pre_exec(move || {
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr().cast_mut(),
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &raw const prog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Where io_uring is blocked (as by a container's default seccomp
+/// profile), `--io auto` falls back to epoll and says so in a WARN line
+/// and in `/metrics`; `--io uring` refuses to start.
+#[test]
+fn a_blocked_io_uring_falls_back_to_epoll_loudly() {
+    let mut command = Command::new(BIN);
+    command.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--shards",
+        "1",
+        "--memory-max",
+        "64MiB",
+        "--io",
+        "auto",
+    ]);
+    deny_io_uring(&mut command);
+    let mut server = Process::start(command);
+    let warning = server.wait_for("IO_URING UNAVAILABLE");
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("Operation not permitted"), "{warning}");
+    assert!(warning.contains("sluice_io_backend_fallback"), "{warning}");
+    let serving = server.wait_for("sluice is serving");
+    assert!(serving.contains("backend=epoll"), "{serving}");
+    let metrics: SocketAddr = field(&serving, "metrics=")
+        .parse()
+        .unwrap_or_else(|e| panic!("metrics address in `{serving}`: {e}"));
+    let text = http_get(metrics, "/metrics");
+    for line in [
+        "sluice_io_backend_fallback 1\n",
+        "sluice_io_backend{backend=\"epoll\"} 1\n",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+    let mut c = Client::connect(server.listen_addr());
+    c.hello(b"").expect("HELLO");
+    assert_eq!(c.server_stats().io_backend, "epoll");
+    drop(c);
+    server.stop();
+
+    // Asked for io_uring outright: no fallback, a refusal to start.
+    let mut command = Command::new(BIN);
+    command.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "off",
+        "--memory-max",
+        "64MiB",
+        "--io",
+        "uring",
+    ]);
+    deny_io_uring(&mut command);
+    let out = command
+        .env_remove("SLUICE_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sluice-server");
+    assert!(!out.status.success(), "started without io_uring");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("io_uring"), "{stderr}");
+}
+
+/// A GET over a fresh connection: the body of a 200 reply.
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to metrics");
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("the response");
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    text
 }
 
 both_backends!(

@@ -621,3 +621,48 @@ fn a_snapshot_path_that_cannot_be_written_is_refused_at_start() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("cannot write a snapshot at"), "{err}");
 }
+
+/// Leases bound to a connection (RECEIVE with the bind flag) are released
+/// when the shutdown drain closes the connection, before the save: they
+/// come back visible, their deliveries counted, and unbound leases of the
+/// same connection stay leased.
+#[test]
+fn bound_leases_are_released_before_the_save() {
+    let dir = scratch("bound");
+    let path = dir.join("bound.snapshot");
+    let mut server = start(&path);
+    let addr = server.listen_addr();
+    let [mut c0, mut c1] = clients_on_both_shards(addr);
+    c0.create("jobs", AttributeUpdate::default());
+    for c in [&mut c0, &mut c1] {
+        let entries: Vec<SendEntry> = (0..10)
+            .map(|i| SendEntry::new(Bytes::from(format!("job {i}"))))
+            .collect();
+        assert!(c.send_entries("jobs", &entries).iter().all(Result::is_ok));
+    }
+    let bound = c0.receive_bound("jobs", 8, Some(600_000), 0);
+    let unbound = c0.receive("jobs", 4, Some(600_000), 0);
+    assert_eq!((bound.len(), unbound.len()), (8, 4));
+    // SIGTERM with the connections still open: the drain closes them.
+    server.stop();
+    drop((c0, c1));
+
+    let mut server = start(&path);
+    let addr = server.listen_addr();
+    let [mut c0, _c1] = clients_on_both_shards(addr);
+    let s = c0.stats("jobs");
+    assert_eq!((s.in_flight, s.visible, s.released), (4, 16, 8), "{s:?}");
+    let again = drain(&mut c0, "jobs");
+    assert_eq!(again.len(), 16);
+    let was_bound: std::collections::HashSet<u128> = bound.iter().map(|m| m.id.0).collect();
+    for m in &again {
+        let expect = if was_bound.contains(&m.id.0) { 2 } else { 1 };
+        assert_eq!(m.receive_count, expect, "{:?}", m.id);
+    }
+    // The unbound leases' receipts still delete.
+    let receipts: Vec<Receipt> = unbound.iter().map(|m| m.receipt).collect();
+    assert!(c0.delete("jobs", &receipts).iter().all(Result::is_ok));
+    drop(c0);
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -141,10 +141,16 @@ impl Client {
     /// with request id 0, such as `TooManyConnections`, counts; so does the
     /// server closing first, as `Internal`).
     pub fn hello(&mut self, token: &[u8]) -> Result<HelloReply, WireError> {
-        let id = self.send(&Request::Hello(HelloRequest {
+        self.hello_with(HelloRequest {
             version: 1,
             token: Bytes::copy_from_slice(token),
-        }));
+            session_timeout_ms: 0,
+        })
+    }
+
+    /// Sends this HELLO; as [`Client::hello`].
+    pub fn hello_with(&mut self, hello: HelloRequest) -> Result<HelloReply, WireError> {
+        let id = self.send(&Request::Hello(hello));
         let Some(f) = self.read_frame() else {
             return Err(WireError::new(
                 ErrorCode::Internal,
@@ -296,7 +302,35 @@ impl Client {
             max_messages: max,
             visibility_timeout_ms,
             wait_ms: Some(wait_ms),
+            bind_leases: false,
         })
+    }
+
+    /// Receives binding the leases to the connection; the messages.
+    pub fn receive_bound(
+        &mut self,
+        queue: &str,
+        max: u16,
+        visibility_timeout_ms: Option<u32>,
+        wait_ms: u32,
+    ) -> Vec<ReceivedMessage> {
+        let mut request = Self::receive_request(queue, max, visibility_timeout_ms, wait_ms);
+        if let Request::Receive(r) = &mut request {
+            r.bind_leases = true;
+        }
+        match self.call(request) {
+            Reply::Receive { messages } => messages.to_messages(),
+            other => panic!("RECEIVE answered {other:?}"),
+        }
+    }
+
+    /// A counter of SERVER_STATS (0 when absent).
+    pub fn server_counter(&mut self, name: &str) -> u64 {
+        self.server_stats()
+            .counters
+            .iter()
+            .find(|c| c.name == name)
+            .map_or(0, |c| c.value)
     }
 
     /// Receives; the messages (panics on an error).

@@ -1,7 +1,10 @@
 //! The engine's deterministic simulation (`sluice_broker::sim`) in
-//! `cargo test`: fixed seeds on 2 and 3 shards, then every seed that once
-//! found a bug (`broker/tests/sim-regressions/seeds.txt`). Longer runs and
-//! new seeds: `sluice-sim` (RELIABILITY.md).
+//! `cargo test`: fixed seeds on 2 and 3 shards, each once as it always ran
+//! and once with clients that bind leases to their connections and
+//! disconnect holding them, then every seed that once found a bug
+//! (`broker/tests/sim-regressions/seeds.txt`, without bound leases: the
+//! runs they were found in). Longer runs and new seeds: `sluice-sim`
+//! (RELIABILITY.md).
 
 use sluice_broker::sim::{SimConfig, run};
 
@@ -12,17 +15,20 @@ const SEEDS: [u64; 2] = [20_261_201, 7];
 
 fn check(config: SimConfig) {
     eprintln!(
-        "sim: seed {} shards {} steps {}",
-        config.seed, config.shards, config.steps
+        "sim: seed {} shards {} steps {} bound leases {}",
+        config.seed, config.shards, config.steps, config.bound_leases
     );
+    let bound = config.bound_leases;
     match run(&config) {
         Ok(report) => {
-            // The run did what it is for: deliveries, redeliveries, deletes.
+            // The run did what it is for: deliveries, redeliveries, deletes,
+            // and with bound leases, releases by disconnecting clients.
             let c = report.counts;
             assert!(
                 c.deliveries > 0 && c.redeliveries > 0 && c.deleted > 0,
                 "{c:?}"
             );
+            assert_eq!(c.abandoned > 0, bound, "{c:?}");
         }
         Err(failure) => panic!("{failure}"),
     }
@@ -31,22 +37,28 @@ fn check(config: SimConfig) {
 #[test]
 fn fixed_seeds_on_two_shards() {
     for seed in SEEDS {
-        check(SimConfig {
-            seed,
-            shards: 2,
-            steps: STEPS,
-        });
+        for bound_leases in [false, true] {
+            check(SimConfig {
+                seed,
+                shards: 2,
+                steps: STEPS,
+                bound_leases,
+            });
+        }
     }
 }
 
 #[test]
 fn fixed_seeds_on_three_shards() {
     for seed in SEEDS {
-        check(SimConfig {
-            seed,
-            shards: 3,
-            steps: STEPS,
-        });
+        for bound_leases in [false, true] {
+            check(SimConfig {
+                seed,
+                shards: 3,
+                steps: STEPS,
+                bound_leases,
+            });
+        }
     }
 }
 
@@ -68,6 +80,7 @@ fn seeds_that_found_bugs() {
             seed: v[0],
             shards: u16::try_from(v[1]).expect("shards"),
             steps: v[2],
+            bound_leases: false,
         });
         n += 1;
     }

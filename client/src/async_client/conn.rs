@@ -40,10 +40,18 @@
 //!   connection the server closed while idle is noticed by the next request:
 //!   after [`IDLE_CHECK_AFTER`] without reading, it first reads what is
 //!   waiting without blocking.
+//! - **Heartbeat.** With a session timeout, a heartbeat task wakes every
+//!   quarter of it and sends a PING (awaiting its PONG like any request)
+//!   only when nothing was written during the last quarter: a timestamp
+//!   (`last_write_ms`, Relaxed: a stale value only moves a PING a little)
+//!   stored per write is all it costs while requests flow. It holds the
+//!   connection weakly between looks and ends when it closes or is
+//!   dropped.
 
 use std::future::Future;
 use std::io::ErrorKind;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -55,6 +63,7 @@ use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::pending::{self, Table};
+use crate::tls::TlsSession;
 
 /// Room made in the read buffer before each read.
 const READ_RESERVE_BYTES: usize = 64 * 1024;
@@ -102,6 +111,8 @@ impl State {
 struct Reader {
     decoder: FrameDecoder,
     buf: BytesMut,
+    /// TLS records read and not yet opened (TLS only).
+    cipher: BytesMut,
     /// Reply frames cut and not yet handed out (kept for its capacity).
     ready: Vec<Frame>,
     /// Tasks to wake (kept for its capacity).
@@ -112,6 +123,9 @@ struct Reader {
 struct Writer {
     /// Frames not yet written.
     queued: BytesMut,
+    /// TLS only: `queued` sealed, and how much of it was written.
+    sealed: Vec<u8>,
+    sealed_at: usize,
     /// The flusher task owns the writing until `queued` is empty.
     flushing: bool,
 }
@@ -129,6 +143,8 @@ pub(crate) enum Refused {
 #[derive(Debug)]
 pub(crate) struct AsyncConn {
     stream: TcpStream,
+    /// TLS, when the client was configured for it.
+    tls: Option<TlsSession>,
     hello: HelloReply,
     state: Mutex<State>,
     reader: Mutex<Reader>,
@@ -137,6 +153,10 @@ pub(crate) struct AsyncConn {
     flush: Arc<Notify>,
     /// Wakes the reader task: to start reading, or to see that it can stop.
     read: Arc<Notify>,
+    /// When the connection opened: the epoch of `last_write_ms`.
+    opened: Instant,
+    /// Milliseconds from `opened` to the last write (the heartbeat's look).
+    last_write_ms: AtomicU64,
 }
 
 impl Drop for AsyncConn {
@@ -150,17 +170,21 @@ impl Drop for AsyncConn {
 
 impl AsyncConn {
     /// Wraps a connected stream whose HELLO is done (`buf` holds whatever
-    /// came after the HELLO reply) and starts its flusher task.
+    /// came after the HELLO reply) and starts its flusher and reader tasks,
+    /// and its heartbeat when given one (interval, PONG time-out).
     pub(crate) fn start(
         stream: TcpStream,
+        tls: Option<TlsSession>,
         hello: HelloReply,
         decoder: FrameDecoder,
         buf: BytesMut,
+        heartbeat: Option<(Duration, Duration)>,
     ) -> Arc<AsyncConn> {
         let flush = Arc::new(Notify::new());
         let read = Arc::new(Notify::new());
         let conn = Arc::new(AsyncConn {
             stream,
+            tls,
             hello,
             state: Mutex::new(State {
                 table: Table::new(),
@@ -170,16 +194,34 @@ impl AsyncConn {
             reader: Mutex::new(Reader {
                 decoder,
                 buf,
+                cipher: BytesMut::new(),
                 ready: Vec::new(),
                 wake: Vec::new(),
             }),
             writer: Mutex::new(Writer::default()),
             flush: Arc::clone(&flush),
             read: Arc::clone(&read),
+            opened: Instant::now(),
+            last_write_ms: AtomicU64::new(0),
         });
         tokio::spawn(flusher(Arc::downgrade(&conn), flush));
         tokio::spawn(reader(Arc::downgrade(&conn), read));
+        if let Some((interval, timeout)) = heartbeat {
+            tokio::spawn(heartbeat_task(Arc::downgrade(&conn), interval, timeout));
+        }
         conn
+    }
+
+    fn age_ms(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether something was written within the last `within`.
+    fn wrote_within(&self, within: Duration) -> bool {
+        let within_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+        self.age_ms()
+            .saturating_sub(self.last_write_ms.load(Ordering::Relaxed))
+            < within_ms
     }
 
     pub(crate) fn hello(&self) -> &HelloReply {
@@ -290,10 +332,32 @@ impl AsyncConn {
 
     /// Writes what is queued without blocking; true when it all went.
     fn write_some(&self, w: &mut Writer) -> Result<bool> {
+        if let Some(tls) = &self.tls {
+            // Sealed in the order written: one writer holds `w` at a time.
+            if !w.queued.is_empty() {
+                tls.seal(&w.queued, &mut w.sealed)?;
+                w.queued.clear();
+            }
+            while w.sealed_at < w.sealed.len() {
+                match self.stream.try_write(&w.sealed[w.sealed_at..]) {
+                    Ok(0) => return Err(Error::io(ErrorKind::WriteZero.into())),
+                    Ok(n) => w.sealed_at += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io(e)),
+                }
+            }
+            w.sealed.clear();
+            w.sealed_at = 0;
+            return Ok(true);
+        }
         while !w.queued.is_empty() {
             match self.stream.try_write(&w.queued) {
                 Ok(0) => return Err(Error::io(ErrorKind::WriteZero.into())),
-                Ok(n) => w.queued.advance(n),
+                Ok(n) => {
+                    w.queued.advance(n);
+                    self.last_write_ms.store(self.age_ms(), Ordering::Relaxed);
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(Error::io(e)),
@@ -308,8 +372,15 @@ impl AsyncConn {
     fn read_available(&self) -> Poll<()> {
         let mut r = lock(&self.reader);
         loop {
-            r.buf.reserve(READ_RESERVE_BYTES);
-            match self.stream.try_read_buf(&mut r.buf) {
+            let read = if self.tls.is_some() {
+                r.cipher.clear();
+                r.cipher.reserve(READ_RESERVE_BYTES);
+                self.stream.try_read_buf(&mut r.cipher)
+            } else {
+                r.buf.reserve(READ_RESERVE_BYTES);
+                self.stream.try_read_buf(&mut r.buf)
+            };
+            match read {
                 Ok(0) => {
                     drop(r);
                     self.fail(&Error::Disconnected(
@@ -318,6 +389,21 @@ impl AsyncConn {
                     return Poll::Ready(());
                 }
                 Ok(_) => {
+                    if let Some(tls) = &self.tls {
+                        let Reader { cipher, buf, .. } = &mut *r;
+                        let end = match tls.open(cipher, buf) {
+                            Ok(false) => None,
+                            Ok(true) => Some(Error::Disconnected(
+                                "the server closed the TLS session".into(),
+                            )),
+                            Err(e) => Some(e),
+                        };
+                        if let Some(err) = end {
+                            drop(r);
+                            self.fail(&err);
+                            return Poll::Ready(());
+                        }
+                    }
                     if !self.dispatch(&mut r) {
                         return Poll::Ready(());
                     }
@@ -341,6 +427,7 @@ impl AsyncConn {
             buf,
             ready,
             wake,
+            ..
         } = r;
         let end = pending::cut_frames(decoder, buf, |f| ready.push(f));
         {
@@ -558,5 +645,34 @@ async fn flusher(conn: Weak<AsyncConn>, notify: Arc<Notify>) {
                 }
             }
         }
+    }
+}
+
+/// The heartbeat task of one connection (see the ground rules): every
+/// `interval`, a PING if nothing was written during the last one.
+async fn heartbeat_task(conn: Weak<AsyncConn>, interval: Duration, timeout: Duration) {
+    let ping = [Request::Ping {
+        nonce: 0x6865_6172_7462_6561,
+    }];
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick completes at once.
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(c) = conn.upgrade() else { return };
+        if c.is_closed() {
+            return;
+        }
+        if c.wrote_within(interval) {
+            continue;
+        }
+        let mut id = [0u32];
+        if c.submit(&ping, &mut id).is_err() {
+            return;
+        }
+        // The PONG itself says nothing; a failure ends the connection for
+        // every request, and the next look finds it closed.
+        let _ = tokio::time::timeout(timeout, ReplyFuture::new(c, id[0])).await;
     }
 }

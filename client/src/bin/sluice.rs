@@ -13,9 +13,11 @@ use std::process::ExitCode;
 use bytes::Bytes;
 use clap::Parser;
 use serde_json::{Value, json};
+use sluice_client::sharded::{BrokerFailure, ShardedClient as Client};
+use sluice_client::tls::TlsConfig;
 use sluice_client::{
-    AttributeUpdate, Backoff, Client, ClientConfig, Error, MessageAttributes, Receipt,
-    ReceiveOptions, RedrivePolicy, SendEntry,
+    AttributeUpdate, Backoff, ClientConfig, Error, MessageAttributes, Receipt, ReceiveOptions,
+    RedrivePolicy, SendEntry,
 };
 
 use crate::args::{AttributeFlags, Cli, Command, QueueCommand};
@@ -68,12 +70,47 @@ fn read_token(path: &std::path::Path) -> Result<Vec<u8>, Failure> {
     Ok(bytes)
 }
 
+fn tls(cli: &Cli) -> Result<Option<TlsConfig>, Failure> {
+    let tls = match (&cli.tls_ca, &cli.tls_client_cert, &cli.tls_client_key) {
+        (None, None, None) => {
+            if cli.tls_server_name.is_some() {
+                return Err(Failure::Usage("--tls-server-name needs --tls-ca".into()));
+            }
+            return Ok(None);
+        }
+        (Some(ca), None, None) => TlsConfig::with_ca_file(ca)?,
+        (Some(ca), Some(cert), Some(key)) => TlsConfig::with_client_cert(ca, cert, key)?,
+        _ => {
+            return Err(Failure::Usage(
+                "a client certificate takes --tls-client-cert, --tls-client-key and --tls-ca"
+                    .into(),
+            ));
+        }
+    };
+    Ok(Some(match &cli.tls_server_name {
+        Some(name) => tls.server_name(name.clone()),
+        None => tls,
+    }))
+}
+
 fn connect(cli: &Cli) -> Result<Client, Failure> {
     let mut config = ClientConfig::new(cli.addr.clone());
     if let Some(path) = &cli.token_file {
         config = config.auth_token(read_token(path)?);
     }
+    if let Some(tls) = tls(cli)? {
+        config = config.tls(tls);
+    }
     Ok(Client::connect(config)?)
+}
+
+/// Reports brokers that did not answer a request to every broker; true
+/// when there were some.
+fn report_failed(failed: &[BrokerFailure]) -> bool {
+    for f in failed {
+        eprintln!("broker {}: {}", f.addr, f.error);
+    }
+    !failed.is_empty()
 }
 
 fn print(text: &str) {
@@ -125,6 +162,49 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
             }
             Ok(Outcome::default())
         }
+        Command::AdvanceClock(a) => {
+            let merged = client.advance_clock(a.by)?;
+            let single = client.addrs().count() == 1;
+            let reading = |r: &sluice_client::ClockReading| {
+                let elapsed_ms = u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX);
+                (elapsed_ms, r.wall_ms)
+            };
+            if json && single {
+                for (_, r) in &merged.value {
+                    let (elapsed_ms, wall_ms) = reading(r);
+                    print_json(&json!({"elapsed_ms": elapsed_ms, "wall_ms": wall_ms}));
+                }
+            } else if json {
+                let by_broker: serde_json::Map<String, Value> = merged
+                    .value
+                    .iter()
+                    .map(|(addr, r)| {
+                        let (elapsed_ms, wall_ms) = reading(r);
+                        (
+                            addr.clone(),
+                            json!({"elapsed_ms": elapsed_ms, "wall_ms": wall_ms}),
+                        )
+                    })
+                    .collect();
+                print_json(&Value::Object(by_broker));
+            } else {
+                for (addr, r) in &merged.value {
+                    let (elapsed_ms, wall_ms) = reading(r);
+                    let on = if single {
+                        String::new()
+                    } else {
+                        format!("{addr}: ")
+                    };
+                    print(&format!(
+                        "{on}the clock stands {} after the server's start (wall clock {wall_ms} ms)\n",
+                        units::format_ms(elapsed_ms),
+                    ));
+                }
+            }
+            Ok(Outcome {
+                failed: report_failed(&merged.failed),
+            })
+        }
         Command::Redrive(a) => {
             let r = client.redrive(&a.queue, a.max)?;
             if json {
@@ -135,13 +215,30 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
             Ok(Outcome::default())
         }
         Command::Stats => {
-            let s = client.server_stats()?;
-            if json {
-                print_json(&render::server_stats_json(&s));
+            let merged = client.server_stats()?;
+            let single = client.addrs().count() == 1;
+            if json && single {
+                for (_, s) in &merged.value {
+                    print_json(&render::server_stats_json(s));
+                }
+            } else if json {
+                let by_broker: serde_json::Map<String, Value> = merged
+                    .value
+                    .iter()
+                    .map(|(addr, s)| (addr.clone(), render::server_stats_json(s)))
+                    .collect();
+                print_json(&Value::Object(by_broker));
             } else {
-                print(&render::server_stats_table(&s));
+                for (addr, s) in &merged.value {
+                    if !single {
+                        print(&format!("broker {addr}\n"));
+                    }
+                    print(&render::server_stats_table(s));
+                }
             }
-            Ok(Outcome::default())
+            Ok(Outcome {
+                failed: report_failed(&merged.failed),
+            })
         }
     }
 }
@@ -215,7 +312,9 @@ fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome,
             }
         }
         QueueCommand::List { prefix } => {
-            let names = client.list_queues(prefix.as_deref().unwrap_or(""))?;
+            let merged = client.list_queues(prefix.as_deref().unwrap_or(""))?;
+            let failed = report_failed(&merged.failed);
+            let names = merged.value;
             if json {
                 print_json(&json!(names));
             } else {
@@ -225,6 +324,7 @@ fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome,
                 }
                 print(&t.render());
             }
+            return Ok(Outcome { failed });
         }
         QueueCommand::Show { name } => {
             let info = client.get_queue(name)?;
@@ -283,6 +383,7 @@ fn send(client: &Client, a: &args::SendArgs, json: bool) -> Result<Outcome, Fail
     };
     // Batches within the server's limits: 1,024 entries and the frame size.
     let frame_max = client
+        .client_for(&a.queue)
         .server_info()
         .map_or(1 << 20, |h| h.limits.frame_bytes_max as usize);
     let per_frame = (frame_max.saturating_sub(512) / entry.encoded_len().max(1)).max(1);
@@ -318,7 +419,7 @@ fn sluice_protocol_batch_max() -> usize {
 }
 
 fn recv(client: &Client, a: &args::RecvArgs, json: bool) -> Result<Outcome, Failure> {
-    let mut options = ReceiveOptions::new(a.max);
+    let mut options = ReceiveOptions::new(a.max).bind_leases(a.bind);
     options.visibility_timeout = a.visibility_timeout;
     options.wait = a.wait;
     let messages = client.receive(&a.queue, options)?;

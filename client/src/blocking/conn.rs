@@ -45,17 +45,27 @@
 //!   after [`IDLE_CHECK_AFTER`] without reading, a request first reads what
 //!   is waiting without blocking (an end of stream there makes the client
 //!   reconnect before sending).
-//! - **Atomics.** Two copies let a request check its connection without a
+//! - **Heartbeat.** With a session timeout, the connection has one more
+//!   thread, its heartbeat ([`heartbeat`]): it sleeps a quarter of the
+//!   timeout at a time and sends a PING (and waits for its PONG like any
+//!   caller) only when nothing was written during the last quarter. While
+//!   requests flow it costs a timestamp store per write and a look at it
+//!   per quarter. It holds the connection only weakly between looks and
+//!   ends when the connection closes or is dropped (the drop closes its
+//!   channel, which wakes it at once).
+//! - **Atomics.** Copies let a request check its connection without a
 //!   lock. `closed` is stored (Release) once the table is closed, under the
 //!   state lock, and loaded (Acquire) by that check: a stale `false` only
 //!   lets the request on to the table, which refuses it, and the client
-//!   retries on a new connection. `last_read_ms` is Relaxed: a stale value
-//!   only moves the idle check a little earlier or later.
+//!   retries on a new connection. `last_read_ms` and `last_write_ms` are
+//!   Relaxed: a stale value only moves the idle check, or a heartbeat, a
+//!   little earlier or later.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
@@ -65,6 +75,7 @@ use sluice_protocol::{Frame, FrameDecoder, HelloReply, Reply, Request};
 
 use crate::error::{Error, Result};
 use crate::pending::{self, Table};
+use crate::tls::TlsSession;
 
 /// Bytes asked of the socket per read.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -167,6 +178,8 @@ struct Writer {
     queued: BytesMut,
     /// The buffer the writer last sent, kept for its capacity.
     spare: BytesMut,
+    /// TLS records of the last write, kept for its capacity.
+    sealed: Vec<u8>,
     /// A thread is writing.
     writing: bool,
 }
@@ -194,6 +207,9 @@ enum ReadOutcome {
 #[derive(Debug)]
 pub(crate) struct Connection {
     stream: TcpStream,
+    /// TLS, when the client was configured for it: frames are sealed on the
+    /// way out and opened on the way in.
+    tls: Option<TlsSession>,
     hello: HelloReply,
     read_spin: Duration,
     state: Mutex<State>,
@@ -204,6 +220,11 @@ pub(crate) struct Connection {
     /// Milliseconds from `opened` to the last read, for the idle check
     /// without the lock (`State::last_read` is the exact one).
     last_read_ms: AtomicU64,
+    /// Milliseconds from `opened` to the end of the last write (the
+    /// heartbeat's look).
+    last_write_ms: AtomicU64,
+    /// Dropped with the connection: wakes its heartbeat to end.
+    _heartbeat_stop: Option<mpsc::Sender<()>>,
     /// Set once the connection ended (`State::table.closed()` is the truth).
     closed: AtomicBool,
 }
@@ -213,15 +234,18 @@ impl Connection {
     /// came after the HELLO reply.
     pub(crate) fn new(
         stream: TcpStream,
+        tls: Option<TlsSession>,
         hello: HelloReply,
         decoder: FrameDecoder,
         buf: BytesMut,
         read_spin: Duration,
+        heartbeat_stop: Option<mpsc::Sender<()>>,
     ) -> std::io::Result<Connection> {
         stream.set_read_timeout(None)?;
         stream.set_write_timeout(Some(WRITE_STALL))?;
         Ok(Connection {
             stream,
+            tls,
             hello,
             read_spin,
             state: Mutex::new(State {
@@ -241,8 +265,18 @@ impl Connection {
             writer: Mutex::new(Writer::default()),
             opened: Instant::now(),
             last_read_ms: AtomicU64::new(0),
+            last_write_ms: AtomicU64::new(0),
+            _heartbeat_stop: heartbeat_stop,
             closed: AtomicBool::new(false),
         })
+    }
+
+    /// Whether something was written within the last `within`.
+    fn wrote_within(&self, within: Duration) -> bool {
+        let within_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+        self.age_ms()
+            .saturating_sub(self.last_write_ms.load(Ordering::Relaxed))
+            < within_ms
     }
 
     fn age_ms(&self) -> u64 {
@@ -355,11 +389,21 @@ impl Connection {
             }
             let spare = std::mem::take(&mut w.spare);
             let mut out = std::mem::replace(&mut w.queued, spare);
+            let mut sealed = std::mem::take(&mut w.sealed);
             drop(w);
-            let written = self.write_all(&out, deadline);
+            // One writer at a time: records are sealed in the order they go out.
+            let written = match &self.tls {
+                None => self.write_all(&out, deadline),
+                Some(tls) => tls
+                    .seal(&out, &mut sealed)
+                    .and_then(|()| self.write_all(&sealed, deadline)),
+            };
+            self.last_write_ms.store(self.age_ms(), Ordering::Relaxed);
             out.clear();
+            sealed.clear();
             w = lock(&self.writer);
             w.spare = out;
+            w.sealed = sealed;
             if let Err(err) = written {
                 w.writing = false;
                 w.queued.clear();
@@ -570,10 +614,7 @@ impl Connection {
             Ok(0) => ReadOutcome::End(Error::Disconnected(
                 "the server closed the connection".into(),
             )),
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                ReadOutcome::Data
-            }
+            Ok(n) => self.take_in(buf, &chunk[..n]),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -586,6 +627,22 @@ impl Connection {
         }
     }
 
+    /// Bytes read from the socket into the reply buffer: as they are, or
+    /// decrypted.
+    fn take_in(&self, buf: &mut BytesMut, bytes: &[u8]) -> ReadOutcome {
+        let Some(tls) = &self.tls else {
+            buf.extend_from_slice(bytes);
+            return ReadOutcome::Data;
+        };
+        match tls.open(bytes, buf) {
+            Ok(false) => ReadOutcome::Data,
+            Ok(true) => ReadOutcome::End(Error::Disconnected(
+                "the server closed the TLS session".into(),
+            )),
+            Err(e) => ReadOutcome::End(e),
+        }
+    }
+
     /// One read that never blocks.
     fn recv_now(&self, r: &mut Reader) -> ReadOutcome {
         let Reader { buf, chunk, .. } = r;
@@ -593,10 +650,7 @@ impl Connection {
             Ok((0, _)) => ReadOutcome::End(Error::Disconnected(
                 "the server closed the connection".into(),
             )),
-            Ok((n, _)) => {
-                buf.extend_from_slice(&chunk[..n]);
-                ReadOutcome::Data
-            }
+            Ok((n, _)) => self.take_in(buf, &chunk[..n]),
             Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => ReadOutcome::Idle,
             Err(e) => ReadOutcome::End(Error::io(e.into())),
         }
@@ -685,5 +739,40 @@ impl Connection {
     pub(crate) fn snapshot(&self) -> (usize, bool, usize) {
         let st = self.state();
         (st.table.len(), st.leading, st.parked)
+    }
+}
+
+/// A connection's heartbeat thread (see the ground rules): every
+/// `interval`, a PING if nothing was written during the last one. Ends when
+/// the connection is dropped (`stop`'s sender goes with it) or closed.
+pub(crate) fn heartbeat(
+    conn: &Weak<Connection>,
+    stop: &mpsc::Receiver<()>,
+    interval: Duration,
+    timeout: Duration,
+) {
+    let ping = [Request::Ping {
+        nonce: 0x6865_6172_7462_6561,
+    }];
+    loop {
+        match stop.recv_timeout(interval) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let Some(conn) = conn.upgrade() else { return };
+        if conn.is_closed() {
+            return;
+        }
+        if conn.wrote_within(interval) {
+            continue;
+        }
+        let deadline = Instant::now() + timeout;
+        let mut id = [0u32];
+        if conn.submit(&ping, &mut id, deadline).is_err() {
+            return;
+        }
+        // The PONG itself says nothing; a failure ends the connection for
+        // everyone, and the next look finds it closed.
+        let _ = conn.wait(id[0], deadline, timeout);
     }
 }

@@ -71,7 +71,8 @@ fn report_requests(mut stream: TcpStream, conn: usize, seen: &Sender<Seen>) {
             if frame.opcode == opcode::HELLO {
                 continue;
             }
-            let request = Request::decode(frame.opcode, frame.payload).expect("a valid request");
+            let request =
+                Request::decode(frame.opcode, frame.flags, frame.payload).expect("a valid request");
             if seen.send((conn, frame.request_id, request)).is_err() {
                 return;
             }

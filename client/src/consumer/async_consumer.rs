@@ -198,7 +198,8 @@ async fn supervise<F, Fut, E>(
         let max = u16::try_from(held.len()).unwrap_or(u16::MAX);
         let options = ReceiveOptions::new(max)
             .visibility_timeout(visibility)
-            .wait(config.poll_wait);
+            .wait(config.poll_wait)
+            .bind_leases(config.bind_leases);
         let started = Instant::now();
         match shared.client.receive(&shared.queue, options).await {
             Err(err) => {

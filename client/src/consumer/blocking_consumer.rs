@@ -156,7 +156,8 @@ where
     let mut failures = 0u32;
     let options = ReceiveOptions::new(1)
         .visibility_timeout(shared.plan.visibility())
-        .wait(shared.config.poll_wait);
+        .wait(shared.config.poll_wait)
+        .bind_leases(shared.config.bind_leases);
     while !shared.flags.stopping.load(Ordering::SeqCst) {
         let started = Instant::now();
         let messages = match shared.client.receive(queue, options) {

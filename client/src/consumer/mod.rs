@@ -16,7 +16,14 @@
 //!   it (visibility 0) or leave it for redelivery when the lease ends
 //!   ([`OnFailure`]);
 //! - stop gracefully: no new receives, running handlers get a grace period
-//!   to finish, and what is still held after it is released.
+//!   to finish, and what is still held after it is released;
+//! - bind their leases to the connection by default
+//!   ([`ConsumerConfig::bind_leases`]): if the consumer's process dies or
+//!   its connection drops, the server releases what it held at once,
+//!   rather than when each lease runs out. Give the client a session
+//!   timeout ([`ClientConfig::session_timeout`](crate::ClientConfig::session_timeout))
+//!   so that a process that hangs whole, or a host that vanishes, loses its
+//!   connection (and leases) too.
 //!
 //! [`AsyncClient`]: crate::AsyncClient
 //! [`Client`]: crate::Client
@@ -63,6 +70,8 @@ pub enum OnFailure {
 ///     .max_processing(Duration::from_secs(120))
 ///     .on_failure(OnFailure::Leave);
 /// assert_eq!(config.queue(), "orders");
+/// assert!(config.binds_leases(), "bound to the connection by default");
+/// assert!(!config.bind_leases(false).binds_leases());
 /// ```
 #[derive(Clone, Debug)]
 pub struct ConsumerConfig {
@@ -72,6 +81,7 @@ pub struct ConsumerConfig {
     max_processing: Duration,
     on_failure: OnFailure,
     poll_wait: Duration,
+    bind_leases: bool,
 }
 
 impl ConsumerConfig {
@@ -85,6 +95,7 @@ impl ConsumerConfig {
             max_processing: MAX_PROCESSING_DEFAULT,
             on_failure: OnFailure::Release,
             poll_wait: POLL_WAIT_DEFAULT,
+            bind_leases: true,
         }
     }
 
@@ -125,10 +136,30 @@ impl ConsumerConfig {
         self
     }
 
+    /// Whether the leases of received messages are bound to the
+    /// connection (default true): when it closes (the process dies, the
+    /// connection drops, its session timeout runs out), the server releases
+    /// them at once and another consumer gets the messages, instead of
+    /// after their visibility timeout. A handler still running then loses
+    /// its lease ([`LeaseToken`] tells it when an extension is refused), so
+    /// it had better be idempotent, as always. Turn it off to keep leases
+    /// across reconnects.
+    #[must_use]
+    pub fn bind_leases(mut self, bind: bool) -> ConsumerConfig {
+        self.bind_leases = bind;
+        self
+    }
+
     /// The queue.
     #[must_use]
     pub fn queue(&self) -> &str {
         &self.queue
+    }
+
+    /// Whether leases are bound to the connection.
+    #[must_use]
+    pub fn binds_leases(&self) -> bool {
+        self.bind_leases
     }
 
     fn plan(&self) -> LeasePlan {

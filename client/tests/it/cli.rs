@@ -311,3 +311,104 @@ fn every_subcommand_has_help() {
         assert!(text.contains("Usage: sluice"), "{c:?}: {text}");
     }
 }
+
+#[test]
+fn several_brokers_and_tls() {
+    let servers = [
+        TestServer::start(),
+        TestServer::start(),
+        TestServer::start(),
+    ];
+    let cli = Cli {
+        addr: servers
+            .iter()
+            .map(|s| s.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    for i in 0..12 {
+        cli.ok(&["queue", "create", &format!("{{t{i}}}.dlq")]);
+        cli.ok(&[
+            "queue",
+            "create",
+            &format!("{{t{i}}}"),
+            "--dead-letter",
+            &format!("{{t{i}}}.dlq"),
+            "--max-receives",
+            "2",
+        ]);
+        cli.ok(&["send", &format!("{{t{i}}}"), "hello"]);
+    }
+    // Listing merges the brokers; every broker holds some of them.
+    let names = cli.json(&["queue", "list"]);
+    assert_eq!(names.as_array().map(Vec::len), Some(24), "{names}");
+    for s in &servers {
+        assert!(!s.client().list_queues("").unwrap().is_empty());
+    }
+    let stats = cli.json(&["stats"]);
+    assert_eq!(
+        stats.as_object().map(serde_json::Map::len),
+        Some(3),
+        "{stats}"
+    );
+    let shown = cli.json(&["queue", "show", "{t3}"]);
+    assert_eq!(shown["stats"]["visible"], 1, "{shown}");
+
+    // TLS with --tls-ca; a CA that did not sign the server's certificate is
+    // refused.
+    let pki = sluice_broker::testing::TestPki::generate();
+    let tls = TestServer::start_on(
+        "127.0.0.1:0",
+        &pki.server_args()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let cli = Cli::new(&tls);
+    let ca = pki.ca_pem();
+    let ca = ca.to_str().unwrap();
+    cli.ok(&["--tls-ca", ca, "queue", "create", "secure"]);
+    cli.ok(&[
+        "--tls-ca",
+        ca,
+        "--tls-server-name",
+        "localhost",
+        "send",
+        "secure",
+        "x",
+    ]);
+    let other = pki.other_ca_pem();
+    let out = cli.run(&["--tls-ca", other.to_str().unwrap(), "stats"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("certificate"), "{}", stderr(&out));
+    let out = cli.run(&["stats"]);
+    assert!(stderr(&out).contains("TLS"), "{}", stderr(&out));
+}
+
+#[test]
+fn recv_bind_gives_back_what_it_did_not_delete_and_advance_clock_needs_a_manual_clock() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "jobs"]);
+    cli.ok(&["send", "jobs", "keep me"]);
+    // A 10-minute lease, bound: released as soon as `sluice` exits.
+    let got = cli.json(&["recv", "jobs", "--bind", "--visibility-timeout", "10m"]);
+    assert_eq!(got.as_array().map(Vec::len), Some(1), "{got}");
+    let again = cli.json(&["recv", "jobs", "--wait", "5s", "--delete"]);
+    assert_eq!(again[0]["receive_count"], 2, "{again}");
+
+    let out = cli.run(&["advance-clock", "30s"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).starts_with("Unsupported: "),
+        "{}",
+        stderr(&out)
+    );
+
+    let manual = TestServer::start_on("127.0.0.1:0", &["--clock", "manual"]);
+    let cli = Cli::new(&manual);
+    let moved = cli.json(&["advance-clock", "1m30s"]);
+    assert_eq!(moved["elapsed_ms"], 90_000, "{moved}");
+    let out = cli.ok(&["advance-clock", "0"]);
+    assert!(out.starts_with("the clock stands 90s after"), "{out}");
+}

@@ -134,9 +134,13 @@ fn async_consumer_crash_means_redelivery() {
         .unwrap();
     let sent = other.send("crash", "half done").unwrap();
     runtime().block_on(async {
+        // Unbound: the lease outlives the crashed consumer's connection and
+        // runs out (a bound one would be released as the connection closes:
+        // kill.rs).
         let config = ConsumerConfig::new("crash")
             .concurrency(1)
-            .visibility_timeout(Duration::from_millis(500));
+            .visibility_timeout(Duration::from_millis(500))
+            .bind_leases(false);
         let (started_tx, mut started) = mpsc::unbounded_channel();
         let first = Consumer::start(
             server.async_client().await,

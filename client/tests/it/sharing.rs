@@ -211,6 +211,7 @@ fn a_request_times_out_while_another_thread_reads() {
             max_messages: 1,
             visibility_timeout_ms: None,
             wait_ms: Some(10_000),
+            bind_leases: false,
         });
         let err = c.call(&raw).expect_err("no reply within 300 ms");
         assert!(matches!(err, Error::Timeout(_)), "{err}");

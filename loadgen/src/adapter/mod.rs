@@ -281,11 +281,15 @@ pub struct TargetUrl {
     pub host: String,
     /// TCP port.
     pub port: u16,
+    /// Further brokers (sluice only: `sluice://a:1,b:2,c:3` spreads queues
+    /// over them), each host and port.
+    pub more: Vec<(String, u16)>,
 }
 
 impl TargetUrl {
     /// Reads `sluice://HOST:PORT`, `redis://...`, `beanstalkd://...` or
-    /// `nats://...`; the port defaults to the peer's usual one.
+    /// `nats://...`; the port defaults to the peer's usual one. sluice
+    /// takes several brokers, comma-separated: `sluice://a:1,b:2,c:3`.
     pub fn parse(input: &str) -> Result<TargetUrl, UrlError> {
         let err = |reason: &str| UrlError {
             input: input.to_owned(),
@@ -305,37 +309,34 @@ impl TargetUrl {
         if rest.contains('/') || rest.contains('@') || rest.contains('?') {
             return Err(err("only HOST:PORT may follow the scheme"));
         }
-        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-            let (host, after) = v6.split_once(']').ok_or_else(|| err("unclosed '['"))?;
-            let port = match after.strip_prefix(':') {
-                Some(p) => Some(p),
-                None if after.is_empty() => None,
-                None => return Err(err("expected ':' after ']'")),
-            };
-            (host, port)
-        } else {
-            match rest.rsplit_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (rest, None),
-            }
-        };
-        if host.is_empty() {
-            return Err(err("no host"));
+        let mut brokers = Vec::new();
+        for one in rest.split(',') {
+            brokers.push(host_port(one, kind.default_port()).map_err(&err)?);
         }
-        let port = match port {
-            Some(p) => p
-                .parse::<u16>()
-                .map_err(|_| err("the port must be 0..65535"))?,
-            None => kind.default_port(),
-        };
-        if port == 0 {
-            return Err(err("port 0 cannot be connected to"));
+        if brokers.len() > 1 && kind != Kind::Sluice {
+            return Err(err("only sluice takes several brokers (sluice://a:1,b:2)"));
         }
+        let (host, port) = brokers.remove(0);
         Ok(TargetUrl {
             kind,
-            host: host.to_owned(),
+            host,
             port,
+            more: brokers,
         })
+    }
+
+    /// Every broker's `HOST:PORT` (IPv6 in brackets), the first first.
+    pub fn addrs(&self) -> Vec<String> {
+        std::iter::once((&self.host, self.port))
+            .chain(self.more.iter().map(|(h, p)| (h, *p)))
+            .map(|(h, p)| {
+                if h.contains(':') {
+                    format!("[{h}]:{p}")
+                } else {
+                    format!("{h}:{p}")
+                }
+            })
+            .collect()
     }
 
     /// Connects a target for this URL; `token` is the auth token for peers
@@ -351,13 +352,25 @@ impl TargetUrl {
         token: Option<&str>,
         sluice_read_spin: Duration,
     ) -> Result<Box<dyn Target>, AdapterError> {
+        self.open_sluice(token, sluice_read_spin, None)
+    }
+
+    /// [`TargetUrl::open_with`], with TLS for sluice (the peers ignore it).
+    pub fn open_sluice(
+        &self,
+        token: Option<&str>,
+        sluice_read_spin: Duration,
+        sluice_tls: Option<sluice_client::tls::TlsConfig>,
+    ) -> Result<Box<dyn Target>, AdapterError> {
         let token = token.map(str::to_owned);
         match self.kind {
             Kind::Redis => Ok(Box::new(redis::RedisTarget::new(self.clone(), token))),
             Kind::Beanstalkd => Ok(Box::new(beanstalkd::BeanstalkdTarget::new(self.clone()))),
             Kind::Nats => Ok(Box::new(nats::NatsTarget::new(self.clone(), token))),
             Kind::Sluice => Ok(Box::new(
-                sluice::SluiceTarget::new(self.clone(), token).read_spin(sluice_read_spin),
+                sluice::SluiceTarget::new(self.clone(), token)
+                    .read_spin(sluice_read_spin)
+                    .tls(sluice_tls),
             )),
         }
     }
@@ -375,7 +388,17 @@ impl TargetUrl {
                 }
             })
             .collect();
-        format!("{}-{}-{}", self.kind.scheme(), host, self.port)
+        if self.more.is_empty() {
+            format!("{}-{}-{}", self.kind.scheme(), host, self.port)
+        } else {
+            format!(
+                "{}-{}-{}-and-{}-more",
+                self.kind.scheme(),
+                host,
+                self.port,
+                self.more.len()
+            )
+        }
     }
 
     /// Opens a TCP connection with `TCP_NODELAY` and the reply timeout set.
@@ -411,12 +434,37 @@ impl TargetUrl {
 
 impl fmt::Display for TargetUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "{}://[{}]:{}", self.kind.scheme(), self.host, self.port)
-        } else {
-            write!(f, "{}://{}:{}", self.kind.scheme(), self.host, self.port)
-        }
+        write!(f, "{}://{}", self.kind.scheme(), self.addrs().join(","))
     }
+}
+
+/// One `HOST:PORT` (`[v6]:PORT`; the port may be left out for `default`).
+fn host_port(text: &str, default: u16) -> Result<(String, u16), &'static str> {
+    let (host, port) = if let Some(v6) = text.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or("unclosed '['")?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p),
+            None if after.is_empty() => None,
+            None => return Err("expected ':' after ']'"),
+        };
+        (host, port)
+    } else {
+        match text.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (text, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("no host");
+    }
+    let port = match port {
+        Some(p) => p.parse::<u16>().map_err(|_| "the port must be 0..65535")?,
+        None => default,
+    };
+    if port == 0 {
+        return Err("port 0 cannot be connected to");
+    }
+    Ok((host.to_owned(), port))
 }
 
 #[cfg(test)]
@@ -450,6 +498,46 @@ mod tests {
             "redis://user@h:1",
         ] {
             assert!(TargetUrl::parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn several_sluice_brokers() {
+        let t = TargetUrl::parse("sluice://a:1,[::1]:2,c").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("a", 1));
+        assert_eq!(
+            t.more,
+            vec![
+                ("::1".to_owned(), 2),
+                ("c".to_owned(), Kind::Sluice.default_port())
+            ]
+        );
+        assert_eq!(
+            t.addrs(),
+            vec![
+                "a:1".to_owned(),
+                "[::1]:2".to_owned(),
+                format!("c:{}", Kind::Sluice.default_port())
+            ]
+        );
+        assert_eq!(
+            t.to_string(),
+            format!("sluice://a:1,[::1]:2,c:{}", Kind::Sluice.default_port())
+        );
+        assert_eq!(t.label(), "sluice-a-1-and-2-more");
+        // Only sluice takes several; an empty or broken entry is refused.
+        for bad in [
+            "redis://a:1,b:2",
+            "nats://a,b",
+            "sluice://a:1,",
+            "sluice://a:1,,b:2",
+            "sluice://,a:1",
+            "sluice://a:1,b:0",
+            "sluice://a:1,[::1",
+            "sluice://a:1,b:x",
+        ] {
+            let err = TargetUrl::parse(bad);
+            assert!(err.is_err(), "{bad} should be refused: {err:?}");
         }
     }
 }

@@ -9,6 +9,12 @@
 //! | delete batch | one `DELETE` request carrying every receipt of the batch |
 //! | tear down | `DELETE_QUEUE <name>` |
 //!
+//! `sluice://a:1,b:2,c:3` drives several brokers at once, as the sharded
+//! client places queues: one queue per broker (`<name>_<k>`, each name
+//! picked so that it hashes to its broker), producer and consumer `n`
+//! on queue `n mod brokers`, each over a connection to that queue's
+//! broker. With `--sluice-tls-ca` every connection is TLS.
+//!
 //! Each producer or consumer thread has its own [`Client`], so its own
 //! connection, read by that thread itself (the client has no thread of its
 //! own). With `--window 1` one request is in flight per connection at a
@@ -23,6 +29,8 @@ use std::time::Duration;
 use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
+use sluice_client::sharded::ShardedClient;
+use sluice_client::tls::TlsConfig;
 use sluice_client::{
     AttributeUpdate, Client, ClientConfig, Error, PendingReply, ReceiveOptions, ReceivedMessage,
     SendEntry, SendOutcome,
@@ -68,7 +76,7 @@ fn adapter_error(addr: &str, err: Error) -> AdapterError {
     }
 }
 
-/// The queue as sluice sees it.
+/// The queue as one connection sees it.
 #[derive(Debug, Clone)]
 struct Queue {
     name: String,
@@ -76,15 +84,55 @@ struct Queue {
     batch_max: usize,
 }
 
+/// The queues of a pass, one per broker, and where each lives.
+#[derive(Debug, Clone)]
+struct Queues {
+    /// Queue `k` and its broker's address.
+    each: Vec<(String, String)>,
+    visibility: Duration,
+    batch_max: usize,
+}
+
+impl Queues {
+    /// The queue of connection `n` and its broker.
+    fn of(&self, n: usize) -> (Queue, &str) {
+        let (name, addr) = &self.each[n % self.each.len()];
+        let q = Queue {
+            name: name.clone(),
+            visibility: self.visibility,
+            batch_max: self.batch_max,
+        };
+        (q, addr)
+    }
+}
+
+/// For each of `addrs`, a queue name `<base>_<j>` that the sharded client
+/// places on it (the first `j` that does).
+fn names_per_broker(base: &str, addrs: &[String]) -> Vec<(String, String)> {
+    let mut out: Vec<Option<String>> = vec![None; addrs.len()];
+    let mut j = 0u32;
+    while out.iter().any(Option::is_none) {
+        let name = format!("{base}_{j}");
+        let k = sluice_client::sharded::rendezvous(addrs, &name);
+        out[k].get_or_insert(name);
+        j += 1;
+    }
+    out.into_iter()
+        .zip(addrs)
+        .map(|(name, addr)| (name.unwrap_or_default(), addr.clone()))
+        .collect()
+}
+
 /// A sluice server under test.
 pub struct SluiceTarget {
     url: TargetUrl,
     token: Option<String>,
-    /// The set-up connection, kept for the tear-down.
-    admin: Option<Client>,
-    queue: Option<Queue>,
+    /// The set-up client (every broker), kept for the tear-down.
+    admin: Option<ShardedClient>,
+    queue: Option<Queues>,
     server: Vec<Setting>,
     read_spin: Duration,
+    tls: Option<TlsConfig>,
 }
 
 impl std::fmt::Debug for SluiceTarget {
@@ -105,7 +153,15 @@ impl SluiceTarget {
             queue: None,
             server: Vec::new(),
             read_spin: Duration::ZERO,
+            tls: None,
         }
+    }
+
+    /// Connects with TLS (`--sluice-tls-ca`).
+    #[must_use]
+    pub fn tls(mut self, tls: Option<TlsConfig>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// The clients' read spin (`ClientConfig::read_spin`); zero, the
@@ -116,17 +172,13 @@ impl SluiceTarget {
         self
     }
 
+    /// Every broker's address, comma-separated (the sharded client's).
     fn addr(&self) -> String {
-        if self.url.host.contains(':') {
-            format!("[{}]:{}", self.url.host, self.url.port)
-        } else {
-            format!("{}:{}", self.url.host, self.url.port)
-        }
+        self.url.addrs().join(",")
     }
 
-    fn client(&self) -> Result<Client, AdapterError> {
-        let addr = self.addr();
-        let mut config = ClientConfig::new(addr.clone())
+    fn config(&self, addr: &str) -> ClientConfig {
+        let mut config = ClientConfig::new(addr)
             .connect_timeout(CONNECT_TIMEOUT)
             .request_timeout(REPLY_TIMEOUT)
             .reconnect_delays(RECONNECT_DELAY_INITIAL, RECONNECT_DELAY_MAX)
@@ -134,14 +186,18 @@ impl SluiceTarget {
         if let Some(token) = &self.token {
             config = config.auth_token(Bytes::copy_from_slice(token.as_bytes()));
         }
-        Client::connect(config).map_err(|e| adapter_error(&addr, e))
+        if let Some(tls) = &self.tls {
+            config = config.tls(tls.clone());
+        }
+        config
     }
 
-    fn admin(&mut self) -> Result<Client, AdapterError> {
+    fn admin(&mut self) -> Result<ShardedClient, AdapterError> {
         if let Some(c) = &self.admin {
             return Ok(c.clone());
         }
-        let c = self.client()?;
+        let addr = self.addr();
+        let c = ShardedClient::connect(self.config(&addr)).map_err(|e| adapter_error(&addr, e))?;
         self.admin = Some(c.clone());
         Ok(c)
     }
@@ -169,45 +225,62 @@ impl Target for SluiceTarget {
         let batch_max = u16::try_from(spec.batch_max).map_err(|_| {
             AdapterError::Unsupported(format!("sluice: a batch of {} entries", spec.batch_max))
         })?;
-        let addr = self.addr();
+        let addrs = self.url.addrs();
         let admin = self.admin()?;
-        let err = |e| adapter_error(&addr, e);
-        admin
-            .create_queue(
-                &spec.name,
-                &AttributeUpdate {
-                    visibility_timeout_ms: Some(visibility_ms),
-                    ..AttributeUpdate::default()
-                },
-            )
-            .map_err(err)?;
+        let each = if addrs.len() == 1 {
+            vec![(spec.name.clone(), addrs[0].clone())]
+        } else {
+            names_per_broker(&spec.name, &addrs)
+        };
+        for (name, addr) in &each {
+            admin
+                .create_queue(
+                    name,
+                    &AttributeUpdate {
+                        visibility_timeout_ms: Some(visibility_ms),
+                        ..AttributeUpdate::default()
+                    },
+                )
+                .map_err(|e| adapter_error(addr, e))?;
+        }
         let mut server = Vec::new();
-        let stats = admin.server_stats().map_err(err)?;
-        let memory = stats
-            .counter("memory_max_bytes")
-            .map(|b| format!(", memory max {} MiB", b >> 20))
-            .unwrap_or_default();
-        server.push(Setting::new(
-            "server",
-            format!(
-                "{}, {} shard(s), io {}{memory}",
-                stats.server_version, stats.shards, stats.io_backend
-            ),
-        ));
+        let stats = admin
+            .server_stats()
+            .map_err(|e| adapter_error(&self.addr(), e))?;
+        if let Some(down) = stats.failed.first() {
+            return Err(adapter_error(&down.addr, down.error.clone()));
+        }
+        for (addr, stats) in &stats.value {
+            let memory = stats
+                .counter("memory_max_bytes")
+                .map(|b| format!(", memory max {} MiB", b >> 20))
+                .unwrap_or_default();
+            let tls = if self.tls.is_some() { ", TLS" } else { "" };
+            server.push(Setting::new(
+                "server",
+                format!(
+                    "{addr}: {}, {} shard(s), io {}{memory}{tls}",
+                    stats.server_version, stats.shards, stats.io_backend
+                ),
+            ));
+        }
         self.server = server;
-        self.queue = Some(Queue {
-            name: spec.name.clone(),
+        self.queue = Some(Queues {
+            each,
             visibility: Duration::from_millis(visibility_ms.into()),
             batch_max: batch_max.into(),
         });
         Ok(())
     }
 
-    fn connect(&self, _role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
-        let queue = super::set_up(self.queue.as_ref(), PEER)?.clone();
+    fn connect(&self, role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
+        let queues = super::set_up(self.queue.as_ref(), PEER)?;
+        let (Role::Producer(n) | Role::Consumer(n)) = role;
+        let (queue, addr) = queues.of(n);
+        let client = Client::connect(self.config(addr)).map_err(|e| adapter_error(addr, e))?;
         Ok(Box::new(SluiceAdapter {
-            client: self.client()?,
-            addr: self.addr(),
+            client,
+            addr: addr.to_owned(),
             entries: Vec::with_capacity(queue.batch_max),
             bodies: BytesMut::new(),
             receipts: Vec::with_capacity(queue.batch_max),
@@ -219,12 +292,18 @@ impl Target for SluiceTarget {
     fn settings(&self) -> Vec<Setting> {
         let mut s = self.server.clone();
         if let Some(q) = &self.queue {
+            let names: Vec<&str> = q.each.iter().map(|(n, _)| n.as_str()).collect();
             s.push(Setting::new(
                 "queue",
                 format!(
-                    "{} (visibility timeout {} as the queue's and on every receive)",
-                    q.name,
-                    format_duration(q.visibility)
+                    "{} (visibility timeout {} as the queue's and on every receive){}",
+                    names.join(", "),
+                    format_duration(q.visibility),
+                    if names.len() > 1 {
+                        "; one per broker, connection n on queue n mod brokers"
+                    } else {
+                        ""
+                    }
                 ),
             ));
             s.push(Setting::new(
@@ -263,11 +342,12 @@ impl Target for SluiceTarget {
 
     fn teardown(&mut self) -> Result<(), AdapterError> {
         if let Some(q) = self.queue.take() {
-            let addr = self.addr();
             let admin = self.admin()?;
-            admin
-                .delete_queue(&q.name)
-                .map_err(|e| adapter_error(&addr, e))?;
+            for (name, addr) in &q.each {
+                admin
+                    .delete_queue(name)
+                    .map_err(|e| adapter_error(addr, e))?;
+            }
         }
         Ok(())
     }

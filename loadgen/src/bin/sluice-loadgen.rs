@@ -67,8 +67,10 @@ struct Args {
     workload: WorkloadArg,
 
     /// A broker to drive: sluice://HOST:PORT, redis://HOST:PORT,
-    /// beanstalkd://HOST:PORT or nats://HOST:PORT. Repeat to compare: every
-    /// target runs the same workload, interleaved over --passes.
+    /// beanstalkd://HOST:PORT or nats://HOST:PORT; sluice://A,B,C drives
+    /// several sluice brokers as one, a queue on each (connection n on
+    /// queue n mod brokers). Repeat to compare: every target runs the same
+    /// workload, interleaved over --passes.
     #[arg(long = "target", value_name = "URL", required = true, value_parser = TargetUrl::parse)]
     targets: Vec<TargetUrl>,
 
@@ -139,6 +141,20 @@ struct Args {
     #[arg(long, value_name = "DUR", value_parser = parse_duration,
           env = "SLUICE_LOADGEN_SLUICE_READ_SPIN")]
     sluice_read_spin: Option<Duration>,
+
+    /// Connect to sluice targets with TLS, trusting the CA certificates in
+    /// this PEM file.
+    #[arg(long, value_name = "PATH", env = "SLUICE_LOADGEN_SLUICE_TLS_CA")]
+    sluice_tls_ca: Option<PathBuf>,
+
+    /// The name sluice's certificate must carry (default: each target's
+    /// host).
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "SLUICE_LOADGEN_SLUICE_TLS_SERVER_NAME"
+    )]
+    sluice_tls_server_name: Option<String>,
 
     /// Messages/s over all producers, open loop: the latency workload
     /// (default 10000), and the redelivery workload when given, so leases
@@ -246,6 +262,8 @@ fn main_inner() -> Result<ExitCode> {
         batch: Some(args.batch),
         window: Some(args.window),
         sluice_read_spin: args.sluice_read_spin,
+        sluice_tls_ca: args.sluice_tls_ca.clone(),
+        sluice_tls_server_name: args.sluice_tls_server_name.clone(),
         rate: args.rate,
         visibility_timeout: args.visibility_timeout,
         fail_ratio: args.fail_ratio,

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use sluice_protocol::limits::{FRAME_BYTES_MAX_LIMIT, PROTOCOL_VERSION};
+use sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT;
 use sluice_protocol::{FrameDecoder, HelloRequest, QueueName, Request, SendEntry, opcode};
 
 /// Time allowed to connect and to get the HELLO reply.
@@ -27,13 +27,7 @@ pub fn frame(request: &Request, request_id: u32) -> Vec<u8> {
 /// The HELLO frame (no token).
 #[must_use]
 pub fn hello_frame() -> Vec<u8> {
-    frame(
-        &Request::Hello(HelloRequest {
-            version: PROTOCOL_VERSION,
-            token: Bytes::new(),
-        }),
-        1,
-    )
+    frame(&Request::Hello(HelloRequest::new(Bytes::new())), 1)
 }
 
 /// A SEND frame of one message to `queue`.

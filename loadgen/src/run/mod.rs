@@ -165,7 +165,11 @@ pub fn run(cfg: &RunConfig, out: &mut Output<'_>) -> Vec<PassOutcome> {
     for pass in 1..=cfg.passes {
         for url in &cfg.targets {
             let result = url
-                .open_with(cfg.token.as_deref(), cfg.sluice_read_spin)
+                .open_sluice(
+                    cfg.token.as_deref(),
+                    cfg.sluice_read_spin,
+                    cfg.sluice_tls.clone(),
+                )
                 .map_err(RunError::Setup)
                 .and_then(|mut target| run_pass(cfg, url, target.as_mut(), pass, out));
             outcomes.push(PassOutcome {

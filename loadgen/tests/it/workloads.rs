@@ -350,3 +350,58 @@ fn redis_auth() {
 fn nats_auth() {
     authenticated(PeerKind::Nats, &["--auth", "s3cret"]);
 }
+
+#[test]
+fn sluice_over_three_brokers_uses_a_queue_on_each() {
+    let servers = [
+        SluiceServer::start(&[]),
+        SluiceServer::start(&[]),
+        SluiceServer::start(&[]),
+    ];
+    let addrs: Vec<String> = servers
+        .iter()
+        .map(|s| s.url().trim_start_matches("sluice://").to_owned())
+        .collect();
+    let url = format!("sluice://{}", addrs.join(","));
+    let mut s = spec(&url, Workload::Throughput);
+    s.producers = Some(3);
+    s.consumers = Some(3);
+    let r = run_one(s);
+    assert_eq!(r.tally.sent, MESSAGES);
+    assert_eq!(r.tally.deleted, MESSAGES);
+    assert_eq!((r.tally.lost, r.duplicates), (0, 0));
+    // Every broker saw a third of the sends: one queue each.
+    for srv in &servers {
+        let c = sluice_client::Client::connect(sluice_client::ClientConfig::new(
+            srv.url().trim_start_matches("sluice://"),
+        ))
+        .unwrap();
+        let sends = c.server_stats().unwrap().counter("requests_send").unwrap();
+        assert!(sends > 0, "a broker got no SEND");
+    }
+}
+
+#[test]
+fn sluice_over_tls() {
+    let pki = sluice_broker::testing::TestPki::generate();
+    let args = pki.server_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = SluiceServer::start(&args);
+    let mut s = spec(&server.url(), Workload::Throughput);
+    s.sluice_tls_ca = Some(pki.ca_pem());
+    let r = run_one(s);
+    assert_eq!(r.tally.deleted, MESSAGES);
+    assert_eq!(r.tally.lost, 0);
+    // Without the CA, the plain client is refused by the TLS port.
+    let cfg = RunConfig::new(spec(&server.url(), Workload::Throughput)).unwrap();
+    let mut printed = Vec::new();
+    let outcomes = run::run(
+        &cfg,
+        &mut Output {
+            config: &mut printed,
+            progress: None,
+        },
+    );
+    let err = outcomes[0].result.as_ref().err().map(ToString::to_string);
+    assert!(err.as_deref().is_some_and(|e| e.contains("TLS")), "{err:?}");
+}

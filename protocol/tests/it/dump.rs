@@ -104,8 +104,15 @@ fn note(name: &str, value: impl std::fmt::Display) -> String {
 }
 
 /// A whole frame around `payload`.
-pub fn frame(opcode: u8, request_id: u32, payload: &Dump) -> Dump {
+pub fn frame(opcode: u8, flags: u8, request_id: u32, payload: &Dump) -> Dump {
     let name = sluice_protocol::opcode::name(opcode).unwrap();
+    let flags_note = match flags {
+        0 => "flags = 0".to_owned(),
+        sluice_protocol::flags::RECEIVE_BIND_LEASES => {
+            format!("flags = 0x{flags:02x} (bit 0: bind the leases to the connection)")
+        }
+        f => format!("flags = 0x{f:02x}"),
+    };
     let len = u32::try_from(payload.len() + 6).unwrap();
     let mut d = Dump::new();
     d.raw(
@@ -113,7 +120,7 @@ pub fn frame(opcode: u8, request_id: u32, payload: &Dump) -> Dump {
         format!("length = {len} (bytes after this field)"),
     )
     .raw(&[opcode], format!("opcode = 0x{opcode:02x} {name}"))
-    .raw(&[0], "flags = 0")
+    .raw(&[flags], flags_note)
     .u32(request_id, "request id")
     .append(payload);
     d

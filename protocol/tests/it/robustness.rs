@@ -83,7 +83,7 @@ proptest! {
         let payload = Bytes::from(data);
         check_payload(op, 7, &payload);
         let bound = ALLOC_BYTES_PER_PAYLOAD_BYTE * payload.len() + ALLOC_SLACK_BYTES;
-        let (_, bytes, _) = measure(|| Request::decode(op, payload.clone()));
+        let (_, bytes, _) = measure(|| Request::decode(op, 0, payload.clone()));
         prop_assert!(bytes <= bound, "request {op:#04x}: {bytes} bytes for a {}-byte payload", payload.len());
         let (_, bytes, _) = measure(|| Reply::decode(op, payload.clone()));
         prop_assert!(bytes <= bound, "reply {op:#04x}: {bytes} bytes for a {}-byte payload", payload.len());
@@ -145,7 +145,7 @@ fn every_prefix_of_a_valid_frame_needs_more_and_every_payload_prefix_is_an_error
         for cut in 0..payload.len() {
             let prefix = payload.slice(..cut);
             let decoded = match &v.message {
-                vectors::Message::Request(_) => Request::decode(op, prefix).err(),
+                vectors::Message::Request(_) => Request::decode(op, 0, prefix).err(),
                 vectors::Message::Reply(_) => Reply::decode(op, prefix).err(),
             };
             let err = decoded.unwrap_or_else(|| panic!("{}: payload cut at {cut} decoded", v.name));
@@ -202,7 +202,7 @@ fn a_full_batch_decodes_and_one_more_entry_is_batch_too_large() {
     let mut buf = BytesMut::new();
     full.encode(1, &mut buf).unwrap();
     let payload = buf.split_off(FRAME_OVERHEAD_BYTES).freeze();
-    assert_eq!(Request::decode(opcode::DELETE, payload), Ok(full));
+    assert_eq!(Request::decode(opcode::DELETE, 0, payload), Ok(full));
 
     let over = Request::Delete(DeleteRequest {
         queue: QueueName::from_static("q"),
@@ -211,7 +211,7 @@ fn a_full_batch_decodes_and_one_more_entry_is_batch_too_large() {
     let mut buf = BytesMut::new();
     over.encode(1, &mut buf).unwrap();
     let payload = buf.split_off(FRAME_OVERHEAD_BYTES).freeze();
-    let err = Request::decode(opcode::DELETE, payload).unwrap_err();
+    let err = Request::decode(opcode::DELETE, 0, payload).unwrap_err();
     assert_eq!(err.code(), ErrorCode::BatchTooLarge);
     assert_eq!(err.to_wire_error().code, ErrorCode::BatchTooLarge);
 }
@@ -259,7 +259,7 @@ fn hot_batches_decode_and_iterate_without_allocating() {
     let receive = decoder.decode(&mut wire).unwrap().unwrap();
 
     let (walked, bytes, calls) = measure(|| {
-        let Ok(Request::Send(send)) = Request::decode(send.opcode, send.payload) else {
+        let Ok(Request::Send(send)) = Request::decode(send.opcode, send.flags, send.payload) else {
             return 0;
         };
         let Ok(Reply::Receive { messages }) = Reply::decode(receive.opcode, receive.payload) else {

@@ -21,9 +21,9 @@ proptest! {
         let frame = FrameDecoder::new(FRAME_BYTES_MAX_LIMIT).decode(&mut buf).unwrap().unwrap();
         prop_assert!(buf.is_empty());
         prop_assert_eq!(frame.opcode, req.opcode());
-        prop_assert_eq!(frame.flags, 0);
+        prop_assert_eq!(frame.flags, req.flags());
         prop_assert_eq!(frame.request_id, request_id);
-        let back = Request::decode(frame.opcode, frame.payload).unwrap();
+        let back = Request::decode(frame.opcode, frame.flags, frame.payload).unwrap();
         prop_assert_eq!(back, req);
     }
 
@@ -51,7 +51,7 @@ proptest! {
         let mut buf = BytesMut::new();
         req.encode(1, &mut buf).unwrap();
         let frame = FrameDecoder::new(FRAME_BYTES_MAX_LIMIT).decode(&mut buf).unwrap().unwrap();
-        let Ok(Request::Send(send)) = Request::decode(frame.opcode, frame.payload) else {
+        let Ok(Request::Send(send)) = Request::decode(frame.opcode, frame.flags, frame.payload) else {
             return Err(TestCaseError::fail("not a SEND"));
         };
         prop_assert_eq!(send.entries.iter().len(), entries.len());
@@ -88,11 +88,11 @@ proptest! {
         let mut buf = BytesMut::from(&wire[..cut]);
         let mut got = Vec::new();
         while let Some(f) = decoder.decode(&mut buf).unwrap() {
-            got.push(Request::decode(f.opcode, f.payload).unwrap());
+            got.push(Request::decode(f.opcode, f.flags, f.payload).unwrap());
         }
         buf.extend_from_slice(&wire[cut..]);
         while let Some(f) = decoder.decode(&mut buf).unwrap() {
-            got.push(Request::decode(f.opcode, f.payload).unwrap());
+            got.push(Request::decode(f.opcode, f.flags, f.payload).unwrap());
         }
         prop_assert!(buf.is_empty());
         prop_assert_eq!(got, reqs);

@@ -23,7 +23,12 @@ pub fn bytes(max: usize) -> impl Strategy<Value = Bytes> {
 }
 
 pub fn queue_name() -> impl Strategy<Value = QueueName> {
-    "[A-Za-z0-9_.-]{1,80}".prop_map(|s| QueueName::new(&s).unwrap())
+    prop_oneof![
+        "[A-Za-z0-9_.-]{1,80}",
+        // One {tag}, with text around it or not.
+        "[A-Za-z0-9_.-]{0,20}\\{[A-Za-z0-9_.-]{1,20}\\}[A-Za-z0-9_.-]{0,20}",
+    ]
+    .prop_map(|s| QueueName::new(&s).unwrap())
 }
 
 fn short_string(max_chars: usize) -> impl Strategy<Value = String> {
@@ -188,8 +193,15 @@ fn batch_max() -> impl Strategy<Value = u16> {
 
 pub fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
-        (any::<u16>(), bytes(1024))
-            .prop_map(|(version, token)| Request::Hello(HelloRequest { version, token })),
+        (any::<u16>(), bytes(1024), any::<u32>()).prop_map(|(version, token, timeout)| {
+            // Version 1 has no session timeout field: it decodes as 0.
+            let session_timeout_ms = if version >= 2 { timeout } else { 0 };
+            Request::Hello(HelloRequest {
+                version,
+                token,
+                session_timeout_ms,
+            })
+        }),
         any::<u64>().prop_map(|nonce| Request::Ping { nonce }),
         (queue_name(), attribute_update()).prop_map(|(queue, attributes)| Request::CreateQueue(
             QueueAttributesRequest { queue, attributes }
@@ -207,16 +219,20 @@ pub fn request() -> impl Strategy<Value = Request> {
             queue_name(),
             batch_max(),
             opt_u32_not_max(),
-            opt_u32_not_max()
+            opt_u32_not_max(),
+            any::<bool>()
         )
-            .prop_map(|(queue, max_messages, visibility_timeout_ms, wait_ms)| {
-                Request::Receive(ReceiveRequest {
-                    queue,
-                    max_messages,
-                    visibility_timeout_ms,
-                    wait_ms,
-                })
-            }),
+            .prop_map(
+                |(queue, max_messages, visibility_timeout_ms, wait_ms, bind_leases)| {
+                    Request::Receive(ReceiveRequest {
+                        queue,
+                        max_messages,
+                        visibility_timeout_ms,
+                        wait_ms,
+                        bind_leases,
+                    })
+                }
+            ),
         (queue_name(), vec(receipt(), 1..=64))
             .prop_map(|(queue, receipts)| Request::Delete(DeleteRequest { queue, receipts })),
         (queue_name(), vec((receipt(), any::<u32>()), 1..=64)).prop_map(|(queue, entries)| {
@@ -240,6 +256,8 @@ pub fn request() -> impl Strategy<Value = Request> {
             max_messages
         }),
         Just(Request::ServerStats),
+        (0..=sluice_protocol::limits::ADVANCE_CLOCK_MS_MAX)
+            .prop_map(|by_ms| Request::AdvanceClock { by_ms }),
     ]
 }
 
@@ -364,6 +382,10 @@ pub fn reply() -> impl Strategy<Value = Reply> {
         statuses().prop_map(|results| Reply::Delete { results }),
         statuses().prop_map(|results| Reply::ChangeVisibility { results }),
         (any::<u64>(), any::<u64>()).prop_map(|(moved, stayed)| Reply::Redrive { moved, stayed }),
+        (any::<u64>(), any::<u64>()).prop_map(|(elapsed_ms, wall_ms)| Reply::AdvanceClock {
+            elapsed_ms,
+            wall_ms
+        }),
         vec(peeked_message(), 0..=BATCH).prop_map(|messages| Reply::Peek { messages }),
         (
             short_string(60),

@@ -135,32 +135,47 @@ fn get_queue_stats() -> QueueStats {
 pub fn all() -> Vec<Vector> {
     let mut v = Vec::new();
     let mut add = |name, request_id, message: Message, payload: Dump| {
-        let op = match &message {
-            Message::Request(r) => r.opcode(),
-            Message::Reply(r) => r.opcode(),
+        let (op, flags) = match &message {
+            Message::Request(r) => (r.opcode(), r.flags()),
+            Message::Reply(r) => (r.opcode(), 0),
         };
         v.push(Vector {
             name,
             request_id,
             message,
-            dump: frame(op, request_id, &payload),
+            dump: frame(op, flags, request_id, &payload),
         });
     };
 
     // HELLO
     let mut p = Dump::new();
-    p.u16(1, "version").str16("s3cret", "token");
+    p.u16(2, "version")
+        .str16("s3cret", "token")
+        .u32(10_000, "session_timeout_ms");
     add(
         "hello_request",
         1,
         Message::Request(Request::Hello(HelloRequest {
-            version: 1,
+            version: 2,
             token: Bytes::from_static(b"s3cret"),
+            session_timeout_ms: 10_000,
         })),
         p,
     );
     let mut p = Dump::new();
-    p.u16(1, "version")
+    p.u16(1, "version").str16("s3cret", "token");
+    add(
+        "hello_v1_request",
+        1,
+        Message::Request(Request::Hello(HelloRequest {
+            version: 1,
+            token: Bytes::from_static(b"s3cret"),
+            session_timeout_ms: 0,
+        })),
+        p,
+    );
+    let mut p = Dump::new();
+    p.u16(2, "version")
         .str8("sluice 0.1.0", "server version")
         .u16(1, "shard (this connection's)")
         .u16(2, "shards")
@@ -172,7 +187,7 @@ pub fn all() -> Vec<Vector> {
         "hello_reply",
         1,
         Message::Reply(Reply::Hello(HelloReply {
-            version: 1,
+            version: 2,
             server_version: "sluice 0.1.0".into(),
             shard: 1,
             shards: 2,
@@ -465,6 +480,19 @@ pub fn all() -> Vec<Vector> {
             max_messages: 10,
             visibility_timeout_ms: None,
             wait_ms: Some(20_000),
+            bind_leases: false,
+        })),
+        p.clone(),
+    );
+    add(
+        "receive_bound_request",
+        16,
+        Message::Request(Request::Receive(ReceiveRequest {
+            queue: q("orders"),
+            max_messages: 10,
+            visibility_timeout_ms: None,
+            wait_ms: Some(20_000),
+            bind_leases: true,
         })),
         p,
     );
@@ -682,6 +710,46 @@ pub fn all() -> Vec<Vector> {
         p,
     );
 
+    // ADVANCE_CLOCK
+    let mut p = Dump::new();
+    p.u64(30_000, "by_ms");
+    add(
+        "advance_clock_request",
+        17,
+        Message::Request(Request::AdvanceClock { by_ms: 30_000 }),
+        p,
+    );
+    let mut p = Dump::new();
+    p.u64(
+        90_000,
+        "elapsed_ms (every advance since the server started)",
+    )
+    .u64(1_735_689_690_000, "wall_ms (2025-01-01T00:01:30Z)");
+    add(
+        "advance_clock_reply",
+        17,
+        Message::Reply(Reply::AdvanceClock {
+            elapsed_ms: 90_000,
+            wall_ms: 1_735_689_690_000,
+        }),
+        p,
+    );
+    let mut p = Dump::new();
+    p.raw(&0x14u16.to_le_bytes(), "code = 0x0014 Unsupported")
+        .str16(
+            "ADVANCE_CLOCK needs a server started with --clock manual",
+            "message",
+        );
+    add(
+        "error_unsupported_reply",
+        17,
+        Message::Reply(Reply::Error(WireError::new(
+            ErrorCode::Unsupported,
+            "ADVANCE_CLOCK needs a server started with --clock manual",
+        ))),
+        p,
+    );
+
     // ERROR
     let mut p = Dump::new();
     p.raw(&1u16.to_le_bytes(), "code = 0x0001 QueueNotFound")
@@ -800,7 +868,7 @@ fn files_decode_to_their_values_and_re_encode_byte_identically() {
         let mut out = BytesMut::new();
         match &v.message {
             Message::Request(expected) => {
-                let got = Request::decode(frame.opcode, frame.payload).unwrap();
+                let got = Request::decode(frame.opcode, frame.flags, frame.payload).unwrap();
                 assert_eq!(&got, expected, "{}", v.name);
                 got.encode(frame.request_id, &mut out).unwrap();
             }

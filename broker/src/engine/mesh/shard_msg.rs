@@ -18,6 +18,9 @@ pub enum ReceiptAction {
     Delete,
     /// Change the lease (per-entry timeout).
     ChangeVisibility,
+    /// Release the lease if it is still current and running: the
+    /// connection it was bound to closed.
+    Abandon,
 }
 
 /// One forwarded receipt.
@@ -27,7 +30,8 @@ pub struct ForwardEntry {
     pub index: u16,
     /// The receipt (its check already verified by the requester).
     pub receipt: Receipt,
-    /// New lease length for a change visibility (ignored for a delete).
+    /// New lease length for a change visibility (ignored for a delete and
+    /// an abandon).
     pub timeout_ms: u32,
 }
 

@@ -49,7 +49,9 @@ impl Shard {
                     r.extend(acc.into_iter().flatten());
                     let result = match action {
                         ReceiptAction::Delete => OpResult::Deleted(r),
-                        ReceiptAction::ChangeVisibility => OpResult::VisibilityChanged(r),
+                        ReceiptAction::ChangeVisibility | ReceiptAction::Abandon => {
+                            OpResult::VisibilityChanged(r)
+                        }
                     };
                     self.finish(req, result);
                 }

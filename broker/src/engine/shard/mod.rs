@@ -246,6 +246,8 @@ pub struct Shard {
     completions: Vec<(u64, OpResult)>,
     touched: Vec<u32>,
     sent_count: usize,
+    /// Messages taken from other shards' rings since start.
+    received_count: usize,
     shut_down: bool,
     fired: Vec<(TimerId, TimerEvent)>,
     inbox: Vec<(usize, ShardMsg)>,
@@ -337,6 +339,7 @@ impl Shard {
             completions: Vec::new(),
             touched: Vec::new(),
             sent_count: 0,
+            received_count: 0,
             shut_down: false,
             fired: Vec::new(),
             inbox: Vec::new(),
@@ -424,6 +427,7 @@ impl Shard {
         let mut inbox = core::mem::take(&mut self.inbox);
         self.links.drain(|from, msg| inbox.push((from, msg)));
         let handled = inbox.len();
+        self.received_count += handled;
         for (from, msg) in inbox.drain(..) {
             // The mesh never has more than SHARDS_MAX (1024) shards.
             self.handle_msg(from as u16, msg);
@@ -444,6 +448,13 @@ impl Shard {
     #[must_use]
     pub fn next_deadline_ns(&self) -> Option<u64> {
         self.wheel.next_deadline_ns()
+    }
+
+    /// Messages this shard has taken from other shards' rings and sent to
+    /// them since it started, for the metrics.
+    #[must_use]
+    pub fn ring_messages(&self) -> (u64, u64) {
+        (self.received_count as u64, self.sent_count as u64)
     }
 
     /// Whether messages wait for room in a ring (call [`Shard::poll`] again
@@ -716,6 +727,10 @@ impl Shard {
             Op::Delete(r) => {
                 let entries = r.receipts.iter().map(|&r| (r, 0));
                 self.op_receipts(ticket, &r.queue, ReceiptAction::Delete, entries);
+            }
+            Op::Abandon(r) => {
+                let entries = r.receipts.iter().map(|&r| (r, 0));
+                self.op_receipts(ticket, &r.queue, ReceiptAction::Abandon, entries);
             }
             Op::ChangeVisibility(r) => {
                 let entries = r

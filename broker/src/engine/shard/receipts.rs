@@ -1,5 +1,9 @@
-//! Delete and change visibility by receipt: checked where they arrive,
-//! applied by the owner (forwarded when the receipt names another shard).
+//! Delete, change visibility and abandon by receipt: checked where they
+//! arrive, applied by the owner (forwarded when the receipt names another
+//! shard). An abandon is the release a closing connection asks for the
+//! leases bound to it: applied only to a lease that is still current and
+//! running, so it can race a forwarded delete, an expiry and a redelivery
+//! on the owner and never touch a newer delivery.
 
 use sluice_protocol::attributes::VISIBILITY_TIMEOUT_MS_MAX;
 use sluice_protocol::{QueueName, Receipt};
@@ -29,7 +33,9 @@ impl Shard {
         let inc = self.part(p).incarnation;
         let wrap = |action, r: Vec<Result<(), EntryError>>| match action {
             ReceiptAction::Delete => OpResult::Deleted(r),
-            ReceiptAction::ChangeVisibility => OpResult::VisibilityChanged(r),
+            ReceiptAction::ChangeVisibility | ReceiptAction::Abandon => {
+                OpResult::VisibilityChanged(r)
+            }
         };
         if entries.clone().all(|(r, _)| r.shard == self.id) {
             // The common case, every receipt names this shard: the results
@@ -202,6 +208,18 @@ impl Shard {
                     }
                 }
                 self.remove_message(key, Removal::Deleted);
+            }
+            ReceiptAction::Abandon => {
+                // Only a running lease: one that ran out already made the
+                // message available (and may have been re-leased by a
+                // change of visibility, then it is running again).
+                if state == MessageState::InFlight {
+                    if let Some(o) = self.observer.0.as_mut() {
+                        o.lease_ended(LeaseOutcome::Abandoned, held_ns);
+                    }
+                    self.part_mut(p).stats.released += 1;
+                    self.make_available(key, self.now_ns);
+                }
             }
             ReceiptAction::ChangeVisibility if timeout_ms == 0 => {
                 if state == MessageState::InFlight {

@@ -681,10 +681,12 @@ impl Shard {
 
     /// Restores a lease (or delay) ending at `due_ns`. Leases come back
     /// unbound: any receipt of the delivery may delete or extend it, and it
-    /// ends at `due_ns` whoever held it. Were leases ever bound to the
-    /// connection that took them, this is where a restored lease would be
-    /// released instead (its connection is gone): set `due_ns` to now and
-    /// the first tick makes it visible again.
+    /// ends at `due_ns` whoever held it. (Bound leases never reach a
+    /// snapshot: the sessions that hold the bindings release them when the
+    /// shutdown drain closes their connections, before the save.) Were a
+    /// binding ever kept in the engine, this is where a restored lease
+    /// would be released instead (its connection is gone): set `due_ns` to
+    /// now and the first tick makes it visible again.
     fn restored_lease(&mut self, key: SlotKey, due_ns: u64, leased_ns: u64, check: u32) {
         let l = self.ensure_lease(key);
         if l == NONE {

@@ -827,3 +827,88 @@ fn cpu_lists() {
     // auto and none keep the host's default.
     assert_eq!(ok(&["--cpus", "none"]).shards, 4);
 }
+
+#[test]
+fn tls_takes_a_certificate_and_its_key_from_flags_environment_or_file() {
+    let pki = crate::testing::TestPki::generate();
+    let (cert, key, ca) = (
+        pki.server_cert().to_string_lossy().into_owned(),
+        pki.server_key().to_string_lossy().into_owned(),
+        pki.ca_pem().to_string_lossy().into_owned(),
+    );
+    let c = ok(&["--tls-cert", &cert, "--tls-key", &key]);
+    let tls = c.tls.as_ref().expect("TLS on");
+    assert_eq!(
+        (tls.cert.to_str(), tls.client_ca.as_ref()),
+        (Some(&*cert), None)
+    );
+    let env = [
+        ("SLUICE_TLS_CERT", cert.as_str()),
+        ("SLUICE_TLS_KEY", key.as_str()),
+        ("SLUICE_TLS_CLIENT_CA", ca.as_str()),
+    ];
+    let c = config_env(&[], &env).expect("TLS from the environment");
+    assert!(c.tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
+    // The effective configuration names the files and parses back.
+    let rendered = c.to_string();
+    assert!(
+        rendered.contains(&format!("tls_cert = {}", quoted(&cert))),
+        "{rendered}"
+    );
+    let file = TempFile::new("tls.toml", rendered.as_bytes());
+    let again = ok(&["--config", file.path()]);
+    assert_eq!(again.tls.map(|t| t.key), c.tls.map(|t| t.key));
+    // Relative paths in a file are beside the file.
+    let file = pki.dir().join("sluice.toml");
+    std::fs::write(
+        &file,
+        "tls_cert = \"server.pem\"\ntls_key = \"server.key\"\n",
+    )
+    .unwrap();
+    let c = ok(&["--config", file.to_str().unwrap()]);
+    assert_eq!(c.tls.map(|t| t.cert), Some(pki.server_cert()));
+    assert!(ok(&[]).to_string().contains("# tls_cert: none"));
+}
+
+#[test]
+fn tls_settings_that_cannot_work_are_refused_naming_the_flag() {
+    let pki = crate::testing::TestPki::generate();
+    let (cert, key) = (
+        pki.server_cert().to_string_lossy().into_owned(),
+        pki.server_key().to_string_lossy().into_owned(),
+    );
+    assert!(matches!(
+        err(&["--tls-cert", &cert]),
+        ConfigError::TlsIncomplete {
+            missing: "--tls-key",
+            ..
+        }
+    ));
+    assert!(matches!(
+        err(&["--tls-key", &key]),
+        ConfigError::TlsIncomplete {
+            missing: "--tls-cert",
+            ..
+        }
+    ));
+    assert!(matches!(
+        err(&["--tls-client-ca", &cert]),
+        ConfigError::TlsIncomplete { .. }
+    ));
+    // A key file as the certificate, a certificate as the key, a missing
+    // file, a key of another certificate.
+    let e = err(&["--tls-cert", &key, "--tls-key", &key]);
+    assert!(e.to_string().starts_with("--tls-cert "), "{e}");
+    let e = err(&["--tls-cert", &cert, "--tls-key", &cert]);
+    assert!(e.to_string().starts_with("--tls-key "), "{e}");
+    let e = err(&["--tls-cert", "/nonexistent.pem", "--tls-key", &key]);
+    assert!(e.to_string().contains("/nonexistent.pem"), "{e}");
+    let (client_cert, _) = pki.client_cert_and_key();
+    let e = err(&[
+        "--tls-cert",
+        client_cert.to_str().unwrap(),
+        "--tls-key",
+        &key,
+    ]);
+    assert!(e.to_string().contains("does not fit"), "{e}");
+}

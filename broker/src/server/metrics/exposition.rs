@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-use super::histogram::HistogramSnapshot;
+use super::histogram::{HistogramSnapshot, LATENCY_BUCKET_BOUNDS_NANOS};
 
 /// The `# TYPE` of a metric family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,33 +237,59 @@ impl Family<'_> {
         labels: &[(&str, &str)],
         snapshot: &HistogramSnapshot,
     ) -> &mut Self {
+        self.histogram_buckets(
+            labels,
+            &LATENCY_BUCKET_BOUNDS_NANOS,
+            snapshot.bucket_counts(),
+            snapshot.sum_seconds(),
+        )
+    }
+
+    /// Writes one histogram of any bucket layout: `bounds_nanos` are the
+    /// finite upper bounds (ascending), `counts` the records in each bucket
+    /// (not cumulative), one more than the bounds for the unbounded bucket;
+    /// `_count` is their sum. Missing counts are taken as zero, extra ones
+    /// go to the unbounded bucket.
+    pub fn histogram_buckets(
+        &mut self,
+        labels: &[(&str, &str)],
+        bounds_nanos: &[u64],
+        counts: &[u64],
+        sum_seconds: f64,
+    ) -> &mut Self {
         debug_assert!(
             self.kind == MetricType::Histogram,
             "{} is not a histogram",
             self.name
         );
         let mut le = String::new();
-        for (bound, count) in snapshot.cumulative() {
+        let mut running = 0u64;
+        for (i, bound) in bounds_nanos.iter().enumerate() {
+            running = running.saturating_add(counts.get(i).copied().unwrap_or(0));
             le.clear();
-            match bound {
-                Some(nanos) => push_seconds(&mut le, nanos),
-                None => le.push_str("+Inf"),
-            }
+            push_seconds(&mut le, *bound);
             self.out.push_str(self.name);
             self.out.push_str("_bucket");
             push_labels(self.out, labels, Some(("le", &le)));
-            let _ = writeln!(self.out, " {count}");
+            let _ = writeln!(self.out, " {running}");
         }
+        for &n in counts.iter().skip(bounds_nanos.len()) {
+            running = running.saturating_add(n);
+        }
+        self.out.push_str(self.name);
+        self.out.push_str("_bucket");
+        push_labels(self.out, labels, Some(("le", "+Inf")));
+        let _ = writeln!(self.out, " {running}");
         self.out.push_str(self.name);
         self.out.push_str("_sum");
         push_labels(self.out, labels, None);
         self.out.push(' ');
-        push_f64(self.out, snapshot.sum_seconds());
+        push_f64(self.out, sum_seconds);
         self.out.push('\n');
         self.out.push_str(self.name);
         self.out.push_str("_count");
         push_labels(self.out, labels, None);
-        let _ = writeln!(self.out, " {}", snapshot.count());
+        let _ = writeln!(self.out, " {running}");
         self
     }
 }

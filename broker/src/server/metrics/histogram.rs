@@ -69,6 +69,38 @@ const _: () = {
     }
 };
 
+/// Finite buckets of the request duration histograms.
+pub const REQUEST_BUCKET_BOUNDS: usize = 24;
+
+/// Upper bounds of the request duration buckets in nanoseconds: powers of
+/// two from 1 µs to 2^23 µs (about 8.4 s), so that a record finds its
+/// bucket with one `leading_zeros`, no search.
+pub const REQUEST_BUCKET_BOUNDS_NANOS: [u64; REQUEST_BUCKET_BOUNDS] = {
+    let mut b = [0u64; REQUEST_BUCKET_BOUNDS];
+    let mut i = 0;
+    while i < REQUEST_BUCKET_BOUNDS {
+        b[i] = 1_000 << i;
+        i += 1;
+    }
+    b
+};
+
+/// Request duration buckets in all: the finite ones and the unbounded one.
+pub const REQUEST_BUCKETS: usize = REQUEST_BUCKET_BOUNDS + 1;
+
+/// The request duration bucket of `nanos`: the first bound at or above it
+/// (Prometheus `le`), or the unbounded bucket.
+#[inline]
+pub fn request_bucket_of(nanos: u64) -> usize {
+    // nanos <= 1000 * 2^k  <=>  ceil(nanos / 1000) <= 2^k.
+    let micros = nanos.div_ceil(1_000);
+    if micros <= 1 {
+        return 0;
+    }
+    let k = (u64::BITS - (micros - 1).leading_zeros()) as usize;
+    k.min(REQUEST_BUCKET_BOUNDS)
+}
+
 #[derive(Debug)]
 struct Cells {
     counts: [AtomicU64; LATENCY_BUCKETS],
@@ -216,6 +248,32 @@ mod tests {
         assert_eq!(bucket_of(60_000_000_000), LATENCY_BUCKETS - 2);
         assert_eq!(bucket_of(60_000_000_001), LATENCY_BUCKETS - 1);
         assert_eq!(bucket_of(u64::MAX), LATENCY_BUCKETS - 1);
+    }
+
+    #[test]
+    fn request_buckets_are_powers_of_two_microseconds() {
+        assert_eq!(REQUEST_BUCKET_BOUNDS_NANOS[0], 1_000);
+        assert_eq!(REQUEST_BUCKET_BOUNDS_NANOS[23], 1_000 << 23);
+        for nanos in [
+            0,
+            1,
+            999,
+            1_000,
+            1_001,
+            1_999,
+            2_000,
+            2_001,
+            4_000,
+            4_001,
+            123_456,
+            1_000 << 23,
+            (1_000 << 23) + 1,
+            u64::MAX,
+        ] {
+            let want = REQUEST_BUCKET_BOUNDS_NANOS.partition_point(|&b| b < nanos);
+            assert_eq!(request_bucket_of(nanos), want, "{nanos} ns");
+        }
+        assert_eq!(request_bucket_of(u64::MAX), REQUEST_BUCKETS - 1);
     }
 
     #[test]

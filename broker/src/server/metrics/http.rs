@@ -1,20 +1,26 @@
-//! A tiny HTTP/1.1 server on its own thread for `GET /metrics` and
-//! `GET /healthz`.
+//! A tiny HTTP/1.1 server for `GET /metrics` and `GET /healthz`.
 //!
-//! One connection at a time, one request per connection
-//! (`Connection: close`): a scraper every few seconds needs no more, and the
-//! thread holds no more than one socket and one request buffer. Every
-//! connection is bounded: the request head must fit
-//! [`MetricsServerOptions::request_bytes_max`] (else 431) and arrive within
-//! [`MetricsServerOptions::read_timeout`] in all, not per read (else 408), so
-//! a client trickling bytes cannot hold the thread longer. Anything that is
-//! not an HTTP/1.x request line gets 400; a method other than GET or HEAD
-//! gets 405; a path other than the two gets 404. Nothing a client sends can
-//! make the thread panic, and a panic in the caller's [`MetricsSource`] is
-//! caught and answered with 500.
+//! One request per connection (`Connection: close`). A thread named
+//! `sluice-metrics` accepts; each connection is served on a thread of its
+//! own (`sluice-metrics-conn`), at most
+//! [`MetricsServerOptions::connections_max`] at once (one more is answered
+//! 503 at once and closed), so a client that connects and sends nothing
+//! does not hold back the scrapes behind it. Every connection is bounded:
+//! the request head must fit [`MetricsServerOptions::request_bytes_max`]
+//! (else 431) and arrive within [`MetricsServerOptions::read_timeout`] in
+//! all, not per read (else 408), so a client trickling bytes cannot hold
+//! its thread longer. Anything that is not an HTTP/1.x request line gets
+//! 400; a method other than GET or HEAD gets 405; a path other than the two
+//! gets 404. `/healthz` answers 200 `ok`, or 503 `draining` once the
+//! source says the server is shutting down
+//! ([`MetricsSource::draining`]). Nothing a client sends can make a thread
+//! panic, and a panic in the caller's [`MetricsSource`] is caught and
+//! answered with 500.
 //!
 //! Stopping: [`MetricsServer::shutdown`] (or drop) sets a flag and connects
-//! to the listener to wake the blocking `accept`, then joins the thread.
+//! to the listener to wake the blocking `accept`, then joins the accepting
+//! thread. Connection threads still serving end on their own within their
+//! timeouts; they are not waited for.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -22,20 +28,28 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
 use crate::server::limits::{
-    METRICS_LINGER_BYTES_MAX, METRICS_LINGER_TIMEOUT, METRICS_READ_TIMEOUT,
-    METRICS_REQUEST_BYTES_MAX, METRICS_WRITE_TIMEOUT,
+    METRICS_CONNECTIONS_MAX, METRICS_LINGER_BYTES_MAX, METRICS_LINGER_TIMEOUT,
+    METRICS_READ_TIMEOUT, METRICS_REQUEST_BYTES_MAX, METRICS_WRITE_TIMEOUT,
 };
 use crate::sync::thread::{self, JoinHandle};
-use crate::sync::{Arc, AtomicBool, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering};
 
 /// Where the metrics text comes from: called on every scrape of `/metrics`
-/// on the metrics thread, to append Prometheus text (see
+/// on a metrics connection thread, to append Prometheus text (see
 /// [`PromWriter`](super::PromWriter)) to `out`, which arrives empty.
+/// Scrapes may run at once on several threads.
 ///
-/// Any `Fn(&mut String) + Send + Sync` closure is a source.
+/// Any `Fn(&mut String) + Send + Sync` closure is a source (never
+/// draining).
 pub trait MetricsSource: Send + Sync + 'static {
     /// Appends the exposition text.
     fn render(&self, out: &mut String);
+
+    /// Whether the server is shutting down: `/healthz` then answers 503, so
+    /// that load balancers and orchestrators stop sending it clients.
+    fn draining(&self) -> bool {
+        false
+    }
 }
 
 impl<F> MetricsSource for F
@@ -59,6 +73,8 @@ pub struct MetricsServerOptions {
     /// After the reply, time to read and discard what the client still
     /// sends, so that closing does not reset the connection under the reply.
     pub linger_timeout: Duration,
+    /// Connections served at once.
+    pub connections_max: usize,
 }
 
 impl Default for MetricsServerOptions {
@@ -68,6 +84,7 @@ impl Default for MetricsServerOptions {
             read_timeout: METRICS_READ_TIMEOUT,
             write_timeout: METRICS_WRITE_TIMEOUT,
             linger_timeout: METRICS_LINGER_TIMEOUT,
+            connections_max: METRICS_CONNECTIONS_MAX,
         }
     }
 }
@@ -97,6 +114,7 @@ impl MetricsServer {
         let local_addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
+        let source: Arc<dyn MetricsSource> = Arc::new(source);
         let thread = thread::Builder::new()
             .name("sluice-metrics".to_owned())
             .spawn(move || accept_loop(&listener, &source, options, &thread_stop))?;
@@ -154,14 +172,22 @@ impl Drop for MetricsServer {
     }
 }
 
+/// Counts a connection being served; uncounts it when dropped.
+struct Active(Arc<AtomicUsize>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 fn accept_loop(
     listener: &TcpListener,
-    source: &dyn MetricsSource,
+    source: &Arc<dyn MetricsSource>,
     options: MetricsServerOptions,
     stop: &AtomicBool,
 ) {
-    let mut body = String::new();
-    let mut request = Vec::with_capacity(options.request_bytes_max + 1);
+    let active = Arc::new(AtomicUsize::new(0));
     loop {
         let accepted = listener.accept();
         if stop.load(Ordering::Acquire) {
@@ -169,8 +195,29 @@ fn accept_loop(
         }
         match accepted {
             Ok((stream, peer)) => {
-                if let Err(err) = serve(stream, source, &options, &mut request, &mut body) {
-                    tracing::debug!(%peer, %err, "metrics connection ended with an error");
+                if active.fetch_add(1, Ordering::AcqRel) >= options.connections_max {
+                    active.fetch_sub(1, Ordering::AcqRel);
+                    tracing::debug!(%peer, "metrics endpoint busy: connection answered 503");
+                    refuse_busy(stream);
+                    continue;
+                }
+                let guard = Active(Arc::clone(&active));
+                let source = Arc::clone(source);
+                let spawned = thread::Builder::new()
+                    .name("sluice-metrics-conn".to_owned())
+                    .spawn(move || {
+                        let _guard = guard;
+                        let mut request = Vec::with_capacity(options.request_bytes_max + 1);
+                        let mut body = String::new();
+                        if let Err(err) = serve(stream, &*source, &options, &mut request, &mut body)
+                        {
+                            tracing::debug!(%peer, %err, "metrics connection ended with an error");
+                        }
+                    });
+                if let Err(err) = spawned {
+                    // The closure, its guard and the stream are dropped.
+                    tracing::warn!(%err, "metrics endpoint could not start a connection thread");
+                    thread::sleep(Duration::from_millis(100));
                 }
             }
             Err(err) => {
@@ -180,6 +227,20 @@ fn accept_loop(
             }
         }
     }
+}
+
+/// Answers 503 without reading the request, on the accepting thread: the
+/// reply fits the socket's send buffer, and the write gives up quickly.
+fn refuse_busy(mut stream: TcpStream) {
+    let body = "too many metrics connections at once; retry\n";
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = stream.write_all(reply.as_bytes());
+    let _ = stream.shutdown(Shutdown::Write);
 }
 
 /// How reading a request head ended.
@@ -313,10 +374,20 @@ fn serve(
                         ("500 Internal Server Error", "text/plain; charset=utf-8")
                     }
                 },
-                Route::Health => {
-                    body.push_str("ok\n");
-                    ("200 OK", "text/plain; charset=utf-8")
-                }
+                Route::Health => match catch_unwind(AssertUnwindSafe(|| source.draining())) {
+                    Ok(false) => {
+                        body.push_str("ok\n");
+                        ("200 OK", "text/plain; charset=utf-8")
+                    }
+                    Ok(true) => {
+                        body.push_str("draining: the server is shutting down\n");
+                        ("503 Service Unavailable", "text/plain; charset=utf-8")
+                    }
+                    Err(_) => {
+                        body.push_str("the health source failed\n");
+                        ("500 Internal Server Error", "text/plain; charset=utf-8")
+                    }
+                },
                 Route::NotFound => {
                     body.push_str("not found: try /metrics or /healthz\n");
                     ("404 Not Found", "text/plain; charset=utf-8")

@@ -4,7 +4,7 @@
 
 use super::*;
 
-use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::Duration;
@@ -366,5 +366,121 @@ fn shard_histograms_scraped_through_the_server() {
     assert!(
         body.contains("sluice_request_duration_seconds_count{op=\"send\"} 3\n"),
         "{body}"
+    );
+}
+
+/// Today's scrapers hold a connection open between scrapes, or a client
+/// connects and sends nothing: the scrapes of others are served meanwhile.
+/// The read timeout is far longer than the client's, so a server that
+/// served one connection at a time could not answer the second scrape
+/// before the client gives up.
+#[test]
+fn an_idle_connection_does_not_hold_back_other_scrapes() {
+    let (server, scrapes) = server_with(MetricsServerOptions {
+        read_timeout: Duration::from_secs(600),
+        ..MetricsServerOptions::default()
+    });
+    let addr = server.local_addr();
+    let mut idle = connect(addr);
+    let mut also_idle = connect(addr);
+    also_idle.write_all(b"GET /metr").expect("sent");
+    for _ in 0..3 {
+        let reply = get(addr, "/metrics");
+        assert_eq!(reply.status, "HTTP/1.1 200 OK");
+    }
+    assert_eq!(get(addr, "/healthz").status, "HTTP/1.1 200 OK");
+    assert_eq!(scrapes.load(Ordering::Relaxed), 3);
+    // The idle connections were held open all along: they are answered now.
+    idle.write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+        .expect("still open");
+    assert!(read_all(&mut idle).starts_with("HTTP/1.1 200 OK\r\n"));
+    also_idle
+        .write_all(b"ics HTTP/1.1\r\n\r\n")
+        .expect("still open");
+    let reply = parse(&read_all(&mut also_idle));
+    assert_eq!(reply.status, "HTTP/1.1 200 OK");
+    assert!(
+        reply.body.contains("test_scrapes_total 4\n"),
+        "{}",
+        reply.body
+    );
+}
+
+#[test]
+fn connections_beyond_the_limit_get_503_and_the_others_go_on() {
+    let (server, _) = server_with(MetricsServerOptions {
+        read_timeout: Duration::from_secs(600),
+        connections_max: 1,
+        ..MetricsServerOptions::default()
+    });
+    let addr = server.local_addr();
+    let mut idle = connect(addr);
+    // Accepted in order: the idle one holds the only place.
+    let busy = parse(&exchange(addr, b"GET /healthz HTTP/1.1\r\n\r\n"));
+    assert_eq!(busy.status, "HTTP/1.1 503 Service Unavailable");
+    assert_eq!(busy.header("retry-after"), Some("1"));
+    idle.write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+        .expect("still open");
+    assert!(read_all(&mut idle).starts_with("HTTP/1.1 200 OK\r\n"));
+    // Its thread ends and gives the place back.
+    let mut served = false;
+    for _ in 0..2_000 {
+        if get(addr, "/healthz").status == "HTTP/1.1 200 OK" {
+            served = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(served, "the place is given back");
+}
+
+/// A source that can be told the server is draining.
+struct Draining(Arc<AtomicBool>);
+
+impl MetricsSource for Draining {
+    fn render(&self, out: &mut String) {
+        PromWriter::new(out).counter("test_total", "Test.", 1);
+    }
+
+    fn draining(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+#[test]
+fn healthz_answers_503_while_draining_and_metrics_still_serve() {
+    let flag = Arc::new(AtomicBool::new(false));
+    let server = MetricsServer::start(loopback(), Draining(Arc::clone(&flag))).expect("binds");
+    let addr = server.local_addr();
+    assert_eq!(get(addr, "/healthz").body, "ok\n");
+    flag.store(true, Ordering::Relaxed);
+    let reply = get(addr, "/healthz");
+    assert_eq!(reply.status, "HTTP/1.1 503 Service Unavailable");
+    assert!(reply.body.starts_with("draining"), "{}", reply.body);
+    let head = exchange(addr, b"HEAD /healthz HTTP/1.1\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.1 503 "), "{head:?}");
+    assert_eq!(get(addr, "/metrics").status, "HTTP/1.1 200 OK");
+}
+
+#[test]
+fn histograms_of_any_buckets_are_cumulative_and_end_at_the_count() {
+    let mut out = String::new();
+    PromWriter::new(&mut out)
+        .family("t_seconds", "T.", MetricType::Histogram)
+        .histogram_buckets(
+            &[("op", "send")],
+            &REQUEST_BUCKET_BOUNDS_NANOS[..3],
+            &[2, 0, 1, 4, 5],
+            1.5,
+        );
+    assert_eq!(
+        out,
+        "# HELP t_seconds T.\n# TYPE t_seconds histogram\n\
+         t_seconds_bucket{op=\"send\",le=\"0.000001\"} 2\n\
+         t_seconds_bucket{op=\"send\",le=\"0.000002\"} 2\n\
+         t_seconds_bucket{op=\"send\",le=\"0.000004\"} 3\n\
+         t_seconds_bucket{op=\"send\",le=\"+Inf\"} 12\n\
+         t_seconds_sum{op=\"send\"} 1.5\n\
+         t_seconds_count{op=\"send\"} 12\n"
     );
 }

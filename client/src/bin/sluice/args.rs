@@ -19,12 +19,14 @@ use crate::units::{parse_attr, parse_backoff, parse_bytes, parse_duration};
     after_help = "Durations: 0, 250ms, 1s, 2m, 1h30m (units ms, s, m, h, d). Ids print as 32 hex digits, receipts as 52."
 )]
 pub struct Cli {
-    /// Broker address.
+    /// Broker address; several, comma-separated, for queues spread over
+    /// brokers (each queue lives on the one its name, or its {tag}, hashes
+    /// to: give every client the same list).
     #[arg(
         long,
         env = "SLUICE_ADDR",
         default_value = sluice_client::config::ADDR_DEFAULT,
-        value_name = "HOST:PORT",
+        value_name = "HOST:PORT[,HOST:PORT...]",
         global = true
     )]
     pub addr: String,
@@ -32,6 +34,39 @@ pub struct Cli {
     /// File holding the auth token (trailing newlines are ignored).
     #[arg(long, env = "SLUICE_TOKEN_FILE", value_name = "PATH", global = true)]
     pub token_file: Option<PathBuf>,
+
+    /// Connect with TLS, trusting the CA certificates in this PEM file.
+    #[arg(long, env = "SLUICE_TLS_CA", value_name = "PATH", global = true)]
+    pub tls_ca: Option<PathBuf>,
+
+    /// The name the server's certificate must carry [default: the host of
+    /// each address].
+    #[arg(
+        long,
+        env = "SLUICE_TLS_SERVER_NAME",
+        value_name = "NAME",
+        global = true
+    )]
+    pub tls_server_name: Option<String>,
+
+    /// PEM certificate chain to present, for a server that requires client
+    /// certificates (with --tls-client-key and --tls-ca).
+    #[arg(
+        long,
+        env = "SLUICE_TLS_CLIENT_CERT",
+        value_name = "PATH",
+        global = true
+    )]
+    pub tls_client_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-client-cert.
+    #[arg(
+        long,
+        env = "SLUICE_TLS_CLIENT_KEY",
+        value_name = "PATH",
+        global = true
+    )]
+    pub tls_client_key: Option<PathBuf>,
 
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
@@ -60,6 +95,15 @@ pub enum Command {
     Redrive(RedriveArgs),
     /// Show the server's statistics.
     Stats,
+    /// Move the clock of a server started with `--clock manual` (tests).
+    AdvanceClock(AdvanceClockArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AdvanceClockArgs {
+    /// How far, e.g. 30s (whole milliseconds; 0 reads the clock).
+    #[arg(value_name = "DUR", value_parser = parse_duration)]
+    pub by: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -183,6 +227,11 @@ pub struct RecvArgs {
     /// Delete the messages once printed.
     #[arg(long)]
     pub delete: bool,
+    /// Bind the leases to this connection: what is not deleted is released
+    /// as soon as `sluice` exits, however it ends (with --delete, a message
+    /// received by a `sluice` killed before deleting it comes back at once).
+    #[arg(long)]
+    pub bind: bool,
 }
 
 #[derive(Debug, Args)]
