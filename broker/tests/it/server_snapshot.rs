@@ -27,6 +27,8 @@ const BULK: [&str; 4] = ["q0", "q1", "q2", "q3"];
 const ALL: [&str; 7] = ["dlq", "q0", "q1", "q2", "q3", "poison", "later"];
 /// A delay that outlasts the restart, and ends within the test.
 const LATER_DELAY_MS: u32 = 8_000;
+/// The short leases', which end while the server is stopped.
+const SHORT_LEASE_MS: u32 = 4_000;
 /// Far above what any step here needs.
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -278,10 +280,11 @@ fn a_restart_with_a_snapshot_keeps_every_queue_and_message() {
         long.extend(c.receive("q1", 250, Some(600_000), 0));
     }
     assert_eq!(long.len(), 500);
-    // Leased for two seconds: the lease ends while the server is stopped.
+    // Leased for four seconds (far more than the stop and the save take):
+    // the lease ends while the server is stopped.
     let mut short = Vec::new();
     for c in [&mut c0, &mut c1] {
-        short.extend(c.receive("q2", 150, Some(2_000), 0));
+        short.extend(c.receive("q2", 150, Some(SHORT_LEASE_MS), 0));
     }
     assert_eq!(short.len(), 300);
     for m in long.iter().chain(&short) {
@@ -300,8 +303,10 @@ fn a_restart_with_a_snapshot_keeps_every_queue_and_message() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600, "the snapshot holds the receipt key");
-    // Let the two-second leases end while the server is down.
-    std::thread::sleep(Duration::from_millis(2_500).saturating_sub(stop_at.elapsed()));
+    // Let the short leases end while the server is down.
+    std::thread::sleep(
+        Duration::from_millis(u64::from(SHORT_LEASE_MS) + 500).saturating_sub(stop_at.elapsed()),
+    );
 
     let mut server = start(&path);
     let addr = server.listen_addr();
@@ -330,7 +335,7 @@ fn a_restart_with_a_snapshot_keeps_every_queue_and_message() {
     let [mut c0, mut c1] = clients_on_both_shards(addr);
 
     // Per-queue stats: equal, but for what the time while stopped did: the
-    // two-second leases of q2 expired (counted as redelivered, visible
+    // short leases of q2 expired (counted as redelivered, visible
     // again), and `later`'s delay may have run out.
     for (q, b) in ALL.iter().zip(&before) {
         let mut a = c0.stats(q);
