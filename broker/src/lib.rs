@@ -18,6 +18,7 @@ pub mod io;
 pub mod server;
 #[cfg(not(sluice_loom))]
 pub mod sim;
+pub mod snapshot;
 mod sync;
 #[cfg(all(feature = "test-util", not(sluice_loom)))]
 pub mod testing;

@@ -185,6 +185,34 @@ impl Bodies {
         piece.slice(start - s..end - s)
     }
 
+    /// The data of `len` bytes at `offset` in `chunk`, borrowed: nothing is
+    /// frozen or shared (the snapshot writer copies it out at once). Empty
+    /// when the range is not stored (it always is for a held message).
+    pub fn borrow(&self, chunk: u32, offset: u32, len: usize) -> &[u8] {
+        if chunk == EMPTY || len == 0 {
+            return &[];
+        }
+        let Some(c) = self.chunks.get(chunk as usize) else {
+            return &[];
+        };
+        let start = offset as usize;
+        let end = start + len;
+        let frozen_end = c.frozen_end() as usize;
+        if start >= frozen_end {
+            return c
+                .rest
+                .get(start - frozen_end..end - frozen_end)
+                .unwrap_or_default();
+        }
+        // A message lies within one piece: pieces are cut between messages.
+        let i = c.pieces.partition_point(|(s, _)| *s <= offset);
+        let Some((s, piece)) = i.checked_sub(1).and_then(|i| c.pieces.get(i)) else {
+            return &[];
+        };
+        let s = *s as usize;
+        piece.get(start - s..end - s).unwrap_or_default()
+    }
+
     /// The length of the data of a solo chunk.
     pub fn solo_len(&self, chunk: u32) -> usize {
         self.chunks[chunk as usize].used as usize
@@ -282,6 +310,16 @@ impl Bodies {
         }
         let c = &self.chunks[chunk as usize];
         !c.solo && u64::from(c.live) * 2 < u64::from(c.used)
+    }
+
+    /// Bytes of every held message's data: the live bytes of the chunks in
+    /// use.
+    pub fn live_total(&self) -> u64 {
+        self.chunks
+            .iter()
+            .filter(|c| c.in_use)
+            .map(|c| u64::from(c.live))
+            .sum()
     }
 
     /// Live bytes per chunk in use, for the invariants: (chunk, live).

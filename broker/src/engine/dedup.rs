@@ -54,6 +54,8 @@ struct Entry {
     id: MessageId,
     timer: Option<TimerId>,
     cost: u64,
+    /// When the window ends (monotonic ns), for snapshots.
+    until_ns: u64,
 }
 
 /// One shard's dedup entries.
@@ -73,13 +75,15 @@ impl DedupTable {
     }
 
     /// Records `key` (its bytes are copied, so the caller's buffer can go)
-    /// and returns the slot whose expiry the caller schedules.
+    /// until `until_ns`, and returns the slot whose expiry the caller
+    /// schedules.
     pub fn insert(
         &mut self,
         incarnation: u32,
         key: &[u8],
         id: MessageId,
         cost: u64,
+        until_ns: u64,
     ) -> Option<SlotKey> {
         let mut buf = [0; TABLE_KEY_BYTES_MAX];
         let k = Bytes::copy_from_slice(table_key(incarnation, key, &mut buf)?);
@@ -88,6 +92,7 @@ impl DedupTable {
             id,
             timer: None,
             cost,
+            until_ns,
         })?;
         self.map.insert(k, slot);
         Some(slot)
@@ -128,6 +133,15 @@ impl DedupTable {
         (timers, cost)
     }
 
+    /// Every entry: `(incarnation, dedup key, id, end of its window)`.
+    pub fn entries(&self) -> impl Iterator<Item = (u32, &[u8], MessageId, u64)> + '_ {
+        self.map.values().filter_map(|slot| {
+            let e = self.entries.get(*slot)?;
+            let (inc, key) = e.key.split_first_chunk::<4>()?;
+            Some((u32::from_le_bytes(*inc), key, e.id, e.until_ns))
+        })
+    }
+
     /// Entries held.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -154,12 +168,12 @@ mod tests {
     fn insert_lookup_expire() {
         let mut t = DedupTable::default();
         let key = Bytes::from_static(b"k");
-        let slot = t.insert(1, &key, MessageId(5), 10).unwrap();
+        let slot = t.insert(1, &key, MessageId(5), 10, 0).unwrap();
         assert_eq!(t.lookup(1, &key), Some(MessageId(5)));
         assert_eq!(t.lookup(2, &key), None);
         assert_eq!(t.expire(slot), Some(10));
         assert_eq!(t.lookup(1, &key), None);
-        t.insert(2, &key, MessageId(6), 10).unwrap();
+        t.insert(2, &key, MessageId(6), 10, 0).unwrap();
         let (_, cost) = t.remove_queue(2);
         assert_eq!(cost, 10);
         assert_eq!(t.len(), 0);

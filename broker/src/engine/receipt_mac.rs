@@ -73,6 +73,13 @@ impl ReceiptKey {
         ReceiptKey { k0, k1 }
     }
 
+    /// The key's two halves (for the snapshot file, which is therefore
+    /// written with mode 0600).
+    #[must_use]
+    pub fn halves(&self) -> (u64, u64) {
+        (self.k0, self.k1)
+    }
+
     fn mac(&self, r: &Receipt) -> u32 {
         // The 22 checked bytes (incarnation 4, shard 2, slot 4, generation 4,
         // delivery 8; little-endian) as SipHash reads them: two whole words

@@ -202,6 +202,19 @@ pub struct QueueEntry {
     pub shared: Arc<QueueShared>,
 }
 
+/// The registry's state as a snapshot holds it.
+#[derive(Clone, Debug)]
+pub struct RestoredRegistry {
+    /// The receipt key's halves.
+    pub key: (u64, u64),
+    /// The message id prefix.
+    pub run_prefix: u64,
+    /// The incarnation the next queue created gets.
+    pub next_incarnation: u32,
+    /// Every queue: name, attributes, incarnation.
+    pub queues: Vec<(QueueName, QueueAttributes, u32)>,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     queues: BTreeMap<QueueName, QueueEntry>,
@@ -249,6 +262,81 @@ impl Registry {
                 queues: BTreeMap::new(),
                 next_incarnation: 1,
             }),
+        }
+    }
+
+    /// A registry as a snapshot left it: its receipt key and id prefix
+    /// (receipts and ids from before the restart stay valid), the next
+    /// incarnation, and every queue with its incarnation and attributes.
+    ///
+    /// # Errors
+    /// What is wrong with the queues: a duplicate name or incarnation, an
+    /// incarnation not below `next_incarnation`, attributes out of range,
+    /// more than `queues_max`, or a dead-letter queue that does not
+    /// qualify.
+    pub fn restored(config: RegistryConfig, state: RestoredRegistry) -> Result<Registry, String> {
+        let registry = Registry::new(config);
+        let mut r = registry;
+        r.key = ReceiptKey::new(state.key.0, state.key.1);
+        r.run_prefix = state.run_prefix;
+        if state.queues.len() > r.config.queues_max {
+            return Err(format!(
+                "{} queues, more than --queues-max {}",
+                state.queues.len(),
+                r.config.queues_max
+            ));
+        }
+        let mut queues = BTreeMap::new();
+        let mut incarnations = std::collections::HashSet::new();
+        for (name, attrs, incarnation) in state.queues {
+            if incarnation == 0 || incarnation >= state.next_incarnation {
+                return Err(format!(
+                    "queue {name} has incarnation {incarnation}, not in 1..{}",
+                    state.next_incarnation
+                ));
+            }
+            if !incarnations.insert(incarnation) {
+                return Err(format!("incarnation {incarnation} appears twice"));
+            }
+            // The attributes must be within today's bounds.
+            let checked = AttributeUpdate::from(&attrs)
+                .apply_to(&QueueAttributes::default(), r.config.frame_bytes_max)
+                .map_err(|e| format!("queue {name}: {e}"))?;
+            let shared = Arc::new(QueueShared::new(name.clone(), incarnation, r.config.shards));
+            let entry = QueueEntry {
+                attributes: checked,
+                shared,
+            };
+            if queues.insert(name.clone(), entry).is_some() {
+                return Err(format!("queue {name} appears twice"));
+            }
+        }
+        for (name, q) in &queues {
+            Self::check_dead_letter(&queues, name, &q.attributes).map_err(|e| e.to_string())?;
+        }
+        {
+            let mut inner = r.lock();
+            inner.queues = queues;
+            inner.next_incarnation = state.next_incarnation;
+        }
+        r.bump();
+        Ok(r)
+    }
+
+    /// What a snapshot records of the registry: keys, next incarnation and
+    /// queues (name, attributes, incarnation), in name order.
+    #[must_use]
+    pub fn saved_state(&self) -> RestoredRegistry {
+        let inner = self.lock();
+        RestoredRegistry {
+            key: self.key.halves(),
+            run_prefix: self.run_prefix,
+            next_incarnation: inner.next_incarnation,
+            queues: inner
+                .queues
+                .iter()
+                .map(|(n, q)| (n.clone(), q.attributes.clone(), q.shared.incarnation))
+                .collect(),
         }
     }
 

@@ -236,6 +236,57 @@ impl<T> Slab<T> {
         })
     }
 
+    /// Slots, occupied or free (the highest slot index plus one).
+    #[must_use]
+    pub fn slots(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The highest generation of any slot, occupied or free.
+    #[must_use]
+    pub fn generation_max(&self) -> u32 {
+        self.entries.iter().map(|e| e.generation).max().unwrap_or(0)
+    }
+
+    /// Puts `value` at `slot` under `generation` (loading a snapshot:
+    /// receipts name the slot and generation). Slots it adds on the way
+    /// start free at `hole_generation`. `None` when the slot is taken or is
+    /// `u32::MAX`. The free list is stale until [`Slab::rebuild_free`].
+    pub fn insert_at(&mut self, key: SlotKey, value: T, hole_generation: u32) -> Option<SlotKey> {
+        if key.slot == u32::MAX {
+            return None;
+        }
+        let want = key.slot as usize + 1;
+        // Bounded by the slot index (below u32::MAX).
+        while self.entries.len() < want {
+            self.entries.push(Entry {
+                generation: hole_generation,
+                value: None,
+            });
+        }
+        let e = self.entries.get_mut(key.slot as usize)?;
+        if e.value.is_some() {
+            return None;
+        }
+        e.generation = key.generation;
+        e.value = Some(value);
+        self.len += 1;
+        Some(key)
+    }
+
+    /// Rebuilds the free list after [`Slab::insert_at`]: every free slot,
+    /// the lowest reused first.
+    pub fn rebuild_free(&mut self) {
+        self.free.clear();
+        let n = self.entries.len();
+        for i in (0..n).rev() {
+            if self.entries.get(i).is_some_and(|e| e.value.is_none()) {
+                // Fewer than 2^32 slots (see insert).
+                self.free.push(i as u32);
+            }
+        }
+    }
+
     /// Every occupied slot's key, in slot order.
     pub fn keys(&self) -> impl Iterator<Item = SlotKey> + '_ {
         self.entries.iter().enumerate().filter_map(|(i, e)| {
@@ -265,6 +316,42 @@ mod tests {
         assert_eq!(s.get(a), None);
         assert_eq!(s.get(b), Some(&"b"));
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn insert_at_places_and_the_free_list_follows() {
+        let mut s = Slab::new();
+        let k = SlotKey {
+            slot: 3,
+            generation: 9,
+        };
+        assert_eq!(s.insert_at(k, "c", 5), Some(k));
+        assert_eq!(s.insert_at(k, "again", 5), None, "taken");
+        assert_eq!(
+            s.insert_at(
+                SlotKey {
+                    slot: u32::MAX,
+                    generation: 0
+                },
+                "x",
+                0
+            ),
+            None
+        );
+        s.rebuild_free();
+        assert_eq!((s.len(), s.slots(), s.generation_max()), (1, 4, 9));
+        assert_eq!(s.get(k), Some(&"c"));
+        let a = s.insert("a").unwrap();
+        assert_eq!(
+            a,
+            SlotKey {
+                slot: 0,
+                generation: 5
+            }
+        );
+        assert_eq!(s.insert("b").unwrap().slot, 1);
+        assert_eq!(s.insert("d").unwrap().slot, 2);
+        assert_eq!(s.insert("e").unwrap().slot, 4);
     }
 
     #[test]

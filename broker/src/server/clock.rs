@@ -1,7 +1,7 @@
 //! The server's clocks: where the broker reads the time it acts on.
 //!
 //! Real time is monotonic nanoseconds since a process-wide origin (the
-//! first read), so every shard agrees on it; wall time is Unix
+//! first read), offset by [`ORIGIN_NS`], so every shard agrees on it; wall time is Unix
 //! milliseconds, for sent-at stamps only. The shard loop reads both after
 //! each wait returns, never from before it, and hands them on: the
 //! sessions (connection deadlines: HELLO, unfinished frames, the session
@@ -40,6 +40,8 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use sluice_protocol::limits::RETENTION_MS_MAX;
+
 use crate::sync::Arc;
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::{AcqRel, Acquire};
@@ -48,11 +50,19 @@ static ORIGIN: OnceLock<Instant> = OnceLock::new();
 
 const NS_PER_MS: u64 = 1_000_000;
 
-/// Monotonic nanoseconds since the process-wide origin.
+/// Where monotonic time starts: past the longest retention, so that a
+/// message loaded from a snapshot keeps its age (its send time lies before
+/// this process started, and engine time has room for it).
+pub const ORIGIN_NS: u64 = 2 * RETENTION_MS_MAX as u64 * NS_PER_MS;
+
+/// Monotonic nanoseconds since the process-wide origin, plus
+/// [`ORIGIN_NS`].
 pub fn now_ns() -> u64 {
     let origin = *ORIGIN.get_or_init(Instant::now);
     // u64 nanoseconds last 584 years.
-    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    u64::try_from(origin.elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
+        .saturating_add(ORIGIN_NS)
 }
 
 /// A duration in nanoseconds, saturating.

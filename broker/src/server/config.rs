@@ -75,7 +75,9 @@ Logging follows --log (SLUICE_LOG), a tracing filter such as `info` or
 `info,sluice_broker=debug`. RUST_LOG is not read, so a RUST_LOG meant for other
 programs does not change the broker's logs.
 
-Everything is held in memory: a restart loses every queue and message.";
+Everything is held in memory: a restart loses every queue and message, unless
+--snapshot PATH is given (a graceful shutdown then writes them to PATH and the
+next start loads them; a crash still loses them).";
 
 /// How the server talks to the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -270,6 +272,12 @@ pub struct RawArgs {
     #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// Reports what a snapshot file holds (queues, messages by state, bytes)
+    /// and whether it would load, without starting the server: exit 0 when
+    /// it is sound, 2 when not. The file is only read.
+    #[arg(long, value_name = "PATH")]
+    pub check_snapshot: Option<PathBuf>,
+
     /// Every other setting.
     #[command(flatten)]
     pub settings: Settings,
@@ -412,10 +420,17 @@ pub struct Settings {
     /// Up to 10ms [default: 0s, off].
     #[arg(long, env = "SLUICE_IDLE_SPIN", value_name = "DURATION", value_parser = parse_time)]
     pub idle_spin: Option<Duration>,
+
+    /// Snapshot file: written on a graceful shutdown (SIGTERM, Ctrl-C) with
+    /// every queue and message, loaded at start when it exists and then
+    /// renamed to PATH.loaded-MS, MS the Unix time in ms [default: none, a
+    /// restart loses everything].
+    #[arg(long, env = "SLUICE_SNAPSHOT", value_name = "PATH")]
+    pub snapshot: Option<PathBuf>,
 }
 
 /// The keys a config file may hold: the flag names with underscores.
-pub const CONFIG_FILE_KEYS: [&str; 24] = [
+pub const CONFIG_FILE_KEYS: [&str; 25] = [
     "listen",
     "shards",
     "cpus",
@@ -440,6 +455,7 @@ pub const CONFIG_FILE_KEYS: [&str; 24] = [
     "log",
     "shutdown_timeout",
     "idle_spin",
+    "snapshot",
 ];
 
 impl RawArgs {
@@ -503,6 +519,7 @@ impl Settings {
             log: self.log.or(lower.log),
             shutdown_timeout: self.shutdown_timeout.or(lower.shutdown_timeout),
             idle_spin: self.idle_spin.or(lower.idle_spin),
+            snapshot: self.snapshot.or(lower.snapshot),
         }
     }
 
@@ -531,6 +548,7 @@ impl Settings {
             &mut settings.tls_cert,
             &mut settings.tls_key,
             &mut settings.tls_client_ca,
+            &mut settings.snapshot,
         ]
         .into_iter()
         .flatten()
@@ -599,6 +617,7 @@ impl Settings {
             "tls_cert" => self.tls_cert = Some(toml_path(value)?),
             "tls_key" => self.tls_key = Some(toml_path(value)?),
             "tls_client_ca" => self.tls_client_ca = Some(toml_path(value)?),
+            "snapshot" => self.snapshot = Some(toml_path(value)?),
             "insecure" => match value {
                 toml::Value::Boolean(b) => self.insecure = Some(*b),
                 other => {
@@ -817,6 +836,9 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// How long a shard polls after its last work before it sleeps.
     pub idle_spin: Duration,
+    /// Snapshot file written on a graceful shutdown and loaded at start;
+    /// `None`: none.
+    pub snapshot: Option<PathBuf>,
 }
 
 /// Why a configuration was refused. Each message names the setting (flag
@@ -1254,6 +1276,7 @@ impl Config {
             log_filter,
             shutdown_timeout,
             idle_spin,
+            snapshot: s.snapshot,
         })
     }
 }
@@ -1352,7 +1375,14 @@ impl fmt::Display for Config {
         writeln!(f, "queues_max = {}", self.queues_max)?;
         writeln!(f, "log = {}", quoted(&self.log_filter))?;
         writeln!(f, "shutdown_timeout = {}", time(self.shutdown_timeout))?;
-        writeln!(f, "idle_spin = {}", time(self.idle_spin))
+        writeln!(f, "idle_spin = {}", time(self.idle_spin))?;
+        match &self.snapshot {
+            Some(path) => writeln!(f, "snapshot = {}", quoted(&path.to_string_lossy())),
+            None => writeln!(
+                f,
+                "# snapshot: none, a restart loses every queue and message"
+            ),
+        }
     }
 }
 

@@ -83,22 +83,101 @@ use self::metrics::MetricsServer;
 use self::shard_loop::ShardStart;
 use self::shared::Shared;
 use self::telemetry::LeaseMetrics;
-use crate::engine::mesh::doorbell::{self, Wake};
+use crate::engine::mesh::doorbell::Wake;
 use crate::engine::random::splitmix64;
-use crate::engine::{Registry, RegistryConfig, Shard, ShardConfig};
+use crate::engine::shard::{LoadClock, ShardLoad};
+use crate::engine::{Registry, RegistryConfig, Shard};
 use crate::io::{self, Backend, BackendChoice, DriverConfig, OpenError, Waker};
+use crate::snapshot::{self, format::SnapshotError};
 use sluice_protocol::{ErrorCode, Reply};
+use std::sync::OnceLock;
 
 use self::limits::{DESCRIPTORS_BASE, DESCRIPTORS_PER_SHARD};
 pub use self::limits::{REFUSED_CONNECTIONS_MAX, SHARD_RING_CAPACITY};
 
-/// Wakes a shard's io driver when another shard rings its doorbell.
-struct DriverWake(Arc<Waker>);
+/// Wakes a shard's io driver when another shard rings its doorbell, once
+/// the driver is open: the engines (and their
+/// doorbells) are built, and a snapshot loaded into them, before any
+/// driver exists. Until the driver is set, nobody needs waking (no shard
+/// loop runs).
+struct LateWake(Arc<OnceLock<Arc<Waker>>>);
 
-impl Wake for DriverWake {
+impl Wake for LateWake {
     fn wake(&self) {
-        self.0.wake();
+        if let Some(w) = self.0.get() {
+            w.wake();
+        }
     }
+}
+
+/// What a shard thread ends with: its engine, to be saved (`None` when it
+/// ended before it started serving), or its driver's error.
+type ShardOutcome = Result<Option<Shard>, std::io::Error>;
+
+/// What was loaded from a snapshot, for the log line once the file is
+/// moved aside.
+struct Loaded {
+    load: ShardLoad,
+    queues: u64,
+    bytes: u64,
+    took_ns: u64,
+}
+
+/// Loads `opened` (the file at `path`) into `engines`, one thread per
+/// shard.
+fn load_snapshot(
+    path: &std::path::Path,
+    opened: &snapshot::Opened,
+    engines: &mut [Shard],
+    now: u64,
+    wall: u64,
+) -> Result<Loaded, StartError> {
+    let started = clock::now_ns();
+    let clock = LoadClock {
+        now_ns: now,
+        wall_ms: wall,
+        saved_wall_ms: opened.header.saved_wall_ms,
+    };
+    let load = snapshot::load_shards(snapshot::Source::File(path), opened, engines, clock)
+        .map_err(|source| StartError::Snapshot {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(Loaded {
+        load,
+        queues: opened.header.queues,
+        bytes: opened
+            .header
+            .sections
+            .last()
+            .map_or(0, |s| s.offset + s.len),
+        took_ns: clock::now_ns().saturating_sub(started).max(1),
+    })
+}
+
+/// Moves the loaded snapshot aside and logs what was loaded.
+fn move_aside(path: &std::path::Path, wall: u64, loaded: &Loaded) -> std::io::Result<()> {
+    let aside = snapshot::move_aside(path, wall)?;
+    let load = &loaded.load;
+    tracing::info!(
+        file = %path.display(),
+        queues = loaded.queues,
+        messages = load.messages(),
+        visible = load.visible,
+        delayed = load.delayed,
+        in_flight = load.in_flight,
+        leases_ended_while_stopped = load.leases_ended,
+        delays_ended_while_stopped = load.delays_ended,
+        dedup_entries = load.dedup,
+        bytes = loaded.bytes,
+        message_bytes = load.data_bytes,
+        seconds = loaded.took_ns as f64 / 1e9,
+        mb_per_s = loaded.bytes as f64 / 1e6 / (loaded.took_ns as f64 / 1e9),
+        moved_to = %aside.display(),
+        "snapshot loaded (leases that ended while stopped are visible again at the first tick); \
+         the file was moved aside: only the next graceful shutdown writes one to load"
+    );
+    Ok(())
 }
 
 /// Why the server did not start.
@@ -143,6 +222,46 @@ pub enum StartError {
         /// The CPUs the process may use, as a list.
         allowed: String,
     },
+    /// The snapshot could not be loaded: truncated, corrupt, another
+    /// version, other limits, another shard count, or too large for
+    /// `--memory-max`. The file is left as it was.
+    #[error("snapshot {}: {source}; the file was left untouched", path.display())]
+    Snapshot {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong, with its byte offset.
+        #[source]
+        source: SnapshotError,
+    },
+    /// No snapshot could be written beside `--snapshot`'s path (no such
+    /// folder, no permission): refused at start rather than found out at
+    /// the shutdown that would need it.
+    #[error(
+        "cannot write a snapshot at {} (--snapshot): {source}; give a path in a folder this \
+         process may write to",
+        path.display()
+    )]
+    SnapshotUnwritable {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The snapshot loaded but could not be moved aside: starting would let
+    /// a crash bring its messages back.
+    #[error(
+        "snapshot {} loaded but cannot be moved aside ({source}); not starting, so that a \
+         crash cannot load it again",
+        path.display()
+    )]
+    SnapshotMove {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The metrics endpoint could not be bound.
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
@@ -172,6 +291,22 @@ pub enum ServerError {
     Panicked {
         /// The shard.
         shard: u16,
+    },
+    /// The snapshot could not be written (the previous file, if any, is
+    /// untouched).
+    #[error("cannot write snapshot {}: {source}", path.display())]
+    Snapshot {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No snapshot was written: a shard did not stop cleanly.
+    #[error("no snapshot written to {}: a shard failed, its messages cannot be saved", path.display())]
+    SnapshotSkipped {
+        /// The file.
+        path: std::path::PathBuf,
     },
 }
 
@@ -217,10 +352,87 @@ impl Server {
             IoChoice::Uring => BackendChoice::IoUring,
             IoChoice::Epoll => BackendChoice::Epoll,
         };
+        // The engine first: the registry, the shards, and the snapshot
+        // loaded into them, all before any listener is bound. Their
+        // doorbells wake drivers that do not exist yet: `LateWake`s, set
+        // once each driver is open (nothing rings them before that).
+        let engine_clock = match config.clock {
+            ClockChoice::Real => Clock::Real,
+            ClockChoice::Manual => {
+                tracing::warn!(
+                    "the broker runs on a manual clock (--clock manual, for tests): leases, \
+                     delays, waits and retention end only when ADVANCE_CLOCK moves it"
+                );
+                Clock::manual()
+            }
+        };
+        let start_time = engine_clock.engine_time(clock::now_ns(), clock::wall_ms());
+        let (now, wall) = (start_time.now_ns, start_time.wall_ms);
+        let mut seed = random_seed();
+        let registry_config = RegistryConfig {
+            shards,
+            seed: splitmix64(&mut seed),
+            memory_bytes_max: config.memory_max_bytes,
+            queues_max: config.queues_max as usize,
+            frame_bytes_max: config.frame_bytes_max,
+        };
+        if let Some(path) = &config.snapshot {
+            // Found out now, not at the shutdown that would need it.
+            snapshot::probe_writable(path).map_err(|source| StartError::SnapshotUnwritable {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        let snapshot_path = config.snapshot.clone().filter(|p| p.exists());
+        let snapshot_error = |path: &std::path::Path, source| StartError::Snapshot {
+            path: path.to_owned(),
+            source,
+        };
+        let opened = match &snapshot_path {
+            Some(path) => Some(
+                snapshot::open(snapshot::Source::File(path))
+                    .and_then(|o| {
+                        o.check_fit(shards, config.memory_max_bytes, config.queues_max as usize)
+                            .map(|()| o)
+                    })
+                    .map_err(|e| snapshot_error(path, e))?,
+            ),
+            None => None,
+        };
+        let registry = Arc::new(match &opened {
+            Some(o) => o.registry(registry_config).map_err(|e| {
+                snapshot_error(
+                    snapshot_path.as_deref().unwrap_or(std::path::Path::new("")),
+                    e,
+                )
+            })?,
+            None => Registry::new(registry_config),
+        });
+        let late: Vec<Arc<OnceLock<Arc<Waker>>>> =
+            (0..shards).map(|_| Arc::new(OnceLock::new())).collect();
+        let late_wakers: Vec<Box<dyn Wake>> = late
+            .iter()
+            .map(|l| Box::new(LateWake(l.clone())) as Box<dyn Wake>)
+            .collect();
+        let mut engines = snapshot::fresh_shards(
+            &registry,
+            SHARD_RING_CAPACITY,
+            late_wakers,
+            splitmix64(&mut seed),
+            now,
+            wall,
+        );
+        let loaded = match (&opened, &snapshot_path) {
+            (Some(opened), Some(path)) => {
+                Some(load_snapshot(path, opened, &mut engines, now, wall)?)
+            }
+            _ => None,
+        };
+
         let mut listen = config.listen;
-        let mut threads: Vec<JoinHandle<Result<(), std::io::Error>>> = Vec::new();
+        let mut threads: Vec<JoinHandle<ShardOutcome>> = Vec::new();
         let mut starts: Vec<mpsc::Sender<ShardStart>> = Vec::new();
-        let mut opened: Vec<Opened> = Vec::new();
+        let mut drivers: Vec<Opened> = Vec::new();
         let abort = |threads: Vec<JoinHandle<_>>, starts: Vec<mpsc::Sender<ShardStart>>| {
             drop(starts);
             for t in threads {
@@ -250,7 +462,7 @@ impl Server {
                         Ok(o) => o,
                         Err(e) => {
                             let _ = report_tx.send(Err(e));
-                            return Ok(());
+                            return Ok(None);
                         }
                     };
                     let report = Opened {
@@ -261,13 +473,13 @@ impl Server {
                         detail: o.driver.setup_detail().to_owned(),
                     };
                     if report_tx.send(Ok(report)).is_err() {
-                        return Ok(());
+                        return Ok(None);
                     }
                     // The server gives up starting by dropping the sender.
                     let Ok(start) = start_rx.recv() else {
-                        return Ok(());
+                        return Ok(None);
                     };
-                    shard_loop::run(i, o.driver, start)
+                    shard_loop::run(i, o.driver, start).map(Some)
                 });
             let thread = match spawned {
                 Ok(t) => t,
@@ -303,7 +515,7 @@ impl Server {
                         }
                         tracing::debug!(backend = %o.backend, detail = %o.detail, "io backend");
                     }
-                    opened.push(o);
+                    drivers.push(o);
                 }
                 Ok(Err(source)) => {
                     abort(threads, starts);
@@ -318,61 +530,38 @@ impl Server {
                 }
             }
         }
-        let backend = opened.first().map_or(Backend::Epoll, |o| o.backend);
-        let io_fallback = opened.first().and_then(|o| o.fallback.clone());
-
-        let mut seed = random_seed();
-        let registry = Arc::new(Registry::new(RegistryConfig {
-            shards,
-            seed: splitmix64(&mut seed),
-            memory_bytes_max: config.memory_max_bytes,
-            queues_max: config.queues_max as usize,
-            frame_bytes_max: config.frame_bytes_max,
-        }));
-        let wakers: Vec<Box<dyn Wake>> = opened
-            .iter()
-            .map(|o| Box::new(DriverWake(o.waker.clone())) as Box<dyn Wake>)
-            .collect();
-        let links = doorbell::mesh(usize::from(shards), SHARD_RING_CAPACITY, wakers);
-        let lease: Vec<LeaseMetrics> = (0..shards).map(|_| LeaseMetrics::new()).collect();
-        let engine_clock = match config.clock {
-            ClockChoice::Real => Clock::Real,
-            ClockChoice::Manual => {
-                tracing::warn!(
-                    "the broker runs on a manual clock (--clock manual, for tests): leases, \
-                     delays, waits and retention end only when ADVANCE_CLOCK moves it"
-                );
-                Clock::manual()
+        // Every listener is bound: only now is the loaded file moved aside
+        // (a start that fails before this leaves it where it was).
+        if let (Some(load), Some(path)) = (loaded, &snapshot_path) {
+            if let Err(source) = move_aside(path, wall, &load) {
+                abort(threads, starts);
+                return Err(StartError::SnapshotMove {
+                    path: path.clone(),
+                    source,
+                });
             }
-        };
+        }
+        let backend = drivers.first().map_or(Backend::Epoll, |o| o.backend);
+        for (l, o) in late.iter().zip(&drivers) {
+            let _ = l.set(o.waker.clone());
+        }
+        let io_fallback = drivers.first().and_then(|o| o.fallback.clone());
+        let lease: Vec<LeaseMetrics> = (0..shards).map(|_| LeaseMetrics::new()).collect();
         let shared = Arc::new(Shared::new(
             config,
             registry.clone(),
             backend,
             io_fallback,
             listen,
-            opened
+            drivers
                 .iter()
                 .zip(&lease)
                 .map(|(o, l)| (o.waker.clone(), l.readers()))
                 .collect(),
             engine_clock,
         ));
-        let start_time = shared.clock.engine_time(clock::now_ns(), clock::wall_ms());
-        let (now, wall) = (start_time.now_ns, start_time.wall_ms);
-        for (i, ((links, lease), start)) in links.into_iter().zip(lease).zip(&starts).enumerate() {
-            let doorbell = links.doorbell().clone();
-            let mut engine = Shard::new(
-                ShardConfig {
-                    // At most SHARDS_MAX (64) shards.
-                    shard: u16::try_from(i).unwrap_or(u16::MAX),
-                    seed: splitmix64(&mut seed),
-                },
-                links,
-                registry.clone(),
-                now,
-                wall,
-            );
+        for ((mut engine, lease), start) in engines.into_iter().zip(lease).zip(&starts) {
+            let doorbell = engine.doorbell().clone();
             engine.set_lease_observer(Box::new(lease));
             // A shard that is waiting on its channel takes this; one that
             // died is reported by join.
@@ -406,7 +595,11 @@ impl Server {
             shards,
             cpus = %describe_placement(&placement),
             backend = %backend,
-            "sluice is serving (everything is in memory: a restart loses every queue and message)"
+            snapshot = %shared.config.snapshot.as_ref().map_or_else(
+                || "none: a restart loses every queue and message".to_owned(),
+                |p| format!("{} (written on a graceful shutdown; a crash loses what is held)", p.display())
+            ),
+            "sluice is serving (everything is in memory)"
         );
         Ok(ServerHandle {
             metrics_addr: metrics.as_ref().map(MetricsServer::local_addr),
@@ -518,10 +711,66 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
+/// Saves the shards (ended, after the shutdown drain) to `path`: their
+/// rings are settled first, so that what one shard still had to tell
+/// another (a forwarded send, a steal's reply) has landed.
+fn save_snapshot(
+    path: &std::path::Path,
+    engines: &mut [Shard],
+    engine_clock: &Clock,
+) -> Result<(), ServerError> {
+    let Some(registry) = engines.first().map(|e| e.registry().clone()) else {
+        return Ok(());
+    };
+    let started = clock::now_ns();
+    // Bounded: a round that does nothing ends it, and every round moves
+    // messages forward; a handful of rounds is the most it ever takes.
+    for _ in 0..1000 {
+        let t = engine_clock.engine_time(clock::now_ns(), clock::wall_ms());
+        let (now, wall) = (t.now_ns, t.wall_ms);
+        let work: usize = engines.iter_mut().map(|e| e.poll(now, wall)).sum();
+        let mut done = Vec::new();
+        for e in engines.iter_mut() {
+            // Results for connections that are gone.
+            e.drain_completions(&mut done);
+        }
+        if work == 0 && !engines.iter().any(Shard::has_outbound) {
+            break;
+        }
+    }
+    // Times are saved relative to the engine's now (the manual clock's,
+    // under `--clock manual`); the header's wall-clock time is the real
+    // one, from which the next start counts the time stopped.
+    let now = engine_clock
+        .engine_time(clock::now_ns(), clock::wall_ms())
+        .now_ns;
+    let report =
+        snapshot::save(path, &registry, engines, now, clock::wall_ms()).map_err(|source| {
+            ServerError::Snapshot {
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+    let took_ns = clock::now_ns().saturating_sub(started).max(1);
+    tracing::info!(
+        file = %report.path.display(),
+        queues = report.queues,
+        messages = report.messages,
+        bytes = report.bytes,
+        seconds = took_ns as f64 / 1e9,
+        mb_per_s = report.bytes as f64 / 1e6 / (took_ns as f64 / 1e9),
+        sizing_s = report.sizing.as_secs_f64(),
+        writing_s = report.writing.as_secs_f64(),
+        fsync_s = report.syncing.as_secs_f64(),
+        "snapshot written (mode 0600: it holds the receipt key)"
+    );
+    Ok(())
+}
+
 /// A running server. Dropping it shuts the server down and waits for it.
 pub struct ServerHandle {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<Result<(), std::io::Error>>>,
+    threads: Vec<JoinHandle<ShardOutcome>>,
     metrics: Option<MetricsServer>,
     metrics_addr: Option<SocketAddr>,
 }
@@ -615,10 +864,16 @@ impl ServerHandle {
 
     fn join_inner(&mut self) -> Result<(), ServerError> {
         let mut first_error = None;
+        let shards = self.threads.len();
+        let mut engines = Vec::with_capacity(shards);
         for (i, t) in self.threads.drain(..).enumerate() {
             let shard = u16::try_from(i).unwrap_or(u16::MAX);
             let e = match t.join() {
-                Ok(Ok(())) => continue,
+                Ok(Ok(Some(engine))) => {
+                    engines.push(engine);
+                    continue;
+                }
+                Ok(Ok(None)) => continue,
                 Ok(Err(source)) => ServerError::Driver { shard, source },
                 Err(_) => ServerError::Panicked { shard },
             };
@@ -629,6 +884,17 @@ impl ServerHandle {
         }
         if let Some(m) = self.metrics.take() {
             m.shutdown();
+        }
+        if let Some(path) = self.shared.config.snapshot.clone() {
+            let saved = if first_error.is_none() && engines.len() == shards {
+                save_snapshot(&path, &mut engines, &self.shared.clock)
+            } else {
+                Err(ServerError::SnapshotSkipped { path })
+            };
+            if let Err(e) = saved {
+                tracing::error!(error = %e, "snapshot not written");
+                first_error.get_or_insert(e);
+            }
         }
         match first_error {
             Some(e) => Err(e),

@@ -87,8 +87,10 @@ pub struct ShardStart {
     pub shared: Arc<Shared>,
 }
 
-/// Runs shard `index` until shutdown completes. Errors are the driver's.
-pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Result<()> {
+/// Runs shard `index` until shutdown completes, and hands its engine back
+/// (the server saves it to the snapshot, if there is one). Errors are the
+/// driver's.
+pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Result<Shard> {
     let _guard = StopOnPanic(start.shared.clone());
     let mut st = State::new(index, start);
     // When the last wait ended: from then to the next turn the shard works.
@@ -133,7 +135,7 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
         }
     }
     st.finish(driver.connections_mut());
-    Ok(())
+    Ok(st.engine)
 }
 
 /// A shard that panics (a bug) stops the whole server, so that the process

@@ -15,6 +15,8 @@ mod engine_queues;
 mod engine_receipts;
 mod engine_send;
 mod engine_shards;
+#[cfg(not(sluice_loom))]
+mod engine_snapshot;
 // Real threads and std's Arc: nothing for loom to explore.
 #[cfg(not(sluice_loom))]
 mod engine_stress;
@@ -47,6 +49,8 @@ mod server_process;
 mod server_shards;
 #[cfg(not(sluice_loom))]
 mod server_shutdown;
+#[cfg(not(sluice_loom))]
+mod server_snapshot;
 
 // The files of deploy/ against a real server and the real configuration.
 #[cfg(not(sluice_loom))]

@@ -19,12 +19,12 @@ use sluice_protocol::{ErrorCode, ServerStatsReply};
 use crate::both_backends;
 use crate::server_util::Client;
 
-const BIN: &str = env!("CARGO_BIN_EXE_sluice-server");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_sluice-server");
 /// Far above what any step here needs.
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A `sluice-server` child process with its log lines.
-struct Process {
+pub(crate) struct Process {
     child: Child,
     lines: mpsc::Receiver<String>,
     log: Vec<String>,
@@ -32,7 +32,7 @@ struct Process {
 
 impl Process {
     /// Runs `sh -c SCRIPT` where `"$@"` is the server and `args`.
-    fn spawn(script: &str, args: &[&str]) -> Process {
+    pub(crate) fn spawn(script: &str, args: &[&str]) -> Process {
         let mut command = Command::new("sh");
         command.arg("-c").arg(script).arg("sh").arg(BIN).args(args);
         Process::start(command)
@@ -65,7 +65,7 @@ impl Process {
     }
 
     /// Waits for a log line containing `needle`; returns it.
-    fn wait_for(&mut self, needle: &str) -> String {
+    pub(crate) fn wait_for(&mut self, needle: &str) -> String {
         if let Some(l) = self.log.iter().find(|l| l.contains(needle)) {
             return l.clone();
         }
@@ -89,7 +89,7 @@ impl Process {
     }
 
     /// The client address from the "serving" line.
-    fn listen_addr(&mut self) -> SocketAddr {
+    pub(crate) fn listen_addr(&mut self) -> SocketAddr {
         let line = self.wait_for("sluice is serving");
         field(&line, "listen=")
             .parse()
@@ -97,7 +97,7 @@ impl Process {
     }
 
     /// Sends SIGTERM and waits for a clean exit.
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         let pid = self.child.id().to_string();
         let status = Command::new("kill")
             .args(["-TERM", &pid])
@@ -124,7 +124,7 @@ impl Drop for Process {
 }
 
 /// The value of `name` (e.g. `listen=`) in a tracing log line.
-fn field<'a>(line: &'a str, name: &str) -> &'a str {
+pub(crate) fn field<'a>(line: &'a str, name: &str) -> &'a str {
     let start = line
         .find(name)
         .unwrap_or_else(|| panic!("no `{name}` in `{line}`"))
@@ -187,7 +187,7 @@ fn require(tool: &str) -> bool {
     false
 }
 
-fn start_args(io: IoChoice, extra: &[&str]) -> Vec<String> {
+pub(crate) fn start_args(io: IoChoice, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "--listen",
         "127.0.0.1:0",

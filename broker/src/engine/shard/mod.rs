@@ -54,6 +54,7 @@
 //! | `receipts.rs` | delete and change visibility by receipt, forwarded or local |
 //! | `gather.rs` | fan-out operations: stats, purge, peek, redrive, delete-queue |
 //! | `inbound.rs` | messages from other shards |
+//! | `snapshot.rs` | the shard's part of a snapshot: writing it, loading it back |
 //! | `invariants.rs` | `check_invariants` for tests |
 
 mod gather;
@@ -66,6 +67,7 @@ mod receipts;
 mod receive;
 mod records;
 mod send;
+mod snapshot;
 
 use core::mem::size_of;
 use std::collections::{HashMap, VecDeque};
@@ -91,6 +93,8 @@ use super::slab::{Slab, SlotKey};
 use super::stored_message::{Ext, Lease, MessageState, StoredMessage, Table};
 use super::wheel::{TimerId, TimerWheel, timer_bytes};
 use crate::sync::Arc;
+
+pub use self::snapshot::{LoadClock, ShardLoad};
 
 const NS_PER_MS: u64 = 1_000_000;
 
@@ -355,6 +359,13 @@ impl Shard {
     #[must_use]
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// This shard's doorbell (other shards ring it after pushing to its
+    /// rings).
+    #[must_use]
+    pub fn doorbell(&self) -> &Arc<super::mesh::doorbell::Doorbell> {
+        self.links.doorbell()
     }
 
     /// Reports how leases end to `observer` from now on (the server's

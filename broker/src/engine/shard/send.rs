@@ -213,11 +213,9 @@ impl Shard {
             self.arm_timer(key);
         }
         if let Some(k) = dedup_key {
-            let window_ns = u64::from(window_ms) * NS_PER_MS;
-            if let Some(slot) = self.dedup.insert(inc, k, id, dedup_cost) {
-                let t = self
-                    .wheel
-                    .insert(now.saturating_add(window_ns), TimerEvent::Dedup(slot));
+            let until = now.saturating_add(u64::from(window_ms) * NS_PER_MS);
+            if let Some(slot) = self.dedup.insert(inc, k, id, dedup_cost, until) {
+                let t = self.wheel.insert(until, TimerEvent::Dedup(slot));
                 self.dedup.set_timer(slot, t);
             } else {
                 self.memory.release(self.registry.memory(), dedup_cost);

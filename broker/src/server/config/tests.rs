@@ -163,6 +163,7 @@ fn every_flag(token_path: &str) -> Vec<String> {
         "--log=warn,sluice_broker=debug",
         "--shutdown-timeout=250ms",
         "--idle-spin=50us",
+        "--snapshot=/var/lib/sluice/sluice.snapshot",
     ]
     .map(str::to_owned)
     .to_vec()
@@ -195,6 +196,10 @@ fn assert_every_setting(c: &Config, token_path: &str) {
     assert_eq!(c.log_filter, "warn,sluice_broker=debug");
     assert_eq!(c.shutdown_timeout, Duration::from_millis(250));
     assert_eq!(c.idle_spin, Duration::from_micros(50));
+    assert_eq!(
+        c.snapshot.as_deref(),
+        Some(Path::new("/var/lib/sluice/sluice.snapshot"))
+    );
 }
 
 #[test]
@@ -417,6 +422,27 @@ fn a_relative_token_path_in_a_config_file_is_beside_the_file() {
     );
     let c = ok(&["--config", file.path()]);
     assert_eq!(c.auth_token.expect("token read").path(), token.0.as_path());
+}
+
+#[test]
+fn a_relative_snapshot_path_in_a_config_file_is_beside_the_file() {
+    let file = TempFile::new("snapshot.toml", b"snapshot = \"state/sluice.snapshot\"\n");
+    let c = ok(&["--config", file.path()]);
+    let folder = file.0.parent().expect("a folder");
+    assert_eq!(c.snapshot, Some(folder.join("state/sluice.snapshot")));
+    assert_eq!(ok(&[]).snapshot, None);
+    let bad = TempFile::new("snapshot-bad.toml", b"snapshot = 3\n");
+    assert!(
+        err(&["--config", bad.path()])
+            .to_string()
+            .contains("snapshot")
+    );
+}
+
+#[test]
+fn check_snapshot_is_an_action_not_a_setting() {
+    let r = raw(&["--check-snapshot", "/tmp/x"], &[]).expect("parses");
+    assert_eq!(r.check_snapshot.as_deref(), Some(Path::new("/tmp/x")));
 }
 
 fn assert_out_of_range(args: &[&str], flag: &str, min: &str, max: &str) {
@@ -694,7 +720,8 @@ fn help_documents_precedence_and_every_variable() {
     let mut keys = Vec::new();
     for arg in command.get_arguments() {
         let Some(long) = arg.get_long() else { continue };
-        if matches!(long, "help" | "version") {
+        // Actions, not settings.
+        if matches!(long, "help" | "version" | "check-snapshot") {
             continue;
         }
         let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_default();
