@@ -1,8 +1,8 @@
 //! The native sluice client: a blocking [`Client`] and an async (tokio)
 //! [`AsyncClient`], a [`Consumer`](consumer::Consumer) that runs handlers
 //! while keeping their leases, and a batching
-//! [`Producer`](producer::Producer). The `sluice` command line is built on
-//! the blocking client.
+//! [`Producer`](producer::Producer). The `sluice` command line (package
+//! `sluice-cli`) is built on the blocking client.
 //!
 //! Both clients keep one connection and pipeline every request on it: any
 //! number of threads or tasks can share a client (clones are cheap), and a

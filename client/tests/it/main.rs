@@ -2,7 +2,6 @@
 
 mod api_async;
 mod api_blocking;
-mod cli;
 mod consumer;
 mod heartbeat;
 mod kill;

@@ -5,7 +5,34 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::util::TestServer;
+/// An in-process server on a free loopback port (`sluice_broker::testing`).
+struct TestServer {
+    _server: sluice_broker::testing::TestServer,
+    addr: std::net::SocketAddr,
+}
+
+impl TestServer {
+    fn start() -> TestServer {
+        TestServer::start_on("127.0.0.1:0", &[])
+    }
+
+    fn start_on(listen: &str, extra: &[&str]) -> TestServer {
+        let server = sluice_broker::testing::TestServer::builder()
+            .arg("--listen", listen)
+            .arg("--memory-max", "128MiB")
+            .args(extra)
+            .start();
+        TestServer {
+            addr: server.addr(),
+            _server: server,
+        }
+    }
+
+    fn client(&self) -> sluice_client::Client {
+        sluice_client::Client::connect(sluice_client::ClientConfig::new(self.addr.to_string()))
+            .expect("client connects")
+    }
+}
 
 struct Cli {
     addr: String,

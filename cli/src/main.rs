@@ -1,10 +1,7 @@
 //! `sluice`: the command-line client. See `sluice --help`.
 
-#[path = "sluice/args.rs"]
 mod args;
-#[path = "sluice/render.rs"]
 mod render;
-#[path = "sluice/units.rs"]
 mod units;
 
 use std::io::{Read, Write};
