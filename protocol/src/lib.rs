@@ -60,6 +60,7 @@ pub mod name;
 pub mod receipt;
 pub mod reply;
 pub mod request;
+pub mod units;
 
 pub use attribute_block::bits as attribute_bits;
 pub use attributes::{AttributeUpdate, Backoff, QueueAttributes, QueueStats, RedrivePolicy};

@@ -24,7 +24,8 @@
 //! protocol's own limits in [`sluice_protocol::limits`].
 
 pub mod memory;
-pub mod units;
+/// The duration and size grammar, shared with the clients and tools.
+pub use sluice_protocol::units;
 
 use std::ffi::OsString;
 use std::fmt;

@@ -89,6 +89,16 @@ pub enum UnitError {
         /// The text as given.
         input: String,
     },
+    /// Not a broker address (`HOST:PORT` or `sluice://HOST:PORT`).
+    #[error(
+        "`{input}` is not a broker address ({reason}): expected HOST:PORT or sluice://HOST:PORT"
+    )]
+    Address {
+        /// The text as given.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 const DURATION_EXPECTED: &str = "a duration such as 250ms, 10s, 2m or 1h30m";
@@ -109,7 +119,7 @@ fn split_digits(s: &str) -> (&str, &str) {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sluice_broker::server::config::units::parse_duration;
+/// use sluice_protocol::units::parse_duration;
 /// assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
 /// assert!(parse_duration("10").is_err());
 /// ```
@@ -178,7 +188,7 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
 /// Parses a byte size: `1048576`, `512KiB`, `1MiB`, `2G`. See the module docs.
 ///
 /// ```
-/// use sluice_broker::server::config::units::parse_bytes;
+/// use sluice_protocol::units::parse_bytes;
 /// assert_eq!(parse_bytes("512KiB"), Ok(512 * 1024));
 /// assert!(parse_bytes("1MB").is_err());
 /// ```
@@ -278,6 +288,77 @@ pub fn format_bytes(n: u64) -> String {
         }
     }
     n.to_string()
+}
+
+/// The port a broker listens on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 7171;
+
+/// Parses a broker address, `HOST:PORT` or `sluice://HOST:PORT`, and gives
+/// it back as `HOST:PORT`. In the URL form the port may be left out
+/// ([`DEFAULT_PORT`]) and one trailing `/` is allowed. IPv6 hosts go in
+/// brackets: `[::1]:7171`. The host is not resolved here.
+///
+/// ```
+/// use sluice_protocol::units::parse_address;
+/// assert_eq!(parse_address("sluice://broker-1:7000").unwrap(), "broker-1:7000");
+/// assert_eq!(parse_address("sluice://broker-1").unwrap(), "broker-1:7171");
+/// assert_eq!(parse_address("127.0.0.1:7171").unwrap(), "127.0.0.1:7171");
+/// assert!(parse_address("redis://127.0.0.1:6379").is_err());
+/// assert!(parse_address("127.0.0.1").is_err());
+/// ```
+pub fn parse_address(input: &str) -> Result<String, UnitError> {
+    let fail = |reason| UnitError::Address {
+        input: input.to_string(),
+        reason,
+    };
+    let s = input.trim();
+    let (authority, is_url) = match s.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("sluice") => {
+            (rest.strip_suffix('/').unwrap_or(rest), true)
+        }
+        Some(_) => return Err(fail("the only scheme is sluice://")),
+        None => (s, false),
+    };
+    if authority.is_empty() {
+        return Err(fail("no host"));
+    }
+    if authority.contains(['/', '?', '#', '@', ' ', ',']) {
+        return Err(fail("only a host and a port are allowed"));
+    }
+    // The port follows the last ':' outside IPv6 brackets.
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or_else(|| fail("unclosed '['"))?;
+        match after {
+            "" => (host, None),
+            p => (
+                host,
+                Some(p.strip_prefix(':').ok_or_else(|| fail("text after ']'"))?),
+            ),
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, _)) if h.contains(':') => return Err(fail("IPv6 hosts go in brackets")),
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(fail("no host"));
+    }
+    let port = match port {
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| fail("the port is not a number from 1 to 65535"))?,
+        None if is_url => DEFAULT_PORT,
+        None => return Err(fail("no port")),
+    };
+    Ok(if authority.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    })
 }
 
 #[cfg(test)]
@@ -515,5 +596,52 @@ mod tests {
         assert_eq!(format_bytes(4 << 20), "4MiB");
         assert_eq!(format_bytes(1 << 40), "1TiB");
         assert_eq!(format_bytes(1 << 50), "1024TiB");
+    }
+}
+
+#[cfg(test)]
+mod address_tests {
+    use super::*;
+
+    #[test]
+    fn addresses_in_both_forms() {
+        for (input, want) in [
+            ("127.0.0.1:7171", "127.0.0.1:7171"),
+            ("sluice://127.0.0.1:7171", "127.0.0.1:7171"),
+            ("SLUICE://h:1/", "h:1"),
+            ("sluice://h", "h:7171"),
+            ("[::1]:9", "[::1]:9"),
+            ("sluice://[::1]", "[::1]:7171"),
+            (" localhost:80 ", "localhost:80"),
+        ] {
+            assert_eq!(parse_address(input).as_deref(), Ok(want), "{input}");
+        }
+    }
+
+    #[test]
+    fn bad_addresses_say_why() {
+        for input in [
+            "",
+            "h",
+            "h:",
+            "h:0",
+            "h:65536",
+            "h:x",
+            "::1:80",
+            "[::1",
+            "[::1]x",
+            "redis://h:1",
+            "sluice://",
+            "sluice://h:1/q",
+            "sluice://u@h:1",
+            ":80",
+            "a:1,b:2",
+        ] {
+            let err = parse_address(input).expect_err(input);
+            assert!(
+                err.to_string().contains("sluice://HOST:PORT"),
+                "{input}: {err}"
+            );
+        }
     }
 }
