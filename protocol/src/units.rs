@@ -117,6 +117,9 @@ fn split_digits(s: &str) -> (&str, &str) {
 
 /// Parses a duration: `250ms`, `10s`, `2m`, `1h30m`, `0`. See the module docs.
 ///
+/// # Errors
+/// A [`UnitError`] that quotes the input and says what would be accepted.
+///
 /// ```
 /// use std::time::Duration;
 /// use sluice_protocol::units::parse_duration;
@@ -187,6 +190,9 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
 
 /// Parses a byte size: `1048576`, `512KiB`, `1MiB`, `2G`. See the module docs.
 ///
+/// # Errors
+/// A [`UnitError`] that quotes the input and says what would be accepted.
+///
 /// ```
 /// use sluice_protocol::units::parse_bytes;
 /// assert_eq!(parse_bytes("512KiB"), Ok(512 * 1024));
@@ -250,6 +256,7 @@ pub fn parse_bytes(input: &str) -> Result<u64, UnitError> {
 
 /// Writes a duration as terms from days down to nanoseconds, e.g. `1m30s`,
 /// `250ms`, `0`. [`parse_duration`] reads it back exactly.
+#[must_use]
 pub fn format_duration(d: Duration) -> String {
     if d.is_zero() {
         return "0".to_owned();
@@ -278,6 +285,7 @@ pub fn format_duration(d: Duration) -> String {
 /// Writes a size in the largest binary unit that divides it exactly
 /// (`1MiB`, `3KiB`), or as plain bytes (`1536`, `0`). [`parse_bytes`] reads
 /// it back exactly.
+#[must_use]
 pub fn format_bytes(n: u64) -> String {
     if n == 0 {
         return "0".to_owned();
@@ -297,6 +305,9 @@ pub const DEFAULT_PORT: u16 = 7171;
 /// it back as `HOST:PORT`. In the URL form the port may be left out
 /// ([`DEFAULT_PORT`]) and one trailing `/` is allowed. IPv6 hosts go in
 /// brackets: `[::1]:7171`. The host is not resolved here.
+///
+/// # Errors
+/// [`UnitError::Address`], saying what is wrong.
 ///
 /// ```
 /// use sluice_protocol::units::parse_address;
