@@ -20,7 +20,7 @@
 use std::io::Read;
 
 use sluice_protocol::limits::{DEDUP_KEY_BYTES_MAX, FRAME_BYTES_MAX_LIMIT};
-use sluice_protocol::{AttributesRef, MessageId};
+use sluice_protocol::{AttributesRef, MessageId, QueueStats};
 
 use super::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Shard, TimerEvent};
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
@@ -71,8 +71,20 @@ impl Record {
     }
 }
 
-/// Counters a snapshot saves per partition, in file order.
-const COUNTERS: usize = 10;
+/// The counters a snapshot saves per partition, in file order: the one list
+/// both the writer and the reader follow.
+const COUNTERS: [fn(&mut QueueStats) -> &mut u64; 10] = [
+    |s| &mut s.sent,
+    |s| &mut s.moved_in,
+    |s| &mut s.received,
+    |s| &mut s.deleted,
+    |s| &mut s.redelivered,
+    |s| &mut s.released,
+    |s| &mut s.dead_lettered,
+    |s| &mut s.redriven,
+    |s| &mut s.dropped,
+    |s| &mut s.purged,
+];
 
 /// The clocks when a snapshot is loaded, and when it was saved.
 #[derive(Clone, Copy, Debug)]
@@ -163,7 +175,7 @@ impl Shard {
         8 + 4
             + 4
             + 4
-            + partitions * (4 + 8 * COUNTERS as u64 + 8)
+            + partitions * (4 + 8 * COUNTERS.len() as u64 + 8)
             + self.messages.len() as u64 * RECORD_BASE_BYTES as u64
             + self.exts.len() as u64 * RECORD_EXT_BYTES as u64
             + self.leases.len() as u64 * RECORD_LEASE_BYTES as u64
@@ -215,21 +227,9 @@ impl Shard {
             self.snapshot_keys(p, &mut keys);
             let part = self.part(p);
             out.u32(part.incarnation);
-            let s = &part.stats;
-            let counters: [u64; COUNTERS] = [
-                s.sent,
-                s.moved_in,
-                s.received,
-                s.deleted,
-                s.redelivered,
-                s.released,
-                s.dead_lettered,
-                s.redriven,
-                s.dropped,
-                s.purged,
-            ];
-            for c in counters {
-                out.u64(c);
+            let mut stats = part.stats;
+            for field in COUNTERS {
+                out.u64(*field(&mut stats));
             }
             out.u64(keys.len() as u64);
             for &key in &keys {
@@ -402,23 +402,11 @@ impl Shard {
                     format!("queue incarnation {inc} appears twice"),
                 ));
             }
-            let mut c = [0u64; COUNTERS];
-            for v in &mut c {
-                *v = r.u64("counter")?;
+            let mut stats = self.part(p).stats;
+            for field in COUNTERS {
+                *field(&mut stats) = r.u64("counter")?;
             }
-            let s = &mut self.part_mut(p).stats;
-            [
-                s.sent,
-                s.moved_in,
-                s.received,
-                s.deleted,
-                s.redelivered,
-                s.released,
-                s.dead_lettered,
-                s.redriven,
-                s.dropped,
-                s.purged,
-            ] = c;
+            self.part_mut(p).stats = stats;
             let at = r.offset();
             let count = r.u64("message count")?;
             // Each record takes at least 43 bytes: a count beyond what the
