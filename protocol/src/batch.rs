@@ -5,7 +5,9 @@
 //! A batch is decoded by parsing every entry once (which checks it) and
 //! keeping the bytes; iterating parses them again with the same parser, now
 //! on bytes known to be good, so reading a batch costs no allocation and no
-//! reference-count traffic per entry whatever its size. What differs
+//! reference-count traffic per entry whatever its size. (An entry may
+//! also have a leaner reader for that second pass, [`BatchEntry::read`],
+//! which skips the checks already made.) What differs
 //! between the two batches is the layout of one entry: [`BatchEntry`],
 //! implemented by [`SendEntry`] and [`ReceivedMessage`] (in `message.rs`),
 //! each with one parser.
@@ -35,6 +37,15 @@ pub trait BatchEntry: Sized {
     /// # Errors
     /// What the entry's layout refuses, with the field and offset.
     fn parse<'a>(r: &mut SliceReader<'a>) -> Result<Self::Ref<'a>, DecodeError>;
+
+    /// Reads one entry that [`parse`](Self::parse) accepted before, again:
+    /// what iterating a decoded batch does. It must give what `parse` gives
+    /// on those bytes; it may skip the checks, and answers `None` only on
+    /// bytes `parse` refuses. By default it is `parse`.
+    #[inline]
+    fn read<'a>(r: &mut SliceReader<'a>) -> Option<Self::Ref<'a>> {
+        Self::parse(r).ok()
+    }
 
     /// Bytes of `entry` on the wire.
     fn encoded_len(entry: &Self::Ref<'_>) -> usize;
@@ -222,10 +233,10 @@ impl<'a, E: BatchEntry> Iterator for BatchIter<'a, E> {
     type Item = E::Ref<'a>;
     fn next(&mut self) -> Option<E::Ref<'a>> {
         self.left = self.left.checked_sub(1)?;
-        // The bytes were checked by this very parser when the batch was
-        // decoded or built, so it cannot fail here; if it did, the
-        // iteration would simply end.
-        E::parse(&mut self.reader).ok()
+        // The bytes were checked by the entry's parser when the batch was
+        // decoded or built, so this cannot fail; if it did, the iteration
+        // would simply end.
+        E::read(&mut self.reader)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

@@ -524,6 +524,24 @@ impl<'a> SliceReader<'a> {
         }
     }
 
+    /// The next `n` bytes, or `None` (nothing consumed) when fewer remain:
+    /// for bytes checked before, where no error needs building.
+    #[inline]
+    pub fn next_slice(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.bytes.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+
+    /// The next `N` bytes as an array, or `None` (nothing consumed) when
+    /// fewer remain.
+    #[inline]
+    pub fn next_array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, _) = self.bytes.get(self.pos..)?.split_first_chunk::<N>()?;
+        self.pos += N;
+        Some(*head)
+    }
+
     /// The fixed part of an entry, `fields` (name and width, in order,
     /// `N` bytes in all) read at once: one bounds check instead of one per
     /// field. When fewer than `N` bytes remain, the error is the one reading

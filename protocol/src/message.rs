@@ -74,6 +74,19 @@ fn wire_len(len: u32) -> usize {
     usize::try_from(len).unwrap_or(usize::MAX)
 }
 
+/// Attribute pairs that [`parse_attributes`] accepted, read again: their
+/// extent only, with no check but the bounds.
+fn read_attributes<'a>(r: &mut SliceReader<'a>, count: u8) -> Option<AttributesRef<'a>> {
+    let start = r.position();
+    let mut probe = r.clone();
+    for _ in 0..2 * usize::from(count) {
+        let [lo, hi] = probe.next_array::<2>()?;
+        probe.next_slice(usize::from(u16::from_le_bytes([lo, hi])))?;
+    }
+    let raw = r.next_slice(probe.position() - start)?;
+    Some(AttributesRef { count, raw })
+}
+
 /// The one parser of attribute pairs: `count` pairs at the reader's
 /// position, checked (at most 16, 4 KiB of keys and values, UTF-8) and taken
 /// as one view. `count_offset` is where the count was read, for errors.
@@ -471,6 +484,25 @@ pub struct SendEntryRef<'a> {
     pub attributes: AttributesRef<'a>,
 }
 
+impl<'a> SendEntryRef<'a> {
+    /// An entry from its wire fields: `delay_ms` [`USE_QUEUE_DEFAULT`] and an
+    /// empty dedup key mean none.
+    #[inline]
+    fn from_parts(
+        body: &'a [u8],
+        delay_ms: u32,
+        dedup_key: &'a [u8],
+        attributes: AttributesRef<'a>,
+    ) -> SendEntryRef<'a> {
+        SendEntryRef {
+            body,
+            delay_ms: (delay_ms != USE_QUEUE_DEFAULT).then_some(delay_ms),
+            dedup_key: (!dedup_key.is_empty()).then_some(dedup_key),
+            attributes,
+        }
+    }
+}
+
 impl SendEntryRef<'_> {
     /// Bytes on the wire: [`SEND_ENTRY_OVERHEAD_BYTES`] plus dedup key,
     /// attributes and body.
@@ -513,31 +545,50 @@ impl BatchEntry for SendEntry {
 
     fn parse<'a>(r: &mut SliceReader<'a>) -> Result<SendEntryRef<'a>, DecodeError> {
         let at = r.offset();
-        let head: [u8; SEND_ENTRY_OVERHEAD_BYTES] = r.head(&SEND_ENTRY_HEAD)?;
-        let mut h = SliceReader::new(&head, at);
-        let body_len = h.u32("body_len")?;
-        let delay_ms = h.u32("delay_ms")?;
-        let dedup_offset = h.offset();
-        let dedup_len = h.u8("dedup_len")?;
-        let attr_offset = h.offset();
-        let attr_count = h.u8("attr_count")?;
+        let [b0, b1, b2, b3, d0, d1, d2, d3, dedup_len, attr_count] =
+            r.head::<SEND_ENTRY_OVERHEAD_BYTES>(&SEND_ENTRY_HEAD)?;
         if usize::from(dedup_len) > DEDUP_KEY_BYTES_MAX {
             return Err(DecodeError::TooLong {
-                offset: dedup_offset,
+                offset: at + 8,
                 field: "dedup key",
                 len: dedup_len.into(),
                 max: DEDUP_KEY_BYTES_MAX,
             });
         }
         let dedup_key = r.take(dedup_len.into(), "dedup key")?;
-        let attributes = parse_attributes(r, attr_count, attr_offset)?;
-        let body = r.take(wire_len(body_len), "body")?;
-        Ok(SendEntryRef {
+        let attributes = if attr_count == 0 {
+            AttributesRef::default()
+        } else {
+            parse_attributes(r, attr_count, at + 9)?
+        };
+        let body = r.take(wire_len(u32::from_le_bytes([b0, b1, b2, b3])), "body")?;
+        Ok(SendEntryRef::from_parts(
             body,
-            delay_ms: (delay_ms != USE_QUEUE_DEFAULT).then_some(delay_ms),
-            dedup_key: (!dedup_key.is_empty()).then_some(dedup_key),
+            u32::from_le_bytes([d0, d1, d2, d3]),
+            dedup_key,
             attributes,
-        })
+        ))
+    }
+
+    #[inline]
+    fn read<'a>(r: &mut SliceReader<'a>) -> Option<SendEntryRef<'a>> {
+        // The same layout as `parse`, on bytes `parse` accepted: no limit is
+        // checked again and no error is built, only the bounds.
+        let [b0, b1, b2, b3, d0, d1, d2, d3, dedup_len, attr_count] =
+            r.next_array::<SEND_ENTRY_OVERHEAD_BYTES>()?;
+        let dedup_key = r.next_slice(dedup_len.into())?;
+        let attributes = if attr_count == 0 {
+            AttributesRef::default()
+        } else {
+            read_attributes(r, attr_count)?
+        };
+        let body = r.next_slice(wire_len(u32::from_le_bytes([b0, b1, b2, b3])))?;
+        Some(SendEntryRef::from_parts(
+            body,
+            u32::from_le_bytes([d0, d1, d2, d3]),
+            dedup_key,
+            attributes,
+        ))
     }
 
     fn encoded_len(entry: &SendEntryRef<'_>) -> usize {
@@ -793,7 +844,11 @@ impl BatchEntry for ReceivedMessage {
         let body_len = h.u32("body_len")?;
         let attr_offset = h.offset();
         let attr_count = h.u8("attr_count")?;
-        let attributes = parse_attributes(r, attr_count, attr_offset)?;
+        let attributes = if attr_count == 0 {
+            AttributesRef::default()
+        } else {
+            parse_attributes(r, attr_count, attr_offset)?
+        };
         let body = r.take(wire_len(body_len), "body")?;
         Ok(ReceivedMessageRef {
             id,
@@ -939,6 +994,36 @@ impl PeekedMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lean second-pass reader of a SEND entry gives what the parser
+    /// gives on whole entries, and `None` (never a panic, never an entry) on
+    /// every cut of one.
+    #[test]
+    fn a_send_entry_reads_as_it_parses_and_a_cut_one_not_at_all() {
+        let entries = [
+            SendEntry::new("plain"),
+            SendEntry {
+                body: Bytes::from_static(b"with everything"),
+                delay_ms: Some(250),
+                dedup_key: Some(Bytes::from_static(b"key-1")),
+                attributes: MessageAttributes::from_pairs([("k", "v"), ("trace", "")]).unwrap(),
+            },
+            SendEntry::new(""),
+        ];
+        for entry in &entries {
+            let mut wire = BytesMut::new();
+            entry.as_view().encode(&mut wire).unwrap();
+            let parsed = SendEntry::parse(&mut SliceReader::new(&wire, 0)).unwrap();
+            let mut r = SliceReader::new(&wire, 0);
+            assert_eq!(SendEntry::read(&mut r), Some(parsed));
+            assert_eq!(r.remaining(), 0);
+            for cut in 0..wire.len() {
+                let mut r = SliceReader::new(&wire[..cut], 0);
+                assert_eq!(SendEntry::read(&mut r), None, "cut at {cut}");
+                assert!(SendEntry::parse(&mut SliceReader::new(&wire[..cut], 0)).is_err());
+            }
+        }
+    }
 
     /// Reading an entry's fixed part at once fails exactly as reading it
     /// field by field would: same field, offset and shortfall.
