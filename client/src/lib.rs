@@ -163,3 +163,9 @@ pub use sluice_protocol::{
     QueueAttributes, QueueInfo, QueueStats, Receipt, ReceivedMessage, RedrivePolicy, Reply,
     Request, SendEntry, SendOutcome, ServerLimits, ServerStatsReply,
 };
+
+/// README.md's Rust examples, compiled and run as doctests (each runs
+/// against in-process brokers in lines the README hides).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme {}

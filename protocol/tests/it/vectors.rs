@@ -753,13 +753,13 @@ pub fn all() -> Vec<Vector> {
     // ERROR
     let mut p = Dump::new();
     p.raw(&1u16.to_le_bytes(), "code = 0x0001 QueueNotFound")
-        .str16("queue not found: orders.old", "message");
+        .str16("queue orders.old not found", "message");
     add(
         "error_reply",
         4,
         Message::Reply(Reply::Error(WireError::new(
             ErrorCode::QueueNotFound,
-            "queue not found: orders.old",
+            "queue orders.old not found",
         ))),
         p,
     );
