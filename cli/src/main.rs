@@ -2,6 +2,7 @@
 
 mod args;
 mod render;
+mod time;
 mod units;
 
 use std::io::{Read, Write};
@@ -169,7 +170,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
             if json && single {
                 for (_, r) in &merged.value {
                     let (elapsed_ms, wall_ms) = reading(r);
-                    print_json(&json!({"elapsed_ms": elapsed_ms, "wall_ms": wall_ms}));
+                    print_json(&clock_json(elapsed_ms, wall_ms));
                 }
             } else if json {
                 let by_broker: serde_json::Map<String, Value> = merged
@@ -177,10 +178,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
                     .iter()
                     .map(|(addr, r)| {
                         let (elapsed_ms, wall_ms) = reading(r);
-                        (
-                            addr.clone(),
-                            json!({"elapsed_ms": elapsed_ms, "wall_ms": wall_ms}),
-                        )
+                        (addr.clone(), clock_json(elapsed_ms, wall_ms))
                     })
                     .collect();
                 print_json(&Value::Object(by_broker));
@@ -193,8 +191,9 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
                         format!("{addr}: ")
                     };
                     print(&format!(
-                        "{on}the clock stands {} after the server's start (wall clock {wall_ms} ms)\n",
+                        "{on}the clock stands {} after the server's start (wall clock {})\n",
                         units::format_ms(elapsed_ms),
+                        time::rfc3339_ms(wall_ms),
                     ));
                 }
             }
@@ -238,6 +237,10 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
             })
         }
     }
+}
+
+fn clock_json(elapsed_ms: u64, wall_ms: u64) -> Value {
+    json!({"elapsed_ms": elapsed_ms, "wall": time::rfc3339_ms(wall_ms), "wall_ms": wall_ms})
 }
 
 /// The attribute update the flags describe.
