@@ -1,7 +1,12 @@
 //! `sluice`: the command-line client. See `sluice --help`.
 
 mod args;
+mod interrupt;
+mod meta;
+mod ping;
 mod render;
+mod report;
+mod tail;
 mod time;
 mod units;
 
@@ -9,7 +14,6 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use bytes::Bytes;
-use clap::Parser;
 use serde_json::{Value, json};
 use sluice_client::sharded::{BrokerFailure, ShardedClient as Client};
 use sluice_client::tls::TlsConfig;
@@ -19,7 +23,7 @@ use sluice_client::{
 };
 
 use crate::args::{AttributeFlags, Cli, Command, QueueCommand};
-use crate::render::entry_error_line;
+use crate::report::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use crate::units::duration_ms;
 
 /// What a command leaves behind: whether every part of it succeeded.
@@ -44,17 +48,25 @@ impl From<Error> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(&cli) {
-        Ok(Outcome { failed: false }) => ExitCode::SUCCESS,
-        Ok(Outcome { failed: true }) => ExitCode::FAILURE,
+    let cli = match meta::parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    let result = match &cli.command {
+        Command::Completions(a) => Ok(meta::completions(a)),
+        Command::Man(a) => meta::man(a),
+        _ => run(&cli),
+    };
+    match result {
+        Ok(Outcome { failed: false }) => ExitCode::from(EXIT_OK),
+        Ok(Outcome { failed: true }) => ExitCode::from(EXIT_FAILED),
         Err(Failure::Client(err)) => {
-            eprintln!("{err}");
-            ExitCode::FAILURE
+            report::client_error(&err, cli.json);
+            ExitCode::from(EXIT_FAILED)
         }
         Err(Failure::Usage(message)) => {
-            eprintln!("sluice: {message}");
-            ExitCode::from(2)
+            report::usage_error(&message, cli.json);
+            ExitCode::from(EXIT_USAGE)
         }
     }
 }
@@ -104,9 +116,9 @@ fn connect(cli: &Cli) -> Result<Client, Failure> {
 
 /// Reports brokers that did not answer a request to every broker; true
 /// when there were some.
-fn report_failed(failed: &[BrokerFailure]) -> bool {
+fn report_failed(failed: &[BrokerFailure], json: bool) -> bool {
     for f in failed {
-        eprintln!("broker {}: {}", f.addr, f.error);
+        report::broker_error(&f.addr, &f.error, json);
     }
     !failed.is_empty()
 }
@@ -142,7 +154,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
         Command::Delete(a) => delete(&client, &a.queue, &a.receipts, json),
         Command::Visibility(a) => {
             let Some(receipt) = Receipt::from_hex(&a.receipt) else {
-                eprintln!("{}", bad_receipt_line(&a.receipt));
+                report::entry_error(&bad_receipt(), &a.receipt, json);
                 return Ok(Outcome { failed: true });
             };
             client.change_visibility(&a.queue, receipt, a.timeout)?;
@@ -198,8 +210,13 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
                 }
             }
             Ok(Outcome {
-                failed: report_failed(&merged.failed),
+                failed: report_failed(&merged.failed, json),
             })
+        }
+        Command::Tail(a) => tail::run(&client, a, json),
+        Command::Ping(a) => ping::run(&client, a, json),
+        Command::Completions(_) | Command::Man(_) => {
+            unreachable!("main runs these without connecting")
         }
         Command::Redrive(a) => {
             let r = client.redrive(&a.queue, a.max)?;
@@ -233,7 +250,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
                 }
             }
             Ok(Outcome {
-                failed: report_failed(&merged.failed),
+                failed: report_failed(&merged.failed, json),
             })
         }
     }
@@ -313,7 +330,7 @@ fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome,
         }
         QueueCommand::List { prefix } => {
             let merged = client.list_queues(prefix.as_deref().unwrap_or(""))?;
-            let failed = report_failed(&merged.failed);
+            let failed = report_failed(&merged.failed, json);
             let names = merged.value;
             if json {
                 print_json(&json!(names));
@@ -403,7 +420,7 @@ fn send(client: &Client, a: &args::SendArgs, json: bool) -> Result<Outcome, Fail
                 Ok(sent) => table.row(vec![sent.id.to_string(), sent.duplicate.to_string()]),
                 Err(err) => {
                     outcome.failed = true;
-                    eprintln!("{}", entry_error_line(&err, &a.queue));
+                    report::entry_error(&err, &a.queue, json);
                 }
             }
         }
@@ -439,18 +456,15 @@ fn recv(client: &Client, a: &args::RecvArgs, json: bool) -> Result<Outcome, Fail
         {
             if let Err(err) = result {
                 outcome.failed = true;
-                eprintln!("{}", entry_error_line(&err, &m.receipt.to_hex()));
+                report::entry_error(&err, &m.receipt.to_hex(), json);
             }
         }
     }
     Ok(outcome)
 }
 
-fn bad_receipt_line(text: &str) -> String {
-    entry_error_line(
-        &Error::InvalidReceipt("not a receipt: expected 52 hex digits".into()),
-        text,
-    )
+fn bad_receipt() -> Error {
+    Error::InvalidReceipt("not a receipt: expected 52 hex digits".into())
 }
 
 fn delete(
@@ -466,7 +480,7 @@ fn delete(
             Some(r) => parsed.push((text, r)),
             None => {
                 outcome.failed = true;
-                eprintln!("{}", bad_receipt_line(text));
+                report::entry_error(&bad_receipt(), text, json);
             }
         }
     }
@@ -479,7 +493,7 @@ fn delete(
                 Ok(()) => print(&format!("deleted {text}\n")),
                 Err(err) => {
                     outcome.failed = true;
-                    eprintln!("{}", entry_error_line(&err, text));
+                    report::entry_error(&err, text, json);
                 }
             }
         }
