@@ -3,10 +3,12 @@
 //! end with status 0; a second one ends the process at once with status 130.
 //!
 //! The signal handlers only set a flag (signal-hook), which the commands
-//! read between requests; a request in progress is not cut short.
+//! read between requests, or while they wait for one that runs on another
+//! thread ([`Interrupt::wait_for`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -52,6 +54,24 @@ impl Interrupt {
         self.requested.load(Ordering::Relaxed)
     }
 
+    /// Waits for what `pending` will carry, unless a signal arrives first:
+    /// then `None`, and whatever the sender was doing is abandoned.
+    ///
+    /// # Panics
+    /// When the sender is dropped without sending: its thread panicked.
+    pub fn wait_for<T>(&self, pending: &Receiver<T>) -> Option<T> {
+        loop {
+            match pending.recv_timeout(POLL_INTERVAL) {
+                Ok(value) => return Some(value),
+                Err(RecvTimeoutError::Timeout) if self.requested() => return None,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("the helper thread ended without replying")
+                }
+            }
+        }
+    }
+
     /// Sleeps for `pause`, or less when a signal arrives; returns whether
     /// one did.
     pub fn sleep(&self, pause: Duration) -> bool {
@@ -66,5 +86,30 @@ impl Interrupt {
             }
             std::thread::sleep((until - now).min(POLL_INTERVAL));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+
+    #[test]
+    fn a_signal_ends_waits_and_sleeps() {
+        let interrupt = Interrupt {
+            requested: Arc::new(AtomicBool::new(false)),
+        };
+        let (tx, rx) = mpsc::channel();
+        tx.send(7).unwrap();
+        assert_eq!(interrupt.wait_for(&rx), Some(7));
+        assert!(!interrupt.sleep(Duration::ZERO));
+
+        // What the handler does; the sender is still there, silent.
+        interrupt.requested.store(true, Ordering::SeqCst);
+        assert!(interrupt.requested());
+        assert_eq!(interrupt.wait_for(&rx), None);
+        assert!(interrupt.sleep(Duration::from_secs(3_600)));
+        drop(tx);
     }
 }

@@ -2,12 +2,19 @@
 //! until Ctrl-C (or `--max` messages).
 //!
 //! Each round is one long-poll receive, the messages printed, then one
-//! delete of exactly those. Ctrl-C or SIGTERM lets the round in progress
-//! finish, so what was printed is deleted and nothing else is, then `tail`
-//! ends with status 0. The leases are bound to the connection: if `tail`
-//! dies between printing and deleting (a second Ctrl-C, a kill), the
-//! messages it held come back at once rather than when their leases end.
+//! delete of exactly those. Ctrl-C or SIGTERM during the long poll ends
+//! `tail` at once; during printing and deleting it lets them finish. Either
+//! way what was printed is deleted and nothing else is, then `tail` ends
+//! with status 0.
+//!
+//! The leases are bound to the connection, so whatever `tail` holds without
+//! having deleted it comes back as soon as it exits rather than when the
+//! leases end: the batch of a long poll abandoned on Ctrl-C, the messages
+//! of `--no-delete`, or those of a `tail` that died between printing and
+//! deleting (a second Ctrl-C, a kill). The long poll runs on a helper
+//! thread so that the main thread can stop waiting for it.
 
+use std::sync::mpsc;
 use std::time::Duration;
 
 use clap::Args;
@@ -37,8 +44,7 @@ pub struct TailArgs {
         value_parser = clap::value_parser!(u16).range(1..=i64::from(BATCH_MAX))
     )]
     pub batch: u16,
-    /// Long-poll wait of each receive, at most 20s. Ctrl-C takes effect
-    /// when the receive in progress returns.
+    /// Long-poll wait of each receive, at most 20s.
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration)]
     pub wait: Duration,
     /// Lease length (default: the queue's).
@@ -80,7 +86,16 @@ pub fn run(client: &crate::Client, a: &TailArgs, json: bool) -> Result<Outcome, 
         };
         let mut options = ReceiveOptions::new(want).wait(a.wait).bind_leases(true);
         options.visibility_timeout = a.visibility_timeout;
-        let messages = client.receive(&a.queue, options)?;
+        let (reply, pending) = mpsc::channel();
+        let (helper, queue) = (client.clone(), a.queue.clone());
+        std::thread::spawn(move || {
+            // The main thread may have stopped waiting: nothing to tell.
+            let _ = reply.send(helper.receive(&queue, options));
+        });
+        let Some(received) = interrupt.wait_for(&pending) else {
+            break;
+        };
+        let messages = received?;
         for m in &messages {
             if json {
                 print_json(&render::received_json(m));
