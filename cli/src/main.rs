@@ -80,6 +80,12 @@ fn read_token(path: &std::path::Path) -> Result<Vec<u8>, Failure> {
     Ok(bytes)
 }
 
+/// A TLS file that cannot be read or used is a usage error, like an
+/// unreadable token file: nothing was sent.
+fn tls_file_error(err: Error) -> Failure {
+    Failure::Usage(err.to_string())
+}
+
 fn tls(cli: &Cli) -> Result<Option<TlsConfig>, Failure> {
     let tls = match (&cli.tls_ca, &cli.tls_client_cert, &cli.tls_client_key) {
         (None, None, None) => {
@@ -88,8 +94,10 @@ fn tls(cli: &Cli) -> Result<Option<TlsConfig>, Failure> {
             }
             return Ok(None);
         }
-        (Some(ca), None, None) => TlsConfig::with_ca_file(ca)?,
-        (Some(ca), Some(cert), Some(key)) => TlsConfig::with_client_cert(ca, cert, key)?,
+        (Some(ca), None, None) => TlsConfig::with_ca_file(ca).map_err(tls_file_error)?,
+        (Some(ca), Some(cert), Some(key)) => {
+            TlsConfig::with_client_cert(ca, cert, key).map_err(tls_file_error)?
+        }
         _ => {
             return Err(Failure::Usage(
                 "a client certificate takes --tls-client-cert, --tls-client-key and --tls-ca"

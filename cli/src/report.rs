@@ -28,8 +28,8 @@ pub const EXIT_STATUSES: [(u8, &str); 4] = [
     ),
     (
         EXIT_USAGE,
-        "usage: bad flags or arguments, an unreadable token file or standard input, \
-         an unwritable man --out-dir",
+        "usage: bad flags or arguments; a token file, TLS file or standard input \
+         that cannot be read or used; an unwritable man --out-dir",
     ),
     (
         EXIT_INTERRUPTED,

@@ -565,6 +565,13 @@ fn help_lists_the_exit_statuses_and_usage_errors_exit_2() {
     let out = sluice(&["--json", "--token-file", "/nonexistent/token", "stats"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(json_error(&out)["error"]["kind"], "Usage");
+    let out = sluice(&["--tls-ca", "/nonexistent/ca.pem", "stats"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with("sluice: InvalidArgument: TLS"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -642,9 +649,36 @@ fn ping_reports_every_sample() {
     assert!(us("p99_us") <= us("max_us") && us("min_us") <= us("avg_us"));
     assert!(us("avg_us") <= us("max_us"));
 
-    // A broker that does not answer: exit 1, the failure on stderr.
-    let out = sluice(&["--addr", "127.0.0.1:1", "ping", "--count", "1"]);
+    // Several brokers: each pinged in turn, one object per address.
+    let other = TestServer::start();
+    let both = Cli {
+        addr: format!("{},{}", server.addr, other.addr),
+    };
+    let v = both.json(&["ping", "--count", "2", "--interval", "0"]);
+    let by_broker = v.as_object().unwrap();
+    assert_eq!(by_broker.len(), 2, "{v}");
+    for s in [&server, &other] {
+        let r = &v[s.addr.to_string()];
+        assert_eq!(
+            (r["sent"].as_u64(), r["received"].as_u64()),
+            (Some(2), Some(2)),
+            "{v}"
+        );
+    }
+
+    // A broker of several that does not answer: exit 1, the failure on
+    // stderr naming it, its pings counted as lost.
+    let half = Cli {
+        addr: format!("{},127.0.0.1:1", server.addr),
+    };
+    let out = half.run(&["--json", "ping", "--count", "1"]);
     assert_eq!(out.status.code(), Some(1));
+    let v = json_error(&out);
+    assert_eq!(v["error"]["broker"], "127.0.0.1:1", "{v}");
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["127.0.0.1:1"]["lost"], 1, "{summary}");
+    assert_eq!(summary["127.0.0.1:1"]["min_us"], Value::Null, "{summary}");
+    assert_eq!(summary[server.addr.to_string()]["lost"], 0, "{summary}");
 }
 
 #[test]
