@@ -137,6 +137,16 @@ fn print(text: &str) {
     let _ = out.write_all(text.as_bytes());
 }
 
+/// Like [`print`], but says whether the text reached standard output:
+/// false once the reader is gone, for commands that must not act on what
+/// nobody saw.
+fn print_checked(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
+}
+
 fn print_json(value: &Value) {
     print(&format!("{value}\n"));
 }

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use crate::interrupt::Interrupt;
 use crate::units::parse_duration;
-use crate::{Failure, Outcome, print, print_json, render, report};
+use crate::{Failure, Outcome, print, print_checked, print_json, render, report};
 
 /// Round trips above this are recorded as this (a minute: far beyond any
 /// request time-out).
@@ -98,7 +98,8 @@ pub fn run(client: &crate::Client, a: &PingArgs, json: bool) -> Result<Outcome, 
     let brokers: Vec<(&str, &sluice_client::Client)> = client.brokers().collect();
     let mut rtts: Vec<Rtts> = brokers.iter().map(|_| Rtts::new()).collect();
     let mut seq: u64 = 0;
-    while (a.count == 0 || seq < a.count) && !interrupt.requested() {
+    // Also ends when standard output is closed (`| head`).
+    'rounds: while (a.count == 0 || seq < a.count) && !interrupt.requested() {
         if seq > 0 && interrupt.sleep(a.interval) {
             break;
         }
@@ -108,8 +109,8 @@ pub fn run(client: &crate::Client, a: &PingArgs, json: bool) -> Result<Outcome, 
             match broker.ping() {
                 Ok(rtt) => {
                     let us = r.record(rtt);
-                    if !json {
-                        print(&format!("{addr}  seq={seq}  rtt={us}us\n"));
+                    if !json && !print_checked(&format!("{addr}  seq={seq}  rtt={us}us\n")) {
+                        break 'rounds;
                     }
                 }
                 Err(err) => {

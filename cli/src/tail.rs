@@ -13,6 +13,10 @@
 //! of `--no-delete`, or those of a `tail` that died between printing and
 //! deleting (a second Ctrl-C, a kill). The long poll runs on a helper
 //! thread so that the main thread can stop waiting for it.
+//!
+//! A closed standard output (`sluice tail q | head -3`) ends `tail` too,
+//! with status 0: the message whose line could not be written, and the
+//! rest of its batch, are not deleted.
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -24,7 +28,7 @@ use crate::interrupt::Interrupt;
 use crate::render::{attributes_cell, body_cell};
 use crate::time::rfc3339_ms;
 use crate::units::parse_duration;
-use crate::{Failure, Outcome, print, print_json, render, report};
+use crate::{Failure, Outcome, print_checked, render, report};
 
 /// The most messages one receive asks for (the protocol's batch limit).
 const BATCH_MAX: u16 = 1024;
@@ -96,29 +100,44 @@ pub fn run(client: &crate::Client, a: &TailArgs, json: bool) -> Result<Outcome, 
             break;
         };
         let messages = received?;
-        for m in &messages {
-            if json {
-                print_json(&render::received_json(m));
-            } else {
-                print(&line(m));
-            }
-        }
-        printed += messages.len() as u64;
-        if a.no_delete || messages.is_empty() {
-            continue;
-        }
-        let receipts: Vec<Receipt> = messages.iter().map(|m| m.receipt).collect();
-        for (receipt, result) in receipts
+        let shown = messages
             .iter()
-            .zip(client.delete_batch(&a.queue, &receipts)?)
-        {
-            if let Err(err) = result {
-                outcome.failed = true;
-                report::entry_error(&err, &receipt.to_hex(), json);
-            }
+            .take_while(|m| {
+                print_checked(&if json {
+                    format!("{}\n", render::received_json(m))
+                } else {
+                    line(m)
+                })
+            })
+            .count();
+        let output_closed = shown < messages.len();
+        printed += shown as u64;
+        if !a.no_delete && shown > 0 {
+            delete(client, &a.queue, &messages[..shown], json, &mut outcome)?;
+        }
+        if output_closed {
+            break;
         }
     }
     Ok(outcome)
+}
+
+/// Deletes what was printed; reports the entries that failed.
+fn delete(
+    client: &crate::Client,
+    queue: &str,
+    messages: &[ReceivedMessage],
+    json: bool,
+    outcome: &mut Outcome,
+) -> Result<(), Failure> {
+    let receipts: Vec<Receipt> = messages.iter().map(|m| m.receipt).collect();
+    for (receipt, result) in receipts.iter().zip(client.delete_batch(queue, &receipts)?) {
+        if let Err(err) = result {
+            outcome.failed = true;
+            report::entry_error(&err, &receipt.to_hex(), json);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

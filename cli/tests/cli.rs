@@ -826,3 +826,28 @@ fn tail_ends_on_sigint_having_deleted_exactly_what_it_printed() {
         assert_eq!(rest, ["m3"]);
     }
 }
+
+#[test]
+fn tail_deletes_nothing_it_could_not_write() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "q"]);
+    for body in ["a", "b", "c"] {
+        cli.ok(&["send", "q", body]);
+    }
+    // A pipe whose reader has exited: every write to it fails.
+    let mut reader = Command::new("true").stdin(Stdio::piped()).spawn().unwrap();
+    let closed = reader.stdin.take().unwrap();
+    assert!(reader.wait().unwrap().success());
+    let out = cli
+        .command(&["tail", "q", "--max", "3"])
+        .stdout(Stdio::from(closed))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let show = cli.json(&["queue", "show", "q"]);
+    assert_eq!(show["stats"]["deleted"], 0, "{show}");
+    // Its leases ended with it: all three come back.
+    let got = cli.json(&["recv", "q", "--max", "10", "--wait", "5s"]);
+    assert_eq!(got.as_array().map(Vec::len), Some(3), "{got}");
+}
