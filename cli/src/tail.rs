@@ -14,6 +14,10 @@
 //! deleting (a second Ctrl-C, a kill). The long poll runs on a helper
 //! thread so that the main thread can stop waiting for it.
 //!
+//! A receive that fails in a way worth retrying (a busy broker, a lost
+//! connection) is reported and tried again a second later; `tail` then ends
+//! with status 1 however it stops, since a request failed.
+//!
 //! A closed standard output (`sluice tail q | head -3`) ends `tail` too,
 //! with status 0: the message whose line could not be written, and the
 //! rest of its batch, are not deleted.
@@ -32,6 +36,10 @@ use crate::{Failure, Outcome, print_checked, render, report};
 
 /// The most messages one receive asks for (the protocol's batch limit).
 const BATCH_MAX: u16 = 1024;
+
+/// The pause before a receive that failed in a way worth retrying (see
+/// [`report::retryable`]) is tried again.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Args)]
 pub struct TailArgs {
@@ -99,7 +107,20 @@ pub fn run(client: &crate::Client, a: &TailArgs, json: bool) -> Result<Outcome, 
         let Some(received) = interrupt.wait_for(&pending) else {
             break;
         };
-        let messages = received?;
+        let messages = match received {
+            Ok(messages) => messages,
+            // A busy broker or a lost connection: say so, and try again
+            // (the client reconnects) rather than end a long-running tail.
+            Err(err) if report::retryable(&err) => {
+                outcome.failed = true;
+                report::client_error(&err, json);
+                if interrupt.sleep(RETRY_PAUSE) {
+                    break;
+                }
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        };
         let shown = messages
             .iter()
             .take_while(|m| {

@@ -444,6 +444,38 @@ fn recv_bind_gives_back_what_it_did_not_delete_and_advance_clock_needs_a_manual_
 /// on the test, never a measurement.
 const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The lines a spawned `sluice` writes, as they come (read on a thread, so
+/// the test can wait for them with a bound).
+fn lines_of(stream: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits, within [`PATIENCE`], for a spawned `sluice` to end.
+fn wait_bounded(child: &mut std::process::Child) -> std::process::ExitStatus {
+    for _ in 0..PATIENCE.as_millis() / 10 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    panic!("sluice did not end");
+}
+
+fn signal(child: &std::process::Child, signal: rustix::process::Signal) {
+    rustix::process::kill_process(rustix::process::Pid::from_child(child), signal).unwrap();
+}
+
 fn sluice(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
@@ -738,9 +770,6 @@ fn tail_prints_and_deletes_up_to_max() {
 
 #[test]
 fn tail_ends_on_sigint_having_deleted_exactly_what_it_printed() {
-    use std::io::BufRead;
-    use std::sync::mpsc;
-
     let server = TestServer::start();
     let cli = Cli::new(&server);
     cli.ok(&["queue", "create", "q"]);
@@ -752,52 +781,28 @@ fn tail_ends_on_sigint_having_deleted_exactly_what_it_printed() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (lines_tx, lines) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = lines_of(child.stdout.take().unwrap());
+    let body = |line: String| {
+        let v: Value = serde_json::from_str(&line).unwrap();
+        v["body"].as_str().unwrap().to_owned()
+    };
     let mut printed: Vec<String> = Vec::new();
     for _ in 0..2 {
         let line = lines
             .recv_timeout(PATIENCE)
             .expect("tail prints what is on the queue");
-        let v: Value = serde_json::from_str(&line).unwrap();
-        printed.push(v["body"].as_str().unwrap().to_owned());
+        printed.push(body(line));
     }
     assert_eq!(printed, ["m1", "m2"]);
 
-    rustix::process::kill_process(
-        rustix::process::Pid::from_child(&child),
-        rustix::process::Signal::INT,
-    )
-    .unwrap();
+    signal(&child, rustix::process::Signal::INT);
     // Sent after the interrupt: tail's last receive may or may not get it,
     // and must delete it exactly when it printed it.
     cli.ok(&["send", "q", "m3"]);
 
-    let mut status = None;
-    for _ in 0..PATIENCE.as_millis() / 10 {
-        status = child.try_wait().unwrap();
-        if status.is_some() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let Some(status) = status else {
-        child.kill().unwrap();
-        panic!("tail did not end after SIGINT");
-    };
-    reader.join().unwrap();
-    printed.extend(lines.try_iter().map(|line| {
-        let v: Value = serde_json::from_str(&line).unwrap();
-        v["body"].as_str().unwrap().to_owned()
-    }));
+    let status = wait_bounded(&mut child);
+    // The reader thread ends with the pipe, which ended with tail.
+    printed.extend(lines.iter().map(body));
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(status.code(), Some(0), "{err}");
@@ -850,4 +855,33 @@ fn tail_deletes_nothing_it_could_not_write() {
     // Its leases ended with it: all three come back.
     let got = cli.json(&["recv", "q", "--max", "10", "--wait", "5s"]);
     assert_eq!(got.as_array().map(Vec::len), Some(3), "{got}");
+}
+
+#[test]
+fn tail_reports_and_retries_a_broker_it_cannot_reach() {
+    let server = TestServer::start();
+    let addrs = [server.addr.to_string(), "127.0.0.1:1".to_owned()];
+    let queue = (0..1000)
+        .map(|i| format!("q{i}"))
+        .find(|q| sluice_client::sharded::rendezvous(&addrs, q) == 1)
+        .expect("some name lands on the second broker");
+    let cli = Cli {
+        addr: addrs.join(","),
+    };
+    let mut child = cli
+        .command(&["--json", "tail", &queue])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let errors = lines_of(child.stderr.take().unwrap());
+    // Two reports: it tried again after the first.
+    for _ in 0..2 {
+        let line = errors.recv_timeout(PATIENCE).expect("an error line");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["error"]["kind"], "Connect", "{v}");
+        assert_eq!(v["error"]["retryable"], true, "{v}");
+    }
+    signal(&child, rustix::process::Signal::TERM);
+    assert_eq!(wait_bounded(&mut child).code(), Some(1), "a request failed");
 }
