@@ -19,12 +19,13 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 pub const EXIT_STATUSES: [(u8, &str); 4] = [
     (
         EXIT_OK,
-        "success; tail and ping also end with 0 after Ctrl-C or SIGTERM",
+        "success; tail and ping also end with 0 after Ctrl-C or SIGTERM \
+         if nothing failed",
     ),
     (
         EXIT_FAILED,
         "a request failed, or part of one did: an entry of a batch, one broker of several, \
-         a lost ping (each failure is on standard error)",
+         a lost ping, a receive that tail retried (each failure is on standard error)",
     ),
     (
         EXIT_USAGE,
