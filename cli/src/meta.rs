@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches};
 use clap_complete::Shell;
 
@@ -92,10 +93,14 @@ pub fn parse() -> Result<Cli, ExitCode> {
     match parsed {
         Ok(cli) => Ok(cli),
         Err(err) if err.use_stderr() && json_requested(std::env::args_os().skip(1)) => {
-            eprintln!(
-                "{}",
-                error_json("Usage", &usage_message(&err.to_string()), false, &[])
-            );
+            let message = match err.kind() {
+                // Clap's text is the help itself.
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    "a subcommand is required (see --help)".to_owned()
+                }
+                _ => usage_message(&err.to_string()),
+            };
+            eprintln!("{}", error_json("Usage", &message, false, &[]));
             Err(ExitCode::from(EXIT_USAGE))
         }
         Err(err) => err.exit(),

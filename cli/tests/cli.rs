@@ -603,6 +603,16 @@ fn help_lists_the_exit_statuses_and_usage_errors_exit_2() {
     let v = json_error(&out);
     assert_eq!(v["error"]["kind"], "Usage");
     assert!(v["error"]["message"].as_str().unwrap().contains("--bogus"));
+    let out = sluice(&["--json", "queue"]);
+    assert_eq!(out.status.code(), Some(2));
+    let v = json_error(&out);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("subcommand"),
+        "{v}"
+    );
     let out = sluice(&["--json", "--token-file", "/nonexistent/token", "stats"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(json_error(&out)["error"]["kind"], "Usage");
