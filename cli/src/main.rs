@@ -137,7 +137,7 @@ fn print(text: &str) {
     let _ = out.write_all(text.as_bytes());
 }
 
-/// Like [`print`], but says whether the text reached standard output:
+/// Like [`print()`], but says whether the text reached standard output:
 /// false once the reader is gone, for commands that must not act on what
 /// nobody saw.
 fn print_checked(text: &str) -> bool {
