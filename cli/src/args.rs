@@ -97,6 +97,14 @@ pub enum Command {
     Stats,
     /// Move the clock of a server started with `--clock manual` (tests).
     AdvanceClock(AdvanceClockArgs),
+    /// Receive, print and delete messages as they arrive, until Ctrl-C.
+    Tail(crate::tail::TailArgs),
+    /// Round-trip times of PINGs to the brokers, in microseconds.
+    Ping(crate::ping::PingArgs),
+    /// Print a shell completion script.
+    Completions(crate::meta::CompletionsArgs),
+    /// Print the man page (or write one per subcommand into a directory).
+    Man(crate::meta::ManArgs),
 }
 
 #[derive(Debug, Args)]

@@ -1,14 +1,19 @@
 //! `sluice`: the command-line client. See `sluice --help`.
 
 mod args;
+mod interrupt;
+mod meta;
+mod ping;
 mod render;
+mod report;
+mod tail;
+mod time;
 mod units;
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use bytes::Bytes;
-use clap::Parser;
 use serde_json::{Value, json};
 use sluice_client::sharded::{BrokerFailure, ShardedClient as Client};
 use sluice_client::tls::TlsConfig;
@@ -18,7 +23,7 @@ use sluice_client::{
 };
 
 use crate::args::{AttributeFlags, Cli, Command, QueueCommand};
-use crate::render::entry_error_line;
+use crate::report::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use crate::units::duration_ms;
 
 /// What a command leaves behind: whether every part of it succeeded.
@@ -43,17 +48,25 @@ impl From<Error> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(&cli) {
-        Ok(Outcome { failed: false }) => ExitCode::SUCCESS,
-        Ok(Outcome { failed: true }) => ExitCode::FAILURE,
+    let cli = match meta::parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    let result = match &cli.command {
+        Command::Completions(a) => Ok(meta::completions(a)),
+        Command::Man(a) => meta::man(a),
+        _ => run(&cli),
+    };
+    match result {
+        Ok(Outcome { failed: false }) => ExitCode::from(EXIT_OK),
+        Ok(Outcome { failed: true }) => ExitCode::from(EXIT_FAILED),
         Err(Failure::Client(err)) => {
-            eprintln!("{err}");
-            ExitCode::FAILURE
+            report::client_error(&err, cli.json);
+            ExitCode::from(EXIT_FAILED)
         }
         Err(Failure::Usage(message)) => {
-            eprintln!("sluice: {message}");
-            ExitCode::from(2)
+            report::usage_error(&message, cli.json);
+            ExitCode::from(EXIT_USAGE)
         }
     }
 }
@@ -67,6 +80,12 @@ fn read_token(path: &std::path::Path) -> Result<Vec<u8>, Failure> {
     Ok(bytes)
 }
 
+/// A TLS file that cannot be read or used is a usage error, like an
+/// unreadable token file: nothing was sent.
+fn tls_file_error(err: Error) -> Failure {
+    Failure::Usage(err.to_string())
+}
+
 fn tls(cli: &Cli) -> Result<Option<TlsConfig>, Failure> {
     let tls = match (&cli.tls_ca, &cli.tls_client_cert, &cli.tls_client_key) {
         (None, None, None) => {
@@ -75,8 +94,10 @@ fn tls(cli: &Cli) -> Result<Option<TlsConfig>, Failure> {
             }
             return Ok(None);
         }
-        (Some(ca), None, None) => TlsConfig::with_ca_file(ca)?,
-        (Some(ca), Some(cert), Some(key)) => TlsConfig::with_client_cert(ca, cert, key)?,
+        (Some(ca), None, None) => TlsConfig::with_ca_file(ca).map_err(tls_file_error)?,
+        (Some(ca), Some(cert), Some(key)) => {
+            TlsConfig::with_client_cert(ca, cert, key).map_err(tls_file_error)?
+        }
         _ => {
             return Err(Failure::Usage(
                 "a client certificate takes --tls-client-cert, --tls-client-key and --tls-ca"
@@ -103,9 +124,9 @@ fn connect(cli: &Cli) -> Result<Client, Failure> {
 
 /// Reports brokers that did not answer a request to every broker; true
 /// when there were some.
-fn report_failed(failed: &[BrokerFailure]) -> bool {
+fn report_failed(failed: &[BrokerFailure], json: bool) -> bool {
     for f in failed {
-        eprintln!("broker {}: {}", f.addr, f.error);
+        report::broker_error(&f.addr, &f.error, json);
     }
     !failed.is_empty()
 }
@@ -114,6 +135,16 @@ fn print(text: &str) {
     let mut out = std::io::stdout().lock();
     // A closed pipe (`sluice ... | head`) is not worth a panic.
     let _ = out.write_all(text.as_bytes());
+}
+
+/// Like [`print()`], but says whether the text reached standard output:
+/// false once the reader is gone, for commands that must not act on what
+/// nobody saw.
+fn print_checked(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
 }
 
 fn print_json(value: &Value) {
@@ -141,7 +172,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
         Command::Delete(a) => delete(&client, &a.queue, &a.receipts, json),
         Command::Visibility(a) => {
             let Some(receipt) = Receipt::from_hex(&a.receipt) else {
-                eprintln!("{}", bad_receipt_line(&a.receipt));
+                report::entry_error(&bad_receipt(), &a.receipt, json);
                 return Ok(Outcome { failed: true });
             };
             client.change_visibility(&a.queue, receipt, a.timeout)?;
@@ -169,7 +200,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
             if json && single {
                 for (_, r) in &merged.value {
                     let (elapsed_ms, wall_ms) = reading(r);
-                    print_json(&json!({"elapsed_ms": elapsed_ms, "wall_ms": wall_ms}));
+                    print_json(&clock_json(elapsed_ms, wall_ms));
                 }
             } else if json {
                 let by_broker: serde_json::Map<String, Value> = merged
@@ -177,10 +208,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
                     .iter()
                     .map(|(addr, r)| {
                         let (elapsed_ms, wall_ms) = reading(r);
-                        (
-                            addr.clone(),
-                            json!({"elapsed_ms": elapsed_ms, "wall_ms": wall_ms}),
-                        )
+                        (addr.clone(), clock_json(elapsed_ms, wall_ms))
                     })
                     .collect();
                 print_json(&Value::Object(by_broker));
@@ -193,14 +221,20 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
                         format!("{addr}: ")
                     };
                     print(&format!(
-                        "{on}the clock stands {} after the server's start (wall clock {wall_ms} ms)\n",
+                        "{on}the clock stands {} after the server's start (wall clock {})\n",
                         units::format_ms(elapsed_ms),
+                        time::rfc3339_ms(wall_ms),
                     ));
                 }
             }
             Ok(Outcome {
-                failed: report_failed(&merged.failed),
+                failed: report_failed(&merged.failed, json),
             })
+        }
+        Command::Tail(a) => tail::run(&client, a, json),
+        Command::Ping(a) => ping::run(&client, a, json),
+        Command::Completions(_) | Command::Man(_) => {
+            unreachable!("main runs these without connecting")
         }
         Command::Redrive(a) => {
             let r = client.redrive(&a.queue, a.max)?;
@@ -234,10 +268,14 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
                 }
             }
             Ok(Outcome {
-                failed: report_failed(&merged.failed),
+                failed: report_failed(&merged.failed, json),
             })
         }
     }
+}
+
+fn clock_json(elapsed_ms: u64, wall_ms: u64) -> Value {
+    json!({"elapsed_ms": elapsed_ms, "wall": time::rfc3339_ms(wall_ms), "wall_ms": wall_ms})
 }
 
 /// The attribute update the flags describe.
@@ -310,7 +348,7 @@ fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome,
         }
         QueueCommand::List { prefix } => {
             let merged = client.list_queues(prefix.as_deref().unwrap_or(""))?;
-            let failed = report_failed(&merged.failed);
+            let failed = report_failed(&merged.failed, json);
             let names = merged.value;
             if json {
                 print_json(&json!(names));
@@ -400,7 +438,7 @@ fn send(client: &Client, a: &args::SendArgs, json: bool) -> Result<Outcome, Fail
                 Ok(sent) => table.row(vec![sent.id.to_string(), sent.duplicate.to_string()]),
                 Err(err) => {
                     outcome.failed = true;
-                    eprintln!("{}", entry_error_line(&err, &a.queue));
+                    report::entry_error(&err, &a.queue, json);
                 }
             }
         }
@@ -436,18 +474,15 @@ fn recv(client: &Client, a: &args::RecvArgs, json: bool) -> Result<Outcome, Fail
         {
             if let Err(err) = result {
                 outcome.failed = true;
-                eprintln!("{}", entry_error_line(&err, &m.receipt.to_hex()));
+                report::entry_error(&err, &m.receipt.to_hex(), json);
             }
         }
     }
     Ok(outcome)
 }
 
-fn bad_receipt_line(text: &str) -> String {
-    entry_error_line(
-        &Error::InvalidReceipt("not a receipt: expected 52 hex digits".into()),
-        text,
-    )
+fn bad_receipt() -> Error {
+    Error::InvalidReceipt("not a receipt: expected 52 hex digits".into())
 }
 
 fn delete(
@@ -463,7 +498,7 @@ fn delete(
             Some(r) => parsed.push((text, r)),
             None => {
                 outcome.failed = true;
-                eprintln!("{}", bad_receipt_line(text));
+                report::entry_error(&bad_receipt(), text, json);
             }
         }
     }
@@ -476,7 +511,7 @@ fn delete(
                 Ok(()) => print(&format!("deleted {text}\n")),
                 Err(err) => {
                     outcome.failed = true;
-                    eprintln!("{}", entry_error_line(&err, text));
+                    report::entry_error(&err, text, json);
                 }
             }
         }

@@ -8,6 +8,7 @@ use sluice_client::{
     ReceivedMessage, ServerStatsReply,
 };
 
+use crate::time::rfc3339_ms;
 use crate::units::format_ms;
 
 /// A table with a header row; columns are as wide as their widest cell,
@@ -101,13 +102,21 @@ pub fn received_json(m: &ReceivedMessage) -> Value {
     put_body(&mut o, &m.body);
     o.insert("receive_count".into(), json!(m.receive_count));
     o.insert("delivery".into(), json!(m.delivery()));
-    o.insert("sent_at_ms".into(), json!(m.sent_at_ms));
-    o.insert(
-        "first_received_at_ms".into(),
-        json!(m.first_received_at_ms()),
-    );
+    put_times(&mut o, m.sent_at_ms, Some(m.first_received_at_ms()));
     o.insert("attributes".into(), attributes_json(&m.attributes));
     Value::Object(o)
+}
+
+/// A message's times, as RFC 3339 text (`sent_at`) and as milliseconds
+/// since the epoch for arithmetic (`sent_at_ms`).
+fn put_times(object: &mut Map<String, Value>, sent_at_ms: u64, first_received_at_ms: Option<u64>) {
+    object.insert("sent_at".into(), json!(rfc3339_ms(sent_at_ms)));
+    object.insert("sent_at_ms".into(), json!(sent_at_ms));
+    object.insert(
+        "first_received_at".into(),
+        json!(first_received_at_ms.map(rfc3339_ms)),
+    );
+    object.insert("first_received_at_ms".into(), json!(first_received_at_ms));
 }
 
 pub fn peeked_json(m: &PeekedMessage) -> Value {
@@ -116,13 +125,11 @@ pub fn peeked_json(m: &PeekedMessage) -> Value {
     put_body(&mut o, &m.body);
     o.insert("receive_count".into(), json!(m.receive_count));
     o.insert("delivery".into(), json!(m.delivery));
-    o.insert("sent_at_ms".into(), json!(m.sent_at_ms));
-    o.insert(
-        "first_received_at_ms".into(),
-        json!(
-            m.first_received_delta_ms
-                .map(|d| m.sent_at_ms.saturating_add(u64::from(d)))
-        ),
+    put_times(
+        &mut o,
+        m.sent_at_ms,
+        m.first_received_delta_ms
+            .map(|d| m.sent_at_ms.saturating_add(u64::from(d))),
     );
     o.insert("attributes".into(), attributes_json(&m.attributes));
     Value::Object(o)
@@ -134,6 +141,7 @@ pub fn received_table(messages: &[ReceivedMessage]) -> String {
         "RECEIPT",
         "RECEIVES",
         "DELIVERY",
+        "SENT_AT",
         "ATTRIBUTES",
         "BODY",
     ]);
@@ -143,6 +151,7 @@ pub fn received_table(messages: &[ReceivedMessage]) -> String {
             m.receipt.to_hex(),
             m.receive_count.to_string(),
             m.delivery().to_string(),
+            rfc3339_ms(m.sent_at_ms),
             attributes_cell(&m.attributes),
             body_cell(&m.body),
         ]);
@@ -155,7 +164,7 @@ pub fn peeked_table(messages: &[PeekedMessage]) -> String {
         "ID",
         "RECEIVES",
         "DELIVERY",
-        "SENT_AT_MS",
+        "SENT_AT",
         "ATTRIBUTES",
         "BODY",
     ]);
@@ -164,7 +173,7 @@ pub fn peeked_table(messages: &[PeekedMessage]) -> String {
             m.id.to_string(),
             m.receive_count.to_string(),
             m.delivery.to_string(),
-            m.sent_at_ms.to_string(),
+            rfc3339_ms(m.sent_at_ms),
             attributes_cell(&m.attributes),
             body_cell(&m.body),
         ]);
@@ -350,7 +359,9 @@ mod tests {
         assert!(v.get("body_base64").is_none());
         assert_eq!(v["receive_count"], 2);
         assert_eq!(v["delivery"], 7);
+        assert_eq!(v["sent_at"], "2025-01-01T00:00:00.000Z");
         assert_eq!(v["sent_at_ms"], 1_735_689_600_000u64);
+        assert_eq!(v["first_received_at"], "2025-01-01T00:00:00.250Z");
         assert_eq!(v["first_received_at_ms"], 1_735_689_600_250u64);
         assert_eq!(v["attributes"], json!({"type": "order"}));
         let binary = received_json(&message(&[0xff, 0x00]));
@@ -372,6 +383,8 @@ mod tests {
         let v = peeked_json(&m);
         assert_eq!(v["id"], "00000000000000000000000000000001");
         assert!(v.get("receipt").is_none());
+        assert_eq!(v["sent_at"], "1970-01-01T00:00:00.010Z");
+        assert_eq!(v["first_received_at"], Value::Null);
         assert_eq!(v["first_received_at_ms"], Value::Null);
         assert_eq!(v["attributes"], json!({}));
     }
@@ -385,6 +398,7 @@ mod tests {
         let row = lines.next().unwrap();
         assert!(row.ends_with("two\\nlines"), "{row}");
         assert!(row.contains("type=order"), "{row}");
+        assert!(row.contains(" 2025-01-01T00:00:00.000Z "), "{row}");
         assert_eq!(body_cell(&[0xff]), "<1 bytes, not UTF-8>");
     }
 

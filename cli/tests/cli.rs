@@ -366,11 +366,20 @@ fn several_brokers_and_tls() {
         ]);
         cli.ok(&["send", &format!("{{t{i}}}"), "hello"]);
     }
-    // Listing merges the brokers; every broker holds some of them.
+    // Listing merges the brokers; each broker holds the queues whose {tag}
+    // hashes to it (the ports are random, so which ones varies).
     let names = cli.json(&["queue", "list"]);
     assert_eq!(names.as_array().map(Vec::len), Some(24), "{names}");
-    for s in &servers {
-        assert!(!s.client().list_queues("").unwrap().is_empty());
+    let addrs: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();
+    for (i, s) in servers.iter().enumerate() {
+        let mut held = s.client().list_queues("").unwrap();
+        held.sort();
+        let mut expected: Vec<String> = (0..12)
+            .filter(|t| sluice_client::sharded::rendezvous(&addrs, &format!("t{t}")) == i)
+            .flat_map(|t| [format!("{{t{t}}}"), format!("{{t{t}}}.dlq")])
+            .collect();
+        expected.sort();
+        assert_eq!(held, expected, "broker {i}");
     }
     let stats = cli.json(&["stats"]);
     assert_eq!(
@@ -438,4 +447,454 @@ fn recv_bind_gives_back_what_it_did_not_delete_and_advance_clock_needs_a_manual_
     assert_eq!(moved["elapsed_ms"], 90_000, "{moved}");
     let out = cli.ok(&["advance-clock", "0"]);
     assert!(out.starts_with("the clock stands 90s after"), "{out}");
+}
+
+/// How long a test waits for a spawned `sluice` before it gives up: a bound
+/// on the test, never a measurement.
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The lines a spawned `sluice` writes, as they come (read on a thread, so
+/// the test can wait for them with a bound).
+fn lines_of(stream: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits, within [`PATIENCE`], for a spawned `sluice` to end.
+fn wait_bounded(child: &mut std::process::Child) -> std::process::ExitStatus {
+    for _ in 0..PATIENCE.as_millis() / 10 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    panic!("sluice did not end");
+}
+
+fn signal(child: &std::process::Child, signal: rustix::process::Signal) {
+    rustix::process::kill_process(rustix::process::Pid::from_child(child), signal).unwrap();
+}
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env_remove("SLUICE_ADDR")
+        .env_remove("SLUICE_TOKEN_FILE")
+        .output()
+        .expect("sluice runs")
+}
+
+/// The one JSON error object a failure under `--json` prints on stderr.
+fn json_error(out: &Output) -> Value {
+    let err = stderr(out);
+    let mut lines = err.lines();
+    let v: Value = serde_json::from_str(lines.next().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {err}"));
+    assert!(v["error"]["kind"].is_string(), "{v}");
+    assert!(v["error"]["message"].is_string(), "{v}");
+    assert!(v["error"]["retryable"].is_boolean(), "{v}");
+    v
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_definition() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = sluice(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let script = String::from_utf8(out.stdout).unwrap();
+        for word in ["send", "tail", "ping", "queue"] {
+            assert!(script.contains(word), "{shell} completions lack {word}");
+        }
+    }
+    let out = sluice(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = sluice(&["man"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let page = String::from_utf8(out.stdout).unwrap();
+    // roff: after the apostrophe preamble (.ie/.el), the title comes first.
+    let first = page
+        .lines()
+        .find(|l| !l.starts_with(".ie ") && !l.starts_with(".el "))
+        .unwrap();
+    assert!(first.starts_with(".TH sluice 1"), "{first}");
+    for section in [
+        ".SH NAME",
+        ".SH SYNOPSIS",
+        ".SH OPTIONS",
+        ".SH SUBCOMMANDS",
+        ".SH \"EXIT STATUS\"",
+        ".SH ERRORS",
+    ] {
+        assert!(page.lines().any(|l| l == section), "no {section}");
+    }
+    for sub in [
+        "send",
+        "recv",
+        "tail",
+        "ping",
+        "completions",
+        "man",
+        "queue",
+    ] {
+        assert!(page.contains(&format!("sluice\\-{sub}(1)")), "{sub}");
+    }
+    // No text line can be taken for a request.
+    let mut in_preamble = true;
+    for line in page.lines() {
+        in_preamble &= line.starts_with(".ie ") || line.starts_with(".el ");
+        assert!(in_preamble || !line.starts_with('\''), "{line}");
+    }
+
+    let dir = std::env::temp_dir().join(format!("sluice-man-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = sluice(&["man", "--out-dir", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for file in ["sluice.1", "sluice-tail.1", "sluice-queue-create.1"] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert!(text.contains(".TH sluice"), "{file}");
+    }
+    assert!(!dir.join("sluice-help.1").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let out = sluice(&["man", "--out-dir", "/nonexistent/sluice-man"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn help_lists_the_exit_statuses_and_usage_errors_exit_2() {
+    let out = sluice(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let statuses = help
+        .split("Exit status:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no exit statuses: {help}"));
+    for code in ["0", "1", "2", "130"] {
+        assert!(
+            statuses
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+            "{code}: {statuses}"
+        );
+    }
+    assert!(help.contains("\"retryable\""), "{help}");
+    for sub in ["tail", "ping", "completions", "man"] {
+        let out = sluice(&[sub, "--help"]);
+        assert!(out.status.success(), "{sub} --help");
+    }
+
+    // Usage errors: clap's text, or under --json a JSON object; exit 2.
+    let out = sluice(&["stats", "--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--bogus"), "{}", stderr(&out));
+    let out = sluice(&["--json", "stats", "--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let v = json_error(&out);
+    assert_eq!(v["error"]["kind"], "Usage");
+    assert!(v["error"]["message"].as_str().unwrap().contains("--bogus"));
+    let out = sluice(&["--json", "queue"]);
+    assert_eq!(out.status.code(), Some(2));
+    let v = json_error(&out);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("subcommand"),
+        "{v}"
+    );
+    let out = sluice(&["--json", "--token-file", "/nonexistent/token", "stats"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json_error(&out)["error"]["kind"], "Usage");
+    let out = sluice(&["--tls-ca", "/nonexistent/ca.pem", "stats"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with("sluice: InvalidArgument: TLS"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn failures_under_json_are_json_objects_on_stderr() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    let out = cli.run(&["--json", "queue", "show", "missing"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let v = json_error(&out);
+    assert_eq!(v["error"]["kind"], "QueueNotFound", "{v}");
+    assert_eq!(v["error"]["retryable"], false, "{v}");
+    assert!(!v["error"]["message"].as_str().unwrap().is_empty());
+
+    // A failed entry names its subject; the rest of the batch succeeds.
+    cli.ok(&["queue", "create", "q"]);
+    cli.ok(&["send", "q", "x"]);
+    let got = cli.json(&["recv", "q", "--wait", "1s"]);
+    let receipt = got[0]["receipt"].as_str().unwrap();
+    let out = cli.run(&["--json", "delete", "q", receipt, "not-a-receipt"]);
+    assert_eq!(out.status.code(), Some(1));
+    let deleted: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(deleted["deleted"], true);
+    let v = json_error(&out);
+    assert_eq!(v["error"]["kind"], "InvalidReceipt", "{v}");
+    assert_eq!(v["error"]["subject"], "not-a-receipt", "{v}");
+
+    // No server: Connect, which may succeed later.
+    let out = sluice(&["--addr", "127.0.0.1:1", "--json", "stats"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = json_error(&out);
+    assert_eq!(v["error"]["kind"], "Connect", "{v}");
+    assert_eq!(v["error"]["retryable"], true, "{v}");
+}
+
+#[test]
+fn ping_reports_every_sample() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    let out = cli.ok(&["ping", "--count", "3", "--interval", "0"]);
+    let samples: Vec<&str> = out.lines().filter(|l| l.contains(" seq=")).collect();
+    assert_eq!(samples.len(), 3, "{out}");
+    for (i, line) in samples.iter().enumerate() {
+        assert!(
+            line.starts_with(&format!("{}  seq={}  rtt=", server.addr, i + 1)),
+            "{line}"
+        );
+        assert!(line.ends_with("us"), "{line}");
+    }
+    let table: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("BROKER"))
+        .collect();
+    assert_eq!(table.len(), 2, "{out}");
+    for column in [
+        "SENT", "LOST", "MIN_US", "AVG_US", "P50_US", "P99_US", "MAX_US",
+    ] {
+        assert!(table[0].contains(column), "{column}: {out}");
+    }
+    let row: Vec<&str> = table[1].split_whitespace().collect();
+    assert_eq!(
+        row[..3],
+        [server.addr.to_string().as_str(), "3", "0"],
+        "{out}"
+    );
+    assert!(row[3..].iter().all(|v| v.parse::<u64>().is_ok()), "{out}");
+
+    let v = cli.json(&["ping", "--count", "3", "--interval", "1ms"]);
+    assert_eq!(v["broker"], server.addr.to_string());
+    assert_eq!(v["sent"], 3);
+    assert_eq!(v["received"], 3);
+    assert_eq!(v["lost"], 0);
+    let us = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+    assert!(us("min_us") <= us("p50_us") && us("p50_us") <= us("p99_us"));
+    assert!(us("p99_us") <= us("max_us") && us("min_us") <= us("avg_us"));
+    assert!(us("avg_us") <= us("max_us"));
+
+    // Several brokers: each pinged in turn, one object per address.
+    let other = TestServer::start();
+    let both = Cli {
+        addr: format!("{},{}", server.addr, other.addr),
+    };
+    let v = both.json(&["ping", "--count", "2", "--interval", "0"]);
+    let by_broker = v.as_object().unwrap();
+    assert_eq!(by_broker.len(), 2, "{v}");
+    for s in [&server, &other] {
+        let r = &v[s.addr.to_string()];
+        assert_eq!(
+            (r["sent"].as_u64(), r["received"].as_u64()),
+            (Some(2), Some(2)),
+            "{v}"
+        );
+    }
+
+    // A broker of several that does not answer: exit 1, the failure on
+    // stderr naming it, its pings counted as lost.
+    let half = Cli {
+        addr: format!("{},127.0.0.1:1", server.addr),
+    };
+    let out = half.run(&["--json", "ping", "--count", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = json_error(&out);
+    assert_eq!(v["error"]["broker"], "127.0.0.1:1", "{v}");
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["127.0.0.1:1"]["lost"], 1, "{summary}");
+    assert_eq!(summary["127.0.0.1:1"]["min_us"], Value::Null, "{summary}");
+    assert_eq!(summary[server.addr.to_string()]["lost"], 0, "{summary}");
+}
+
+#[test]
+fn tail_prints_and_deletes_up_to_max() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "q"]);
+    for body in ["one", "two", "three"] {
+        cli.ok(&["send", "q", body, "--attr", "k=v"]);
+    }
+    let out = cli.ok(&["tail", "q", "--max", "3"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for (line, body) in lines.iter().zip(["one", "two", "three"]) {
+        assert!(line.ends_with(&format!("  [k=v]  {body}")), "{line}");
+        // An RFC 3339 sent-at first: 2026-12-02T02:12:21.123Z.
+        let at = line.split_whitespace().next().unwrap();
+        assert_eq!((at.len(), &at[10..11], &at[23..]), (24, "T", "Z"), "{at}");
+    }
+    let show = cli.json(&["queue", "show", "q"]);
+    assert_eq!(show["stats"]["visible"], 0, "{show}");
+    assert_eq!(show["stats"]["in_flight"], 0, "{show}");
+    assert_eq!(show["stats"]["deleted"], 3, "{show}");
+
+    // JSON: one object per line; --batch 1 takes them one receive at a time.
+    cli.ok(&["send", "q", "four"]);
+    cli.ok(&["send", "q", "five"]);
+    let out = cli.ok(&["--json", "tail", "q", "--max", "2", "--batch", "1"]);
+    let got: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(got.len(), 2, "{out}");
+    assert_eq!(got[0]["body"], "four");
+    assert_eq!(got[1]["body"], "five");
+    assert!(got[0]["sent_at"].as_str().unwrap().ends_with('Z'));
+    assert!(got[0]["sent_at_ms"].is_u64());
+
+    // --no-delete leaves the message, and its bound lease ends with tail.
+    cli.ok(&["send", "q", "six"]);
+    let out = cli.ok(&["tail", "q", "--max", "1", "--no-delete"]);
+    assert!(out.ends_with("six\n"), "{out}");
+    let again = cli.json(&["recv", "q", "--wait", "5s", "--delete"]);
+    assert_eq!(again[0]["body"], "six", "{again}");
+    assert_eq!(again[0]["receive_count"], 2, "{again}");
+
+    let out = cli.run(&["tail", "q", "--max", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = cli.run(&["tail", "missing", "--max", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("QueueNotFound: "),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn tail_ends_on_sigint_having_deleted_exactly_what_it_printed() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "q"]);
+    cli.ok(&["send", "q", "m1"]);
+    cli.ok(&["send", "q", "m2"]);
+    let mut child = cli
+        .command(&["--json", "tail", "q", "--batch", "1", "--wait", "1s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(child.stdout.take().unwrap());
+    let body = |line: String| {
+        let v: Value = serde_json::from_str(&line).unwrap();
+        v["body"].as_str().unwrap().to_owned()
+    };
+    let mut printed: Vec<String> = Vec::new();
+    for _ in 0..2 {
+        let line = lines
+            .recv_timeout(PATIENCE)
+            .expect("tail prints what is on the queue");
+        printed.push(body(line));
+    }
+    assert_eq!(printed, ["m1", "m2"]);
+
+    signal(&child, rustix::process::Signal::INT);
+    // Sent after the interrupt: tail's last receive may or may not get it,
+    // and must delete it exactly when it printed it.
+    cli.ok(&["send", "q", "m3"]);
+
+    let status = wait_bounded(&mut child);
+    // The reader thread ends with the pipe, which ended with tail.
+    printed.extend(lines.iter().map(body));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+
+    let m3_printed = match printed.as_slice() {
+        [_, _] => false,
+        [_, _, third] if third == "m3" => true,
+        other => panic!("tail printed {other:?}"),
+    };
+    let show = cli.json(&["queue", "show", "q"]);
+    let left =
+        show["stats"]["visible"].as_u64().unwrap() + show["stats"]["in_flight"].as_u64().unwrap();
+    assert_eq!(show["stats"]["deleted"], printed.len(), "{show}");
+    assert_eq!(left, 3 - printed.len() as u64, "{show}");
+    if !m3_printed {
+        // Not printed, so not deleted: m3 is there for the next consumer.
+        let rest = cli.json(&["recv", "q", "--max", "10", "--wait", "5s"]);
+        assert_eq!(rest.as_array().map(Vec::len), Some(1), "{rest}");
+        assert_eq!(rest[0]["body"], "m3", "{rest}");
+    }
+}
+
+#[test]
+fn tail_deletes_nothing_it_could_not_write() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "q"]);
+    for body in ["a", "b", "c"] {
+        cli.ok(&["send", "q", body]);
+    }
+    // A pipe whose reader has exited: every write to it fails.
+    let mut reader = Command::new("true").stdin(Stdio::piped()).spawn().unwrap();
+    let closed = reader.stdin.take().unwrap();
+    assert!(reader.wait().unwrap().success());
+    let out = cli
+        .command(&["tail", "q", "--max", "3"])
+        .stdout(Stdio::from(closed))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let show = cli.json(&["queue", "show", "q"]);
+    assert_eq!(show["stats"]["deleted"], 0, "{show}");
+    // Its leases ended with it: all three come back.
+    let got = cli.json(&["recv", "q", "--max", "10", "--wait", "5s"]);
+    assert_eq!(got.as_array().map(Vec::len), Some(3), "{got}");
+}
+
+#[test]
+fn tail_reports_and_retries_a_broker_it_cannot_reach() {
+    let server = TestServer::start();
+    let addrs = [server.addr.to_string(), "127.0.0.1:1".to_owned()];
+    let queue = (0..1000)
+        .map(|i| format!("q{i}"))
+        .find(|q| sluice_client::sharded::rendezvous(&addrs, q) == 1)
+        .expect("some name lands on the second broker");
+    let cli = Cli {
+        addr: addrs.join(","),
+    };
+    let mut child = cli
+        .command(&["--json", "tail", &queue])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let errors = lines_of(child.stderr.take().unwrap());
+    // Two reports: it tried again after the first.
+    for _ in 0..2 {
+        let line = errors.recv_timeout(PATIENCE).expect("an error line");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["error"]["kind"], "Connect", "{v}");
+        assert_eq!(v["error"]["retryable"], true, "{v}");
+    }
+    signal(&child, rustix::process::Signal::TERM);
+    assert_eq!(wait_bounded(&mut child).code(), Some(1), "a request failed");
 }
