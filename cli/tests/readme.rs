@@ -19,7 +19,8 @@
 //!   the line prints exactly `TEXT` (one line, variables substituted).
 
 use std::collections::HashMap;
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -270,6 +271,34 @@ fn last_receipt(v: &Value) -> Option<String> {
     }
 }
 
+/// How long one README line may run: an example that waits for Ctrl-C
+/// (`tail` without `--max`, `ping --count 0`) does not belong in a tested
+/// block, and fails here instead of hanging the test run.
+const LINE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Runs `cmd` to its end, with its output, or kills it and fails after
+/// [`LINE_PATIENCE`].
+fn output_within(mut cmd: Command, number: usize) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the sluice binary runs");
+    let deadline = Instant::now() + LINE_PATIENCE;
+    loop {
+        if child.try_wait().expect("wait for sluice").is_some() {
+            return child.wait_with_output().expect("sluice's output");
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("README.md line {number}: still running after {LINE_PATIENCE:?}, killed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Runs one block against a fresh broker.
 fn run_block(block: &[Line]) {
     let server = sluice_broker::testing::TestServer::builder().start();
@@ -286,16 +315,15 @@ fn run_block(block: &[Line]) {
             "README.md line {}: a readme-test block holds sluice command lines only",
             line.number
         );
-        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(&words[1..])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.args(&words[1..])
             .env("SLUICE_ADDR", &addr)
             .env_remove("SLUICE_TOKEN_FILE")
             .env_remove("SLUICE_TLS_CA")
             .env_remove("SLUICE_TLS_SERVER_NAME")
             .env_remove("SLUICE_TLS_CLIENT_CERT")
-            .env_remove("SLUICE_TLS_CLIENT_KEY")
-            .output()
-            .expect("the sluice binary runs");
+            .env_remove("SLUICE_TLS_CLIENT_KEY");
+        let out = output_within(cmd, line.number);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
