@@ -11,7 +11,8 @@ use crate::units::{parse_addrs, parse_attr, parse_backoff, parse_bytes, parse_du
 ///
 /// Durations are written 0, 250ms, 1.5s, 2m, 1h30m (units ns, us, ms, s, m,
 /// h, d), sizes 1048576, 256KiB, 1M, 1.5MiB: the grammar every sluice tool
-/// shares (README, "Durations and sizes"). Message ids print as 32 hex digits, receipts as 52.
+/// shares (README, "Durations, sizes and addresses").
+/// Message ids print as 32 hex digits, receipts as 52.
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice",
