@@ -1224,7 +1224,10 @@ impl fmt::Display for Config {
                     None => writeln!(f, "# tls_client_ca: none, clients need no certificate")?,
                 }
             }
-            None => writeln!(f, "# tls_cert: none, clients connect in plain text")?,
+            None => writeln!(
+                f,
+                "# tls_cert, tls_key, tls_client_ca: none, clients connect in plain text"
+            )?,
         }
         writeln!(f, "insecure = {}", self.insecure)?;
         match self.metrics {

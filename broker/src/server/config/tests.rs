@@ -918,6 +918,27 @@ fn the_effective_configuration_reads_back_as_a_config_file() {
     assert!(rendered.contains("# token_file: none"), "{rendered}");
 }
 
+/// The printed configuration is written by hand from the validated values;
+/// this keeps it in step with the one declaration of the settings.
+#[test]
+fn the_effective_configuration_names_every_setting() {
+    let token = TempFile::new("token", TOKEN.as_bytes());
+    let args = every_flag(token.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for c in [ok(&[]), ok(&args)] {
+        let rendered = c.to_string();
+        for key in Settings::KEYS {
+            assert!(
+                rendered.lines().any(|l| l.starts_with(&format!("{key} = "))
+                    || l.strip_prefix("# ")
+                        .and_then(|c| c.split_once(':'))
+                        .is_some_and(|(keys, _)| keys.split(", ").any(|k| k == *key))),
+                "`{key}` is not in the effective configuration:\n{rendered}"
+            );
+        }
+    }
+}
+
 #[test]
 fn cpu_lists() {
     assert_eq!(parse_cpus("auto"), Ok(CpuPlacement::Auto));
@@ -987,7 +1008,11 @@ fn tls_takes_a_certificate_and_its_key_from_flags_environment_or_file() {
     .unwrap();
     let c = ok(&["--config", file.to_str().unwrap()]);
     assert_eq!(c.tls.map(|t| t.cert), Some(pki.server_cert()));
-    assert!(ok(&[]).to_string().contains("# tls_cert: none"));
+    assert!(
+        ok(&[])
+            .to_string()
+            .contains("# tls_cert, tls_key, tls_client_ca: none")
+    );
 }
 
 #[test]
