@@ -881,3 +881,61 @@ mod address_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod property_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text: an answer, never a panic.
+        #[test]
+        fn any_text_is_answered(s in "\\PC{0,40}") {
+            let _ = parse_duration(&s);
+            let _ = parse_bytes(&s);
+            let _ = parse_address(&s);
+        }
+
+        /// Text made of the grammar's own pieces, where mistakes are likeliest.
+        #[test]
+        fn grammar_like_text_is_answered(s in "[0-9. µnusmhdKMGTiBb]{0,30}") {
+            let _ = parse_duration(&s);
+            let _ = parse_bytes(&s);
+        }
+
+        /// Seconds with nine decimals are exactly that many nanoseconds, and
+        /// every duration reads back from its formatted form.
+        #[test]
+        fn decimal_seconds_are_exact(secs in any::<u64>(), nanos in 0u32..1_000_000_000) {
+            let d = Duration::new(secs, nanos);
+            prop_assert_eq!(parse_duration(&format!("{secs}.{nanos:09}s")), Ok(d));
+            prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+        }
+
+        /// A decimal number of milliseconds rounds to the nearest
+        /// nanosecond, a half up.
+        #[test]
+        fn decimal_milliseconds_round_half_up(ms in 0u64..1_000_000_000, frac in 0u64..10_000_000) {
+            // ms + frac / 10^7 milliseconds = ms * 10^6 + frac / 10 nanoseconds.
+            let want = ms * 1_000_000 + frac / 10 + u64::from(frac % 10 >= 5);
+            prop_assert_eq!(
+                parse_duration(&format!("{ms}.{frac:07}ms")),
+                Ok(Duration::from_nanos(want))
+            );
+        }
+
+        /// A binary size with decimals is its exact number of bytes, or
+        /// refused when that is not whole.
+        #[test]
+        fn decimal_sizes_are_exact_or_refused(whole in 0u64..1_000_000, half in any::<bool>()) {
+            let text = format!("{whole}.{}KiB", if half { "5" } else { "0" });
+            prop_assert_eq!(parse_bytes(&text), Ok(whole * 1024 + if half { 512 } else { 0 }));
+            let n = whole * 1024 + 1;
+            prop_assert_eq!(parse_bytes(&format_bytes(n)), Ok(n));
+            prop_assert_eq!(
+                parse_bytes(&format!("{whole}.001B")),
+                Err(UnitError::FractionalBytes { input: format!("{whole}.001B") })
+            );
+        }
+    }
+}
