@@ -5,21 +5,23 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::units::{parse_attr, parse_backoff, parse_bytes, parse_duration};
+use crate::units::{parse_addrs, parse_attr, parse_backoff, parse_bytes, parse_duration};
 
 /// Command-line client for the sluice message broker.
 ///
-/// Durations are written 0, 250ms, 1s, 2m, 1h30m (units ms, s, m, h, d).
+/// Durations are written 0, 250ms, 1.5s, 2m, 1h30m (units ns, us, ms, s, m,
+/// h, d), sizes 1048576, 256KiB, 1M, 1.5MiB: the grammar every sluice tool
+/// shares (README, "Durations, sizes and addresses").
 /// Message ids print as 32 hex digits, receipts as 52.
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice",
     version,
     about = "Command-line client for the sluice message broker",
-    after_help = "Durations: 0, 250ms, 1s, 2m, 1h30m (units ms, s, m, h, d). Ids print as 32 hex digits, receipts as 52."
+    after_help = "Durations: 0, 250ms, 1.5s, 2m, 1h30m (units ns, us, ms, s, m, h, d; the broker counts whole ms). Sizes: 1048576, 256KiB, 1M, 1.5MiB. Addresses: HOST:PORT or sluice://HOST:PORT. Ids print as 32 hex digits, receipts as 52."
 )]
 pub struct Cli {
-    /// Broker address; several, comma-separated, for queues spread over
+    /// Broker address, HOST:PORT or sluice://HOST:PORT; several, comma-separated, for queues spread over
     /// brokers (each queue lives on the one its name, or its {tag}, hashes
     /// to: give every client the same list).
     #[arg(
@@ -27,6 +29,7 @@ pub struct Cli {
         env = "SLUICE_ADDR",
         default_value = sluice_client::config::ADDR_DEFAULT,
         value_name = "HOST:PORT[,HOST:PORT...]",
+        value_parser = parse_addrs,
         global = true
     )]
     pub addr: String,

@@ -97,9 +97,9 @@ fn queues_messages_and_stats_end_to_end() {
         "--retention",
         "1h",
         "--wait",
-        "250ms",
+        "0.25s",
         "--max-message-size",
-        "64KiB",
+        "0.0625M",
         "--dead-letter",
         "jobs.dlq",
         "--max-receives",
@@ -113,6 +113,23 @@ fn queues_messages_and_stats_end_to_end() {
     ]);
     let show = cli.json(&["queue", "show", "jobs"]);
     assert_eq!(show["name"], "jobs");
+    // The same broker as a URL.
+    let by_url = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "--addr",
+            &format!("sluice://{}", server.addr),
+            "--json",
+            "queue",
+            "show",
+            "jobs",
+        ])
+        .env_remove("SLUICE_ADDR")
+        .env_remove("SLUICE_TOKEN_FILE")
+        .output()
+        .expect("sluice runs");
+    assert!(by_url.status.success(), "{}", stderr(&by_url));
+    let by_url: Value = serde_json::from_slice(&by_url.stdout).expect("JSON output");
+    assert_eq!(by_url["attributes"], show["attributes"]);
     assert_eq!(show["attributes"]["visibility_timeout_ms"], 30_000);
     assert_eq!(show["attributes"]["retention_ms"], 3_600_000);
     assert_eq!(show["attributes"]["receive_wait_ms"], 250);
@@ -306,6 +323,14 @@ fn errors_are_named_on_stderr() {
     let out = cli.run(&["recv", "q", "--wait", "5"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no unit"), "{}", stderr(&out));
+    // The broker counts whole milliseconds: a remainder is refused, not dropped.
+    let out = cli.run(&["queue", "create", "q2", "--delay", "1500us"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a whole number of milliseconds"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::adapter::TargetUrl;
 use crate::body::HEADER_BYTES;
-use crate::units::format_duration;
+use sluice_protocol::units::format_duration;
 
 /// Every bound the load generator enforces, in one place.
 pub mod limits {

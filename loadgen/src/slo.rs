@@ -8,8 +8,9 @@
 
 use std::fmt;
 
+use crate::flags::parse_duration;
+use crate::report::format_us;
 use crate::stats::Percentiles;
-use crate::units::{format_us, parse_duration};
 
 /// An SLO that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -155,7 +156,7 @@ impl Slo {
             {
                 return Err(err(format!("{rhs:?} needs a unit: us, ms or s")));
             }
-            let bound = parse_duration(rhs).map_err(|e| err(e.reason))?;
+            let bound = parse_duration(rhs).map_err(err)?;
             let bound_us =
                 u64::try_from(bound.as_micros()).map_err(|_| err("bound too large".into()))?;
             if bound.as_nanos() % 1_000 != 0 {

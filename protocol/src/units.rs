@@ -1,22 +1,35 @@
-//! Durations and byte sizes as people write them on a command line or in a
-//! config file, parsed and formatted by hand.
+//! Durations, byte sizes and broker addresses as people write them on a
+//! command line, in an environment variable or in a config file: one grammar
+//! for the server, the `sluice` command and the load generator.
 //!
 //! # Durations
-//! One or more terms, each a whole number followed by a unit, that add up:
-//! `250ms`, `10s`, `2m`, `1h30m`, `4d`. Units: `ns`, `us` (or `µs`), `ms`,
-//! `s`, `m`, `h`, `d`. A plain number is refused with a message that asks for
-//! a unit, because `10` could mean seconds or milliseconds; the one
-//! exception is `0`, which means the same in every unit.
+//! One or more terms that add up, each a number and a unit: `250ms`, `10s`,
+//! `1.5s`, `0.25ms`, `2m`, `1h30m`, `4d`. Units: `ns`, `us` (or `µs`), `ms`,
+//! `s`, `m` (minutes), `h`, `d`; case matters (`10S` is refused). Numbers are
+//! decimal, with at most 18 digits after the point and a digit on each side
+//! of it (`0.5s`, not `.5s` or `5.s`). Spaces may stand between a number and
+//! its unit and between terms (`1h 30m`). A plain number is refused with a
+//! message that asks for a unit, because `10` could mean seconds or
+//! milliseconds; the one exception is zero (`0`, `0.0`), the same in every
+//! unit.
+//!
+//! The arithmetic is exact: each term is multiplied out in decimal, the terms
+//! are added, and only the total is rounded, to the nearest nanosecond, a
+//! half rounding up (`1.5ns` is 2 ns, `0.4ns` is 0). A total beyond
+//! [`Duration::MAX`] is refused, never wrapped or saturated.
 //!
 //! # Sizes
-//! A whole number of bytes, optionally followed by a binary unit:
-//! `1048576`, `512KiB`, `1MiB`, `2GiB`, `1TiB`. `K`, `M`, `G` and `T` are
-//! binary too (`1M` = `1MiB` = 1,048,576 bytes), and `B` means bytes. Units
-//! are case-insensitive. `KB`, `MB`, `GB` and `TB` are refused as ambiguous
-//! (decimal or binary?) with a message that suggests the binary spelling.
+//! A number of bytes, optionally followed by a binary unit: `1048576`,
+//! `512KiB`, `1MiB`, `1.5MiB`, `2GiB`, `1TiB`. `K`, `M`, `G` and `T` are
+//! binary too (`1M` = `1MiB` = 1,048,576 bytes) and `B` means bytes; units
+//! are case-insensitive and may follow a space (`64 MiB`). Decimals are
+//! allowed when they come to a whole number of bytes (`1.5KiB` = 1536,
+//! `0.5B` is refused). `KB`, `MB`, `GB` and `TB` are refused as ambiguous
+//! (decimal or binary?) with a message that gives the binary spelling. A size
+//! beyond `u64::MAX` bytes is refused.
 //!
-//! Fractions (`1.5s`, `0.5GiB`) are refused with a message: write the next
-//! smaller unit instead. Values that overflow are errors, never wrap.
+//! # Addresses
+//! [`parse_address`]: `HOST:PORT` or `sluice://HOST:PORT`.
 //!
 //! [`format_duration`] and [`format_bytes`] write values back in a form these
 //! parsers accept, so an effective configuration can be pasted into a config
@@ -24,8 +37,8 @@
 
 use std::time::Duration;
 
-/// Why a duration or a size did not parse. Each message quotes the input and
-/// says what would be accepted.
+/// Why a duration, a size or an address did not parse. Each message quotes
+/// the input and says what would be accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UnitError {
@@ -64,18 +77,25 @@ pub enum UnitError {
         input: String,
         /// The binary spelling of the same number.
         suggestion: String,
-        /// What the binary spelling means in bytes, or "too many" if it
-        /// overflows.
+        /// What the binary spelling means in bytes, or why it has no such
+        /// number ("too many", "not a whole number of").
         bytes: String,
     },
-    /// A fraction such as `1.5s`.
-    #[error("`{input}`: fractions are not accepted, use a smaller unit (e.g. 1500ms, 512MiB)")]
-    Fraction {
+    /// A size that is not a whole number of bytes, such as `0.5B` or
+    /// `1.1KiB`.
+    #[error("`{input}` is not a whole number of bytes")]
+    FractionalBytes {
+        /// The text as given.
+        input: String,
+    },
+    /// More digits after the decimal point than the parser keeps.
+    #[error("`{input}` has more than {DECIMALS_MAX} digits after a decimal point")]
+    TooPrecise {
         /// The text as given.
         input: String,
     },
     /// No number where one was expected (a sign, a stray character, a unit
-    /// without a number).
+    /// without a number, a decimal point without digits on both sides).
     #[error("`{input}` is not {expected}")]
     Malformed {
         /// The text as given.
@@ -101,10 +121,49 @@ pub enum UnitError {
     },
 }
 
-const DURATION_EXPECTED: &str = "a duration such as 250ms, 10s, 2m or 1h30m";
+/// Digits after a decimal point, at most: 10^18 fits a `u64`, and a
+/// nanosecond is 10^-14 of the largest unit, a day.
+pub const DECIMALS_MAX: u32 = 18;
+
+const DURATION_EXPECTED: &str = "a duration such as 250ms, 1.5s, 2m or 1h30m";
 const DURATION_UNITS: &str = "ns, us, ms, s, m, h or d";
-const SIZE_EXPECTED: &str = "a size such as 1048576, 512KiB, 1MiB or 2GiB";
+const SIZE_EXPECTED: &str = "a size such as 1048576, 512KiB, 1.5MiB or 2GiB";
 const SIZE_UNITS: &str = "B, KiB (K), MiB (M), GiB (G) or TiB (T)";
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
+/// [`Duration::MAX`] in nanoseconds.
+const DURATION_MAX_NANOS: u128 = u64::MAX as u128 * NANOS_PER_SEC + (NANOS_PER_SEC - 1);
+/// 10^[`DECIMALS_MAX`]: every term is added up in these fractions of a
+/// nanosecond before the total is rounded.
+const FRACTION_ONE: u128 = 10u128.pow(DECIMALS_MAX);
+
+/// A decimal number as written: `mantissa / 10^decimals`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Decimal {
+    mantissa: u128,
+    decimals: u32,
+}
+
+/// What is wrong with a number, before the input is attached.
+enum NumberError {
+    /// No digit where the number starts, or a point without digits after it.
+    Malformed,
+    /// More than [`DECIMALS_MAX`] digits after the point.
+    TooPrecise,
+    /// More digits than a `u128` holds.
+    Overflow,
+}
+
+impl NumberError {
+    fn into_unit_error(self, input: &str, expected: &'static str) -> UnitError {
+        let input = input.to_owned();
+        match self {
+            NumberError::Malformed => UnitError::Malformed { input, expected },
+            NumberError::TooPrecise => UnitError::TooPrecise { input },
+            NumberError::Overflow => UnitError::Overflow { input },
+        }
+    }
+}
 
 /// Splits `s` at the end of its leading ASCII digits.
 fn split_digits(s: &str) -> (&str, &str) {
@@ -115,7 +174,65 @@ fn split_digits(s: &str) -> (&str, &str) {
     s.split_at(end)
 }
 
-/// Parses a duration: `250ms`, `10s`, `2m`, `1h30m`, `0`. See the module docs.
+/// Reads the decimal number `s` starts with, `DIGITS` or `DIGITS.DIGITS`,
+/// and returns it with the rest of `s`.
+fn split_decimal(s: &str) -> Result<(Decimal, &str), NumberError> {
+    let (whole, after) = split_digits(s);
+    if whole.is_empty() {
+        return Err(NumberError::Malformed);
+    }
+    let (fraction, rest) = match after.strip_prefix('.') {
+        Some(after_point) => {
+            let (fraction, rest) = split_digits(after_point);
+            if fraction.is_empty() {
+                return Err(NumberError::Malformed);
+            }
+            (fraction, rest)
+        }
+        None => ("", after),
+    };
+    // A second point, or a decimal comma: not a number this grammar reads.
+    if rest.starts_with(['.', ',']) {
+        return Err(NumberError::Malformed);
+    }
+    let decimals = u32::try_from(fraction.len()).map_err(|_| NumberError::TooPrecise)?;
+    if decimals > DECIMALS_MAX {
+        return Err(NumberError::TooPrecise);
+    }
+    let mut mantissa: u128 = 0;
+    for b in whole.bytes().chain(fraction.bytes()) {
+        mantissa = mantissa
+            .checked_mul(10)
+            .and_then(|m| m.checked_add(u128::from(b - b'0')))
+            .ok_or(NumberError::Overflow)?;
+    }
+    Ok((Decimal { mantissa, decimals }, rest))
+}
+
+/// Splits a unit (everything up to a digit, a point or a space) off `s`.
+fn split_unit(s: &str) -> (&str, &str) {
+    let end = s
+        .find(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
+        .unwrap_or(s.len());
+    s.split_at(end)
+}
+
+/// Nanoseconds in one of a duration unit.
+fn nanos_per(unit: &str) -> Option<u128> {
+    Some(match unit {
+        "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => NANOS_PER_SEC,
+        "m" => 60 * NANOS_PER_SEC,
+        "h" => 3_600 * NANOS_PER_SEC,
+        "d" => 86_400 * NANOS_PER_SEC,
+        _ => return None,
+    })
+}
+
+/// Parses a duration: `250ms`, `1.5s`, `2m`, `1h30m`, `0`. See the module
+/// docs for the grammar and how decimals are rounded.
 ///
 /// # Errors
 /// A [`UnitError`] that quotes the input and says what would be accepted.
@@ -124,6 +241,8 @@ fn split_digits(s: &str) -> (&str, &str) {
 /// use std::time::Duration;
 /// use sluice_protocol::units::parse_duration;
 /// assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+/// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
 /// assert!(parse_duration("10").is_err());
 /// ```
 pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
@@ -134,61 +253,80 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
         });
     }
     let owned = || s.to_owned();
-    if s.bytes().all(|b| b.is_ascii_digit()) {
-        // A plain number: only zero is unambiguous.
-        if s.bytes().all(|b| b == b'0') {
-            return Ok(Duration::ZERO);
-        }
-        return Err(UnitError::MissingUnit { input: owned() });
-    }
-    let mut total = Duration::ZERO;
+    let overflow = || UnitError::Overflow { input: owned() };
+    // The total, whole nanoseconds and 10^-18ths of one kept apart so that
+    // neither overflows before the end.
+    let mut nanos: u128 = 0;
+    let mut fraction: u128 = 0;
     let mut rest = s;
+    let mut terms = 0u32;
     while !rest.is_empty() {
-        let (digits, after) = split_digits(rest);
-        if digits.is_empty() {
-            return Err(UnitError::Malformed {
-                input: owned(),
-                expected: DURATION_EXPECTED,
-            });
-        }
-        if after.starts_with('.') || after.starts_with(',') {
-            return Err(UnitError::Fraction { input: owned() });
-        }
-        let unit_len = after
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(after.len());
-        let (unit, next) = after.split_at(unit_len);
+        let (number, after) =
+            split_decimal(rest).map_err(|e| e.into_unit_error(s, DURATION_EXPECTED))?;
+        let (unit, next) = split_unit(after.trim_start());
         if unit.is_empty() {
-            // Digits at the end after at least one full term, as in `1m30`.
+            // A plain number, or digits after full terms as in `1m30`. Zero
+            // alone is the same in every unit.
+            if terms == 0 && next.is_empty() && number.mantissa == 0 {
+                return Ok(Duration::ZERO);
+            }
             return Err(UnitError::MissingUnit { input: owned() });
         }
-        let n: u64 = digits
-            .parse()
-            .map_err(|_| UnitError::Overflow { input: owned() })?;
-        let overflow = || UnitError::Overflow { input: owned() };
-        let term = match unit {
-            "ns" => Duration::from_nanos(n),
-            "us" | "µs" => Duration::from_micros(n),
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(overflow)?),
-            "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(overflow)?),
-            "d" => Duration::from_secs(n.checked_mul(86_400).ok_or_else(overflow)?),
-            _ => {
-                return Err(UnitError::UnknownUnit {
-                    input: owned(),
-                    unit: unit.to_owned(),
-                    units: DURATION_UNITS,
-                });
-            }
+        let Some(per) = nanos_per(unit) else {
+            return Err(UnitError::UnknownUnit {
+                input: owned(),
+                unit: unit.to_owned(),
+                units: DURATION_UNITS,
+            });
         };
-        total = total.checked_add(term).ok_or_else(overflow)?;
-        rest = next;
+        // number * per = mantissa * per / 10^decimals nanoseconds.
+        let scaled = number.mantissa.checked_mul(per).ok_or_else(overflow)?;
+        let denominator = 10u128.pow(number.decimals);
+        nanos = nanos
+            .checked_add(scaled / denominator)
+            .ok_or_else(overflow)?;
+        fraction += (scaled % denominator) * 10u128.pow(DECIMALS_MAX - number.decimals);
+        if fraction >= FRACTION_ONE {
+            nanos = nanos.checked_add(1).ok_or_else(overflow)?;
+            fraction -= FRACTION_ONE;
+        }
+        if nanos > DURATION_MAX_NANOS {
+            return Err(overflow());
+        }
+        terms += 1;
+        rest = next.trim_start();
     }
-    Ok(total)
+    if fraction * 2 >= FRACTION_ONE {
+        nanos += 1;
+    }
+    if nanos > DURATION_MAX_NANOS {
+        return Err(overflow());
+    }
+    let secs = u64::try_from(nanos / NANOS_PER_SEC).map_err(|_| overflow())?;
+    let subsec = u32::try_from(nanos % NANOS_PER_SEC).map_err(|_| overflow())?;
+    Ok(Duration::new(secs, subsec))
 }
 
-/// Parses a byte size: `1048576`, `512KiB`, `1MiB`, `2G`. See the module docs.
+/// `number * 2^shift` as a whole number of bytes.
+fn bytes_of(number: Decimal, shift: u32) -> Result<u64, SizeError> {
+    let scaled = number
+        .mantissa
+        .checked_mul(1u128 << shift)
+        .ok_or(SizeError::Overflow)?;
+    let denominator = 10u128.pow(number.decimals);
+    if scaled % denominator != 0 {
+        return Err(SizeError::Fractional);
+    }
+    u64::try_from(scaled / denominator).map_err(|_| SizeError::Overflow)
+}
+
+enum SizeError {
+    Overflow,
+    Fractional,
+}
+
+/// Parses a byte size: `1048576`, `512KiB`, `1.5MiB`, `2G`. See the module
+/// docs.
 ///
 /// # Errors
 /// A [`UnitError`] that quotes the input and says what would be accepted.
@@ -196,7 +334,10 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
 /// ```
 /// use sluice_protocol::units::parse_bytes;
 /// assert_eq!(parse_bytes("512KiB"), Ok(512 * 1024));
+/// assert_eq!(parse_bytes("1M"), Ok(1 << 20));
+/// assert_eq!(parse_bytes("1.5KiB"), Ok(1536));
 /// assert!(parse_bytes("1MB").is_err());
+/// assert!(parse_bytes("0.5B").is_err());
 /// ```
 pub fn parse_bytes(input: &str) -> Result<u64, UnitError> {
     let s = input.trim();
@@ -206,20 +347,9 @@ pub fn parse_bytes(input: &str) -> Result<u64, UnitError> {
         });
     }
     let owned = || s.to_owned();
-    let (digits, after) = split_digits(s);
-    if digits.is_empty() {
-        return Err(UnitError::Malformed {
-            input: owned(),
-            expected: SIZE_EXPECTED,
-        });
-    }
-    if after.starts_with('.') || after.starts_with(',') {
-        return Err(UnitError::Fraction { input: owned() });
-    }
+    let (number, after) = split_decimal(s).map_err(|e| e.into_unit_error(s, SIZE_EXPECTED))?;
     let unit = after.trim_start();
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| UnitError::Overflow { input: owned() })?;
+    let written = &s[..s.len() - after.len()];
     let shift = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kib" => 10,
@@ -236,10 +366,12 @@ pub fn parse_bytes(input: &str) -> Result<u64, UnitError> {
             let binary = format!("{}iB", &unit[..1].to_ascii_uppercase());
             return Err(UnitError::AmbiguousUnit {
                 input: owned(),
-                suggestion: format!("{digits}{binary}"),
-                bytes: n
-                    .checked_mul(1 << shift)
-                    .map_or_else(|| "too many".to_owned(), |b| b.to_string()),
+                suggestion: format!("{written}{binary}"),
+                bytes: match bytes_of(number, shift) {
+                    Ok(b) => b.to_string(),
+                    Err(SizeError::Overflow) => "too many".to_owned(),
+                    Err(SizeError::Fractional) => "not a whole number of".to_owned(),
+                },
             });
         }
         _ => {
@@ -250,8 +382,10 @@ pub fn parse_bytes(input: &str) -> Result<u64, UnitError> {
             });
         }
     };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| UnitError::Overflow { input: owned() })
+    bytes_of(number, shift).map_err(|e| match e {
+        SizeError::Overflow => UnitError::Overflow { input: owned() },
+        SizeError::Fractional => UnitError::FractionalBytes { input: owned() },
+    })
 }
 
 /// Writes a duration as terms from days down to nanoseconds, e.g. `1m30s`,
@@ -394,6 +528,9 @@ mod tests {
             ("000", Duration::ZERO),
             ("0s", Duration::ZERO),
             ("0010s", Duration::from_secs(10)),
+            ("10 s", Duration::from_secs(10)),
+            ("1h 30m", Duration::from_secs(5400)),
+            ("0.0", Duration::ZERO),
         ];
         for (input, want) in cases {
             assert_eq!(parse_duration(input), Ok(want), "{input}");
@@ -414,9 +551,23 @@ mod tests {
             parse_duration("   "),
             Err(UnitError::Empty { .. })
         ));
+        for malformed in [".5s", "5.s", "1..5s", "1.5.5s", "1,5s", "1s -2s"] {
+            assert!(
+                matches!(parse_duration(malformed), Err(UnitError::Malformed { .. })),
+                "{malformed}"
+            );
+        }
         assert!(matches!(
-            parse_duration("1.5s"),
-            Err(UnitError::Fraction { .. })
+            parse_duration("0.0000000000000000001s"),
+            Err(UnitError::TooPrecise { .. })
+        ));
+        assert!(matches!(
+            parse_duration("1.5"),
+            Err(UnitError::MissingUnit { .. })
+        ));
+        assert!(matches!(
+            parse_duration("10 parsecs"),
+            Err(UnitError::UnknownUnit { .. })
         ));
         assert!(matches!(
             parse_duration("-1s"),
@@ -425,10 +576,6 @@ mod tests {
         assert!(matches!(
             parse_duration("s"),
             Err(UnitError::Malformed { .. })
-        ));
-        assert!(matches!(
-            parse_duration("10 s"),
-            Err(UnitError::UnknownUnit { .. })
         ));
         let unknown = parse_duration("3w").unwrap_err();
         assert_eq!(
@@ -447,13 +594,59 @@ mod tests {
     }
 
     #[test]
+    fn durations_with_decimals_are_exact() {
+        let cases = [
+            ("1.5s", Duration::from_millis(1500)),
+            ("0.25ms", Duration::from_micros(250)),
+            ("0.5m", Duration::from_secs(30)),
+            ("1.5h", Duration::from_secs(5400)),
+            ("0.1s", Duration::from_millis(100)),
+            ("2.5us", Duration::from_nanos(2500)),
+            ("1.25d", Duration::from_secs(108_000)),
+            ("1.5h30m", Duration::from_secs(7200)),
+            ("0.000000001s", Duration::from_nanos(1)),
+            ("0.000000000000000001d", Duration::from_nanos(0)),
+            // 0.1 in binary floating point is not exact; here it is.
+            ("0.3s0.3s0.3s0.1s", Duration::from_secs(1)),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_duration(input), Ok(want), "{input}");
+        }
+    }
+
+    #[test]
+    fn durations_round_the_total_to_the_nearest_nanosecond_halves_up() {
+        for (input, nanos) in [
+            ("0.4ns", 0),
+            ("0.5ns", 1),
+            ("1.5ns", 2),
+            ("2.5ns", 3),
+            ("1.49ns", 1),
+            ("0.000000000499999999s", 0),
+            ("0.0000000005s", 1),
+            // Rounded once, after the sum: 0.3 + 0.3 = 0.6 ns, not 0 + 0.
+            ("0.3ns0.3ns", 1),
+            ("0.25ns0.25ns", 1),
+            ("0.2ns0.2ns", 0),
+        ] {
+            assert_eq!(
+                parse_duration(input),
+                Ok(Duration::from_nanos(nanos)),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
     fn durations_overflow_is_an_error() {
         for input in [
-            "18446744073709551616s",   // u64::MAX + 1
-            "18446744073709551615m",   // fits u64, not when multiplied
-            "307445734561825861h",     // just over u64::MAX seconds
-            "213503982334602d",        // just over u64::MAX seconds
-            "18446744073709551615s1s", // the sum overflows
+            "18446744073709551616s",                    // u64::MAX + 1
+            "18446744073709551615m",                    // fits u64, not when multiplied
+            "307445734561825861h",                      // just over u64::MAX seconds
+            "213503982334602d",                         // just over u64::MAX seconds
+            "18446744073709551615s1s",                  // the sum overflows
+            "18446744073709551615.9999999995s",         // rounds up past the largest
+            "999999999999999999999999999999999999999s", // beyond a u128 mantissa
         ] {
             assert_eq!(
                 parse_duration(input),
@@ -466,6 +659,11 @@ mod tests {
             parse_duration("18446744073709551615s"),
             Ok(Duration::from_secs(u64::MAX)),
             "the largest whole number of seconds still fits"
+        );
+        assert_eq!(
+            parse_duration("18446744073709551615.999999999s"),
+            Ok(Duration::MAX),
+            "so does the largest duration"
         );
     }
 
@@ -488,6 +686,12 @@ mod tests {
             ("64 MiB", 64 << 20),
             (" 4KiB ", 4 << 10),
             ("16777215TiB", 16_777_215 << 40),
+            ("1.5KiB", 1536),
+            ("1.5MiB", 3 << 19),
+            ("0.5K", 512),
+            ("2.0B", 2),
+            ("1.0", 1),
+            ("0.25 GiB", 1 << 28),
         ];
         for (input, want) in cases {
             assert_eq!(parse_bytes(input), Ok(want), "{input}");
@@ -519,10 +723,30 @@ mod tests {
             Err(UnitError::AmbiguousUnit { .. })
         ));
         assert!(matches!(parse_bytes(""), Err(UnitError::Empty { .. })));
+        for fractional in ["0.5B", "1.5", "1.1KiB", "0.0000001TiB"] {
+            assert_eq!(
+                parse_bytes(fractional),
+                Err(UnitError::FractionalBytes {
+                    input: fractional.into()
+                }),
+                "{fractional}"
+            );
+        }
         assert!(matches!(
-            parse_bytes("1.5GiB"),
-            Err(UnitError::Fraction { .. })
+            parse_bytes(".5KiB"),
+            Err(UnitError::Malformed { .. })
         ));
+        assert!(matches!(
+            parse_bytes("12 parsecs"),
+            Err(UnitError::UnknownUnit { .. })
+        ));
+        let ambiguous_decimal = parse_bytes("1.5MB").unwrap_err();
+        assert!(
+            ambiguous_decimal
+                .to_string()
+                .contains("`1.5MiB` (1572864 bytes)"),
+            "{ambiguous_decimal}"
+        );
         assert!(matches!(
             parse_bytes("-1"),
             Err(UnitError::Malformed { .. })
@@ -553,6 +777,7 @@ mod tests {
             "16777216TiB",
             "17179869184GiB",
             "99999999999999999999K",
+            "16777216.0TiB",
         ] {
             assert_eq!(
                 parse_bytes(input),
@@ -652,6 +877,64 @@ mod address_tests {
             assert!(
                 err.to_string().contains("sluice://HOST:PORT"),
                 "{input}: {err}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod property_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text: an answer, never a panic.
+        #[test]
+        fn any_text_is_answered(s in "\\PC{0,40}") {
+            let _ = parse_duration(&s);
+            let _ = parse_bytes(&s);
+            let _ = parse_address(&s);
+        }
+
+        /// Text made of the grammar's own pieces, where mistakes are likeliest.
+        #[test]
+        fn grammar_like_text_is_answered(s in "[0-9. µnusmhdKMGTiBb]{0,30}") {
+            let _ = parse_duration(&s);
+            let _ = parse_bytes(&s);
+        }
+
+        /// Seconds with nine decimals are exactly that many nanoseconds, and
+        /// every duration reads back from its formatted form.
+        #[test]
+        fn decimal_seconds_are_exact(secs in any::<u64>(), nanos in 0u32..1_000_000_000) {
+            let d = Duration::new(secs, nanos);
+            prop_assert_eq!(parse_duration(&format!("{secs}.{nanos:09}s")), Ok(d));
+            prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+        }
+
+        /// A decimal number of milliseconds rounds to the nearest
+        /// nanosecond, a half up.
+        #[test]
+        fn decimal_milliseconds_round_half_up(ms in 0u64..1_000_000_000, frac in 0u64..10_000_000) {
+            // ms + frac / 10^7 milliseconds = ms * 10^6 + frac / 10 nanoseconds.
+            let want = ms * 1_000_000 + frac / 10 + u64::from(frac % 10 >= 5);
+            prop_assert_eq!(
+                parse_duration(&format!("{ms}.{frac:07}ms")),
+                Ok(Duration::from_nanos(want))
+            );
+        }
+
+        /// A binary size with decimals is its exact number of bytes, or
+        /// refused when that is not whole.
+        #[test]
+        fn decimal_sizes_are_exact_or_refused(whole in 0u64..1_000_000, half in any::<bool>()) {
+            let text = format!("{whole}.{}KiB", if half { "5" } else { "0" });
+            prop_assert_eq!(parse_bytes(&text), Ok(whole * 1024 + if half { 512 } else { 0 }));
+            let n = whole * 1024 + 1;
+            prop_assert_eq!(parse_bytes(&format_bytes(n)), Ok(n));
+            prop_assert_eq!(
+                parse_bytes(&format!("{whole}.001B")),
+                Err(UnitError::FractionalBytes { input: format!("{whole}.001B") })
             );
         }
     }

@@ -23,6 +23,7 @@
 //! Every limit, default and bound is a named constant below, beside the
 //! protocol's own limits in [`sluice_protocol::limits`].
 
+mod file;
 pub mod memory;
 /// The duration and size grammar, shared with the clients and tools.
 pub use sluice_protocol::units;
@@ -38,6 +39,7 @@ use clap::builder::BoolishValueParser;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use sluice_protocol::limits as wire;
 
+pub use self::file::Position;
 use self::memory::MemoryLimit;
 use self::units::{format_bytes, format_duration, parse_bytes, parse_duration};
 use super::tls::{TlsError, TlsSettings};
@@ -67,10 +69,15 @@ the flag's name with underscores (e.g. max_connections = 5000). Precedence:
 flag, then environment, then config file, then the built-in default. A key the
 config file does not know is an error.
 
-Durations take a unit: 250ms, 10s, 2m, 1h30m (ns, us, ms, s, m, h, d). A
-plain number is refused (is 10 seconds or milliseconds?), except 0.
-Sizes are bytes, or a binary unit: 1048576, 512KiB, 1MiB, 2GiB (K, M, G, T
-mean KiB, MiB, GiB, TiB); KB, MB and GB are refused as ambiguous.
+Durations take a unit: 250us, 250ms, 1.5s, 2m, 1h30m (ns, us, ms, s, m, h,
+d; decimals are exact, the total rounded to the nearest nanosecond). A plain
+number is refused (is 10 seconds or milliseconds?), except 0.
+Sizes are bytes, or a binary unit: 1048576, 512KiB, 1M, 1.5MiB, 2GiB (K, M,
+G, T mean KiB, MiB, GiB, TiB; decimals must come to whole bytes); KB, MB and
+GB are refused as ambiguous. The same grammar as sluice and sluice-loadgen.
+
+A config file value that does not parse is refused naming its key, line and
+column.
 
 Logging follows --log (SLUICE_LOG), a tracing filter such as `info` or
 `info,sluice_broker=debug`. RUST_LOG is not read, so a RUST_LOG meant for other
@@ -220,6 +227,24 @@ pub fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// Parses a `--listen` value: `HOST:PORT` as in [`parse_socket_addr`], or
+/// the same as a URL, `sluice://HOST:PORT`, as clients write it.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let t = s.trim();
+    let bare = match t.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("sluice") => {
+            rest.strip_suffix('/').unwrap_or(rest)
+        }
+        Some(_) => {
+            return Err(format!(
+                "`{s}`: the only scheme is sluice:// (e.g. sluice://0.0.0.0:7171)"
+            ));
+        }
+        None => t,
+    };
+    parse_socket_addr(bare)
+}
+
 /// Parses a `--metrics-addr` value: `HOST:PORT` as in [`parse_socket_addr`],
 /// or `off`.
 pub fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
@@ -284,18 +309,58 @@ pub struct RawArgs {
     pub settings: Settings,
 }
 
+/// Declares [`Settings`] once and derives from that declaration what clap
+/// and serde do not: the list of keys and the merge of two layers.
+macro_rules! settings {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$field_meta:meta])* pub $field:ident: Option<$ty:ty>,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: Option<$ty>,)*
+        }
+
+        impl $name {
+            /// The keys a config file may hold: the flag names with
+            /// underscores, in the order of `--help`.
+            pub const KEYS: &[&str] = &[$(stringify!($field)),*];
+
+            /// This layer, with each setting it lacks taken from `lower`.
+            #[must_use]
+            pub fn or(self, lower: $name) -> $name {
+                $name {
+                    $($field: self.$field.or(lower.$field),)*
+                }
+            }
+        }
+    };
+}
+
+settings! {
 /// Every setting, each optional: one layer of configuration (the command
 /// line and environment, or a config file) before the layers are merged.
-#[derive(Debug, Clone, Default, PartialEq, Args)]
+///
+/// This is the one declaration of each setting: its name is the flag
+/// (`--frame-bytes-max`), the variable (`SLUICE_FRAME_BYTES_MAX`) and the
+/// config file key (`frame_bytes_max`); its doc comment is the help; its
+/// parser reads the flag, the variable and the file alike.
+#[derive(Debug, Clone, Default, PartialEq, Args, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Settings {
-    /// Address for clients, HOST:PORT [default: 127.0.0.1:7171]. A
-    /// non-loopback address needs --auth-token-file or --insecure.
-    #[arg(long, env = "SLUICE_LISTEN", value_name = "HOST:PORT", value_parser = parse_socket_addr)]
+    /// Address for clients, HOST:PORT or sluice://HOST:PORT, the host an IP
+    /// address or localhost [default: 127.0.0.1:7171]. A non-loopback
+    /// address needs --token-file or --insecure.
+    #[arg(long, env = "SLUICE_LISTEN", value_name = "HOST:PORT", value_parser = parse_listen)]
+    #[serde(deserialize_with = "file::listen")]
     pub listen: Option<SocketAddr>,
 
     /// Shards, one thread per core, 1..=64 [default: the CPUs of --cpus
     /// when it lists them, else the available cores].
     #[arg(long, env = "SLUICE_SHARDS", value_name = "N", value_parser = parse_count)]
+    #[serde(deserialize_with = "file::count")]
     pub shards: Option<u64>,
 
     /// Where shard threads run: `auto` pins shard i to the i-th CPU this
@@ -303,38 +368,45 @@ pub struct Settings {
     /// to the scheduler, a list such as `0,2-3` pins shard i to its i-th
     /// CPU [default: auto].
     #[arg(long, env = "SLUICE_CPUS", value_name = "auto|none|LIST", value_parser = parse_cpus)]
+    #[serde(deserialize_with = "file::cpus")]
     pub cpus: Option<CpuPlacement>,
 
     /// Kernel interface: auto (io_uring, else epoll), uring (or fail), epoll
     /// [default: auto].
     #[arg(long, env = "SLUICE_IO", value_name = "BACKEND", value_parser = parse_io)]
+    #[serde(deserialize_with = "file::io")]
     pub io: Option<IoChoice>,
 
     /// The broker's clock: real, or manual (for tests: it stands still
     /// until an ADVANCE_CLOCK request moves it; leases, delays and
     /// retention end only then) [default: real].
     #[arg(long, env = "SLUICE_CLOCK", value_name = "real|manual", value_parser = parse_clock)]
+    #[serde(deserialize_with = "file::clock")]
     pub clock: Option<ClockChoice>,
 
     /// File holding the auth token every client must present, up to 1024
     /// bytes; trailing line ends are trimmed [default: no token].
-    #[arg(long, env = "SLUICE_AUTH_TOKEN_FILE", value_name = "PATH")]
-    pub auth_token_file: Option<PathBuf>,
+    #[arg(long, env = "SLUICE_TOKEN_FILE", value_name = "PATH")]
+    #[serde(deserialize_with = "file::path")]
+    pub token_file: Option<PathBuf>,
 
     /// PEM certificate chain (the server's own first): clients must
     /// connect with TLS. Needs --tls-key [default: plain text].
     #[arg(long, env = "SLUICE_TLS_CERT", value_name = "PATH")]
+    #[serde(deserialize_with = "file::path")]
     pub tls_cert: Option<PathBuf>,
 
     /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1) [default:
     /// none, plain text].
     #[arg(long, env = "SLUICE_TLS_KEY", value_name = "PATH")]
+    #[serde(deserialize_with = "file::path")]
     pub tls_key: Option<PathBuf>,
 
     /// PEM CA certificates: every client must present a certificate that
     /// chains to one of them. Needs --tls-cert [default: no client
     /// certificates].
     #[arg(long, env = "SLUICE_TLS_CLIENT_CA", value_name = "PATH")]
+    #[serde(deserialize_with = "file::path")]
     pub tls_client_ca: Option<PathBuf>,
 
     /// Allow a non-loopback --listen address without an auth token
@@ -348,70 +420,84 @@ pub struct Settings {
         default_missing_value = "true",
         value_parser = BoolishValueParser::new()
     )]
+    #[serde(deserialize_with = "file::boolean")]
     pub insecure: Option<bool>,
 
     /// Address of the Prometheus endpoint (/metrics, /healthz), HOST:PORT
     /// (port 0: any free port) or `off` [default: 127.0.0.1:7172].
     #[arg(long, env = "SLUICE_METRICS_ADDR", value_name = "HOST:PORT|off", value_parser = parse_metrics_addr)]
+    #[serde(deserialize_with = "file::metrics_addr")]
     pub metrics_addr: Option<MetricsAddr>,
 
     /// Open client connections; more are refused with an error frame
     /// [default: 10000].
     #[arg(long, env = "SLUICE_MAX_CONNECTIONS", value_name = "N", value_parser = parse_count)]
+    #[serde(deserialize_with = "file::count")]
     pub max_connections: Option<u64>,
 
     /// Largest frame after HELLO, 4KiB..=64MiB [default: 1MiB].
     #[arg(long, env = "SLUICE_FRAME_BYTES_MAX", value_name = "SIZE", value_parser = parse_size)]
+    #[serde(deserialize_with = "file::size")]
     pub frame_bytes_max: Option<u64>,
 
     /// Largest frame before HELLO succeeded, 2KiB..=--frame-bytes-max
     /// [default: 4KiB].
     #[arg(long, env = "SLUICE_HELLO_FRAME_BYTES_MAX", value_name = "SIZE", value_parser = parse_size)]
+    #[serde(deserialize_with = "file::size")]
     pub hello_frame_bytes_max: Option<u64>,
 
     /// Time from accept to a successful HELLO before the connection is closed
     /// [default: 10s].
     #[arg(long, env = "SLUICE_HELLO_TIMEOUT", value_name = "DURATION", value_parser = parse_time)]
+    #[serde(deserialize_with = "file::duration")]
     pub hello_timeout: Option<Duration>,
 
     /// Time to finish a frame once its first byte arrived before the
     /// connection is closed [default: 30s].
     #[arg(long, env = "SLUICE_FRAME_TIMEOUT", value_name = "DURATION", value_parser = parse_time)]
+    #[serde(deserialize_with = "file::duration")]
     pub frame_timeout: Option<Duration>,
 
     /// Requests in flight per connection; beyond it the connection is not
     /// read until replies drain [default: 1024].
     #[arg(long, env = "SLUICE_REQUESTS_IN_FLIGHT_MAX", value_name = "N", value_parser = parse_count)]
+    #[serde(deserialize_with = "file::count")]
     pub requests_in_flight_max: Option<u64>,
 
     /// Unsent reply bytes per connection; beyond it the connection is not
     /// read until it drains; at least --frame-bytes-max [default: 4MiB].
     #[arg(long, env = "SLUICE_UNSENT_BYTES_MAX", value_name = "SIZE", value_parser = parse_size)]
+    #[serde(deserialize_with = "file::size")]
     pub unsent_bytes_max: Option<u64>,
 
     /// Unsent reply bytes of all connections together; at least
     /// --unsent-bytes-max [default: 256MiB].
     #[arg(long, env = "SLUICE_UNSENT_BYTES_TOTAL_MAX", value_name = "SIZE", value_parser = parse_size)]
+    #[serde(deserialize_with = "file::size")]
     pub unsent_bytes_total_max: Option<u64>,
 
     /// Memory for messages (bodies, attributes, per-message state, dedup
     /// entries); sends fail with Busy beyond it [default: half of the cgroup
     /// memory limit, or of physical memory].
     #[arg(long, env = "SLUICE_MEMORY_MAX", value_name = "SIZE", value_parser = parse_size)]
+    #[serde(deserialize_with = "file::size")]
     pub memory_max: Option<u64>,
 
     /// Queues the server holds [default: 10000].
     #[arg(long, env = "SLUICE_QUEUES_MAX", value_name = "N", value_parser = parse_count)]
+    #[serde(deserialize_with = "file::count")]
     pub queues_max: Option<u64>,
 
     /// Log filter in tracing's env-filter syntax, e.g. `info` or
     /// `warn,sluice_broker=debug`; RUST_LOG is not read [default: info].
     #[arg(long, env = "SLUICE_LOG", value_name = "FILTER")]
+    #[serde(deserialize_with = "file::string")]
     pub log: Option<String>,
 
     /// On SIGTERM or Ctrl-C, time to answer requests in flight before
     /// exiting anyway [default: 10s].
     #[arg(long, env = "SLUICE_SHUTDOWN_TIMEOUT", value_name = "DURATION", value_parser = parse_time)]
+    #[serde(deserialize_with = "file::duration")]
     pub shutdown_timeout: Option<Duration>,
 
     /// After its last work, a shard polls its connections and rings this
@@ -420,6 +506,7 @@ pub struct Settings {
     /// connection), at the price of that CPU time spinning after each burst.
     /// Up to 10ms [default: 0s, off].
     #[arg(long, env = "SLUICE_IDLE_SPIN", value_name = "DURATION", value_parser = parse_time)]
+    #[serde(deserialize_with = "file::duration")]
     pub idle_spin: Option<Duration>,
 
     /// Snapshot file: written on a graceful shutdown (SIGTERM, Ctrl-C) with
@@ -427,37 +514,13 @@ pub struct Settings {
     /// renamed to PATH.loaded-MS, MS the Unix time in ms [default: none, a
     /// restart loses everything].
     #[arg(long, env = "SLUICE_SNAPSHOT", value_name = "PATH")]
+    #[serde(deserialize_with = "file::path")]
     pub snapshot: Option<PathBuf>,
+}
 }
 
 /// The keys a config file may hold: the flag names with underscores.
-pub const CONFIG_FILE_KEYS: [&str; 25] = [
-    "listen",
-    "shards",
-    "cpus",
-    "io",
-    "clock",
-    "auth_token_file",
-    "tls_cert",
-    "tls_key",
-    "tls_client_ca",
-    "insecure",
-    "metrics_addr",
-    "max_connections",
-    "frame_bytes_max",
-    "hello_frame_bytes_max",
-    "hello_timeout",
-    "frame_timeout",
-    "requests_in_flight_max",
-    "unsent_bytes_max",
-    "unsent_bytes_total_max",
-    "memory_max",
-    "queues_max",
-    "log",
-    "shutdown_timeout",
-    "idle_spin",
-    "snapshot",
-];
+pub const CONFIG_FILE_KEYS: &[&str] = Settings::KEYS;
 
 impl RawArgs {
     /// Parses `args` (program name first) with the environment given by
@@ -489,177 +552,6 @@ impl RawArgs {
         });
         let matches = command.try_get_matches_from(args)?;
         RawArgs::from_arg_matches(&matches)
-    }
-}
-
-impl Settings {
-    /// This layer, with each setting it lacks taken from `lower`.
-    pub fn or(self, lower: Settings) -> Settings {
-        Settings {
-            listen: self.listen.or(lower.listen),
-            shards: self.shards.or(lower.shards),
-            cpus: self.cpus.or(lower.cpus),
-            io: self.io.or(lower.io),
-            clock: self.clock.or(lower.clock),
-            auth_token_file: self.auth_token_file.or(lower.auth_token_file),
-            tls_cert: self.tls_cert.or(lower.tls_cert),
-            tls_key: self.tls_key.or(lower.tls_key),
-            tls_client_ca: self.tls_client_ca.or(lower.tls_client_ca),
-            insecure: self.insecure.or(lower.insecure),
-            metrics_addr: self.metrics_addr.or(lower.metrics_addr),
-            max_connections: self.max_connections.or(lower.max_connections),
-            frame_bytes_max: self.frame_bytes_max.or(lower.frame_bytes_max),
-            hello_frame_bytes_max: self.hello_frame_bytes_max.or(lower.hello_frame_bytes_max),
-            hello_timeout: self.hello_timeout.or(lower.hello_timeout),
-            frame_timeout: self.frame_timeout.or(lower.frame_timeout),
-            requests_in_flight_max: self.requests_in_flight_max.or(lower.requests_in_flight_max),
-            unsent_bytes_max: self.unsent_bytes_max.or(lower.unsent_bytes_max),
-            unsent_bytes_total_max: self.unsent_bytes_total_max.or(lower.unsent_bytes_total_max),
-            memory_max: self.memory_max.or(lower.memory_max),
-            queues_max: self.queues_max.or(lower.queues_max),
-            log: self.log.or(lower.log),
-            shutdown_timeout: self.shutdown_timeout.or(lower.shutdown_timeout),
-            idle_spin: self.idle_spin.or(lower.idle_spin),
-            snapshot: self.snapshot.or(lower.snapshot),
-        }
-    }
-
-    /// Reads a config file: at most [`CONFIG_FILE_BYTES_MAX`] bytes of TOML.
-    /// A relative `auth_token_file`, `tls_cert`, `tls_key` or
-    /// `tls_client_ca` in it is taken relative to the file's folder.
-    pub fn from_file(path: &Path) -> Result<Settings, ConfigError> {
-        let read_error = |source| ConfigError::ReadConfigFile {
-            path: path.to_owned(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(read_error)?;
-        let mut text = String::new();
-        file.take(CONFIG_FILE_BYTES_MAX + 1)
-            .read_to_string(&mut text)
-            .map_err(read_error)?;
-        if text.len() as u64 > CONFIG_FILE_BYTES_MAX {
-            return Err(ConfigError::ConfigFileTooLarge {
-                path: path.to_owned(),
-                max: format_bytes(CONFIG_FILE_BYTES_MAX),
-            });
-        }
-        let mut settings = Settings::from_toml(&text, path)?;
-        for file in [
-            &mut settings.auth_token_file,
-            &mut settings.tls_cert,
-            &mut settings.tls_key,
-            &mut settings.tls_client_ca,
-            &mut settings.snapshot,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if file.is_relative() {
-                if let Some(folder) = path.parent() {
-                    *file = folder.join(&*file);
-                }
-            }
-        }
-        Ok(settings)
-    }
-
-    /// Parses config file text; `path` names the file in errors.
-    pub fn from_toml(text: &str, path: &Path) -> Result<Settings, ConfigError> {
-        let table: toml::Table =
-            text.parse()
-                .map_err(|err: toml::de::Error| ConfigError::ConfigFileSyntax {
-                    path: path.to_owned(),
-                    message: err.to_string(),
-                })?;
-        let mut settings = Settings::default();
-        for (key, value) in &table {
-            settings
-                .set_from_toml(key, value)
-                .map_err(|problem| match problem {
-                    KeyProblem::Unknown => ConfigError::UnknownKey {
-                        path: path.to_owned(),
-                        key: key.clone(),
-                        known: CONFIG_FILE_KEYS.join(", "),
-                    },
-                    KeyProblem::Value(message) => ConfigError::BadValue {
-                        path: path.to_owned(),
-                        key: key.clone(),
-                        message,
-                    },
-                })?;
-        }
-        Ok(settings)
-    }
-
-    fn set_from_toml(&mut self, key: &str, value: &toml::Value) -> Result<(), KeyProblem> {
-        fn text(value: &toml::Value) -> Result<String, KeyProblem> {
-            match value {
-                toml::Value::String(s) => Ok(s.clone()),
-                toml::Value::Integer(n) => Ok(n.to_string()),
-                other => Err(KeyProblem::Value(format!(
-                    "expected a string or a number, found a {}",
-                    other.type_str()
-                ))),
-            }
-        }
-        fn with<T>(
-            value: &toml::Value,
-            parse: impl Fn(&str) -> Result<T, String>,
-        ) -> Result<Option<T>, KeyProblem> {
-            parse(&text(value)?).map(Some).map_err(KeyProblem::Value)
-        }
-        match key {
-            "listen" => self.listen = with(value, parse_socket_addr)?,
-            "shards" => self.shards = with(value, parse_count)?,
-            "cpus" => self.cpus = with(value, parse_cpus)?,
-            "io" => self.io = with(value, parse_io)?,
-            "clock" => self.clock = with(value, parse_clock)?,
-            "auth_token_file" => self.auth_token_file = Some(toml_path(value)?),
-            "tls_cert" => self.tls_cert = Some(toml_path(value)?),
-            "tls_key" => self.tls_key = Some(toml_path(value)?),
-            "tls_client_ca" => self.tls_client_ca = Some(toml_path(value)?),
-            "snapshot" => self.snapshot = Some(toml_path(value)?),
-            "insecure" => match value {
-                toml::Value::Boolean(b) => self.insecure = Some(*b),
-                other => {
-                    return Err(KeyProblem::Value(format!(
-                        "expected true or false, found a {}",
-                        other.type_str()
-                    )));
-                }
-            },
-            "metrics_addr" => self.metrics_addr = with(value, parse_metrics_addr)?,
-            "max_connections" => self.max_connections = with(value, parse_count)?,
-            "frame_bytes_max" => self.frame_bytes_max = with(value, parse_size)?,
-            "hello_frame_bytes_max" => self.hello_frame_bytes_max = with(value, parse_size)?,
-            "hello_timeout" => self.hello_timeout = with(value, parse_time)?,
-            "frame_timeout" => self.frame_timeout = with(value, parse_time)?,
-            "requests_in_flight_max" => self.requests_in_flight_max = with(value, parse_count)?,
-            "unsent_bytes_max" => self.unsent_bytes_max = with(value, parse_size)?,
-            "unsent_bytes_total_max" => self.unsent_bytes_total_max = with(value, parse_size)?,
-            "memory_max" => self.memory_max = with(value, parse_size)?,
-            "queues_max" => self.queues_max = with(value, parse_count)?,
-            "log" => self.log = with(value, |s| Ok(s.to_owned()))?,
-            "shutdown_timeout" => self.shutdown_timeout = with(value, parse_time)?,
-            "idle_spin" => self.idle_spin = with(value, parse_time)?,
-            _ => return Err(KeyProblem::Unknown),
-        }
-        Ok(())
-    }
-}
-
-enum KeyProblem {
-    Unknown,
-    Value(String),
-}
-
-fn toml_path(value: &toml::Value) -> Result<PathBuf, KeyProblem> {
-    match value {
-        toml::Value::String(s) => Ok(PathBuf::from(s)),
-        other => Err(KeyProblem::Value(format!(
-            "expected a path in a string, found a {}",
-            other.type_str()
-        ))),
     }
 }
 
@@ -864,16 +756,18 @@ pub enum ConfigError {
         max: String,
     },
     /// The config file is not valid TOML.
-    #[error("config file {} is not valid TOML: {message}", path.display())]
+    #[error("config file {}, {at}: not valid TOML: {message}", path.display())]
     ConfigFileSyntax {
         /// The file.
         path: PathBuf,
-        /// The TOML parser's message, with line and column.
+        /// Where the parser stopped.
+        at: Position,
+        /// The TOML parser's message.
         message: String,
     },
     /// The config file holds a key that is no setting.
     #[error(
-        "config file {}: unknown key `{key}`; the keys are the flag names with underscores: {known}",
+        "config file {}, {at}: unknown key `{key}`; the keys are the flag names with underscores: {known}",
         path.display()
     )]
     UnknownKey {
@@ -881,21 +775,25 @@ pub enum ConfigError {
         path: PathBuf,
         /// The key as written.
         key: String,
+        /// Where the key is.
+        at: Position,
         /// The keys that exist.
         known: String,
     },
-    /// A config file value does not parse.
-    #[error("config file {}: bad value for `{key}`: {message}", path.display())]
+    /// A config file value does not parse, or is of the wrong type.
+    #[error("config file {}, {at}: bad value for `{key}`: {message}", path.display())]
     BadValue {
         /// The file.
         path: PathBuf,
         /// The key.
         key: String,
+        /// Where the value is.
+        at: Position,
         /// What is wrong and what would be accepted.
         message: String,
     },
     /// The auth token file could not be read.
-    #[error("cannot read auth token file {} (--auth-token-file): {source}", path.display())]
+    #[error("cannot read auth token file {} (--token-file): {source}", path.display())]
     ReadTokenFile {
         /// The file.
         path: PathBuf,
@@ -904,7 +802,7 @@ pub enum ConfigError {
     },
     /// The auth token file holds no token.
     #[error(
-        "auth token file {} is empty: put the token in it, or drop --auth-token-file",
+        "auth token file {} is empty: put the token in it, or drop --token-file",
         path.display()
     )]
     TokenFileEmpty {
@@ -982,7 +880,7 @@ pub enum ConfigError {
     /// A non-loopback listen address without a token or `--insecure`.
     #[error(
         "refusing to listen on {listen} without an auth token: anyone who can reach it could \
-         read and delete every message. Give --auth-token-file FILE, listen on a loopback \
+         read and delete every message. Give --token-file FILE, listen on a loopback \
          address (e.g. 127.0.0.1:{port}), or pass --insecure if the network is trusted"
     )]
     InsecureListen {
@@ -1218,11 +1116,7 @@ impl Config {
         if metrics == Some(listen) && listen.port() != 0 {
             return Err(ConfigError::MetricsOnListenAddr { addr: listen });
         }
-        let auth_token = s
-            .auth_token_file
-            .as_deref()
-            .map(AuthToken::read)
-            .transpose()?;
+        let auth_token = s.token_file.as_deref().map(AuthToken::read).transpose()?;
         let tls = match (s.tls_cert, s.tls_key, s.tls_client_ca) {
             (Some(cert), Some(key), ca) => Some(TlsSettings::load(cert, key, ca)?),
             (None, None, None) => None,
@@ -1315,11 +1209,11 @@ impl fmt::Display for Config {
         match &self.auth_token {
             Some(token) => writeln!(
                 f,
-                "auth_token_file = {}  # token of {} bytes, not shown",
+                "token_file = {}  # token of {} bytes, not shown",
                 quoted(&token.path.to_string_lossy()),
                 token.bytes.len()
             )?,
-            None => writeln!(f, "# auth_token_file: none, clients need no token")?,
+            None => writeln!(f, "# token_file: none, clients need no token")?,
         }
         match &self.tls {
             Some(tls) => {
@@ -1330,7 +1224,10 @@ impl fmt::Display for Config {
                     None => writeln!(f, "# tls_client_ca: none, clients need no certificate")?,
                 }
             }
-            None => writeln!(f, "# tls_cert: none, clients connect in plain text")?,
+            None => writeln!(
+                f,
+                "# tls_cert, tls_key, tls_client_ca: none, clients connect in plain text"
+            )?,
         }
         writeln!(f, "insecure = {}", self.insecure)?;
         match self.metrics {

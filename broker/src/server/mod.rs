@@ -188,7 +188,7 @@ pub enum StartError {
     /// (the configuration refuses this too; checked again for a [`Config`]
     /// built by hand).
     #[error(
-        "refusing to listen on {0} without an auth token: give --auth-token-file, a loopback \
+        "refusing to listen on {0} without an auth token: give --token-file, a loopback \
          address, or --insecure"
     )]
     InsecureListen(SocketAddr),

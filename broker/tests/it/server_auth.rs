@@ -40,7 +40,7 @@ fn a_token_is_required_on_every_connection(io: IoChoice) {
     let path = token.0.to_string_lossy().into_owned();
     let Some(server) = testing::TestServer::builder()
         .io(io)
-        .args(&["--auth-token-file", &path])
+        .args(&["--token-file", &path])
         .start_or_skip()
     else {
         return;

@@ -5,7 +5,10 @@
 //! seccomp filter that blocks io_uring as containers' default profiles do
 //! (it falls back to epoll, with a WARN line and
 //! `sluice_io_backend_fallback 1`). Each needs a process of its own: CPU
-//! affinity, the open-files limit and seccomp filters are per process.
+//! affinity, the open-files limit and seccomp filters are per process. And
+//! the binary as configured: decimal, `us` and `M` values and a
+//! `sluice://` listen address are taken, a bad config file value is refused
+//! with its key, line and column.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -538,3 +541,64 @@ both_backends!(
     a_cpu_outside_the_mask_is_refused_at_start,
     out_of_descriptors_refuses_new_connections_and_keeps_the_open_ones,
 );
+
+/// The shared grammar end to end: a URL for `--listen`, a decimal duration,
+/// microseconds and a decimal binary size are taken, and the logged
+/// effective configuration shows what they were read as.
+#[test]
+fn the_binary_takes_decimal_and_short_forms() {
+    let mut server = Process::spawn(
+        "exec \"$@\"",
+        &[
+            "--listen",
+            "sluice://127.0.0.1:0",
+            "--metrics-addr",
+            "off",
+            "--shards",
+            "1",
+            "--memory-max",
+            "0.0625GiB",
+            "--hello-timeout",
+            "1.5s",
+            "--idle-spin",
+            "250us",
+            "--unsent-bytes-max",
+            "1.5M",
+            "--io",
+            "epoll",
+        ],
+    );
+    server.wait_for("hello_timeout = \"1s500ms\"");
+    server.wait_for("idle_spin = \"250us\"");
+    server.wait_for("unsent_bytes_max = \"1536KiB\"");
+    server.wait_for("memory_max = \"64MiB\"");
+    let addr = server.listen_addr();
+    assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+    server.stop();
+}
+
+/// A config file with a bad value stops the binary before it starts, with
+/// exit status 2 and the key, line and column on standard error.
+#[test]
+fn a_bad_config_file_value_is_refused_with_its_position() {
+    let path = std::env::temp_dir().join(format!("sluice-bad-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "# the broker\nlisten = \"127.0.0.1:0\"\nhello_timeout = \"10 parsecs\"\n",
+    )
+    .expect("write the config file");
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .env_remove("SLUICE_CONFIG")
+        .output()
+        .expect("run sluice-server");
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 3, column 17: bad value for `hello_timeout`")
+            && stderr.contains("parsecs"),
+        "{stderr}"
+    );
+}

@@ -18,6 +18,8 @@ use std::fmt;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use sluice_protocol::units::parse_address;
+
 pub mod beanstalkd;
 pub mod nats;
 pub mod redis;
@@ -289,15 +291,25 @@ pub struct TargetUrl {
 impl TargetUrl {
     /// Reads `sluice://HOST:PORT`, `redis://...`, `beanstalkd://...` or
     /// `nats://...`; the port defaults to the peer's usual one. sluice
-    /// takes several brokers, comma-separated: `sluice://a:1,b:2,c:3`.
+    /// takes several brokers, comma-separated: `sluice://a:1,b:2,c:3`, and
+    /// a bare `HOST:PORT` (or `a:1,b:2`) is sluice too, as for the server
+    /// and the `sluice` command.
     pub fn parse(input: &str) -> Result<TargetUrl, UrlError> {
         let err = |reason: &str| UrlError {
             input: input.to_owned(),
             reason: reason.to_owned(),
         };
-        let (scheme, rest) = input
-            .split_once("://")
-            .ok_or_else(|| err("expected SCHEME://HOST:PORT"))?;
+        let (scheme, rest) = match input.split_once("://") {
+            Some(pair) => pair,
+            // HOST:PORT alone is a sluice broker, as everywhere in sluice;
+            // here the port is required, as a bare name is likely a typo.
+            None => {
+                for one in input.split(',') {
+                    parse_address(one).map_err(|e| err(&e.to_string()))?;
+                }
+                ("sluice", input)
+            }
+        };
         let kind = match scheme {
             "sluice" => Kind::Sluice,
             "redis" => Kind::Redis,
@@ -488,8 +500,16 @@ mod tests {
         let v6 = TargetUrl::parse("sluice://[::1]:7000").unwrap();
         assert_eq!((v6.host.as_str(), v6.port), ("::1", 7000));
         assert_eq!(v6.to_string(), "sluice://[::1]:7000");
+        let bare = TargetUrl::parse("127.0.0.1:7000").unwrap();
+        assert_eq!(bare, TargetUrl::parse("sluice://127.0.0.1:7000").unwrap());
+        assert_eq!(
+            TargetUrl::parse("a:1,[::1]:2").unwrap(),
+            TargetUrl::parse("sluice://a:1,[::1]:2").unwrap()
+        );
         for bad in [
-            "127.0.0.1:6379",
+            "127.0.0.1",
+            "a:1,b",
+            "",
             "kafka://h:1",
             "redis://:6379",
             "redis://h:99999",

@@ -26,7 +26,7 @@ use super::{
     Adapter, AdapterError, Finished, QueueSpec, REPLY_TIMEOUT, Receipt, Role, Setting, Target,
     TargetUrl,
 };
-use crate::units::format_duration;
+use sluice_protocol::units::format_duration;
 
 const PEER: &str = "nats";
 /// The durable consumer every pass uses.

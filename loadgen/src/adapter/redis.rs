@@ -34,7 +34,7 @@ use super::wire::{LineConn, parse_u64, push_u64, text};
 use super::{
     Adapter, AdapterError, Finished, QueueSpec, Receipt, Role, Setting, Target, TargetUrl,
 };
-use crate::units::format_duration;
+use sluice_protocol::units::format_duration;
 
 const PEER: &str = "redis";
 /// The consumer group every pass uses.

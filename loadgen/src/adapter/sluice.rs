@@ -40,7 +40,7 @@ use super::{
     Adapter, AdapterError, CONNECT_TIMEOUT, Finished, QueueSpec, REPLY_TIMEOUT, Receipt, Role,
     Setting, Target, TargetUrl,
 };
-use crate::units::format_duration;
+use sluice_protocol::units::format_duration;
 
 const PEER: &str = "sluice";
 /// The reconnect backoff: the load generator fails a pass rather than

@@ -14,7 +14,7 @@ use sluice_loadgen::chaos::report::{self, SuiteJson};
 use sluice_loadgen::chaos::server::ServerSpec;
 use sluice_loadgen::chaos::soak::{self, SoakSpec};
 use sluice_loadgen::chaos::{Ctx, Mode, faults};
-use sluice_loadgen::units::parse_duration;
+use sluice_loadgen::flags::parse_duration;
 
 /// Exit status when a fault or the soak found a violation.
 const EXIT_VIOLATION: u8 = 1;

@@ -6,15 +6,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 
 use sluice_loadgen::adapter::TargetUrl;
 use sluice_loadgen::config::{RunConfig, RunSpec, Workload};
+use sluice_loadgen::flags::{parse_count, parse_duration, parse_size, read_token_file};
 use sluice_loadgen::report::{self, hgrm, json, markdown, svg, table};
 use sluice_loadgen::run::{self, Output, PassReport};
 use sluice_loadgen::slo::Slo;
-use sluice_loadgen::units::{parse_count, parse_duration, parse_size};
 
 /// Exit status when a pass failed (a broker error, a refused set-up).
 const EXIT_FAILED: u8 = 1;
@@ -59,14 +59,17 @@ impl From<WorkloadArg> for Workload {
     version,
     after_help = "Exit status: 0 all passes ran and met the SLO; 1 a pass failed; 2 bad flags; \
                   3 an SLO was violated; 4 messages were lost.\n\
-                  Every flag but --target also reads SLUICE_LOADGEN_<FLAG> from the environment."
+                  Every flag but --target and --token-file also reads SLUICE_LOADGEN_<FLAG> from the \
+                  environment; --token-file reads SLUICE_TOKEN_FILE, as sluice-server and sluice do.\n\
+                  Durations (250us, 1.5s, 2m) and sizes (100, 4KiB, 1M, 1.5MiB) follow the grammar \
+                  sluice-server and sluice share; counts take k, M, G (10^3, 10^6, 10^9)."
 )]
 struct Args {
     /// The workload to run.
     #[arg(value_enum)]
     workload: WorkloadArg,
 
-    /// A broker to drive: sluice://HOST:PORT, redis://HOST:PORT,
+    /// A broker to drive: sluice://HOST:PORT (or HOST:PORT), redis://HOST:PORT,
     /// beanstalkd://HOST:PORT or nats://HOST:PORT; sluice://A,B,C drives
     /// several sluice brokers as one, a queue on each (connection n on
     /// queue n mod brokers). Repeat to compare: every target runs the same
@@ -175,8 +178,8 @@ struct Args {
     fail_ratio: Option<f64>,
 
     /// File holding the auth token (sluice HELLO, Redis AUTH, NATS
-    /// auth_token; beanstalkd has none).
-    #[arg(long, value_name = "PATH", env = "SLUICE_LOADGEN_TOKEN_FILE")]
+    /// auth_token; beanstalkd has none); trailing line ends are ignored.
+    #[arg(long, value_name = "PATH", env = "SLUICE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
 
     /// Write the results as JSON: an array with one object per target and
@@ -210,16 +213,6 @@ struct Args {
     quiet: bool,
 }
 
-fn read_token(path: &PathBuf) -> Result<String> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the token file {}", path.display()))?;
-    let token = text.trim();
-    if token.is_empty() {
-        bail!("the token file {} is empty", path.display());
-    }
-    Ok(token.to_owned())
-}
-
 fn write_outputs(args: &Args, reports: &[PassReport], workload: Workload) -> Result<()> {
     if let Some(path) = &args.json {
         let mut f = std::io::BufWriter::new(
@@ -249,7 +242,12 @@ fn write_outputs(args: &Args, reports: &[PassReport], workload: Workload) -> Res
 
 fn main_inner() -> Result<ExitCode> {
     let args = Args::parse();
-    let token = args.token_file.as_ref().map(read_token).transpose()?;
+    let token = args
+        .token_file
+        .as_deref()
+        .map(read_token_file)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let cfg = RunConfig::new(RunSpec {
         workload: Some(args.workload.into()),
         targets: args.targets.clone(),

@@ -4,9 +4,9 @@
 
 use std::io::{self, Write};
 
+use crate::report::format_us;
 use crate::run::{PassOutcome, PassReport};
 use crate::stats::Percentiles;
-use crate::units::format_us;
 
 /// One target's medians.
 struct Row {

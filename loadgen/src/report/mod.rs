@@ -36,3 +36,25 @@ pub fn merged_by_target(reports: &[PassReport]) -> Vec<(TargetUrl, Histogram<u64
         })
         .collect()
 }
+
+/// Formats a duration given in microseconds for a table: `850us`, `1.25ms`,
+/// `3.40s` (two decimals: a reading, not a setting to paste back).
+pub fn format_us(us: u64) -> String {
+    if us < 1_000 {
+        format!("{us}us")
+    } else if us < 1_000_000 {
+        format!("{:.2}ms", us as f64 / 1e3)
+    } else {
+        format!("{:.2}s", us as f64 / 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn format_us() {
+        assert_eq!(super::format_us(850), "850us");
+        assert_eq!(super::format_us(1_250), "1.25ms");
+        assert_eq!(super::format_us(3_400_000), "3.40s");
+    }
+}

@@ -5,9 +5,9 @@
 use std::io::{self, Write};
 
 use crate::config::Workload;
+use crate::report::format_us;
 use crate::run::{PassOutcome, PassReport};
 use crate::stats::Percentiles;
-use crate::units::format_us;
 
 fn latency_row(out: &mut dyn Write, name: &str, p: &Percentiles) -> io::Result<()> {
     if p.count == 0 {

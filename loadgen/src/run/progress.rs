@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::Pass;
+use crate::report::format_us;
 use crate::stats::{Percentiles, new_histogram};
-use crate::units::format_us;
 
 /// How often the line is printed.
 const INTERVAL: Duration = Duration::from_secs(1);

@@ -8,6 +8,7 @@
 
 mod chaos;
 mod cli;
+mod grammar;
 mod nats;
 mod peers;
 mod sluice;

@@ -336,7 +336,7 @@ fn sluice_auth() {
     std::fs::create_dir_all(&dir).unwrap();
     let token = dir.join("token");
     std::fs::write(&token, "s3cret\n").unwrap();
-    let server = SluiceServer::start(&["--auth-token-file", token.to_str().unwrap()]);
+    let server = SluiceServer::start(&["--token-file", token.to_str().unwrap()]);
     check_auth(&server.url());
     let _ = std::fs::remove_dir_all(&dir);
 }

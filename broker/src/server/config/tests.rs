@@ -147,7 +147,7 @@ fn every_flag(token_path: &str) -> Vec<String> {
         "--shards=3",
         "--cpus=1-2,5",
         "--io=epoll",
-        &format!("--auth-token-file={token_path}"),
+        &format!("--token-file={token_path}"),
         "--insecure",
         "--metrics-addr=[::1]:0",
         "--max-connections=500",
@@ -318,7 +318,9 @@ fn the_process_environment_is_not_read_with_an_explicit_one() {
 fn syntax_errors_on_the_command_line() {
     for (args, needle) in [
         (&["--hello-timeout=10"][..], "has no unit"),
-        (&["--frame-timeout=1.5s"], "fractions"),
+        (&["--frame-timeout=1.5"], "has no unit"),
+        (&["--frame-timeout=.5s"], "not a duration"),
+        (&["--frame-bytes-max=1.5B"], "whole number of bytes"),
         (&["--frame-bytes-max=1MB"], "ambiguous"),
         (&["--io=kqueue"], "auto, uring or epoll"),
         (&["--listen=example.com:80"], "IP address"),
@@ -369,13 +371,13 @@ fn config_file_errors_name_the_file_and_key() {
         (
             "frame_bytes_max = [1]\n",
             "frame_bytes_max",
-            "found a array",
+            "invalid type: sequence, expected a string or a whole number",
         ),
         ("max_connections = -5\n", "max_connections", "whole number"),
         ("insecure = \"yes\"\n", "insecure", "true or false"),
-        ("auth_token_file = 3\n", "auth_token_file", "path"),
+        ("token_file = 3\n", "token_file", "path"),
         ("io = \"fast\"\n", "io", "auto, uring or epoll"),
-        ("shards = 2.5\n", "shards", "found a float"),
+        ("shards = 2.5\n", "shards", "floating point `2.5`"),
     ] {
         let file = TempFile::new("bad.toml", text.as_bytes());
         let e = err(&["--config", file.path()]);
@@ -409,6 +411,124 @@ fn config_file_errors_name_the_file_and_key() {
 }
 
 #[test]
+fn config_file_errors_give_the_line_and_column() {
+    let bad_duration = TempFile::new(
+        "parsecs.toml",
+        b"# a broker\nlisten = \"127.0.0.1:7171\"\nhello_timeout = \"10 parsecs\"\n",
+    );
+    let e = err(&["--config", bad_duration.path()]);
+    let message = e.to_string();
+    assert!(
+        matches!(&e, ConfigError::BadValue { key, at: Position { line: 3, column: 17 }, .. } if key == "hello_timeout"),
+        "{message}"
+    );
+    assert!(
+        message.contains(bad_duration.path())
+            && message.contains("line 3, column 17")
+            && message.contains("`hello_timeout`")
+            && message.contains("`parsecs` in `10 parsecs` is not a unit"),
+        "{message}"
+    );
+
+    // A wrong type: the value's position, after a multi-byte character
+    // (columns count characters).
+    let wrong_type = TempFile::new(
+        "type.toml",
+        "log = \"é\"\n  insecure   = \"yes\"\n".as_bytes(),
+    );
+    let e = err(&["--config", wrong_type.path()]);
+    assert!(
+        matches!(&e, ConfigError::BadValue { key, at: Position { line: 2, column: 16 }, message, .. }
+            if key == "insecure" && message.contains("true or false")),
+        "{e}"
+    );
+    let wide = TempFile::new("wide.toml", "log = \"é\" ; shards = 1\n".as_bytes());
+    assert!(matches!(
+        err(&["--config", wide.path()]),
+        ConfigError::ConfigFileSyntax {
+            at: Position {
+                line: 1,
+                column: 11
+            },
+            ..
+        }
+    ));
+
+    // An unknown key: the key's position.
+    let unknown = TempFile::new(
+        "unknown.toml",
+        b"shards = 1\n\n   visibility_timeout = \"30s\"\n",
+    );
+    let e = err(&["--config", unknown.path()]);
+    assert!(
+        matches!(&e, ConfigError::UnknownKey { key, at: Position { line: 3, column: 4 }, .. } if key == "visibility_timeout"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("line 3, column 4"), "{e}");
+
+    // A bad size in a table-free file written as an integer that is too
+    // large for the setting's parser.
+    let size = TempFile::new("size.toml", b"frame_bytes_max = \"1.5B\"\n");
+    let e = err(&["--config", size.path()]);
+    assert!(
+        e.to_string().contains("line 1, column 19")
+            && e.to_string().contains("whole number of bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn decimal_and_short_forms_in_flags_variables_and_file() {
+    let want = |c: &Config| {
+        assert_eq!(c.frame_timeout, Duration::from_millis(1500));
+        assert_eq!(c.idle_spin, Duration::from_micros(250));
+        assert_eq!(c.unsent_bytes_max, 3 << 19);
+        assert_eq!(c.frame_bytes_max, 1 << 20);
+    };
+    want(&ok(&[
+        "--frame-timeout=1.5s",
+        "--idle-spin=250us",
+        "--unsent-bytes-max=1.5MiB",
+        "--frame-bytes-max=1M",
+    ]));
+    want(
+        &config_env(
+            &[],
+            &[
+                ("SLUICE_FRAME_TIMEOUT", "1s 500ms"),
+                ("SLUICE_IDLE_SPIN", "0.25ms"),
+                ("SLUICE_UNSENT_BYTES_MAX", "1.5M"),
+                ("SLUICE_FRAME_BYTES_MAX", "1024KiB"),
+            ],
+        )
+        .expect("valid environment"),
+    );
+    let file = TempFile::new(
+        "forms.toml",
+        b"frame_timeout = \"0.025m\"\nidle_spin = \"250000ns\"\n\
+          unsent_bytes_max = 1572864\nframe_bytes_max = \"0.0009765625GiB\"\n",
+    );
+    want(&ok(&["--config", file.path()]));
+}
+
+#[test]
+fn listen_takes_a_sluice_url_too() {
+    assert_eq!(
+        ok(&["--listen=sluice://127.0.0.1:7000"]).listen,
+        sock("127.0.0.1:7000")
+    );
+    assert_eq!(ok(&["--listen=SLUICE://[::1]:0/"]).listen, sock("[::1]:0"));
+    let file = TempFile::new("listen.toml", b"listen = \"sluice://localhost:7001\"\n");
+    assert_eq!(
+        ok(&["--config", file.path()]).listen,
+        sock("127.0.0.1:7001")
+    );
+    for bad in ["redis://127.0.0.1:1", "sluice://", "sluice://127.0.0.1"] {
+        assert!(raw(&["--listen", bad], &[]).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn a_relative_token_path_in_a_config_file_is_beside_the_file() {
     let token = TempFile::new("beside-token", TOKEN.as_bytes());
     let name = token
@@ -418,7 +538,7 @@ fn a_relative_token_path_in_a_config_file_is_beside_the_file() {
         .expect("UTF-8 name");
     let file = TempFile::new(
         "relative.toml",
-        format!("auth_token_file = {}\n", quoted(name)).as_bytes(),
+        format!("token_file = {}\n", quoted(name)).as_bytes(),
     );
     let c = ok(&["--config", file.path()]);
     assert_eq!(c.auth_token.expect("token read").path(), token.0.as_path());
@@ -593,7 +713,7 @@ fn a_public_address_needs_a_token_or_insecure() {
         );
         let message = e.to_string();
         assert!(
-            message.contains("--auth-token-file") && message.contains("--insecure"),
+            message.contains("--token-file") && message.contains("--insecure"),
             "{message}"
         );
         assert!(ok(&["--listen", listen, "--insecure"]).insecure);
@@ -608,27 +728,27 @@ fn a_public_address_needs_a_token_or_insecure() {
         ok(&["--listen", listen]);
     }
     let token = TempFile::new("token", TOKEN.as_bytes());
-    let c = ok(&["--listen=0.0.0.0:7171", "--auth-token-file", token.path()]);
+    let c = ok(&["--listen=0.0.0.0:7171", "--token-file", token.path()]);
     assert!(c.auth_token.is_some() && !c.insecure);
 }
 
 #[test]
 fn token_file_problems() {
     let missing = "/nonexistent/sluice/token";
-    let e = err(&["--auth-token-file", missing]);
+    let e = err(&["--token-file", missing]);
     assert!(matches!(e, ConfigError::ReadTokenFile { .. }), "{e}");
     assert!(e.to_string().contains(missing), "{e}");
 
     let folder = std::env::temp_dir();
     let folder = folder.to_str().expect("UTF-8 temp folder");
     assert!(matches!(
-        err(&["--auth-token-file", folder]),
+        err(&["--token-file", folder]),
         ConfigError::ReadTokenFile { .. }
     ));
 
     for content in [&b""[..], b"\n", b"\r\n\n"] {
         let empty = TempFile::new("empty-token", content);
-        let e = err(&["--auth-token-file", empty.path()]);
+        let e = err(&["--token-file", empty.path()]);
         assert!(
             matches!(e, ConfigError::TokenFileEmpty { .. }),
             "{content:?}: {e}"
@@ -638,18 +758,18 @@ fn token_file_problems() {
 
     let max = wire::AUTH_TOKEN_BYTES_MAX;
     let longest = TempFile::new("longest", format!("{}\r\n", "x".repeat(max)).as_bytes());
-    let c = ok(&["--auth-token-file", longest.path()]);
+    let c = ok(&["--token-file", longest.path()]);
     assert_eq!(c.auth_token.expect("read").as_bytes().len(), max);
     for content in [format!("{}\n", "x".repeat(max + 1)), "x".repeat(100_000)] {
         let long = TempFile::new("long", content.as_bytes());
         assert!(matches!(
-            err(&["--auth-token-file", long.path()]),
+            err(&["--token-file", long.path()]),
             ConfigError::TokenTooLong { .. }
         ));
     }
 
     let inner = TempFile::new("inner", b"a b\nc\n\n");
-    let c = ok(&["--auth-token-file", inner.path()]);
+    let c = ok(&["--token-file", inner.path()]);
     assert_eq!(
         c.auth_token.expect("read").as_bytes(),
         b"a b\nc",
@@ -660,7 +780,7 @@ fn token_file_problems() {
 #[test]
 fn the_token_is_compared_and_never_shown() {
     let token = TempFile::new("token", format!("{TOKEN}\n").as_bytes());
-    let c = ok(&["--auth-token-file", token.path()]);
+    let c = ok(&["--token-file", token.path()]);
     let t = c.auth_token.as_ref().expect("read");
     assert!(t.matches(TOKEN.as_bytes()));
     assert!(!t.matches(b"s3cr3t-t0ken-valuX"));
@@ -795,7 +915,28 @@ fn the_effective_configuration_reads_back_as_a_config_file() {
         "{rendered}"
     );
     assert!(rendered.contains("memory_max = \"4GiB\"  # half of physical memory (8GiB)\n"));
-    assert!(rendered.contains("# auth_token_file: none"), "{rendered}");
+    assert!(rendered.contains("# token_file: none"), "{rendered}");
+}
+
+/// The printed configuration is written by hand from the validated values;
+/// this keeps it in step with the one declaration of the settings.
+#[test]
+fn the_effective_configuration_names_every_setting() {
+    let token = TempFile::new("token", TOKEN.as_bytes());
+    let args = every_flag(token.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for c in [ok(&[]), ok(&args)] {
+        let rendered = c.to_string();
+        for key in Settings::KEYS {
+            assert!(
+                rendered.lines().any(|l| l.starts_with(&format!("{key} = "))
+                    || l.strip_prefix("# ")
+                        .and_then(|c| c.split_once(':'))
+                        .is_some_and(|(keys, _)| keys.split(", ").any(|k| k == *key))),
+                "`{key}` is not in the effective configuration:\n{rendered}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -867,7 +1008,11 @@ fn tls_takes_a_certificate_and_its_key_from_flags_environment_or_file() {
     .unwrap();
     let c = ok(&["--config", file.to_str().unwrap()]);
     assert_eq!(c.tls.map(|t| t.cert), Some(pki.server_cert()));
-    assert!(ok(&[]).to_string().contains("# tls_cert: none"));
+    assert!(
+        ok(&[])
+            .to_string()
+            .contains("# tls_cert, tls_key, tls_client_ca: none")
+    );
 }
 
 #[test]
