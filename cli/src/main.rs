@@ -93,10 +93,10 @@ fn tls(cli: &Cli) -> Result<Option<TlsConfig>, Failure> {
 fn connect(cli: &Cli) -> Result<Client, Failure> {
     let mut config = ClientConfig::new(cli.addr.clone());
     if let Some(path) = &cli.token_file {
-        config = config.auth_token(read_token(path)?);
+        config = config.with_auth_token(read_token(path)?);
     }
     if let Some(tls) = tls(cli)? {
-        config = config.tls(tls);
+        config = config.with_tls(tls);
     }
     Ok(Client::connect(config)?)
 }

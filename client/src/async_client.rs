@@ -111,7 +111,7 @@ const HELLO_CHUNK_BYTES: usize = 4 * 1024;
 /// Connects and says HELLO.
 async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
     let addr = config.addr();
-    let timeout = config.get_connect_timeout();
+    let timeout = config.connect_timeout();
     let connecting = async {
         let mut stream = TcpStream::connect(addr)
             .await
@@ -120,10 +120,9 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
             .set_nodelay(true)
             .map_err(|e| connect_error(addr, e))?;
         // TLS first, when configured.
-        let tls = match config.get_tls() {
+        let tls = match config.tls_session(addr)? {
             None => None,
-            Some(tls) => {
-                let session = tls.start(addr)?;
+            Some(session) => {
                 let tls_failed =
                     |e: Error| connect_error(addr, std::io::Error::other(e.to_string()));
                 let mut out = Vec::new();
@@ -206,7 +205,7 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
         })??;
     let heartbeat = config
         .heartbeat_interval()
-        .map(|interval| (interval, config.get_request_timeout()));
+        .map(|interval| (interval, config.request_timeout()));
     Ok(AsyncConn::start(
         stream, tls, hello, decoder, buf, heartbeat,
     ))
@@ -319,7 +318,7 @@ impl AsyncClient {
     /// # Errors
     /// [`Error::Timeout`] after the request time-out; connection failures.
     pub async fn call(&self, request: &Request) -> Result<Reply> {
-        self.call_with(request, self.inner.config.get_request_timeout())
+        self.call_with(request, self.inner.config.request_timeout())
             .await
     }
 
@@ -336,7 +335,7 @@ impl AsyncClient {
     /// # Errors
     /// The outer error when nothing could be sent.
     pub async fn call_many(&self, requests: &[Request]) -> Result<Vec<Result<Reply>>> {
-        let timeout = self.inner.config.get_request_timeout() + ops::longest_wait(requests);
+        let timeout = self.inner.config.request_timeout() + ops::longest_wait(requests);
         let deadline = Instant::now() + timeout;
         let mut ids = vec![0u32; requests.len()];
         let conn = self.submit(requests, &mut ids).await?;
@@ -355,7 +354,7 @@ impl AsyncClient {
 
     async fn run<O: Operation>(&self, op: &O) -> Result<O::Output> {
         let request = op.request()?;
-        let timeout = self.inner.config.get_request_timeout() + op.extra_wait();
+        let timeout = self.inner.config.request_timeout() + op.extra_wait();
         ops::parse::<O>(self.call_with(&request, timeout).await)
     }
 

@@ -56,7 +56,7 @@
 //! use sluice_client::consumer::{LeasePlan, LeaseStep};
 //! use sluice_client::{ClientConfig, Error, ErrorCode};
 //!
-//! let config = ClientConfig::default().request_timeout(Duration::from_secs(5));
+//! let config = ClientConfig::default().with_request_timeout(Duration::from_secs(5));
 //! assert_eq!(config.addr(), "127.0.0.1:7171");
 //! // Backoff after 1, 2, 3 failed connects: 50 ms, 100 ms, 200 ms.
 //! let policy = config.reconnect_policy();
@@ -139,7 +139,9 @@
 #![deny(missing_docs)]
 #![doc(test(attr(deny(warnings))))]
 
+#[cfg(feature = "async")]
 mod async_client;
+#[cfg(feature = "blocking")]
 mod blocking;
 pub mod config;
 pub mod consumer;
@@ -150,14 +152,23 @@ mod ops;
 mod pending;
 pub mod producer;
 pub mod sharded;
+#[cfg(feature = "tls")]
 pub mod tls;
+#[cfg(not(feature = "tls"))]
+#[path = "tls_none.rs"]
+mod tls;
 
+#[cfg(feature = "async")]
 pub use async_client::AsyncClient;
+#[cfg(feature = "blocking")]
 pub use blocking::{Client, PendingReply};
 pub use config::{ClientConfig, ReconnectPolicy};
 pub use error::{Error, Result};
 pub use ops::{ClockReading, ReceiveOptions, RedriveOutcome};
-pub use sharded::{AsyncShardedClient, ShardedClient};
+#[cfg(feature = "async")]
+pub use sharded::AsyncShardedClient;
+#[cfg(feature = "blocking")]
+pub use sharded::ShardedClient;
 pub use sluice_protocol::{
     AttributeUpdate, Backoff, ErrorCode, HelloReply, MessageAttributes, MessageId, PeekedMessage,
     QueueAttributes, QueueInfo, QueueStats, Receipt, ReceivedMessage, RedrivePolicy, Reply,

@@ -427,6 +427,19 @@ pub(crate) fn single<T>(results: Vec<Result<T>>) -> Result<T> {
     }
 }
 
+/// Refuses a frame above the server's limit before it is sent (the server
+/// would close the connection).
+pub(crate) fn check_frame_size(len: usize, frame_bytes_max: u32) -> Result<()> {
+    let max = usize::try_from(frame_bytes_max).unwrap_or(usize::MAX);
+    if len > max {
+        return Err(Error::InvalidArgument(format!(
+            "a request of {len} bytes is above the server's frame limit of {max} bytes; \
+             nothing was sent"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use sluice_protocol::{ErrorCode, MessageId, WireError};

@@ -54,10 +54,13 @@ use sluice_protocol::{
     ServerStatsReply,
 };
 
+#[cfg(feature = "async")]
+use crate::AsyncClient;
+#[cfg(feature = "blocking")]
+use crate::Client;
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
 use crate::ops::{ClockReading, ReceiveOptions, RedriveOutcome};
-use crate::{AsyncClient, Client};
 
 /// The broker `key` goes to among `addrs`: the index of the address whose
 /// hash with `key` is highest (SipHash-1-3, zero key, over the address's
@@ -162,8 +165,10 @@ impl<C> Clone for Sharded<C> {
 }
 
 /// The blocking sharded client.
+#[cfg(feature = "blocking")]
 pub type ShardedClient = Sharded<Client>;
 /// The async (tokio) sharded client.
+#[cfg(feature = "async")]
 pub type AsyncShardedClient = Sharded<AsyncClient>;
 
 impl<C> Sharded<C> {
@@ -172,7 +177,7 @@ impl<C> Sharded<C> {
         let brokers = addrs
             .into_iter()
             .map(|addr| {
-                let c = client(config.clone().address(addr.clone()));
+                let c = client(config.clone().with_addr(addr.clone()));
                 (addr, c)
             })
             .collect();
@@ -470,9 +475,12 @@ macro_rules! sharded_ops {
     };
 }
 
+#[cfg(feature = "blocking")]
 sharded_ops!(Client, , []);
+#[cfg(feature = "async")]
 sharded_ops!(AsyncClient, async, [.await]);
 
+#[cfg(feature = "blocking")]
 impl ShardedClient {
     /// A client for the brokers `config.addr()` lists, comma-separated
     /// (`"a:7171,b:7171,c:7171"`); every other setting applies to each
@@ -490,6 +498,7 @@ impl ShardedClient {
     }
 }
 
+#[cfg(feature = "async")]
 impl AsyncShardedClient {
     /// As [`ShardedClient::connect`], for the async client.
     ///
@@ -529,7 +538,7 @@ fn connected<C>(client: &Sharded<C>, pings: Vec<(String, Result<Duration>)>) -> 
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "blocking"))]
 mod tests {
     use super::*;
 

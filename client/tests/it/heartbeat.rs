@@ -24,9 +24,10 @@ fn counter(stats: &sluice_client::ServerStatsReply, name: &str) -> u64 {
 #[test]
 fn a_blocking_client_that_idles_or_long_polls_keeps_its_connection_and_leases() {
     let server = TestServer::start();
-    let client = sluice_client::Client::connect(server.client_config().session_timeout(SESSION))
-        .expect("connects");
-    assert_eq!(client.config().get_session_timeout(), Some(SESSION));
+    let client =
+        sluice_client::Client::connect(server.client_config().with_session_timeout(SESSION))
+            .expect("connects");
+    assert_eq!(client.config().session_timeout(), Some(SESSION));
     client
         .create_queue("q", &AttributeUpdate::default())
         .unwrap();
@@ -62,10 +63,11 @@ fn a_blocking_client_that_idles_or_long_polls_keeps_its_connection_and_leases() 
 fn an_async_client_that_idles_or_long_polls_keeps_its_connection_and_leases() {
     let server = TestServer::start();
     runtime().block_on(async {
-        let client =
-            sluice_client::AsyncClient::connect(server.client_config().session_timeout(SESSION))
-                .await
-                .expect("connects");
+        let client = sluice_client::AsyncClient::connect(
+            server.client_config().with_session_timeout(SESSION),
+        )
+        .await
+        .expect("connects");
         client
             .create_queue("q", &AttributeUpdate::default())
             .await
@@ -106,8 +108,9 @@ fn a_dropped_client_with_a_heartbeat_goes_away_and_its_bound_leases_come_back() 
         .create_queue("q", &AttributeUpdate::default())
         .unwrap();
     let sent = watcher.send("q", "x").unwrap();
-    let client = sluice_client::Client::connect(server.client_config().session_timeout(SESSION))
-        .expect("connects");
+    let client =
+        sluice_client::Client::connect(server.client_config().with_session_timeout(SESSION))
+            .expect("connects");
     let held = client
         .receive(
             "q",

@@ -12,8 +12,8 @@ fn config(servers: &[&TestServer]) -> ClientConfig {
     let addrs: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();
     servers[0]
         .client_config()
-        .address(addrs.join(","))
-        .reconnect_delays(Duration::from_millis(10), Duration::from_millis(50))
+        .with_addr(addrs.join(","))
+        .with_reconnect_delays(Duration::from_millis(10), Duration::from_millis(50))
 }
 
 fn names(client: &Client) -> BTreeSet<String> {

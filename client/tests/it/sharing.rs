@@ -188,7 +188,7 @@ fn a_request_times_out_while_another_thread_reads() {
     let proxy = Proxy::start(server.addr);
     let config = server
         .client_config()
-        .request_timeout(Duration::from_millis(300));
+        .with_request_timeout(Duration::from_millis(300));
     let c = proxy.client(config);
     c.create_queue("idle", &AttributeUpdate::default()).unwrap();
     c.create_queue("held", &AttributeUpdate::default()).unwrap();

@@ -41,8 +41,8 @@ impl TestServer {
     /// The client configuration for this server.
     pub fn client_config(&self) -> ClientConfig {
         ClientConfig::new(self.addr.to_string())
-            .request_timeout(Duration::from_secs(30))
-            .reconnect_delays(Duration::from_millis(20), Duration::from_millis(200))
+            .with_request_timeout(Duration::from_secs(30))
+            .with_reconnect_delays(Duration::from_millis(20), Duration::from_millis(200))
     }
 
     /// A blocking client.
@@ -154,7 +154,7 @@ impl Proxy {
 
     /// A blocking client through the proxy.
     pub fn client(&self, config: ClientConfig) -> Client {
-        Client::connect(config.address(self.addr.to_string())).expect("client connects")
+        Client::connect(config.with_addr(self.addr.to_string())).expect("client connects")
     }
 }
 

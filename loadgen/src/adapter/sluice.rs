@@ -179,15 +179,15 @@ impl SluiceTarget {
 
     fn config(&self, addr: &str) -> ClientConfig {
         let mut config = ClientConfig::new(addr)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .request_timeout(REPLY_TIMEOUT)
-            .reconnect_delays(RECONNECT_DELAY_INITIAL, RECONNECT_DELAY_MAX)
-            .read_spin(self.read_spin);
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_request_timeout(REPLY_TIMEOUT)
+            .with_reconnect_delays(RECONNECT_DELAY_INITIAL, RECONNECT_DELAY_MAX)
+            .with_read_spin(self.read_spin);
         if let Some(token) = &self.token {
-            config = config.auth_token(Bytes::copy_from_slice(token.as_bytes()));
+            config = config.with_auth_token(Bytes::copy_from_slice(token.as_bytes()));
         }
         if let Some(tls) = &self.tls {
-            config = config.tls(tls.clone());
+            config = config.with_tls(tls.clone());
         }
         config
     }

@@ -26,9 +26,9 @@ const DRAIN_VISIBILITY: Duration = Duration::from_secs(600);
 /// The connection or its HELLO failed.
 pub fn client(addr: &str) -> Result<Client, ChaosError> {
     let config = ClientConfig::new(addr)
-        .connect_timeout(Duration::from_secs(5))
-        .request_timeout(REQUEST_TIMEOUT)
-        .reconnect_delays(Duration::from_millis(10), Duration::from_millis(200));
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_request_timeout(REQUEST_TIMEOUT)
+        .with_reconnect_delays(Duration::from_millis(10), Duration::from_millis(200));
     Client::connect(config).map_err(|e| ChaosError::Client(format!("connect to {addr}: {e}")))
 }
 
