@@ -17,16 +17,18 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::{
-    AttributeUpdate, HelloReply, PeekedMessage, QueueInfo, Receipt, ReceivedMessage, Reply,
-    Request, SendEntry, SendOutcome, ServerStatsReply,
+    HelloReply, PeekedMessage, Receipt, ReceivedMessage, Reply, Request, SendOutcome,
+    ServerStatsReply,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::attributes::{QueueInfo, QueueOptions};
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
+use crate::message::SendEntry;
 use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
@@ -374,20 +376,21 @@ impl AsyncClient {
         Ok(start.elapsed())
     }
 
-    /// Creates a queue; see [`Client::create_queue`](crate::Client::create_queue).
+    /// Creates a queue; absent options take their defaults. Returns true
+    /// when it was created, false when it existed with the same attributes.
     ///
     /// # Errors
     /// `QueueExists`, `InvalidArgument`.
-    pub async fn create_queue(&self, queue: &str, attributes: &AttributeUpdate) -> Result<bool> {
-        self.run(&ops::CreateQueue(queue, attributes)).await
+    pub async fn create_queue(&self, queue: &str, options: &QueueOptions) -> Result<bool> {
+        self.run(&ops::CreateQueue(queue, options)).await
     }
 
     /// Changes a queue's attributes.
     ///
     /// # Errors
     /// `QueueNotFound`, `InvalidArgument`.
-    pub async fn set_queue(&self, queue: &str, update: &AttributeUpdate) -> Result<()> {
-        self.run(&ops::SetQueue(queue, update)).await
+    pub async fn set_queue(&self, queue: &str, options: &QueueOptions) -> Result<()> {
+        self.run(&ops::SetQueue(queue, options)).await
     }
 
     /// Deletes a queue and its messages.
@@ -411,7 +414,7 @@ impl AsyncClient {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub async fn get_queue(&self, queue: &str) -> Result<QueueInfo> {
+    pub async fn queue_info(&self, queue: &str) -> Result<QueueInfo> {
         self.run(&ops::GetQueue(queue)).await
     }
 
@@ -419,7 +422,7 @@ impl AsyncClient {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub async fn purge_queue(&self, queue: &str) -> Result<u64> {
+    pub async fn purge_queue(&self, queue: &str) -> Result<usize> {
         self.run(&ops::PurgeQueue(queue)).await
     }
 
@@ -511,7 +514,7 @@ impl AsyncClient {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub async fn redrive(&self, queue: &str, max_messages: u32) -> Result<RedriveOutcome> {
+    pub async fn redrive(&self, queue: &str, max_messages: usize) -> Result<RedriveOutcome> {
         self.run(&ops::Redrive(queue, max_messages)).await
     }
 
@@ -519,7 +522,7 @@ impl AsyncClient {
     ///
     /// # Errors
     /// `QueueNotFound`, `InvalidArgument`.
-    pub async fn peek(&self, queue: &str, max_messages: u16) -> Result<Vec<PeekedMessage>> {
+    pub async fn peek(&self, queue: &str, max_messages: usize) -> Result<Vec<PeekedMessage>> {
         self.run(&ops::Peek(queue, max_messages)).await
     }
 

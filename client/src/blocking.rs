@@ -17,13 +17,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_protocol::{
-    AttributeUpdate, HelloReply, PeekedMessage, QueueInfo, Receipt, ReceivedMessage, Reply,
-    Request, SendEntry, SendOutcome, ServerStatsReply,
+    HelloReply, PeekedMessage, Receipt, ReceivedMessage, Reply, Request, SendOutcome,
+    ServerStatsReply,
 };
 
+use crate::attributes::{QueueInfo, QueueOptions};
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
+use crate::message::SendEntry;
 use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
@@ -515,17 +517,17 @@ impl Client {
     /// # Errors
     /// `QueueExists` when it exists with different attributes;
     /// `InvalidArgument` for a bad name or attribute.
-    pub fn create_queue(&self, queue: &str, attributes: &AttributeUpdate) -> Result<bool> {
-        self.run(&ops::CreateQueue(queue, attributes))
+    pub fn create_queue(&self, queue: &str, options: &QueueOptions) -> Result<bool> {
+        self.run(&ops::CreateQueue(queue, options))
     }
 
-    /// Changes the attributes `update` names (and removes the policies it
-    /// clears).
+    /// Changes the attributes `options` sets (and removes the policies it
+    /// clears), leaving the others as they are.
     ///
     /// # Errors
     /// `QueueNotFound`, `InvalidArgument`.
-    pub fn set_queue(&self, queue: &str, update: &AttributeUpdate) -> Result<()> {
-        self.run(&ops::SetQueue(queue, update))
+    pub fn set_queue(&self, queue: &str, options: &QueueOptions) -> Result<()> {
+        self.run(&ops::SetQueue(queue, options))
     }
 
     /// Deletes a queue and its messages.
@@ -549,7 +551,7 @@ impl Client {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub fn get_queue(&self, queue: &str) -> Result<QueueInfo> {
+    pub fn queue_info(&self, queue: &str) -> Result<QueueInfo> {
         self.run(&ops::GetQueue(queue))
     }
 
@@ -557,7 +559,7 @@ impl Client {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub fn purge_queue(&self, queue: &str) -> Result<u64> {
+    pub fn purge_queue(&self, queue: &str) -> Result<usize> {
         self.run(&ops::PurgeQueue(queue))
     }
 
@@ -649,7 +651,7 @@ impl Client {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub fn redrive(&self, queue: &str, max_messages: u32) -> Result<RedriveOutcome> {
+    pub fn redrive(&self, queue: &str, max_messages: usize) -> Result<RedriveOutcome> {
         self.run(&ops::Redrive(queue, max_messages))
     }
 
@@ -657,7 +659,7 @@ impl Client {
     ///
     /// # Errors
     /// `QueueNotFound`, `InvalidArgument`.
-    pub fn peek(&self, queue: &str, max_messages: u16) -> Result<Vec<PeekedMessage>> {
+    pub fn peek(&self, queue: &str, max_messages: usize) -> Result<Vec<PeekedMessage>> {
         self.run(&ops::Peek(queue, max_messages))
     }
 

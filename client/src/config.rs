@@ -148,7 +148,7 @@ impl ClientConfig {
         Ok(ClientConfig::new(addr))
     }
 
-    /// A configuration from the environment: every variable of [`env`]
+    /// A configuration from the environment: every variable of [`env`](mod@env)
     /// that is set overrides the default (an unset or empty one leaves
     /// it). Durations take the units of the command line (`250ms`, `10s`,
     /// `1m30s`).

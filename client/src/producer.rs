@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_protocol::SendOutcome;
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
-use sluice_protocol::{SendEntry, SendOutcome};
 #[cfg(feature = "async")]
 use tokio::sync::{Semaphore, mpsc, oneshot};
 #[cfg(feature = "async")]
@@ -21,6 +21,7 @@ use crate::AsyncClient;
 #[cfg(feature = "blocking")]
 use crate::Client;
 use crate::error::{Error, Result};
+use crate::message::SendEntry;
 
 pub use crate::limits::{BATCH_MAX_DEFAULT, IN_FLIGHT_DEFAULT, LINGER_DEFAULT};
 use crate::limits::{QUEUED_MAX, SEND_FRAME_OVERHEAD_BYTES};

@@ -175,7 +175,9 @@ pub fn hash_key(name: &str) -> &str {
     // rust-version.
     let tag = name.find('{').and_then(|open| {
         let rest = &name[open + 1..];
-        rest.find('}').filter(|&len| len > 0).map(|len| &rest[..len])
+        rest.find('}')
+            .filter(|&len| len > 0)
+            .map(|len| &rest[..len])
     });
     tag.unwrap_or(name)
 }

@@ -1304,22 +1304,21 @@ fn bench_tls_e2e(args: &Args, io: Io, pki: Option<&TestPki>) -> Res<f64> {
     let producer = tls_client(server.addr, pki)?;
     let consumer = tls_client(server.addr, pki)?;
     producer
-        .create_queue(QUEUE, &AttributeUpdate::default())
+        .create_queue(QUEUE, &sluice_client::QueueOptions::new())
         .map_err(|e| format!("create: {e}"))?;
     let total = args.e2e_messages.max(args.batch as u64);
     let batches = total.div_ceil(args.batch as u64);
     let total = batches * args.batch as u64;
-    let entries: Vec<SendEntry> = (0..args.batch)
-        .map(|_| SendEntry::new(Bytes::from(vec![b'x'; args.size])))
+    let entries: Vec<sluice_client::SendEntry> = (0..args.batch)
+        .map(|_| sluice_client::SendEntry::new(Bytes::from(vec![b'x'; args.size])))
         .collect();
     let deleted = AtomicU64::new(0);
     let started = Instant::now();
     thread::scope(|s| -> Res<()> {
         let deleted = &deleted;
         let consumer = s.spawn(move || -> Res<()> {
-            let options =
-                sluice_client::ReceiveOptions::new(u16::try_from(args.batch).unwrap_or(u16::MAX))
-                    .wait(Duration::from_millis(u64::from(RECEIVE_WAIT_MS)));
+            let options = sluice_client::ReceiveOptions::new(args.batch)
+                .wait(Duration::from_millis(u64::from(RECEIVE_WAIT_MS)));
             let mut idle = 0;
             while deleted.load(Ordering::Acquire) < total {
                 let got = consumer

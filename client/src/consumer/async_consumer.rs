@@ -212,8 +212,7 @@ async fn supervise<F, Fut, E>(
                 Err(_) => break,
             }
         }
-        let max = u16::try_from(held.len()).unwrap_or(u16::MAX);
-        let options = ReceiveOptions::new(max)
+        let options = ReceiveOptions::new(held.len())
             .visibility_timeout(visibility)
             .wait(config.poll_wait)
             .bind_leases(config.bind_leases);

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sluice_client::{AttributeUpdate, Error, ReceiveOptions};
+use sluice_client::{Error, QueueOptions, ReceiveOptions};
 
 use crate::util::{TestServer, runtime};
 
@@ -28,9 +28,7 @@ fn a_blocking_client_that_idles_or_long_polls_keeps_its_connection_and_leases() 
         sluice_client::Client::connect(server.client_config().with_session_timeout(SESSION))
             .expect("connects");
     assert_eq!(client.config().session_timeout(), Some(SESSION));
-    client
-        .create_queue("q", &AttributeUpdate::default())
-        .unwrap();
+    client.create_queue("q", &QueueOptions::new()).unwrap();
     client.send("q", "x").unwrap();
     let held = client
         .receive(
@@ -69,7 +67,7 @@ fn an_async_client_that_idles_or_long_polls_keeps_its_connection_and_leases() {
         .await
         .expect("connects");
         client
-            .create_queue("q", &AttributeUpdate::default())
+            .create_queue("q", &QueueOptions::new())
             .await
             .unwrap();
         client.send("q", "x").await.unwrap();
@@ -104,9 +102,7 @@ fn an_async_client_that_idles_or_long_polls_keeps_its_connection_and_leases() {
 fn a_dropped_client_with_a_heartbeat_goes_away_and_its_bound_leases_come_back() {
     let server = TestServer::start();
     let watcher = server.client();
-    watcher
-        .create_queue("q", &AttributeUpdate::default())
-        .unwrap();
+    watcher.create_queue("q", &QueueOptions::new()).unwrap();
     let sent = watcher.send("q", "x").unwrap();
     let client =
         sluice_client::Client::connect(server.client_config().with_session_timeout(SESSION))

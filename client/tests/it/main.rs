@@ -7,6 +7,7 @@ mod heartbeat;
 mod kill;
 mod pipelining;
 mod producer;
+mod queue_handle;
 mod reconnect;
 mod sharded;
 mod sharing;

@@ -12,8 +12,8 @@ use sluice_broker::server::config::IoChoice;
 use sluice_broker::testing::{TestPki, TestServer};
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
-    AsyncClient, AttributeUpdate, Client, ClientConfig, Error, ReceiveOptions, RedrivePolicy,
-    SendEntry,
+    AsyncClient, Client, ClientConfig, Error, QueueOptions, ReceiveOptions, RedrivePolicy,
+    SendEntry, Setting,
 };
 
 use crate::util::runtime;
@@ -51,14 +51,12 @@ macro_rules! every_operation {
     ($c:expr, $($aw:tt)*) => {{
         let c = $c;
         c.ping() $($aw)* .unwrap();
-        assert!(c.create_queue("t.dlq", &AttributeUpdate::default()) $($aw)* .unwrap());
-        let redrive = AttributeUpdate {
-            redrive: Some(RedrivePolicy { dead_letter_queue: "t.dlq".into(), max_receives: 1 }),
-            ..AttributeUpdate::default()
-        };
-        assert!(c.create_queue("t", &AttributeUpdate::default()) $($aw)* .unwrap());
+        assert!(c.create_queue("t.dlq", &QueueOptions::new()) $($aw)* .unwrap());
+        let policy = RedrivePolicy::new("t.dlq", 1);
+        let redrive = QueueOptions::new().redrive(policy.clone());
+        assert!(c.create_queue("t", &QueueOptions::new()) $($aw)* .unwrap());
         c.set_queue("t", &redrive) $($aw)* .unwrap();
-        assert_eq!(c.get_queue("t") $($aw)* .unwrap().attributes.redrive, redrive.redrive);
+        assert_eq!(c.queue_info("t") $($aw)* .unwrap().attributes.redrive, Some(policy));
         let mut names = c.list_queues("t") $($aw)* .unwrap();
         names.sort();
         assert_eq!(names, ["t", "t.dlq"]);
@@ -86,7 +84,7 @@ macro_rules! every_operation {
         assert_eq!(c.redrive("t.dlq", 10) $($aw)* .unwrap().moved, 1);
         assert_eq!(c.purge_queue("t") $($aw)* .unwrap(), 1);
         assert!(c.server_stats() $($aw)* .unwrap().server_version.starts_with("sluice"));
-        c.set_queue("t", &AttributeUpdate { clear_redrive: true, ..AttributeUpdate::default() }) $($aw)* .unwrap();
+        c.set_queue("t", &QueueOptions { redrive: Setting::Clear, ..QueueOptions::default() }) $($aw)* .unwrap();
         c.delete_queue("t.dlq") $($aw)* .unwrap();
         c.delete_queue("t") $($aw)* .unwrap();
     }};
@@ -161,7 +159,7 @@ fn client_certificates_are_required_with_a_client_ca() {
         };
         let with_cert = TlsConfig::with_client_cert(pki.ca_pem(), &cert, &key).unwrap();
         let c = Client::connect(config(&server).with_tls(with_cert.clone())).unwrap();
-        c.create_queue("mtls", &AttributeUpdate::default()).unwrap();
+        c.create_queue("mtls", &QueueOptions::new()).unwrap();
         c.send("mtls", "x").unwrap();
         runtime().block_on(async {
             let c = AsyncClient::connect(config(&server).with_tls(with_cert))
@@ -200,11 +198,9 @@ fn plain_text_on_a_tls_port_and_tls_on_a_plain_port_are_closed_and_disturb_no_on
         };
         let tls_client = Client::connect(config(&tls_server).with_tls(trusting(&pki))).unwrap();
         let plain_client = Client::connect(config(&plain_server)).unwrap();
-        tls_client
-            .create_queue("q", &AttributeUpdate::default())
-            .unwrap();
+        tls_client.create_queue("q", &QueueOptions::new()).unwrap();
         plain_client
-            .create_queue("q", &AttributeUpdate::default())
+            .create_queue("q", &QueueOptions::new())
             .unwrap();
 
         // A plain client on the TLS port: the server says why, in plain text.
@@ -234,7 +230,7 @@ fn plain_text_on_a_tls_port_and_tls_on_a_plain_port_are_closed_and_disturb_no_on
             counter(&plain_client, "connections_refused_tls_on_plain_port"),
             2
         );
-        assert_eq!(tls_client.get_queue("q").unwrap().stats.visible, 1);
+        assert_eq!(tls_client.queue_info("q").unwrap().stats.visible, 1);
     });
 }
 
@@ -270,8 +266,8 @@ fn garbage_on_a_tls_port_closes_only_that_connection() {
             let _ = s.read_to_end(&mut sink);
         }
         c.send_batch("g", &[SendEntry::new("x")]).unwrap_err();
-        c.create_queue("g", &AttributeUpdate::default()).unwrap();
+        c.create_queue("g", &QueueOptions::new()).unwrap();
         c.send("g", "after the garbage").unwrap();
-        assert_eq!(c.get_queue("g").unwrap().stats.visible, 1);
+        assert_eq!(c.queue_info("g").unwrap().stats.visible, 1);
     });
 }
