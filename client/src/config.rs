@@ -417,11 +417,12 @@ impl ReconnectPolicy {
     /// The wait before the next attempt after `failures` consecutive failed
     /// connects (0 after none).
     #[must_use]
-    pub fn delay(&self, failures: u32) -> Duration {
+    pub fn delay(&self, failures: usize) -> Duration {
         if failures == 0 {
             return Duration::ZERO;
         }
-        let factor = 1u32.checked_shl(failures - 1).unwrap_or(u32::MAX);
+        let doublings = u32::try_from(failures - 1).unwrap_or(u32::MAX);
+        let factor = 1u32.checked_shl(doublings).unwrap_or(u32::MAX);
         self.initial
             .checked_mul(factor)
             .map_or(self.max, |d| d.min(self.max))
@@ -433,7 +434,7 @@ impl ReconnectPolicy {
 #[derive(Debug)]
 pub(crate) struct ReconnectState<I> {
     policy: ReconnectPolicy,
-    failures: u32,
+    failures: usize,
     last_failure: Option<I>,
 }
 
@@ -483,7 +484,7 @@ mod tests {
         let p = ReconnectPolicy::new(Duration::from_millis(50), Duration::from_secs(5));
         let delays: Vec<u128> = (0..10).map(|n| p.delay(n).as_millis()).collect();
         assert_eq!(delays, [0, 50, 100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        assert_eq!(p.delay(u32::MAX), Duration::from_secs(5));
+        assert_eq!(p.delay(usize::MAX), Duration::from_secs(5));
         // A cap below the start is raised to it.
         let p = ReconnectPolicy::new(Duration::from_secs(2), Duration::from_secs(1));
         assert_eq!(p.delay(5), Duration::from_secs(2));

@@ -402,5 +402,5 @@ pub(crate) type SharedCounters = Arc<Counters>;
 /// its server does not spin.
 pub(crate) fn retry_pause(failures: u32) -> Duration {
     crate::ReconnectPolicy::new(Duration::from_millis(50), Duration::from_secs(1))
-        .delay(failures.max(1))
+        .delay(failures.max(1) as usize)
 }
