@@ -49,6 +49,7 @@
 //! [`ReceiveOptions`], [`SendEntry`]).
 //!
 //! ```
+//! # #[cfg(feature = "blocking")] {
 //! use std::time::Duration;
 //! use sluice_broker::testing::TestServer;
 //! use sluice_client::{Client, ClientConfig, QueueOptions, ReceiveOptions, SendEntry};
@@ -68,6 +69,7 @@
 //! }
 //! let stats = orders.stats()?;
 //! assert_eq!((stats.sent, stats.depth()), (2, 0));
+//! # }
 //! # Ok::<(), sluice_client::Error>(())
 //! ```
 //!
@@ -78,12 +80,15 @@
 //! [`next`](MessageStream::next).
 //!
 //! ```
+//! # #[cfg(not(feature = "async"))]
+//! # fn main() {}
+//! # #[cfg(feature = "async")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> sluice_client::Result<()> {
 //! use std::time::Duration;
 //! use sluice_broker::testing::TestServer;
 //! use sluice_client::{AsyncClient, ClientConfig, QueueOptions, ReceiveOptions};
 //!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> sluice_client::Result<()> {
 //! let server = TestServer::start();
 //! let client = AsyncClient::connect(ClientConfig::new(server.addr().to_string())).await?;
 //! let events = client.queue("events");
@@ -109,6 +114,7 @@
 //! `sluice://HOST:PORT`.
 //!
 //! ```
+//! # #[cfg(feature = "blocking")] {
 //! use std::time::Duration;
 //! use sluice_broker::testing::TestServer;
 //! use sluice_client::{Client, ClientConfig};
@@ -128,6 +134,7 @@
 //!
 //! let config: ClientConfig = "sluice://broker-1".parse()?;
 //! assert_eq!(config.addr(), "broker-1:7171");
+//! # }
 //! # Ok::<(), sluice_client::Error>(())
 //! ```
 //!
@@ -178,6 +185,7 @@
 //! the protocol, for a `sluice-server --clock manual` started elsewhere.)
 //!
 //! ```
+//! # #[cfg(feature = "blocking")] {
 //! use std::time::Duration;
 //! use sluice_broker::testing::TestServer;
 //! use sluice_client::{Client, ClientConfig, QueueOptions, ReceiveOptions, RedrivePolicy};
@@ -217,6 +225,7 @@
 //! let dead = client.peek("orders.dlq", 10)?;
 //! assert_eq!((dead[0].id, dead[0].receive_count), (sent.id, 4));
 //! // Two minutes of the broker's time passed; the test did not sleep.
+//! # }
 //! # Ok::<(), sluice_client::Error>(())
 //! ```
 #![forbid(unsafe_code)]

@@ -27,6 +27,7 @@
 //!   [`Merged::failed`] rather than failing the whole call.
 //!
 //! ```no_run
+//! # #[cfg(feature = "blocking")] {
 //! use sluice_client::sharded::ShardedClient;
 //! use sluice_client::{ClientConfig, QueueOptions, RedrivePolicy};
 //!
@@ -37,6 +38,7 @@
 //! client.create_queue("{orders}", &options)?;
 //! client.send("{orders}", "order 42")?;
 //! assert_eq!(client.broker_of("{orders}"), client.broker_of("{orders}.dlq"));
+//! # }
 //! # Ok::<(), sluice_client::Error>(())
 //! ```
 

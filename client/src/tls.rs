@@ -25,14 +25,16 @@ use crate::error::{Error, Result};
 const PLAINTEXT_CHUNK_BYTES: usize = 16 * 1024;
 
 /// Whom a client trusts, and what it presents, over TLS. Give it to
-/// [`ClientConfig::tls`](crate::ClientConfig::tls).
+/// [`ClientConfig::with_tls`](crate::ClientConfig::with_tls).
 ///
 /// ```no_run
+/// # #[cfg(feature = "blocking")] {
 /// use sluice_client::{ClientConfig, tls::TlsConfig};
 ///
 /// let tls = TlsConfig::with_ca_file("ca.pem")?.server_name("broker.internal");
 /// let client = sluice_client::Client::connect(ClientConfig::new("10.0.0.5:7171").with_tls(tls))?;
 /// client.ping()?;
+/// # }
 /// # Ok::<(), sluice_client::Error>(())
 /// ```
 #[derive(Clone)]

@@ -7,7 +7,9 @@ use sluice_client::{
     Error, QueueOptions, ReceiveOptions, RedrivePolicy, SendEntry, Setting, sharded::ShardedClient,
 };
 
-use crate::util::{TestServer, runtime};
+use crate::util::TestServer;
+#[cfg(feature = "async")]
+use crate::util::runtime;
 
 fn now(max: usize) -> ReceiveOptions {
     ReceiveOptions::new(max).wait(Duration::ZERO)
@@ -167,6 +169,7 @@ fn a_sharded_client_hands_out_the_handle_of_the_queue_s_broker() {
     }
 }
 
+#[cfg(feature = "async")]
 #[test]
 fn the_message_stream_receives_in_batches_until_the_queue_goes() {
     let server = TestServer::start();
@@ -206,6 +209,7 @@ fn the_message_stream_receives_in_batches_until_the_queue_goes() {
     });
 }
 
+#[cfg(feature = "async")]
 #[test]
 fn a_stream_whose_options_the_wire_cannot_carry_ends_at_once() {
     let server = TestServer::start();
