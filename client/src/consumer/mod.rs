@@ -404,3 +404,50 @@ pub(crate) fn retry_pause(failures: u32) -> Duration {
     crate::ReconnectPolicy::new(Duration::from_millis(50), Duration::from_secs(1))
         .delay(failures.max(1) as usize)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_token_reports_what_its_keeper_says() {
+        let (keeper, token) = LeaseToken::new();
+        let clone = token.clone();
+        assert!(!token.is_lost());
+        assert_eq!(token.reason(), None);
+        keeper.lose(LeaseLost::Expired);
+        keeper.lose(LeaseLost::Refused("StaleReceipt".into()));
+        assert!(clone.is_lost(), "every clone sees it");
+        assert_eq!(
+            clone.reason(),
+            Some(LeaseLost::Refused("StaleReceipt".into())),
+            "the latest reason"
+        );
+        drop(keeper);
+        assert!(token.is_lost(), "a verdict outlives its keeper");
+
+        let (keeper, token) = LeaseToken::new();
+        drop(keeper);
+        assert!(!token.is_lost(), "no verdict, only a keeper gone");
+    }
+
+    #[cfg(feature = "async")]
+    #[test]
+    fn awaiting_a_lost_lease_wakes_when_it_is_lost_or_no_longer_kept() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (keeper, token) = LeaseToken::new();
+        let waiter = std::thread::spawn(move || rt.block_on(token.lost()));
+        keeper.lose(LeaseLost::MaxProcessing);
+        assert_eq!(waiter.join().unwrap(), LeaseLost::MaxProcessing);
+
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (keeper, token) = LeaseToken::new();
+        let waiter = std::thread::spawn(move || rt.block_on(token.lost()));
+        drop(keeper);
+        assert_eq!(waiter.join().unwrap(), LeaseLost::Expired);
+    }
+}
