@@ -164,7 +164,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
             let single = client.addrs().count() == 1;
             let reading = |r: &sluice_client::ClockReading| {
                 let elapsed_ms = u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX);
-                (elapsed_ms, r.wall_ms)
+                (elapsed_ms, unix_ms(r.wall))
             };
             if json && single {
                 for (_, r) in &merged.value {
@@ -400,6 +400,12 @@ fn send(client: &Client, a: &args::SendArgs, json: bool) -> Result<Outcome, Fail
         print(&table.render());
     }
     Ok(outcome)
+}
+
+/// Milliseconds since the Unix epoch, as the JSON output shows times.
+fn unix_ms(t: std::time::SystemTime) -> u64 {
+    let since = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn sluice_protocol_batch_max() -> usize {

@@ -216,8 +216,8 @@ impl Operation for Hello {
 pub struct ClockReading {
     /// Manual time since the server started: every advance so far.
     pub elapsed: Duration,
-    /// The time the broker stamps sent messages with now (Unix ms).
-    pub wall_ms: u64,
+    /// The time the broker stamps sent messages with now.
+    pub wall: std::time::SystemTime,
 }
 
 pub(crate) struct AdvanceClock(pub Duration);
@@ -235,7 +235,10 @@ impl Operation for AdvanceClock {
     }
     fn output(reply: Reply) -> Result<ClockReading> {
         expect!(reply, "ADVANCE_CLOCK", Reply::AdvanceClock { elapsed_ms, wall_ms } =>
-            ClockReading { elapsed: Duration::from_millis(elapsed_ms), wall_ms })
+        ClockReading {
+            elapsed: Duration::from_millis(elapsed_ms),
+            wall: std::time::UNIX_EPOCH + Duration::from_millis(wall_ms),
+        })
     }
 }
 
