@@ -306,7 +306,9 @@ mod asynchronous {
         /// up, for as long as it is polled. Each message is leased as by
         /// [`receive`](AsyncQueue::receive): delete it (or let its lease
         /// run out) as usual. A message received but not yet yielded when
-        /// the stream is dropped is redelivered when its lease ends.
+        /// the stream is dropped is redelivered when its lease ends. Give it
+        /// a wait (up to 20 s): with a zero wait, a stream on an empty queue
+        /// asks the server again after every empty answer.
         ///
         /// A failed receive is yielded as an `Err`; after a
         /// [retryable](crate::Error::is_retryable) one the stream goes on
