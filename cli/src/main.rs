@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 use sluice_client::sharded::{BrokerFailure, ShardedClient as Client};
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
-    AttributeUpdate, Backoff, ClientConfig, Error, MessageAttributes, Receipt, ReceiveOptions,
-    RedrivePolicy, SendEntry,
+    ClientConfig, Error, MessageAttributes, QueueOptions, Receipt, ReceiveOptions, RedrivePolicy,
+    SendEntry, Setting,
 };
 
 use crate::args::{AttributeFlags, Cli, Command, QueueCommand};
@@ -114,10 +114,10 @@ fn tls(cli: &Cli) -> Result<Option<TlsConfig>, Failure> {
 fn connect(cli: &Cli) -> Result<Client, Failure> {
     let mut config = ClientConfig::new(cli.addr.clone());
     if let Some(path) = &cli.token_file {
-        config = config.auth_token(read_token(path)?);
+        config = config.with_auth_token(read_token(path)?);
     }
     if let Some(tls) = tls(cli)? {
-        config = config.tls(tls);
+        config = config.with_tls(tls);
     }
     Ok(Client::connect(config)?)
 }
@@ -159,7 +159,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
         Command::Send(a) => send(&client, a, json),
         Command::Recv(a) => recv(&client, a, json),
         Command::Peek(a) => {
-            let messages = client.peek(&a.queue, a.max)?;
+            let messages = client.peek(&a.queue, a.max.into())?;
             if json {
                 print_json(&Value::Array(
                     messages.iter().map(render::peeked_json).collect(),
@@ -195,7 +195,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
             let single = client.addrs().count() == 1;
             let reading = |r: &sluice_client::ClockReading| {
                 let elapsed_ms = u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX);
-                (elapsed_ms, r.wall_ms)
+                (elapsed_ms, unix_ms(r.wall))
             };
             if json && single {
                 for (_, r) in &merged.value {
@@ -237,7 +237,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
             unreachable!("main runs these without connecting")
         }
         Command::Redrive(a) => {
-            let r = client.redrive(&a.queue, a.max)?;
+            let r = client.redrive(&a.queue, a.max.try_into().unwrap_or(usize::MAX))?;
             if json {
                 print_json(&json!({"moved": r.moved, "stayed": r.stayed}));
             } else {
@@ -278,45 +278,37 @@ fn clock_json(elapsed_ms: u64, wall_ms: u64) -> Value {
     json!({"elapsed_ms": elapsed_ms, "wall": time::rfc3339_ms(wall_ms), "wall_ms": wall_ms})
 }
 
-/// The attribute update the flags describe.
-fn attribute_update(f: &AttributeFlags) -> Result<AttributeUpdate, Failure> {
-    let ms = |d: Option<std::time::Duration>, what: &str| {
-        d.map(|d| duration_ms(d, what))
-            .transpose()
-            .map_err(Failure::Usage)
-    };
-    let backoff = match f.backoff {
-        Some((base, max)) => Some(Backoff {
-            base_ms: duration_ms(base, "backoff base").map_err(Failure::Usage)?,
-            max_ms: duration_ms(max, "backoff max").map_err(Failure::Usage)?,
-        }),
-        None => None,
-    };
+/// The queue options the flags describe.
+fn attribute_update(f: &AttributeFlags) -> Result<QueueOptions, Failure> {
     let message_bytes_max = f
         .max_message_size
         .map(|b| {
-            u32::try_from(b)
+            usize::try_from(b)
                 .map_err(|_| Failure::Usage(format!("--max-message-size {b} is too large")))
         })
         .transpose()?;
-    Ok(AttributeUpdate {
-        visibility_timeout_ms: ms(f.visibility_timeout, "visibility timeout")?,
-        delay_ms: ms(f.delay, "delay")?,
-        retention_ms: ms(f.retention, "retention")?,
+    let max_depth = f
+        .max_depth
+        .map(|n| {
+            usize::try_from(n).map_err(|_| Failure::Usage(format!("--max-depth {n} is too large")))
+        })
+        .transpose()?;
+    Ok(QueueOptions {
+        visibility_timeout: f.visibility_timeout,
+        delay: f.delay,
+        retention: f.retention,
         message_bytes_max,
-        receive_wait_ms: ms(f.wait, "wait")?,
+        receive_wait: f.wait,
         redrive: match (&f.dead_letter, f.max_receives) {
-            (Some(q), Some(n)) => Some(RedrivePolicy {
-                dead_letter_queue: q.clone(),
-                max_receives: n,
-            }),
-            _ => None,
+            (Some(q), Some(n)) => Setting::Set(RedrivePolicy::new(q.clone(), n.into())),
+            _ => Setting::Keep,
         },
-        max_depth: f.max_depth,
-        dedup_window_ms: ms(f.dedup_window, "dedup window")?,
-        backoff,
-        clear_redrive: false,
-        clear_backoff: false,
+        max_depth,
+        dedup_window: f.dedup_window,
+        backoff: match f.backoff {
+            Some((base, max)) => Setting::Set(sluice_client::Backoff { base, max }),
+            None => Setting::Keep,
+        },
     })
 }
 
@@ -337,8 +329,12 @@ fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome,
         }
         QueueCommand::Set(a) => {
             let mut update = attribute_update(&a.attributes)?;
-            update.clear_redrive = a.no_dead_letter;
-            update.clear_backoff = a.no_backoff;
+            if a.no_dead_letter {
+                update.redrive = Setting::Clear;
+            }
+            if a.no_backoff {
+                update.backoff = Setting::Clear;
+            }
             client.set_queue(&a.name, &update)?;
             if json {
                 print_json(&json!({"name": a.name, "updated": true}));
@@ -362,7 +358,7 @@ fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome,
             return Ok(Outcome { failed });
         }
         QueueCommand::Show { name } => {
-            let info = client.get_queue(name)?;
+            let info = client.queue_info(name)?;
             if json {
                 print_json(&render::queue_json(&info));
             } else {
@@ -402,14 +398,9 @@ fn send(client: &Client, a: &args::SendArgs, json: bool) -> Result<Outcome, Fail
     };
     let attributes = MessageAttributes::from_pairs(a.attrs.iter().map(|(k, v)| (k, v)))
         .map_err(|e| Failure::Client(e.into()))?;
-    let delay_ms = a
-        .delay
-        .map(|d| duration_ms(d, "delay"))
-        .transpose()
-        .map_err(Failure::Usage)?;
     let entry = SendEntry {
         body,
-        delay_ms,
+        delay: a.delay,
         dedup_key: a
             .dedup_key
             .as_ref()
@@ -449,12 +440,18 @@ fn send(client: &Client, a: &args::SendArgs, json: bool) -> Result<Outcome, Fail
     Ok(outcome)
 }
 
+/// Milliseconds since the Unix epoch, as the JSON output shows times.
+fn unix_ms(t: std::time::SystemTime) -> u64 {
+    let since = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn sluice_protocol_batch_max() -> usize {
     1024
 }
 
 fn recv(client: &Client, a: &args::RecvArgs, json: bool) -> Result<Outcome, Failure> {
-    let mut options = ReceiveOptions::new(a.max).bind_leases(a.bind);
+    let mut options = ReceiveOptions::new(a.max.into()).bind_leases(a.bind);
     options.visibility_timeout = a.visibility_timeout;
     options.wait = a.wait;
     let messages = client.receive(&a.queue, options)?;

@@ -181,28 +181,33 @@ pub fn peeked_table(messages: &[PeekedMessage]) -> String {
     t.render()
 }
 
+/// Whole milliseconds, as the JSON fields and `format_ms` show times.
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 pub fn attributes_json_of(a: &QueueAttributes) -> Value {
     json!({
-        "visibility_timeout_ms": a.visibility_timeout_ms,
-        "delay_ms": a.delay_ms,
-        "retention_ms": a.retention_ms,
+        "visibility_timeout_ms": ms(a.visibility_timeout),
+        "delay_ms": ms(a.delay),
+        "retention_ms": ms(a.retention),
         "max_message_bytes": a.message_bytes_max,
-        "receive_wait_ms": a.receive_wait_ms,
+        "receive_wait_ms": ms(a.receive_wait),
         "redrive": a.redrive.as_ref().map(|r| json!({
             "dead_letter_queue": r.dead_letter_queue,
             "max_receives": r.max_receives,
         })),
         "max_depth": a.max_depth,
-        "dedup_window_ms": a.dedup_window_ms,
-        "backoff": a.backoff.map(|b| json!({"base_ms": b.base_ms, "max_ms": b.max_ms})),
+        "dedup_window_ms": ms(a.dedup_window),
+        "backoff": a.backoff.map(|b| json!({"base_ms": ms(b.base), "max_ms": ms(b.max)})),
     })
 }
 
 fn stats_fields(s: &QueueStats) -> [(&'static str, u64); 14] {
     [
-        ("visible", s.visible),
-        ("delayed", s.delayed),
-        ("in_flight", s.in_flight),
+        ("visible", s.visible as u64),
+        ("delayed", s.delayed as u64),
+        ("in_flight", s.in_flight as u64),
         ("sent", s.sent),
         ("moved_in", s.moved_in),
         ("received", s.received),
@@ -213,7 +218,7 @@ fn stats_fields(s: &QueueStats) -> [(&'static str, u64); 14] {
         ("redriven", s.redriven),
         ("dropped", s.dropped),
         ("purged", s.purged),
-        ("oldest_age_ms", s.oldest_age_ms),
+        ("oldest_age_ms", ms(s.oldest_age)),
     ]
 }
 
@@ -223,7 +228,7 @@ pub fn queue_json(info: &QueueInfo) -> Value {
         .map(|(k, v)| (k.to_owned(), json!(v)))
         .collect();
     json!({
-        "name": info.queue.as_str(),
+        "name": info.name,
         "attributes": attributes_json_of(&info.attributes),
         "stats": stats,
     })
@@ -233,15 +238,12 @@ pub fn queue_table(info: &QueueInfo) -> String {
     let a = &info.attributes;
     let mut t = Table::new(&["ATTRIBUTE", "VALUE"]);
     let mut put = |k: &str, v: String| t.row(vec![k.to_owned(), v]);
-    put("name", info.queue.as_str().to_owned());
-    put(
-        "visibility_timeout",
-        format_ms(a.visibility_timeout_ms.into()),
-    );
-    put("delay", format_ms(a.delay_ms.into()));
-    put("retention", format_ms(a.retention_ms.into()));
+    put("name", info.name.clone());
+    put("visibility_timeout", format_ms(ms(a.visibility_timeout)));
+    put("delay", format_ms(ms(a.delay)));
+    put("retention", format_ms(ms(a.retention)));
     put("max_message_size", format!("{} bytes", a.message_bytes_max));
-    put("receive_wait", format_ms(a.receive_wait_ms.into()));
+    put("receive_wait", format_ms(ms(a.receive_wait)));
     put(
         "dead_letter",
         a.redrive.as_ref().map_or_else(
@@ -254,18 +256,12 @@ pub fn queue_table(info: &QueueInfo) -> String {
         a.max_depth
             .map_or_else(|| "unbounded".to_owned(), |d| d.to_string()),
     );
-    put("dedup_window", format_ms(a.dedup_window_ms.into()));
+    put("dedup_window", format_ms(ms(a.dedup_window)));
     put(
         "backoff",
         a.backoff.map_or_else(
             || "off".to_owned(),
-            |b| {
-                format!(
-                    "{}:{}",
-                    format_ms(b.base_ms.into()),
-                    format_ms(b.max_ms.into())
-                )
-            },
+            |b| format!("{}:{}", format_ms(ms(b.base)), format_ms(ms(b.max))),
         ),
     );
     let mut s = Table::new(&["STAT", "VALUE"]);
@@ -405,11 +401,11 @@ mod tests {
     #[test]
     fn queue_info_in_json_has_every_stat() {
         let info = QueueInfo {
-            queue: "orders".parse().unwrap(),
+            name: "orders".into(),
             attributes: QueueAttributes::default(),
             stats: QueueStats {
                 visible: 3,
-                oldest_age_ms: 5,
+                oldest_age: std::time::Duration::from_millis(5),
                 ..QueueStats::default()
             },
         };

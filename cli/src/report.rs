@@ -77,24 +77,6 @@ pub fn exit_status_help() -> String {
     out
 }
 
-/// Whether the same request, unchanged, may succeed if tried again later:
-/// the broker was busy, full, shutting down or out of connections, or the
-/// connection failed or timed out. Errors about the request itself (a bad
-/// argument, a stale receipt, a missing queue) are not.
-pub fn retryable(err: &Error) -> bool {
-    matches!(
-        err,
-        Error::Busy(_)
-            | Error::QueueFull(_)
-            | Error::ShuttingDown(_)
-            | Error::TooManyConnections(_)
-            | Error::Connect { .. }
-            | Error::Io(_)
-            | Error::Timeout(_)
-            | Error::Disconnected(_)
-    )
-}
-
 /// An error's description without its leading name.
 fn message_of(err: &Error) -> String {
     let shown = err.to_string();
@@ -121,7 +103,7 @@ pub fn error_json(kind: &str, message: &str, retryable: bool, extra: &[(&str, &s
 }
 
 fn client_error_json(err: &Error, extra: &[(&str, &str)]) -> Value {
-    error_json(err.name(), &message_of(err), retryable(err), extra)
+    error_json(err.name(), &message_of(err), err.is_retryable(), extra)
 }
 
 /// A failure that stopped the command.
@@ -184,8 +166,8 @@ mod tests {
         let v = client_error_json(&Error::Timeout(std::time::Duration::from_secs(1)), &[]);
         assert_eq!(v["error"]["kind"], "Timeout");
         assert_eq!(v["error"]["retryable"], true);
-        assert!(!retryable(&Error::StaleReceipt(String::new())));
-        assert!(!retryable(&Error::InvalidArgument(String::new())));
+        let v = client_error_json(&Error::StaleReceipt(String::new()), &[]);
+        assert_eq!(v["error"]["retryable"], false);
     }
 
     #[test]

@@ -38,7 +38,7 @@ use crate::{Failure, Outcome, print_checked, render, report};
 const BATCH_MAX: u16 = 1024;
 
 /// The pause before a receive that failed in a way worth retrying (see
-/// [`report::retryable`]) is tried again.
+/// [`Error::is_retryable`](sluice_client::Error::is_retryable)) is tried again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Args)]
@@ -96,7 +96,9 @@ pub fn run(client: &crate::Client, a: &TailArgs, json: bool) -> Result<Outcome, 
             Some(max) => u16::try_from(max - printed).map_or(a.batch, |left| left.min(a.batch)),
             None => a.batch,
         };
-        let mut options = ReceiveOptions::new(want).wait(a.wait).bind_leases(true);
+        let mut options = ReceiveOptions::new(usize::from(want))
+            .wait(a.wait)
+            .bind_leases(true);
         options.visibility_timeout = a.visibility_timeout;
         let (reply, pending) = mpsc::channel();
         let (helper, queue) = (client.clone(), a.queue.clone());
@@ -111,7 +113,7 @@ pub fn run(client: &crate::Client, a: &TailArgs, json: bool) -> Result<Outcome, 
             Ok(messages) => messages,
             // A busy broker or a lost connection: say so, and try again
             // (the client reconnects) rather than end a long-running tail.
-            Err(err) if report::retryable(&err) => {
+            Err(err) if err.is_retryable() => {
                 outcome.failed = true;
                 report::client_error(&err, json);
                 if interrupt.sleep(RETRY_PAUSE) {

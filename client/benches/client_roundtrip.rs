@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use sluice_broker::testing::TestServer;
 use sluice_client::{
-    AsyncClient, AttributeUpdate, Client, ClientConfig, ReceiveOptions, Request, SendEntry,
+    AsyncClient, Client, ClientConfig, QueueOptions, ReceiveOptions, Request, SendEntry,
 };
 use sluice_protocol::{QueueName, SendRequest};
 
@@ -56,7 +56,7 @@ fn main() {
     let config = ClientConfig::new(server.addr().to_string());
     let client = Client::connect(config.clone()).expect("client connects");
     client
-        .create_queue("bench", &AttributeUpdate::default())
+        .create_queue("bench", &QueueOptions::new())
         .expect("queue");
     println!(
         "server: {} shard, backend {:?}; client and server share this machine",
@@ -95,7 +95,7 @@ fn main() {
     // Blocking, pipelined: call_many of 256 single-message SENDs.
     let send = SendRequest::new(
         QueueName::from_static("bench"),
-        &[SendEntry::new(body.clone())],
+        &[sluice_protocol::SendEntry::new(body.clone())],
     )
     .expect("encodable");
     let request = Request::Send(send);

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use sluice_client::consumer::{Consumer, ConsumerConfig, Delivery};
-use sluice_client::{AsyncClient, AttributeUpdate, ClientConfig};
+use sluice_client::{AsyncClient, ClientConfig, QueueOptions};
 use tokio::sync::mpsc;
 
 /// Demonstrates an idempotent consumer surviving a crash mid-handler.
@@ -234,9 +234,9 @@ async fn run(args: Args) -> Result<bool, String> {
         .await
         .map_err(|e| e.to_string())?;
     let queue = format!("orders.demo-{}", std::process::id());
-    let attrs = AttributeUpdate {
-        visibility_timeout_ms: Some(1_000),
-        ..AttributeUpdate::default()
+    let attrs = QueueOptions {
+        visibility_timeout: Some(Duration::from_millis(1_000)),
+        ..QueueOptions::default()
     };
     client
         .create_queue(&queue, &attrs)
@@ -282,7 +282,7 @@ async fn run(args: Args) -> Result<bool, String> {
         other => return Err(format!("unexpected {other:?}")),
     };
     let stats = second.stop(Duration::from_secs(5)).await;
-    let info = client.get_queue(&queue).await.map_err(|e| e.to_string())?;
+    let info = client.queue_info(&queue).await.map_err(|e| e.to_string())?;
     client
         .delete_queue(&queue)
         .await

@@ -17,16 +17,18 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::{
-    AttributeUpdate, HelloReply, PeekedMessage, QueueInfo, Receipt, ReceivedMessage, Reply,
-    Request, SendEntry, SendOutcome, ServerStatsReply,
+    HelloReply, PeekedMessage, Receipt, ReceivedMessage, Reply, Request, SendOutcome,
+    ServerStatsReply,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::attributes::{QueueInfo, QueueOptions};
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
+use crate::message::SendEntry;
 use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
@@ -111,7 +113,7 @@ const HELLO_CHUNK_BYTES: usize = 4 * 1024;
 /// Connects and says HELLO.
 async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
     let addr = config.addr();
-    let timeout = config.get_connect_timeout();
+    let timeout = config.connect_timeout();
     let connecting = async {
         let mut stream = TcpStream::connect(addr)
             .await
@@ -120,10 +122,9 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
             .set_nodelay(true)
             .map_err(|e| connect_error(addr, e))?;
         // TLS first, when configured.
-        let tls = match config.get_tls() {
+        let tls = match config.tls_session(addr)? {
             None => None,
-            Some(tls) => {
-                let session = tls.start(addr)?;
+            Some(session) => {
                 let tls_failed =
                     |e: Error| connect_error(addr, std::io::Error::other(e.to_string()));
                 let mut out = Vec::new();
@@ -206,7 +207,7 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
         })??;
     let heartbeat = config
         .heartbeat_interval()
-        .map(|interval| (interval, config.get_request_timeout()));
+        .map(|interval| (interval, config.request_timeout()));
     Ok(AsyncConn::start(
         stream, tls, hello, decoder, buf, heartbeat,
     ))
@@ -319,7 +320,7 @@ impl AsyncClient {
     /// # Errors
     /// [`Error::Timeout`] after the request time-out; connection failures.
     pub async fn call(&self, request: &Request) -> Result<Reply> {
-        self.call_with(request, self.inner.config.get_request_timeout())
+        self.call_with(request, self.inner.config.request_timeout())
             .await
     }
 
@@ -336,7 +337,7 @@ impl AsyncClient {
     /// # Errors
     /// The outer error when nothing could be sent.
     pub async fn call_many(&self, requests: &[Request]) -> Result<Vec<Result<Reply>>> {
-        let timeout = self.inner.config.get_request_timeout() + ops::longest_wait(requests);
+        let timeout = self.inner.config.request_timeout() + ops::longest_wait(requests);
         let deadline = Instant::now() + timeout;
         let mut ids = vec![0u32; requests.len()];
         let conn = self.submit(requests, &mut ids).await?;
@@ -355,7 +356,7 @@ impl AsyncClient {
 
     async fn run<O: Operation>(&self, op: &O) -> Result<O::Output> {
         let request = op.request()?;
-        let timeout = self.inner.config.get_request_timeout() + op.extra_wait();
+        let timeout = self.inner.config.request_timeout() + op.extra_wait();
         ops::parse::<O>(self.call_with(&request, timeout).await)
     }
 
@@ -375,20 +376,21 @@ impl AsyncClient {
         Ok(start.elapsed())
     }
 
-    /// Creates a queue; see [`Client::create_queue`](crate::Client::create_queue).
+    /// Creates a queue; absent options take their defaults. Returns true
+    /// when it was created, false when it existed with the same attributes.
     ///
     /// # Errors
     /// `QueueExists`, `InvalidArgument`.
-    pub async fn create_queue(&self, queue: &str, attributes: &AttributeUpdate) -> Result<bool> {
-        self.run(&ops::CreateQueue(queue, attributes)).await
+    pub async fn create_queue(&self, queue: &str, options: &QueueOptions) -> Result<bool> {
+        self.run(&ops::CreateQueue(queue, options)).await
     }
 
     /// Changes a queue's attributes.
     ///
     /// # Errors
     /// `QueueNotFound`, `InvalidArgument`.
-    pub async fn set_queue(&self, queue: &str, update: &AttributeUpdate) -> Result<()> {
-        self.run(&ops::SetQueue(queue, update)).await
+    pub async fn set_queue(&self, queue: &str, options: &QueueOptions) -> Result<()> {
+        self.run(&ops::SetQueue(queue, options)).await
     }
 
     /// Deletes a queue and its messages.
@@ -412,7 +414,7 @@ impl AsyncClient {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub async fn get_queue(&self, queue: &str) -> Result<QueueInfo> {
+    pub async fn queue_info(&self, queue: &str) -> Result<QueueInfo> {
         self.run(&ops::GetQueue(queue)).await
     }
 
@@ -420,7 +422,7 @@ impl AsyncClient {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub async fn purge_queue(&self, queue: &str) -> Result<u64> {
+    pub async fn purge_queue(&self, queue: &str) -> Result<usize> {
         self.run(&ops::PurgeQueue(queue)).await
     }
 
@@ -512,7 +514,7 @@ impl AsyncClient {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub async fn redrive(&self, queue: &str, max_messages: u32) -> Result<RedriveOutcome> {
+    pub async fn redrive(&self, queue: &str, max_messages: usize) -> Result<RedriveOutcome> {
         self.run(&ops::Redrive(queue, max_messages)).await
     }
 
@@ -520,7 +522,7 @@ impl AsyncClient {
     ///
     /// # Errors
     /// `QueueNotFound`, `InvalidArgument`.
-    pub async fn peek(&self, queue: &str, max_messages: u16) -> Result<Vec<PeekedMessage>> {
+    pub async fn peek(&self, queue: &str, max_messages: usize) -> Result<Vec<PeekedMessage>> {
         self.run(&ops::Peek(queue, max_messages)).await
     }
 

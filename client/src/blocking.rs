@@ -17,13 +17,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_protocol::{
-    AttributeUpdate, HelloReply, PeekedMessage, QueueInfo, Receipt, ReceivedMessage, Reply,
-    Request, SendEntry, SendOutcome, ServerStatsReply,
+    HelloReply, PeekedMessage, Receipt, ReceivedMessage, Reply, Request, SendOutcome,
+    ServerStatsReply,
 };
 
+use crate::attributes::{QueueInfo, QueueOptions};
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
+use crate::message::SendEntry;
 use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
@@ -98,7 +100,7 @@ fn connect_error(addr: &str, err: std::io::Error) -> Error {
 /// Connects and says HELLO.
 fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
     let addr = config.addr();
-    let deadline = Instant::now() + config.get_connect_timeout();
+    let deadline = Instant::now() + config.connect_timeout();
     let addrs = addr.to_socket_addrs().map_err(|e| connect_error(addr, e))?;
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
     let mut stream = None;
@@ -120,10 +122,9 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
     // TLS first, when configured: the handshake, bounded by the connect
     // time-out.
     let left = deadline.saturating_duration_since(Instant::now());
-    let tls = match config.get_tls() {
+    let tls = match config.tls_session(addr)? {
         None => None,
-        Some(tls) => {
-            let session = tls.start(addr)?;
+        Some(session) => {
             let bounded = |s: &TcpStream, t| {
                 s.set_read_timeout(Some(t))?;
                 s.set_write_timeout(Some(t))
@@ -191,21 +192,13 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
         .heartbeat_interval()
         .map(|interval| (interval, std::sync::mpsc::channel::<()>()));
     let stop = heartbeat.as_ref().map(|(_, (tx, _))| tx.clone());
-    let conn = Connection::new(
-        stream,
-        tls,
-        hello,
-        decoder,
-        buf,
-        config.get_read_spin(),
-        stop,
-    )
-    .map_err(|e| connect_error(addr, e))?;
+    let conn = Connection::new(stream, tls, hello, decoder, buf, config.read_spin(), stop)
+        .map_err(|e| connect_error(addr, e))?;
     let conn = Arc::new(conn);
     if let Some((interval, (tx, rx))) = heartbeat {
         drop(tx);
         let weak = Arc::downgrade(&conn);
-        let timeout = config.get_request_timeout();
+        let timeout = config.request_timeout();
         std::thread::Builder::new()
             .name("sluice-heartbeat".into())
             .spawn(move || conn::heartbeat(&weak, &rx, interval, timeout))
@@ -336,7 +329,7 @@ impl Client {
             .unwrap_or_else(PoisonError::into_inner) = None;
         if let Some(at) = rc.state.next_attempt_at() {
             let wait = at.saturating_duration_since(Instant::now());
-            if wait > self.inner.config.get_request_timeout() {
+            if wait > self.inner.config.request_timeout() {
                 if let Some(err) = &rc.last_error {
                     return Err(err.clone());
                 }
@@ -388,7 +381,7 @@ impl Client {
     /// Starts `op` and returns its pending reply.
     fn start<O: Operation>(&self, op: &O) -> Result<PendingReply<O::Output>> {
         let request = op.request()?;
-        let timeout = self.inner.config.get_request_timeout() + op.extra_wait();
+        let timeout = self.inner.config.request_timeout() + op.extra_wait();
         let deadline = Instant::now() + timeout;
         let mut id = [0u32];
         let conn = self.submit(std::slice::from_ref(&request), &mut id, deadline)?;
@@ -409,7 +402,7 @@ impl Client {
     /// # Errors
     /// [`Error::Timeout`] after the request time-out; connection failures.
     pub fn call(&self, request: &Request) -> Result<Reply> {
-        self.call_with(request, self.inner.config.get_request_timeout())
+        self.call_with(request, self.inner.config.request_timeout())
     }
 
     fn call_with(&self, request: &Request, timeout: Duration) -> Result<Reply> {
@@ -428,7 +421,7 @@ impl Client {
     /// The outer error when nothing could be sent (no connection, a request
     /// that cannot be encoded).
     pub fn call_many(&self, requests: &[Request]) -> Result<Vec<Result<Reply>>> {
-        let timeout = self.inner.config.get_request_timeout() + ops::longest_wait(requests);
+        let timeout = self.inner.config.request_timeout() + ops::longest_wait(requests);
         let deadline = Instant::now() + timeout;
         let mut ids = vec![0u32; requests.len()];
         let conn = self.submit(requests, &mut ids, deadline)?;
@@ -445,7 +438,7 @@ impl Client {
     /// When nothing could be sent (no connection, a request that cannot be
     /// encoded).
     pub fn start_call(&self, request: &Request) -> Result<PendingReply<Reply>> {
-        let timeout = self.inner.config.get_request_timeout();
+        let timeout = self.inner.config.request_timeout();
         let deadline = Instant::now() + timeout;
         let mut id = [0u32];
         let conn = self.submit(std::slice::from_ref(request), &mut id, deadline)?;
@@ -498,7 +491,7 @@ impl Client {
 
     fn run<O: Operation>(&self, op: &O) -> Result<O::Output> {
         let request = op.request()?;
-        let timeout = self.inner.config.get_request_timeout() + op.extra_wait();
+        let timeout = self.inner.config.request_timeout() + op.extra_wait();
         ops::parse::<O>(self.call_with(&request, timeout))
     }
 
@@ -524,17 +517,17 @@ impl Client {
     /// # Errors
     /// `QueueExists` when it exists with different attributes;
     /// `InvalidArgument` for a bad name or attribute.
-    pub fn create_queue(&self, queue: &str, attributes: &AttributeUpdate) -> Result<bool> {
-        self.run(&ops::CreateQueue(queue, attributes))
+    pub fn create_queue(&self, queue: &str, options: &QueueOptions) -> Result<bool> {
+        self.run(&ops::CreateQueue(queue, options))
     }
 
-    /// Changes the attributes `update` names (and removes the policies it
-    /// clears).
+    /// Changes the attributes `options` sets (and removes the policies it
+    /// clears), leaving the others as they are.
     ///
     /// # Errors
     /// `QueueNotFound`, `InvalidArgument`.
-    pub fn set_queue(&self, queue: &str, update: &AttributeUpdate) -> Result<()> {
-        self.run(&ops::SetQueue(queue, update))
+    pub fn set_queue(&self, queue: &str, options: &QueueOptions) -> Result<()> {
+        self.run(&ops::SetQueue(queue, options))
     }
 
     /// Deletes a queue and its messages.
@@ -558,7 +551,7 @@ impl Client {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub fn get_queue(&self, queue: &str) -> Result<QueueInfo> {
+    pub fn queue_info(&self, queue: &str) -> Result<QueueInfo> {
         self.run(&ops::GetQueue(queue))
     }
 
@@ -566,7 +559,7 @@ impl Client {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub fn purge_queue(&self, queue: &str) -> Result<u64> {
+    pub fn purge_queue(&self, queue: &str) -> Result<usize> {
         self.run(&ops::PurgeQueue(queue))
     }
 
@@ -658,7 +651,7 @@ impl Client {
     ///
     /// # Errors
     /// `QueueNotFound`.
-    pub fn redrive(&self, queue: &str, max_messages: u32) -> Result<RedriveOutcome> {
+    pub fn redrive(&self, queue: &str, max_messages: usize) -> Result<RedriveOutcome> {
         self.run(&ops::Redrive(queue, max_messages))
     }
 
@@ -666,7 +659,7 @@ impl Client {
     ///
     /// # Errors
     /// `QueueNotFound`, `InvalidArgument`.
-    pub fn peek(&self, queue: &str, max_messages: u16) -> Result<Vec<PeekedMessage>> {
+    pub fn peek(&self, queue: &str, max_messages: usize) -> Result<Vec<PeekedMessage>> {
         self.run(&ops::Peek(queue, max_messages))
     }
 
@@ -690,19 +683,6 @@ impl Client {
     pub fn advance_clock(&self, by: Duration) -> Result<ClockReading> {
         self.run(&ops::AdvanceClock(by))
     }
-}
-
-/// Refuses a frame above the server's limit before it is sent (the server
-/// would close the connection).
-pub(crate) fn check_frame_size(len: usize, frame_bytes_max: u32) -> Result<()> {
-    let max = usize::try_from(frame_bytes_max).unwrap_or(usize::MAX);
-    if len > max {
-        return Err(Error::InvalidArgument(format!(
-            "a request of {len} bytes is above the server's frame limit of {max} bytes; \
-             nothing was sent"
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

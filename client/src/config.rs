@@ -6,28 +6,38 @@ use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
+use sluice_protocol::units::{parse_address, parse_duration};
 
+use crate::error::{Error, Result};
+#[cfg(feature = "tls")]
 use crate::tls::TlsConfig;
+use crate::tls::TlsSession;
 
 pub use crate::limits::{
     ADDR_DEFAULT, CONNECT_TIMEOUT_DEFAULT, READ_SPIN_MAX, RECONNECT_DELAY_INITIAL_DEFAULT,
     RECONNECT_DELAY_MAX_DEFAULT, REQUEST_TIMEOUT_DEFAULT, SESSION_TIMEOUT_MAX, SESSION_TIMEOUT_MIN,
 };
 
-/// How a client connects. Build it with the chained setters:
+/// How a client connects. Build it with the `with_*` setters; the getters
+/// have the plain names:
 ///
 /// ```
 /// use std::time::Duration;
 /// use sluice_client::ClientConfig;
 ///
 /// let config = ClientConfig::new("127.0.0.1:7171")
-///     .request_timeout(Duration::from_secs(10))
-///     .auth_token("s3cret")
-///     .reconnect_delays(Duration::from_millis(20), Duration::from_secs(2));
+///     .with_request_timeout(Duration::from_secs(10))
+///     .with_auth_token("s3cret")
+///     .with_reconnect_delays(Duration::from_millis(20), Duration::from_secs(2));
 /// assert_eq!(config.addr(), "127.0.0.1:7171");
-/// assert_eq!(config.get_request_timeout(), Duration::from_secs(10));
+/// assert_eq!(config.request_timeout(), Duration::from_secs(10));
 /// // The token never shows in debug output.
 /// assert!(!format!("{config:?}").contains("s3cret"));
+///
+/// // A URL, or `HOST:PORT`, parses into a configuration with defaults.
+/// let config: ClientConfig = "sluice://broker-1:7000".parse()?;
+/// assert_eq!(config.addr(), "broker-1:7000");
+/// # Ok::<(), sluice_client::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct ClientConfig {
@@ -37,6 +47,7 @@ pub struct ClientConfig {
     auth_token: Option<Bytes>,
     reconnect: ReconnectPolicy,
     read_spin: Duration,
+    #[cfg(feature = "tls")]
     tls: Option<TlsConfig>,
     session_timeout: Option<Duration>,
 }
@@ -49,8 +60,8 @@ impl Default for ClientConfig {
 
 impl fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientConfig")
-            .field("addr", &self.addr)
+        let mut d = f.debug_struct("ClientConfig");
+        d.field("addr", &self.addr)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field(
@@ -58,10 +69,53 @@ impl fmt::Debug for ClientConfig {
                 &self.auth_token.as_ref().map(|_| "<redacted>"),
             )
             .field("reconnect", &self.reconnect)
-            .field("read_spin", &self.read_spin)
-            .field("tls", &self.tls)
-            .field("session_timeout", &self.session_timeout)
-            .finish()
+            .field("read_spin", &self.read_spin);
+        #[cfg(feature = "tls")]
+        d.field("tls", &self.tls);
+        d.field("session_timeout", &self.session_timeout).finish()
+    }
+}
+
+/// The environment variables [`ClientConfig::from_env`] reads.
+pub mod env {
+    /// The broker's address: `HOST:PORT` or `sluice://HOST[:PORT]`; for the
+    /// sharded clients, several separated by commas.
+    pub const ADDR: &str = "SLUICE_ADDR";
+    /// A file holding the auth token (one trailing newline is dropped).
+    pub const TOKEN_FILE: &str = "SLUICE_TOKEN_FILE";
+    /// Time to connect and complete the HELLO (`5s`, `500ms`, ...).
+    pub const CONNECT_TIMEOUT: &str = "SLUICE_CONNECT_TIMEOUT";
+    /// Time to wait for a reply (`30s`, ...).
+    pub const REQUEST_TIMEOUT: &str = "SLUICE_REQUEST_TIMEOUT";
+    /// The session timeout asked of the server (`10s`, ...).
+    pub const SESSION_TIMEOUT: &str = "SLUICE_SESSION_TIMEOUT";
+    /// A PEM file of CA certificates to trust: connect with TLS (feature
+    /// `tls`).
+    pub const TLS_CA: &str = "SLUICE_TLS_CA";
+    /// The name the server's certificate must carry, when it is not the
+    /// host of the address (feature `tls`).
+    pub const TLS_SERVER_NAME: &str = "SLUICE_TLS_SERVER_NAME";
+}
+
+/// The address list `list` with each entry (`HOST:PORT` or
+/// `sluice://HOST[:PORT]`) as `HOST:PORT`, comma-separated again.
+fn parse_addr_list(list: &str) -> std::result::Result<String, String> {
+    let mut out = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        out.push(parse_address(part).map_err(|e| e.to_string())?);
+    }
+    if out.is_empty() {
+        return Err(format!("no address in {list:?}"));
+    }
+    Ok(out.join(","))
+}
+
+impl std::str::FromStr for ClientConfig {
+    type Err = Error;
+
+    /// As [`ClientConfig::from_url`].
+    fn from_str(url: &str) -> Result<ClientConfig> {
+        ClientConfig::from_url(url)
     }
 }
 
@@ -77,21 +131,107 @@ impl ClientConfig {
             auth_token: None,
             reconnect: ReconnectPolicy::default(),
             read_spin: Duration::ZERO,
+            #[cfg(feature = "tls")]
             tls: None,
             session_timeout: None,
         }
     }
 
+    /// Defaults, connecting to the broker `url` names: `sluice://HOST:PORT`
+    /// (the port defaults to 7171) or plain `HOST:PORT`; several separated
+    /// by commas for the sharded clients. Also `url.parse()`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] saying what is wrong with the address.
+    pub fn from_url(url: &str) -> Result<ClientConfig> {
+        let addr = parse_addr_list(url).map_err(Error::InvalidArgument)?;
+        Ok(ClientConfig::new(addr))
+    }
+
+    /// A configuration from the environment: every variable of [`env`](mod@env)
+    /// that is set overrides the default (an unset or empty one leaves
+    /// it). Durations take the units of the command line (`250ms`, `10s`,
+    /// `1m30s`).
+    ///
+    /// | Variable | Sets |
+    /// |---|---|
+    /// | `SLUICE_ADDR` | the address (`HOST:PORT`, `sluice://HOST[:PORT]`, comma-separated list) |
+    /// | `SLUICE_TOKEN_FILE` | the auth token, read from the file |
+    /// | `SLUICE_CONNECT_TIMEOUT` | [`with_connect_timeout`](ClientConfig::with_connect_timeout) |
+    /// | `SLUICE_REQUEST_TIMEOUT` | [`with_request_timeout`](ClientConfig::with_request_timeout) |
+    /// | `SLUICE_SESSION_TIMEOUT` | [`with_session_timeout`](ClientConfig::with_session_timeout) |
+    /// | `SLUICE_TLS_CA` | TLS, trusting that CA file (feature `tls`) |
+    /// | `SLUICE_TLS_SERVER_NAME` | the TLS server name (feature `tls`) |
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the variable whose value is wrong
+    /// (or whose file cannot be read).
+    pub fn from_env() -> Result<ClientConfig> {
+        ClientConfig::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`ClientConfig::from_env`] with the variables `var` gives.
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<ClientConfig> {
+        let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let bad =
+            |name: &str, why: &dyn fmt::Display| Error::InvalidArgument(format!("{name}: {why}"));
+        let duration = |name: &str| -> Result<Option<Duration>> {
+            get(name)
+                .map(|v| parse_duration(v.trim()).map_err(|e| bad(name, &e)))
+                .transpose()
+        };
+        let mut config = ClientConfig::default();
+        if let Some(addr) = get(env::ADDR) {
+            config.addr = parse_addr_list(&addr).map_err(|e| bad(env::ADDR, &e))?;
+        }
+        if let Some(path) = get(env::TOKEN_FILE) {
+            let mut token = std::fs::read(&path)
+                .map_err(|e| bad(env::TOKEN_FILE, &format_args!("{path}: {e}")))?;
+            if token.last() == Some(&b'\n') {
+                token.pop();
+                if token.last() == Some(&b'\r') {
+                    token.pop();
+                }
+            }
+            config = config.with_auth_token(token);
+        }
+        if let Some(d) = duration(env::CONNECT_TIMEOUT)? {
+            config = config.with_connect_timeout(d);
+        }
+        if let Some(d) = duration(env::REQUEST_TIMEOUT)? {
+            config = config.with_request_timeout(d);
+        }
+        if let Some(d) = duration(env::SESSION_TIMEOUT)? {
+            config = config.with_session_timeout(d);
+        }
+        #[cfg(feature = "tls")]
+        if let Some(ca) = get(env::TLS_CA) {
+            let mut tls = TlsConfig::with_ca_file(&ca).map_err(|e| bad(env::TLS_CA, &e))?;
+            if let Some(name) = get(env::TLS_SERVER_NAME) {
+                tls = tls.server_name(name);
+            }
+            config = config.with_tls(tls);
+        }
+        #[cfg(not(feature = "tls"))]
+        if get(env::TLS_CA).is_some() {
+            return Err(bad(
+                env::TLS_CA,
+                &"this client was built without TLS (feature `tls`)",
+            ));
+        }
+        Ok(config)
+    }
+
     /// Sets the address (`HOST:PORT`).
     #[must_use]
-    pub fn address(mut self, addr: impl Into<String>) -> ClientConfig {
+    pub fn with_addr(mut self, addr: impl Into<String>) -> ClientConfig {
         self.addr = addr.into();
         self
     }
 
     /// Time to connect and complete the HELLO (default 5 s).
     #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> ClientConfig {
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> ClientConfig {
         self.connect_timeout = timeout;
         self
     }
@@ -99,14 +239,14 @@ impl ClientConfig {
     /// Time to wait for a reply (default 30 s). A receive waits this plus
     /// its long-poll wait.
     #[must_use]
-    pub fn request_timeout(mut self, timeout: Duration) -> ClientConfig {
+    pub fn with_request_timeout(mut self, timeout: Duration) -> ClientConfig {
         self.request_timeout = timeout;
         self
     }
 
     /// The auth token every HELLO carries (at most 1 KiB).
     #[must_use]
-    pub fn auth_token(mut self, token: impl Into<Bytes>) -> ClientConfig {
+    pub fn with_auth_token(mut self, token: impl Into<Bytes>) -> ClientConfig {
         self.auth_token = Some(token.into());
         self
     }
@@ -114,12 +254,12 @@ impl ClientConfig {
     /// The reconnect delays: the first after a failed connect, doubling
     /// after each further failure up to `max`.
     #[must_use]
-    pub fn reconnect_delays(mut self, initial: Duration, max: Duration) -> ClientConfig {
+    pub fn with_reconnect_delays(mut self, initial: Duration, max: Duration) -> ClientConfig {
         self.reconnect = ReconnectPolicy::new(initial, max);
         self
     }
 
-    /// How long the blocking [`Client`](crate::Client) polls the socket
+    /// How long the blocking `Client` polls the socket
     /// without sleeping before it blocks in a read (default zero: it blocks
     /// at once; capped at [`READ_SPIN_MAX`]). Between polls it yields the
     /// core to any thread that is ready to run.
@@ -134,23 +274,38 @@ impl ClientConfig {
     /// replies come within the spin (a few tens of microseconds on
     /// loopback); long polls gain nothing from it.
     #[must_use]
-    pub fn read_spin(mut self, spin: Duration) -> ClientConfig {
+    pub fn with_read_spin(mut self, spin: Duration) -> ClientConfig {
         self.read_spin = spin.min(READ_SPIN_MAX);
         self
     }
 
     /// Connects with TLS, trusting and presenting what `tls` says (see
     /// [`TlsConfig`]); without it the connection is plain text.
+    #[cfg(feature = "tls")]
     #[must_use]
-    pub fn tls(mut self, tls: TlsConfig) -> ClientConfig {
+    pub fn with_tls(mut self, tls: TlsConfig) -> ClientConfig {
         self.tls = Some(tls);
         self
     }
 
     /// The TLS settings, if any.
+    #[cfg(feature = "tls")]
     #[must_use]
-    pub fn get_tls(&self) -> Option<&TlsConfig> {
+    pub fn tls(&self) -> Option<&TlsConfig> {
         self.tls.as_ref()
+    }
+
+    /// A TLS session for a connection to `addr`, when TLS is configured.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_session(&self, addr: &str) -> Result<Option<TlsSession>> {
+        self.tls.as_ref().map(|t| t.start(addr)).transpose()
+    }
+
+    /// No TLS without the `tls` feature.
+    #[cfg(not(feature = "tls"))]
+    #[allow(clippy::unused_self, clippy::unnecessary_wraps)]
+    pub(crate) fn tls_session(&self, _addr: &str) -> Result<Option<TlsSession>> {
+        Ok(None)
     }
 
     /// Asks the server to close the connection once it has heard nothing
@@ -163,16 +318,16 @@ impl ClientConfig {
     /// idles, or only long-polls, keeps its connection; a process that
     /// hangs whole, or a host that vanishes without closing its TCP
     /// connections, loses it after `timeout`, and with it the leases bound
-    /// to it ([`ReceiveOptions::bind_leases`](crate::ReceiveOptions::bind_leases)).
+    /// to it (`ReceiveOptions::bind_leases`).
     #[must_use]
-    pub fn session_timeout(mut self, timeout: Duration) -> ClientConfig {
+    pub fn with_session_timeout(mut self, timeout: Duration) -> ClientConfig {
         self.session_timeout = Some(timeout.clamp(SESSION_TIMEOUT_MIN, SESSION_TIMEOUT_MAX));
         self
     }
 
     /// The session timeout asked for, if any.
     #[must_use]
-    pub fn get_session_timeout(&self) -> Option<Duration> {
+    pub fn session_timeout(&self) -> Option<Duration> {
         self.session_timeout
     }
 
@@ -196,13 +351,13 @@ impl ClientConfig {
 
     /// The connect time-out.
     #[must_use]
-    pub fn get_connect_timeout(&self) -> Duration {
+    pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
     }
 
     /// The request time-out.
     #[must_use]
-    pub fn get_request_timeout(&self) -> Duration {
+    pub fn request_timeout(&self) -> Duration {
         self.request_timeout
     }
 
@@ -214,7 +369,7 @@ impl ClientConfig {
 
     /// The read spin (zero when off).
     #[must_use]
-    pub fn get_read_spin(&self) -> Duration {
+    pub fn read_spin(&self) -> Duration {
         self.read_spin
     }
 
@@ -262,11 +417,12 @@ impl ReconnectPolicy {
     /// The wait before the next attempt after `failures` consecutive failed
     /// connects (0 after none).
     #[must_use]
-    pub fn delay(&self, failures: u32) -> Duration {
+    pub fn delay(&self, failures: usize) -> Duration {
         if failures == 0 {
             return Duration::ZERO;
         }
-        let factor = 1u32.checked_shl(failures - 1).unwrap_or(u32::MAX);
+        let doublings = u32::try_from(failures - 1).unwrap_or(u32::MAX);
+        let factor = 1u32.checked_shl(doublings).unwrap_or(u32::MAX);
         self.initial
             .checked_mul(factor)
             .map_or(self.max, |d| d.min(self.max))
@@ -278,7 +434,7 @@ impl ReconnectPolicy {
 #[derive(Debug)]
 pub(crate) struct ReconnectState<I> {
     policy: ReconnectPolicy,
-    failures: u32,
+    failures: usize,
     last_failure: Option<I>,
 }
 
@@ -328,7 +484,7 @@ mod tests {
         let p = ReconnectPolicy::new(Duration::from_millis(50), Duration::from_secs(5));
         let delays: Vec<u128> = (0..10).map(|n| p.delay(n).as_millis()).collect();
         assert_eq!(delays, [0, 50, 100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        assert_eq!(p.delay(u32::MAX), Duration::from_secs(5));
+        assert_eq!(p.delay(usize::MAX), Duration::from_secs(5));
         // A cap below the start is raised to it.
         let p = ReconnectPolicy::new(Duration::from_secs(2), Duration::from_secs(1));
         assert_eq!(p.delay(5), Duration::from_secs(2));
@@ -367,17 +523,87 @@ mod tests {
     #[test]
     fn config_setters() {
         let c = ClientConfig::default()
-            .address("[::1]:9")
-            .connect_timeout(Duration::from_millis(300));
+            .with_addr("[::1]:9")
+            .with_connect_timeout(Duration::from_millis(300));
         assert_eq!(c.addr(), "[::1]:9");
-        assert_eq!(c.get_connect_timeout(), Duration::from_millis(300));
-        assert_eq!(c.get_request_timeout(), REQUEST_TIMEOUT_DEFAULT);
+        assert_eq!(c.connect_timeout(), Duration::from_millis(300));
+        assert_eq!(c.request_timeout(), REQUEST_TIMEOUT_DEFAULT);
         assert!(c.token().is_empty());
-        assert_eq!(c.get_read_spin(), Duration::ZERO, "off by default");
-        let spinning = c.clone().read_spin(Duration::from_micros(50));
-        assert_eq!(spinning.get_read_spin(), Duration::from_micros(50));
-        let capped = c.clone().read_spin(Duration::from_secs(1));
-        assert_eq!(capped.get_read_spin(), READ_SPIN_MAX);
-        assert_eq!(&c.auth_token("t").token()[..], b"t");
+        assert_eq!(c.read_spin(), Duration::ZERO, "off by default");
+        let spinning = c.clone().with_read_spin(Duration::from_micros(50));
+        assert_eq!(spinning.read_spin(), Duration::from_micros(50));
+        let capped = c.clone().with_read_spin(Duration::from_secs(1));
+        assert_eq!(capped.read_spin(), READ_SPIN_MAX);
+        assert_eq!(&c.with_auth_token("t").token()[..], b"t");
+    }
+
+    #[test]
+    fn urls_and_address_lists_parse() {
+        let c = ClientConfig::from_url("sluice://broker-1").unwrap();
+        assert_eq!(c.addr(), "broker-1:7171");
+        let c: ClientConfig = "10.0.0.1:7000, sluice://10.0.0.2:7001/".parse().unwrap();
+        assert_eq!(c.addr(), "10.0.0.1:7000,10.0.0.2:7001");
+        for bad in ["redis://h:1", "h", "", " , "] {
+            let err = ClientConfig::from_url(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument(_)), "{bad:?}: {err}");
+        }
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    #[test]
+    fn the_environment_overrides_the_defaults() {
+        let c = ClientConfig::from_vars(vars(&[])).unwrap();
+        assert_eq!(c.addr(), ADDR_DEFAULT);
+        assert_eq!(c.request_timeout(), REQUEST_TIMEOUT_DEFAULT);
+        assert_eq!(c.session_timeout(), None);
+
+        let dir = std::env::temp_dir().join(format!("sluice-env-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let token = dir.join("token");
+        std::fs::write(&token, "s3cret\n").unwrap();
+        let c = ClientConfig::from_vars(vars(&[
+            (env::ADDR, "sluice://broker:7000"),
+            (env::TOKEN_FILE, token.to_str().unwrap()),
+            (env::CONNECT_TIMEOUT, "250ms"),
+            (env::REQUEST_TIMEOUT, "1m30s"),
+            (env::SESSION_TIMEOUT, "10s"),
+            (env::TLS_SERVER_NAME, "ignored-without-a-ca"),
+        ]))
+        .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(c.addr(), "broker:7000");
+        assert_eq!(&c.token()[..], b"s3cret", "the newline is dropped");
+        assert_eq!(c.connect_timeout(), Duration::from_millis(250));
+        assert_eq!(c.request_timeout(), Duration::from_secs(90));
+        assert_eq!(c.session_timeout(), Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn environment_errors_name_the_variable() {
+        let cases = [
+            (env::ADDR, "redis://h:1"),
+            (env::TOKEN_FILE, "/nonexistent/sluice-token"),
+            (env::CONNECT_TIMEOUT, "10"),
+            (env::REQUEST_TIMEOUT, "soon"),
+            (env::SESSION_TIMEOUT, "-1s"),
+            (env::TLS_CA, "/nonexistent/ca.pem"),
+        ];
+        for (name, value) in cases {
+            let err = ClientConfig::from_vars(vars(&[(name, value)])).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument(_)), "{name}: {err}");
+            assert!(err.to_string().contains(name), "{name}: {err}");
+        }
     }
 }

@@ -257,6 +257,43 @@ impl Error {
         }
     }
 
+    /// Whether trying the same request again later may succeed: the
+    /// broker was busy or the queue full (`Busy`, `QueueFull`), no reply
+    /// came in time (`Timeout`), or the connection could not be made or
+    /// was lost (`Connect`, `Io`, `Disconnected`), or the server closed it
+    /// because it is shutting down or at its connection limit
+    /// (`ShuttingDown`, `TooManyConnections`). Every other error is
+    /// permanent for that request (a bad argument, a missing queue, a lost
+    /// lease, a refused token, a protocol failure, a closed client).
+    ///
+    /// A retried send may be delivered twice when the first attempt took
+    /// effect before the error (`Timeout` and the disconnect class): give it
+    /// a dedup key.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice_client::Error;
+    ///
+    /// assert!(Error::Busy(String::new()).is_retryable());
+    /// assert!(Error::Timeout(Duration::from_secs(30)).is_retryable());
+    /// assert!(!Error::QueueNotFound(String::new()).is_retryable());
+    /// assert!(!Error::Unauthorized(String::new()).is_retryable());
+    /// ```
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Busy(_)
+                | Error::QueueFull(_)
+                | Error::Timeout(_)
+                | Error::Connect { .. }
+                | Error::Io(_)
+                | Error::Disconnected(_)
+                | Error::ShuttingDown(_)
+                | Error::TooManyConnections(_)
+        )
+    }
+
     /// Whether the lease a receipt named is lost: `StaleReceipt` (someone
     /// received the message since), `Gone` (it was deleted, dead-lettered,
     /// purged or dropped) or `InvalidReceipt` (its queue was deleted).
@@ -323,6 +360,39 @@ mod tests {
         assert_eq!(Error::Timeout(Duration::from_secs(1)).name(), "Timeout");
         assert_eq!(Error::Closed.name(), "Closed");
         assert_eq!(Error::Protocol("x".into()).code(), None);
+    }
+
+    #[test]
+    fn retryable_errors_are_the_transient_ones() {
+        let io = || Arc::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        let retryable = [
+            Error::Busy(String::new()),
+            Error::QueueFull(String::new()),
+            Error::Timeout(Duration::from_secs(1)),
+            Error::Connect {
+                addr: "a:1".into(),
+                source: io(),
+            },
+            Error::Io(io()),
+            Error::Disconnected(String::new()),
+            Error::ShuttingDown(String::new()),
+            Error::TooManyConnections(String::new()),
+        ];
+        for err in retryable {
+            assert!(err.is_retryable(), "{err}");
+        }
+        let retryable_codes = [
+            ErrorCode::Busy,
+            ErrorCode::QueueFull,
+            ErrorCode::ShuttingDown,
+            ErrorCode::TooManyConnections,
+        ];
+        for code in ErrorCode::ALL {
+            let err = Error::from_code(code, "");
+            assert_eq!(err.is_retryable(), retryable_codes.contains(&code), "{err}");
+        }
+        assert!(!Error::Protocol(String::new()).is_retryable());
+        assert!(!Error::Closed.is_retryable());
     }
 
     #[test]

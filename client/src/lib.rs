@@ -27,24 +27,114 @@
 //! taken effect (a send may have been enqueued); the next request
 //! reconnects, with exponential backoff after failed attempts. Consumers
 //! must be idempotent: see `examples/idempotent_consumer.rs`, and use
-//! dedup keys for sends you retry.
+//! dedup keys for sends you retry ([`Error::is_retryable`] says which
+//! errors are worth a retry).
 //!
-//! ```no_run
+//! # Features
+//!
+//! - `blocking` (default): [`Client`], its [`Queue`] handle, the blocking
+//!   consumer and producer, the blocking sharded client.
+//! - `async` (default): [`AsyncClient`] (tokio), its [`AsyncQueue`] handle
+//!   and [`MessageStream`], the async consumer and producer, the async
+//!   sharded client.
+//! - `tls` (off by default): TLS with rustls, for either client
+//!   (`ClientConfig::with_tls`, the `tls` module).
+//!
+//! # A queue handle
+//!
+//! `client.queue("orders")` is a cheap handle on one queue ([`Queue`],
+//! [`AsyncQueue`]): the client's shared connection and the name, with every
+//! per-queue operation as a method. Options and attributes are
+//! [`Duration`](std::time::Duration)s and counts ([`QueueOptions`],
+//! [`ReceiveOptions`], [`SendEntry`]).
+//!
+//! ```
+//! # #[cfg(feature = "blocking")] {
 //! use std::time::Duration;
-//! use sluice_client::{AttributeUpdate, Client, ClientConfig, ReceiveOptions};
+//! use sluice_broker::testing::TestServer;
+//! use sluice_client::{Client, ClientConfig, QueueOptions, ReceiveOptions, SendEntry};
 //!
-//! let client = Client::connect(ClientConfig::new("127.0.0.1:7171"))?;
-//! client.create_queue("orders", &AttributeUpdate {
-//!     visibility_timeout_ms: Some(60_000),
-//!     ..AttributeUpdate::default()
-//! })?;
-//! let sent = client.send("orders", "order 42")?;
+//! let server = TestServer::start();
+//! let client = Client::connect(ClientConfig::new(server.addr().to_string()))?;
+//! let orders = client.queue("orders");
+//! orders.create(&QueueOptions::new().visibility_timeout(Duration::from_secs(60)))?;
+//! let sent = orders.send("order 42")?;
+//! orders.send_entry(SendEntry::new("order 43").dedup_key("order-43"))?;
 //! let options = ReceiveOptions::new(10).wait(Duration::from_secs(5));
-//! for message in client.receive("orders", options)? {
-//!     assert_eq!(message.id, sent.id);
+//! let received = orders.receive(options)?;
+//! assert_eq!(received[0].id, sent.id);
+//! for message in &received {
 //!     // ... handle it, then:
-//!     client.delete("orders", message.receipt)?;
+//!     orders.delete(message.receipt)?;
 //! }
+//! let stats = orders.stats()?;
+//! assert_eq!((stats.sent, stats.depth()), (2, 0));
+//! # }
+//! # Ok::<(), sluice_client::Error>(())
+//! ```
+//!
+//! # The async client and a stream of messages
+//!
+//! [`AsyncQueue::messages`] receives in batches, long-polling, and yields
+//! the messages one at a time: a [`futures_core::Stream`], or call its
+//! [`next`](MessageStream::next).
+//!
+//! ```
+//! # #[cfg(not(feature = "async"))]
+//! # fn main() {}
+//! # #[cfg(feature = "async")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> sluice_client::Result<()> {
+//! use std::time::Duration;
+//! use sluice_broker::testing::TestServer;
+//! use sluice_client::{AsyncClient, ClientConfig, QueueOptions, ReceiveOptions};
+//!
+//! let server = TestServer::start();
+//! let client = AsyncClient::connect(ClientConfig::new(server.addr().to_string())).await?;
+//! let events = client.queue("events");
+//! events.create(&QueueOptions::new()).await?;
+//! for i in 0..3 {
+//!     events.send(format!("event {i}")).await?;
+//! }
+//! let mut stream = events.messages(ReceiveOptions::new(16).wait(Duration::from_secs(1)));
+//! for i in 0..3 {
+//!     let message = stream.next().await.expect("the stream goes on")?;
+//!     assert_eq!(message.body, format!("event {i}"));
+//!     events.delete(message.receipt).await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Configuration from the environment or a URL
+//!
+//! [`ClientConfig::from_env`] reads `SLUICE_ADDR`, `SLUICE_TOKEN_FILE`,
+//! `SLUICE_REQUEST_TIMEOUT` and the others of [`config::env`];
+//! [`ClientConfig::from_url`] (and `str::parse`) reads
+//! `sluice://HOST:PORT`.
+//!
+//! ```
+//! # #[cfg(feature = "blocking")] {
+//! use std::time::Duration;
+//! use sluice_broker::testing::TestServer;
+//! use sluice_client::{Client, ClientConfig};
+//!
+//! let server = TestServer::start();
+//! // As a deployment would set them (this example sets them itself).
+//! // SAFETY: no other thread of this example reads or writes the environment.
+//! unsafe {
+//!     std::env::set_var("SLUICE_ADDR", format!("sluice://{}", server.addr()));
+//!     std::env::set_var("SLUICE_REQUEST_TIMEOUT", "10s");
+//! }
+//! let config = ClientConfig::from_env()?;
+//! assert_eq!(config.addr(), server.addr().to_string());
+//! assert_eq!(config.request_timeout(), Duration::from_secs(10));
+//! let client = Client::connect(config)?;
+//! client.ping()?;
+//!
+//! let config: ClientConfig = "sluice://broker-1".parse()?;
+//! assert_eq!(config.addr(), "broker-1:7171");
+//! # }
 //! # Ok::<(), sluice_client::Error>(())
 //! ```
 //!
@@ -56,7 +146,7 @@
 //! use sluice_client::consumer::{LeasePlan, LeaseStep};
 //! use sluice_client::{ClientConfig, Error, ErrorCode};
 //!
-//! let config = ClientConfig::default().request_timeout(Duration::from_secs(5));
+//! let config = ClientConfig::default().with_request_timeout(Duration::from_secs(5));
 //! assert_eq!(config.addr(), "127.0.0.1:7171");
 //! // Backoff after 1, 2, 3 failed connects: 50 ms, 100 ms, 200 ms.
 //! let policy = config.reconnect_policy();
@@ -95,18 +185,20 @@
 //! the protocol, for a `sluice-server --clock manual` started elsewhere.)
 //!
 //! ```
+//! # #[cfg(feature = "blocking")] {
 //! use std::time::Duration;
 //! use sluice_broker::testing::TestServer;
-//! use sluice_client::{AttributeUpdate, Client, ClientConfig, ReceiveOptions, RedrivePolicy};
+//! use sluice_client::{Client, ClientConfig, QueueOptions, ReceiveOptions, RedrivePolicy};
 //!
 //! let server = TestServer::builder().manual_clock().start();
 //! let client = Client::connect(ClientConfig::new(server.addr().to_string()))?;
-//! client.create_queue("orders.dlq", &AttributeUpdate::default())?;
-//! client.create_queue("orders", &AttributeUpdate {
-//!     visibility_timeout_ms: Some(30_000),
-//!     redrive: Some(RedrivePolicy { dead_letter_queue: "orders.dlq".into(), max_receives: 4 }),
-//!     ..AttributeUpdate::default()
-//! })?;
+//! client.create_queue("orders.dlq", &QueueOptions::new())?;
+//! client.create_queue(
+//!     "orders",
+//!     &QueueOptions::new()
+//!         .visibility_timeout(Duration::from_secs(30))
+//!         .redrive(RedrivePolicy::new("orders.dlq", 4)),
+//! )?;
 //! let sent = client.send("orders", "order 42")?;
 //! let now = ReceiveOptions::new(1).wait(Duration::ZERO);
 //!
@@ -133,35 +225,63 @@
 //! let dead = client.peek("orders.dlq", 10)?;
 //! assert_eq!((dead[0].id, dead[0].receive_count), (sent.id, 4));
 //! // Two minutes of the broker's time passed; the test did not sleep.
+//! # }
 //! # Ok::<(), sluice_client::Error>(())
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+// The docs are written for the default features; with one of them off,
+// links to its items have nothing to point at.
+#![cfg_attr(
+    not(all(feature = "blocking", feature = "async")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 #![doc(test(attr(deny(warnings))))]
 
+#[cfg(feature = "async")]
 mod async_client;
+mod attributes;
+#[cfg(feature = "blocking")]
 mod blocking;
 pub mod config;
 pub mod consumer;
 mod error;
 mod hello;
 pub mod limits;
+mod message;
 mod ops;
 mod pending;
 pub mod producer;
+mod queue;
 pub mod sharded;
+#[cfg(feature = "tls")]
 pub mod tls;
+#[cfg(not(feature = "tls"))]
+#[path = "tls_none.rs"]
+mod tls;
 
+#[cfg(feature = "async")]
 pub use async_client::AsyncClient;
+pub use attributes::{
+    Backoff, QueueAttributes, QueueInfo, QueueOptions, QueueStats, RedrivePolicy, Setting,
+};
+#[cfg(feature = "blocking")]
 pub use blocking::{Client, PendingReply};
 pub use config::{ClientConfig, ReconnectPolicy};
 pub use error::{Error, Result};
+pub use message::SendEntry;
 pub use ops::{ClockReading, ReceiveOptions, RedriveOutcome};
-pub use sharded::{AsyncShardedClient, ShardedClient};
+#[cfg(feature = "blocking")]
+pub use queue::Queue;
+#[cfg(feature = "async")]
+pub use queue::{AsyncQueue, MessageStream};
+#[cfg(feature = "async")]
+pub use sharded::AsyncShardedClient;
+#[cfg(feature = "blocking")]
+pub use sharded::ShardedClient;
 pub use sluice_protocol::{
-    AttributeUpdate, Backoff, ErrorCode, HelloReply, MessageAttributes, MessageId, PeekedMessage,
-    QueueAttributes, QueueInfo, QueueStats, Receipt, ReceivedMessage, RedrivePolicy, Reply,
-    Request, SendEntry, SendOutcome, ServerLimits, ServerStatsReply,
+    ErrorCode, HelloReply, MessageAttributes, MessageId, PeekedMessage, Receipt, ReceivedMessage,
+    Reply, Request, SendOutcome, ServerLimits, ServerStatsReply,
 };
 
 /// README.md's Rust examples, compiled and run as doctests (each runs

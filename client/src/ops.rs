@@ -7,14 +7,44 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sluice_protocol::{
-    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, HelloReply, PeekedMessage,
-    QueueAttributesRequest, QueueInfo, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply,
-    Request, SendEntry, SendOutcome, SendRequest, ServerStatsReply, VisibilityChange,
+    ChangeVisibilityRequest, DeleteRequest, HelloReply, PeekedMessage, QueueAttributesRequest,
+    QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply, Request, SendBatch, SendOutcome,
+    SendRequest, ServerStatsReply, VisibilityChange,
 };
 
-use crate::config::duration_ms;
+use crate::attributes::{QueueInfo, QueueOptions};
 use crate::error::{Error, Result};
 use crate::limits::RECEIVE_WAIT_MAX;
+use crate::message::SendEntry;
+
+/// Milliseconds of `d` for a protocol field, rounded up (so a tiny
+/// non-zero time never becomes 0, which would release a message).
+///
+/// # Errors
+/// `InvalidArgument` naming `what` when it does not fit below the field's
+/// "queue default" marker (`u32::MAX`).
+pub(crate) fn wire_ms(d: Duration, what: &str) -> Result<u32> {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    u32::try_from(ms)
+        .ok()
+        .filter(|&ms| ms < u32::MAX)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{what}: {d:?} does not fit the protocol's millisecond field (at most {} ms)",
+                u32::MAX - 1
+            ))
+        })
+}
+
+/// A count for a protocol field of type `T`.
+///
+/// # Errors
+/// `InvalidArgument` naming `what` when it does not fit.
+pub(crate) fn wire_count<T: TryFrom<usize>>(n: usize, what: &str) -> Result<T> {
+    T::try_from(n).map_err(|_| {
+        Error::InvalidArgument(format!("{what}: {n} does not fit the protocol's field"))
+    })
+}
 
 /// What one operation sends and how it reads the answer.
 pub(crate) trait Operation {
@@ -90,7 +120,7 @@ fn entry_results<T>(results: Vec<Result<T, sluice_protocol::ErrorCode>>) -> Vec<
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReceiveOptions {
     /// Most messages wanted, 1 ..= 1,024.
-    pub max_messages: u16,
+    pub max_messages: usize,
     /// Lease length; `None` uses the queue's visibility timeout.
     pub visibility_timeout: Option<Duration>,
     /// Long-poll wait (at most 20 s); `None` uses the queue's default wait.
@@ -111,7 +141,7 @@ impl Default for ReceiveOptions {
 impl ReceiveOptions {
     /// Up to `max_messages`, with the queue's visibility timeout and wait.
     #[must_use]
-    pub fn new(max_messages: u16) -> ReceiveOptions {
+    pub fn new(max_messages: usize) -> ReceiveOptions {
         ReceiveOptions {
             max_messages,
             visibility_timeout: None,
@@ -147,9 +177,13 @@ impl ReceiveOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RedriveOutcome {
     /// Messages moved back to their source queues.
-    pub moved: u64,
+    pub moved: usize,
     /// Messages that stayed (their source queue is gone or full).
-    pub stayed: u64,
+    pub stayed: usize,
+}
+
+fn count(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 macro_rules! expect {
@@ -182,8 +216,8 @@ impl Operation for Hello {
 pub struct ClockReading {
     /// Manual time since the server started: every advance so far.
     pub elapsed: Duration,
-    /// The time the broker stamps sent messages with now (Unix ms).
-    pub wall_ms: u64,
+    /// The time the broker stamps sent messages with now.
+    pub wall: std::time::SystemTime,
 }
 
 pub(crate) struct AdvanceClock(pub Duration);
@@ -201,7 +235,10 @@ impl Operation for AdvanceClock {
     }
     fn output(reply: Reply) -> Result<ClockReading> {
         expect!(reply, "ADVANCE_CLOCK", Reply::AdvanceClock { elapsed_ms, wall_ms } =>
-            ClockReading { elapsed: Duration::from_millis(elapsed_ms), wall_ms })
+        ClockReading {
+            elapsed: Duration::from_millis(elapsed_ms),
+            wall: std::time::UNIX_EPOCH + Duration::from_millis(wall_ms),
+        })
     }
 }
 
@@ -216,13 +253,13 @@ impl Operation for Ping {
     }
 }
 
-pub(crate) struct CreateQueue<'a>(pub &'a str, pub &'a AttributeUpdate);
+pub(crate) struct CreateQueue<'a>(pub &'a str, pub &'a QueueOptions);
 impl Operation for CreateQueue<'_> {
     type Output = bool;
     fn request(&self) -> Result<Request> {
         Ok(Request::CreateQueue(QueueAttributesRequest {
             queue: queue_name(self.0)?,
-            attributes: self.1.clone(),
+            attributes: self.1.to_update()?,
         }))
     }
     fn output(reply: Reply) -> Result<bool> {
@@ -230,13 +267,13 @@ impl Operation for CreateQueue<'_> {
     }
 }
 
-pub(crate) struct SetQueue<'a>(pub &'a str, pub &'a AttributeUpdate);
+pub(crate) struct SetQueue<'a>(pub &'a str, pub &'a QueueOptions);
 impl Operation for SetQueue<'_> {
     type Output = ();
     fn request(&self) -> Result<Request> {
         Ok(Request::SetQueue(QueueAttributesRequest {
             queue: queue_name(self.0)?,
-            attributes: self.1.clone(),
+            attributes: self.1.to_update()?,
         }))
     }
     fn output(reply: Reply) -> Result<()> {
@@ -288,20 +325,20 @@ impl Operation for GetQueue<'_> {
         })
     }
     fn output(reply: Reply) -> Result<QueueInfo> {
-        expect!(reply, "GET_QUEUE", Reply::GetQueue(info) => info)
+        expect!(reply, "GET_QUEUE", Reply::GetQueue(info) => info.into())
     }
 }
 
 pub(crate) struct PurgeQueue<'a>(pub &'a str);
 impl Operation for PurgeQueue<'_> {
-    type Output = u64;
+    type Output = usize;
     fn request(&self) -> Result<Request> {
         Ok(Request::PurgeQueue {
             queue: queue_name(self.0)?,
         })
     }
-    fn output(reply: Reply) -> Result<u64> {
-        expect!(reply, "PURGE_QUEUE", Reply::PurgeQueue { purged } => purged)
+    fn output(reply: Reply) -> Result<usize> {
+        expect!(reply, "PURGE_QUEUE", Reply::PurgeQueue { purged } => count(purged))
     }
 }
 
@@ -309,9 +346,15 @@ pub(crate) struct Send<'a>(pub &'a str, pub &'a [SendEntry]);
 impl Operation for Send<'_> {
     type Output = Vec<Result<SendOutcome>>;
     fn request(&self) -> Result<Request> {
-        let send = SendRequest::new(queue_name(self.0)?, self.1)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        Ok(Request::Send(send))
+        let queue = queue_name(self.0)?;
+        let views = self
+            .1
+            .iter()
+            .map(SendEntry::wire)
+            .collect::<Result<Vec<_>>>()?;
+        let entries =
+            SendBatch::from_views(views).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        Ok(Request::Send(SendRequest { queue, entries }))
     }
     fn output(reply: Reply) -> Result<Vec<Result<SendOutcome>>> {
         expect!(reply, "SEND", Reply::Send { results } => entry_results(results))
@@ -324,9 +367,13 @@ impl Operation for Receive<'_> {
     fn request(&self) -> Result<Request> {
         Ok(Request::Receive(ReceiveRequest {
             queue: queue_name(self.0)?,
-            max_messages: self.1.max_messages,
-            visibility_timeout_ms: self.1.visibility_timeout.map(duration_ms),
-            wait_ms: self.1.wait.map(duration_ms),
+            max_messages: wire_count(self.1.max_messages, "max messages")?,
+            visibility_timeout_ms: self
+                .1
+                .visibility_timeout
+                .map(|d| wire_ms(d, "visibility timeout"))
+                .transpose()?,
+            wait_ms: self.1.wait.map(|d| wire_ms(d, "wait")).transpose()?,
             bind_leases: self.1.bind_leases,
         }))
     }
@@ -362,11 +409,13 @@ impl Operation for ChangeVisibility<'_> {
             entries: self
                 .1
                 .iter()
-                .map(|&(receipt, timeout)| VisibilityChange {
-                    receipt,
-                    visibility_timeout_ms: duration_ms(timeout),
+                .map(|&(receipt, timeout)| {
+                    Ok(VisibilityChange {
+                        receipt,
+                        visibility_timeout_ms: wire_ms(timeout, "visibility timeout")?,
+                    })
                 })
-                .collect(),
+                .collect::<Result<_>>()?,
         }))
     }
     fn output(reply: Reply) -> Result<Vec<Result<()>>> {
@@ -375,28 +424,28 @@ impl Operation for ChangeVisibility<'_> {
     }
 }
 
-pub(crate) struct Redrive<'a>(pub &'a str, pub u32);
+pub(crate) struct Redrive<'a>(pub &'a str, pub usize);
 impl Operation for Redrive<'_> {
     type Output = RedriveOutcome;
     fn request(&self) -> Result<Request> {
         Ok(Request::Redrive {
             queue: queue_name(self.0)?,
-            max_messages: self.1,
+            max_messages: wire_count(self.1, "max messages")?,
         })
     }
     fn output(reply: Reply) -> Result<RedriveOutcome> {
         expect!(reply, "REDRIVE", Reply::Redrive { moved, stayed } =>
-            RedriveOutcome { moved, stayed })
+            RedriveOutcome { moved: count(moved), stayed: count(stayed) })
     }
 }
 
-pub(crate) struct Peek<'a>(pub &'a str, pub u16);
+pub(crate) struct Peek<'a>(pub &'a str, pub usize);
 impl Operation for Peek<'_> {
     type Output = Vec<PeekedMessage>;
     fn request(&self) -> Result<Request> {
         Ok(Request::Peek {
             queue: queue_name(self.0)?,
-            max_messages: self.1,
+            max_messages: wire_count(self.1, "max messages")?,
         })
     }
     fn output(reply: Reply) -> Result<Vec<PeekedMessage>> {
@@ -425,6 +474,19 @@ pub(crate) fn single<T>(results: Vec<Result<T>>) -> Result<T> {
             usize::from(first.is_some()) + 1 + results.len()
         ))),
     }
+}
+
+/// Refuses a frame above the server's limit before it is sent (the server
+/// would close the connection).
+pub(crate) fn check_frame_size(len: usize, frame_bytes_max: u32) -> Result<()> {
+    let max = usize::try_from(frame_bytes_max).unwrap_or(usize::MAX);
+    if len > max {
+        return Err(Error::InvalidArgument(format!(
+            "a request of {len} bytes is above the server's frame limit of {max} bytes; \
+             nothing was sent"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,16 +5,23 @@
 //! [`Producer`] is async (tokio) and keeps several batches in flight;
 //! [`BlockingProducer`] runs its batching on a thread.
 
+#[cfg(feature = "async")]
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_protocol::SendOutcome;
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
-use sluice_protocol::{SendEntry, SendOutcome};
+#[cfg(feature = "async")]
 use tokio::sync::{Semaphore, mpsc, oneshot};
+#[cfg(feature = "async")]
 use tokio::task::JoinHandle;
 
+#[cfg(feature = "async")]
+use crate::AsyncClient;
+#[cfg(feature = "blocking")]
+use crate::Client;
 use crate::error::{Error, Result};
-use crate::{AsyncClient, Client};
+use crate::message::SendEntry;
 
 pub use crate::limits::{BATCH_MAX_DEFAULT, IN_FLIGHT_DEFAULT, LINGER_DEFAULT};
 use crate::limits::{QUEUED_MAX, SEND_FRAME_OVERHEAD_BYTES};
@@ -79,7 +86,33 @@ impl ProducerConfig {
     }
 }
 
-type Job = (SendEntry, oneshot::Sender<Result<SendOutcome>>);
+/// One caller's message and where its result goes.
+type Job<R> = (SendEntry, R);
+#[cfg(feature = "async")]
+type AsyncJob = Job<oneshot::Sender<Result<SendOutcome>>>;
+#[cfg(feature = "blocking")]
+type BlockingJob = Job<std::sync::mpsc::SyncSender<Result<SendOutcome>>>;
+
+/// Where a caller waits for its entry's result: a tokio oneshot for the
+/// async producer, a std channel for the blocking one.
+trait Respond {
+    fn respond(self, result: Result<SendOutcome>);
+}
+
+#[cfg(feature = "async")]
+impl Respond for oneshot::Sender<Result<SendOutcome>> {
+    fn respond(self, result: Result<SendOutcome>) {
+        // The caller may have given up; nobody else wants the result.
+        let _ = self.send(result);
+    }
+}
+
+impl Respond for std::sync::mpsc::SyncSender<Result<SendOutcome>> {
+    fn respond(self, result: Result<SendOutcome>) {
+        // As above; the channel has room for its one result.
+        let _ = self.try_send(result);
+    }
+}
 
 /// Gathers messages into batches: what to send now, or `None` when the
 /// batch may still grow. Pure bookkeeping, shared by both producers.
@@ -126,14 +159,11 @@ impl Batcher {
 
 /// Hands each caller its entry's result (the whole request's error to all
 /// when it failed as a whole).
-fn deliver(
-    replies: Vec<oneshot::Sender<Result<SendOutcome>>>,
-    results: Result<Vec<Result<SendOutcome>>>,
-) {
+fn deliver<R: Respond>(replies: Vec<R>, results: Result<Vec<Result<SendOutcome>>>) {
     match results {
         Ok(results) if results.len() == replies.len() => {
             for (reply, result) in replies.into_iter().zip(results) {
-                let _ = reply.send(result);
+                reply.respond(result);
             }
         }
         Ok(results) => {
@@ -143,17 +173,18 @@ fn deliver(
                 replies.len()
             ));
             for reply in replies {
-                let _ = reply.send(Err(err.clone()));
+                reply.respond(Err(err.clone()));
             }
         }
         Err(err) => {
             for reply in replies {
-                let _ = reply.send(Err(err.clone()));
+                reply.respond(Err(err.clone()));
             }
         }
     }
 }
 
+#[cfg(feature = "async")]
 /// An async batching producer. Cheap to clone; all clones feed one batcher.
 ///
 /// ```no_run
@@ -170,12 +201,14 @@ fn deliver(
 /// # Ok(())
 /// # }
 /// ```
+#[cfg(feature = "async")]
 #[derive(Clone, Debug)]
 pub struct Producer {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<AsyncJob>,
     task: Arc<std::sync::Mutex<Option<JoinHandle<()>>>>,
 }
 
+#[cfg(feature = "async")]
 impl Producer {
     /// Starts the batching task on the current tokio runtime.
     #[must_use]
@@ -220,7 +253,12 @@ impl Producer {
     }
 }
 
-async fn batch_async(client: AsyncClient, config: ProducerConfig, mut jobs: mpsc::Receiver<Job>) {
+#[cfg(feature = "async")]
+async fn batch_async(
+    client: AsyncClient,
+    config: ProducerConfig,
+    mut jobs: mpsc::Receiver<AsyncJob>,
+) {
     let in_flight = Arc::new(Semaphore::new(config.in_flight));
     let queue: Arc<str> = Arc::from(config.queue.as_str());
     let frame_max = client
@@ -231,7 +269,7 @@ async fn batch_async(client: AsyncClient, config: ProducerConfig, mut jobs: mpsc
         usize::try_from(frame_max).unwrap_or(usize::MAX),
     );
     let mut replies = Vec::new();
-    let mut carry: Option<Job> = None;
+    let mut carry: Option<AsyncJob> = None;
     loop {
         let first = match carry.take() {
             Some(job) => job,
@@ -274,6 +312,7 @@ async fn batch_async(client: AsyncClient, config: ProducerConfig, mut jobs: mpsc
     let _ = in_flight.acquire_many(total).await;
 }
 
+#[cfg(feature = "blocking")]
 /// A blocking batching producer: callers on any thread block until their
 /// message's batch is answered. Cheap to clone.
 ///
@@ -287,11 +326,13 @@ async fn batch_async(client: AsyncClient, config: ProducerConfig, mut jobs: mpsc
 /// println!("sent {}", outcome.id);
 /// # Ok::<(), sluice_client::Error>(())
 /// ```
+#[cfg(feature = "blocking")]
 #[derive(Clone, Debug)]
 pub struct BlockingProducer {
-    jobs: std::sync::mpsc::SyncSender<Job>,
+    jobs: std::sync::mpsc::SyncSender<BlockingJob>,
 }
 
+#[cfg(feature = "blocking")]
 impl BlockingProducer {
     /// Starts the batching thread. It ends when every clone is dropped,
     /// after sending what it gathered.
@@ -313,13 +354,18 @@ impl BlockingProducer {
     /// # Errors
     /// The entry's error, or the batch's when it failed as a whole.
     pub fn send(&self, entry: SendEntry) -> Result<SendOutcome> {
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.jobs.send((entry, tx)).map_err(|_| Error::Closed)?;
-        rx.blocking_recv().unwrap_or(Err(Error::Closed))
+        rx.recv().unwrap_or(Err(Error::Closed))
     }
 }
 
-fn batch_blocking(client: &Client, config: &ProducerConfig, jobs: &std::sync::mpsc::Receiver<Job>) {
+#[cfg(feature = "blocking")]
+fn batch_blocking(
+    client: &Client,
+    config: &ProducerConfig,
+    jobs: &std::sync::mpsc::Receiver<BlockingJob>,
+) {
     let frame_max = client
         .server_info()
         .map_or(FRAME_BYTES_MAX_DEFAULT, |h| h.limits.frame_bytes_max);
@@ -327,7 +373,7 @@ fn batch_blocking(client: &Client, config: &ProducerConfig, jobs: &std::sync::mp
         config.batch_max,
         usize::try_from(frame_max).unwrap_or(usize::MAX),
     );
-    let mut carry: Option<Job> = None;
+    let mut carry: Option<BlockingJob> = None;
     loop {
         let first = match carry.take() {
             Some(job) => job,
@@ -393,8 +439,8 @@ mod tests {
 
     #[test]
     fn every_caller_gets_its_own_result() {
-        let (tx1, mut rx1) = oneshot::channel();
-        let (tx2, mut rx2) = oneshot::channel();
+        let (tx1, rx1) = std::sync::mpsc::sync_channel(1);
+        let (tx2, rx2) = std::sync::mpsc::sync_channel(1);
         let ok = SendOutcome {
             id: MessageId(5),
             duplicate: false,
@@ -406,8 +452,8 @@ mod tests {
         assert_eq!(rx1.try_recv().unwrap().unwrap(), ok);
         assert!(matches!(rx2.try_recv().unwrap(), Err(Error::QueueFull(_))));
 
-        let (tx1, mut rx1) = oneshot::channel();
-        let (tx2, mut rx2) = oneshot::channel();
+        let (tx1, rx1) = std::sync::mpsc::sync_channel(1);
+        let (tx2, rx2) = std::sync::mpsc::sync_channel(1);
         deliver(vec![tx1, tx2], Err(Error::QueueNotFound("q".into())));
         assert!(matches!(
             rx1.try_recv().unwrap(),
@@ -418,7 +464,7 @@ mod tests {
             Err(Error::QueueNotFound(_))
         ));
 
-        let (tx1, mut rx1) = oneshot::channel();
+        let (tx1, rx1) = std::sync::mpsc::sync_channel(1);
         deliver(vec![tx1], Ok(vec![]));
         assert!(matches!(rx1.try_recv().unwrap(), Err(Error::Protocol(_))));
     }

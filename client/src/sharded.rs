@@ -27,18 +27,18 @@
 //!   [`Merged::failed`] rather than failing the whole call.
 //!
 //! ```no_run
+//! # #[cfg(feature = "blocking")] {
 //! use sluice_client::sharded::ShardedClient;
-//! use sluice_client::{AttributeUpdate, ClientConfig, RedrivePolicy};
+//! use sluice_client::{ClientConfig, QueueOptions, RedrivePolicy};
 //!
 //! // One address per broker, comma-separated (the CLI's `--addr a,b,c`).
 //! let client = ShardedClient::connect(ClientConfig::new("10.0.0.1:7171,10.0.0.2:7171"))?;
-//! client.create_queue("{orders}.dlq", &AttributeUpdate::default())?;
-//! client.create_queue("{orders}", &AttributeUpdate {
-//!     redrive: Some(RedrivePolicy { dead_letter_queue: "{orders}.dlq".into(), max_receives: 5 }),
-//!     ..AttributeUpdate::default()
-//! })?;
+//! client.create_queue("{orders}.dlq", &QueueOptions::new())?;
+//! let options = QueueOptions::new().redrive(RedrivePolicy::new("{orders}.dlq", 5));
+//! client.create_queue("{orders}", &options)?;
 //! client.send("{orders}", "order 42")?;
 //! assert_eq!(client.broker_of("{orders}"), client.broker_of("{orders}.dlq"));
+//! # }
 //! # Ok::<(), sluice_client::Error>(())
 //! ```
 
@@ -49,15 +49,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use siphasher::sip::SipHasher13;
 use sluice_protocol::name::hash_key;
-use sluice_protocol::{
-    AttributeUpdate, PeekedMessage, QueueInfo, Receipt, ReceivedMessage, SendEntry, SendOutcome,
-    ServerStatsReply,
-};
+use sluice_protocol::{PeekedMessage, Receipt, ReceivedMessage, SendOutcome, ServerStatsReply};
 
+#[cfg(feature = "async")]
+use crate::AsyncClient;
+#[cfg(feature = "blocking")]
+use crate::Client;
+use crate::attributes::{QueueInfo, QueueOptions, Setting};
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
+use crate::message::SendEntry;
 use crate::ops::{ClockReading, ReceiveOptions, RedriveOutcome};
-use crate::{AsyncClient, Client};
 
 /// The broker `key` goes to among `addrs`: the index of the address whose
 /// hash with `key` is highest (SipHash-1-3, zero key, over the address's
@@ -162,8 +164,10 @@ impl<C> Clone for Sharded<C> {
 }
 
 /// The blocking sharded client.
+#[cfg(feature = "blocking")]
 pub type ShardedClient = Sharded<Client>;
 /// The async (tokio) sharded client.
+#[cfg(feature = "async")]
 pub type AsyncShardedClient = Sharded<AsyncClient>;
 
 impl<C> Sharded<C> {
@@ -172,7 +176,7 @@ impl<C> Sharded<C> {
         let brokers = addrs
             .into_iter()
             .map(|addr| {
-                let c = client(config.clone().address(addr.clone()));
+                let c = client(config.clone().with_addr(addr.clone()));
                 (addr, c)
             })
             .collect();
@@ -211,8 +215,8 @@ impl<C> Sharded<C> {
 
     /// Refuses a redrive policy whose dead-letter queue is placed on
     /// another broker than `queue`.
-    fn check_redrive(&self, queue: &str, attributes: &AttributeUpdate) -> Result<()> {
-        let Some(redrive) = &attributes.redrive else {
+    fn check_redrive(&self, queue: &str, options: &QueueOptions) -> Result<()> {
+        let Setting::Set(redrive) = &options.redrive else {
             return Ok(());
         };
         let dlq = redrive.dead_letter_queue.as_str();
@@ -280,18 +284,18 @@ macro_rules! sharded_ops {
             /// As the single client's, and `InvalidArgument` when the
             /// redrive policy names a dead-letter queue placed on another
             /// broker (give both names the same `{tag}`).
-            pub $($async_)? fn create_queue(&self, queue: &str, attributes: &AttributeUpdate) -> Result<bool> {
-                self.check_redrive(queue, attributes)?;
-                self.client_for(queue).create_queue(queue, attributes) $($aw)*
+            pub $($async_)? fn create_queue(&self, queue: &str, options: &QueueOptions) -> Result<bool> {
+                self.check_redrive(queue, options)?;
+                self.client_for(queue).create_queue(queue, options) $($aw)*
             }
 
             /// Changes a queue's attributes on its broker.
             ///
             /// # Errors
             /// As [`create_queue`](Self::create_queue).
-            pub $($async_)? fn set_queue(&self, queue: &str, update: &AttributeUpdate) -> Result<()> {
-                self.check_redrive(queue, update)?;
-                self.client_for(queue).set_queue(queue, update) $($aw)*
+            pub $($async_)? fn set_queue(&self, queue: &str, options: &QueueOptions) -> Result<()> {
+                self.check_redrive(queue, options)?;
+                self.client_for(queue).set_queue(queue, options) $($aw)*
             }
 
             /// Deletes a queue and its messages.
@@ -322,15 +326,15 @@ macro_rules! sharded_ops {
             ///
             /// # Errors
             /// `QueueNotFound`; `Connect` when its broker is down.
-            pub $($async_)? fn get_queue(&self, queue: &str) -> Result<QueueInfo> {
-                self.client_for(queue).get_queue(queue) $($aw)*
+            pub $($async_)? fn queue_info(&self, queue: &str) -> Result<QueueInfo> {
+                self.client_for(queue).queue_info(queue) $($aw)*
             }
 
             /// Removes every message of a queue; returns how many.
             ///
             /// # Errors
             /// `QueueNotFound`; `Connect` when its broker is down.
-            pub $($async_)? fn purge_queue(&self, queue: &str) -> Result<u64> {
+            pub $($async_)? fn purge_queue(&self, queue: &str) -> Result<usize> {
                 self.client_for(queue).purge_queue(queue) $($aw)*
             }
 
@@ -403,7 +407,7 @@ macro_rules! sharded_ops {
             ///
             /// # Errors
             /// As the single client's.
-            pub $($async_)? fn redrive(&self, queue: &str, max_messages: u32) -> Result<RedriveOutcome> {
+            pub $($async_)? fn redrive(&self, queue: &str, max_messages: usize) -> Result<RedriveOutcome> {
                 self.client_for(queue).redrive(queue, max_messages) $($aw)*
             }
 
@@ -411,7 +415,7 @@ macro_rules! sharded_ops {
             ///
             /// # Errors
             /// As the single client's.
-            pub $($async_)? fn peek(&self, queue: &str, max_messages: u16) -> Result<Vec<PeekedMessage>> {
+            pub $($async_)? fn peek(&self, queue: &str, max_messages: usize) -> Result<Vec<PeekedMessage>> {
                 self.client_for(queue).peek(queue, max_messages) $($aw)*
             }
 
@@ -456,7 +460,7 @@ macro_rules! sharded_ops {
                 let mut failed = listed.failed;
                 let mut infos = Vec::with_capacity(listed.value.len());
                 for name in &listed.value {
-                    match self.get_queue(name) $($aw)* {
+                    match self.queue_info(name) $($aw)* {
                         Ok(info) => infos.push(info),
                         Err(error) => failed.push(BrokerFailure {
                             addr: self.addr_of(name).to_owned(),
@@ -470,10 +474,23 @@ macro_rules! sharded_ops {
     };
 }
 
+#[cfg(feature = "blocking")]
 sharded_ops!(Client, , []);
+#[cfg(feature = "async")]
 sharded_ops!(AsyncClient, async, [.await]);
 
+#[cfg(feature = "blocking")]
 impl ShardedClient {
+    /// A handle on the queue `name`, on the broker it is placed on (see
+    /// [`Client::queue`]). Its `create` and `update` go to that broker
+    /// without the check of [`create_queue`](ShardedClient::create_queue)
+    /// that a dead-letter queue shares it.
+    #[must_use]
+    pub fn queue(&self, name: impl Into<Arc<str>>) -> crate::Queue {
+        let name = name.into();
+        self.client_for(&name).queue(name)
+    }
+
     /// A client for the brokers `config.addr()` lists, comma-separated
     /// (`"a:7171,b:7171,c:7171"`); every other setting applies to each
     /// broker. It connects to each now; a broker that cannot be reached is
@@ -490,7 +507,16 @@ impl ShardedClient {
     }
 }
 
+#[cfg(feature = "async")]
 impl AsyncShardedClient {
+    /// A handle on the queue `name`, on the broker it is placed on (see
+    /// [`AsyncClient::queue`]); as [`ShardedClient::queue`].
+    #[must_use]
+    pub fn queue(&self, name: impl Into<Arc<str>>) -> crate::AsyncQueue {
+        let name = name.into();
+        self.client_for(&name).queue(name)
+    }
+
     /// As [`ShardedClient::connect`], for the async client.
     ///
     /// # Errors
@@ -529,7 +555,7 @@ fn connected<C>(client: &Sharded<C>, pings: Vec<(String, Result<Duration>)>) -> 
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "blocking"))]
 mod tests {
     use super::*;
 
@@ -588,13 +614,7 @@ mod tests {
             .map(|i| (format!("a{i}"), format!("a{i}.dlq")))
             .find(|(a, b)| client.broker_of(a) != client.broker_of(b))
             .unwrap();
-        let update = AttributeUpdate {
-            redrive: Some(sluice_protocol::RedrivePolicy {
-                dead_letter_queue: b.clone(),
-                max_receives: 3,
-            }),
-            ..AttributeUpdate::default()
-        };
+        let update = QueueOptions::new().redrive(crate::RedrivePolicy::new(b.clone(), 3));
         let err = client.create_queue(&a, &update).unwrap_err();
         assert!(
             matches!(&err, Error::InvalidArgument(m) if m.contains("same tag")),

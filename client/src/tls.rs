@@ -25,14 +25,16 @@ use crate::error::{Error, Result};
 const PLAINTEXT_CHUNK_BYTES: usize = 16 * 1024;
 
 /// Whom a client trusts, and what it presents, over TLS. Give it to
-/// [`ClientConfig::tls`](crate::ClientConfig::tls).
+/// [`ClientConfig::with_tls`](crate::ClientConfig::with_tls).
 ///
 /// ```no_run
+/// # #[cfg(feature = "blocking")] {
 /// use sluice_client::{ClientConfig, tls::TlsConfig};
 ///
 /// let tls = TlsConfig::with_ca_file("ca.pem")?.server_name("broker.internal");
-/// let client = sluice_client::Client::connect(ClientConfig::new("10.0.0.5:7171").tls(tls))?;
+/// let client = sluice_client::Client::connect(ClientConfig::new("10.0.0.5:7171").with_tls(tls))?;
 /// client.ping()?;
+/// # }
 /// # Ok::<(), sluice_client::Error>(())
 /// ```
 #[derive(Clone)]
@@ -189,12 +191,14 @@ impl TlsSession {
     }
 
     /// Whether the handshake is still going on.
+    #[cfg(feature = "async")]
     pub(crate) fn is_handshaking(&self) -> bool {
         self.lock().is_handshaking()
     }
 
     /// Records waiting to be written (handshake, alerts), appended to
     /// `out`.
+    #[cfg(feature = "async")]
     pub(crate) fn outgoing(&self, out: &mut Vec<u8>) {
         let mut c = self.lock();
         while c.wants_write() {
@@ -241,6 +245,7 @@ impl TlsSession {
     }
 
     /// Runs the handshake on a blocking stream (whose time-outs bound it).
+    #[cfg(feature = "blocking")]
     pub(crate) fn handshake<S: Read + Write>(&self, stream: &mut S) -> io::Result<()> {
         let mut c = self.lock();
         while c.is_handshaking() {
@@ -254,6 +259,7 @@ impl TlsSession {
 
     /// One step of a handshake driven by an async caller: feeds `cipher`
     /// in (when not empty) and returns whether it is still going on.
+    #[cfg(feature = "async")]
     pub(crate) fn handshake_input(&self, mut cipher: &[u8]) -> Result<bool> {
         let mut c = self.lock();
         while !cipher.is_empty() {

@@ -171,13 +171,15 @@ pub(crate) const fn is_name_byte(c: u8) -> bool {
 /// ```
 #[must_use]
 pub fn hash_key(name: &str) -> &str {
-    if let Some(open) = name.find('{')
-        && let Some(len) = name[open + 1..].find('}')
-        && len > 0
-    {
-        return &name[open + 1..open + 1 + len];
-    }
-    name
+    // No let chains: they need Rust 1.88, above the workspace's
+    // rust-version.
+    let tag = name.find('{').and_then(|open| {
+        let rest = &name[open + 1..];
+        rest.find('}')
+            .filter(|&len| len > 0)
+            .map(|len| &rest[..len])
+    });
+    tag.unwrap_or(name)
 }
 
 impl Deref for QueueName {

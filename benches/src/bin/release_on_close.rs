@@ -32,7 +32,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice_broker::io::pin_current_thread;
-use sluice_client::{AttributeUpdate, Client, ClientConfig, Receipt, ReceiveOptions, SendEntry};
+use sluice_client::{Client, ClientConfig, QueueOptions, Receipt, ReceiveOptions, SendEntry};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -409,7 +409,7 @@ fn main() {
     );
     let admin = Client::connect(ClientConfig::new(sluice_addr.to_string())).expect("connect");
     admin
-        .create_queue(QUEUE, &AttributeUpdate::default())
+        .create_queue(QUEUE, &QueueOptions::new())
         .expect("create the queue");
     let bs_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let _beanstalkd = start_broker(

@@ -933,7 +933,7 @@ fn bench_rtt(args: &Args) -> Res<Vec<(String, Latency)>> {
             let spin = Duration::from_micros(args.client_spin_us);
             probes.push((
                 format!("rtt {} Client+spin PING", io.flag()),
-                Probe::Blocking(connect(config.clone().read_spin(spin))?),
+                Probe::Blocking(connect(config.clone().with_read_spin(spin))?),
             ));
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -1043,7 +1043,7 @@ struct ReqRate {
 /// per second. The threads inherit the driver's CPU.
 fn bench_client_threads(args: &Args, io: Io, spin: Duration) -> Res<ReqRate> {
     let server = target(args, io)?;
-    let config = ClientConfig::new(server.addr.to_string()).read_spin(spin);
+    let config = ClientConfig::new(server.addr.to_string()).with_read_spin(spin);
     let client = sluice_client::Client::connect(config).map_err(|e| format!("Client: {e}"))?;
     let threads = args.client_threads;
     let per_thread = args.client_requests / threads as u64;
@@ -1260,7 +1260,7 @@ fn tls_client(addr: SocketAddr, pki: Option<&TestPki>) -> Res<sluice_client::Cli
     let mut config = ClientConfig::new(addr.to_string());
     if let Some(pki) = pki {
         let tls = TlsConfig::with_ca_file(pki.ca_pem()).map_err(|e| format!("TLS CA: {e}"))?;
-        config = config.tls(tls);
+        config = config.with_tls(tls);
     }
     sluice_client::Client::connect(config).map_err(|e| format!("Client on {addr}: {e}"))
 }
@@ -1304,22 +1304,21 @@ fn bench_tls_e2e(args: &Args, io: Io, pki: Option<&TestPki>) -> Res<f64> {
     let producer = tls_client(server.addr, pki)?;
     let consumer = tls_client(server.addr, pki)?;
     producer
-        .create_queue(QUEUE, &AttributeUpdate::default())
+        .create_queue(QUEUE, &sluice_client::QueueOptions::new())
         .map_err(|e| format!("create: {e}"))?;
     let total = args.e2e_messages.max(args.batch as u64);
     let batches = total.div_ceil(args.batch as u64);
     let total = batches * args.batch as u64;
-    let entries: Vec<SendEntry> = (0..args.batch)
-        .map(|_| SendEntry::new(Bytes::from(vec![b'x'; args.size])))
+    let entries: Vec<sluice_client::SendEntry> = (0..args.batch)
+        .map(|_| sluice_client::SendEntry::new(Bytes::from(vec![b'x'; args.size])))
         .collect();
     let deleted = AtomicU64::new(0);
     let started = Instant::now();
     thread::scope(|s| -> Res<()> {
         let deleted = &deleted;
         let consumer = s.spawn(move || -> Res<()> {
-            let options =
-                sluice_client::ReceiveOptions::new(u16::try_from(args.batch).unwrap_or(u16::MAX))
-                    .wait(Duration::from_millis(u64::from(RECEIVE_WAIT_MS)));
+            let options = sluice_client::ReceiveOptions::new(args.batch)
+                .wait(Duration::from_millis(u64::from(RECEIVE_WAIT_MS)));
             let mut idle = 0;
             while deleted.load(Ordering::Acquire) < total {
                 let got = consumer

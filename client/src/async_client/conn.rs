@@ -293,7 +293,7 @@ impl AsyncConn {
                 .encode(id, &mut w.queued)
                 .map_err(|e| Error::InvalidArgument(e.to_string()))
                 .and_then(|()| {
-                    crate::blocking::check_frame_size(
+                    crate::ops::check_frame_size(
                         w.queued.len() - before,
                         self.hello.limits.frame_bytes_max,
                     )
@@ -595,15 +595,17 @@ async fn reader(conn: Weak<AsyncConn>, notify: Arc<Notify>) {
                 }
             }
             // Wait for bytes, or for a word that the table emptied.
-            let ready = std::future::poll_fn(|cx| c.stream.poll_read_ready(cx));
-            tokio::select! {
-                r = ready => {
-                    if let Err(e) = r {
-                        c.fail(&Error::io(e));
-                        return;
-                    }
+            let mut emptied = std::pin::pin!(notify.notified());
+            let ready = std::future::poll_fn(|cx| {
+                if let Poll::Ready(r) = c.stream.poll_read_ready(cx) {
+                    return Poll::Ready(r);
                 }
-                () = notify.notified() => {}
+                emptied.as_mut().poll(cx).map(Ok)
+            })
+            .await;
+            if let Err(e) = ready {
+                c.fail(&Error::io(e));
+                return;
             }
         }
     }

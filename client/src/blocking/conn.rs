@@ -353,7 +353,7 @@ impl Connection {
                 .encode(id, &mut w.queued)
                 .map_err(|e| Error::InvalidArgument(e.to_string()))
                 .and_then(|()| {
-                    super::check_frame_size(
+                    crate::ops::check_frame_size(
                         w.queued.len() - before,
                         self.hello.limits.frame_bytes_max,
                     )

@@ -136,8 +136,8 @@ impl Scripted {
 
     fn client(&self, request_timeout: Duration) -> Client {
         let config = ClientConfig::new(self.addr.to_string())
-            .request_timeout(request_timeout)
-            .reconnect_delays(Duration::from_millis(10), Duration::from_millis(50));
+            .with_request_timeout(request_timeout)
+            .with_reconnect_delays(Duration::from_millis(10), Duration::from_millis(50));
         Client::connect(config).expect("connects")
     }
 

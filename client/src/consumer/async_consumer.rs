@@ -10,8 +10,10 @@
 //! tasks to abort their handler and release their message.
 
 use std::fmt::Display;
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use sluice_protocol::Receipt;
@@ -20,8 +22,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::{
-    ConsumerConfig, ConsumerStats, Count, Delivery, LeaseLost, LeasePlan, LeaseStep, LeaseToken,
-    OnFailure, SharedCounters, retry_pause,
+    ConsumerConfig, ConsumerStats, Count, Delivery, LeaseKeeper, LeaseLost, LeasePlan, LeaseStep,
+    LeaseToken, OnFailure, SharedCounters, retry_pause,
 };
 use crate::{AsyncClient, ReceiveOptions, ReceivedMessage};
 
@@ -180,13 +182,28 @@ async fn supervise<F, Fut, E>(
         if *stop_rx.borrow_and_update() {
             break;
         }
-        let first = tokio::select! {
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break, // never closed
-            },
-            _ = stop_rx.changed() => continue,
-            Some(_) = tasks.join_next() => continue,
+        // A permit, or (to look again) a stop or a finished handler.
+        let woken = {
+            let mut acquire = pin!(Arc::clone(&permits).acquire_owned());
+            let mut changed = pin!(stop_rx.changed());
+            poll_fn(|cx| {
+                if let Poll::Ready(permit) = acquire.as_mut().poll(cx) {
+                    return Poll::Ready(Some(permit));
+                }
+                if changed.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                if let Poll::Ready(Some(_)) = tasks.poll_join_next(cx) {
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        let first = match woken {
+            Some(Ok(p)) => p,
+            Some(Err(_)) => break, // never closed
+            None => continue,
         };
         let mut held = vec![first];
         while held.len() < config.concurrency {
@@ -195,8 +212,7 @@ async fn supervise<F, Fut, E>(
                 Err(_) => break,
             }
         }
-        let max = u16::try_from(held.len()).unwrap_or(u16::MAX);
-        let options = ReceiveOptions::new(max)
+        let options = ReceiveOptions::new(held.len())
             .visibility_timeout(visibility)
             .wait(config.poll_wait)
             .bind_leases(config.bind_leases);
@@ -206,10 +222,17 @@ async fn supervise<F, Fut, E>(
                 shared.counters.add(Count::Errors, 1);
                 failures = failures.saturating_add(1);
                 tracing::warn!(queue = %shared.queue, error = %err, "sluice consumer: receive failed");
-                tokio::select! {
-                    () = tokio::time::sleep(retry_pause(failures)) => {}
-                    _ = stop_rx.changed() => {}
-                }
+                // The pause, cut short by a stop.
+                let mut pause = pin!(tokio::time::sleep(retry_pause(failures)));
+                let mut changed = pin!(stop_rx.changed());
+                poll_fn(|cx| {
+                    if pause.as_mut().poll(cx).is_ready() || changed.as_mut().poll(cx).is_ready() {
+                        Poll::Ready(())
+                    } else {
+                        Poll::Pending
+                    }
+                })
+                .await;
             }
             Ok(messages) => {
                 failures = 0;
@@ -265,21 +288,30 @@ async fn handle_one<F, Fut, E>(
     let (lost_tx, lease) = LeaseToken::new();
     let mut work = AbortOnDrop(tokio::spawn((shared.handler)(Delivery { message, lease })));
     let keeper = keep_lease(&shared, receipt, received_at, &lost_tx);
-    tokio::pin!(keeper);
+    let mut keeper = pin!(keeper);
     let mut keeping = true;
     let mut hard = shared.hard_stop.subscribe();
-    let outcome = loop {
-        tokio::select! {
-            result = &mut work.0 => break Some(result),
-            () = &mut keeper, if keeping => keeping = false,
-            _ = hard.wait_for(|stop| *stop) => break None,
+    let mut hard_stop = pin!(hard.wait_for(|stop| *stop));
+    // The handler's result, or `None` at a hard stop; the keeper runs
+    // alongside until it is done.
+    let outcome = poll_fn(|cx| {
+        if let Poll::Ready(result) = Pin::new(&mut work.0).poll(cx) {
+            return Poll::Ready(Some(result));
         }
-    };
+        if keeping && keeper.as_mut().poll(cx).is_ready() {
+            keeping = false;
+        }
+        if hard_stop.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await;
     let queue = &shared.queue;
     match outcome {
         None => {
             work.0.abort();
-            lost_tx.send_replace(Some(LeaseLost::Stopped));
+            lost_tx.lose(LeaseLost::Stopped);
             release(&shared, receipt).await;
         }
         Some(Ok(Ok(()))) => {
@@ -326,18 +358,13 @@ async fn release<F>(shared: &Shared<F>, receipt: Receipt) {
 
 /// Extends the lease on the plan until it is lost or `max_processing`
 /// passes; returns then (and is dropped when the handler returns first).
-async fn keep_lease<F>(
-    shared: &Shared<F>,
-    receipt: Receipt,
-    t0: Instant,
-    lost: &watch::Sender<Option<LeaseLost>>,
-) {
+async fn keep_lease<F>(shared: &Shared<F>, receipt: Receipt, t0: Instant, lost: &LeaseKeeper) {
     let plan = shared.plan;
     let mut lease_ends = plan.visibility();
     let mut failures = 0u32;
     let lose = |why: LeaseLost| {
         shared.counters.add(Count::Lost, 1);
-        lost.send_replace(Some(why));
+        lost.lose(why);
     };
     loop {
         match plan.next(lease_ends) {

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use sluice_protocol::Receipt;
 
 use super::{
-    ConsumerConfig, ConsumerStats, Count, Delivery, LeaseLost, LeasePlan, LeaseStep, LeaseToken,
-    OnFailure, SharedCounters, retry_pause,
+    ConsumerConfig, ConsumerStats, Count, Delivery, LeaseKeeper, LeaseLost, LeasePlan, LeaseStep,
+    LeaseToken, OnFailure, SharedCounters, retry_pause,
 };
 use crate::{Client, ReceiveOptions};
 
@@ -271,7 +271,7 @@ fn keep_lease<F>(
     shared: &Shared<F>,
     receipt: Receipt,
     t0: Instant,
-    lost: &tokio::sync::watch::Sender<Option<LeaseLost>>,
+    lost: &LeaseKeeper,
     done: &std::sync::mpsc::Receiver<()>,
 ) -> bool {
     let plan = shared.plan;
@@ -280,7 +280,7 @@ fn keep_lease<F>(
     let mut failures = 0u32;
     let lose = |why: LeaseLost| {
         shared.counters.add(Count::Lost, 1);
-        lost.send_replace(Some(why));
+        lost.lose(why);
     };
     // After the lease is lost, only wait for the handler (or a hard stop).
     let wait_out = |released: bool| loop {
@@ -297,7 +297,7 @@ fn keep_lease<F>(
         match pause(&shared.flags, done, t0 + at) {
             Wake::Done => return false,
             Wake::HardStop => {
-                lost.send_replace(Some(LeaseLost::Stopped));
+                lost.lose(LeaseLost::Stopped);
                 release(shared, receipt);
                 return true;
             }
@@ -330,7 +330,7 @@ fn keep_lease<F>(
                 match pause(&shared.flags, done, retry) {
                     Wake::Done => return false,
                     Wake::HardStop => {
-                        lost.send_replace(Some(LeaseLost::Stopped));
+                        lost.lose(LeaseLost::Stopped);
                         release(shared, receipt);
                         return true;
                     }

@@ -28,15 +28,19 @@
 //! [`AsyncClient`]: crate::AsyncClient
 //! [`Client`]: crate::Client
 
+#[cfg(feature = "async")]
 mod async_consumer;
+#[cfg(feature = "blocking")]
 mod blocking_consumer;
 mod schedule;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+#[cfg(feature = "async")]
 pub use async_consumer::{Consumer, ConsumerHandle};
+#[cfg(feature = "blocking")]
 pub use blocking_consumer::{BlockingConsumer, BlockingConsumerHandle};
 pub use schedule::{LeasePlan, LeaseStep};
 
@@ -186,16 +190,89 @@ pub enum LeaseLost {
 }
 
 /// Tells a handler whether it still holds its message's lease. Cheap to
-/// clone; poll [`LeaseToken::is_lost`] or await [`LeaseToken::lost`].
+/// clone; poll [`LeaseToken::is_lost`] (or, with the `async` feature,
+/// await `LeaseToken::lost`).
 #[derive(Clone, Debug)]
 pub struct LeaseToken {
-    rx: tokio::sync::watch::Receiver<Option<LeaseLost>>,
+    state: Arc<LeaseState>,
+}
+
+/// What the keeper of a lease has said, shared with every token.
+#[derive(Debug, Default)]
+struct LeaseState {
+    verdict: Mutex<Verdict>,
+    /// Wakes the tasks awaiting `lost`.
+    #[cfg(feature = "async")]
+    changed: tokio::sync::Notify,
+}
+
+#[derive(Clone, Debug, Default)]
+enum Verdict {
+    /// The lease is kept.
+    #[default]
+    Held,
+    /// The lease is lost.
+    Lost(LeaseLost),
+    /// The keeper is gone without a verdict: the lease is no longer kept.
+    KeeperGone,
+}
+
+/// The keeper's side of a [`LeaseToken`]: says when the lease is lost, and
+/// when dropped without a verdict tells waiters it is no longer kept.
+#[derive(Debug)]
+pub(crate) struct LeaseKeeper {
+    state: Arc<LeaseState>,
+}
+
+impl LeaseKeeper {
+    /// Records that the lease is lost (the latest reason wins).
+    pub(crate) fn lose(&self, why: LeaseLost) {
+        self.state.set(Verdict::Lost(why));
+    }
+}
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        let mut verdict = self.state.lock();
+        if matches!(*verdict, Verdict::Held) {
+            *verdict = Verdict::KeeperGone;
+            drop(verdict);
+            self.state.wake();
+        }
+    }
+}
+
+impl LeaseState {
+    fn lock(&self) -> MutexGuard<'_, Verdict> {
+        // Every critical section stores a whole value: a panic elsewhere
+        // leaves it consistent.
+        self.verdict.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, verdict: Verdict) {
+        *self.lock() = verdict;
+        self.wake();
+    }
+
+    #[cfg(feature = "async")]
+    fn wake(&self) {
+        self.changed.notify_waiters();
+    }
+
+    #[cfg(not(feature = "async"))]
+    #[allow(clippy::unused_self)]
+    fn wake(&self) {}
 }
 
 impl LeaseToken {
-    pub(crate) fn new() -> (tokio::sync::watch::Sender<Option<LeaseLost>>, LeaseToken) {
-        let (tx, rx) = tokio::sync::watch::channel(None);
-        (tx, LeaseToken { rx })
+    pub(crate) fn new() -> (LeaseKeeper, LeaseToken) {
+        let state = Arc::new(LeaseState::default());
+        (
+            LeaseKeeper {
+                state: Arc::clone(&state),
+            },
+            LeaseToken { state },
+        )
     }
 
     /// Whether the lease is lost: another consumer may be handling the
@@ -203,27 +280,33 @@ impl LeaseToken {
     /// delivery number).
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        self.rx.borrow().is_some()
+        matches!(*self.state.lock(), Verdict::Lost(_))
     }
 
     /// Why the lease was lost, if it was.
     #[must_use]
     pub fn reason(&self) -> Option<LeaseLost> {
-        self.rx.borrow().clone()
+        match &*self.state.lock() {
+            Verdict::Lost(why) => Some(why.clone()),
+            _ => None,
+        }
     }
 
     /// Completes when the lease is lost (never, while it is kept).
+    #[cfg(feature = "async")]
     pub async fn lost(&self) -> LeaseLost {
-        let mut rx = self.rx.clone();
         loop {
-            if let Some(reason) = rx.borrow_and_update().clone() {
-                return reason;
+            let notified = self.state.changed.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before looking, so a verdict set in between wakes
+            // it.
+            notified.as_mut().enable();
+            match &*self.state.lock() {
+                Verdict::Lost(why) => return why.clone(),
+                Verdict::KeeperGone => return LeaseLost::Expired,
+                Verdict::Held => {}
             }
-            if rx.changed().await.is_err() {
-                // The keeper is gone without a verdict: the lease is no
-                // longer kept.
-                return rx.borrow().clone().unwrap_or(LeaseLost::Expired);
-            }
+            notified.await;
         }
     }
 }
@@ -319,5 +402,52 @@ pub(crate) type SharedCounters = Arc<Counters>;
 /// its server does not spin.
 pub(crate) fn retry_pause(failures: u32) -> Duration {
     crate::ReconnectPolicy::new(Duration::from_millis(50), Duration::from_secs(1))
-        .delay(failures.max(1))
+        .delay(failures.max(1) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_token_reports_what_its_keeper_says() {
+        let (keeper, token) = LeaseToken::new();
+        let clone = token.clone();
+        assert!(!token.is_lost());
+        assert_eq!(token.reason(), None);
+        keeper.lose(LeaseLost::Expired);
+        keeper.lose(LeaseLost::Refused("StaleReceipt".into()));
+        assert!(clone.is_lost(), "every clone sees it");
+        assert_eq!(
+            clone.reason(),
+            Some(LeaseLost::Refused("StaleReceipt".into())),
+            "the latest reason"
+        );
+        drop(keeper);
+        assert!(token.is_lost(), "a verdict outlives its keeper");
+
+        let (keeper, token) = LeaseToken::new();
+        drop(keeper);
+        assert!(!token.is_lost(), "no verdict, only a keeper gone");
+    }
+
+    #[cfg(feature = "async")]
+    #[test]
+    fn awaiting_a_lost_lease_wakes_when_it_is_lost_or_no_longer_kept() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (keeper, token) = LeaseToken::new();
+        let waiter = std::thread::spawn(move || rt.block_on(token.lost()));
+        keeper.lose(LeaseLost::MaxProcessing);
+        assert_eq!(waiter.join().unwrap(), LeaseLost::MaxProcessing);
+
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (keeper, token) = LeaseToken::new();
+        let waiter = std::thread::spawn(move || rt.block_on(token.lost()));
+        drop(keeper);
+        assert_eq!(waiter.join().unwrap(), LeaseLost::Expired);
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_client::{AttributeUpdate, Error, ReceiveOptions, RedrivePolicy, SendEntry};
+use sluice_client::{Error, QueueOptions, ReceiveOptions, RedrivePolicy, SendEntry, Setting};
 
 use crate::util::{TestServer, runtime};
 
@@ -14,17 +14,13 @@ fn every_operation() {
         assert!(c.server_info().is_some());
         c.ping().await.unwrap();
 
-        assert!(
-            c.create_queue("a.dlq", &AttributeUpdate::default())
-                .await
-                .unwrap()
-        );
-        let attrs = AttributeUpdate {
-            redrive: Some(RedrivePolicy {
+        assert!(c.create_queue("a.dlq", &QueueOptions::new()).await.unwrap());
+        let attrs = QueueOptions {
+            redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "a.dlq".into(),
                 max_receives: 1,
             }),
-            ..AttributeUpdate::default()
+            ..QueueOptions::default()
         };
         assert!(c.create_queue("a", &attrs).await.unwrap());
         assert!(!c.create_queue("a", &attrs).await.unwrap());
@@ -33,20 +29,20 @@ fn every_operation() {
         assert_eq!(names, ["a", "a.dlq"]);
         c.set_queue(
             "a",
-            &AttributeUpdate {
-                visibility_timeout_ms: Some(60_000),
-                ..AttributeUpdate::default()
+            &QueueOptions {
+                visibility_timeout: Some(Duration::from_millis(60_000)),
+                ..QueueOptions::default()
             },
         )
         .await
         .unwrap();
         assert_eq!(
-            c.get_queue("a")
+            c.queue_info("a")
                 .await
                 .unwrap()
                 .attributes
-                .visibility_timeout_ms,
-            60_000
+                .visibility_timeout,
+            Duration::from_secs(60)
         );
 
         let one = c.send("a", "one").await.unwrap();
@@ -105,9 +101,9 @@ fn every_operation() {
         assert_eq!(stats.counter("queues"), Some(2));
         c.set_queue(
             "a",
-            &AttributeUpdate {
-                clear_redrive: true,
-                ..AttributeUpdate::default()
+            &QueueOptions {
+                redrive: Setting::Clear,
+                ..QueueOptions::default()
             },
         )
         .await
@@ -115,7 +111,7 @@ fn every_operation() {
         c.delete_queue("a.dlq").await.unwrap();
         c.delete_queue("a").await.unwrap();
         assert!(matches!(
-            c.get_queue("a").await,
+            c.queue_info("a").await,
             Err(Error::QueueNotFound(_))
         ));
     });

@@ -4,12 +4,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sluice_client::{
-    AttributeUpdate, Error, MessageAttributes, Receipt, ReceiveOptions, RedrivePolicy, SendEntry,
+    Error, MessageAttributes, QueueOptions, Receipt, ReceiveOptions, RedrivePolicy, SendEntry,
+    Setting,
 };
 
 use crate::util::TestServer;
 
-fn now_options(max: u16) -> ReceiveOptions {
+fn now_options(max: usize) -> ReceiveOptions {
     ReceiveOptions::new(max).wait(Duration::ZERO)
 }
 
@@ -21,42 +22,40 @@ fn queue_management() {
     assert!(info.server_version.starts_with("sluice"), "{info:?}");
     c.ping().expect("ping");
 
-    let attrs = AttributeUpdate {
-        visibility_timeout_ms: Some(5_000),
-        ..AttributeUpdate::default()
+    let attrs = QueueOptions {
+        visibility_timeout: Some(Duration::from_millis(5_000)),
+        ..QueueOptions::default()
     };
     assert!(c.create_queue("orders", &attrs).unwrap(), "created");
     assert!(!c.create_queue("orders", &attrs).unwrap(), "idempotent");
-    let other = AttributeUpdate {
-        visibility_timeout_ms: Some(6_000),
-        ..AttributeUpdate::default()
+    let other = QueueOptions {
+        visibility_timeout: Some(Duration::from_millis(6_000)),
+        ..QueueOptions::default()
     };
     assert!(matches!(
         c.create_queue("orders", &other),
         Err(Error::QueueExists(_))
     ));
-    c.create_queue("orders.dlq", &AttributeUpdate::default())
-        .unwrap();
-    c.create_queue("other", &AttributeUpdate::default())
-        .unwrap();
+    c.create_queue("orders.dlq", &QueueOptions::new()).unwrap();
+    c.create_queue("other", &QueueOptions::new()).unwrap();
 
     let mut names = c.list_queues("ord").unwrap();
     names.sort();
     assert_eq!(names, ["orders", "orders.dlq"]);
     assert_eq!(c.list_queues("").unwrap().len(), 3);
 
-    let update = AttributeUpdate {
-        redrive: Some(RedrivePolicy {
+    let update = QueueOptions {
+        redrive: Setting::Set(RedrivePolicy {
             dead_letter_queue: "orders.dlq".into(),
             max_receives: 3,
         }),
-        delay_ms: Some(0),
-        ..AttributeUpdate::default()
+        delay: Some(Duration::from_millis(0)),
+        ..QueueOptions::default()
     };
     c.set_queue("orders", &update).unwrap();
-    let info = c.get_queue("orders").unwrap();
-    assert_eq!(info.queue.as_str(), "orders");
-    assert_eq!(info.attributes.visibility_timeout_ms, 5_000);
+    let info = c.queue_info("orders").unwrap();
+    assert_eq!(info.name.as_str(), "orders");
+    assert_eq!(info.attributes.visibility_timeout, Duration::from_secs(5));
     assert_eq!(info.attributes.redrive.as_ref().unwrap().max_receives, 3);
     assert!(info.stats.identity_holds());
 
@@ -67,20 +66,20 @@ fn queue_management() {
     ));
     c.set_queue(
         "orders",
-        &AttributeUpdate {
-            clear_redrive: true,
-            ..AttributeUpdate::default()
+        &QueueOptions {
+            redrive: Setting::Clear,
+            ..QueueOptions::default()
         },
     )
     .unwrap();
-    assert_eq!(c.get_queue("orders").unwrap().attributes.redrive, None);
+    assert_eq!(c.queue_info("orders").unwrap().attributes.redrive, None);
 
     c.send("orders", "a").unwrap();
     c.send("orders", "b").unwrap();
     assert_eq!(c.purge_queue("orders").unwrap(), 2);
     c.delete_queue("orders.dlq").unwrap();
     assert!(matches!(
-        c.get_queue("orders.dlq"),
+        c.queue_info("orders.dlq"),
         Err(Error::QueueNotFound(_))
     ));
     assert!(matches!(
@@ -88,7 +87,10 @@ fn queue_management() {
         Err(Error::QueueNotFound(_))
     ));
     // Bad names fail locally.
-    assert!(matches!(c.get_queue("a b"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        c.queue_info("a b"),
+        Err(Error::InvalidArgument(_))
+    ));
 
     let stats = c.server_stats().unwrap();
     assert_eq!(stats.shards, 1);
@@ -100,7 +102,7 @@ fn queue_management() {
 fn messages_send_receive_delete_and_visibility() {
     let server = TestServer::start();
     let c = server.client();
-    c.create_queue("q", &AttributeUpdate::default()).unwrap();
+    c.create_queue("q", &QueueOptions::new()).unwrap();
 
     // A send with attributes and a dedup key, then its duplicate.
     let entry = SendEntry {
@@ -117,9 +119,9 @@ fn messages_send_receive_delete_and_visibility() {
     // A batch with one entry too large for the queue: per-entry results.
     c.set_queue(
         "q",
-        &AttributeUpdate {
+        &QueueOptions {
             message_bytes_max: Some(64),
-            ..AttributeUpdate::default()
+            ..QueueOptions::default()
         },
     )
     .unwrap();
@@ -202,7 +204,7 @@ fn messages_send_receive_delete_and_visibility() {
         results.iter().all(|r| matches!(r, Err(Error::Gone(_)))),
         "{results:?}"
     );
-    let info = c.get_queue("q").unwrap();
+    let info = c.queue_info("q").unwrap();
     assert_eq!(info.stats.deleted, 3);
     assert_eq!(info.stats.released, 1);
     assert!(info.stats.identity_holds());
@@ -212,16 +214,15 @@ fn messages_send_receive_delete_and_visibility() {
 fn dead_letters_and_redrive() {
     let server = TestServer::start();
     let c = server.client();
-    c.create_queue("jobs.dlq", &AttributeUpdate::default())
-        .unwrap();
+    c.create_queue("jobs.dlq", &QueueOptions::new()).unwrap();
     c.create_queue(
         "jobs",
-        &AttributeUpdate {
-            redrive: Some(RedrivePolicy {
+        &QueueOptions {
+            redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "jobs.dlq".into(),
                 max_receives: 1,
             }),
-            ..AttributeUpdate::default()
+            ..QueueOptions::default()
         },
     )
     .unwrap();

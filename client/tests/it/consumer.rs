@@ -8,7 +8,7 @@ use std::time::Duration;
 use sluice_client::consumer::{
     BlockingConsumer, Consumer, ConsumerConfig, Delivery, LeaseLost, OnFailure,
 };
-use sluice_client::{AttributeUpdate, Client, ReceiveOptions};
+use sluice_client::{Client, QueueOptions, ReceiveOptions};
 use tokio::sync::mpsc;
 
 use crate::util::{PATIENCE, TestServer, eventually, runtime};
@@ -24,9 +24,7 @@ fn receive_now(c: &Client, queue: &str) -> Vec<sluice_client::ReceivedMessage> {
 fn async_consumer_extends_a_slow_handlers_lease() {
     let server = TestServer::start();
     let other = server.client();
-    other
-        .create_queue("slow", &AttributeUpdate::default())
-        .unwrap();
+    other.create_queue("slow", &QueueOptions::new()).unwrap();
     let sent = other.send("slow", "take your time").unwrap();
     runtime().block_on(async {
         let client = server.async_client().await;
@@ -72,7 +70,7 @@ fn async_consumer_extends_a_slow_handlers_lease() {
         let final_stats = consumer.stop(PATIENCE).await;
         assert_eq!(final_stats.succeeded, 1);
     });
-    let info = other.get_queue("slow").unwrap();
+    let info = other.queue_info("slow").unwrap();
     assert_eq!(info.stats.deleted, 1);
     assert_eq!(info.stats.redelivered, 0);
 }
@@ -83,9 +81,7 @@ fn async_consumer_extends_a_slow_handlers_lease() {
 fn async_consumer_stops_extending_at_max_processing() {
     let server = TestServer::start();
     let other = server.client();
-    other
-        .create_queue("poison", &AttributeUpdate::default())
-        .unwrap();
+    other.create_queue("poison", &QueueOptions::new()).unwrap();
     let sent = other.send("poison", "never finishes").unwrap();
     runtime().block_on(async {
         let client = server.async_client().await;
@@ -129,9 +125,7 @@ fn async_consumer_stops_extending_at_max_processing() {
 fn async_consumer_crash_means_redelivery() {
     let server = TestServer::start();
     let other = server.client();
-    other
-        .create_queue("crash", &AttributeUpdate::default())
-        .unwrap();
+    other.create_queue("crash", &QueueOptions::new()).unwrap();
     let sent = other.send("crash", "half done").unwrap();
     runtime().block_on(async {
         // Unbound: the lease outlives the crashed consumer's connection and
@@ -176,7 +170,7 @@ fn async_consumer_crash_means_redelivery() {
         let stats = second.stop(PATIENCE).await;
         assert_eq!(stats.deleted, 1);
     });
-    assert_eq!(other.get_queue("crash").unwrap().stats.redelivered, 1);
+    assert_eq!(other.queue_info("crash").unwrap().stats.redelivered, 1);
 }
 
 /// A handler that fails (here: panics) has its message released at once
@@ -185,9 +179,7 @@ fn async_consumer_crash_means_redelivery() {
 fn async_consumer_releases_failed_messages() {
     let server = TestServer::start();
     let other = server.client();
-    other
-        .create_queue("flaky", &AttributeUpdate::default())
-        .unwrap();
+    other.create_queue("flaky", &QueueOptions::new()).unwrap();
     other.send("flaky", "fails once").unwrap();
     runtime().block_on(async {
         let failed_once = Arc::new(AtomicBool::new(false));
@@ -223,9 +215,7 @@ fn async_consumer_releases_failed_messages() {
 fn async_consumer_stop_releases_what_it_holds() {
     let server = TestServer::start();
     let other = server.client();
-    other
-        .create_queue("held", &AttributeUpdate::default())
-        .unwrap();
+    other.create_queue("held", &QueueOptions::new()).unwrap();
     let sent = other.send("held", "in progress").unwrap();
     runtime().block_on(async {
         let (started_tx, mut started) = mpsc::unbounded_channel();
@@ -256,9 +246,7 @@ fn async_consumer_stop_releases_what_it_holds() {
 fn blocking_consumer_extends_and_deletes() {
     let server = TestServer::start();
     let other = server.client();
-    other
-        .create_queue("bslow", &AttributeUpdate::default())
-        .unwrap();
+    other.create_queue("bslow", &QueueOptions::new()).unwrap();
     for i in 0..3 {
         other.send("bslow", format!("m{i}")).unwrap();
     }
@@ -287,7 +275,7 @@ fn blocking_consumer_extends_and_deletes() {
     assert!(stats.extended >= 3, "{stats:?}");
     assert!(!lost_seen.load(Ordering::SeqCst));
     consumer.stop(PATIENCE);
-    let info = other.get_queue("bslow").unwrap();
+    let info = other.queue_info("bslow").unwrap();
     assert_eq!((info.stats.deleted, info.stats.redelivered), (3, 0));
 }
 

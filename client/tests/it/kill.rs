@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_client::consumer::{Consumer, ConsumerConfig, Delivery};
-use sluice_client::{AttributeUpdate, ClientConfig, ReceiveOptions, SendEntry};
+use sluice_client::{ClientConfig, QueueOptions, ReceiveOptions, SendEntry};
 
 use crate::util::{TestServer, runtime};
 
@@ -35,9 +35,7 @@ const CHILD_TEST: &str = "kill::child_consumer_holding_bound_leases";
 fn a_consumer_killed_holding_bound_leases_gives_every_message_back_at_once() {
     let server = TestServer::start_on("127.0.0.1:0", &["--shards", "2"]);
     let admin = server.client();
-    admin
-        .create_queue("work", &AttributeUpdate::default())
-        .unwrap();
+    admin.create_queue("work", &QueueOptions::new()).unwrap();
     let mut sent = BTreeSet::new();
     for chunk in 0..MESSAGES / 100 {
         let entries: Vec<SendEntry> = (0..100)
@@ -76,8 +74,8 @@ fn a_consumer_killed_holding_bound_leases_gives_every_message_back_at_once() {
         }
         assert!(started.elapsed() < PATIENCE, "the consumer took too long");
     }
-    let s = admin.get_queue("work").unwrap().stats;
-    assert_eq!((s.in_flight, s.visible), (MESSAGES as u64, 0), "{s:?}");
+    let s = admin.queue_info("work").unwrap().stats;
+    assert_eq!((s.in_flight, s.visible), (MESSAGES, 0), "{s:?}");
 
     // SIGKILL: no goodbye from the consumer, the kernel closes its socket.
     child.kill().expect("SIGKILL the consumer");
@@ -114,7 +112,7 @@ fn a_consumer_killed_holding_bound_leases_gives_every_message_back_at_once() {
         .find(|c| c.name == "leases_abandoned")
         .map(|c| c.value);
     assert_eq!(abandoned, Some(MESSAGES as u64));
-    let s = admin.get_queue("work").unwrap().stats;
+    let s = admin.queue_info("work").unwrap().stats;
     assert_eq!((s.released, s.redelivered), (MESSAGES as u64, 0), "{s:?}");
 }
 

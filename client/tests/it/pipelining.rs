@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use sluice_client::{AttributeUpdate, ReceiveOptions, Request};
+use sluice_client::{QueueOptions, ReceiveOptions, Request};
 
 use crate::util::{PATIENCE, TestServer, runtime};
 
@@ -13,9 +13,8 @@ use crate::util::{PATIENCE, TestServer, runtime};
 fn blocking_long_poll_does_not_block_other_requests() {
     let server = TestServer::start();
     let c = server.client();
-    c.create_queue("waiting", &AttributeUpdate::default())
-        .unwrap();
-    c.create_queue("busy", &AttributeUpdate::default()).unwrap();
+    c.create_queue("waiting", &QueueOptions::new()).unwrap();
+    c.create_queue("busy", &QueueOptions::new()).unwrap();
 
     let (done_tx, done_rx) = mpsc::channel();
     let poller = c.clone();
@@ -44,7 +43,7 @@ fn blocking_long_poll_does_not_block_other_requests() {
     for w in workers {
         w.join().unwrap();
     }
-    assert_eq!(c.get_queue("busy").unwrap().stats.sent, 200);
+    assert_eq!(c.queue_info("busy").unwrap().stats.sent, 200);
     assert!(
         done_rx.try_recv().is_err(),
         "the receive has no message yet, so it is still waiting"
@@ -60,7 +59,7 @@ fn blocking_long_poll_does_not_block_other_requests() {
 fn blocking_call_many_pipelines_in_one_write() {
     let server = TestServer::start();
     let c = server.client();
-    c.create_queue("q", &AttributeUpdate::default()).unwrap();
+    c.create_queue("q", &QueueOptions::new()).unwrap();
     let requests: Vec<Request> = (0..100u64).map(|nonce| Request::Ping { nonce }).collect();
     let replies = c.call_many(&requests).unwrap();
     assert_eq!(replies.len(), 100);
@@ -74,12 +73,10 @@ fn async_long_poll_does_not_block_other_requests() {
     let server = TestServer::start();
     runtime().block_on(async {
         let c = server.async_client().await;
-        c.create_queue("waiting", &AttributeUpdate::default())
+        c.create_queue("waiting", &QueueOptions::new())
             .await
             .unwrap();
-        c.create_queue("busy", &AttributeUpdate::default())
-            .await
-            .unwrap();
+        c.create_queue("busy", &QueueOptions::new()).await.unwrap();
         let poller = c.clone();
         let waiter = tokio::spawn(async move {
             poller
@@ -102,7 +99,7 @@ fn async_long_poll_does_not_block_other_requests() {
         for t in tasks {
             t.await.unwrap();
         }
-        assert_eq!(c.get_queue("busy").await.unwrap().stats.sent, 200);
+        assert_eq!(c.queue_info("busy").await.unwrap().stats.sent, 200);
         assert!(!waiter.is_finished(), "the receive is still waiting");
         let sent = c.send("waiting", "at last").await.unwrap();
         let got = tokio::time::timeout(PATIENCE, waiter)
@@ -125,9 +122,7 @@ fn async_an_unpolled_request_does_not_hold_up_others() {
     let server = TestServer::start();
     runtime().block_on(async {
         let c = server.async_client().await;
-        c.create_queue("idle", &AttributeUpdate::default())
-            .await
-            .unwrap();
+        c.create_queue("idle", &QueueOptions::new()).await.unwrap();
         let poller = c.clone();
         let mut held = Box::pin(async move {
             poller

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use sluice_client::producer::{BlockingProducer, Producer, ProducerConfig};
-use sluice_client::{AttributeUpdate, Error, SendEntry};
+use sluice_client::{Error, QueueOptions, SendEntry};
 
 use crate::util::{TestServer, runtime};
 
@@ -14,9 +14,9 @@ fn async_producer_batches_and_answers_each_caller() {
     let c = server.client();
     c.create_queue(
         "events",
-        &AttributeUpdate {
+        &QueueOptions {
             message_bytes_max: Some(100),
-            ..AttributeUpdate::default()
+            ..QueueOptions::default()
         },
     )
     .unwrap();
@@ -52,15 +52,14 @@ fn async_producer_batches_and_answers_each_caller() {
         assert_eq!((ids.len(), too_large), (297, 3));
         producer.close().await;
     });
-    assert_eq!(c.get_queue("events").unwrap().stats.sent, 297);
+    assert_eq!(c.queue_info("events").unwrap().stats.sent, 297);
 }
 
 #[test]
 fn blocking_producer_answers_each_thread() {
     let server = TestServer::start();
     let c = server.client();
-    c.create_queue("bevents", &AttributeUpdate::default())
-        .unwrap();
+    c.create_queue("bevents", &QueueOptions::new()).unwrap();
     let producer = BlockingProducer::start(
         server.client(),
         ProducerConfig::new("bevents").linger(Duration::from_millis(2)),
@@ -80,7 +79,7 @@ fn blocking_producer_answers_each_thread() {
         .flat_map(|t| t.join().unwrap())
         .collect();
     assert_eq!(ids.len(), 200);
-    assert_eq!(c.get_queue("bevents").unwrap().stats.sent, 200);
+    assert_eq!(c.queue_info("bevents").unwrap().stats.sent, 200);
     // A queue that does not exist fails every caller of the batch.
     let missing = BlockingProducer::start(server.client(), ProducerConfig::new("missing"));
     assert!(matches!(

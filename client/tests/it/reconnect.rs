@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_client::{AttributeUpdate, Error, ReceiveOptions};
+use sluice_client::{Error, QueueOptions, ReceiveOptions};
 
 use crate::util::{TestServer, eventually, runtime};
 
@@ -15,7 +15,7 @@ fn blocking_client_reconnects_after_a_restart() {
     let mut server = TestServer::start();
     let addr = server.addr;
     let c = server.client();
-    c.create_queue("q", &AttributeUpdate::default()).unwrap();
+    c.create_queue("q", &QueueOptions::new()).unwrap();
     // A receive waiting when the server goes away: the shutdown answers it
     // (an empty batch) or the connection drops under it.
     let poller = c.clone();
@@ -36,8 +36,8 @@ fn blocking_client_reconnects_after_a_restart() {
     assert_eq!(server.addr, addr);
     eventually("a reconnect", || c.ping().ok());
     // A new server: a new, empty broker.
-    assert!(matches!(c.get_queue("q"), Err(Error::QueueNotFound(_))));
-    assert!(c.create_queue("q", &AttributeUpdate::default()).unwrap());
+    assert!(matches!(c.queue_info("q"), Err(Error::QueueNotFound(_))));
+    assert!(c.create_queue("q", &QueueOptions::new()).unwrap());
 }
 
 #[test]
@@ -46,7 +46,7 @@ fn async_client_reconnects_after_a_restart() {
     let addr = server.addr;
     let rt = runtime();
     let c = rt.block_on(server.async_client());
-    rt.block_on(c.create_queue("q", &AttributeUpdate::default()))
+    rt.block_on(c.create_queue("q", &QueueOptions::new()))
         .unwrap();
     server.stop();
     let err = rt.block_on(c.ping()).expect_err("no server");
@@ -55,7 +55,7 @@ fn async_client_reconnects_after_a_restart() {
     eventually("a reconnect", || rt.block_on(c.ping()).ok());
     assert!(c.server_info().is_some());
     assert!(
-        rt.block_on(c.create_queue("q", &AttributeUpdate::default()))
+        rt.block_on(c.create_queue("q", &QueueOptions::new()))
             .unwrap()
     );
 }

@@ -4,7 +4,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use sluice_client::sharded::{AsyncShardedClient, ShardedClient};
-use sluice_client::{AttributeUpdate, Client, ClientConfig, Error, ReceiveOptions, RedrivePolicy};
+use sluice_client::{
+    Client, ClientConfig, Error, QueueOptions, ReceiveOptions, RedrivePolicy, Setting,
+};
 
 use crate::util::{TestServer, runtime};
 
@@ -12,21 +14,21 @@ fn config(servers: &[&TestServer]) -> ClientConfig {
     let addrs: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();
     servers[0]
         .client_config()
-        .address(addrs.join(","))
-        .reconnect_delays(Duration::from_millis(10), Duration::from_millis(50))
+        .with_addr(addrs.join(","))
+        .with_reconnect_delays(Duration::from_millis(10), Duration::from_millis(50))
 }
 
 fn names(client: &Client) -> BTreeSet<String> {
     client.list_queues("").unwrap().into_iter().collect()
 }
 
-fn with_dlq(dlq: &str) -> AttributeUpdate {
-    AttributeUpdate {
-        redrive: Some(RedrivePolicy {
+fn with_dlq(dlq: &str) -> QueueOptions {
+    QueueOptions {
+        redrive: Setting::Set(RedrivePolicy {
             dead_letter_queue: dlq.into(),
             max_receives: 1,
         }),
-        ..AttributeUpdate::default()
+        ..QueueOptions::default()
     }
 }
 
@@ -41,7 +43,7 @@ fn a_thousand_queues_spread_evenly_and_a_fourth_broker_takes_only_its_share() {
     let client = ShardedClient::connect(config(&refs)).unwrap();
     let queues: Vec<String> = (0..1000).map(|i| format!("load-{i}")).collect();
     for q in &queues {
-        assert!(client.create_queue(q, &AttributeUpdate::default()).unwrap());
+        assert!(client.create_queue(q, &QueueOptions::new()).unwrap());
     }
     // Each broker holds the queues the client placed there, and about a third.
     let held: Vec<BTreeSet<String>> = servers.iter().map(|s| names(&s.client())).collect();
@@ -72,9 +74,7 @@ fn a_thousand_queues_spread_evenly_and_a_fourth_broker_takes_only_its_share() {
             moved += 1;
         }
         // Created anew exactly where it moved to; found where it stayed.
-        let created = client4
-            .create_queue(q, &AttributeUpdate::default())
-            .unwrap();
+        let created = client4.create_queue(q, &QueueOptions::new()).unwrap();
         assert_eq!(created, before != after, "{q}");
     }
     assert!((188..=312).contains(&moved), "{moved} of 1000 moved");
@@ -92,9 +92,7 @@ fn tagged_queues_share_a_broker_and_a_split_dead_letter_queue_is_refused() {
     let client = ShardedClient::connect(config(&refs)).unwrap();
     for tag in ["orders", "payments", "mail", "audit", "x"] {
         let (q, dlq) = (format!("{{{tag}}}"), format!("{{{tag}}}.dlq"));
-        client
-            .create_queue(&dlq, &AttributeUpdate::default())
-            .unwrap();
+        client.create_queue(&dlq, &QueueOptions::new()).unwrap();
         client.create_queue(&q, &with_dlq(&dlq)).unwrap();
         let home = client.broker_of(&q);
         assert_eq!(home, client.broker_of(&dlq));
@@ -118,15 +116,13 @@ fn tagged_queues_share_a_broker_and_a_split_dead_letter_queue_is_refused() {
         .map(|i| (format!("plain{i}"), format!("plain{i}.dlq")))
         .find(|(a, b)| client.broker_of(a) != client.broker_of(b))
         .unwrap();
-    client
-        .create_queue(&b, &AttributeUpdate::default())
-        .unwrap();
+    client.create_queue(&b, &QueueOptions::new()).unwrap();
     let err = client.create_queue(&a, &with_dlq(&b)).unwrap_err();
     assert!(
         matches!(&err, Error::InvalidArgument(m) if m.contains("tag")),
         "{err}"
     );
-    assert!(client.get_queue(&a).is_err());
+    assert!(client.queue_info(&a).is_err());
 }
 
 #[test]
@@ -140,7 +136,7 @@ fn a_stopped_broker_fails_only_its_own_queues_with_a_connect_error() {
     let client = ShardedClient::connect(config(&refs)).unwrap();
     let queues: Vec<String> = (0..60).map(|i| format!("s{i}")).collect();
     for q in &queues {
-        client.create_queue(q, &AttributeUpdate::default()).unwrap();
+        client.create_queue(q, &QueueOptions::new()).unwrap();
         client.send(q, "before").unwrap();
     }
     let down = client.broker_of(&queues[0]);
@@ -154,7 +150,7 @@ fn a_stopped_broker_fails_only_its_own_queues_with_a_connect_error() {
             failed += 1;
         } else {
             r.unwrap();
-            assert_eq!(client.get_queue(q).unwrap().stats.visible, 2);
+            assert_eq!(client.queue_info(q).unwrap().stats.visible, 2);
             worked += 1;
         }
     }
@@ -184,10 +180,7 @@ fn the_async_sharded_client_places_queues_as_the_blocking_one() {
         for i in 0..30 {
             let q = format!("a{i}");
             assert_eq!(client.broker_of(&q), blocking.broker_of(&q));
-            client
-                .create_queue(&q, &AttributeUpdate::default())
-                .await
-                .unwrap();
+            client.create_queue(&q, &QueueOptions::new()).await.unwrap();
             client.send(&q, "x").await.unwrap();
             let got = client.receive(&q, ReceiveOptions::new(1)).await.unwrap();
             client.delete(&q, got[0].receipt).await.unwrap();

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sluice_client::{AttributeUpdate, Error, MessageId, ReceiveOptions, Reply, Request};
+use sluice_client::{Error, MessageId, QueueOptions, ReceiveOptions, Reply, Request};
 use sluice_protocol::{QueueName, ReceiveRequest, opcode};
 
 use crate::util::{PATIENCE, Proxy, TestServer, eventually};
@@ -32,10 +32,10 @@ fn ping(c: &sluice_client::Client, nonce: u64) -> Result<(), Error> {
 fn sixty_four_threads_share_one_client_and_every_reply_finds_its_caller() {
     let server = TestServer::start();
     let c = server.client();
-    c.create_queue("work", &AttributeUpdate::default()).unwrap();
+    c.create_queue("work", &QueueOptions::new()).unwrap();
     let pollers: Vec<usize> = (0..THREADS).filter(|t| t % 4 == 3).collect();
     for t in &pollers {
-        c.create_queue(&format!("poll{t}"), &AttributeUpdate::default())
+        c.create_queue(&format!("poll{t}"), &QueueOptions::new())
             .unwrap();
     }
     let senders = (0..THREADS).filter(|t| t % 4 == 1).count();
@@ -110,7 +110,7 @@ fn sixty_four_threads_share_one_client_and_every_reply_finds_its_caller() {
             "the send of {id} was answered to another"
         );
     }
-    let stats = c.get_queue("work").unwrap().stats;
+    let stats = c.queue_info("work").unwrap().stats;
     assert_eq!((stats.sent, stats.deleted), (total, total));
 }
 
@@ -119,7 +119,7 @@ fn a_disconnect_mid_burst_fails_every_waiter_and_the_next_request_reconnects() {
     let server = TestServer::start();
     let proxy = Proxy::start(server.addr);
     let c = proxy.client(server.client_config());
-    c.create_queue("idle", &AttributeUpdate::default()).unwrap();
+    c.create_queue("idle", &QueueOptions::new()).unwrap();
     let cut = AtomicBool::new(false);
     let polls_before = proxy.frames(opcode::RECEIVE);
 
@@ -188,10 +188,10 @@ fn a_request_times_out_while_another_thread_reads() {
     let proxy = Proxy::start(server.addr);
     let config = server
         .client_config()
-        .request_timeout(Duration::from_millis(300));
+        .with_request_timeout(Duration::from_millis(300));
     let c = proxy.client(config);
-    c.create_queue("idle", &AttributeUpdate::default()).unwrap();
-    c.create_queue("held", &AttributeUpdate::default()).unwrap();
+    c.create_queue("idle", &QueueOptions::new()).unwrap();
+    c.create_queue("held", &QueueOptions::new()).unwrap();
     let polls_before = proxy.frames(opcode::RECEIVE);
     std::thread::scope(|s| {
         // A long poll (its time-out is the request time-out plus its wait):

@@ -12,8 +12,8 @@ use sluice_broker::server::config::IoChoice;
 use sluice_broker::testing::{TestPki, TestServer};
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
-    AsyncClient, AttributeUpdate, Client, ClientConfig, Error, ReceiveOptions, RedrivePolicy,
-    SendEntry,
+    AsyncClient, Client, ClientConfig, Error, QueueOptions, ReceiveOptions, RedrivePolicy,
+    SendEntry, Setting,
 };
 
 use crate::util::runtime;
@@ -26,9 +26,9 @@ fn server(io: IoChoice, args: &[String]) -> Option<TestServer> {
 
 fn config(server: &TestServer) -> ClientConfig {
     ClientConfig::new(server.addr().to_string())
-        .connect_timeout(Duration::from_secs(10))
-        .request_timeout(Duration::from_secs(30))
-        .reconnect_delays(Duration::from_millis(10), Duration::from_millis(100))
+        .with_connect_timeout(Duration::from_secs(10))
+        .with_request_timeout(Duration::from_secs(30))
+        .with_reconnect_delays(Duration::from_millis(10), Duration::from_millis(100))
 }
 
 fn trusting(pki: &TestPki) -> TlsConfig {
@@ -51,14 +51,12 @@ macro_rules! every_operation {
     ($c:expr, $($aw:tt)*) => {{
         let c = $c;
         c.ping() $($aw)* .unwrap();
-        assert!(c.create_queue("t.dlq", &AttributeUpdate::default()) $($aw)* .unwrap());
-        let redrive = AttributeUpdate {
-            redrive: Some(RedrivePolicy { dead_letter_queue: "t.dlq".into(), max_receives: 1 }),
-            ..AttributeUpdate::default()
-        };
-        assert!(c.create_queue("t", &AttributeUpdate::default()) $($aw)* .unwrap());
+        assert!(c.create_queue("t.dlq", &QueueOptions::new()) $($aw)* .unwrap());
+        let policy = RedrivePolicy::new("t.dlq", 1);
+        let redrive = QueueOptions::new().redrive(policy.clone());
+        assert!(c.create_queue("t", &QueueOptions::new()) $($aw)* .unwrap());
         c.set_queue("t", &redrive) $($aw)* .unwrap();
-        assert_eq!(c.get_queue("t") $($aw)* .unwrap().attributes.redrive, redrive.redrive);
+        assert_eq!(c.queue_info("t") $($aw)* .unwrap().attributes.redrive, Some(policy));
         let mut names = c.list_queues("t") $($aw)* .unwrap();
         names.sort();
         assert_eq!(names, ["t", "t.dlq"]);
@@ -86,7 +84,7 @@ macro_rules! every_operation {
         assert_eq!(c.redrive("t.dlq", 10) $($aw)* .unwrap().moved, 1);
         assert_eq!(c.purge_queue("t") $($aw)* .unwrap(), 1);
         assert!(c.server_stats() $($aw)* .unwrap().server_version.starts_with("sluice"));
-        c.set_queue("t", &AttributeUpdate { clear_redrive: true, ..AttributeUpdate::default() }) $($aw)* .unwrap();
+        c.set_queue("t", &QueueOptions { redrive: Setting::Clear, ..QueueOptions::default() }) $($aw)* .unwrap();
         c.delete_queue("t.dlq") $($aw)* .unwrap();
         c.delete_queue("t") $($aw)* .unwrap();
     }};
@@ -105,18 +103,18 @@ fn every_operation_over_tls_with_both_clients() {
         let Some(server) = server(io, &pki.server_args()) else {
             return;
         };
-        let blocking = Client::connect(config(&server).tls(trusting(&pki))).unwrap();
+        let blocking = Client::connect(config(&server).with_tls(trusting(&pki))).unwrap();
         every_operation!(&blocking,);
         runtime().block_on(async {
-            let c = AsyncClient::connect(config(&server).tls(trusting(&pki)))
+            let c = AsyncClient::connect(config(&server).with_tls(trusting(&pki)))
                 .await
                 .unwrap();
             every_operation!(&c, .await);
         });
         // By name too: the certificate carries `localhost`.
         let named = config(&server)
-            .address(format!("localhost:{}", server.addr().port()))
-            .tls(trusting(&pki));
+            .with_addr(format!("localhost:{}", server.addr().port()))
+            .with_tls(trusting(&pki));
         Client::connect(named).unwrap().ping().unwrap();
     });
 }
@@ -129,21 +127,21 @@ fn a_client_that_does_not_trust_the_certificate_is_refused() {
             return;
         };
         let stranger = TlsConfig::with_ca_file(pki.other_ca_pem()).unwrap();
-        let err = Client::connect(config(&server).tls(stranger.clone())).unwrap_err();
+        let err = Client::connect(config(&server).with_tls(stranger.clone())).unwrap_err();
         assert!(matches!(err, Error::Connect { .. }), "{err}");
         assert!(err.to_string().contains("certificate"), "{err}");
         // The name must match too.
         let wrong_name = trusting(&pki).server_name("elsewhere.example");
-        let err = Client::connect(config(&server).tls(wrong_name)).unwrap_err();
+        let err = Client::connect(config(&server).with_tls(wrong_name)).unwrap_err();
         assert!(matches!(err, Error::Connect { .. }), "{err}");
         runtime().block_on(async {
-            let err = AsyncClient::connect(config(&server).tls(stranger))
+            let err = AsyncClient::connect(config(&server).with_tls(stranger))
                 .await
                 .unwrap_err();
             assert!(matches!(err, Error::Connect { .. }), "{err}");
         });
         // The server goes on.
-        Client::connect(config(&server).tls(trusting(&pki)))
+        Client::connect(config(&server).with_tls(trusting(&pki)))
             .unwrap()
             .ping()
             .unwrap();
@@ -160,11 +158,11 @@ fn client_certificates_are_required_with_a_client_ca() {
             return;
         };
         let with_cert = TlsConfig::with_client_cert(pki.ca_pem(), &cert, &key).unwrap();
-        let c = Client::connect(config(&server).tls(with_cert.clone())).unwrap();
-        c.create_queue("mtls", &AttributeUpdate::default()).unwrap();
+        let c = Client::connect(config(&server).with_tls(with_cert.clone())).unwrap();
+        c.create_queue("mtls", &QueueOptions::new()).unwrap();
         c.send("mtls", "x").unwrap();
         runtime().block_on(async {
-            let c = AsyncClient::connect(config(&server).tls(with_cert))
+            let c = AsyncClient::connect(config(&server).with_tls(with_cert))
                 .await
                 .unwrap();
             assert_eq!(
@@ -180,7 +178,7 @@ fn client_certificates_are_required_with_a_client_ca() {
             trusting(&pki),
             TlsConfig::with_client_cert(pki.ca_pem(), &stranger_cert, &stranger_key).unwrap(),
         ] {
-            let err = Client::connect(config(&server).tls(tls)).unwrap_err();
+            let err = Client::connect(config(&server).with_tls(tls)).unwrap_err();
             assert!(matches!(err, Error::Connect { .. }), "{err}");
         }
         assert_eq!(counter(&c, "connections_refused_tls_failed"), 2);
@@ -198,13 +196,11 @@ fn plain_text_on_a_tls_port_and_tls_on_a_plain_port_are_closed_and_disturb_no_on
         let Some(plain_server) = server(io, &[]) else {
             return;
         };
-        let tls_client = Client::connect(config(&tls_server).tls(trusting(&pki))).unwrap();
+        let tls_client = Client::connect(config(&tls_server).with_tls(trusting(&pki))).unwrap();
         let plain_client = Client::connect(config(&plain_server)).unwrap();
-        tls_client
-            .create_queue("q", &AttributeUpdate::default())
-            .unwrap();
+        tls_client.create_queue("q", &QueueOptions::new()).unwrap();
         plain_client
-            .create_queue("q", &AttributeUpdate::default())
+            .create_queue("q", &QueueOptions::new())
             .unwrap();
 
         // A plain client on the TLS port: the server says why, in plain text.
@@ -214,10 +210,10 @@ fn plain_text_on_a_tls_port_and_tls_on_a_plain_port_are_closed_and_disturb_no_on
             "{err}"
         );
         // A TLS client on the plain port: a TLS failure at connect.
-        let err = Client::connect(config(&plain_server).tls(trusting(&pki))).unwrap_err();
+        let err = Client::connect(config(&plain_server).with_tls(trusting(&pki))).unwrap_err();
         assert!(matches!(err, Error::Connect { .. }), "{err}");
         runtime().block_on(async {
-            let err = AsyncClient::connect(config(&plain_server).tls(trusting(&pki)))
+            let err = AsyncClient::connect(config(&plain_server).with_tls(trusting(&pki)))
                 .await
                 .unwrap_err();
             assert!(matches!(err, Error::Connect { .. }), "{err}");
@@ -234,7 +230,7 @@ fn plain_text_on_a_tls_port_and_tls_on_a_plain_port_are_closed_and_disturb_no_on
             counter(&plain_client, "connections_refused_tls_on_plain_port"),
             2
         );
-        assert_eq!(tls_client.get_queue("q").unwrap().stats.visible, 1);
+        assert_eq!(tls_client.queue_info("q").unwrap().stats.visible, 1);
     });
 }
 
@@ -245,7 +241,7 @@ fn garbage_on_a_tls_port_closes_only_that_connection() {
         let Some(server) = server(io, &pki.server_args()) else {
             return;
         };
-        let c = Client::connect(config(&server).tls(trusting(&pki))).unwrap();
+        let c = Client::connect(config(&server).with_tls(trusting(&pki))).unwrap();
         // A fixed pseudo-random sequence (xorshift), so a failure replays.
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = move || {
@@ -270,8 +266,8 @@ fn garbage_on_a_tls_port_closes_only_that_connection() {
             let _ = s.read_to_end(&mut sink);
         }
         c.send_batch("g", &[SendEntry::new("x")]).unwrap_err();
-        c.create_queue("g", &AttributeUpdate::default()).unwrap();
+        c.create_queue("g", &QueueOptions::new()).unwrap();
         c.send("g", "after the garbage").unwrap();
-        assert_eq!(c.get_queue("g").unwrap().stats.visible, 1);
+        assert_eq!(c.queue_info("g").unwrap().stats.visible, 1);
     });
 }

@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use sluice_broker::testing;
-use sluice_client::{AsyncClient, Client, ClientConfig};
+#[cfg(feature = "async")]
+use sluice_client::AsyncClient;
+use sluice_client::{Client, ClientConfig};
 
 /// Bound on any waiting loop in these tests.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -41,8 +43,8 @@ impl TestServer {
     /// The client configuration for this server.
     pub fn client_config(&self) -> ClientConfig {
         ClientConfig::new(self.addr.to_string())
-            .request_timeout(Duration::from_secs(30))
-            .reconnect_delays(Duration::from_millis(20), Duration::from_millis(200))
+            .with_request_timeout(Duration::from_secs(30))
+            .with_reconnect_delays(Duration::from_millis(20), Duration::from_millis(200))
     }
 
     /// A blocking client.
@@ -51,6 +53,7 @@ impl TestServer {
     }
 
     /// An async client (inside a runtime).
+    #[cfg(feature = "async")]
     pub async fn async_client(&self) -> AsyncClient {
         AsyncClient::connect(self.client_config())
             .await
@@ -64,6 +67,7 @@ impl TestServer {
 }
 
 /// A runtime for async tests.
+#[cfg(feature = "async")]
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -154,7 +158,7 @@ impl Proxy {
 
     /// A blocking client through the proxy.
     pub fn client(&self, config: ClientConfig) -> Client {
-        Client::connect(config.address(self.addr.to_string())).expect("client connects")
+        Client::connect(config.with_addr(self.addr.to_string())).expect("client connects")
     }
 }
 

@@ -32,7 +32,7 @@ use bytes::{Bytes, BytesMut};
 use sluice_client::sharded::ShardedClient;
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
-    AttributeUpdate, Client, ClientConfig, Error, PendingReply, ReceiveOptions, ReceivedMessage,
+    Client, ClientConfig, Error, PendingReply, QueueOptions, ReceiveOptions, ReceivedMessage,
     SendEntry, SendOutcome,
 };
 
@@ -179,15 +179,15 @@ impl SluiceTarget {
 
     fn config(&self, addr: &str) -> ClientConfig {
         let mut config = ClientConfig::new(addr)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .request_timeout(REPLY_TIMEOUT)
-            .reconnect_delays(RECONNECT_DELAY_INITIAL, RECONNECT_DELAY_MAX)
-            .read_spin(self.read_spin);
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_request_timeout(REPLY_TIMEOUT)
+            .with_reconnect_delays(RECONNECT_DELAY_INITIAL, RECONNECT_DELAY_MAX)
+            .with_read_spin(self.read_spin);
         if let Some(token) = &self.token {
-            config = config.auth_token(Bytes::copy_from_slice(token.as_bytes()));
+            config = config.with_auth_token(Bytes::copy_from_slice(token.as_bytes()));
         }
         if let Some(tls) = &self.tls {
-            config = config.tls(tls.clone());
+            config = config.with_tls(tls.clone());
         }
         config
     }
@@ -236,10 +236,8 @@ impl Target for SluiceTarget {
             admin
                 .create_queue(
                     name,
-                    &AttributeUpdate {
-                        visibility_timeout_ms: Some(visibility_ms),
-                        ..AttributeUpdate::default()
-                    },
+                    &QueueOptions::new()
+                        .visibility_timeout(Duration::from_millis(visibility_ms.into())),
                 )
                 .map_err(|e| adapter_error(addr, e))?;
         }
@@ -411,8 +409,7 @@ impl SluiceAdapter {
     }
 
     fn receive_options(&self, max: usize, wait: Duration) -> ReceiveOptions {
-        let max = u16::try_from(max.clamp(1, self.queue.batch_max.max(1))).unwrap_or(u16::MAX);
-        ReceiveOptions::new(max)
+        ReceiveOptions::new(max.clamp(1, self.queue.batch_max.max(1)))
             .visibility_timeout(self.queue.visibility)
             .wait(wait)
     }

@@ -112,7 +112,7 @@ pub fn run_child(args: &ConsumeArgs) -> u8 {
         }
     };
     let mut rng = rand::rng();
-    let options = ReceiveOptions::new(args.batch)
+    let options = ReceiveOptions::new(args.batch.into())
         .visibility_timeout(args.visibility)
         .wait(Duration::from_millis(200));
     let mut line = String::new();

@@ -162,7 +162,7 @@ impl BrokerTotals {
         for s in stats {
             t.sent += s.sent;
             t.deleted += s.deleted;
-            t.held += s.visible + s.delayed + s.in_flight;
+            t.held += s.depth() as u64;
             t.dropped_or_purged += s.dropped + s.purged;
         }
         t

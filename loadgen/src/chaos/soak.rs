@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use serde::Serialize;
-use sluice_client::{AttributeUpdate, Backoff, ReceiveOptions, RedrivePolicy};
+use sluice_client::{QueueOptions, ReceiveOptions, RedrivePolicy};
 
 use super::ledger::{Ledger, Reconciled, delete_outcome_unknown};
 use super::report::mib;
@@ -147,24 +147,16 @@ pub fn run(ctx: &Ctx, spec: &SoakSpec) -> Result<SoakReport, ChaosError> {
     let started = Instant::now();
     let mm = format!("{}MiB", MEMORY_MAX_BYTES / MIB);
     let h = Harness::start(ctx, &["--memory-max", &mm])?;
-    workload::create_queue(&h.control, DLQ, &AttributeUpdate::default())?;
+    workload::create_queue(&h.control, DLQ, &QueueOptions::new())?;
     workload::create_queue(
         &h.control,
         QUEUE,
-        &AttributeUpdate {
-            visibility_timeout_ms: Some(u32::try_from(VISIBILITY.as_millis()).unwrap_or(2_000)),
-            redrive: Some(RedrivePolicy {
-                dead_letter_queue: DLQ.into(),
-                max_receives: 4,
-            }),
-            backoff: Some(Backoff {
-                base_ms: 20,
-                max_ms: 1_000,
-            }),
-            ..AttributeUpdate::default()
-        },
+        &QueueOptions::new()
+            .visibility_timeout(VISIBILITY)
+            .redrive(RedrivePolicy::new(DLQ, 4))
+            .backoff(Duration::from_millis(20), Duration::from_secs(1)),
     )?;
-    workload::create_queue(&h.control, POLL, &AttributeUpdate::default())?;
+    workload::create_queue(&h.control, POLL, &QueueOptions::new())?;
     let ledger = Arc::new(Ledger::new(100));
     let counts = Arc::new(OpCounts::default());
     let counters = Arc::new(Counters::default());
@@ -328,8 +320,8 @@ fn sample(h: &Harness, load_start: Instant, under_load: bool) -> Result<Sample, 
         connections: server.counter("connections").unwrap_or(0),
         memory_used_bytes: server.counter("memory_used_bytes").unwrap_or(0),
         requests: server.counter("requests").unwrap_or(0),
-        held: q.visible + q.delayed + q.in_flight,
-        dead_letter_depth: stats[1].visible + stats[1].delayed + stats[1].in_flight,
+        held: q.depth() as u64,
+        dead_letter_depth: stats[1].depth() as u64,
         sent: q.sent,
         deleted: q.deleted,
         redelivered: q.redelivered,
@@ -600,7 +592,7 @@ fn start_load(
                 match c.redrive(DLQ, 1_000) {
                     Ok(r) => {
                         counters.redrive_requests.fetch_add(1, Relaxed);
-                        counters.redriven.fetch_add(r.moved, Relaxed);
+                        counters.redriven.fetch_add(r.moved as u64, Relaxed);
                     }
                     Err(e) => counts.errors.add("redrive", &e),
                 }

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_client::{
-    AttributeUpdate, Client, ClientConfig, Error, QueueStats, ReceiveOptions, SendEntry,
+    Client, ClientConfig, Error, QueueOptions, QueueStats, ReceiveOptions, SendEntry,
 };
 
 use super::ChaosError;
@@ -26,9 +26,9 @@ const DRAIN_VISIBILITY: Duration = Duration::from_secs(600);
 /// The connection or its HELLO failed.
 pub fn client(addr: &str) -> Result<Client, ChaosError> {
     let config = ClientConfig::new(addr)
-        .connect_timeout(Duration::from_secs(5))
-        .request_timeout(REQUEST_TIMEOUT)
-        .reconnect_delays(Duration::from_millis(10), Duration::from_millis(200));
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_request_timeout(REQUEST_TIMEOUT)
+        .with_reconnect_delays(Duration::from_millis(10), Duration::from_millis(200));
     Client::connect(config).map_err(|e| ChaosError::Client(format!("connect to {addr}: {e}")))
 }
 
@@ -36,7 +36,7 @@ pub fn client(addr: &str) -> Result<Client, ChaosError> {
 ///
 /// # Errors
 /// The create failed.
-pub fn create_queue(c: &Client, name: &str, attrs: &AttributeUpdate) -> Result<(), ChaosError> {
+pub fn create_queue(c: &Client, name: &str, attrs: &QueueOptions) -> Result<(), ChaosError> {
     c.create_queue(name, attrs)
         .map(|_| ())
         .map_err(|e| ChaosError::Client(format!("create queue {name}: {e}")))
@@ -50,7 +50,7 @@ pub fn queue_stats(c: &Client, queues: &[&str]) -> Result<Vec<QueueStats>, Chaos
     queues
         .iter()
         .map(|q| {
-            c.get_queue(q)
+            c.queue_info(q)
                 .map(|i| i.stats)
                 .map_err(|e| ChaosError::Client(format!("stats of {q}: {e}")))
         })
@@ -341,10 +341,10 @@ pub fn drain(
                 continue;
             }
             let s = c
-                .get_queue(q)
+                .queue_info(q)
                 .map_err(|e| ChaosError::Client(format!("stats of {q}: {e}")))?
                 .stats;
-            if s.visible + s.delayed == 0 && s.in_flight == mine {
+            if s.visible + s.delayed == 0 && s.in_flight as u64 == mine {
                 break;
             }
             if Instant::now() >= deadline {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use sluice_client::AttributeUpdate;
+use sluice_client::QueueOptions;
 
 use super::{check_errors, memory_max_flag, per_second, usual_bound};
 use crate::chaos::ledger::{Ledger, SendFate};
@@ -61,7 +61,7 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
     let mm = memory_max_flag();
     let mut h = Harness::start(ctx, &["--memory-max", &mm])?;
     for q in [QUEUE, STEADY] {
-        workload::create_queue(&h.control, q, &AttributeUpdate::default())?;
+        workload::create_queue(&h.control, q, &QueueOptions::new())?;
     }
     let accepted_before = accepted(&h)?;
     let ledger = Arc::new(Ledger::new(100));

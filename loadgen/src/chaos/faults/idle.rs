@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rand::seq::SliceRandom;
-use sluice_client::AttributeUpdate;
+use sluice_client::QueueOptions;
 use sluice_protocol::{Request, opcode};
 
 use super::{MEMORY_MAX_BYTES, RSS_SLACK_BYTES, check_errors, memory_max_flag};
@@ -57,7 +57,7 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
             format!("this process may open {limit} files: {want} idle connections, not {IDLE}"),
         );
     }
-    workload::create_queue(&h.control, STEADY, &AttributeUpdate::default())?;
+    workload::create_queue(&h.control, STEADY, &QueueOptions::new())?;
     let ledger = Arc::new(Ledger::new(100));
     let steady = Steady::start(&h.addr, &SteadySpec::light(STEADY), &ledger)?;
     std::thread::sleep(Duration::from_millis(200));

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use sluice_client::{AttributeUpdate, RedrivePolicy};
+use sluice_client::{QueueOptions, RedrivePolicy};
 
 use super::{check_errors, memory_max_flag, per_second, usual_bound};
 use crate::chaos::consumer::{ChildTally, ConsumeArgs, ConsumerChild};
@@ -44,18 +44,13 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
 
     let mm = memory_max_flag();
     let mut h = Harness::start(ctx, &["--memory-max", &mm])?;
-    workload::create_queue(&h.control, DLQ, &AttributeUpdate::default())?;
+    workload::create_queue(&h.control, DLQ, &QueueOptions::new())?;
     workload::create_queue(
         &h.control,
         QUEUE,
-        &AttributeUpdate {
-            visibility_timeout_ms: Some(u32::try_from(VISIBILITY.as_millis()).unwrap_or(1000)),
-            redrive: Some(RedrivePolicy {
-                dead_letter_queue: DLQ.into(),
-                max_receives: 2,
-            }),
-            ..AttributeUpdate::default()
-        },
+        &QueueOptions::new()
+            .visibility_timeout(VISIBILITY)
+            .redrive(RedrivePolicy::new(DLQ, 2)),
     )?;
     let ledger = Arc::new(Ledger::new(100));
     let tally = Arc::new(ChildTally::default());

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_client::{AttributeUpdate, Client, ReceiveOptions};
+use sluice_client::{Client, QueueOptions, ReceiveOptions};
 
 use super::{RSS_SLACK_BYTES, check_errors};
 use crate::chaos::ledger::{Ledger, SendFate};
@@ -53,7 +53,7 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
     let cycle_time_max = Duration::from_secs(60);
     let mm = format!("{}MiB", memory_max / MIB);
     let mut h = Harness::start(ctx, &["--memory-max", &mm])?;
-    workload::create_queue(&h.control, QUEUE, &AttributeUpdate::default())?;
+    workload::create_queue(&h.control, QUEUE, &QueueOptions::new())?;
     let ledger = Ledger::new(BODY_BYTES);
     let producer = workload::client(&h.addr)?;
     let consumer = workload::client(&h.addr)?;
@@ -89,7 +89,7 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
         }
         let used = counter(&h.control, "memory_used_bytes")?;
         t.memory_used_peak = t.memory_used_peak.max(used);
-        let depth = workload::queue_stats(&h.control, &[QUEUE])?[0].visible;
+        let depth = workload::queue_stats(&h.control, &[QUEUE])?[0].visible as u64;
         t.depth_at_full = t.depth_at_full.max(depth);
         ctx.say(format!(
             "cycle {cycle}: full at {} held, {} in use, {busy_this_cycle} entries Busy",

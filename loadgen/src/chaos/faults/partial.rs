@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use sluice_client::AttributeUpdate;
+use sluice_client::QueueOptions;
 
 use super::{check_errors, memory_max_flag, usual_bound};
 use crate::chaos::ledger::Ledger;
@@ -161,7 +161,7 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
             "60s",
         ],
     )?;
-    workload::create_queue(&h.control, STEADY, &AttributeUpdate::default())?;
+    workload::create_queue(&h.control, STEADY, &QueueOptions::new())?;
     let ledger = Arc::new(Ledger::new(100));
     let steady = Steady::start(&h.addr, &SteadySpec::light(STEADY), &ledger)?;
     let addr = h.server.addr();

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use sluice_client::{AttributeUpdate, Client, Error, QueueStats, ReceiveOptions, SendEntry};
+use sluice_client::{Client, Error, QueueOptions, QueueStats, ReceiveOptions, SendEntry};
 
 use super::{memory_max_flag, usual_bound};
 use crate::chaos::ledger::{Ledger, SendFate, delete_outcome_unknown};
@@ -197,7 +197,7 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
     let st = format!("{}s", SHUTDOWN_TIMEOUT.as_secs());
     let mut h = Harness::start(ctx, &["--memory-max", &mm, "--shutdown-timeout", &st])?;
     for q in [QUEUE, IDLE] {
-        workload::create_queue(&h.control, q, &AttributeUpdate::default())?;
+        workload::create_queue(&h.control, q, &QueueOptions::new())?;
     }
     let ledger = Arc::new(Ledger::new(100));
     let shared = Arc::new(Shared::default());

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use sluice_client::{AttributeUpdate, SendEntry};
+use sluice_client::{QueueOptions, SendEntry};
 
 use super::{MEMORY_MAX_BYTES, RSS_SLACK_BYTES, check_errors, memory_max_flag};
 use crate::chaos::ledger::{Ledger, SendFate};
@@ -62,7 +62,7 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
         &["--memory-max", &mm, "--unsent-bytes-total-max", &total_flag],
     )?;
     for q in [QUEUE, STEADY] {
-        workload::create_queue(&h.control, q, &AttributeUpdate::default())?;
+        workload::create_queue(&h.control, q, &QueueOptions::new())?;
     }
     let ledger = Arc::new(Ledger::new(BODY_BYTES));
     // The messages every PEEK returns (they stay visible: PEEK leases
