@@ -280,6 +280,14 @@ fn clock_json(elapsed_ms: u64, wall_ms: u64) -> Value {
 
 /// The queue options the flags describe.
 fn attribute_update(f: &AttributeFlags) -> Result<QueueOptions, Failure> {
+    // The broker counts these in whole milliseconds: a flag with a remainder
+    // is a usage error here rather than rounded by the client.
+    let whole = |d: Option<std::time::Duration>, what: &str| {
+        if let Some(d) = d {
+            duration_ms(d, what).map_err(Failure::Usage)?;
+        }
+        Ok::<_, Failure>(d)
+    };
     let message_bytes_max = f
         .max_message_size
         .map(|b| {
@@ -294,19 +302,23 @@ fn attribute_update(f: &AttributeFlags) -> Result<QueueOptions, Failure> {
         })
         .transpose()?;
     Ok(QueueOptions {
-        visibility_timeout: f.visibility_timeout,
-        delay: f.delay,
-        retention: f.retention,
+        visibility_timeout: whole(f.visibility_timeout, "visibility timeout")?,
+        delay: whole(f.delay, "delay")?,
+        retention: whole(f.retention, "retention")?,
         message_bytes_max,
-        receive_wait: f.wait,
+        receive_wait: whole(f.wait, "wait")?,
         redrive: match (&f.dead_letter, f.max_receives) {
             (Some(q), Some(n)) => Setting::Set(RedrivePolicy::new(q.clone(), n.into())),
             _ => Setting::Keep,
         },
         max_depth,
-        dedup_window: f.dedup_window,
+        dedup_window: whole(f.dedup_window, "dedup window")?,
         backoff: match f.backoff {
-            Some((base, max)) => Setting::Set(sluice_client::Backoff { base, max }),
+            Some((base, max)) => {
+                whole(Some(base), "backoff base")?;
+                whole(Some(max), "backoff max")?;
+                Setting::Set(sluice_client::Backoff { base, max })
+            }
             None => Setting::Keep,
         },
     })
