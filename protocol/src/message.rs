@@ -545,6 +545,8 @@ impl BatchEntry for SendEntry {
 
     fn parse<'a>(r: &mut SliceReader<'a>) -> Result<SendEntryRef<'a>, DecodeError> {
         let at = r.offset();
+        // SEND_ENTRY_HEAD's fields: body_len at +0, delay_ms at +4,
+        // dedup_len at +8, attr_count at +9 (the offsets errors name).
         let [b0, b1, b2, b3, d0, d1, d2, d3, dedup_len, attr_count] =
             r.head::<SEND_ENTRY_OVERHEAD_BYTES>(&SEND_ENTRY_HEAD)?;
         if usize::from(dedup_len) > DEDUP_KEY_BYTES_MAX {
