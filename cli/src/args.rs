@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::units::{parse_addrs, parse_attr, parse_backoff, parse_bytes, parse_duration};
+use sluice_cli::units::{parse_addrs, parse_attr, parse_backoff, parse_bytes, parse_duration};
 
 /// Command-line client for the sluice message broker.
 ///

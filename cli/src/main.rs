@@ -8,13 +8,13 @@ mod render;
 mod report;
 mod tail;
 mod time;
-mod units;
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
+use sluice_cli::units::{self, duration_ms};
 use sluice_client::sharded::{BrokerFailure, ShardedClient as Client};
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
@@ -24,7 +24,6 @@ use sluice_client::{
 
 use crate::args::{AttributeFlags, Cli, Command, QueueCommand};
 use crate::report::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
-use crate::units::duration_ms;
 
 /// What a command leaves behind: whether every part of it succeeded.
 #[derive(Debug, Default)]

@@ -9,8 +9,8 @@ use hdrhistogram::Histogram;
 use serde_json::{Map, Value, json};
 
 use crate::interrupt::Interrupt;
-use crate::units::parse_duration;
 use crate::{Failure, Outcome, print, print_checked, print_json, render, report};
+use sluice_cli::units::parse_duration;
 
 /// Round trips above this are recorded as this (a minute: far beyond any
 /// request time-out).

@@ -9,7 +9,7 @@ use sluice_client::{
 };
 
 use crate::time::rfc3339_ms;
-use crate::units::format_ms;
+use sluice_cli::units::format_ms;
 
 /// A table with a header row; columns are as wide as their widest cell,
 /// two spaces apart, and the last column is not padded.

@@ -31,8 +31,8 @@ use sluice_client::{Receipt, ReceiveOptions, ReceivedMessage};
 use crate::interrupt::Interrupt;
 use crate::render::{attributes_cell, body_cell};
 use crate::time::rfc3339_ms;
-use crate::units::parse_duration;
 use crate::{Failure, Outcome, print_checked, render, report};
+use sluice_cli::units::parse_duration;
 
 /// The most messages one receive asks for (the protocol's batch limit).
 const BATCH_MAX: u16 = 1024;
