@@ -174,8 +174,9 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
                 report::entry_error(&bad_receipt(), &a.receipt, json);
                 return Ok(Outcome { failed: true });
             };
-            client.change_visibility(&a.queue, receipt, a.timeout)?;
+            // A usage error is found before anything is sent.
             let ms = duration_ms(a.timeout, "timeout").map_err(Failure::Usage)?;
+            client.change_visibility(&a.queue, receipt, a.timeout)?;
             if json {
                 print_json(&json!({"receipt": a.receipt, "visibility_timeout_ms": ms}));
             } else if ms == 0 {

@@ -231,8 +231,18 @@ fn queues_messages_and_stats_end_to_end() {
     let text = got.iter().find(|m| m["body"] == "hello").unwrap();
     assert_eq!(text["attributes"]["k"], "v");
 
-    // Visibility: release one, it comes back.
+    // Visibility: a timeout the broker cannot count (a sub-millisecond
+    // remainder) is a usage error, and nothing is sent: all three stay
+    // leased.
     let receipt = text["receipt"].as_str().unwrap();
+    let out = cli.run(&["visibility", "jobs", receipt, "1500us"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not a whole number of milliseconds"));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let show = cli.json(&["queue", "show", "jobs"]);
+    assert_eq!(show["stats"]["in_flight"], 3, "{show}");
+
+    // Visibility: release one, it comes back.
     assert_eq!(
         cli.ok(&["visibility", "jobs", receipt, "0"]),
         format!("released {receipt}\n")
