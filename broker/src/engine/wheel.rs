@@ -37,13 +37,16 @@
 //!   once (it never fires, its value is returned, its entry is reused), and
 //!   only its own entry is touched, plus a live count per list that stays
 //!   in cache. Its index is left in the list, where it is recognised as
-//!   stale (the entry it names no longer records that list and position)
-//!   and skipped; a list whose live timers all went is emptied at once, and
-//!   one that holds more than twice as many indices as live timers (plus
-//!   [`LIST_STALE_SLACK`]) is compacted, so a list never holds more than
-//!   that. At ten million timers a cancel in random order is one cache miss
-//!   (the entry) instead of three (the entry, its place in the list, and the
-//!   entry moved into that place, which the version this replaced swapped in);
+//!   stale (the entry it names is free, or records another list or
+//!   position) and skipped. A list whose live timers all went is emptied
+//!   at once. Stale indices are otherwise dropped by the next insert on
+//!   the list that finds it holding more than twice as many indices as live
+//!   timers (plus [`LIST_STALE_SLACK`]), so an insert leaves a list within
+//!   that bound and a cancel never lengthens one. At ten million timers a
+//!   cancel in random order is one cache miss (the entry) instead of three
+//!   (the entry, its place in the list, and the entry moved into that
+//!   place, which the version this replaced swapped in), and it runs few
+//!   instructions, so that the CPU keeps many such misses in flight;
 //! - expiring a slot walks a contiguous array of indices, so the entries' cache
 //!   misses overlap instead of queueing behind one another as they would
 //!   along an intrusive linked list.
@@ -89,8 +92,10 @@ const DUE: u16 = (LEVELS * SLOTS) as u16;
 const OVERFLOW: u16 = DUE + 1;
 /// How many lists there are: the wheel's slots, then due and overflow.
 const LISTS: usize = OVERFLOW as usize + 1;
-/// The "list" of a free entry.
-const FREE: u16 = u16::MAX;
+/// Length of the live-count array: a power of two, so that a cancel indexes
+/// it with a list number read from an entry as `list % LIVE_SLOTS`, which
+/// is the number itself and needs no bounds check.
+const LIVE_SLOTS: usize = LISTS.next_power_of_two();
 /// The end of the free list.
 const NIL: u32 = u32::MAX;
 /// An entry's key keeps its list above this many bits of tick.
@@ -101,7 +106,7 @@ const _: () = assert!(
     SLOTS == u64::BITS as usize,
     "one occupancy bit per slot in a u64"
 );
-const _: () = assert!(LISTS < FREE as usize);
+const _: () = assert!(LISTS <= 1 << (u64::BITS - TICK_BITS));
 const _: () = assert!(
     u64::MAX.div_ceil(TICK_NS) <= TICK_MASK,
     "every tick fits in a key"
@@ -145,7 +150,8 @@ pub const fn timer_bytes<T>() -> usize {
 struct Entry<T> {
     /// The tick the timer fires at (its deadline rounded up to a tick) in the
     /// low `TICK_BITS` bits, and above them the list it is on: a slot
-    /// (`level * 64 + slot`), `DUE`, `OVERFLOW`, or `FREE`.
+    /// (`level * 64 + slot`), `DUE` or `OVERFLOW`. A free entry keeps the
+    /// list it was last on (its `value` says it is free).
     key: u64,
     /// Bumped each time the entry is freed.
     generation: u32,
@@ -182,7 +188,7 @@ pub struct TimerWheel<T> {
     /// (cancelled timers) among them.
     lists: Box<[Vec<u32>]>,
     /// Live timers on each list.
-    live: Box<[u32]>,
+    live: Box<[u32; LIVE_SLOTS]>,
     /// Per level, bit `s` set iff slot `s` of that level is non-empty.
     occupied: [u64; LEVELS],
     /// The last tick processed: every timer with `tick <= elapsed` has fired
@@ -230,7 +236,7 @@ impl<T> TimerWheel<T> {
             entries,
             free: NIL,
             lists: (0..LISTS).map(|_| Vec::new()).collect(),
-            live: vec![0; LISTS].into_boxed_slice(),
+            live: Box::new([0; LIVE_SLOTS]),
             occupied: [0; LEVELS],
             elapsed: now_ns / TICK_NS,
             now_ns,
@@ -264,31 +270,30 @@ impl<T> TimerWheel<T> {
     }
 
     /// Removes the timer `id` and returns its value, or `None` if it already
-    /// fired or was cancelled. O(1): it touches the timer's own entry (and,
-    /// now and then, compacts its list; see the [module docs](self)).
+    /// fired or was cancelled. O(1): it touches the timer's own entry and its
+    /// list's live count (see the [module docs](self)).
     #[inline]
     pub fn cancel(&mut self, id: TimerId) -> Option<T> {
         // At ten million timers the entry is a cache miss, and the CPU
         // overlaps the misses of consecutive cancels only as far as their
-        // instructions fit its window: this path is kept short.
+        // instructions fit its window: this path is kept short. It writes
+        // the entry's generation, free-list link and value, and neither
+        // the list it is on nor that list's indices.
         let entry = self.entries.get_mut(id.index as usize)?;
         // A free entry's generation moved on when it was freed, and no id
         // carries the new one until the entry is reused.
         if entry.generation != id.generation {
             return None;
         }
-        let list = entry.list();
         entry.generation = entry.generation.wrapping_add(1);
-        entry.set_list(FREE);
         entry.pos = self.free;
         let value = entry.value.take();
+        let list = usize::from(entry.list()) % LIVE_SLOTS;
         self.free = id.index;
         self.len -= 1;
-        let l = usize::from(list);
-        self.live[l] -= 1;
-        let live = self.live[l] as usize;
-        if live == 0 || self.lists[l].len() > 2 * live + LIST_STALE_SLACK {
-            self.forget(list, live);
+        self.live[list] -= 1;
+        if self.live[list] == 0 {
+            self.empty_list(list);
         }
         value
     }
@@ -409,7 +414,6 @@ impl<T> TimerWheel<T> {
     fn release(&mut self, index: u32) -> Option<T> {
         let entry = &mut self.entries[index as usize];
         entry.generation = entry.generation.wrapping_add(1);
-        entry.set_list(FREE);
         entry.pos = self.free;
         self.free = index;
         entry.value.take()
@@ -429,10 +433,16 @@ impl<T> TimerWheel<T> {
         (level as u16) * (SLOTS as u16) + slot as u16
     }
 
-    /// Appends an entry that is on no list to `list`.
+    /// Appends an entry that is on no list to `list`, first dropping the
+    /// list's stale indices if they outnumber its live timers by more than
+    /// [`LIST_STALE_SLACK`].
     #[inline]
     fn link(&mut self, index: u32, list: u16) {
-        let members = &mut self.lists[usize::from(list)];
+        let l = usize::from(list);
+        if self.lists[l].len() > 2 * self.live[l] as usize + LIST_STALE_SLACK {
+            self.compact_list(list);
+        }
+        let members = &mut self.lists[l];
         // Lists hold slab indices, which fit in u32 (see `allocate`).
         let pos = members.len() as u32;
         members.push(index);
@@ -448,34 +458,34 @@ impl<T> TimerWheel<T> {
         }
     }
 
-    /// A timer of `list` was cancelled, leaving `live` on it, and its index
-    /// stale there: empties the list when nothing live is left, and compacts
-    /// it when its stale indices outnumber its live ones (plus the slack).
+    /// The last live timer of list `l` was cancelled: drops its (stale)
+    /// indices, and marks its slot free.
     #[cold]
-    fn forget(&mut self, list: u16, live: usize) {
-        let l = usize::from(list);
-        if live == 0 {
-            self.lists[l].clear();
-            if list < DUE {
-                let (level, slot) = (l / SLOTS, l % SLOTS);
-                self.occupied[level] &= !(1 << slot);
-            } else if list == OVERFLOW {
-                self.overflow_min = u64::MAX;
-            }
-        } else {
-            let mut members = std::mem::take(&mut self.lists[l]);
-            self.compact(list, &mut members);
-            self.lists[l] = members;
+    fn empty_list(&mut self, l: usize) {
+        self.lists[l].clear();
+        if l < usize::from(DUE) {
+            let (level, slot) = (l / SLOTS, l % SLOTS);
+            self.occupied[level] &= !(1 << slot);
+        } else if l == usize::from(OVERFLOW) {
+            self.overflow_min = u64::MAX;
         }
+    }
+
+    /// Drops the stale indices of `list` (see [`compact`](Self::compact)).
+    #[cold]
+    fn compact_list(&mut self, list: u16) {
+        let mut members = std::mem::take(&mut self.lists[usize::from(list)]);
+        self.compact(list, &mut members);
+        self.lists[usize::from(list)] = members;
     }
 
     /// Whether the index at `pos` of `list` names a live timer on it (a
     /// cancelled timer's index is left behind, stale: its entry is free, or
-    /// has been reused on another list or at another position).
+    /// has been reused on another list or at a later position).
     #[inline]
     fn is_member(&self, index: u32, list: u16, pos: usize) -> bool {
         let entry = &self.entries[index as usize];
-        entry.list() == list && entry.pos as usize == pos
+        entry.value.is_some() && entry.list() == list && entry.pos as usize == pos
     }
 
     /// Drops the stale indices of `members` (the indices of `list`, taken
@@ -791,19 +801,26 @@ mod tests {
         let mut wheel = TimerWheel::new(0);
         let far = 3 * WHEEL_TICKS * MS;
         // Churn on one overflow list: cancelled indices pile up only to the
-        // bound, and entries reused there meet their stale indices.
+        // bound (inserts compact the list, cancels never lengthen it), and
+        // entries reused there meet their stale indices.
+        let mut compacted = false;
         for round in 0..50u64 {
             let ids: Vec<_> = (0..40)
                 .map(|i| wheel.insert(far + (round * 40 + i) * MS, round * 40 + i))
                 .collect();
+            let list = &wheel.lists[usize::from(OVERFLOW)];
+            let (held, live) = (list.len(), wheel.live[usize::from(OVERFLOW)] as usize);
+            assert!(
+                held <= 2 * live + LIST_STALE_SLACK,
+                "{held} held for {live} live"
+            );
+            compacted |= held < live + 35 * round as usize;
             for &id in &ids[..35] {
                 assert!(wheel.cancel(id).is_some());
             }
-            let list = &wheel.lists[usize::from(OVERFLOW)];
-            assert!(
-                list.len() <= 2 * wheel.live[usize::from(OVERFLOW)] as usize + LIST_STALE_SLACK
-            );
+            assert_eq!(wheel.lists[usize::from(OVERFLOW)].len(), held);
         }
+        assert!(compacted, "the churn reached the bound");
         let mut want: Vec<u64> = (0..50u64)
             .flat_map(|round| (35..40).map(move |i| round * 40 + i))
             .collect();
@@ -924,6 +941,7 @@ mod tests {
             let mut ids: Vec<TimerId> = Vec::new();
             let mut now = start;
             for op in ops {
+                let held_before: Vec<usize> = wheel.lists.iter().map(Vec::len).collect();
                 match op {
                     Op::Insert(offset) => {
                         let deadline = (i128::from(now) + offset)
@@ -974,7 +992,13 @@ mod tests {
                 }
                 for (list, members) in wheel.lists.iter().enumerate() {
                     let live = wheel.live[list] as usize;
-                    prop_assert!(members.len() <= 2 * live + LIST_STALE_SLACK, "list {} holds {} for {} live", list, members.len(), live);
+                    // Only inserts lengthen a list, and they leave it within
+                    // the bound; a list with no live timer is empty.
+                    prop_assert!(
+                        members.len() <= held_before[list] || members.len() <= 2 * live + LIST_STALE_SLACK,
+                        "list {} holds {} for {} live", list, members.len(), live
+                    );
+                    prop_assert!(live > 0 || members.is_empty(), "list {} holds {} stale", list, members.len());
                     prop_assert_eq!(members.iter().enumerate().filter(|&(pos, &i)| wheel.is_member(i, list as u16, pos)).count(), live);
                 }
             }
