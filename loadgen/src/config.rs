@@ -28,8 +28,8 @@ pub mod limits {
     pub const PASSES_MAX: u32 = 100;
     /// Most batches in flight per connection (`--window`).
     pub const WINDOW_MAX: usize = 64;
-    /// Longest `--sluice-read-spin` (the client's own cap).
-    pub const SLUICE_READ_SPIN_MAX: Duration = sluice_client::config::READ_SPIN_MAX;
+    /// Longest `--read-spin` (the sluice client's own cap, for every target).
+    pub const READ_SPIN_MAX: Duration = sluice_client::config::READ_SPIN_MAX;
     /// Most targets.
     pub const TARGETS_MAX: usize = 16;
     /// Highest open-loop rate, messages/s.
@@ -130,8 +130,8 @@ pub struct RunSpec {
     pub fail_ratio: Option<f64>,
     /// The token read from `--token-file`.
     pub token: Option<String>,
-    /// `--sluice-read-spin`.
-    pub sluice_read_spin: Option<Duration>,
+    /// `--read-spin`.
+    pub read_spin: Option<Duration>,
     /// `--sluice-tls-ca`.
     pub sluice_tls_ca: Option<std::path::PathBuf>,
     /// `--sluice-tls-server-name`.
@@ -179,8 +179,10 @@ pub struct RunConfig {
     /// Closed-loop producers wait while this many messages are sent and not
     /// yet deleted; `None` for the open loop.
     pub in_flight_max: Option<u64>,
-    /// The sluice client's read spin (zero: off, the client's default).
-    pub sluice_read_spin: Duration,
+    /// How long every data connection's reads poll before they block: the
+    /// sluice client's read spin, and the same poll in the peers' adapters
+    /// (zero: off, the default).
+    pub read_spin: Duration,
     /// TLS for sluice targets (`--sluice-tls-ca`).
     pub sluice_tls: Option<sluice_client::tls::TlsConfig>,
 }
@@ -317,11 +319,11 @@ impl RunConfig {
                     .clamp(IN_FLIGHT_THROUGHPUT_MIN, IN_FLIGHT_MAX),
             ),
         };
-        let sluice_read_spin = spec.sluice_read_spin.unwrap_or(Duration::ZERO);
-        if sluice_read_spin > SLUICE_READ_SPIN_MAX {
+        let read_spin = spec.read_spin.unwrap_or(Duration::ZERO);
+        if read_spin > READ_SPIN_MAX {
             return fail(format!(
-                "--sluice-read-spin must be at most {}",
-                format_duration(SLUICE_READ_SPIN_MAX)
+                "--read-spin must be at most {}",
+                format_duration(READ_SPIN_MAX)
             ));
         }
         let sluice_tls = match (spec.sluice_tls_ca, spec.sluice_tls_server_name) {
@@ -340,7 +342,7 @@ impl RunConfig {
         };
         Ok(RunConfig {
             in_flight_max,
-            sluice_read_spin,
+            read_spin,
             sluice_tls,
             workload,
             targets: spec.targets,
@@ -423,7 +425,7 @@ mod tests {
             (DEFAULT_BATCH, DEFAULT_SIZE, 0.0)
         );
         assert_eq!(c.window, 1, "one batch in flight by default");
-        assert_eq!(c.sluice_read_spin, Duration::ZERO, "the client's default");
+        assert_eq!(c.read_spin, Duration::ZERO, "the client's default");
         assert_eq!(c.visibility_timeout, Duration::from_secs(30));
         assert_eq!(c.drain_timeout, limits::DRAIN_BASE);
         assert_eq!(c.in_flight_max, Some(limits::IN_FLIGHT_THROUGHPUT_MIN));
@@ -522,10 +524,10 @@ mod tests {
             ),
             (
                 RunSpec {
-                    sluice_read_spin: Some(Duration::from_secs(1)),
+                    read_spin: Some(Duration::from_secs(1)),
                     ..spec()
                 },
-                "--sluice-read-spin",
+                "--read-spin",
             ),
             (
                 RunSpec {

@@ -57,6 +57,7 @@ pub struct BeanstalkdTarget {
     url: TargetUrl,
     tube: Option<Tube>,
     server: Vec<Setting>,
+    read_spin: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -120,7 +121,15 @@ impl BeanstalkdTarget {
             url,
             tube: None,
             server: Vec::new(),
+            read_spin: Duration::ZERO,
         }
+    }
+
+    /// The read spin of the producers' and consumers' connections
+    /// (`--read-spin`; zero, the default, blocks at once).
+    pub fn read_spin(mut self, spin: Duration) -> Self {
+        self.read_spin = spin;
+        self
     }
 }
 
@@ -174,6 +183,7 @@ impl Target for BeanstalkdTarget {
     fn connect(&self, role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
         let tube = super::set_up(self.tube.as_ref(), PEER)?.clone();
         let mut c = Conn::connect(&self.url)?;
+        c.conn = c.conn.with_read_spin(self.read_spin);
         match role {
             Role::Producer(_) => c.expect(&format!("use {}", tube.name), "USING")?,
             Role::Consumer(_) => {
@@ -194,6 +204,7 @@ impl Target for BeanstalkdTarget {
 
     fn settings(&self) -> Vec<Setting> {
         let mut s = self.server.clone();
+        s.push(super::read_spin_setting(self.read_spin));
         if let Some(t) = &self.tube {
             s.push(Setting::new("tube", t.name.clone()));
             s.push(Setting::new(

@@ -357,31 +357,38 @@ impl TargetUrl {
         self.open_with(token, Duration::ZERO)
     }
 
-    /// [`TargetUrl::open`], with the read spin of the sluice client
-    /// (`--sluice-read-spin`; the peers ignore it).
+    /// [`TargetUrl::open`], with the read spin of every data connection
+    /// (`--read-spin`: the sluice client's, and the same poll in the peers'
+    /// adapters).
     pub fn open_with(
         &self,
         token: Option<&str>,
-        sluice_read_spin: Duration,
+        read_spin: Duration,
     ) -> Result<Box<dyn Target>, AdapterError> {
-        self.open_sluice(token, sluice_read_spin, None)
+        self.open_sluice(token, read_spin, None)
     }
 
     /// [`TargetUrl::open_with`], with TLS for sluice (the peers ignore it).
     pub fn open_sluice(
         &self,
         token: Option<&str>,
-        sluice_read_spin: Duration,
+        read_spin: Duration,
         sluice_tls: Option<sluice_client::tls::TlsConfig>,
     ) -> Result<Box<dyn Target>, AdapterError> {
         let token = token.map(str::to_owned);
         match self.kind {
-            Kind::Redis => Ok(Box::new(redis::RedisTarget::new(self.clone(), token))),
-            Kind::Beanstalkd => Ok(Box::new(beanstalkd::BeanstalkdTarget::new(self.clone()))),
-            Kind::Nats => Ok(Box::new(nats::NatsTarget::new(self.clone(), token))),
+            Kind::Redis => Ok(Box::new(
+                redis::RedisTarget::new(self.clone(), token).read_spin(read_spin),
+            )),
+            Kind::Beanstalkd => Ok(Box::new(
+                beanstalkd::BeanstalkdTarget::new(self.clone()).read_spin(read_spin),
+            )),
+            Kind::Nats => Ok(Box::new(
+                nats::NatsTarget::new(self.clone(), token).read_spin(read_spin),
+            )),
             Kind::Sluice => Ok(Box::new(
                 sluice::SluiceTarget::new(self.clone(), token)
-                    .read_spin(sluice_read_spin)
+                    .read_spin(read_spin)
                     .tls(sluice_tls),
             )),
         }
@@ -560,4 +567,20 @@ mod tests {
             assert!(err.is_err(), "{bad} should be refused: {err:?}");
         }
     }
+}
+
+/// The "read spin" line of a target's settings (`--read-spin`).
+fn read_spin_setting(spin: Duration) -> Setting {
+    Setting::new(
+        "read spin",
+        if spin.is_zero() {
+            "off (the default: a reply is waited for in a blocking read)".into()
+        } else {
+            format!(
+                "{} (--read-spin: a read polls the socket that long, yielding, \
+                 before it blocks)",
+                sluice_protocol::units::format_duration(spin)
+            )
+        },
+    )
 }

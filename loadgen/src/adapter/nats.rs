@@ -286,6 +286,7 @@ pub struct NatsTarget {
     token: Option<String>,
     queue: Option<Queue>,
     server: Vec<Setting>,
+    read_spin: Duration,
 }
 
 impl std::fmt::Debug for NatsTarget {
@@ -304,7 +305,15 @@ impl NatsTarget {
             token,
             queue: None,
             server: Vec::new(),
+            read_spin: Duration::ZERO,
         }
+    }
+
+    /// The read spin of the producers' and consumers' connections
+    /// (`--read-spin`; zero, the default, blocks at once).
+    pub fn read_spin(mut self, spin: Duration) -> Self {
+        self.read_spin = spin;
+        self
     }
 }
 
@@ -366,7 +375,8 @@ impl Target for NatsTarget {
 
     fn connect(&self, _role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
         let queue = super::set_up(self.queue.as_ref(), PEER)?.clone();
-        let conn = NatsConn::connect(&self.url, self.token.as_deref())?;
+        let mut conn = NatsConn::connect(&self.url, self.token.as_deref())?;
+        conn.conn = conn.conn.with_read_spin(self.read_spin);
         Ok(Box::new(NatsAdapter {
             inbox: conn.inbox.clone().into_bytes(),
             next_subject: format!("$JS.API.CONSUMER.MSG.NEXT.{}.{DURABLE}", queue.stream)
@@ -381,6 +391,7 @@ impl Target for NatsTarget {
 
     fn settings(&self) -> Vec<Setting> {
         let mut s = self.server.clone();
+        s.push(super::read_spin_setting(self.read_spin));
         if let Some(q) = &self.queue {
             s.push(Setting::new(
                 "consumer",

@@ -262,6 +262,7 @@ pub struct RedisTarget {
     token: Option<String>,
     stream: Option<Stream>,
     server: Vec<Setting>,
+    read_spin: Duration,
 }
 
 impl std::fmt::Debug for RedisTarget {
@@ -280,7 +281,15 @@ impl RedisTarget {
             token,
             stream: None,
             server: Vec::new(),
+            read_spin: Duration::ZERO,
         }
+    }
+
+    /// The read spin of the producers' and consumers' connections
+    /// (`--read-spin`; zero, the default, blocks at once).
+    pub fn read_spin(mut self, spin: Duration) -> Self {
+        self.read_spin = spin;
+        self
     }
 
     fn stream(&self) -> Result<&Stream, AdapterError> {
@@ -359,7 +368,8 @@ impl Target for RedisTarget {
 
     fn connect(&self, role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
         let stream = self.stream()?.clone();
-        let resp = Resp::connect(&self.url, self.token.as_deref())?;
+        let mut resp = Resp::connect(&self.url, self.token.as_deref())?;
+        resp.conn = resp.conn.with_read_spin(self.read_spin);
         let index = match role {
             Role::Producer(n) | Role::Consumer(n) => n,
         };
@@ -379,6 +389,7 @@ impl Target for RedisTarget {
 
     fn settings(&self) -> Vec<Setting> {
         let mut s = self.server.clone();
+        s.push(super::read_spin_setting(self.read_spin));
         if let Some(st) = &self.stream {
             s.push(Setting::new(
                 "stream",

@@ -165,7 +165,7 @@ impl SluiceTarget {
     }
 
     /// The clients' read spin (`ClientConfig::read_spin`); zero, the
-    /// client's default, unless `--sluice-read-spin` sets it.
+    /// client's default, unless `--read-spin` sets it.
     #[must_use]
     pub fn read_spin(mut self, spin: Duration) -> Self {
         self.read_spin = spin;
@@ -309,18 +309,7 @@ impl Target for SluiceTarget {
                 "sluice-client blocking Client, one per connection, read by its own thread; \
                  requests pipelined when the window is above 1",
             ));
-            s.push(Setting::new(
-                "read spin",
-                if self.read_spin.is_zero() {
-                    "off (the client's default: a reply is waited for in a blocking read)".into()
-                } else {
-                    format!(
-                        "{} (--sluice-read-spin: the client polls the socket that long, \
-                         yielding, before it blocks in a read)",
-                        format_duration(self.read_spin)
-                    )
-                },
-            ));
+            s.push(super::read_spin_setting(self.read_spin));
             s.push(Setting::new("send", "one SEND request per batch"));
             s.push(Setting::new(
                 "receive",

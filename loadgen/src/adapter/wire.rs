@@ -4,12 +4,16 @@
 //!
 //! Writes collect in `wbuf` and go out in one `write_all` on `flush`, which
 //! is how a batch becomes one pipelined write. Reads hand out slices of the
-//! read buffer, valid until the next read.
+//! read buffer, valid until the next read. With a read spin
+//! (`--read-spin`), a read polls the socket that long, yielding to ready
+//! threads, before it blocks: the same spin the sluice client has.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::ops::Range;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use rustix::net::RecvFlags;
 
 use super::AdapterError;
 
@@ -30,6 +34,8 @@ pub(crate) struct LineConn {
     len: usize,
     /// Bytes to send at the next `flush`.
     pub(crate) wbuf: Vec<u8>,
+    /// How long a read polls before it blocks (zero: it blocks at once).
+    read_spin: Duration,
 }
 
 impl LineConn {
@@ -41,7 +47,15 @@ impl LineConn {
             pos: 0,
             len: 0,
             wbuf: Vec::with_capacity(64 * 1024),
+            read_spin: Duration::ZERO,
         }
+    }
+
+    /// Sets how long each read polls the socket, yielding, before it
+    /// blocks (`--read-spin`).
+    pub(crate) fn with_read_spin(mut self, spin: Duration) -> Self {
+        self.read_spin = spin;
+        self
     }
 
     pub(crate) fn protocol(&self, detail: impl Into<String>) -> AdapterError {
@@ -99,6 +113,28 @@ impl LineConn {
         }
         if self.rbuf.len() - self.pos < need {
             self.rbuf.resize(self.pos + need.max(READ_BUFFER_BYTES), 0);
+        }
+        if !self.read_spin.is_zero() {
+            let until = Instant::now() + self.read_spin;
+            loop {
+                match rustix::net::recv(
+                    &self.stream,
+                    &mut self.rbuf[self.len..],
+                    RecvFlags::DONTWAIT,
+                ) {
+                    Ok((0, _)) => return Err(AdapterError::Closed { peer: self.peer }),
+                    Ok((n, _)) => {
+                        self.len += n;
+                        return Ok(());
+                    }
+                    Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
+                    Err(e) => return Err(self.io(e.into())),
+                }
+                if Instant::now() >= until {
+                    break;
+                }
+                std::thread::yield_now();
+            }
         }
         loop {
             match self.stream.read(&mut self.rbuf[self.len..]) {
@@ -266,6 +302,36 @@ mod tests {
         let (_, payload) = c.frame(|_| Ok(Some(0))).unwrap();
         assert!(payload.is_empty());
         assert!(matches!(c.line(), Err(AdapterError::Closed { .. })));
+        w.join().unwrap();
+    }
+
+    /// Frames read with a read spin, from a peer that writes part of them,
+    /// pauses well past the spin (so the read falls back to blocking), then
+    /// writes the rest and closes.
+    #[test]
+    fn a_spinning_read_gets_the_same_frames_and_the_close() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let writer = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(b"+OK\r\n$5\r\nhel").unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            s.write_all(b"lo\r\n-ERR x\r\n").unwrap();
+        });
+        let stream = TcpStream::connect(addr).unwrap();
+        let mut c = LineConn::new(stream, "test").with_read_spin(Duration::from_millis(1));
+        assert_eq!(c.line().unwrap(), b"+OK");
+        let (line, payload) = c
+            .frame(|l| Ok(l.strip_prefix(b"$").and_then(parse_u64).map(|n| n as usize)))
+            .unwrap();
+        assert_eq!((line, payload), (&b"$5"[..], &b"hello"[..]));
+        assert_eq!(c.line().unwrap(), b"-ERR x");
+        writer.join().unwrap();
+        assert!(matches!(c.line(), Err(AdapterError::Closed { .. })));
+        // Bad input is refused the same way while spinning.
+        let (c, w) = fed(b"bare\n");
+        let mut c = c.with_read_spin(Duration::from_millis(1));
+        assert!(matches!(c.line(), Err(AdapterError::Protocol { .. })));
         w.join().unwrap();
     }
 

@@ -137,13 +137,14 @@ struct Args {
     )]
     window: usize,
 
-    /// The sluice client's read spin (e.g. 50us; default off): its reading
-    /// thread polls the socket that long, yielding, before it blocks in a
-    /// read, trading CPU for the wake-up of a blocking read. The peers'
-    /// adapters always block; the comparison of record leaves it off.
+    /// Read spin for every target (e.g. 50us; default off): a connection's
+    /// reading thread polls its socket that long, yielding to ready threads,
+    /// before it blocks in a read, trading CPU for the wake-up of a blocking
+    /// read. sluice's client has this spin (`ClientConfig::with_read_spin`);
+    /// the Redis, NATS and beanstalkd adapters poll the same way.
     #[arg(long, value_name = "DUR", value_parser = parse_duration,
-          env = "SLUICE_LOADGEN_SLUICE_READ_SPIN")]
-    sluice_read_spin: Option<Duration>,
+          env = "SLUICE_LOADGEN_READ_SPIN")]
+    read_spin: Option<Duration>,
 
     /// Connect to sluice targets with TLS, trusting the CA certificates in
     /// this PEM file.
@@ -259,7 +260,7 @@ fn main_inner() -> Result<ExitCode> {
         size: Some(args.size),
         batch: Some(args.batch),
         window: Some(args.window),
-        sluice_read_spin: args.sluice_read_spin,
+        read_spin: args.read_spin,
         sluice_tls_ca: args.sluice_tls_ca.clone(),
         sluice_tls_server_name: args.sluice_tls_server_name.clone(),
         rate: args.rate,

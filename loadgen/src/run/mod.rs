@@ -165,11 +165,7 @@ pub fn run(cfg: &RunConfig, out: &mut Output<'_>) -> Vec<PassOutcome> {
     for pass in 1..=cfg.passes {
         for url in &cfg.targets {
             let result = url
-                .open_sluice(
-                    cfg.token.as_deref(),
-                    cfg.sluice_read_spin,
-                    cfg.sluice_tls.clone(),
-                )
+                .open_sluice(cfg.token.as_deref(), cfg.read_spin, cfg.sluice_tls.clone())
                 .map_err(RunError::Setup)
                 .and_then(|mut target| run_pass(cfg, url, target.as_mut(), pass, out));
             outcomes.push(PassOutcome {

@@ -270,7 +270,7 @@ fn the_binary_takes_the_shared_forms_end_to_end() {
             "1.5KiB",
             "--visibility-timeout",
             "2.5s",
-            "--sluice-read-spin",
+            "--read-spin",
             "250us",
             "--quiet",
         ])

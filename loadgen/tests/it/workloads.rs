@@ -144,6 +144,58 @@ fn check_window(url: &str) {
     assert_eq!((r.tally.lost, r.duplicates), (0, 0));
 }
 
+/// Every adapter with a read spin (`--read-spin`): its reads poll before
+/// they block, and nothing else changes.
+fn spinning(kind: PeerKind) {
+    let Some(peer) = peers::start(kind) else {
+        return;
+    };
+    check_read_spin(&peer.url());
+}
+
+fn check_read_spin(url: &str) {
+    for (workload, window) in [(Workload::Throughput, 1), (Workload::Latency, 8)] {
+        let mut s = spec(url, workload);
+        s.read_spin = Some(Duration::from_micros(200));
+        s.window = Some(window);
+        if workload == Workload::Latency {
+            s.rate = Some(5_000);
+        }
+        let r = run_one(s);
+        assert!(
+            r.settings
+                .iter()
+                .any(|x| x.name == "read spin" && x.value.starts_with("200us")),
+            "{:?}",
+            r.settings
+        );
+        assert_eq!((r.tally.sent, r.tally.deleted), (MESSAGES, MESSAGES));
+        assert_eq!((r.tally.lost, r.duplicates, r.corrupt), (0, 0, 0));
+        assert!(!r.drain_timed_out);
+    }
+}
+
+#[test]
+fn sluice_read_spin() {
+    let server = SluiceServer::start(&[]);
+    check_read_spin(&server.url());
+}
+
+#[test]
+fn redis_read_spin() {
+    spinning(PeerKind::Redis);
+}
+
+#[test]
+fn beanstalkd_read_spin() {
+    spinning(PeerKind::Beanstalkd);
+}
+
+#[test]
+fn nats_read_spin() {
+    spinning(PeerKind::Nats);
+}
+
 #[test]
 fn sluice_window_8() {
     let server = SluiceServer::start(&[]);
