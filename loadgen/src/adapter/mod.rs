@@ -486,6 +486,22 @@ fn host_port(text: &str, default: u16) -> Result<(String, u16), &'static str> {
     Ok((host.to_owned(), port))
 }
 
+/// The "read spin" line of a target's settings (`--read-spin`).
+fn read_spin_setting(spin: Duration) -> Setting {
+    Setting::new(
+        "read spin",
+        if spin.is_zero() {
+            "off (the default: a reply is waited for in a blocking read)".into()
+        } else {
+            format!(
+                "{} (--read-spin: a read polls the socket that long, yielding, \
+                 before it blocks)",
+                sluice_protocol::units::format_duration(spin)
+            )
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,20 +583,4 @@ mod tests {
             assert!(err.is_err(), "{bad} should be refused: {err:?}");
         }
     }
-}
-
-/// The "read spin" line of a target's settings (`--read-spin`).
-fn read_spin_setting(spin: Duration) -> Setting {
-    Setting::new(
-        "read spin",
-        if spin.is_zero() {
-            "off (the default: a reply is waited for in a blocking read)".into()
-        } else {
-            format!(
-                "{} (--read-spin: a read polls the socket that long, yielding, \
-                 before it blocks)",
-                sluice_protocol::units::format_duration(spin)
-            )
-        },
-    )
 }
