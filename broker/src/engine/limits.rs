@@ -33,8 +33,8 @@ pub const TICK_NS: u64 = 1_000_000;
 /// A wheel list whose capacity exceeds this many timers is freed, not kept
 /// for reuse, when its slot expires.
 pub const LIST_RETAIN_MAX: usize = 1 << 16;
-/// Stale indices (of cancelled timers) a wheel list holds beyond as many as
-/// its live timers before it is compacted.
+/// Stale indices (of cancelled timers) a wheel list may hold beyond as many
+/// as its live timers: the next insert on a list holding more compacts it.
 pub const LIST_STALE_SLACK: usize = 64;
 
 /// Bytes a shard takes from the shared memory budget at a time.
