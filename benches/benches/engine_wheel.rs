@@ -24,8 +24,8 @@
 //! - `insert`: 10,000,000 inserts into an empty wheel (slab preallocated),
 //!   deadlines in random order.
 //! - `cancel`: then every one of those 10,000,000 cancelled, in a random
-//!   permutation of insertion order (each cancel touches a random entry and
-//!   its two random list neighbours: this is memory-latency bound).
+//!   permutation of insertion order (each cancel touches a random entry, a
+//!   cache miss at this size: this is memory-latency bound).
 //! - `churn (cancel+insert)`: at a steady 10,000,000 live timers, a random
 //!   live timer is cancelled and a new one inserted, 1,000,000 times each
 //!   (each is one op).
