@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use sluice_protocol::AttributeUpdate;
 
-use crate::error::{Error, Result};
-use crate::ops::wire_ms;
+use crate::error::Result;
+use crate::ops::{wire_count, wire_ms};
 
 /// A policy in a [`QueueOptions`]: leave it as it is, set it, or remove it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -186,24 +186,17 @@ impl QueueOptions {
     /// The protocol's attribute update.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`], naming the attribute, for a value the
-    /// protocol's field cannot carry.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), naming
+    /// the attribute, for a value the protocol's field cannot carry.
     pub(crate) fn to_update(&self) -> Result<AttributeUpdate> {
         let ms = |d: Option<Duration>, what: &str| d.map(|d| wire_ms(d, what)).transpose();
         let (redrive, clear_redrive) = match &self.redrive {
             Setting::Keep => (None, false),
             Setting::Clear => (None, true),
             Setting::Set(r) => {
-                let max_receives = u16::try_from(r.max_receives).map_err(|_| {
-                    Error::InvalidArgument(format!(
-                        "redrive max receives: {} is above {}",
-                        r.max_receives,
-                        u16::MAX
-                    ))
-                })?;
                 let policy = sluice_protocol::RedrivePolicy {
                     dead_letter_queue: r.dead_letter_queue.clone(),
-                    max_receives,
+                    max_receives: wire_count(r.max_receives, "redrive max receives")?,
                 };
                 (Some(policy), false)
             }
@@ -221,11 +214,7 @@ impl QueueOptions {
         };
         let message_bytes_max = self
             .message_bytes_max
-            .map(|n| {
-                u32::try_from(n).map_err(|_| {
-                    Error::InvalidArgument(format!("message bytes max: {n} is above {}", u32::MAX))
-                })
-            })
+            .map(|n| wire_count(n, "message bytes max"))
             .transpose()?;
         Ok(AttributeUpdate {
             visibility_timeout_ms: ms(self.visibility_timeout, "visibility timeout")?,
@@ -417,6 +406,7 @@ impl From<sluice_protocol::QueueInfo> for QueueInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn options_become_the_protocol_update() {
@@ -472,6 +462,10 @@ mod tests {
             (
                 QueueOptions::new().redrive(RedrivePolicy::new("d", 70_000)),
                 "max receives",
+            ),
+            (
+                QueueOptions::new().message_bytes_max(u32::MAX as usize + 1),
+                "message bytes max",
             ),
         ];
         for (options, name) in cases {
