@@ -10,7 +10,8 @@
 //! - [`run`]: the producer and consumer threads of a pass;
 //! - [`body`], [`schedule`], [`tracker`], [`stats`]: what a message carries,
 //!   when it is meant to go out, what became of it, how long it took;
-//! - [`report`] and [`slo`]: tables, JSON, `.hgrm`, SVG, objectives.
+//! - [`report`] and [`slo`]: tables, JSON, `.hgrm`, SVG, objectives;
+//!   [`steal`]: the time a hypervisor took from the machine during a pass.
 //!
 //! [`chaos`] is the fault suite and the soak of `sluice-chaos`: a real
 //! `sluice-server` process, faults over real sockets, every message counted.
@@ -39,4 +40,5 @@ pub mod run;
 pub mod schedule;
 pub mod slo;
 pub mod stats;
+pub mod steal;
 pub mod tracker;

@@ -487,9 +487,6 @@ pub struct OpenFilesLimit {
     pub hard: u64,
 }
 
-/// Raises the process's soft open-files limit (`RLIMIT_NOFILE`) to its hard
-/// limit, as a server with many connections wants. A soft limit already at
-/// the hard one is left alone.
 /// The open-files limit (`RLIMIT_NOFILE`) now: (soft, hard).
 pub fn open_files_limit() -> io::Result<(u64, u64)> {
     sys::open_files_limit()
@@ -500,6 +497,9 @@ pub fn proc_units() -> (u64, u64) {
     (sys::page_size() as u64, sys::clock_ticks_per_second())
 }
 
+/// Raises the process's soft open-files limit (`RLIMIT_NOFILE`) to its hard
+/// limit, as a server with many connections wants. A soft limit already at
+/// the hard one is left alone.
 pub fn raise_open_files_limit() -> io::Result<OpenFilesLimit> {
     let (before, hard) = sys::open_files_limit()?;
     if before < hard {

@@ -8,14 +8,18 @@
 //! rejected deletes, foreign bodies, whether the drain timed out, the active
 //! time, and the configuration in force. A percentile with no samples is
 //! `null`. The latency workload adds `send_to_receive_uncorrected_us`, the
-//! naive figure measured from the actual send.
+//! naive figure measured from the actual send. Where the system counts
+//! the time a hypervisor took from its CPUs, `host_steal_ms` has it for the
+//! pass (`{total, tick, per_cpu: [{cpu, ms}]}`, ms).
 
 use std::io::{self, Write};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::run::PassReport;
 use crate::stats::Percentiles;
+use crate::steal::Steal;
 
 /// Latency percentiles in µs; `null` without samples.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -130,6 +134,45 @@ pub struct PassJson {
     pub active_s: f64,
     /// The configuration in force.
     pub config: Vec<ConfigLine>,
+    /// Time the hypervisor took from the machine's CPUs during the pass
+    /// (absent where the system does not count it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_steal_ms: Option<StealJson>,
+}
+
+/// Hypervisor steal over a pass, in milliseconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StealJson {
+    /// Over every CPU.
+    pub total: u64,
+    /// The counters' resolution (a clock tick).
+    pub tick: u64,
+    /// Per CPU.
+    pub per_cpu: Vec<CpuStealJson>,
+}
+
+/// One CPU's steal over a pass.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CpuStealJson {
+    /// The CPU's number.
+    pub cpu: usize,
+    /// Milliseconds.
+    pub ms: u64,
+}
+
+impl From<&Steal> for StealJson {
+    fn from(s: &Steal) -> Self {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            total: ms(s.total()),
+            tick: ms(s.tick),
+            per_cpu: s
+                .per_cpu
+                .iter()
+                .map(|&(cpu, d)| CpuStealJson { cpu, ms: ms(d) })
+                .collect(),
+        }
+    }
 }
 
 impl From<&PassReport> for PassJson {
@@ -166,6 +209,7 @@ impl From<&PassReport> for PassJson {
                     value: s.value.clone(),
                 })
                 .collect(),
+            host_steal_ms: r.steal.as_ref().map(StealJson::from),
         }
     }
 }
@@ -179,8 +223,6 @@ pub fn write(reports: &[PassReport], out: &mut dyn Write) -> io::Result<()> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::adapter::{Setting, TargetUrl};
     use crate::config::Workload;
@@ -220,6 +262,10 @@ pub(crate) mod tests {
             throughput: 2_000.0,
             recorder,
             settings: vec![Setting::new("batch", "64")],
+            steal: (pass == 2).then(|| Steal {
+                per_cpu: vec![(0, Duration::ZERO), (1, Duration::from_millis(40))],
+                tick: Duration::from_millis(10),
+            }),
         }
     }
 
@@ -266,6 +312,7 @@ pub(crate) mod tests {
             );
         }
         assert!(o.get("send_to_receive_uncorrected_us").is_none());
+        assert!(o.get("host_steal_ms").is_none(), "not counted: left out");
         assert_eq!(arr[1]["send_to_receive_us"]["p50"], 1_000);
         assert_eq!(o["config"][0]["name"], "batch");
     }
@@ -277,5 +324,19 @@ pub(crate) mod tests {
         assert_eq!(j.pass, 2);
         assert_eq!(j.redelivery_lateness_ms.p50, Some(0.5));
         assert_eq!(j.redelivery_lateness_ms.max, Some(1.0));
+    }
+
+    #[test]
+    fn steal_is_in_milliseconds_per_cpu() {
+        let r = report("redis://127.0.0.1:6379", Workload::Latency, 2, 1);
+        let mut out = Vec::new();
+        write(std::slice::from_ref(&r), &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let s = &v[0]["host_steal_ms"];
+        assert_eq!(s["total"], 40);
+        assert_eq!(s["tick"], 10);
+        assert_eq!(s["per_cpu"][1]["cpu"], 1);
+        assert_eq!(s["per_cpu"][1]["ms"], 40);
+        assert_eq!(s["per_cpu"][0]["ms"], 0);
     }
 }

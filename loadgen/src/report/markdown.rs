@@ -115,7 +115,48 @@ pub fn write(out: &mut dyn Write, outcomes: &[PassOutcome]) -> io::Result<()> {
             r.duplicates
         )?;
     }
-    Ok(())
+    steal_note(out, outcomes)
+}
+
+/// Below the table, where the system counted it: the time the hypervisor
+/// took from the machine's CPUs in each pass, so that a reader can tell a
+/// broker's tail from the host's.
+fn steal_note(out: &mut dyn Write, outcomes: &[PassOutcome]) -> io::Result<()> {
+    let reports: Vec<&PassReport> = outcomes
+        .iter()
+        .filter_map(|o| o.result.as_ref().ok())
+        .collect();
+    let Some(tick) = reports
+        .iter()
+        .find_map(|r| r.steal.as_ref())
+        .map(|s| s.tick)
+    else {
+        return Ok(());
+    };
+    let mut parts = Vec::new();
+    for name in rows(outcomes).into_iter().map(|r| r.name) {
+        let per_pass: Vec<String> = reports
+            .iter()
+            .filter(|r| r.target.to_string() == name)
+            .map(|r| {
+                r.steal
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), |s| s.total().as_millis().to_string())
+            })
+            .collect();
+        if per_pass.is_empty() {
+            parts.push(format!("`{name}` no pass ended"));
+        } else {
+            parts.push(format!("`{name}` {}", per_pass.join(", ")));
+        }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Hypervisor steal per pass, all CPUs, ms (in {} ms ticks): {}.",
+        tick.as_millis(),
+        parts.join("; ")
+    )
 }
 
 #[cfg(test)]
@@ -151,7 +192,7 @@ mod tests {
         write(&mut out, &outcomes).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 5, "{text}");
+        assert_eq!(lines.len(), 7, "{text}");
         assert!(lines[0].contains("sluice ÷ target"), "{text}");
         assert!(lines[2].starts_with("| `sluice://127.0.0.1:7171` | 3/3 |"));
         assert!(lines[2].contains("(reference)"));
@@ -166,5 +207,28 @@ mod tests {
         );
         assert!(redis.contains("| 4.00x | 0 | 0 |"), "4x the p99: {redis}");
         assert!(lines[4].starts_with("| `nats://127.0.0.1:4222` | 0/1 | 0 | - |"));
+        assert_eq!(lines[5], "");
+        assert_eq!(
+            lines[6],
+            "Hypervisor steal per pass, all CPUs, ms (in 10 ms ticks): \
+             `sluice://127.0.0.1:7171` -, 40, -; `redis://127.0.0.1:6379` -, 40, -; \
+             `nats://127.0.0.1:4222` no pass ended."
+        );
+    }
+
+    #[test]
+    fn no_steal_note_where_nothing_was_counted() {
+        let r = report("sluice://127.0.0.1:7171", Workload::Throughput, 1, 1);
+        assert!(r.steal.is_none());
+        let outcomes = [PassOutcome {
+            target: r.target.clone(),
+            pass: 1,
+            result: Ok(r),
+        }];
+        let mut out = Vec::new();
+        write(&mut out, &outcomes).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(!text.contains("steal"), "{text}");
     }
 }

@@ -58,6 +58,13 @@ pub fn write_pass(out: &mut dyn Write, r: &PassReport) -> io::Result<()> {
         t.deleted,
         r.active.as_secs_f64()
     )?;
+    if let Some(steal) = &r.steal {
+        writeln!(
+            out,
+            "  hypervisor steal during the pass: {}",
+            steal.describe()
+        )?;
+    }
     writeln!(
         out,
         "    {:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",

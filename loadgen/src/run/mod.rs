@@ -35,6 +35,7 @@ use crate::body::{Stamp, read_stamp, write_body};
 use crate::config::{Bound, RunConfig, Workload, limits};
 use crate::schedule::{Clock, OpenLoop, Schedule};
 use crate::stats::{Percentiles, Recorder, ns_to_us};
+use crate::steal::{self, Steal};
 use crate::tracker::{Arrival, Tally, Tracker};
 
 #[cfg(test)]
@@ -105,6 +106,9 @@ pub struct PassReport {
     pub recorder: Recorder,
     /// The configuration in force (peer settings included).
     pub settings: Vec<Setting>,
+    /// The time the hypervisor took from each CPU while the pass's threads
+    /// ran (`None` where the system does not count it).
+    pub steal: Option<Steal>,
 }
 
 impl PassReport {
@@ -914,6 +918,7 @@ fn run_set_up(
     };
 
     let label = format!("{url} pass {pass}/{}", cfg.passes);
+    let steal_before = steal::Sample::now();
     std::thread::scope(|s| {
         let state = &state;
         let mut workers = Vec::new();
@@ -970,6 +975,7 @@ fn run_set_up(
         }
     });
 
+    let steal = steal_before.and_then(|before| Some(steal::Sample::now()?.since(&before)));
     if let Some(err) = state
         .error
         .lock()
@@ -1003,6 +1009,7 @@ fn run_set_up(
         throughput,
         recorder: state.merged(),
         settings,
+        steal,
     })
 }
 

@@ -58,6 +58,29 @@ fn check_throughput(url: &str) {
     assert!(!r.drain_timed_out);
     assert_eq!(r.recorder.send_to_receive.len(), MESSAGES);
     assert_eq!(r.recorder.cycle.len(), MESSAGES);
+    check_steal(&r);
+}
+
+/// Where the system counts steal, the pass reports it for every CPU.
+fn check_steal(r: &PassReport) {
+    let Some(cpus) = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|t| sluice_loadgen::steal::parse_proc_stat(&t))
+    else {
+        assert!(r.steal.is_none(), "nothing to count it from");
+        return;
+    };
+    let steal = r.steal.as_ref().expect("the system counts steal");
+    let counted: Vec<usize> = steal.per_cpu.iter().map(|&(cpu, _)| cpu).collect();
+    let online: Vec<usize> = cpus.iter().map(|&(cpu, _)| cpu).collect();
+    assert_eq!(counted, online);
+    for &(cpu, d) in &steal.per_cpu {
+        assert_eq!(
+            d.as_nanos() % steal.tick.as_nanos(),
+            0,
+            "cpu{cpu}: whole ticks"
+        );
+    }
 }
 
 fn redelivery(kind: PeerKind) {
