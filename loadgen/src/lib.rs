@@ -11,7 +11,7 @@
 //! - [`body`], [`schedule`], [`tracker`], [`stats`]: what a message carries,
 //!   when it is meant to go out, what became of it, how long it took;
 //! - [`report`] and [`slo`]: tables, JSON, `.hgrm`, SVG, objectives;
-//!   [`steal`]: the time a hypervisor took from the machine during a pass.
+//!   [`machine`]: what the host and the load generator itself took.
 //!
 //! [`chaos`] is the fault suite and the soak of `sluice-chaos`: a real
 //! `sluice-server` process, faults over real sockets, every message counted.
@@ -35,10 +35,10 @@ pub mod body;
 pub mod chaos;
 pub mod config;
 pub mod flags;
+pub mod machine;
 pub mod report;
 pub mod run;
 pub mod schedule;
 pub mod slo;
 pub mod stats;
-pub mod steal;
 pub mod tracker;

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_loadgen::steal::Sample;
+use sluice_loadgen::machine::Sample;
 
 /// Gaps longer than these are counted (ns), each with their total.
 const BOUNDS_NS: [u64; 6] = [20_000, 100_000, 1_000_000, 2_000_000, 5_000_000, 10_000_000];

@@ -52,9 +52,11 @@ impl From<WorkloadArg> for Workload {
 /// Every message body carries its sequence number and send time, so latency
 /// and correctness (lost, duplicated) are measured from the body. Each run
 /// prints the configuration it used, a progress line every second on stderr,
-/// and a table per target and pass. Where the system counts it (a Linux
-/// virtual machine), each pass also reports the time the hypervisor took
-/// from the CPUs while it ran ("steal"): a tail the brokers did not cause.
+/// and a table per target and pass. Each pass also reports the load
+/// generator's own CPU use (near 100%, latency includes its own queueing)
+/// and, where the system counts it (a Linux virtual machine), the time the
+/// hypervisor took from the CPUs while it ran ("steal"): tails the brokers
+/// did not cause.
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice-loadgen",

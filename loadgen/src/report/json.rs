@@ -10,16 +10,17 @@
 //! `null`. The latency workload adds `send_to_receive_uncorrected_us`, the
 //! naive figure measured from the actual send. Where the system counts
 //! the time a hypervisor took from its CPUs, `host_steal_ms` has it for the
-//! pass (`{total, tick, per_cpu: [{cpu, ms}]}`, ms).
+//! pass (`{total, tick, per_cpu: [{cpu, ms}]}`, ms), and `loadgen_cpu` the
+//! load generator's own CPU use (`{busy_s, wall_s, cpus, share}`).
 
 use std::io::{self, Write};
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::machine::{CpuUse, Steal};
 use crate::run::PassReport;
 use crate::stats::Percentiles;
-use crate::steal::Steal;
 
 /// Latency percentiles in µs; `null` without samples.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -138,6 +139,33 @@ pub struct PassJson {
     /// (absent where the system does not count it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_steal_ms: Option<StealJson>,
+    /// The load generator's own CPU use during the pass.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loadgen_cpu: Option<CpuJson>,
+}
+
+/// The load generator's CPU use over a pass.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CpuJson {
+    /// CPU seconds, every thread, user and system.
+    pub busy_s: f64,
+    /// Wall seconds.
+    pub wall_s: f64,
+    /// The CPUs the process may run on.
+    pub cpus: usize,
+    /// `busy_s / (wall_s * cpus)`.
+    pub share: f64,
+}
+
+impl From<&CpuUse> for CpuJson {
+    fn from(c: &CpuUse) -> Self {
+        Self {
+            busy_s: c.busy.as_secs_f64(),
+            wall_s: c.wall.as_secs_f64(),
+            cpus: c.cpus,
+            share: c.share(),
+        }
+    }
 }
 
 /// Hypervisor steal over a pass, in milliseconds.
@@ -210,6 +238,7 @@ impl From<&PassReport> for PassJson {
                 })
                 .collect(),
             host_steal_ms: r.steal.as_ref().map(StealJson::from),
+            loadgen_cpu: r.cpu.as_ref().map(CpuJson::from),
         }
     }
 }
@@ -266,6 +295,11 @@ pub(crate) mod tests {
                 per_cpu: vec![(0, Duration::ZERO), (1, Duration::from_millis(40))],
                 tick: Duration::from_millis(10),
             }),
+            cpu: (pass == 2).then_some(CpuUse {
+                busy: Duration::from_millis(900),
+                wall: Duration::from_secs(1),
+                cpus: 1,
+            }),
         }
     }
 
@@ -313,6 +347,7 @@ pub(crate) mod tests {
         }
         assert!(o.get("send_to_receive_uncorrected_us").is_none());
         assert!(o.get("host_steal_ms").is_none(), "not counted: left out");
+        assert!(o.get("loadgen_cpu").is_none());
         assert_eq!(arr[1]["send_to_receive_us"]["p50"], 1_000);
         assert_eq!(o["config"][0]["name"], "batch");
     }
@@ -327,7 +362,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn steal_is_in_milliseconds_per_cpu() {
+    fn steal_in_milliseconds_per_cpu_and_cpu_use() {
         let r = report("redis://127.0.0.1:6379", Workload::Latency, 2, 1);
         let mut out = Vec::new();
         write(std::slice::from_ref(&r), &mut out).unwrap();
@@ -338,5 +373,10 @@ pub(crate) mod tests {
         assert_eq!(s["per_cpu"][1]["cpu"], 1);
         assert_eq!(s["per_cpu"][1]["ms"], 40);
         assert_eq!(s["per_cpu"][0]["ms"], 0);
+        let c = &v[0]["loadgen_cpu"];
+        assert_eq!(c["busy_s"], 0.9);
+        assert_eq!(c["wall_s"], 1.0);
+        assert_eq!(c["cpus"], 1);
+        assert_eq!(c["share"], 0.9);
     }
 }

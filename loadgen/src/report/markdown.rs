@@ -115,48 +115,59 @@ pub fn write(out: &mut dyn Write, outcomes: &[PassOutcome]) -> io::Result<()> {
             r.duplicates
         )?;
     }
-    steal_note(out, outcomes)
+    machine_notes(out, outcomes)
 }
 
-/// Below the table, where the system counted it: the time the hypervisor
-/// took from the machine's CPUs in each pass, so that a reader can tell a
-/// broker's tail from the host's.
-fn steal_note(out: &mut dyn Write, outcomes: &[PassOutcome]) -> io::Result<()> {
+/// Below the table, where the system counted them: the time the
+/// hypervisor took from the machine's CPUs in each pass, and the load
+/// generator's own CPU use, so that a reader can tell a broker's tail from
+/// the host's or the load generator's.
+fn machine_notes(out: &mut dyn Write, outcomes: &[PassOutcome]) -> io::Result<()> {
     let reports: Vec<&PassReport> = outcomes
         .iter()
         .filter_map(|o| o.result.as_ref().ok())
         .collect();
-    let Some(tick) = reports
+    let names: Vec<String> = rows(outcomes).into_iter().map(|r| r.name).collect();
+    let per_target = |value: &dyn Fn(&PassReport) -> Option<String>| -> String {
+        names
+            .iter()
+            .map(|name| {
+                let per_pass: Vec<String> = reports
+                    .iter()
+                    .filter(|r| r.target.to_string() == *name)
+                    .map(|r| value(r).unwrap_or_else(|| "-".to_owned()))
+                    .collect();
+                if per_pass.is_empty() {
+                    format!("`{name}` no pass ended")
+                } else {
+                    format!("`{name}` {}", per_pass.join(", "))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    if let Some(tick) = reports
         .iter()
         .find_map(|r| r.steal.as_ref())
         .map(|s| s.tick)
-    else {
-        return Ok(());
-    };
-    let mut parts = Vec::new();
-    for name in rows(outcomes).into_iter().map(|r| r.name) {
-        let per_pass: Vec<String> = reports
-            .iter()
-            .filter(|r| r.target.to_string() == name)
-            .map(|r| {
-                r.steal
-                    .as_ref()
-                    .map_or_else(|| "-".to_owned(), |s| s.total().as_millis().to_string())
-            })
-            .collect();
-        if per_pass.is_empty() {
-            parts.push(format!("`{name}` no pass ended"));
-        } else {
-            parts.push(format!("`{name}` {}", per_pass.join(", ")));
-        }
+    {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "Hypervisor steal per pass, all CPUs, ms (in {} ms ticks): {}.",
+            tick.as_millis(),
+            per_target(&|r| r.steal.as_ref().map(|s| s.total().as_millis().to_string()))
+        )?;
     }
-    writeln!(out)?;
-    writeln!(
-        out,
-        "Hypervisor steal per pass, all CPUs, ms (in {} ms ticks): {}.",
-        tick.as_millis(),
-        parts.join("; ")
-    )
+    if reports.iter().any(|r| r.cpu.is_some()) {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "Load generator CPU per pass, % of the CPUs it may use: {}.",
+            per_target(&|r| r.cpu.as_ref().map(|c| format!("{:.0}", c.share() * 100.0)))
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -192,7 +203,7 @@ mod tests {
         write(&mut out, &outcomes).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 7, "{text}");
+        assert_eq!(lines.len(), 9, "{text}");
         assert!(lines[0].contains("sluice ÷ target"), "{text}");
         assert!(lines[2].starts_with("| `sluice://127.0.0.1:7171` | 3/3 |"));
         assert!(lines[2].contains("(reference)"));
@@ -214,12 +225,19 @@ mod tests {
              `sluice://127.0.0.1:7171` -, 40, -; `redis://127.0.0.1:6379` -, 40, -; \
              `nats://127.0.0.1:4222` no pass ended."
         );
+        assert_eq!(lines[7], "");
+        assert_eq!(
+            lines[8],
+            "Load generator CPU per pass, % of the CPUs it may use: \
+             `sluice://127.0.0.1:7171` -, 90, -; `redis://127.0.0.1:6379` -, 90, -; \
+             `nats://127.0.0.1:4222` no pass ended."
+        );
     }
 
     #[test]
     fn no_steal_note_where_nothing_was_counted() {
         let r = report("sluice://127.0.0.1:7171", Workload::Throughput, 1, 1);
-        assert!(r.steal.is_none());
+        assert!(r.steal.is_none() && r.cpu.is_none());
         let outcomes = [PassOutcome {
             target: r.target.clone(),
             pass: 1,
@@ -229,6 +247,6 @@ mod tests {
         write(&mut out, &outcomes).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text.lines().count(), 3, "{text}");
-        assert!(!text.contains("steal"), "{text}");
+        assert!(!text.contains("steal") && !text.contains("CPU"), "{text}");
     }
 }

@@ -65,6 +65,9 @@ pub fn write_pass(out: &mut dyn Write, r: &PassReport) -> io::Result<()> {
             steal.describe()
         )?;
     }
+    if let Some(cpu) = &r.cpu {
+        writeln!(out, "  load generator CPU: {}", cpu.describe())?;
+    }
     writeln!(
         out,
         "    {:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",

@@ -33,9 +33,9 @@ use crate::adapter::{
 };
 use crate::body::{Stamp, read_stamp, write_body};
 use crate::config::{Bound, RunConfig, Workload, limits};
+use crate::machine::{self, CpuUse, Steal};
 use crate::schedule::{Clock, OpenLoop, Schedule};
 use crate::stats::{Percentiles, Recorder, ns_to_us};
-use crate::steal::{self, Steal};
 use crate::tracker::{Arrival, Tally, Tracker};
 
 #[cfg(test)]
@@ -109,6 +109,8 @@ pub struct PassReport {
     /// The time the hypervisor took from each CPU while the pass's threads
     /// ran (`None` where the system does not count it).
     pub steal: Option<Steal>,
+    /// The load generator's own CPU use while the pass's threads ran.
+    pub cpu: Option<CpuUse>,
 }
 
 impl PassReport {
@@ -918,7 +920,8 @@ fn run_set_up(
     };
 
     let label = format!("{url} pass {pass}/{}", cfg.passes);
-    let steal_before = steal::Sample::now();
+    let steal_before = machine::Sample::now();
+    let cpu_before = machine::CpuClock::now();
     std::thread::scope(|s| {
         let state = &state;
         let mut workers = Vec::new();
@@ -975,7 +978,9 @@ fn run_set_up(
         }
     });
 
-    let steal = steal_before.and_then(|before| Some(steal::Sample::now()?.since(&before)));
+    let steal = steal_before.and_then(|before| Some(machine::Sample::now()?.since(&before)));
+    let cpu = cpu_before
+        .and_then(|before| Some(machine::CpuClock::now()?.since(&before, machine::allowed_cpus())));
     if let Some(err) = state
         .error
         .lock()
@@ -1010,6 +1015,7 @@ fn run_set_up(
         recorder: state.merged(),
         settings,
         steal,
+        cpu,
     })
 }
 

@@ -58,14 +58,19 @@ fn check_throughput(url: &str) {
     assert!(!r.drain_timed_out);
     assert_eq!(r.recorder.send_to_receive.len(), MESSAGES);
     assert_eq!(r.recorder.cycle.len(), MESSAGES);
-    check_steal(&r);
+    check_machine(&r);
 }
 
-/// Where the system counts steal, the pass reports it for every CPU.
-fn check_steal(r: &PassReport) {
+/// The pass reports the load generator's CPU use and, where the system
+/// counts it, the steal of every CPU.
+fn check_machine(r: &PassReport) {
+    let cpu = r.cpu.expect("a process CPU clock");
+    assert!(cpu.busy > Duration::ZERO, "the pass's threads used CPU");
+    assert!(cpu.wall >= r.active, "the pass spans its active time");
+    assert!(cpu.cpus >= 1);
     let Some(cpus) = std::fs::read_to_string("/proc/stat")
         .ok()
-        .and_then(|t| sluice_loadgen::steal::parse_proc_stat(&t))
+        .and_then(|t| sluice_loadgen::machine::parse_proc_stat(&t))
     else {
         assert!(r.steal.is_none(), "nothing to count it from");
         return;

@@ -1,15 +1,21 @@
-//! Time the hypervisor took from this machine during a pass.
+//! What the machine did besides the brokers during a pass: the time a
+//! hypervisor took from its CPUs, and the CPU the load generator itself
+//! used.
 //!
-//! On a virtual machine the host may run something else on the physical
-//! core while a vCPU has work. Linux counts that time per CPU as *steal*
-//! (the eighth number of each `cpuN` line of `/proc/stat`, in clock ticks,
-//! usually 10 ms). A pass whose vCPUs lost time this way has latencies the
-//! brokers did not cause, so every pass reports the steal of each CPU over
-//! its run: a side-by-side comparison can then be judged, or rerun, with
-//! that in view. On bare metal, or where `/proc/stat` has no steal column,
-//! the figure is zero or absent.
+//! **Steal.** On a virtual machine the host may run something else on the
+//! physical core while a vCPU has work. Linux counts that time per CPU as
+//! *steal* (the eighth number of each `cpuN` line of `/proc/stat`, in clock
+//! ticks, usually 10 ms). A pass whose vCPUs lost time this way has
+//! latencies the brokers did not cause. Hosts do not all count it, or count
+//! all of it: a zero is not proof that the host took nothing (the
+//! `vcpu_stalls` benchmark measures the stalls themselves).
+//!
+//! **The load generator's CPU.** A load generator whose own CPUs are nearly
+//! always busy measures its own queueing as the broker's latency: a stall
+//! of any kind then takes long to work off. Each pass reports the process's
+//! CPU time over the pass against the CPUs it may run on.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Steal time per CPU, in clock ticks since boot, from `/proc/stat`'s text.
 /// `None` when the text has no `cpuN` line with a steal column; a line that
@@ -82,6 +88,88 @@ impl Sample {
             per_cpu,
             tick: Duration::from_nanos(tick_ns),
         }
+    }
+}
+
+/// The CPU time this process used, and when, for [`CpuUse`].
+#[derive(Debug, Clone, Copy)]
+pub struct CpuClock {
+    cpu: Duration,
+    at: Instant,
+}
+
+impl CpuClock {
+    /// Reads the process's CPU clock (every thread, user and system time).
+    pub fn now() -> Option<CpuClock> {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+        let cpu = Duration::new(
+            u64::try_from(t.tv_sec).ok()?,
+            u32::try_from(t.tv_nsec).ok()?,
+        );
+        Some(CpuClock {
+            cpu,
+            at: Instant::now(),
+        })
+    }
+
+    /// The process's CPU use from `earlier` to this reading, on `cpus`
+    /// CPUs (the ones it may run on).
+    pub fn since(&self, earlier: &CpuClock, cpus: usize) -> CpuUse {
+        CpuUse {
+            busy: self.cpu.saturating_sub(earlier.cpu),
+            wall: self.at.saturating_duration_since(earlier.at),
+            cpus: cpus.max(1),
+        }
+    }
+}
+
+/// How many CPUs this process may run on (its affinity), at least 1.
+pub fn allowed_cpus() -> usize {
+    rustix::thread::sched_getaffinity(None).map_or(1, |set| set.count().max(1) as usize)
+}
+
+/// The load generator's CPU use over a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuUse {
+    /// CPU time, every thread, user and system.
+    pub busy: Duration,
+    /// Wall time.
+    pub wall: Duration,
+    /// The CPUs the process may run on.
+    pub cpus: usize,
+}
+
+/// Above this share of its CPUs the load generator is near its own limit.
+pub const BUSY_WARN: f64 = 0.85;
+
+impl CpuUse {
+    /// `busy` over what the CPUs could give in `wall`: 1.0 is all of them.
+    pub fn share(&self) -> f64 {
+        let capacity = self.wall.as_secs_f64() * self.cpus as f64;
+        if capacity > 0.0 {
+            self.busy.as_secs_f64() / capacity
+        } else {
+            0.0
+        }
+    }
+
+    /// One line for the pass's report.
+    pub fn describe(&self) -> String {
+        let mut text = format!(
+            "{:.2} s in {:.2} s, {:.0}% of the {} CPU{} it may use",
+            self.busy.as_secs_f64(),
+            self.wall.as_secs_f64(),
+            self.share() * 100.0,
+            self.cpus,
+            if self.cpus == 1 { "" } else { "s" }
+        );
+        if self.share() >= BUSY_WARN {
+            text.push_str(
+                " (near its limit: latency includes the load generator's own queueing; \
+                 polling with --read-spin counts as busy)",
+            );
+        }
+        text
     }
 }
 
@@ -172,6 +260,49 @@ cpu2 1 2 3 4 5 6 7 -8\n";
         );
         // A counter that went backwards (a reset) counts as nothing.
         assert_eq!(before.since(&after).total(), Duration::ZERO);
+    }
+
+    #[test]
+    fn cpu_use_is_a_share_of_the_cpus_allowed() {
+        let u = CpuUse {
+            busy: Duration::from_millis(1_800),
+            wall: Duration::from_secs(1),
+            cpus: 2,
+        };
+        assert!((u.share() - 0.9).abs() < 1e-9);
+        assert!(
+            u.describe()
+                .starts_with("1.80 s in 1.00 s, 90% of the 2 CPUs it may use (near its limit")
+        );
+        let idle = CpuUse {
+            busy: Duration::from_millis(100),
+            wall: Duration::from_secs(1),
+            cpus: 1,
+        };
+        assert_eq!(
+            idle.describe(),
+            "0.10 s in 1.00 s, 10% of the 1 CPU it may use"
+        );
+        let none = CpuUse {
+            busy: Duration::ZERO,
+            wall: Duration::ZERO,
+            cpus: 1,
+        };
+        assert_eq!(none.share(), 0.0, "no time, no share");
+    }
+
+    #[test]
+    fn the_cpu_clock_counts_this_process() {
+        let a = CpuClock::now().expect("a process CPU clock");
+        let mut x = 0u64;
+        // Work the clock must see (black_box: not folded away).
+        while CpuClock::now().unwrap().cpu.saturating_sub(a.cpu) < Duration::from_millis(5) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let b = CpuClock::now().unwrap();
+        let u = b.since(&a, allowed_cpus());
+        assert!(u.busy >= Duration::from_millis(5));
+        assert!(u.cpus >= 1);
     }
 
     #[test]
