@@ -53,10 +53,9 @@ impl From<WorkloadArg> for Workload {
 /// and correctness (lost, duplicated) are measured from the body. Each run
 /// prints the configuration it used, a progress line every second on stderr,
 /// and a table per target and pass. Each pass also reports the load
-/// generator's own CPU use (near 100%, latency includes its own queueing)
-/// and, where the system counts it (a Linux virtual machine), the time the
-/// hypervisor took from the CPUs while it ran ("steal"): tails the brokers
-/// did not cause.
+/// generator's own CPU use and, where the system counts it (a Linux virtual
+/// machine), the time the hypervisor took from the CPUs while it ran
+/// ("steal"): tails the brokers did not cause.
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice-loadgen",
