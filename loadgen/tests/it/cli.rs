@@ -95,13 +95,7 @@ fn throughput_against_sluice_writes_json() {
         .arg(&md)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = crate::exited_ok(&out);
     assert!(
         stdout.contains("SEND"),
         "the configuration is printed: {stdout}"
@@ -151,13 +145,7 @@ fn outputs_and_slo_against_redis() {
         .arg(&hgrm)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = crate::exited_ok(&out);
     assert!(
         stdout.contains("XAUTOCLAIM"),
         "the configuration is printed: {stdout}"

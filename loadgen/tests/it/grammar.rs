@@ -277,13 +277,7 @@ fn the_binary_takes_the_shared_forms_end_to_end() {
         .env("SLUICE_TOKEN_FILE", &token)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = crate::exited_ok(&out);
     assert!(
         stdout.contains("2000 messages, 1536 B bodies"),
         "the printed configuration: {stdout}"

@@ -13,3 +13,16 @@ mod nats;
 mod peers;
 mod sluice;
 mod workloads;
+
+/// The standard output of a run that must have exited 0; otherwise fails
+/// with both streams.
+fn exited_ok(out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

@@ -201,32 +201,26 @@ pub(super) fn metrics_addr<'de, D: Deserializer<'de>>(
 
 /// A string, as such (the log filter).
 pub(super) fn string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    struct Str;
-    impl Visitor<'_> for Str {
-        type Value = String;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a string")
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
-            Ok(v.to_owned())
-        }
-    }
-    d.deserialize_any(Str).map(Some)
+    d.deserialize_any(Str("a string")).map(Some)
 }
 
 /// A path in a string.
 pub(super) fn path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
-    struct PathText;
-    impl Visitor<'_> for PathText {
-        type Value = PathBuf;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a path in a string")
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<PathBuf, E> {
-            Ok(PathBuf::from(v))
-        }
+    d.deserialize_any(Str("a path in a string"))
+        .map(|text| Some(PathBuf::from(text)))
+}
+
+/// Any string; the text says what the setting expected in its error.
+struct Str(&'static str);
+
+impl Visitor<'_> for Str {
+    type Value = String;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
     }
-    d.deserialize_any(PathText).map(Some)
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_owned())
+    }
 }
 
 /// `true` or `false`, as TOML writes them.

@@ -375,7 +375,12 @@ fn config_file_errors_name_the_file_and_key() {
         ),
         ("max_connections = -5\n", "max_connections", "whole number"),
         ("insecure = \"yes\"\n", "insecure", "true or false"),
-        ("token_file = 3\n", "token_file", "path"),
+        (
+            "token_file = 3\n",
+            "token_file",
+            "expected a path in a string",
+        ),
+        ("log = [\"info\"]\n", "log", "expected a string"),
         ("io = \"fast\"\n", "io", "auto, uring or epoll"),
         ("shards = 2.5\n", "shards", "floating point `2.5`"),
     ] {
