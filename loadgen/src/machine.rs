@@ -76,17 +76,18 @@ impl Sample {
     /// went backwards counts as zero.
     pub fn since(&self, earlier: &Sample) -> Steal {
         let tick_ns = 1_000_000_000 / self.ticks_per_second;
-        let per_cpu = self
+        let mut per_cpu: Vec<(usize, Duration)> = self
             .ticks
             .iter()
             .filter_map(|&(cpu, now)| {
                 let (_, then) = earlier.ticks.iter().find(|&&(c, _)| c == cpu)?;
                 Some((
                     cpu,
-                    Duration::from_nanos(now.saturating_sub(*then) * tick_ns),
+                    Duration::from_nanos(now.saturating_sub(*then).saturating_mul(tick_ns)),
                 ))
             })
             .collect();
+        per_cpu.sort_unstable_by_key(|&(cpu, _)| cpu);
         Steal {
             per_cpu,
             tick: Duration::from_nanos(tick_ns),
@@ -253,6 +254,16 @@ cpu2 1 2 3 4 5 6 7 -8\n";
         );
         // A counter that went backwards (a reset) counts as nothing.
         assert_eq!(before.since(&after).total(), Duration::ZERO);
+        // Listed out of order, reported ascending; an absurd count saturates.
+        let a = Sample::from_text("cpu1 0 0 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0\n", 100).unwrap();
+        let b = Sample::from_text(
+            "cpu1 0 0 0 0 0 0 0 18446744073709551615\ncpu0 0 0 0 0 0 0 0 1\n",
+            100,
+        )
+        .unwrap();
+        let s = b.since(&a);
+        assert_eq!(s.per_cpu[0], (0, Duration::from_millis(10)));
+        assert_eq!(s.per_cpu[1], (1, Duration::from_nanos(u64::MAX)));
     }
 
     #[test]

@@ -235,7 +235,7 @@ mod tests {
     }
 
     #[test]
-    fn no_steal_note_where_nothing_was_counted() {
+    fn no_notes_where_nothing_was_counted() {
         let r = report("sluice://127.0.0.1:7171", Workload::Throughput, 1, 1);
         assert!(r.steal.is_none() && r.cpu.is_none());
         let outcomes = [PassOutcome {
