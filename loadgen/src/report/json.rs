@@ -8,10 +8,10 @@
 //! rejected deletes, foreign bodies, whether the drain timed out, the active
 //! time, and the configuration in force. A percentile with no samples is
 //! `null`. The latency workload adds `send_to_receive_uncorrected_us`, the
-//! naive figure measured from the actual send. Where the system counts
-//! the time a hypervisor took from its CPUs, `host_steal_ms` has it for the
-//! pass (`{total, tick, per_cpu: [{cpu, ms}]}`, ms), and `loadgen_cpu` the
-//! load generator's own CPU use (`{busy_s, wall_s, cpus, share}`).
+//! naive figure measured from the actual send. `loadgen_cpu` is the load
+//! generator's own CPU use over the pass (`{busy_s, wall_s, cpus, share}`)
+//! and, where the system counts it, `host_steal_ms` the time a hypervisor
+//! took from its CPUs (`{total, tick, per_cpu: [{cpu, ms}]}`, ms).
 
 use std::io::{self, Write};
 use std::time::Duration;
