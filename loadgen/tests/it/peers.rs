@@ -80,6 +80,77 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
+/// Whether the process `pid` itself listens on loopback `port`.
+///
+/// A connect that succeeds is not enough: while a peer starts, another
+/// test's peer may already hold the same port (the one this peer then fails
+/// to bind), or the connect may pick `port` as its own source port and
+/// connect to itself, holding the port so that the peer cannot bind it.
+/// Either way the test would go on with a server that is not its own. So
+/// the check finds the listening sockets on `port` in `/proc/net/tcp` and
+/// looks for one of them among the process's open files; elsewhere than
+/// Linux, it falls back to a connect.
+fn listening(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return TcpStream::connect(("127.0.0.1", port)).is_ok();
+    };
+    let inodes = listen_inodes(&table, port);
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| {
+            let target = target.to_string_lossy();
+            target
+                .strip_prefix("socket:[")
+                .and_then(|t| t.strip_suffix(']'))
+                .is_some_and(|inode| inodes.iter().any(|i| i == inode))
+        })
+    })
+}
+
+/// The inodes of the sockets listening on `port`, from `/proc/net/tcp`'s
+/// text (local address `IP:PORT` in hex, state `0A` is LISTEN).
+fn listen_inodes(table: &str, port: u16) -> Vec<String> {
+    let want = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (local, state, inode) = (f.get(1)?, f.get(3)?, f.get(9)?);
+            (local.ends_with(&want) && *state == "0A").then(|| (*inode).to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn listen_inodes_picks_the_listener_on_the_port() {
+    let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:B0E7 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0
+   1: 0100007F:B0E7 0100007F:B0E7 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0
+   2: 0100007F:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1 0
+   3: short line
+";
+    // 0xB0E7 = 45287: the listener, not the self-connected socket on it.
+    assert_eq!(listen_inodes(table, 45287), vec!["4242".to_owned()]);
+    assert_eq!(listen_inodes(table, 80), vec!["4444".to_owned()]);
+    assert!(listen_inodes(table, 81).is_empty());
+    assert!(listen_inodes("", 80).is_empty());
+}
+
+#[test]
+fn a_listener_of_this_process_is_found_and_a_bare_port_is_not() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let port = listener.local_addr().expect("local address").port();
+    assert!(listening(std::process::id(), port));
+    drop(listener);
+    assert!(!listening(std::process::id(), port));
+}
+
 fn command(kind: PeerKind, binary: &Path, port: u16, dir: &Path, extra: &[&str]) -> Command {
     let port = port.to_string();
     let mut c = Command::new(binary);
@@ -152,7 +223,7 @@ pub fn start_with(kind: PeerKind, extra: &[&str]) -> Option<Peer> {
             if let Ok(Some(_)) = peer.child.try_wait() {
                 break; // It exited (the port was taken): try another.
             }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            if listening(peer.child.id(), port) {
                 return Some(peer);
             }
             std::thread::sleep(Duration::from_millis(20));
