@@ -264,18 +264,33 @@ pub fn proc_fds(pid: u32) -> Option<u64> {
     Some(dir.count() as u64)
 }
 
+/// What each open descriptor of a process is (`socket:[INODE]`,
+/// `pipe:[INODE]`, `anon_inode:[io_uring]`, a path; empty when it closed
+/// while being read). `None` when the process's descriptors cannot be
+/// listed.
+#[must_use]
+pub fn proc_fd_targets(pid: u32) -> Option<Vec<String>> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(
+        dir.flatten()
+            .map(|entry| {
+                std::fs::read_link(entry.path())
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default()
+            })
+            .collect(),
+    )
+}
+
 /// What a process's descriptors are, by kind (`socket`, `pipe`,
 /// `anon_inode:[io_uring]`, a path), with counts: for reports on leaks.
 #[must_use]
 pub fn proc_fd_kinds(pid: u32) -> String {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    let Some(targets) = proc_fd_targets(pid) else {
         return "unknown".into();
     };
     let mut kinds = std::collections::BTreeMap::<String, u32>::new();
-    for entry in dir.flatten() {
-        let target = std::fs::read_link(entry.path())
-            .map(|t| t.display().to_string())
-            .unwrap_or_default();
+    for target in targets {
         let kind = target.split(":[").next().unwrap_or("").to_owned();
         let kind = if kind.starts_with("anon_inode") {
             target

@@ -98,17 +98,14 @@ fn listening(pid: u32, port: u16) -> bool {
     if inodes.is_empty() {
         return false;
     }
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    let Some(targets) = sluice_loadgen::chaos::server::proc_fd_targets(pid) else {
         return false;
     };
-    fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path()).is_ok_and(|target| {
-            let target = target.to_string_lossy();
-            target
-                .strip_prefix("socket:[")
-                .and_then(|t| t.strip_suffix(']'))
-                .is_some_and(|inode| inodes.iter().any(|i| i == inode))
-        })
+    targets.iter().any(|target| {
+        target
+            .strip_prefix("socket:[")
+            .and_then(|t| t.strip_suffix(']'))
+            .is_some_and(|inode| inodes.iter().any(|i| i == inode))
     })
 }
 
