@@ -115,23 +115,21 @@ pub fn write(out: &mut dyn Write, outcomes: &[PassOutcome]) -> io::Result<()> {
             r.duplicates
         )?;
     }
-    machine_notes(out, outcomes)
+    machine_notes(out, outcomes, &rows)
 }
 
 /// Below the table, where the system counted them: the time the
 /// hypervisor took from the machine's CPUs in each pass, and the load
 /// generator's own CPU use, so that a reader can tell a broker's tail from
 /// the host's or the load generator's.
-fn machine_notes(out: &mut dyn Write, outcomes: &[PassOutcome]) -> io::Result<()> {
+fn machine_notes(out: &mut dyn Write, outcomes: &[PassOutcome], rows: &[Row]) -> io::Result<()> {
     let reports: Vec<&PassReport> = outcomes
         .iter()
         .filter_map(|o| o.result.as_ref().ok())
         .collect();
-    let names: Vec<String> = rows(outcomes).into_iter().map(|r| r.name).collect();
     let per_target = |value: &dyn Fn(&PassReport) -> Option<String>| -> String {
-        names
-            .iter()
-            .map(|name| {
+        rows.iter()
+            .map(|Row { name, .. }| {
                 let per_pass: Vec<String> = reports
                     .iter()
                     .filter(|r| r.target.to_string() == *name)
