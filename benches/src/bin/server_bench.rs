@@ -1518,7 +1518,24 @@ fn run_pass(args: &Args, t: &mut Table) -> Res<()> {
     Ok(())
 }
 
-fn goal_rate(got: f64, goal: f64) -> String {
+/// A figure of the summary: a median, or none when its `--io` was not run
+/// (printed "-"; the precision of the format applies to a number).
+#[derive(Clone, Copy)]
+struct Fig(Option<f64>);
+
+impl std::fmt::Display for Fig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(v) => std::fmt::Display::fmt(&v, f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+fn goal_rate(got: Fig, goal: f64) -> String {
+    let Fig(Some(got)) = got else {
+        return "not run".into();
+    };
     if got >= goal {
         format!("met ({:.2}x)", got / goal)
     } else {
@@ -1530,7 +1547,10 @@ fn goal_rate(got: f64, goal: f64) -> String {
     }
 }
 
-fn goal_delta(got: f64, echo: f64, allowed: f64) -> String {
+fn goal_delta(got: Fig, echo: Fig, allowed: f64) -> String {
+    let (Fig(Some(got)), Fig(Some(echo))) = (got, echo) else {
+        return "not run".into();
+    };
     let d = got - echo;
     if d <= allowed {
         format!("met ({d:+.2} us vs echo)")
@@ -1544,10 +1564,7 @@ fn summary(args: &Args, t: &Table) {
     println!("| figure | io_uring | epoll | goal | io_uring vs goal | epoll vs goal |");
     println!("|---|---:|---:|---|---|---|");
     let both = |name: &dyn Fn(&str) -> String| {
-        (
-            t.median(&name("uring")).unwrap_or(f64::NAN),
-            t.median(&name("epoll")).unwrap_or(f64::NAN),
-        )
+        (Fig(t.median(&name("uring"))), Fig(t.median(&name("epoll"))))
     };
     if args.runs("send") {
         for &conns in &args.send_conns {
@@ -1573,9 +1590,9 @@ fn summary(args: &Args, t: &Table) {
         );
     }
     if args.runs("rtt") {
-        let echo50 = t.median("rtt std::net echo p50").unwrap_or(f64::NAN);
-        let echo99 = t.median("rtt std::net echo p99").unwrap_or(f64::NAN);
-        let echo999 = t.median("rtt std::net echo p99.9").unwrap_or(f64::NAN);
+        let echo50 = Fig(t.median("rtt std::net echo p50"));
+        let echo99 = Fig(t.median("rtt std::net echo p99"));
+        let echo999 = Fig(t.median("rtt std::net echo p99.9"));
         println!(
             "| std::net echo, {} B | p50 {echo50:.2} / p99 {echo99:.2} / p99.9 {echo999:.2} us | | | | |",
             args.size
