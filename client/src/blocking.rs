@@ -29,6 +29,10 @@ use crate::message::SendEntry;
 use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
 
 mod conn;
+#[cfg(all(test, sluice_loom))]
+mod conn_loom;
+mod sync;
+mod wire;
 
 use conn::{Connection, Refused};
 
@@ -188,6 +192,9 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
         }
     };
     let (decoder, buf) = handshake.finish(&hello);
+    stream
+        .set_write_timeout(Some(conn::WRITE_STALL))
+        .map_err(|e| connect_error(addr, e))?;
     let heartbeat = config
         .heartbeat_interval()
         .map(|interval| (interval, std::sync::mpsc::channel::<()>()));
@@ -685,5 +692,6 @@ impl Client {
     }
 }
 
-#[cfg(test)]
+// Real sockets and std threads: outside the loom build.
+#[cfg(all(test, not(sluice_loom)))]
 mod tests;

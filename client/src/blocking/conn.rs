@@ -53,6 +53,11 @@
 //!   per quarter. It holds the connection only weakly between looks and
 //!   ends when the connection closes or is dropped (the drop closes its
 //!   channel, which wakes it at once).
+//! - **Checked by loom.** The mutexes, atomics and parking come from the
+//!   facade `super::sync` and the socket through the [`Wire`] trait, so
+//!   `conn_loom.rs` runs this very code over an in-memory wire under loom:
+//!   callers and a server thread in every interleaving, failing on a lost
+//!   wake-up or a reply left unread while nobody leads.
 //! - **Atomics.** Copies let a request check its connection without a
 //!   lock. `closed` is stored (Release) once the table is closed, under the
 //!   state lock, and loaded (Acquire) by that check: a stale `false` only
@@ -61,18 +66,19 @@
 //!   Relaxed: a stale value only moves the idle check, or a heartbeat, a
 //!   little earlier or later.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::io::ErrorKind;
+use std::net::TcpStream;
+use std::sync::Weak;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Mutex, MutexGuard, PoisonError, Weak};
-use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use rustix::net::RecvFlags;
 use sluice_protocol::{Frame, FrameDecoder, HelloReply, Reply, Request};
 
+use super::sync::{
+    AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, Thread, lock, park_timeout, thread,
+};
+use super::wire::Wire;
 use crate::error::{Error, Result};
 use crate::pending::{self, Table};
 use crate::tls::TlsSession;
@@ -91,12 +97,6 @@ const _: () = assert!(IDLE_CHECK_AFTER.as_millis() == IDLE_CHECK_AFTER_MS as u12
 /// be before it is set again (each setting is a system call; a leader woken
 /// a little late by it only reports its time-out that much later).
 const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(10);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its data consistent, so a panic in
-    // another thread does not make it unusable.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A request in flight.
 #[derive(Debug, Default)]
@@ -203,10 +203,11 @@ enum ReadOutcome {
     End(Error),
 }
 
-/// One open connection.
+/// One open connection, over a TCP stream (or, in the loom model, an
+/// in-memory one).
 #[derive(Debug)]
-pub(crate) struct Connection {
-    stream: TcpStream,
+pub(crate) struct Connection<W = TcpStream> {
+    stream: W,
     /// TLS, when the client was configured for it: frames are sealed on the
     /// way out and opened on the way in.
     tls: Option<TlsSession>,
@@ -229,20 +230,19 @@ pub(crate) struct Connection {
     closed: AtomicBool,
 }
 
-impl Connection {
-    /// Wraps a connected stream whose HELLO is done. `buf` holds whatever
-    /// came after the HELLO reply.
+impl<W: Wire> Connection<W> {
+    /// Wraps a connected stream whose HELLO is done, its write time-out set
+    /// to [`WRITE_STALL`]. `buf` holds whatever came after the HELLO reply.
     pub(crate) fn new(
-        stream: TcpStream,
+        stream: W,
         tls: Option<TlsSession>,
         hello: HelloReply,
         decoder: FrameDecoder,
         buf: BytesMut,
         read_spin: Duration,
         heartbeat_stop: Option<mpsc::Sender<()>>,
-    ) -> std::io::Result<Connection> {
+    ) -> std::io::Result<Connection<W>> {
         stream.set_read_timeout(None)?;
-        stream.set_write_timeout(Some(WRITE_STALL))?;
         Ok(Connection {
             stream,
             tls,
@@ -419,7 +419,7 @@ impl Connection {
     fn write_all(&self, out: &[u8], deadline: Instant) -> Result<()> {
         let mut at = 0;
         while at < out.len() {
-            match (&self.stream).write(&out[at..]) {
+            match self.stream.write(&out[at..]) {
                 Ok(0) => return Err(Error::io(ErrorKind::WriteZero.into())),
                 Ok(n) => at += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -519,7 +519,7 @@ impl Connection {
                 }
                 Step::Park(left) => {
                     drop(st);
-                    thread::park_timeout(left);
+                    park_timeout(left);
                     st = self.state();
                     let s = &mut *st;
                     if let Some(waiter) = s.table.get_mut(id)
@@ -610,7 +610,7 @@ impl Connection {
             r.timeout = Some(left);
         }
         let Reader { buf, chunk, .. } = r;
-        match (&self.stream).read(chunk) {
+        match self.stream.read(chunk) {
             Ok(0) => ReadOutcome::End(Error::Disconnected(
                 "the server closed the connection".into(),
             )),
@@ -646,13 +646,15 @@ impl Connection {
     /// One read that never blocks.
     fn recv_now(&self, r: &mut Reader) -> ReadOutcome {
         let Reader { buf, chunk, .. } = r;
-        match rustix::net::recv(&self.stream, &mut chunk[..], RecvFlags::DONTWAIT) {
-            Ok((0, _)) => ReadOutcome::End(Error::Disconnected(
+        match self.stream.read_now(&mut chunk[..]) {
+            Ok(0) => ReadOutcome::End(Error::Disconnected(
                 "the server closed the connection".into(),
             )),
-            Ok((n, _)) => self.take_in(buf, &chunk[..n]),
-            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => ReadOutcome::Idle,
-            Err(e) => ReadOutcome::End(Error::io(e.into())),
+            Ok(n) => self.take_in(buf, &chunk[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                ReadOutcome::Idle
+            }
+            Err(e) => ReadOutcome::End(Error::io(e)),
         }
     }
 
@@ -708,7 +710,7 @@ impl Connection {
         }
         if let Err(err) = end {
             tracing::debug!(error = %err, "sluice client: connection ended");
-            let _ = self.stream.shutdown(Shutdown::Both);
+            self.stream.shutdown();
             return false;
         }
         true
@@ -731,7 +733,7 @@ impl Connection {
         for t in wake {
             t.unpark();
         }
-        let _ = self.stream.shutdown(Shutdown::Both);
+        self.stream.shutdown();
     }
 
     /// Requests in flight and whether a thread leads, for tests.
