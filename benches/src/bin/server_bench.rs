@@ -30,7 +30,8 @@
 //!   `rtt` turns above, next to the raw-frame PING; then `--client-threads`
 //!   threads share one blocking `Client`, each sending PINGs one at a time
 //!   (`--client-requests` in all; once more with the read spin), and as many tasks share one
-//!   `AsyncClient`. Requests answered per second.
+//!   `AsyncClient`. Requests answered per second. `shared` runs these
+//!   shared-client figures alone (with the hand-off floor), for profiling.
 //! - `shards`: one hot queue, `--producers` and `--consumers` connections
 //!   spread over the shards (connections are opened until HELLO names the
 //!   shard wanted), with 1 shard (server on CPU 0) and 2 shards (server on
@@ -50,7 +51,7 @@
 //! ```text
 //! cargo build --release -p sluice-broker --bin sluice-server
 //! cargo build --release -p sluice-benches --bin server_bench
-//! ./target/release/server_bench [--quick] [--only send,e2e,rtt,client,shards,tls] ...
+//! ./target/release/server_bench [--quick] [--only send,e2e,rtt,client,shared,shards,tls] ...
 //! ```
 
 use std::io::{self, Read, Write};
@@ -145,7 +146,7 @@ const USAGE: &str = "usage: server_bench [--quick] [--server PATH] [--passes N] 
 [--size BYTES] [--window N] [--receives N] [--backlog N] [--send-messages N] [--e2e-messages N] \
 [--send-conns 1,2] [--rounds N] [--warmup-rounds N] [--client-threads N] [--client-requests N] \
 [--client-spin-us N] [--producers N] [--consumers N] [--server-cpu C] [--client-cpu C] \
-[--only send,e2e,rtt,client,shards,tls] [--io uring,epoll] \
+[--only send,e2e,rtt,client,shared,shards,tls] [--io uring,epoll] \
 [--connect HOST:PORT]";
 
 impl Args {
@@ -259,9 +260,9 @@ impl Args {
             return Err("counts must be positive, --batch at most 1024".into());
         }
         for o in &args.only {
-            if !["send", "e2e", "rtt", "client", "shards", "tls"].contains(&o.as_str()) {
+            if !["send", "e2e", "rtt", "client", "shared", "shards", "tls"].contains(&o.as_str()) {
                 return Err(format!(
-                    "--only {o}: use send, e2e, rtt, client, shards or tls"
+                    "--only {o}: use send, e2e, rtt, client, shared, shards or tls"
                 ));
             }
         }
@@ -287,6 +288,11 @@ impl Args {
 
     fn runs(&self, what: &str) -> bool {
         self.only.iter().any(|o| o == what)
+    }
+
+    /// The shared-client figures: part of `client`, or alone (`shared`).
+    fn runs_shared(&self) -> bool {
+        self.runs("client") || self.runs("shared")
     }
 }
 
@@ -1475,7 +1481,7 @@ fn run_pass(args: &Args, t: &mut Table) -> Res<()> {
             lat_line(t, &name, l);
         }
     }
-    if args.runs("client") {
+    if args.runs_shared() {
         req_line(
             t,
             "thread hand-off floor".into(),
@@ -1644,6 +1650,8 @@ fn summary(args: &Args, t: &Table) {
                 "| PING through {what}, p99.9 | {u999:.2} us | {e999:.2} us | (reported) | | |"
             );
         }
+    }
+    if args.runs_shared() {
         let (u, e) = both(&|io| format!("client {io} threads"));
         let (uc, ec) = both(&|io| format!("client {io} threads cpu"));
         println!(

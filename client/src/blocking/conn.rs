@@ -4,7 +4,8 @@
 //! Ground rules.
 //!
 //! - **State.** One mutex guards the request table (an entry per request in
-//!   flight: its reply once read, and the thread to wake when it is parked),
+//!   flight: its reply once read, and the bit its thread sleeps on when it
+//!   is parked),
 //!   the `leading` flag and the count of parked threads. Every rule below
 //!   reads or changes them under that lock only.
 //! - **Reading: leader and followers.** A caller waiting for its reply takes
@@ -19,6 +20,13 @@
 //!   one parked thread to take it (`hand_off`), so a thread never stays
 //!   parked while replies wait unread. The leader reads whatever arrives, so
 //!   a long-polling receive never holds up other replies.
+//! - **Parking.** Parked threads sleep on one futex word, each on a bit of
+//!   it chosen by its request id ([`Parking`]), and the leader wakes every
+//!   thread a read answered with one system call. Woken one by one, each
+//!   wake-up would switch the core to the woken thread and back to the
+//!   leader: two switches per reply where one will do. Threads that share a
+//!   bit (more than 32 waiting) may wake each other; each looks at its entry
+//!   and parks again.
 //! - **Writing: flat combining.** A caller encodes its frames into the
 //!   shared `queued` buffer under the writer's mutex. If a write is in
 //!   progress (`writing`), it leaves them there and goes to wait: the
@@ -76,7 +84,7 @@ use bytes::BytesMut;
 use sluice_protocol::{Frame, FrameDecoder, HelloReply, Reply, Request};
 
 use super::sync::{
-    AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, Thread, lock, park_timeout, thread,
+    AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, Parking, lock, thread, wait_bit,
 };
 use super::wire::Wire;
 use crate::error::{Error, Result};
@@ -103,8 +111,9 @@ const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(10);
 struct Waiter {
     /// The reply frame (its caller decodes it), or why there is none.
     reply: Option<Result<Frame>>,
-    /// The caller's thread while it is parked waiting for the reply.
-    thread: Option<Thread>,
+    /// While the caller is parked waiting for the reply: the bit it sleeps
+    /// on ([`wait_bit`]); 0 otherwise.
+    parked: u32,
 }
 
 #[derive(Debug)]
@@ -112,49 +121,59 @@ struct State {
     table: Table<Waiter>,
     /// A thread holds the reader role.
     leading: bool,
-    /// Entries whose thread is parked (has `thread` set).
+    /// Entries whose thread is parked (has `parked` set).
     parked: usize,
     /// When the socket was last read.
     last_read: Instant,
 }
 
 impl State {
-    /// Fills the entry of one reply and returns the thread to wake.
-    fn fill(&mut self, id: u32, reply: Result<Frame>) -> Option<Thread> {
-        let waiter = self.table.get_mut(id)?;
+    /// Fills the entry of one reply; returns the bit to wake (0: its thread
+    /// is not parked).
+    fn fill(&mut self, id: u32, reply: Result<Frame>) -> u32 {
+        let Some(waiter) = self.table.get_mut(id) else {
+            return 0;
+        };
         waiter.reply = Some(reply);
-        let thread = waiter.thread.take();
-        if thread.is_some() {
+        let bit = std::mem::take(&mut waiter.parked);
+        if bit != 0 {
             self.parked -= 1;
         }
-        thread
+        bit
     }
 
-    /// Fails every entry with `err` and refuses new ones; the threads to
-    /// wake go to `wake`.
-    fn fail(&mut self, err: &Error, wake: &mut Vec<Thread>) {
+    /// Fails every entry with `err` and refuses new ones; returns the bits
+    /// to wake.
+    fn fail(&mut self, err: &Error) -> u32 {
         self.table.close(err);
+        let mut wake = 0;
         for waiter in self.table.iter_mut() {
             if waiter.reply.is_none() {
                 waiter.reply = Some(Err(err.clone()));
             }
-            wake.extend(waiter.thread.take());
+            wake |= std::mem::take(&mut waiter.parked);
         }
         self.parked = 0;
+        wake
     }
 
     /// When nobody leads and a thread is parked, picks one to take the
-    /// reader role (the caller wakes it once the lock is released).
-    fn hand_off(&mut self) -> Option<Thread> {
+    /// reader role; returns its bit (the caller wakes it once the lock is
+    /// released), or 0.
+    fn hand_off(&mut self) -> u32 {
         if self.leading || self.parked == 0 {
-            return None;
+            return 0;
         }
-        let thread = self
+        let Some(bit) = self
             .table
             .iter_mut()
-            .find_map(|waiter| waiter.thread.take())?;
+            .map(|waiter| std::mem::take(&mut waiter.parked))
+            .find(|&bit| bit != 0)
+        else {
+            return 0;
+        };
         self.parked -= 1;
-        Some(thread)
+        bit
     }
 }
 
@@ -168,8 +187,6 @@ struct Reader {
     timeout: Option<Duration>,
     /// Reply frames cut and not yet handed out (kept for its capacity).
     ready: Vec<Frame>,
-    /// Threads to wake (kept for its capacity).
-    wake: Vec<Thread>,
 }
 
 #[derive(Debug, Default)]
@@ -216,6 +233,8 @@ pub(crate) struct Connection<W = TcpStream> {
     state: Mutex<State>,
     reader: Mutex<Reader>,
     writer: Mutex<Writer>,
+    /// Where waiting threads sleep; who is parked is in `state`.
+    parking: Parking,
     /// When the connection opened: the epoch of `last_read_ms`.
     opened: Instant,
     /// Milliseconds from `opened` to the last read, for the idle check
@@ -260,9 +279,9 @@ impl<W: Wire> Connection<W> {
                 chunk: vec![0; READ_CHUNK_BYTES],
                 timeout: None,
                 ready: Vec::new(),
-                wake: Vec::new(),
             }),
             writer: Mutex::new(Writer::default()),
+            parking: Parking::new(),
             opened: Instant::now(),
             last_read_ms: AtomicU64::new(0),
             last_write_ms: AtomicU64::new(0),
@@ -469,9 +488,7 @@ impl<W: Wire> Connection<W> {
             st.leading = false;
             st.hand_off()
         };
-        if let Some(t) = wake {
-            t.unpark();
-        }
+        self.parking.wake(wake);
     }
 
     /// Waits for the reply of `id` until `deadline`: reads the socket when
@@ -484,7 +501,7 @@ impl<W: Wire> Connection<W> {
         enum Step {
             Done(Result<Frame>),
             Lead,
-            Park(Duration),
+            Park { ticket: u32, left: Duration },
         }
         let mut st = self.state();
         loop {
@@ -502,9 +519,12 @@ impl<W: Wire> Connection<W> {
                 s.leading = true;
                 Step::Lead
             } else {
-                waiter.thread = Some(thread::current());
+                waiter.parked = wait_bit(id);
                 s.parked += 1;
-                Step::Park(deadline - now)
+                Step::Park {
+                    ticket: self.parking.ticket(),
+                    left: deadline - now,
+                }
             };
             match step {
                 Step::Done(out) => {
@@ -517,13 +537,13 @@ impl<W: Wire> Connection<W> {
                     st = self.state();
                     st.leading = false;
                 }
-                Step::Park(left) => {
+                Step::Park { ticket, left } => {
                     drop(st);
-                    park_timeout(left);
+                    self.parking.park(ticket, wait_bit(id), left);
                     st = self.state();
                     let s = &mut *st;
                     if let Some(waiter) = s.table.get_mut(id)
-                        && waiter.thread.take().is_some()
+                        && std::mem::take(&mut waiter.parked) != 0
                     {
                         s.parked -= 1;
                     }
@@ -538,9 +558,7 @@ impl<W: Wire> Connection<W> {
         st.table.remove(id);
         let wake = st.hand_off();
         drop(st);
-        if let Some(t) = wake {
-            t.unpark();
-        }
+        self.parking.wake(wake);
     }
 
     /// Frees the entry of a request whose caller stopped waiting; its late
@@ -548,7 +566,7 @@ impl<W: Wire> Connection<W> {
     pub(crate) fn cancel(&self, id: u32) {
         let mut st = self.state();
         if let Some(waiter) = st.table.remove(id)
-            && waiter.thread.is_some()
+            && waiter.parked != 0
         {
             st.parked -= 1;
         }
@@ -672,24 +690,24 @@ impl<W: Wire> Connection<W> {
             decoder,
             buf,
             ready,
-            wake,
             ..
         } = r;
         let end = pending::cut_frames(decoder, buf, |f| ready.push(f));
+        let mut wake = 0;
         {
             let mut st = self.state();
             st.last_read = Instant::now();
             self.last_read_ms.store(self.age_ms(), Ordering::Relaxed);
             for f in ready.drain(..) {
-                wake.extend(st.fill(f.request_id, Ok(f)));
+                wake |= st.fill(f.request_id, Ok(f));
             }
             if let Err(err) = &end {
-                st.fail(err, wake);
+                wake |= st.fail(err);
                 self.closed.store(true, Ordering::Release);
             }
         }
         let writer = match combine {
-            Some(deadline) if end.is_ok() && !wake.is_empty() => {
+            Some(deadline) if end.is_ok() && wake != 0 => {
                 let mut w = lock(&self.writer);
                 if w.writing {
                     None
@@ -701,9 +719,8 @@ impl<W: Wire> Connection<W> {
             }
             _ => None,
         };
-        for t in wake.drain(..) {
-            t.unpark();
-        }
+        // One system call for every thread this read answered.
+        self.parking.wake(wake);
         if let Some(deadline) = writer {
             thread::yield_now();
             self.write_queued(lock(&self.writer), deadline);
@@ -719,20 +736,17 @@ impl<W: Wire> Connection<W> {
     /// Ends the connection: fails what is in flight, wakes every waiter and
     /// shuts the socket so a blocked read or write returns.
     pub(crate) fn fail(&self, err: &Error) {
-        let mut wake = Vec::new();
-        let first = {
+        let (first, wake) = {
             let mut st = self.state();
             let first = st.table.closed().is_none();
-            st.fail(err, &mut wake);
+            let wake = st.fail(err);
             self.closed.store(true, Ordering::Release);
-            first
+            (first, wake)
         };
         if first {
             tracing::debug!(error = %err, "sluice client: connection ended");
         }
-        for t in wake {
-            t.unpark();
-        }
+        self.parking.wake(wake);
         self.stream.shutdown();
     }
 

@@ -3,10 +3,10 @@
 //! (`conn_loom.rs`) runs the production code of [`super::conn`] itself.
 //!
 //! Everything the connection's threads share goes through here: its three
-//! mutexes, its atomics and the parking of a thread that waits for its
-//! reply. A loom model has no clock: there [`park_timeout`] is a plain
-//! park, and the models set deadlines that never come, so every wake-up a
-//! model sees is one the code gave.
+//! mutexes, its atomics and [`Parking`], where a thread that waits for its
+//! reply sleeps (a futex; under loom, a model of one). A loom model has no
+//! clock: there a park has no time-out, and the models set deadlines that
+//! never come, so every wake-up a model sees is one the code gave.
 
 use std::sync::PoisonError;
 use std::time::Duration;
@@ -17,7 +17,7 @@ pub(crate) use loom::{
         Mutex, MutexGuard,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    thread::{self, Thread},
+    thread,
 };
 
 #[cfg(not(sluice_loom))]
@@ -26,7 +26,7 @@ pub(crate) use std::{
         Mutex, MutexGuard,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    thread::{self, Thread},
+    thread,
 };
 
 /// Locks `m`. Every critical section of the connection leaves its data
@@ -35,14 +35,190 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Parks the calling thread until it is unparked or `timeout` passes (under
-/// loom: until it is unparked).
-pub(crate) fn park_timeout(timeout: Duration) {
+/// The bit a waiter whose request has id `id` sleeps on: 32 bits for any
+/// number of waiters, so two waiters may share one and wake each other (each
+/// then looks at its entry and parks again).
+pub(crate) fn wait_bit(id: u32) -> u32 {
+    1 << (id % 32)
+}
+
+/// Where the threads of one connection sleep while they wait for replies:
+/// one futex word for all of them, each thread on its bit of the word
+/// ([`wait_bit`]), so that one system call wakes every thread whose reply a
+/// read brought, and the reader is switched away from once per read rather
+/// than once per reply.
+///
+/// The protocol: a thread registers as parked under the connection's state
+/// lock and takes a [`Parking::ticket`] there; after the lock it sleeps in
+/// [`Parking::park`] with that ticket. A waker changes the registration
+/// under the same lock, then calls [`Parking::wake`], which moves the word
+/// on before it wakes. So a thread that has not gone to sleep by then finds
+/// the word moved and returns at once: no wake-up is lost. A return says
+/// only "look again": the thread checks its entry under the lock.
+#[derive(Debug)]
+pub(crate) struct Parking {
     #[cfg(not(sluice_loom))]
-    thread::park_timeout(timeout);
+    word: std::sync::atomic::AtomicU32,
+    /// Under loom, the futex is modelled: the word, and how many wakes each
+    /// bit has had, under a mutex, with a condition variable for sleepers.
     #[cfg(sluice_loom)]
-    {
-        let _ = timeout;
-        thread::park();
+    model: Mutex<(u32, [u32; 32])>,
+    #[cfg(sluice_loom)]
+    woken: loom::sync::Condvar,
+}
+
+impl Parking {
+    pub(crate) fn new() -> Parking {
+        Parking {
+            #[cfg(not(sluice_loom))]
+            word: std::sync::atomic::AtomicU32::new(0),
+            #[cfg(sluice_loom)]
+            model: Mutex::new((0, [0; 32])),
+            #[cfg(sluice_loom)]
+            woken: loom::sync::Condvar::new(),
+        }
+    }
+
+    /// The word's value now: taken under the state lock, after registering.
+    pub(crate) fn ticket(&self) -> u32 {
+        #[cfg(not(sluice_loom))]
+        {
+            self.word.load(Ordering::Acquire)
+        }
+        #[cfg(sluice_loom)]
+        {
+            lock(&self.model).0
+        }
+    }
+
+    /// Sleeps on `bit` unless the word moved past `ticket`; returns when a
+    /// wake names the bit, the word had moved, a signal came or `timeout`
+    /// passed (under loom there is no time-out: the models' deadlines never
+    /// come).
+    pub(crate) fn park(&self, ticket: u32, bit: u32, timeout: Duration) {
+        #[cfg(not(sluice_loom))]
+        {
+            use rustix::thread::futex;
+            let Some(bit) = std::num::NonZeroU32::new(bit) else {
+                return;
+            };
+            // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time.
+            let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+            let nanos = now.tv_nsec + i64::from(timeout.subsec_nanos());
+            let secs = i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX / 2);
+            let until = futex::Timespec {
+                tv_sec: now
+                    .tv_sec
+                    .saturating_add(secs)
+                    .saturating_add(nanos / 1_000_000_000),
+                tv_nsec: nanos % 1_000_000_000,
+            };
+            // Every outcome means "look again": woken, EAGAIN (the word
+            // moved), EINTR, ETIMEDOUT.
+            let _ =
+                futex::wait_bitset(&self.word, futex::Flags::PRIVATE, ticket, Some(&until), bit);
+        }
+        #[cfg(sluice_loom)]
+        {
+            let _ = timeout;
+            let i = bit.trailing_zeros() as usize;
+            let mut m = lock(&self.model);
+            if m.0 != ticket {
+                return;
+            }
+            let start = m.1[i];
+            while m.1[i] == start {
+                m = self.woken.wait(m).unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+    }
+
+    /// Moves the word on and wakes every thread sleeping on a bit of `mask`
+    /// (nothing when `mask` is 0).
+    pub(crate) fn wake(&self, mask: u32) {
+        if mask == 0 {
+            return;
+        }
+        #[cfg(not(sluice_loom))]
+        {
+            use rustix::thread::futex;
+            self.word.fetch_add(1, Ordering::Release);
+            let all = u32::try_from(i32::MAX).unwrap_or(u32::MAX);
+            if let Some(mask) = std::num::NonZeroU32::new(mask) {
+                // Fails only on a bad address, which a reference is not.
+                let _ = futex::wake_bitset(&self.word, futex::Flags::PRIVATE, all, mask);
+            }
+        }
+        #[cfg(sluice_loom)]
+        {
+            let mut m = lock(&self.model);
+            m.0 = m.0.wrapping_add(1);
+            for (i, wakes) in m.1.iter_mut().enumerate() {
+                if mask & (1 << i) != 0 {
+                    *wakes = wakes.wrapping_add(1);
+                }
+            }
+            self.woken.notify_all();
+        }
+    }
+}
+
+#[cfg(all(test, not(sluice_loom)))]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::mpsc::channel;
+
+    use super::*;
+
+    /// Long enough that a park which returns only at its time-out fails the
+    /// test instead (no figure of time is asserted: a working park returns
+    /// at once).
+    const PATIENCE: Duration = Duration::from_secs(30);
+
+    /// Parks on a thread with `ticket` and `bit`; true when it came back
+    /// within [`PATIENCE`], after `then` ran on this thread.
+    fn parked_returns(parking: &Arc<Parking>, ticket: u32, bit: u32, then: impl FnOnce()) -> bool {
+        let (tx, rx) = channel();
+        let p = Arc::clone(parking);
+        let sleeper = std::thread::spawn(move || {
+            p.park(ticket, bit, PATIENCE * 4);
+            let _ = tx.send(());
+        });
+        then();
+        let back = rx.recv_timeout(PATIENCE).is_ok();
+        sleeper.join().expect("no panic");
+        back
+    }
+
+    #[test]
+    fn a_ticket_taken_before_a_wake_does_not_sleep() {
+        let parking = Arc::new(Parking::new());
+        let ticket = parking.ticket();
+        parking.wake(wait_bit(7));
+        // The word moved after the ticket: the park returns without a wake.
+        assert!(parked_returns(&parking, ticket, wait_bit(3), || {}));
+        assert_ne!(parking.ticket(), ticket);
+    }
+
+    #[test]
+    fn a_wake_that_names_the_bit_wakes_the_sleeper() {
+        let parking = Arc::new(Parking::new());
+        let ticket = parking.ticket();
+        let bit = wait_bit(35);
+        assert_eq!(bit, wait_bit(3), "ids 32 apart share a bit");
+        // Whether the sleeper is asleep yet or not, it comes back: asleep,
+        // by the wake; not yet, because the word moved.
+        assert!(parked_returns(&parking, ticket, bit, || {
+            std::thread::yield_now();
+            parking.wake(bit | wait_bit(0));
+        }));
+    }
+
+    #[test]
+    fn no_bits_wakes_nobody_and_moves_nothing() {
+        let parking = Parking::new();
+        let ticket = parking.ticket();
+        parking.wake(0);
+        assert_eq!(parking.ticket(), ticket);
     }
 }
