@@ -47,6 +47,11 @@ struct Pipe {
     /// Requests the server answers; after that it ends the stream instead
     /// of answering (`None`: it answers all).
     answers_left: Option<usize>,
+    /// Most bytes each direction holds (`None`: unbounded). When
+    /// `to_client` is full the server takes no more requests, and when
+    /// `to_server` is full a write stalls: the back-pressure of a server
+    /// that stops reading until its replies are read.
+    cap: Option<usize>,
     /// The stream ended: shut down by the client or ended by the server.
     ended: bool,
 }
@@ -70,12 +75,17 @@ impl std::fmt::Debug for MemWire {
 
 impl MemWire {
     fn new(serve: Serve, answers: Option<usize>) -> MemWire {
+        Self::bounded(serve, answers, None)
+    }
+
+    fn bounded(serve: Serve, answers: Option<usize>, cap: Option<usize>) -> MemWire {
         MemWire(Arc::new(Shared {
             pipe: Mutex::new(Pipe {
                 to_server: BytesMut::new(),
                 to_client: Vec::new(),
                 decoder: FrameDecoder::new(FRAME_BYTES_MAX),
                 answers_left: answers,
+                cap,
                 ended: false,
             }),
             changed: Condvar::new(),
@@ -88,7 +98,7 @@ impl MemWire {
     /// spent. Returns how many requests it took.
     fn answer(p: &mut Pipe) -> usize {
         let mut taken = 0;
-        while !p.ended {
+        while !p.ended && p.cap.is_none_or(|cap| p.to_client.len() < cap) {
             let frame = match p.decoder.decode(&mut p.to_server) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
@@ -142,6 +152,7 @@ impl Wire for MemWire {
                 let n = buf.len().min(p.to_client.len());
                 buf[..n].copy_from_slice(&p.to_client[..n]);
                 p.to_client.drain(..n);
+                self.0.changed.notify_all();
                 return Ok(n);
             }
             if p.ended {
@@ -163,20 +174,41 @@ impl Wire for MemWire {
         let n = buf.len().min(p.to_client.len());
         buf[..n].copy_from_slice(&p.to_client[..n]);
         p.to_client.drain(..n);
+        self.0.changed.notify_all();
         Ok(n)
     }
 
+    /// Takes what fits. With nothing fitting, the socket's write time-out
+    /// is modelled: the write fails with `WouldBlock` when the server has
+    /// stopped reading until its replies are read (replies wait, so a real
+    /// write would time out), and blocks until the server takes bytes
+    /// otherwise.
     fn write(&self, buf: &[u8]) -> io::Result<usize> {
         let mut p = lock(&self.0.pipe);
-        if p.ended {
-            return Err(io::ErrorKind::BrokenPipe.into());
+        loop {
+            if p.ended {
+                return Err(io::ErrorKind::BrokenPipe.into());
+            }
+            let room = p
+                .cap
+                .map_or(buf.len(), |cap| cap.saturating_sub(p.to_server.len()));
+            if room > 0 {
+                let n = room.min(buf.len());
+                p.to_server.extend_from_slice(&buf[..n]);
+                if self.0.serve == Serve::OnWrite {
+                    Self::answer(&mut p);
+                }
+                self.0.changed.notify_all();
+                return Ok(n);
+            }
+            if !p.to_client.is_empty() {
+                drop(p);
+                // The caller retries at once: let the others run first.
+                thread::yield_now();
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            p = self.0.changed.wait(p).expect("no panic holds the pipe");
         }
-        p.to_server.extend_from_slice(buf);
-        if self.0.serve == Serve::OnWrite {
-            Self::answer(&mut p);
-        }
-        self.0.changed.notify_all();
-        Ok(buf.len())
     }
 
     fn set_read_timeout(&self, _timeout: Option<Duration>) -> io::Result<()> {
@@ -219,7 +251,7 @@ fn connection(wire: MemWire) -> Arc<Connection<MemWire>> {
 /// One PING through the connection, as `Client::call` makes it: submit,
 /// then wait. `Ok(None)`: the connection had ended before the request was
 /// registered (the client would retry on a new one).
-fn ping(conn: &Connection<MemWire>, nonce: u64) -> Result<Option<u64>> {
+fn ping_one(conn: &Connection<MemWire>, nonce: u64) -> Result<Option<u64>> {
     let deadline = Instant::now() + PATIENCE;
     let mut id = [0u32];
     match conn.submit(&[Request::Ping { nonce }], &mut id, deadline) {
@@ -252,9 +284,9 @@ fn loom_two_callers_each_get_their_own_reply() {
         let server = thread::spawn(move || wire.serve(2));
         let other = {
             let conn = Arc::clone(&conn);
-            thread::spawn(move || ping(&conn, 2))
+            thread::spawn(move || ping_one(&conn, 2))
         };
-        assert_eq!(ping(&conn, 1).expect("answered"), Some(1));
+        assert_eq!(ping_one(&conn, 1).expect("answered"), Some(1));
         assert_eq!(other.join().expect("no panic").expect("answered"), Some(2));
         server.join().expect("no panic");
         assert_idle(&conn);
@@ -272,13 +304,13 @@ fn loom_callers_in_turn_pass_the_reader_role() {
             let conn = Arc::clone(&conn);
             thread::spawn(move || -> Result<()> {
                 for nonce in [20, 21] {
-                    assert_eq!(ping(&conn, nonce)?, Some(nonce));
+                    assert_eq!(ping_one(&conn, nonce)?, Some(nonce));
                 }
                 Ok(())
             })
         };
         for nonce in [10, 11] {
-            assert_eq!(ping(&conn, nonce).expect("answered"), Some(nonce));
+            assert_eq!(ping_one(&conn, nonce).expect("answered"), Some(nonce));
         }
         other.join().expect("no panic").expect("answered");
         assert_idle(&conn);
@@ -296,9 +328,9 @@ fn loom_end_of_stream_fails_every_waiter() {
         let server = thread::spawn(move || wire.serve(1));
         let other = {
             let conn = Arc::clone(&conn);
-            thread::spawn(move || ping(&conn, 2))
+            thread::spawn(move || ping_one(&conn, 2))
         };
-        let outcomes = [ping(&conn, 1), other.join().expect("no panic")];
+        let outcomes = [ping_one(&conn, 1), other.join().expect("no panic")];
         server.join().expect("no panic");
         for outcome in outcomes {
             match outcome {
@@ -308,9 +340,53 @@ fn loom_end_of_stream_fails_every_waiter() {
             }
         }
         assert!(
-            matches!(ping(&conn, 3), Ok(None)),
+            matches!(ping_one(&conn, 3), Ok(None)),
             "a closed connection took a request"
         );
+        assert_idle(&conn);
+    });
+}
+
+/// The length of a PING's frame, and of its PONG's.
+fn frame_lens() -> (usize, usize) {
+    let mut buf = BytesMut::new();
+    Request::Ping { nonce: 0 }
+        .encode(1, &mut buf)
+        .expect("a PING encodes");
+    let ping = buf.len();
+    buf.clear();
+    Reply::Pong { nonce: 0 }
+        .encode(1, &mut buf)
+        .expect("a PONG encodes");
+    (ping, buf.len())
+}
+
+/// A pipeline of three PINGs written at once into a connection that holds
+/// one frame each way, with the server reading only while its replies are
+/// read: the write stalls, the writer reads the replies that wait (nobody
+/// else leads), the server goes on, and every reply comes back.
+#[test]
+fn loom_a_stalled_write_reads_what_waits() {
+    let (ping, pong) = frame_lens();
+    assert_eq!(ping, pong, "one cap fits one frame each way");
+    loom::model(move || {
+        let wire = MemWire::bounded(Serve::OnThread, None, Some(ping));
+        let conn = connection(wire.clone());
+        let server = thread::spawn(move || wire.serve(3));
+        let deadline = Instant::now() + PATIENCE;
+        let requests: Vec<Request> = (1..=3).map(|nonce| Request::Ping { nonce }).collect();
+        let mut ids = [0u32; 3];
+        assert!(
+            conn.submit(&requests, &mut ids, deadline).is_ok(),
+            "the pipeline was refused"
+        );
+        for (nonce, id) in (1..=3).zip(ids) {
+            match conn.wait(id, deadline, PATIENCE).expect("answered") {
+                Reply::Pong { nonce: got } => assert_eq!(got, nonce),
+                other => panic!("a PING answered {other:?}"),
+            }
+        }
+        server.join().expect("no panic");
         assert_idle(&conn);
     });
 }
