@@ -65,7 +65,8 @@
 //!   facade `super::sync` and the socket through the [`Wire`] trait, so
 //!   `conn_loom.rs` runs this very code over an in-memory wire under loom:
 //!   callers and a server thread in every interleaving, failing on a lost
-//!   wake-up or a reply left unread while nobody leads.
+//!   wake-up, a reply left unread while nobody leads, or a stalled write
+//!   that never reads what waits.
 //! - **Atomics.** Copies let a request check its connection without a
 //!   lock. `closed` is stored (Release) once the table is closed, under the
 //!   state lock, and loaded (Acquire) by that check: a stale `false` only
