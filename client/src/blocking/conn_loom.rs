@@ -2,10 +2,11 @@
 //! `RUSTFLAGS="--cfg sluice_loom"`; see `.ci/run`): the production
 //! [`Connection`] over an in-memory wire, with callers on several threads
 //! and, in some models, a server thread. Loom runs every interleaving of
-//! their mutexes, atomics, parks and unparks (up to its preemption bound)
-//! and fails a model on a panic, or when every thread is blocked: a caller
+//! their mutexes, atomics, parks and wake-ups (up to its preemption bound)
+//! and fails a model on a panic; when every thread is blocked (a caller
 //! parked for good because a wake-up was lost, or replies left unread while
-//! nobody leads.
+//! nobody leads); or when the threads only spin (a stalled write that never
+//! reads what waits: loom's "exceeded maximum number of branches").
 //!
 //! What each model asserts: every caller gets the reply to its own request
 //! (or, when the wire ends, a disconnect-class error), and when all callers
