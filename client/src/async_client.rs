@@ -12,7 +12,7 @@
 //! reconnects, after the reconnect policy's delay when connecting failed
 //! before.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::hello::Handshake;
 use crate::message::SendEntry;
 use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
+use crate::poison::lock;
 
 mod conn;
 
@@ -86,10 +87,6 @@ struct AsyncInner {
 struct Current {
     conn: Option<Arc<AsyncConn>>,
     info: Option<HelloReply>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn connect_error(addr: &str, err: std::io::Error) -> Error {

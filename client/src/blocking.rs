@@ -12,7 +12,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::hello::Handshake;
 use crate::message::SendEntry;
 use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
+use crate::poison::{self, lock};
 
 mod conn;
 #[cfg(all(test, sluice_loom))]
@@ -86,12 +87,6 @@ struct Inner {
 struct Reconnect {
     state: ReconnectState<Instant>,
     last_error: Option<Error>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its data consistent, so a panic in
-    // another thread does not make it unusable.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn connect_error(addr: &str, err: std::io::Error) -> Error {
@@ -300,10 +295,7 @@ impl Client {
     /// limits); `None` while disconnected.
     #[must_use]
     pub fn server_info(&self) -> Option<HelloReply> {
-        self.inner
-            .current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+        poison::read(&self.inner.current)
             .as_ref()
             .filter(|c| !c.is_closed())
             .map(|c| c.hello().clone())
@@ -311,11 +303,7 @@ impl Client {
 
     /// The open connection, if it can take requests.
     fn open_connection(&self) -> Option<Arc<Connection>> {
-        let current = self
-            .inner
-            .current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let current = poison::read(&self.inner.current);
         current.as_ref().filter(|c| c.usable()).map(Arc::clone)
     }
 
@@ -329,11 +317,7 @@ impl Client {
         if let Some(c) = self.open_connection() {
             return Ok(c);
         }
-        *self
-            .inner
-            .current
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+        *poison::write(&self.inner.current) = None;
         if let Some(at) = rc.state.next_attempt_at() {
             let wait = at.saturating_duration_since(Instant::now());
             if wait > self.inner.config.request_timeout() {
@@ -347,11 +331,7 @@ impl Client {
             Ok(c) => {
                 rc.state.succeeded();
                 rc.last_error = None;
-                *self
-                    .inner
-                    .current
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&c));
+                *poison::write(&self.inner.current) = Some(Arc::clone(&c));
                 Ok(c)
             }
             Err(err) => {

@@ -251,6 +251,7 @@ pub mod limits;
 mod message;
 mod ops;
 mod pending;
+mod poison;
 pub mod producer;
 mod queue;
 pub mod sharded;

@@ -12,7 +12,7 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::BytesMut;
 use rustls::pki_types::pem::PemObject;
@@ -20,6 +20,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig as RustlsConfig, ClientConnection, RootCertStore};
 
 use crate::error::{Error, Result};
+use crate::poison;
 
 /// Plaintext read out of rustls at a time.
 const PLAINTEXT_CHUNK_BYTES: usize = 16 * 1024;
@@ -186,8 +187,7 @@ fn tls_error(e: impl fmt::Display) -> Error {
 
 impl TlsSession {
     fn lock(&self) -> MutexGuard<'_, ClientConnection> {
-        // Every critical section leaves rustls's state as rustls left it.
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+        poison::lock(&self.conn)
     }
 
     /// Whether the handshake is still going on.

@@ -52,7 +52,7 @@ use std::future::Future;
 use std::io::ErrorKind;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -63,18 +63,13 @@ use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::pending::{self, Table};
+use crate::poison::lock;
 use crate::tls::TlsSession;
 
 /// Room made in the read buffer before each read.
 const READ_RESERVE_BYTES: usize = 64 * 1024;
 /// How long a connection may go unread before a request checks it first.
 const IDLE_CHECK_AFTER: Duration = Duration::from_millis(50);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its data consistent, so a panic in
-    // another task does not make it unusable.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A request in flight.
 #[derive(Debug, Default)]

@@ -143,6 +143,16 @@ impl MemWire {
         }
         self.0.changed.notify_all();
     }
+
+    /// The client's read of what waits for it: copies what fits into `buf`,
+    /// drains it from the pipe and tells the server there is room.
+    fn take_into(&self, p: &mut Pipe, buf: &mut [u8]) -> usize {
+        let n = buf.len().min(p.to_client.len());
+        buf[..n].copy_from_slice(&p.to_client[..n]);
+        p.to_client.drain(..n);
+        self.0.changed.notify_all();
+        n
+    }
 }
 
 impl Wire for MemWire {
@@ -150,11 +160,7 @@ impl Wire for MemWire {
         let mut p = lock(&self.0.pipe);
         loop {
             if !p.to_client.is_empty() {
-                let n = buf.len().min(p.to_client.len());
-                buf[..n].copy_from_slice(&p.to_client[..n]);
-                p.to_client.drain(..n);
-                self.0.changed.notify_all();
-                return Ok(n);
+                return Ok(self.take_into(&mut p, buf));
             }
             if p.ended {
                 return Ok(0);
@@ -172,11 +178,7 @@ impl Wire for MemWire {
                 Err(io::ErrorKind::WouldBlock.into())
             };
         }
-        let n = buf.len().min(p.to_client.len());
-        buf[..n].copy_from_slice(&p.to_client[..n]);
-        p.to_client.drain(..n);
-        self.0.changed.notify_all();
-        Ok(n)
+        Ok(self.take_into(&mut p, buf))
     }
 
     /// Takes what fits. With nothing fitting, the socket's write time-out

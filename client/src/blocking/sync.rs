@@ -30,8 +30,11 @@ pub(crate) use std::{
     thread,
 };
 
-/// Locks `m`. Every critical section of the connection leaves its data
-/// consistent, so a panic in another thread does not make it unusable.
+#[cfg(not(sluice_loom))]
+pub(crate) use crate::poison::lock;
+
+/// Locks `m`, poisoned or not, as [`crate::poison::lock`] does for std's.
+#[cfg(sluice_loom)]
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }

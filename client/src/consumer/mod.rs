@@ -35,7 +35,7 @@ mod blocking_consumer;
 mod schedule;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 #[cfg(feature = "async")]
@@ -45,6 +45,7 @@ pub use blocking_consumer::{BlockingConsumer, BlockingConsumerHandle};
 pub use schedule::{LeasePlan, LeaseStep};
 
 use crate::ReceivedMessage;
+use crate::poison;
 
 pub use crate::limits::{
     CONCURRENCY_DEFAULT, MAX_PROCESSING_DEFAULT, POLL_WAIT_DEFAULT, VISIBILITY_TIMEOUT_DEFAULT,
@@ -244,9 +245,7 @@ impl Drop for LeaseKeeper {
 
 impl LeaseState {
     fn lock(&self) -> MutexGuard<'_, Verdict> {
-        // Every critical section stores a whole value: a panic elsewhere
-        // leaves it consistent.
-        self.verdict.lock().unwrap_or_else(PoisonError::into_inner)
+        poison::lock(&self.verdict)
     }
 
     fn set(&self, verdict: Verdict) {
