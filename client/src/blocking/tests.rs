@@ -321,3 +321,45 @@ fn a_large_pipeline_from_one_thread_cannot_deadlock_on_back_pressure() {
     drop(client);
     assert_eq!(server.join().unwrap(), 512);
 }
+
+/// A parked caller under valgrind: parking reads the monotonic clock for
+/// the futex's time-out, and a clock read through the vDSO, which valgrind
+/// does not map, killed the process with SIGSEGV. Runs
+/// [`the_reader_role_passes_on_when_the_leader_is_answered`] (a thread
+/// parks there, then leads) in this very test binary under `valgrind
+/// --tool=none`. Skipped where valgrind is not installed, except in CI
+/// (`CI=true`), which installs it.
+#[test]
+fn a_parked_caller_works_under_valgrind() {
+    const CHILD: &str = "blocking::tests::the_reader_role_passes_on_when_the_leader_is_answered";
+    let have = std::process::Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI installs valgrind (.ci/run); it is missing"
+        );
+        eprintln!("skipped: valgrind is not installed");
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new("valgrind")
+        .args(["--tool=none", "-q"])
+        .arg(exe)
+        .args(["--exact", CHILD, "--test-threads=1"])
+        .output()
+        .expect("valgrind runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "under valgrind: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("test result: ok. 1 passed"),
+        "the test ran under valgrind:\n{stdout}"
+    );
+}
