@@ -347,13 +347,12 @@ impl Operation for Send<'_> {
     type Output = Vec<Result<SendOutcome>>;
     fn request(&self) -> Result<Request> {
         let queue = queue_name(self.0)?;
-        let views = self
-            .1
-            .iter()
-            .map(SendEntry::wire)
-            .collect::<Result<Vec<_>>>()?;
-        let entries =
-            SendBatch::from_views(views).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let mut views = Vec::with_capacity(self.1.len());
+        for entry in self.1 {
+            views.push(entry.wire()?);
+        }
+        let entries = SendBatch::from_view_slice(&views)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         Ok(Request::Send(SendRequest { queue, entries }))
     }
     fn output(reply: Reply) -> Result<Vec<Result<SendOutcome>>> {
