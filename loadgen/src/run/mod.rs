@@ -238,6 +238,50 @@ struct Pass<'c> {
     recorders: Vec<Mutex<Recorder>>,
 }
 
+impl<'c> Pass<'c> {
+    /// The state of pass number `pass` of `cfg`, its clock starting now.
+    fn new(cfg: &'c RunConfig, pass: u32) -> Pass<'c> {
+        let clock = Clock::start();
+        let capacity = cfg.capacity();
+        let schedule = cfg.rate.map(|rate| {
+            // Start 10 ms out so every producer thread is up for message 0.
+            let start = 10_000_000;
+            match cfg.bound {
+                Bound::Messages(n) => Schedule::new(start, rate, n),
+                Bound::Duration(d) => Schedule::for_duration(start, rate, d),
+            }
+        });
+        Pass {
+            cfg,
+            clock,
+            tracker: Tracker::new(capacity, cfg.fail_ratio > 0.0),
+            run_tag: splitmix64(wall_nanos() ^ u64::from(pass)) as u32,
+            capacity,
+            visibility_ns: u64::try_from(cfg.visibility_timeout.as_nanos()).unwrap_or(u64::MAX),
+            schedule,
+            next_seq: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
+            deliveries: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            corrupt: AtomicU64::new(0),
+            delete_rejected: AtomicU64::new(0),
+            early: AtomicU64::new(0),
+            producers_running: AtomicUsize::new(cfg.producers),
+            producers_done_ns: AtomicU64::new(u64::MAX),
+            first_send_ns: AtomicU64::new(u64::MAX),
+            last_settle_ns: AtomicU64::new(0),
+            drain_timed_out: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            error: Mutex::new(None),
+            recorders: (0..cfg.consumers)
+                .map(|_| Mutex::new(Recorder::new()))
+                .collect(),
+        }
+    }
+}
+
 impl Pass<'_> {
     fn fail(&self, err: RunError) {
         self.abort.store(true, Ordering::SeqCst);
@@ -487,6 +531,11 @@ impl Pass<'_> {
 
     /// Classifies one delivery: the receipt to delete (and what to record
     /// when it is deleted) goes to `batch`, its latencies to `samples`.
+    ///
+    /// Every message of one receive arrived with its reply, so all of them
+    /// are received at the moment the first is classified: one clock read
+    /// per receive, and the later messages of a batch are not charged the
+    /// time the load generator spends on the earlier ones.
     fn classify(
         &self,
         body: &[u8],
@@ -494,7 +543,7 @@ impl Pass<'_> {
         batch: &mut Deliveries,
         samples: &mut Samples,
     ) {
-        let t = self.clock.now_ns();
+        let t = *batch.received_ns.get_or_insert_with(|| self.clock.now_ns());
         let stamp = match read_stamp(body) {
             Ok(s) if s.run_tag == self.run_tag && self.tracker.contains(s.seq) => s,
             _ => {
@@ -737,6 +786,8 @@ struct Deliveries {
     dups: u64,
     corrupt: u64,
     early: u64,
+    /// When the receive's reply was taken: read once, at its first message.
+    received_ns: Option<u64>,
 }
 
 impl Deliveries {
@@ -754,6 +805,7 @@ impl Deliveries {
         self.dups = 0;
         self.corrupt = 0;
         self.early = 0;
+        self.received_ns = None;
     }
 }
 
@@ -880,44 +932,7 @@ fn run_set_up(
         consumers.push(a);
     }
 
-    let clock = Clock::start();
-    let capacity = cfg.capacity();
-    let schedule = cfg.rate.map(|rate| {
-        // Start 10 ms out so every producer thread is up for message 0.
-        let start = 10_000_000;
-        match cfg.bound {
-            Bound::Messages(n) => Schedule::new(start, rate, n),
-            Bound::Duration(d) => Schedule::for_duration(start, rate, d),
-        }
-    });
-    let state = Pass {
-        cfg,
-        clock,
-        tracker: Tracker::new(capacity, cfg.fail_ratio > 0.0),
-        run_tag: splitmix64(wall_nanos() ^ u64::from(pass)) as u32,
-        capacity,
-        visibility_ns: u64::try_from(cfg.visibility_timeout.as_nanos()).unwrap_or(u64::MAX),
-        schedule,
-        next_seq: AtomicU64::new(0),
-        sent: AtomicU64::new(0),
-        settled: AtomicU64::new(0),
-        deliveries: AtomicU64::new(0),
-        duplicates: AtomicU64::new(0),
-        corrupt: AtomicU64::new(0),
-        delete_rejected: AtomicU64::new(0),
-        early: AtomicU64::new(0),
-        producers_running: AtomicUsize::new(cfg.producers),
-        producers_done_ns: AtomicU64::new(u64::MAX),
-        first_send_ns: AtomicU64::new(u64::MAX),
-        last_settle_ns: AtomicU64::new(0),
-        drain_timed_out: AtomicBool::new(false),
-        abort: AtomicBool::new(false),
-        finished: AtomicBool::new(false),
-        error: Mutex::new(None),
-        recorders: (0..cfg.consumers)
-            .map(|_| Mutex::new(Recorder::new()))
-            .collect(),
-    };
+    let state = Pass::new(cfg, pass);
 
     let label = format!("{url} pass {pass}/{}", cfg.passes);
     let steal_before = machine::Sample::now();
@@ -989,7 +1004,7 @@ fn run_set_up(
     {
         return Err(err);
     }
-    let issued = state.next_seq.load(Ordering::Acquire).min(capacity);
+    let issued = state.next_seq.load(Ordering::Acquire).min(state.capacity);
     let tally = state.tracker.tally(issued);
     let first = state.first_send_ns.load(Ordering::Relaxed);
     let last = state.last_settle_ns.load(Ordering::Relaxed);

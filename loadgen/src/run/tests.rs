@@ -180,3 +180,41 @@ fn a_window_of_batches_still_counts_a_lost_and_a_duplicated_message() {
     assert_eq!((r.tally.sent, r.tally.lost, r.duplicates), (1_000, 1, 1));
     assert_eq!(r.tally.deleted, 999);
 }
+
+#[test]
+fn the_messages_of_one_receive_share_its_receive_time() {
+    let cfg = config(Workload::Throughput, 100);
+    let pass = Pass::new(&cfg, 1);
+    // Four messages, all meant to be sent at time 0.
+    let seqs: Vec<(u64, u64)> = (0..4).map(|seq| (seq, 0)).collect();
+    let mut bodies = vec![Vec::new(); 4];
+    let sent: Vec<Vec<u8>> = pass
+        .stamp(&mut bodies, &seqs)
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect();
+    pass.acknowledged(&seqs);
+
+    // One receive brings the first three, and the load generator takes a
+    // while over each (the sleep stands for it). All three were received
+    // when the reply came, so all three get the same receive time.
+    let mut batch = Deliveries::with_capacity(4);
+    let mut samples = Samples::default();
+    for (i, body) in sent[..3].iter().enumerate() {
+        pass.classify(body, Receipt::Ids(i as u64, 0), &mut batch, &mut samples);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(batch.receipts.len(), 3);
+    assert_eq!(samples.s2r.len(), 3);
+    assert!(
+        samples.s2r.iter().all(|&ns| ns == samples.s2r[0]),
+        "{:?}",
+        samples.s2r
+    );
+
+    // The next receive reads the clock again: later than the first.
+    batch.clear();
+    pass.classify(&sent[3], Receipt::Ids(3, 0), &mut batch, &mut samples);
+    assert_eq!(samples.s2r.len(), 4);
+    assert!(samples.s2r[3] > samples.s2r[0], "{:?}", samples.s2r);
+}
