@@ -54,12 +54,40 @@ pub fn write_body(buf: &mut Vec<u8>, size: usize, stamp: Stamp) {
         "size is validated against HEADER_BYTES"
     );
     buf.clear();
-    buf.extend_from_slice(&MAGIC);
-    buf.extend_from_slice(&stamp.run_tag.to_le_bytes());
-    buf.extend_from_slice(&stamp.seq.to_le_bytes());
-    buf.extend_from_slice(&stamp.intended_ns.to_le_bytes());
-    buf.extend_from_slice(&stamp.sent_ns.to_le_bytes());
     buf.resize(size, PAD);
+    put_header(buf, stamp);
+}
+
+/// Writes the header of `stamp` over the first [`HEADER_BYTES`] of `body`.
+fn put_header(body: &mut [u8], stamp: Stamp) {
+    body[0..4].copy_from_slice(&MAGIC);
+    body[4..8].copy_from_slice(&stamp.run_tag.to_le_bytes());
+    body[8..16].copy_from_slice(&stamp.seq.to_le_bytes());
+    body[16..24].copy_from_slice(&stamp.intended_ns.to_le_bytes());
+    body[24..32].copy_from_slice(&stamp.sent_ns.to_le_bytes());
+}
+
+/// A producer's buffer for one body, stamped again for every message it
+/// sends. It always holds a whole body, so a new stamp of the same size
+/// rewrites the header alone: the padding is written once.
+#[derive(Clone, Debug, Default)]
+pub struct BodyBuf(Vec<u8>);
+
+impl BodyBuf {
+    /// Makes the body of `stamp`, `size` bytes (at least [`HEADER_BYTES`]).
+    pub fn stamp(&mut self, size: usize, stamp: Stamp) {
+        if self.0.len() == size {
+            put_header(&mut self.0, stamp);
+        } else {
+            write_body(&mut self.0, size, stamp);
+        }
+    }
+
+    /// The body as last stamped (empty before the first stamp).
+    #[must_use]
+    pub fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// Rewrites the actual send time of a body made by [`write_body`], just
@@ -107,6 +135,25 @@ mod tests {
         assert_eq!(read_stamp(&buf).unwrap().sent_ns, 3_000);
         write_body(&mut buf, HEADER_BYTES, stamp);
         assert_eq!(buf.len(), HEADER_BYTES);
+    }
+
+    #[test]
+    fn a_body_stamped_again_is_the_body_written_afresh() {
+        let stamp = |seq| Stamp {
+            run_tag: 7,
+            seq,
+            intended_ns: seq * 10,
+            sent_ns: seq * 20,
+        };
+        let mut body = BodyBuf::default();
+        assert!(body.as_slice().is_empty());
+        let mut fresh = Vec::new();
+        for (seq, size) in [(1, 100), (2, 100), (3, HEADER_BYTES), (4, 64), (5, 64)] {
+            body.stamp(size, stamp(seq));
+            write_body(&mut fresh, size, stamp(seq));
+            assert_eq!(body.as_slice(), &fresh[..], "seq {seq}, size {size}");
+            assert_eq!(read_stamp(body.as_slice()).unwrap(), stamp(seq));
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ use hdrhistogram::Histogram;
 use crate::adapter::{
     Adapter, AdapterError, Finished, QueueSpec, Receipt, Role, Setting, Target, TargetUrl,
 };
-use crate::body::{Stamp, read_stamp, write_body};
+use crate::body::{BodyBuf, Stamp, read_stamp};
 use crate::config::{Bound, RunConfig, Workload, limits};
 use crate::machine::{self, CpuUse, Steal};
 use crate::schedule::{Clock, OpenLoop, Schedule};
@@ -322,11 +322,10 @@ impl Pass<'_> {
 
     /// Writes the stamps of `seqs` (with their intended times) into
     /// `bodies`; returns the bodies to send.
-    fn stamp<'b>(&self, bodies: &'b mut [Vec<u8>], seqs: &[(u64, u64)]) -> Vec<&'b [u8]> {
+    fn stamp<'b>(&self, bodies: &'b mut [BodyBuf], seqs: &[(u64, u64)]) -> Vec<&'b [u8]> {
         let sent_ns = self.clock.now_ns();
         for (body, &(seq, intended_ns)) in bodies.iter_mut().zip(seqs) {
-            write_body(
-                body,
+            body.stamp(
                 self.cfg.size,
                 Stamp {
                     run_tag: self.run_tag,
@@ -337,7 +336,7 @@ impl Pass<'_> {
             );
         }
         self.first_send_ns.fetch_min(sent_ns, Ordering::Relaxed);
-        bodies[..seqs.len()].iter().map(Vec::as_slice).collect()
+        bodies[..seqs.len()].iter().map(BodyBuf::as_slice).collect()
     }
 
     /// Counts `seqs` as sent once the broker acknowledged them.
@@ -352,7 +351,7 @@ impl Pass<'_> {
     fn send(
         &self,
         adapter: &mut dyn Adapter,
-        bodies: &mut [Vec<u8>],
+        bodies: &mut [BodyBuf],
         seqs: &[(u64, u64)],
     ) -> Result<(), AdapterError> {
         let refs = self.stamp(bodies, seqs);
@@ -365,7 +364,7 @@ impl Pass<'_> {
     fn start_send(
         &self,
         adapter: &mut dyn Adapter,
-        bodies: &mut [Vec<u8>],
+        bodies: &mut [BodyBuf],
         seqs: &[(u64, u64)],
     ) -> Result<(), AdapterError> {
         let refs = self.stamp(bodies, seqs);
@@ -405,7 +404,7 @@ impl Pass<'_> {
             return self.produce_closed_pipelined(adapter);
         }
         let batch = self.cfg.batch as u64;
-        let mut bodies = vec![Vec::with_capacity(self.cfg.size); self.cfg.batch];
+        let mut bodies = vec![BodyBuf::default(); self.cfg.batch];
         let mut seqs = Vec::with_capacity(self.cfg.batch);
         let end = self.send_end_ns();
         loop {
@@ -431,7 +430,7 @@ impl Pass<'_> {
     /// The closed loop with up to `--window` sends in flight.
     fn produce_closed_pipelined(&self, adapter: &mut dyn Adapter) -> Result<(), AdapterError> {
         let batch = self.cfg.batch as u64;
-        let mut bodies = vec![Vec::with_capacity(self.cfg.size); self.cfg.batch];
+        let mut bodies = vec![BodyBuf::default(); self.cfg.batch];
         let mut in_flight: VecDeque<Vec<(u64, u64)>> = VecDeque::new();
         let mut spare: Vec<Vec<(u64, u64)>> = Vec::new();
         let end = self.send_end_ns();
@@ -470,7 +469,7 @@ impl Pass<'_> {
     fn produce_open(&self, producer: usize, adapter: &mut dyn Adapter) -> Result<(), AdapterError> {
         let schedule = self.schedule.expect("the latency workload has a schedule");
         let mut walk = OpenLoop::new(schedule, producer as u64, self.cfg.producers as u64);
-        let mut bodies = vec![Vec::with_capacity(self.cfg.size); self.cfg.batch];
+        let mut bodies = vec![BodyBuf::default(); self.cfg.batch];
         let mut due = Vec::with_capacity(self.cfg.batch);
         let window = self.cfg.window;
         let mut in_flight: VecDeque<Vec<(u64, u64)>> = VecDeque::new();

@@ -187,7 +187,7 @@ fn the_messages_of_one_receive_share_its_receive_time() {
     let pass = Pass::new(&cfg, 1);
     // Four messages, all meant to be sent at time 0.
     let seqs: Vec<(u64, u64)> = (0..4).map(|seq| (seq, 0)).collect();
-    let mut bodies = vec![Vec::new(); 4];
+    let mut bodies = vec![crate::body::BodyBuf::default(); 4];
     let sent: Vec<Vec<u8>> = pass
         .stamp(&mut bodies, &seqs)
         .into_iter()
