@@ -29,7 +29,7 @@ use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
 use crate::message::SendEntry;
-use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
+use crate::ops::{self, ClockReading, Operation, OutFrame, ReceiveOptions, RedriveOutcome};
 use crate::poison::lock;
 
 mod conn;
@@ -294,7 +294,11 @@ impl AsyncClient {
 
     /// Registers and sends `requests` (their ids go to `ids`); returns the
     /// connection they went out on.
-    async fn submit(&self, requests: &[Request], ids: &mut [u32]) -> Result<Arc<AsyncConn>> {
+    async fn submit<F: OutFrame + Sync>(
+        &self,
+        requests: &[F],
+        ids: &mut [u32],
+    ) -> Result<Arc<AsyncConn>> {
         // A connection can end between fetching it and registering: then it
         // refuses the requests, and one more try gets a fresh connection.
         // Nothing was written yet, so a retry sends nothing twice.
@@ -321,7 +325,7 @@ impl AsyncClient {
             .await
     }
 
-    async fn call_with(&self, request: &Request, timeout: Duration) -> Result<Reply> {
+    async fn call_with<F: OutFrame + Sync>(&self, request: &F, timeout: Duration) -> Result<Reply> {
         let deadline = Instant::now() + timeout;
         let mut id = [0u32];
         let conn = self.submit(std::slice::from_ref(request), &mut id).await?;
@@ -352,7 +356,7 @@ impl AsyncClient {
     }
 
     async fn run<O: Operation>(&self, op: &O) -> Result<O::Output> {
-        let request = op.request()?;
+        let request = op.outgoing()?;
         let timeout = self.inner.config.request_timeout() + op.extra_wait();
         ops::parse::<O>(self.call_with(&request, timeout).await)
     }
@@ -449,6 +453,21 @@ impl AsyncClient {
         entries: &[SendEntry],
     ) -> Result<Vec<Result<SendOutcome>>> {
         self.run(&ops::Send(queue, entries)).await
+    }
+
+    /// Sends up to 1,024 bare bodies, borrowed (the queue's delay, no dedup
+    /// key, no attributes): one result per body, in order. As
+    /// [`Client::send_bodies`](crate::Client::send_bodies), each body is
+    /// copied once, into the connection's write buffer.
+    ///
+    /// # Errors
+    /// As [`AsyncClient::send_batch`].
+    pub async fn send_bodies(
+        &self,
+        queue: &str,
+        bodies: &[&[u8]],
+    ) -> Result<Vec<Result<SendOutcome>>> {
+        self.run(&ops::Send(queue, bodies)).await
     }
 
     /// Receives (leases) up to `options.max_messages` messages.

@@ -26,7 +26,7 @@ use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
 use crate::message::SendEntry;
-use crate::ops::{self, ClockReading, Operation, ReceiveOptions, RedriveOutcome};
+use crate::ops::{self, ClockReading, Operation, OutFrame, ReceiveOptions, RedriveOutcome};
 use crate::poison::{self, lock};
 
 mod conn;
@@ -344,9 +344,9 @@ impl Client {
 
     /// Registers and sends `requests` (their ids go to `ids`); returns the
     /// connection they went out on.
-    fn submit(
+    fn submit<F: OutFrame>(
         &self,
-        requests: &[Request],
+        requests: &[F],
         ids: &mut [u32],
         deadline: Instant,
     ) -> Result<Arc<Connection>> {
@@ -367,7 +367,7 @@ impl Client {
 
     /// Starts `op` and returns its pending reply.
     fn start<O: Operation>(&self, op: &O) -> Result<PendingReply<O::Output>> {
-        let request = op.request()?;
+        let request = op.outgoing()?;
         let timeout = self.inner.config.request_timeout() + op.extra_wait();
         let deadline = Instant::now() + timeout;
         let mut id = [0u32];
@@ -392,7 +392,7 @@ impl Client {
         self.call_with(request, self.inner.config.request_timeout())
     }
 
-    fn call_with(&self, request: &Request, timeout: Duration) -> Result<Reply> {
+    fn call_with<F: OutFrame>(&self, request: &F, timeout: Duration) -> Result<Reply> {
         let deadline = Instant::now() + timeout;
         let mut id = [0u32];
         let conn = self.submit(std::slice::from_ref(request), &mut id, deadline)?;
@@ -452,6 +452,18 @@ impl Client {
         self.start(&ops::Send(queue, entries))
     }
 
+    /// [`Client::send_bodies`] without waiting.
+    ///
+    /// # Errors
+    /// When nothing could be sent.
+    pub fn start_send_bodies(
+        &self,
+        queue: &str,
+        bodies: &[&[u8]],
+    ) -> Result<PendingReply<Vec<Result<SendOutcome>>>> {
+        self.start(&ops::Send(queue, bodies))
+    }
+
     /// [`Client::receive`] without waiting.
     ///
     /// # Errors
@@ -477,7 +489,7 @@ impl Client {
     }
 
     fn run<O: Operation>(&self, op: &O) -> Result<O::Output> {
-        let request = op.request()?;
+        let request = op.outgoing()?;
         let timeout = self.inner.config.request_timeout() + op.extra_wait();
         ops::parse::<O>(self.call_with(&request, timeout))
     }
@@ -578,6 +590,19 @@ impl Client {
         entries: &[SendEntry],
     ) -> Result<Vec<Result<SendOutcome>>> {
         self.run(&ops::Send(queue, entries))
+    }
+
+    /// Sends up to 1,024 bare bodies in one request (the queue's delay, no
+    /// dedup key, no attributes): one result per body, in order. The
+    /// bodies are borrowed and copied once, into the connection's write
+    /// buffer; [`send_batch`](Client::send_batch) takes owned [`Bytes`]
+    /// per entry instead, which a caller whose bodies live in its own
+    /// buffers must copy (and count) first.
+    ///
+    /// # Errors
+    /// As [`Client::send_batch`].
+    pub fn send_bodies(&self, queue: &str, bodies: &[&[u8]]) -> Result<Vec<Result<SendOutcome>>> {
+        self.run(&ops::Send(queue, bodies))
     }
 
     /// Receives (leases) up to `options.max_messages` messages, waiting up

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use sluice_protocol::{
-    ChangeVisibilityRequest, DeleteRequest, HelloReply, PeekedMessage, QueueAttributesRequest,
-    QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply, Request, SendBatch, SendOutcome,
-    SendRequest, ServerStatsReply, VisibilityChange,
+    ChangeVisibilityRequest, DeleteRequest, EncodeError, HelloReply, PeekedMessage,
+    QueueAttributesRequest, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply, Request,
+    SendBatch, SendEntryRef, SendOutcome, SendRequest, ServerStatsReply, VisibilityChange,
 };
 
 use crate::attributes::{QueueInfo, QueueOptions};
@@ -46,12 +46,77 @@ pub(crate) fn wire_count<T: TryFrom<usize>>(n: usize, what: &str) -> Result<T> {
     })
 }
 
+/// One request as a connection writes it into its write buffer.
+pub(crate) enum Outgoing<'a> {
+    /// A request built whole.
+    Request(Request),
+    /// A SEND written straight from its entries' views: each entry is
+    /// copied once, into the write buffer, where a built [`SendRequest`]
+    /// would copy it into its batch first.
+    Send(QueueName, Vec<SendEntryRef<'a>>),
+}
+
+/// What a connection writes as one request frame.
+pub(crate) trait OutFrame {
+    /// Writes the whole frame, with request id `id`, at the end of `buf`;
+    /// on an error `buf` is as it was.
+    fn encode_frame(&self, id: u32, buf: &mut BytesMut) -> std::result::Result<(), EncodeError>;
+}
+
+impl OutFrame for Request {
+    fn encode_frame(&self, id: u32, buf: &mut BytesMut) -> std::result::Result<(), EncodeError> {
+        self.encode(id, buf)
+    }
+}
+
+impl OutFrame for Outgoing<'_> {
+    fn encode_frame(&self, id: u32, buf: &mut BytesMut) -> std::result::Result<(), EncodeError> {
+        match self {
+            Outgoing::Request(r) => r.encode(id, buf),
+            Outgoing::Send(queue, views) => SendRequest::encode_views(id, queue, views, buf),
+        }
+    }
+}
+
+/// Writes `frames` with their request ids `ids` at the end of `buf`,
+/// refusing any frame above the server's `frame_bytes_max`. On an error
+/// `buf` is as it was: none of them goes out.
+///
+/// # Errors
+/// `InvalidArgument` for a frame that cannot be encoded or is too large.
+pub(crate) fn encode_frames<F: OutFrame>(
+    frames: &[F],
+    ids: &[u32],
+    buf: &mut BytesMut,
+    frame_bytes_max: u32,
+) -> Result<()> {
+    debug_assert_eq!(frames.len(), ids.len());
+    let start = buf.len();
+    for (frame, &id) in frames.iter().zip(ids) {
+        let before = buf.len();
+        let encoded = frame
+            .encode_frame(id, buf)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))
+            .and_then(|()| check_frame_size(buf.len() - before, frame_bytes_max));
+        if let Err(err) = encoded {
+            buf.truncate(start);
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
 /// What one operation sends and how it reads the answer.
 pub(crate) trait Operation {
     /// The typed result.
     type Output;
     /// The request (validated locally where the client can).
     fn request(&self) -> Result<Request>;
+    /// The request as the connection writes it: by default the
+    /// [`request`](Self::request) built whole.
+    fn outgoing(&self) -> Result<Outgoing<'_>> {
+        self.request().map(Outgoing::Request)
+    }
     /// How much longer than the request time-out to wait for the reply (a
     /// receive's long-poll wait).
     fn extra_wait(&self) -> Duration {
@@ -342,18 +407,56 @@ impl Operation for PurgeQueue<'_> {
     }
 }
 
-pub(crate) struct Send<'a>(pub &'a str, pub &'a [SendEntry]);
-impl Operation for Send<'_> {
-    type Output = Vec<Result<SendOutcome>>;
-    fn request(&self) -> Result<Request> {
+/// What a SEND can carry as one entry: anything with a wire view.
+pub(crate) trait WireEntry {
+    /// The entry as the protocol encodes it.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a value the protocol's fields cannot carry.
+    fn wire(&self) -> Result<SendEntryRef<'_>>;
+}
+
+impl WireEntry for SendEntry {
+    fn wire(&self) -> Result<SendEntryRef<'_>> {
+        SendEntry::wire(self)
+    }
+}
+
+/// A bare body, borrowed: the queue's delay, no dedup key, no attributes.
+impl WireEntry for &[u8] {
+    fn wire(&self) -> Result<SendEntryRef<'_>> {
+        Ok(SendEntryRef {
+            body: self,
+            delay_ms: None,
+            dedup_key: None,
+            attributes: sluice_protocol::AttributesRef::default(),
+        })
+    }
+}
+
+pub(crate) struct Send<'a, E = SendEntry>(pub &'a str, pub &'a [E]);
+impl<E: WireEntry> Send<'_, E> {
+    /// The queue and the entries' wire views, checked.
+    fn views(&self) -> Result<(QueueName, Vec<SendEntryRef<'_>>)> {
         let queue = queue_name(self.0)?;
         let mut views = Vec::with_capacity(self.1.len());
         for entry in self.1 {
             views.push(entry.wire()?);
         }
+        Ok((queue, views))
+    }
+}
+impl<E: WireEntry> Operation for Send<'_, E> {
+    type Output = Vec<Result<SendOutcome>>;
+    fn request(&self) -> Result<Request> {
+        let (queue, views) = self.views()?;
         let entries = SendBatch::from_view_slice(&views)
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         Ok(Request::Send(SendRequest { queue, entries }))
+    }
+    fn outgoing(&self) -> Result<Outgoing<'_>> {
+        let (queue, views) = self.views()?;
+        Ok(Outgoing::Send(queue, views))
     }
     fn output(reply: Reply) -> Result<Vec<Result<SendOutcome>>> {
         expect!(reply, "SEND", Reply::Send { results } => entry_results(results))
@@ -514,6 +617,51 @@ mod tests {
             longest_wait(&[receive(Some(250)), receive(None)]),
             RECEIVE_WAIT_MAX
         );
+    }
+
+    #[test]
+    fn a_send_goes_out_as_the_bytes_of_its_request() {
+        let entries: Vec<SendEntry> = (0..20u8)
+            .map(|i| {
+                let entry = SendEntry::new(vec![i; usize::from(i) * 7]);
+                match i % 4 {
+                    1 => entry.delay(Duration::from_millis(u64::from(i) * 10)),
+                    2 => entry.dedup_key(vec![b'k', i]),
+                    3 => entry.attributes(
+                        sluice_protocol::MessageAttributes::from_pairs([("n", i.to_string())])
+                            .unwrap(),
+                    ),
+                    _ => entry,
+                }
+            })
+            .collect();
+        let op = Send("orders", &entries);
+        let mut built = BytesMut::new();
+        let mut written = BytesMut::new();
+        encode_frames(&[op.request().unwrap()], &[9], &mut built, 1 << 20).unwrap();
+        encode_frames(&[op.outgoing().unwrap()], &[9], &mut written, 1 << 20).unwrap();
+        assert_eq!(written, built);
+        assert!(matches!(op.outgoing(), Ok(Outgoing::Send(..))));
+    }
+
+    #[test]
+    fn frames_that_cannot_go_out_leave_the_write_buffer_as_it_was() {
+        let entries = [SendEntry::new(vec![0u8; 600])];
+        let send = Send("q", &entries);
+        let ops = [
+            Outgoing::Request(Request::Ping { nonce: 1 }),
+            send.outgoing().unwrap(),
+        ];
+        let mut buf = BytesMut::from(&b"queued"[..]);
+        // The SEND is above a 512-byte frame limit: neither frame goes out.
+        let err = encode_frames(&ops, &[1, 2], &mut buf, 512).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument(m) if m.contains("frame limit of 512")),
+            "{err}"
+        );
+        assert_eq!(&buf[..], b"queued");
+        encode_frames(&ops, &[1, 2], &mut buf, 1024).unwrap();
+        assert!(buf.len() > b"queued".len() + 600);
     }
 
     #[test]

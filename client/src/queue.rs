@@ -115,6 +115,15 @@ macro_rules! queue_ops {
                 self.client.send_batch(&self.name, entries) $($aw)*
             }
 
+            /// Sends up to 1,024 bare bodies, borrowed and copied once
+            /// (see the client's `send_bodies`): one result per body.
+            ///
+            /// # Errors
+            /// The outer error when the request failed as a whole.
+            pub $($async_)? fn send_bodies(&self, bodies: &[&[u8]]) -> Result<Vec<Result<SendOutcome>>> {
+                self.client.send_bodies(&self.name, bodies) $($aw)*
+            }
+
             /// Receives (leases) up to `options.max_messages` messages,
             /// waiting up to `options.wait` for the first.
             ///
@@ -229,6 +238,17 @@ mod blocking {
             entries: &[SendEntry],
         ) -> Result<PendingReply<Vec<Result<SendOutcome>>>> {
             self.client.start_send_batch(&self.name, entries)
+        }
+
+        /// [`send_bodies`](Queue::send_bodies) without waiting.
+        ///
+        /// # Errors
+        /// When nothing could be sent.
+        pub fn start_send_bodies(
+            &self,
+            bodies: &[&[u8]],
+        ) -> Result<PendingReply<Vec<Result<SendOutcome>>>> {
+            self.client.start_send_bodies(&self.name, bodies)
         }
 
         /// [`receive`](Queue::receive) without waiting.

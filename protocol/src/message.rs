@@ -514,7 +514,7 @@ impl SendEntryRef<'_> {
             + self.body.len()
     }
 
-    fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+    pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         let dedup = self.dedup_key.unwrap_or_default();
         // Every batch, decoded or built, is one the parser accepts.
         if dedup.len() > DEDUP_KEY_BYTES_MAX {

@@ -4,10 +4,11 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::attributes::AttributeUpdate;
+use crate::batch::BatchEntry;
 use crate::codec::{DecodeError, EncodeError, Reader, capacity_for, len_u16};
 use crate::frame::{flags, opcode, put_header};
 use crate::limits::{ADVANCE_CLOCK_MS_MAX, AUTH_TOKEN_BYTES_MAX, BATCH_ENTRIES_MAX};
-use crate::message::{SendBatch, SendEntry, USE_QUEUE_DEFAULT, VisibilityChange};
+use crate::message::{SendBatch, SendEntry, SendEntryRef, USE_QUEUE_DEFAULT, VisibilityChange};
 use crate::name::{QueueName, is_name_byte};
 use crate::receipt::{RECEIPT_BYTES, Receipt};
 
@@ -76,6 +77,53 @@ impl SendRequest {
             queue,
             entries: SendBatch::from_entries(entries)?,
         })
+    }
+
+    /// Writes the frame of a SEND of `views` to `queue` at the end of
+    /// `buf`: the bytes `Request::Send` of the same entries encodes, written
+    /// straight from the views. Where building a [`SendRequest`] copies
+    /// every entry into its batch and encoding copies the batch again, this
+    /// copies each entry once; a client uses it to write a SEND into its
+    /// write buffer.
+    ///
+    /// # Errors
+    /// As [`Request::encode`]: `TooLong` for more than 65,535 views or a
+    /// field too long for the wire; `buf` is then as it was.
+    pub fn encode_views(
+        request_id: u32,
+        queue: &QueueName,
+        views: &[SendEntryRef<'_>],
+        buf: &mut BytesMut,
+    ) -> Result<(), EncodeError> {
+        let start = buf.len();
+        let result = Self::encode_views_inner(request_id, queue, views, buf);
+        if result.is_err() {
+            buf.truncate(start);
+        }
+        result
+    }
+
+    fn encode_views_inner(
+        request_id: u32,
+        queue: &QueueName,
+        views: &[SendEntryRef<'_>],
+        buf: &mut BytesMut,
+    ) -> Result<(), EncodeError> {
+        let count = len_u16(views.len(), SendEntry::COUNT_FIELD)?;
+        let entries_len: usize = views.iter().map(SendEntryRef::encoded_len).sum();
+        put_header(
+            buf,
+            opcode::SEND,
+            0,
+            request_id,
+            queue.encoded_len() + 2 + entries_len,
+        )?;
+        queue.encode(buf);
+        buf.put_u16_le(count);
+        for view in views {
+            view.encode(buf)?;
+        }
+        Ok(())
     }
 }
 
@@ -582,6 +630,64 @@ mod tests {
                 .code(),
             ErrorCode::InvalidArgument
         );
+    }
+
+    #[test]
+    fn a_send_written_from_views_is_the_send_request_encoded() {
+        let queue = QueueName::new("orders").unwrap();
+        let mut entries: Vec<SendEntry> = (0..40u8)
+            .map(|i| SendEntry::new(vec![i; usize::from(i) * 5]))
+            .collect();
+        entries[3].delay_ms = Some(1_500);
+        entries[7].dedup_key = Some(Bytes::from_static(b"order-7"));
+        entries[9].attributes =
+            crate::message::MessageAttributes::from_pairs([("trace", "abc")]).unwrap();
+        let views: Vec<_> = entries.iter().map(SendEntry::as_view).collect();
+        let request = Request::Send(SendRequest::new(queue.clone(), &entries).unwrap());
+        // Written after other bytes, as into a write buffer that holds frames.
+        let mut expected = BytesMut::from(&b"earlier"[..]);
+        request.encode(77, &mut expected).unwrap();
+        let mut got = BytesMut::from(&b"earlier"[..]);
+        SendRequest::encode_views(77, &queue, &views, &mut got).unwrap();
+        assert_eq!(got, expected);
+        // And it decodes to the same request.
+        let mut frames = crate::frame::FrameDecoder::new(1 << 20);
+        let mut read = got.split_off(b"earlier".len());
+        let frame = frames.decode(&mut read).unwrap().unwrap();
+        assert_eq!(frame.request_id, 77);
+        let decoded = Request::decode(frame.opcode, frame.flags, frame.payload).unwrap();
+        assert_eq!(decoded, request);
+    }
+
+    #[test]
+    fn a_send_of_views_that_cannot_be_written_leaves_the_buffer_as_it_was() {
+        let queue = QueueName::new("q").unwrap();
+        let entry = SendEntry::new(Bytes::new());
+        let too_many = vec![entry.as_view(); usize::from(u16::MAX) + 1];
+        let mut buf = BytesMut::from(&b"earlier"[..]);
+        let err = SendRequest::encode_views(1, &queue, &too_many, &mut buf).unwrap_err();
+        assert!(
+            matches!(err, EncodeError::TooLong { len: 65_536, .. }),
+            "{err:?}"
+        );
+        assert_eq!(&buf[..], b"earlier");
+        let long_key = SendEntry {
+            dedup_key: Some(Bytes::from(vec![b'k'; 200])),
+            ..SendEntry::new(Bytes::from_static(b"body"))
+        };
+        let views = [entry.as_view(), long_key.as_view()];
+        let err = SendRequest::encode_views(1, &queue, &views, &mut buf).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EncodeError::TooLong {
+                    field: "dedup key",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(&buf[..], b"earlier");
     }
 
     #[test]

@@ -62,6 +62,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
+use crate::ops::{OutFrame, encode_frames};
 use crate::pending::{self, Table};
 use crate::poison::lock;
 use crate::tls::TlsSession;
@@ -251,9 +252,9 @@ impl AsyncConn {
     /// Registers `requests` (their ids go to `ids`) and writes them, or
     /// leaves them to the flusher. A failed write fails the connection, and
     /// so every request in flight, which their futures report.
-    pub(crate) fn submit(
+    pub(crate) fn submit<F: OutFrame>(
         &self,
-        requests: &[Request],
+        requests: &[F],
         ids: &mut [u32],
     ) -> std::result::Result<(), Refused> {
         debug_assert_eq!(requests.len(), ids.len());
@@ -281,27 +282,19 @@ impl AsyncConn {
             self.read.notify_one();
         }
         let mut w = lock(&self.writer);
-        let start = w.queued.len();
-        for (request, &id) in requests.iter().zip(ids.iter()) {
-            let before = w.queued.len();
-            let encoded = request
-                .encode(id, &mut w.queued)
-                .map_err(|e| Error::InvalidArgument(e.to_string()))
-                .and_then(|()| {
-                    crate::ops::check_frame_size(
-                        w.queued.len() - before,
-                        self.hello.limits.frame_bytes_max,
-                    )
-                });
-            if let Err(err) = encoded {
-                w.queued.truncate(start);
-                drop(w);
-                let mut st = self.state();
-                for &id in ids.iter() {
-                    st.table.remove(id);
-                }
-                return Err(Refused::Invalid(err));
+        let encoded = encode_frames(
+            requests,
+            ids,
+            &mut w.queued,
+            self.hello.limits.frame_bytes_max,
+        );
+        if let Err(err) = encoded {
+            drop(w);
+            let mut st = self.state();
+            for &id in ids.iter() {
+                st.table.remove(id);
             }
+            return Err(Refused::Invalid(err));
         }
         if w.flushing {
             return Ok(());

@@ -89,6 +89,7 @@ use super::sync::{
 };
 use super::wire::Wire;
 use crate::error::{Error, Result};
+use crate::ops::{OutFrame, encode_frames};
 use crate::pending::{self, Table};
 use crate::tls::TlsSession;
 
@@ -344,9 +345,9 @@ impl<W: Wire> Connection<W> {
     /// sends them, or leaves them to the thread writing. A failed write
     /// fails the connection, and so every request in flight, which their
     /// waits report.
-    pub(crate) fn submit(
+    pub(crate) fn submit<F: OutFrame>(
         &self,
-        requests: &[Request],
+        requests: &[F],
         ids: &mut [u32],
         deadline: Instant,
     ) -> std::result::Result<(), Refused> {
@@ -366,27 +367,19 @@ impl<W: Wire> Connection<W> {
             }
         }
         let mut w = lock(&self.writer);
-        let start = w.queued.len();
-        for (request, &id) in requests.iter().zip(ids.iter()) {
-            let before = w.queued.len();
-            let encoded = request
-                .encode(id, &mut w.queued)
-                .map_err(|e| Error::InvalidArgument(e.to_string()))
-                .and_then(|()| {
-                    crate::ops::check_frame_size(
-                        w.queued.len() - before,
-                        self.hello.limits.frame_bytes_max,
-                    )
-                });
-            if let Err(err) = encoded {
-                w.queued.truncate(start);
-                drop(w);
-                let mut st = self.state();
-                for &id in ids.iter() {
-                    st.table.remove(id);
-                }
-                return Err(Refused::Invalid(err));
+        let encoded = encode_frames(
+            requests,
+            ids,
+            &mut w.queued,
+            self.hello.limits.frame_bytes_max,
+        );
+        if let Err(err) = encoded {
+            drop(w);
+            let mut st = self.state();
+            for &id in ids.iter() {
+                st.table.remove(id);
             }
+            return Err(Refused::Invalid(err));
         }
         if w.writing {
             // The thread writing sends them with its next write.

@@ -116,3 +116,37 @@ fn every_operation() {
         ));
     });
 }
+
+#[test]
+fn bare_bodies_are_sent_borrowed() {
+    let server = TestServer::start();
+    runtime().block_on(async {
+        let c = server.async_client().await;
+        c.create_queue("bodies", &QueueOptions::new())
+            .await
+            .unwrap();
+        let buffer = b"onetwo".to_vec();
+        let results = c
+            .send_bodies("bodies", &[&buffer[..3], &buffer[3..]])
+            .await
+            .unwrap();
+        assert!(results.iter().all(Result::is_ok));
+        let mut got: Vec<_> = c
+            .receive("bodies", ReceiveOptions::new(10).wait(Duration::ZERO))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.body)
+            .collect();
+        got.sort();
+        assert_eq!(got, ["one", "two"]);
+        assert!(matches!(
+            c.send_bodies("missing", &[b"x"]).await,
+            Err(Error::QueueNotFound(_))
+        ));
+        assert!(matches!(
+            c.send_bodies("bodies", &[]).await,
+            Err(Error::InvalidArgument(_))
+        ));
+    });
+}

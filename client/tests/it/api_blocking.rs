@@ -243,3 +243,67 @@ fn dead_letters_and_redrive() {
     assert_eq!(again[0].id, sent.id);
     assert_eq!(again[0].receive_count, 1, "a redrive resets the count");
 }
+
+#[test]
+fn bare_bodies_are_sent_borrowed() {
+    let server = TestServer::start();
+    let c = server.client();
+    c.create_queue(
+        "bodies",
+        &QueueOptions {
+            message_bytes_max: Some(64),
+            ..QueueOptions::default()
+        },
+    )
+    .unwrap();
+    // The bodies live in the caller's own buffer.
+    let mut buffer = b"one".to_vec();
+    buffer.extend_from_slice(&[b'x'; 100]);
+    buffer.extend_from_slice(b"three");
+    let bodies = [&buffer[..3], &buffer[3..103], &buffer[103..]];
+    let results = c.send_bodies("bodies", &bodies).unwrap();
+    assert_eq!(results.len(), 3);
+    assert!(results[0].is_ok());
+    assert!(matches!(results[1], Err(Error::MessageTooLarge(_))));
+    assert!(results[2].is_ok());
+    // Two more batches in flight at once from this thread.
+    let pending = [
+        c.start_send_bodies("bodies", &[b"four"]).unwrap(),
+        c.start_send_bodies("bodies", &[b"five", b"six"]).unwrap(),
+    ];
+    for p in pending {
+        assert!(p.wait().unwrap().iter().all(Result::is_ok));
+    }
+    let mut got: Vec<Bytes> = c
+        .receive("bodies", now_options(10))
+        .unwrap()
+        .into_iter()
+        .map(|m| {
+            assert!(m.attributes.is_empty(), "a bare body has no attributes");
+            m.body
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, ["five", "four", "one", "six", "three"]);
+
+    // What the client refuses, and what the server refuses as a whole.
+    assert!(matches!(
+        c.send_bodies("no such name!", &[b"x"]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        c.send_bodies("missing", &[b"x"]),
+        Err(Error::QueueNotFound(_))
+    ));
+    assert!(matches!(
+        c.send_bodies("bodies", &[]),
+        Err(Error::InvalidArgument(_))
+    ));
+    let too_many = vec![&b"m"[..]; 1_025];
+    assert!(matches!(
+        c.send_bodies("bodies", &too_many),
+        Err(Error::BatchTooLarge(_))
+    ));
+    // The connection is still good.
+    c.ping().unwrap();
+}

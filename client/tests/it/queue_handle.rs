@@ -103,8 +103,11 @@ fn pipelined_requests_through_a_handle() {
     for s in sends {
         assert!(s.wait().unwrap()[0].is_ok());
     }
+    let bare = q.start_send_bodies(&[b"m4", b"m5"]).unwrap();
+    assert!(q.send_bodies(&[b"m6"]).unwrap()[0].is_ok());
+    assert!(bare.wait().unwrap().iter().all(Result::is_ok));
     let got = q.start_receive(now(10)).unwrap().wait().unwrap();
-    assert_eq!(got.len(), 4);
+    assert_eq!(got.len(), 7);
     let receipts: Vec<_> = got.iter().map(|m| m.receipt).collect();
     let deleted = q.start_delete_batch(&receipts).unwrap().wait().unwrap();
     assert!(deleted.iter().all(Result::is_ok));

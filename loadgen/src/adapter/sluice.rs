@@ -28,12 +28,12 @@ use std::time::Duration;
 
 use std::collections::VecDeque;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use sluice_client::sharded::ShardedClient;
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
     Client, ClientConfig, Error, PendingReply, QueueOptions, ReceiveOptions, ReceivedMessage,
-    SendEntry, SendOutcome,
+    SendOutcome,
 };
 
 use super::{
@@ -279,8 +279,6 @@ impl Target for SluiceTarget {
         Ok(Box::new(SluiceAdapter {
             client,
             addr: addr.to_owned(),
-            entries: Vec::with_capacity(queue.batch_max),
-            bodies: BytesMut::new(),
             receipts: Vec::with_capacity(queue.batch_max),
             in_flight: VecDeque::new(),
             queue,
@@ -352,9 +350,6 @@ struct SluiceAdapter {
     client: Client,
     addr: String,
     queue: Queue,
-    /// The batch being sent; bodies share one buffer per batch.
-    entries: Vec<SendEntry>,
-    bodies: BytesMut,
     receipts: Vec<sluice_client::Receipt>,
     in_flight: VecDeque<InFlight>,
 }
@@ -362,23 +357,6 @@ struct SluiceAdapter {
 impl SluiceAdapter {
     fn err(&self, e: Error) -> AdapterError {
         adapter_error(&self.addr, e)
-    }
-
-    /// The batch's entries, bodies copied into one buffer.
-    fn fill_entries(&mut self, bodies: &[&[u8]]) {
-        self.bodies
-            .reserve(bodies.iter().map(|b| b.len()).sum::<usize>());
-        for b in bodies {
-            self.bodies.extend_from_slice(b);
-        }
-        let all = self.bodies.split().freeze();
-        self.entries.clear();
-        let mut at = 0;
-        for b in bodies {
-            self.entries
-                .push(SendEntry::new(all.slice(at..at + b.len())));
-            at += b.len();
-        }
     }
 
     /// The receipts of a delete, sluice's own.
@@ -458,10 +436,9 @@ impl Adapter for SluiceAdapter {
         if bodies.is_empty() {
             return Ok(());
         }
-        self.fill_entries(bodies);
         let results = self
             .client
-            .send_batch(&self.queue.name, &self.entries)
+            .send_bodies(&self.queue.name, bodies)
             .map_err(|e| self.err(e))?;
         check_sent(results, bodies.len())
     }
@@ -500,10 +477,9 @@ impl Adapter for SluiceAdapter {
     }
 
     fn start_send(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
-        self.fill_entries(bodies);
         let pending = self
             .client
-            .start_send_batch(&self.queue.name, &self.entries)
+            .start_send_bodies(&self.queue.name, bodies)
             .map_err(|e| self.err(e))?;
         self.in_flight
             .push_back(InFlight::Send(pending, bodies.len()));
