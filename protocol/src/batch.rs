@@ -268,6 +268,11 @@ impl<E: BatchEntry> ExactSizeIterator for BatchIter<'_, E> {}
 /// view cut from it: no copy), a copy otherwise, so a view of any other
 /// buffer cannot make this panic.
 pub(crate) fn share_slice(buf: &Bytes, part: &[u8]) -> Bytes {
+    if part.is_empty() {
+        // Wherever it points (an empty view, such as a message's absent
+        // attributes, may point anywhere): nothing to share or copy.
+        return Bytes::new();
+    }
     let base = buf.as_ptr() as usize;
     let at = part.as_ptr() as usize;
     match at.checked_sub(base) {
