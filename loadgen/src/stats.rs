@@ -26,6 +26,28 @@ pub fn ns_to_us(ns: u64) -> u64 {
     ns / 1_000
 }
 
+/// Records `samples` (nanoseconds) into `h` in microseconds, emptying
+/// `samples`. A run of samples with the same microsecond value is one
+/// record of that many: the messages of one batch were stamped with one
+/// send time and those of one receive share its receive time, so in a
+/// batched workload runs are long and this saves most of the records.
+pub fn record_ns(h: &mut Histogram<u64>, samples: &mut Vec<u64>) {
+    let mut run: Option<(u64, u64)> = None;
+    for us in samples.drain(..).map(ns_to_us) {
+        match &mut run {
+            Some((value, count)) if *value == us => *count += 1,
+            _ => {
+                if let Some((value, count)) = run.replace((us, 1)) {
+                    h.saturating_record_n(value, count);
+                }
+            }
+        }
+    }
+    if let Some((value, count)) = run {
+        h.saturating_record_n(value, count);
+    }
+}
+
 /// Everything one consumer thread measures.
 #[derive(Debug, Clone)]
 pub struct Recorder {
@@ -171,6 +193,32 @@ mod tests {
         assert_eq!(Percentiles::of(&a.send_to_receive), Percentiles::of(&all));
         assert_eq!(a.lateness.len(), 1);
         assert_eq!(a.cycle.len(), 0);
+    }
+
+    #[test]
+    fn samples_recorded_in_runs_equal_samples_recorded_one_by_one() {
+        // Runs of equal microseconds (a batch), values that differ only
+        // below a microsecond, a value seen again after others, and zero.
+        let mut samples: Vec<u64> = Vec::new();
+        for (ns, n) in [(12_000, 64), (12_400, 3), (13_999, 5), (0, 2), (12_000, 1)] {
+            samples.extend(std::iter::repeat_n(ns, n));
+        }
+        samples.extend((0..500u64).map(|v| (v * 7919) % 100_000_000));
+        let mut one_by_one = new_histogram();
+        for &ns in &samples {
+            one_by_one.saturating_record(ns_to_us(ns));
+        }
+        let mut runs = new_histogram();
+        let mut drained = samples.clone();
+        record_ns(&mut runs, &mut drained);
+        assert!(drained.is_empty());
+        assert_eq!(runs.len(), samples.len() as u64);
+        assert_eq!(runs, one_by_one);
+        assert_eq!(runs.count_at(12), 68);
+        assert_eq!(runs.count_at(13), 5);
+        // Nothing to record leaves the histogram as it was.
+        record_ns(&mut runs, &mut Vec::new());
+        assert_eq!(runs, one_by_one);
     }
 
     #[test]

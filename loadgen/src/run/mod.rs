@@ -35,7 +35,7 @@ use crate::body::{BodyBuf, Stamp, read_stamp};
 use crate::config::{Bound, RunConfig, Workload, limits};
 use crate::machine::{self, CpuUse, Steal};
 use crate::schedule::{Clock, OpenLoop, Schedule};
-use crate::stats::{Percentiles, Recorder, ns_to_us};
+use crate::stats::{Percentiles, Recorder, record_ns};
 use crate::tracker::{Arrival, Tally, Tracker};
 
 #[cfg(test)]
@@ -623,19 +623,10 @@ impl Pass<'_> {
         let mut r = self.recorders[index]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        for ns in samples.s2r.drain(..) {
-            r.send_to_receive.saturating_record(ns_to_us(ns));
-        }
-        for ns in samples.naive.drain(..) {
-            r.send_to_receive_uncorrected
-                .saturating_record(ns_to_us(ns));
-        }
-        for ns in samples.cycle.drain(..) {
-            r.cycle.saturating_record(ns_to_us(ns));
-        }
-        for ns in samples.late.drain(..) {
-            r.lateness.saturating_record(ns_to_us(ns));
-        }
+        record_ns(&mut r.send_to_receive, &mut samples.s2r);
+        record_ns(&mut r.send_to_receive_uncorrected, &mut samples.naive);
+        record_ns(&mut r.cycle, &mut samples.cycle);
+        record_ns(&mut r.lateness, &mut samples.late);
     }
 
     /// Whether a consumer should stop starting receives: everything is
