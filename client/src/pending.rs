@@ -107,6 +107,32 @@ impl<E> Table<E> {
         Some(entry)
     }
 
+    /// Registers a fresh entry for each slot of `ids` and writes its id
+    /// there: all of them, or, on an error, none (those already registered
+    /// are removed again).
+    pub(crate) fn register_all(&mut self, ids: &mut [u32]) -> Result<()>
+    where
+        E: Default,
+    {
+        for i in 0..ids.len() {
+            match self.register(E::default()) {
+                Ok(id) => ids[i] = id,
+                Err(err) => {
+                    self.remove_all(&ids[..i]);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the entries of `ids`.
+    pub(crate) fn remove_all(&mut self, ids: &[u32]) {
+        for &id in ids {
+            self.remove(id);
+        }
+    }
+
     /// Every entry, for failing them all or finding one to wake.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut E> {
         self.slots.iter_mut().filter_map(|s| s.entry.as_mut())
@@ -230,6 +256,33 @@ mod tests {
         assert!(matches!(t.register(()), Err(Error::InvalidArgument(_))));
         assert_eq!(t.len(), IN_FLIGHT_MAX);
         assert!(t.get_mut(0).is_none(), "id 0 names nothing");
+    }
+
+    #[test]
+    fn requests_are_registered_all_or_none() {
+        let mut t: Table<()> = Table::new();
+        let mut ids = [0u32; 3];
+        t.register_all(&mut ids).unwrap();
+        assert!(ids.iter().all(|&id| id != 0 && t.get_mut(id).is_some()));
+        assert_eq!(t.len(), 3);
+        // Room for two more: a batch of five takes none.
+        for _ in 0..IN_FLIGHT_MAX - 5 {
+            t.register(()).unwrap();
+        }
+        let mut five = [0u32; 5];
+        assert!(matches!(
+            t.register_all(&mut five),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(t.len(), IN_FLIGHT_MAX - 2);
+        t.remove_all(&ids);
+        assert_eq!(t.len(), IN_FLIGHT_MAX - 5);
+        assert!(ids.iter().all(|&id| t.get_mut(id).is_none()));
+        // A closed table takes none either.
+        t.close(&Error::Closed);
+        let mut one = [0u32; 1];
+        assert!(matches!(t.register_all(&mut one), Err(Error::Closed)));
+        assert_eq!(t.len(), IN_FLIGHT_MAX - 5);
     }
 
     #[test]

@@ -261,17 +261,7 @@ impl AsyncConn {
         let (alone, start_reader) = {
             let mut st = self.state();
             let alone = st.table.len() == 0;
-            for i in 0..requests.len() {
-                match st.table.register(Entry::default()) {
-                    Ok(id) => ids[i] = id,
-                    Err(err) => {
-                        for &id in &ids[..i] {
-                            st.table.remove(id);
-                        }
-                        return Err(Refused::Closed(err));
-                    }
-                }
-            }
+            st.table.register_all(ids).map_err(Refused::Closed)?;
             let start_reader = !st.reader_active && st.table.len() > 1;
             if start_reader {
                 st.reader_active = true;
@@ -290,10 +280,7 @@ impl AsyncConn {
         );
         if let Err(err) = encoded {
             drop(w);
-            let mut st = self.state();
-            for &id in ids.iter() {
-                st.table.remove(id);
-            }
+            self.state().table.remove_all(ids);
             return Err(Refused::Invalid(err));
         }
         if w.flushing {

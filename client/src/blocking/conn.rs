@@ -352,20 +352,10 @@ impl<W: Wire> Connection<W> {
         deadline: Instant,
     ) -> std::result::Result<(), Refused> {
         debug_assert_eq!(requests.len(), ids.len());
-        {
-            let mut st = self.state();
-            for i in 0..requests.len() {
-                match st.table.register(Waiter::default()) {
-                    Ok(id) => ids[i] = id,
-                    Err(err) => {
-                        for &id in &ids[..i] {
-                            st.table.remove(id);
-                        }
-                        return Err(Refused::Closed(err));
-                    }
-                }
-            }
-        }
+        self.state()
+            .table
+            .register_all(ids)
+            .map_err(Refused::Closed)?;
         let mut w = lock(&self.writer);
         let encoded = encode_frames(
             requests,
@@ -375,10 +365,7 @@ impl<W: Wire> Connection<W> {
         );
         if let Err(err) = encoded {
             drop(w);
-            let mut st = self.state();
-            for &id in ids.iter() {
-                st.table.remove(id);
-            }
+            self.state().table.remove_all(ids);
             return Err(Refused::Invalid(err));
         }
         if w.writing {
