@@ -450,8 +450,8 @@ impl<E: WireEntry> Operation for Send<'_, E> {
     type Output = Vec<Result<SendOutcome>>;
     fn request(&self) -> Result<Request> {
         let (queue, views) = self.views()?;
-        let entries = SendBatch::from_view_slice(&views)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let entries =
+            SendBatch::from_views(views).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         Ok(Request::Send(SendRequest { queue, entries }))
     }
     fn outgoing(&self) -> Result<Outgoing<'_>> {

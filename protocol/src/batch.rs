@@ -92,24 +92,6 @@ impl<E: BatchEntry> Batch<E> {
         })
     }
 
-    /// A batch of `views`, in order, in one buffer sized for them first: one
-    /// allocation, where [`Batch::from_views`] grows its buffer as it goes.
-    ///
-    /// # Errors
-    /// As [`Batch::from_views`].
-    pub fn from_view_slice(views: &[E::Ref<'_>]) -> Result<Self, EncodeError> {
-        let count = len_u16(views.len(), E::COUNT_FIELD)?;
-        let mut raw = BytesMut::with_capacity(views.iter().map(E::encoded_len).sum());
-        for v in views {
-            E::encode(v, &mut raw)?;
-        }
-        Ok(Batch {
-            count,
-            raw: raw.freeze(),
-            entry: PhantomData,
-        })
-    }
-
     /// Checks `count` entries at the reader's position and takes them as one
     /// slice.
     pub(crate) fn decode(r: &mut Reader, count: u16) -> Result<Self, DecodeError> {
@@ -300,33 +282,5 @@ mod tests {
         let foreign = share_slice(&raw, b"other");
         assert_eq!(&foreign[..], b"other");
         assert!(share_slice(&raw, &[]).is_empty());
-    }
-
-    #[test]
-    fn a_batch_from_a_slice_of_views_is_the_batch_from_an_iterator() {
-        use crate::message::SendEntry;
-        let entries: Vec<SendEntry> = (0..64u8)
-            .map(|i| SendEntry::new(vec![i; usize::from(i) * 3]))
-            .collect();
-        let views: Vec<_> = entries.iter().map(SendEntry::as_view).collect();
-        let sized = Batch::<SendEntry>::from_view_slice(&views).unwrap();
-        let grown = Batch::<SendEntry>::from_views(entries.iter().map(SendEntry::as_view)).unwrap();
-        assert_eq!(sized.count(), 64);
-        assert_eq!(sized.wire_bytes(), grown.wire_bytes());
-        assert_eq!(sized.to_owned_entries(), entries);
-        let empty = Batch::<SendEntry>::from_view_slice(&[]).unwrap();
-        assert!(empty.is_empty());
-    }
-
-    #[test]
-    fn a_slice_of_more_views_than_the_count_holds_is_refused() {
-        use crate::message::SendEntry;
-        let entry = SendEntry::new(Bytes::new());
-        let views = vec![entry.as_view(); usize::from(u16::MAX) + 1];
-        let err = Batch::<SendEntry>::from_view_slice(&views).unwrap_err();
-        assert!(
-            matches!(err, EncodeError::TooLong { len: 65_536, .. }),
-            "{err:?}"
-        );
     }
 }
