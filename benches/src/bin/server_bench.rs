@@ -31,7 +31,9 @@
 //!   threads share one blocking `Client`, each sending PINGs one at a time
 //!   (`--client-requests` in all; once more with the read spin), and as many tasks share one
 //!   `AsyncClient`. Requests answered per second. `shared` runs these
-//!   shared-client figures alone (with the hand-off floor), for profiling.
+//!   shared-client figures alone (with the two floors: park/unpark between
+//!   two threads, and `sched_yield` round robin among `--client-threads`
+//!   threads), for profiling.
 //! - `shards`: one hot queue, `--producers` and `--consumers` connections
 //!   spread over the shards (connections are opened until HELLO names the
 //!   shard wanted), with 1 shard (server on CPU 0) and 2 shards (server on
@@ -1131,6 +1133,38 @@ fn bench_handoff_floor(args: &Args) -> Res<ReqRate> {
     })
 }
 
+/// The cheapest switch from one thread to another on the driver's CPU:
+/// `--client-threads` threads pass a token round robin, each waiting for
+/// its turn with `sched_yield` (no futex, no network). Every request of a
+/// blocking client shared by that many threads on one core needs at least
+/// one such switch, into the thread that waits for it. Hand-offs per second.
+fn bench_yield_floor(args: &Args) -> Res<ReqRate> {
+    use std::sync::atomic::AtomicU64;
+    let threads = args.client_threads as u64;
+    let n = args.client_requests;
+    let turn = AtomicU64::new(0);
+    let (t0, cpu0) = (Instant::now(), cpu_time());
+    thread::scope(|s| {
+        for me in 0..threads {
+            let turn = &turn;
+            s.spawn(move || {
+                let mut i = me;
+                while i < n {
+                    while turn.load(Ordering::Acquire) != i {
+                        thread::yield_now();
+                    }
+                    turn.store(i + 1, Ordering::Release);
+                    i += threads;
+                }
+            });
+        }
+    });
+    Ok(ReqRate {
+        per_s: n as f64 / t0.elapsed().as_secs_f64(),
+        cpu_us: (cpu_time() - cpu0).as_secs_f64() * 1e6 / n as f64,
+    })
+}
+
 /// As many tasks as `--client-threads` share one `AsyncClient` on a
 /// current-thread runtime, each sending PINGs one at a time; PINGs answered
 /// per second.
@@ -1487,6 +1521,7 @@ fn run_pass(args: &Args, t: &mut Table) -> Res<()> {
             "thread hand-off floor".into(),
             bench_handoff_floor(args)?,
         );
+        req_line(t, "thread yield floor".into(), bench_yield_floor(args)?);
         for &io in &args.ios {
             let r = bench_client_threads(args, io, Duration::ZERO)?;
             req_line(t, format!("client {} threads", io.flag()), r);
@@ -1675,6 +1710,13 @@ fn summary(args: &Args, t: &Table) {
         println!(
             "| reference: two threads on the client's CPU handing a token back and forth (park/unpark) \
              | {floor:.0} hand-offs/s ({floor_cpu:.2} us CPU each) | | | | |"
+        );
+        let floor = t.median("thread yield floor").unwrap_or(f64::NAN);
+        let floor_cpu = t.median("thread yield floor cpu").unwrap_or(f64::NAN);
+        println!(
+            "| reference: {} threads on the client's CPU passing a token round robin (sched_yield) \
+             | {floor:.0} hand-offs/s ({floor_cpu:.2} us CPU each) | | | | |",
+            args.client_threads
         );
         let (u, e) = both(&|io| format!("client {io} tasks"));
         let (uc, ec) = both(&|io| format!("client {io} tasks cpu"));
