@@ -27,7 +27,8 @@ struct Args {
     /// Threads sharing the client.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
     threads: u64,
-    /// PINGs in all, split evenly between the threads.
+    /// PINGs in all, split evenly between the threads (rounded up to a
+    /// multiple of `--threads`).
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     requests: u64,
     /// The client's read spin, in microseconds (0: off).
