@@ -43,9 +43,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // Parse errors, --help and --version exit here (2 for an error).
     let raw = RawArgs::parse();
-    if let Some(path) = &raw.check_snapshot {
-        return check_snapshot(path);
-    }
+    let check = raw.check_snapshot.clone();
     let config = match Config::from_args(raw) {
         Ok(c) => c,
         Err(e) => {
@@ -53,6 +51,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(path) = &check {
+        return check_snapshot(path, &config);
+    }
     // The filter was checked when the configuration was validated.
     let filter = tracing_subscriber::EnvFilter::builder()
         .parse(&config.log_filter)
@@ -89,9 +90,9 @@ fn main() -> ExitCode {
             // A snapshot that cannot be loaded is a problem with an input,
             // as a bad setting is.
             return match e {
-                StartError::Snapshot { .. } | StartError::SnapshotUnwritable { .. } => {
-                    ExitCode::from(2)
-                }
+                StartError::Snapshot { .. }
+                | StartError::SnapshotUnwritable { .. }
+                | StartError::SnapshotLocked { .. } => ExitCode::from(2),
                 _ => ExitCode::FAILURE,
             };
         }
@@ -119,14 +120,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--check-snapshot PATH`: reads the whole file as a start would, reports
-/// what it holds; 0 when it loads, 2 when not.
+/// `--check-snapshot PATH`: reads the whole file as a start with the same
+/// flags would (`--shards`, `--memory-max`, `--queues-max` included),
+/// reports what it holds; 0 when it loads, 2 when not.
 #[cfg(not(sluice_loom))]
-fn check_snapshot(path: &std::path::Path) -> ExitCode {
+fn check_snapshot(path: &std::path::Path, config: &Config) -> ExitCode {
     let wall = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    match sluice_broker::snapshot::check(sluice_broker::snapshot::Source::File(path), wall) {
+    match sluice_broker::server::check_snapshot(path, config, wall) {
         Ok(report) => {
             println!("{}: {report}", path.display());
             ExitCode::SUCCESS

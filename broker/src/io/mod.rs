@@ -92,6 +92,17 @@ use limits::{
     RING_ENTRIES_MAX, RING_ENTRIES_MIN,
 };
 
+/// Takes an exclusive advisory lock (`flock`) on `file` without waiting:
+/// `Ok(false)` when another open file, in this process or another, holds
+/// it. The lock lasts while the descriptor is open.
+///
+/// # Errors
+/// The kernel's, other than "held".
+pub fn try_lock_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    sys::try_lock_exclusive(file.as_raw_fd())
+}
+
 /// A connection of one driver: a slot index and that slot's generation.
 ///
 /// A slot is reused once its connection has closed and its generation then

@@ -315,6 +315,17 @@ pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
         .collect())
 }
 
+/// Takes an exclusive `flock(2)` on `fd` without waiting: `Ok(false)` when
+/// another open file holds it.
+pub(crate) fn try_lock_exclusive(fd: RawFd) -> io::Result<bool> {
+    // SAFETY: flock takes no pointers.
+    match check(unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) }) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The process's open-files limit (`RLIMIT_NOFILE`): (soft, hard).
 pub(crate) fn open_files_limit() -> io::Result<(u64, u64)> {
     let mut lim = libc::rlimit {

@@ -45,14 +45,14 @@ use self::units::{format_bytes, format_duration, parse_bytes, parse_duration};
 use super::tls::{TlsError, TlsSettings};
 
 pub use super::limits::{
-    CONFIG_FILE_BYTES_MAX, CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT, CPU_INDEX_LIMIT,
-    FRAME_BYTES_MAX_MIN, FRAME_TIMEOUT_DEFAULT, HELLO_FRAME_BYTES_MAX_MIN, HELLO_TIMEOUT_DEFAULT,
-    IDLE_SPIN_DEFAULT, IDLE_SPIN_MAX, LISTEN_DEFAULT, LOG_DEFAULT, MEMORY_MAX_FALLBACK,
-    MEMORY_MAX_LIMIT, MEMORY_MAX_MIN, METRICS_ADDR_DEFAULT, QUEUES_MAX_DEFAULT, QUEUES_MAX_LIMIT,
-    REQUESTS_IN_FLIGHT_MAX_DEFAULT, REQUESTS_IN_FLIGHT_MAX_LIMIT, SHARDS_MAX,
-    SHUTDOWN_TIMEOUT_DEFAULT, SHUTDOWN_TIMEOUT_MAX, TIMEOUT_MAX, TIMEOUT_MIN,
-    UNSENT_BYTES_MAX_DEFAULT, UNSENT_BYTES_MAX_LIMIT, UNSENT_BYTES_TOTAL_MAX_DEFAULT,
-    UNSENT_BYTES_TOTAL_MAX_LIMIT,
+    CONFIG_FILE_BYTES_MAX, CONNECTIONS_BEFORE_HELLO_MAX_DEFAULT, CONNECTIONS_MAX_DEFAULT,
+    CONNECTIONS_MAX_LIMIT, CPU_INDEX_LIMIT, FRAME_BYTES_MAX_MIN, FRAME_TIMEOUT_DEFAULT,
+    HELLO_FRAME_BYTES_MAX_MIN, HELLO_TIMEOUT_DEFAULT, IDLE_SPIN_DEFAULT, IDLE_SPIN_MAX,
+    LISTEN_DEFAULT, LOG_DEFAULT, MEMORY_MAX_FALLBACK, MEMORY_MAX_LIMIT, MEMORY_MAX_MIN,
+    METRICS_ADDR_DEFAULT, QUEUES_MAX_DEFAULT, QUEUES_MAX_LIMIT, REQUESTS_IN_FLIGHT_MAX_DEFAULT,
+    REQUESTS_IN_FLIGHT_MAX_LIMIT, SHARDS_MAX, SHUTDOWN_TIMEOUT_DEFAULT, SHUTDOWN_TIMEOUT_MAX,
+    SNAPSHOT_KEEP_DEFAULT, SNAPSHOT_KEEP_MAX, TIMEOUT_MAX, TIMEOUT_MIN, UNSENT_BYTES_MAX_DEFAULT,
+    UNSENT_BYTES_MAX_LIMIT, UNSENT_BYTES_TOTAL_MAX_DEFAULT, UNSENT_BYTES_TOTAL_MAX_LIMIT,
 };
 
 /// Bytes beyond the token an auth token file may hold (its trailing line
@@ -435,6 +435,15 @@ pub struct Settings {
     #[serde(deserialize_with = "file::count")]
     pub max_connections: Option<u64>,
 
+    /// Of --max-connections, how many may be still before a successful
+    /// HELLO (a TLS handshake included); a new connection beyond them closes
+    /// the one that has waited longest, so connections that never say HELLO
+    /// cannot keep real clients out [default: 1000, or --max-connections
+    /// when lower].
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS_BEFORE_HELLO", value_name = "N", value_parser = parse_count)]
+    #[serde(deserialize_with = "file::count")]
+    pub max_connections_before_hello: Option<u64>,
+
     /// Largest frame after HELLO, 4KiB..=64MiB [default: 1MiB].
     #[arg(long, env = "SLUICE_FRAME_BYTES_MAX", value_name = "SIZE", value_parser = parse_size)]
     #[serde(deserialize_with = "file::size")]
@@ -516,6 +525,13 @@ pub struct Settings {
     #[arg(long, env = "SLUICE_SNAPSHOT", value_name = "PATH")]
     #[serde(deserialize_with = "file::path")]
     pub snapshot: Option<PathBuf>,
+
+    /// How many PATH.loaded-MS files (snapshots already loaded) to keep
+    /// beside --snapshot; older ones are removed at start, 0..=1000
+    /// [default: 3].
+    #[arg(long, env = "SLUICE_SNAPSHOT_KEEP", value_name = "N", value_parser = parse_count)]
+    #[serde(deserialize_with = "file::count")]
+    pub snapshot_keep: Option<u64>,
 }
 }
 
@@ -686,6 +702,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Shards, 1 ..= [`SHARDS_MAX`].
     pub shards: u16,
+    /// Whether `shards` was given (flag, environment or file). When not, a
+    /// snapshot's own shard count wins over the default.
+    pub shards_given: bool,
     /// Where the shard threads run.
     pub cpus: CpuPlacement,
     /// Kernel interface.
@@ -703,6 +722,9 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// Open client connections at most.
     pub connections_max: u32,
+    /// Of those, connections before a successful HELLO at most; at most
+    /// `connections_max`.
+    pub connections_before_hello_max: u32,
     /// Largest frame after HELLO.
     pub frame_bytes_max: u32,
     /// Largest frame before HELLO succeeded; at most `frame_bytes_max`.
@@ -732,6 +754,8 @@ pub struct Config {
     /// Snapshot file written on a graceful shutdown and loaded at start;
     /// `None`: none.
     pub snapshot: Option<PathBuf>,
+    /// `PATH.loaded-MS` files kept beside the snapshot.
+    pub snapshot_keep: u32,
 }
 
 /// Why a configuration was refused. Each message names the setting (flag
@@ -979,6 +1003,7 @@ impl Config {
             _ => host.cores,
         };
         let shards_default = cores.clamp(1, usize::from(SHARDS_MAX)) as u64;
+        let shards_given = s.shards.is_some();
         let shards = s.shards.unwrap_or(shards_default);
         let shards = in_range("shards", shards, 1, u64::from(SHARDS_MAX), |n| {
             n.to_string()
@@ -999,6 +1024,16 @@ impl Config {
             s.max_connections.unwrap_or(CONNECTIONS_MAX_DEFAULT.into()),
             1,
             CONNECTIONS_MAX_LIMIT,
+        )?;
+        let connections_before_hello_max = count_u32(
+            "max-connections-before-hello",
+            s.max_connections_before_hello.unwrap_or(
+                CONNECTIONS_BEFORE_HELLO_MAX_DEFAULT
+                    .min(connections_max)
+                    .into(),
+            ),
+            1,
+            connections_max,
         )?;
         let frame_bytes_max = size_u32(
             "frame-bytes-max",
@@ -1102,6 +1137,13 @@ impl Config {
             format_duration,
         )?;
 
+        let snapshot_keep = count_u32(
+            "snapshot-keep",
+            s.snapshot_keep.unwrap_or(SNAPSHOT_KEEP_DEFAULT.into()),
+            0,
+            SNAPSHOT_KEEP_MAX,
+        )?;
+
         let log_filter = s.log.unwrap_or_else(|| LOG_DEFAULT.to_owned());
         check_log_filter(&log_filter)?;
 
@@ -1150,6 +1192,7 @@ impl Config {
         Ok(Config {
             listen,
             shards,
+            shards_given,
             cpus,
             io: s.io.unwrap_or(IoChoice::Auto),
             clock: s.clock.unwrap_or_default(),
@@ -1158,6 +1201,7 @@ impl Config {
             insecure,
             metrics,
             connections_max,
+            connections_before_hello_max,
             frame_bytes_max,
             hello_frame_bytes_max,
             hello_timeout,
@@ -1172,6 +1216,7 @@ impl Config {
             shutdown_timeout,
             idle_spin,
             snapshot: s.snapshot,
+            snapshot_keep,
         })
     }
 }
@@ -1202,7 +1247,15 @@ fn quoted(s: &str) -> String {
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "listen = {}", quoted(&self.listen.to_string()))?;
-        writeln!(f, "shards = {}", self.shards)?;
+        if self.shards_given {
+            writeln!(f, "shards = {}", self.shards)?;
+        } else {
+            writeln!(
+                f,
+                "# shards: {}, one per core (not given: a snapshot's own count wins)",
+                self.shards
+            )?;
+        }
         writeln!(f, "cpus = {}", quoted(&self.cpus.to_string()))?;
         writeln!(f, "io = {}", quoted(&self.io.to_string()))?;
         writeln!(f, "clock = {}", quoted(&self.clock.to_string()))?;
@@ -1235,6 +1288,11 @@ impl fmt::Display for Config {
             None => writeln!(f, "metrics_addr = \"off\"")?,
         }
         writeln!(f, "max_connections = {}", self.connections_max)?;
+        writeln!(
+            f,
+            "max_connections_before_hello = {}",
+            self.connections_before_hello_max
+        )?;
         let size = |n: u64| quoted(&format_bytes(n));
         let time = |d: Duration| quoted(&format_duration(d));
         writeln!(f, "frame_bytes_max = {}", size(self.frame_bytes_max.into()))?;
@@ -1275,12 +1333,13 @@ impl fmt::Display for Config {
         writeln!(f, "shutdown_timeout = {}", time(self.shutdown_timeout))?;
         writeln!(f, "idle_spin = {}", time(self.idle_spin))?;
         match &self.snapshot {
-            Some(path) => writeln!(f, "snapshot = {}", quoted(&path.to_string_lossy())),
+            Some(path) => writeln!(f, "snapshot = {}", quoted(&path.to_string_lossy()))?,
             None => writeln!(
                 f,
                 "# snapshot: none, a restart loses every queue and message"
-            ),
+            )?,
         }
+        writeln!(f, "snapshot_keep = {}", self.snapshot_keep)
     }
 }
 

@@ -24,6 +24,16 @@ pub const SHARDS_MAX: u16 = 64;
 pub const CONNECTIONS_MAX_DEFAULT: u32 = 10_000;
 /// Upper bound for `--max-connections`.
 pub const CONNECTIONS_MAX_LIMIT: u32 = 1_000_000;
+/// Default for `--max-connections-before-hello` (capped at
+/// `--max-connections`): a client says HELLO within a round trip of its
+/// connect, so this many at once is a burst of reconnects, not a steady
+/// state, and the other 9,000 of the default 10,000 stay for clients that
+/// did.
+pub const CONNECTIONS_BEFORE_HELLO_MAX_DEFAULT: u32 = 1_000;
+/// Default for `--snapshot-keep`: `PATH.loaded-MS` files kept.
+pub const SNAPSHOT_KEEP_DEFAULT: u32 = 3;
+/// Upper bound for `--snapshot-keep`.
+pub const SNAPSHOT_KEEP_MAX: u32 = 1_000;
 /// Lower bound for `--frame-bytes-max`.
 pub const FRAME_BYTES_MAX_MIN: u32 = 4 * KIB as u32;
 /// Lower bound for `--hello-frame-bytes-max`: room for the largest auth

@@ -41,6 +41,7 @@
 //! | `config.rs` | flags, environment, config file -> validated [`Config`] |
 //! | `shard_loop.rs` | one shard's event loop: the driver, the engine, the sessions, deadlines, shutdown |
 //! | `session.rs` | one connection's protocol state machine, without a socket: HELLO, auth, framing, order, back-pressure, heartbeat, closing |
+//! | `path_lock.rs` | the exclusive lock on `--snapshot`'s path (`PATH.lock`), held from start to exit |
 //! | `bound_leases.rs` | the leases a connection bound to itself, released when it closes |
 //! | `convert.rs` | wire requests -> engine ops, engine results -> wire replies |
 //! | `transport.rs` | between the driver's bytes and the session: plain text, or TLS (rustls, sans-IO) |
@@ -60,6 +61,7 @@ pub mod metrics;
 pub mod clock;
 mod convert;
 pub mod limits;
+pub mod path_lock;
 mod process;
 pub mod session;
 mod shard_loop;
@@ -171,8 +173,11 @@ fn move_aside(path: &std::path::Path, wall: u64, loaded: &Loaded) -> std::io::Re
         dedup_entries = load.dedup,
         bytes = loaded.bytes,
         message_bytes = load.data_bytes,
-        seconds = loaded.took_ns as f64 / 1e9,
-        mb_per_s = loaded.bytes as f64 / 1e6 / (loaded.took_ns as f64 / 1e9),
+        seconds = %format_args!("{:.3}", loaded.took_ns as f64 / 1e9),
+        mb_per_s = %format_args!(
+            "{:.1}",
+            loaded.bytes as f64 / 1e6 / (loaded.took_ns as f64 / 1e9)
+        ),
         moved_to = %aside.display(),
         "snapshot loaded (leases that ended while stopped are visible again at the first tick); \
          the file was moved aside: only the next graceful shutdown writes one to load"
@@ -262,6 +267,16 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// Another broker (or another server in this process) holds the lock
+    /// on the snapshot path.
+    #[error("snapshot {}: {source}", path.display())]
+    SnapshotLocked {
+        /// The snapshot file.
+        path: std::path::PathBuf,
+        /// Who holds it, or why it could not be locked.
+        #[source]
+        source: path_lock::LockError,
+    },
     /// The metrics endpoint could not be bound.
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
@@ -326,7 +341,7 @@ struct Opened {
 impl Server {
     /// Starts a server: every shard's listener is bound and every thread
     /// running when this returns.
-    pub fn start(config: Config) -> Result<ServerHandle, StartError> {
+    pub fn start(mut config: Config) -> Result<ServerHandle, StartError> {
         if config.auth_token.is_none()
             && !config.insecure
             && !config.listen.ip().to_canonical().is_loopback()
@@ -340,6 +355,49 @@ impl Server {
                  message cross the network in clear text (give --tls-cert and --tls-key)"
             );
         }
+        if let Some(path) = &config.snapshot {
+            // Found out now, not at the shutdown that would need it.
+            snapshot::probe_writable(path).map_err(|source| StartError::SnapshotUnwritable {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        // Held from before the snapshot is read until after it is written.
+        let snapshot_lock = match &config.snapshot {
+            Some(path) => {
+                Some(
+                    path_lock::lock(path).map_err(|source| StartError::SnapshotLocked {
+                        path: path.clone(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let snapshot_path = config.snapshot.clone().filter(|p| p.exists());
+        if let (Some(path), None) = (&config.snapshot, &snapshot_path) {
+            log_missing_snapshot(path);
+        }
+        let snapshot_error = |path: &std::path::Path, source| StartError::Snapshot {
+            path: path.to_owned(),
+            source,
+        };
+        let opened = match &snapshot_path {
+            Some(path) => {
+                let opened = snapshot::open(snapshot::Source::File(path))
+                    .map_err(|e| snapshot_error(path, e))?;
+                config.shards = shards_for_snapshot(&config, opened.header.shards);
+                opened
+                    .check_fit(
+                        config.shards,
+                        config.memory_max_bytes,
+                        config.queues_max as usize,
+                    )
+                    .map_err(|e| snapshot_error(path, e))?;
+                Some(opened)
+            }
+            None => None,
+        };
         let shards = config.shards.max(1);
         let placement = placement(&config.cpus, shards)?;
         check_open_files(&config);
@@ -375,29 +433,6 @@ impl Server {
             memory_bytes_max: config.memory_max_bytes,
             queues_max: config.queues_max as usize,
             frame_bytes_max: config.frame_bytes_max,
-        };
-        if let Some(path) = &config.snapshot {
-            // Found out now, not at the shutdown that would need it.
-            snapshot::probe_writable(path).map_err(|source| StartError::SnapshotUnwritable {
-                path: path.clone(),
-                source,
-            })?;
-        }
-        let snapshot_path = config.snapshot.clone().filter(|p| p.exists());
-        let snapshot_error = |path: &std::path::Path, source| StartError::Snapshot {
-            path: path.to_owned(),
-            source,
-        };
-        let opened = match &snapshot_path {
-            Some(path) => Some(
-                snapshot::open(snapshot::Source::File(path))
-                    .and_then(|o| {
-                        o.check_fit(shards, config.memory_max_bytes, config.queues_max as usize)
-                            .map(|()| o)
-                    })
-                    .map_err(|e| snapshot_error(path, e))?,
-            ),
-            None => None,
         };
         let registry = Arc::new(match &opened {
             Some(o) => o.registry(registry_config).map_err(|e| {
@@ -540,6 +575,7 @@ impl Server {
                     source,
                 });
             }
+            prune_loaded(path, config.snapshot_keep);
         }
         let backend = drivers.first().map_or(Backend::Epoll, |o| o.backend);
         for (l, o) in late.iter().zip(&drivers) {
@@ -606,7 +642,90 @@ impl Server {
             shared,
             threads,
             metrics,
+            _snapshot_lock: snapshot_lock,
         })
+    }
+}
+
+/// The shard count to start with when a snapshot of `file_shards` shards
+/// is there: the snapshot's own when `--shards` was not given (a changed
+/// CPU set or CPU limit must not stop a restart), else `--shards`, which
+/// [`snapshot::Opened::check_fit`] then refuses if it differs.
+fn shards_for_snapshot(config: &Config, file_shards: u16) -> u16 {
+    if config.shards_given || file_shards == config.shards {
+        return config.shards;
+    }
+    if !(1..=config::SHARDS_MAX).contains(&file_shards) {
+        // Out of this server's range: check_fit refuses it by both counts.
+        return config.shards;
+    }
+    tracing::info!(
+        snapshot_shards = file_shards,
+        default_shards = config.shards,
+        "starting with the snapshot's {file_shards} shards rather than one per core ({}): \
+         --shards was not given. Give --shards {file_shards} to say so, or see \
+         deploy/README.md to change the shard count",
+        config.shards
+    );
+    file_shards
+}
+
+/// `--check-snapshot PATH`: reads the whole file the way a start with
+/// `config` would (the same shard count, `--memory-max` and `--queues-max`
+/// checks), without starting.
+///
+/// # Errors
+/// What the start would refuse, with its byte offset.
+pub fn check_snapshot(
+    path: &std::path::Path,
+    config: &Config,
+    wall_ms: u64,
+) -> Result<snapshot::CheckReport, SnapshotError> {
+    let source = snapshot::Source::File(path);
+    let opened = snapshot::open(source)?;
+    let shards = shards_for_snapshot(config, opened.header.shards);
+    opened.check_fit(shards, config.memory_max_bytes, config.queues_max as usize)?;
+    snapshot::check(source, wall_ms)
+}
+
+/// Says why `--snapshot`'s file is not there: a first start, or a last stop
+/// that wrote none (a crash), which a `PATH.loaded-MS` file beside it shows.
+fn log_missing_snapshot(path: &std::path::Path) {
+    let newest = snapshot::files::loaded_files(path)
+        .ok()
+        .and_then(|mut f| f.pop());
+    match newest {
+        Some(loaded) => tracing::warn!(
+            newest_loaded = %loaded.display(),
+            "snapshot {} not found: the last stop was not graceful (a crash, a kill -9, or a \
+             save that failed), starting empty. {} is the snapshot an earlier start loaded: \
+             renaming it back brings back the queues as they were then, messages deleted \
+             since included (README.md, \"Restarting without losing messages\")",
+            path.display(),
+            loaded.display()
+        ),
+        None => tracing::info!(
+            "snapshot {} not found (the first start with this path), starting empty",
+            path.display()
+        ),
+    }
+}
+
+/// Removes all but the newest `keep` `PATH.loaded-MS` files (`--snapshot-keep`).
+fn prune_loaded(path: &std::path::Path, keep: u32) {
+    match snapshot::files::prune_loaded(path, keep as usize) {
+        Ok(removed) if !removed.is_empty() => tracing::info!(
+            removed = removed.len(),
+            kept = keep,
+            "removed older loaded snapshots beside {} (--snapshot-keep)",
+            path.display()
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cannot remove older loaded snapshots beside {} (--snapshot-keep)",
+            path.display()
+        ),
     }
 }
 
@@ -773,6 +892,9 @@ pub struct ServerHandle {
     threads: Vec<JoinHandle<ShardOutcome>>,
     metrics: Option<MetricsServer>,
     metrics_addr: Option<SocketAddr>,
+    /// The lock on `--snapshot`'s path: released when the handle drops,
+    /// after the shutdown's save.
+    _snapshot_lock: Option<path_lock::PathLock>,
 }
 
 impl fmt::Debug for ServerHandle {

@@ -23,6 +23,7 @@
 //! |---|---|
 //! | `mod.rs` | saving and loading a whole file, moving it aside, the check |
 //! | `format.rs` | header, section readers and writers, errors |
+//! | `files.rs` | the `.loaded-` files beside the snapshot path |
 //! | `direct.rs` | a section's whole blocks written around the page cache (`O_DIRECT`) |
 //! | `crc32c.rs` | the CRC-32C checksum (the `crc32c` crate) |
 //! | `fuzz_harness.rs` | the harness of the fuzz target in `broker/fuzz` |
@@ -30,6 +31,7 @@
 
 pub mod crc32c;
 mod direct;
+pub mod files;
 pub mod format;
 pub mod fuzz_harness;
 
@@ -51,6 +53,8 @@ use crate::engine::registry::RestoredRegistry;
 use crate::engine::shard::{LoadClock, ShardLoad};
 use crate::engine::{Registry, RegistryConfig, Shard, ShardConfig};
 use crate::sync::Arc;
+
+pub use self::files::loaded_path;
 
 /// Where a snapshot is read from: a file, or bytes in memory (tests, the
 /// fuzz target).
@@ -790,14 +794,6 @@ pub fn probe_writable(path: &Path) -> io::Result<()> {
         .mode(0o600)
         .open(&tmp)?;
     std::fs::remove_file(&tmp)
-}
-
-/// Where a loaded snapshot is moved: `PATH.loaded-<unix ms>`.
-#[must_use]
-pub fn loaded_path(path: &Path, wall_ms: u64) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".loaded-{wall_ms}"));
-    path.with_file_name(name)
 }
 
 /// Moves a loaded snapshot aside (renamed to [`loaded_path`], the directory

@@ -51,6 +51,8 @@ mod server_shards;
 mod server_shutdown;
 #[cfg(not(sluice_loom))]
 mod server_snapshot;
+#[cfg(not(sluice_loom))]
+mod server_snapshot_files;
 
 // The files of deploy/ against a real server and the real configuration.
 #[cfg(not(sluice_loom))]

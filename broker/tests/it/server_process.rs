@@ -100,6 +100,17 @@ impl Process {
     }
 
     /// Sends SIGTERM and waits for a clean exit.
+    /// The server's pid (the shell `exec`s it).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Ends the server with SIGKILL: no drain, no snapshot.
+    pub(crate) fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub(crate) fn stop(mut self) {
         let pid = self.child.id().to_string();
         let status = Command::new("kill")

@@ -33,7 +33,7 @@ const SHORT_LEASE_MS: u32 = 4_000;
 const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A fresh folder for one test's files.
-fn scratch(test: &str) -> PathBuf {
+pub(crate) fn scratch(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sluice-snap-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create a scratch folder");
@@ -431,9 +431,15 @@ fn a_restart_with_a_snapshot_keeps_every_queue_and_message() {
 
 /// A small snapshot of two shards, made by the engine.
 fn small_snapshot() -> Vec<u8> {
+    snapshot_of(2)
+}
+
+/// A small snapshot of `shards` shards, made by the engine: queue `jobs`
+/// with 20 messages on each shard.
+pub(crate) fn snapshot_of(shards: u16) -> Vec<u8> {
     use sluice_broker::engine::{Cluster, Op, RegistryConfig};
     let mut c = Cluster::new(RegistryConfig {
-        shards: 2,
+        shards,
         seed: 3,
         ..Default::default()
     });
@@ -442,12 +448,12 @@ fn small_snapshot() -> Vec<u8> {
         attributes: AttributeUpdate::default(),
     });
     let _ = c.call(0, create);
-    for shard in 0..2 {
+    for shard in 0..shards {
         let entries: Vec<SendEntry> = (0..20)
             .map(|i| SendEntry::new(Bytes::from(format!("job {shard}-{i}"))))
             .collect();
         let req = sluice_protocol::SendRequest::new(name("jobs"), &entries).unwrap();
-        let _ = c.call(shard, Op::Send(req));
+        let _ = c.call(usize::from(shard), Op::Send(req));
     }
     c.shutdown();
     c.snapshot()

@@ -151,6 +151,7 @@ fn every_flag(token_path: &str) -> Vec<String> {
         "--insecure",
         "--metrics-addr=[::1]:0",
         "--max-connections=500",
+        "--max-connections-before-hello=50",
         "--frame-bytes-max=2MiB",
         "--hello-frame-bytes-max=8KiB",
         "--hello-timeout=2s",
@@ -164,6 +165,7 @@ fn every_flag(token_path: &str) -> Vec<String> {
         "--shutdown-timeout=250ms",
         "--idle-spin=50us",
         "--snapshot=/var/lib/sluice/sluice.snapshot",
+        "--snapshot-keep=5",
     ]
     .map(str::to_owned)
     .to_vec()
@@ -172,6 +174,7 @@ fn every_flag(token_path: &str) -> Vec<String> {
 fn assert_every_setting(c: &Config, token_path: &str) {
     assert_eq!(c.listen, sock("0.0.0.0:9000"));
     assert_eq!(c.shards, 3);
+    assert!(c.shards_given);
     assert_eq!(c.cpus, CpuPlacement::List(vec![1, 2, 5]));
     assert_eq!(c.io, IoChoice::Epoll);
     let token = c.auth_token.as_ref().expect("token configured");
@@ -183,6 +186,7 @@ fn assert_every_setting(c: &Config, token_path: &str) {
         Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 0))
     );
     assert_eq!(c.connections_max, 500);
+    assert_eq!(c.connections_before_hello_max, 50);
     assert_eq!(c.frame_bytes_max, 2 << 20);
     assert_eq!(c.hello_frame_bytes_max, 8 << 10);
     assert_eq!(c.hello_timeout, Duration::from_secs(2));
@@ -200,6 +204,36 @@ fn assert_every_setting(c: &Config, token_path: &str) {
         c.snapshot.as_deref(),
         Some(Path::new("/var/lib/sluice/sluice.snapshot"))
     );
+    assert_eq!(c.snapshot_keep, 5);
+}
+
+#[test]
+fn the_connections_before_hello_default_follows_max_connections_and_stays_below_it() {
+    let c = ok(&[]);
+    assert_eq!(
+        (c.connections_before_hello_max, c.shards_given),
+        (1000, false)
+    );
+    assert_eq!(c.snapshot_keep, 3);
+    assert_eq!(
+        ok(&["--max-connections", "10"]).connections_before_hello_max,
+        10
+    );
+    let e = err(&[
+        "--max-connections",
+        "10",
+        "--max-connections-before-hello",
+        "11",
+    ])
+    .to_string();
+    assert!(
+        e.contains("max-connections-before-hello") && e.contains("10"),
+        "{e}"
+    );
+    let e = err(&["--max-connections-before-hello", "0"]).to_string();
+    assert!(e.contains("max-connections-before-hello"), "{e}");
+    let e = err(&["--snapshot-keep", "1001"]).to_string();
+    assert!(e.contains("snapshot-keep"), "{e}");
 }
 
 #[test]
