@@ -30,6 +30,23 @@ pub const CONNECTIONS_MAX_LIMIT: u32 = 1_000_000;
 /// state, and the other 9,000 of the default 10,000 stay for clients that
 /// did.
 pub const CONNECTIONS_BEFORE_HELLO_MAX_DEFAULT: u32 = 1_000;
+/// Failed HELLOs from one address answered at once; the ones after wait
+/// (`auth_guard.rs`).
+pub const AUTH_FREE_FAILURES: u32 = 5;
+/// An address's failures are forgotten this long after its last one.
+pub const AUTH_FAILURE_WINDOW_NS: u64 = 60_000_000_000;
+/// The wait before the first delayed `Unauthorized`; it doubles with each
+/// failure after.
+pub const AUTH_DELAY_BASE_NS: u64 = 100_000_000;
+/// The longest wait before an `Unauthorized`.
+pub const AUTH_DELAY_MAX_NS: u64 = 2_000_000_000;
+/// At most one log line about failed HELLOs per this interval, for the
+/// whole server; the line counts those left out.
+pub const AUTH_FAILURE_LOG_INTERVAL_NS: u64 = 1_000_000_000;
+/// Addresses whose failures are tracked at once.
+pub const AUTH_TRACKED_ADDRESSES_MAX: usize = 4096;
+/// An auth token shorter than this is warned about at start.
+pub const AUTH_TOKEN_BYTES_WARN_BELOW: usize = 16;
 /// Default for `--snapshot-keep`: `PATH.loaded-MS` files kept.
 pub const SNAPSHOT_KEEP_DEFAULT: u32 = 3;
 /// Upper bound for `--snapshot-keep`.
@@ -178,13 +195,16 @@ const _: () = assert!(QUEUES_MAX_DEFAULT as usize == crate::engine::limits::QUEU
 const _: () = assert!(QUEUES_MAX_LIMIT as usize <= crate::engine::limits::PARTITIONS_MAX);
 const _: () = assert!(CLOSE_FLUSH_TIMEOUT_NS > DRAIN_QUIET_NS);
 const _: () = assert!(HOUSEKEEPING_MIN_NS <= HOUSEKEEPING_MAX_NS);
+const _: () = assert!(AUTH_DELAY_BASE_NS <= AUTH_DELAY_MAX_NS);
+const _: () = assert!(CONNECTIONS_BEFORE_HELLO_MAX_DEFAULT <= CONNECTIONS_MAX_DEFAULT);
 // The housekeeping tick is a quarter of the shortest connection timeout, so
 // even the shortest is checked within a few ticks.
 const _: () = assert!(TIMEOUT_MIN.as_nanos() >= 2 * HOUSEKEEPING_MIN_NS as u128);
 // Every connection the flags allow, and those refused beyond them, fit the
 // io layer's connection table.
-const _: () =
-    assert!(CONNECTIONS_MAX_LIMIT + REFUSED_CONNECTIONS_MAX <= crate::io::CONNECTION_SLOTS_LIMIT);
+const _: () = assert!(
+    2 * CONNECTIONS_MAX_LIMIT + REFUSED_CONNECTIONS_MAX <= crate::io::CONNECTION_SLOTS_LIMIT
+);
 const _: () = assert!(CONNECTIONS_MAX_DEFAULT == crate::io::limits::CONNECTIONS_MAX_DEFAULT);
 const _: () =
     assert!(REFUSED_CONNECTIONS_MAX == crate::io::limits::REFUSED_CONNECTIONS_MAX_DEFAULT);

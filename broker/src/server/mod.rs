@@ -41,6 +41,7 @@
 //! | `config.rs` | flags, environment, config file -> validated [`Config`] |
 //! | `shard_loop.rs` | one shard's event loop: the driver, the engine, the sessions, deadlines, shutdown |
 //! | `session.rs` | one connection's protocol state machine, without a socket: HELLO, auth, framing, order, back-pressure, heartbeat, closing |
+//! | `auth_guard.rs` | failed HELLOs by address: the delay before `Unauthorized`, the log's rate limit |
 //! | `path_lock.rs` | the exclusive lock on `--snapshot`'s path (`PATH.lock`), held from start to exit |
 //! | `bound_leases.rs` | the leases a connection bound to itself, released when it closes |
 //! | `convert.rs` | wire requests -> engine ops, engine results -> wire replies |
@@ -54,6 +55,7 @@
 //! | `signals.rs` | SIGTERM / SIGINT to a graceful shutdown |
 //! | `clock.rs` | the only clock reads; the engine's clock, real or manual |
 
+pub mod auth_guard;
 mod bound_leases;
 pub mod config;
 pub mod metrics;
@@ -348,6 +350,18 @@ impl Server {
         {
             return Err(StartError::InsecureListen(config.listen));
         }
+        if let Some(token) = &config.auth_token {
+            let len = token.as_bytes().len();
+            if len < limits::AUTH_TOKEN_BYTES_WARN_BELOW {
+                tracing::warn!(
+                    token_bytes = len,
+                    "the auth token (--token-file) is only {len} bytes: anyone who can reach \
+                     the port can guess a short token; use at least {} random bytes, e.g. \
+                     `openssl rand -hex 32 > token`",
+                    limits::AUTH_TOKEN_BYTES_WARN_BELOW
+                );
+            }
+        }
         if config.tls.is_none() && !config.listen.ip().to_canonical().is_loopback() {
             tracing::warn!(
                 listen = %config.listen,
@@ -479,7 +493,13 @@ impl Server {
             let (start_tx, start_rx) = mpsc::channel::<ShardStart>();
             let driver_config = DriverConfig {
                 reuse_port: true,
-                connections_max: config.connections_max,
+                // The limit is the shared count's (refused with an error
+                // frame past it); the driver's slots also hold the
+                // connections closed to make room before HELLO until their
+                // close completes.
+                connections_max: config
+                    .connections_max
+                    .saturating_add(config.connections_before_hello_max),
                 refused_connections_max: REFUSED_CONNECTIONS_MAX,
                 shed_reply: shed_reply.clone(),
                 ..DriverConfig::new(listen)

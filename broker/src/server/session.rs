@@ -160,6 +160,10 @@ pub struct Cx<'a> {
     /// Moves the server's manual clock by this many ms (`ADVANCE_CLOCK`):
     /// the manual time since the start (ms) and the time after the move.
     pub advance_clock: &'a dyn Fn(u64) -> Result<(u64, EngineTime), NotManual>,
+    /// A HELLO from this peer presented the configured token (`true`) or
+    /// not (`false`): how many nanoseconds to hold the `Unauthorized` reply
+    /// (see `auth_guard.rs`; 0 after a success).
+    pub auth_outcome: &'a dyn Fn(SocketAddr, bool) -> u64,
 }
 
 impl core::fmt::Debug for Cx<'_> {
@@ -233,6 +237,9 @@ pub struct Session {
     commands: Vec<Command>,
     /// Bytes in the `Send`s of `commands`.
     commanded_bytes: usize,
+    /// A failed HELLO's `Unauthorized`, held until the time given (a peer
+    /// that keeps failing is slowed down); nothing more is read meanwhile.
+    held: Option<(u64, u32, WireError)>,
     /// The request being served: its operation slot and when its frame was
     /// decoded (see [`RequestDurations`](super::shared::RequestDurations)).
     serving: Option<(usize, u64)>,
@@ -260,6 +267,7 @@ impl Session {
             paused: false,
             commands: Vec::new(),
             commanded_bytes: 0,
+            held: None,
             serving: None,
         }
     }
@@ -323,7 +331,7 @@ impl Session {
 
     /// Bytes arrived.
     pub fn on_data(&mut self, bytes: &[u8], cx: &Cx<'_>, engine: &mut dyn Engine) {
-        if self.phase == Phase::Closing {
+        if self.phase == Phase::Closing || self.held.is_some() {
             return;
         }
         self.inbuf.extend_from_slice(bytes);
@@ -391,6 +399,14 @@ impl Session {
     /// closing connection whose peer does not read.
     pub fn tick(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
         let now = cx.now_ns;
+        if let Some((until, _, _)) = &self.held {
+            if now >= *until {
+                if let Some((_, request_id, e)) = self.held.take() {
+                    self.protocol_error(request_id, e, cx, engine);
+                }
+            }
+            return;
+        }
         match self.phase {
             Phase::Closing => {
                 if now.saturating_sub(self.closing_since_ns) >= CLOSE_FLUSH_TIMEOUT_NS {
@@ -453,6 +469,9 @@ impl Session {
     /// Shutdown began: a connection still waiting for its HELLO is told and
     /// closed; the others are served until [`Session::drain`] closes them.
     pub fn begin_drain(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+        if let Some((_, request_id, e)) = self.held.take() {
+            return self.protocol_error(request_id, e, cx, engine);
+        }
         if self.phase == Phase::Hello {
             self.reply(0, &shutting_down(), cx.stats);
             self.begin_close(cx.now_ns, engine);
@@ -504,7 +523,7 @@ impl Session {
     /// barrier allow.
     fn process(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
         loop {
-            if self.phase == Phase::Closing {
+            if self.phase == Phase::Closing || self.held.is_some() {
                 return;
             }
             if self.blocked(cx, false) {
@@ -608,7 +627,9 @@ impl Session {
             Err(e) => return self.protocol_error(frame.request_id, e.to_wire_error(), cx, engine),
         };
         if let Some(token) = &cx.config.auth_token {
-            if !token.matches(&hello.token) {
+            let ok = token.matches(&hello.token);
+            let delay_ns = (cx.auth_outcome)(self.peer, ok);
+            if !ok {
                 let e = WireError::new(
                     ErrorCode::Unauthorized,
                     if hello.token.is_empty() {
@@ -617,7 +638,15 @@ impl Session {
                         "wrong auth token"
                     },
                 );
-                return self.protocol_error(frame.request_id, e, cx, engine);
+                if delay_ns == 0 {
+                    return self.protocol_error(frame.request_id, e, cx, engine);
+                }
+                // Held: nothing more is read, and the reply and close come
+                // at the first tick after the delay.
+                self.inbuf = BytesMut::new();
+                self.partial_since_ns = None;
+                self.held = Some((cx.now_ns.saturating_add(delay_ns), frame.request_id, e));
+                return;
             }
         }
         let timeout_ms = hello.session_timeout_ms;
@@ -1035,6 +1064,8 @@ mod tests {
         replies: Vec<(u32, Reply)>,
         reply_bytes: BytesMut,
         reply_decoder: FrameDecoder,
+        /// What `Cx::auth_outcome` answers for a wrong token.
+        auth_delay_ns: u64,
     }
 
     fn config() -> SessionConfig {
@@ -1112,6 +1143,7 @@ mod tests {
                 replies: Vec::new(),
                 reply_bytes: BytesMut::new(),
                 reply_decoder: FrameDecoder::new(sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT),
+                auth_delay_ns: 0,
             }
         }
 
@@ -1130,6 +1162,7 @@ mod tests {
                 shards: 2,
                 counters: Vec::new(),
             };
+            let auth_delay_ns = self.auth_delay_ns;
             let manual = std::cell::Cell::new(self.manual_clock);
             let advance_clock = |by_ms: u64| {
                 let elapsed = manual.get().ok_or(NotManual)? + by_ms;
@@ -1151,6 +1184,7 @@ mod tests {
                 stats: &self.stats,
                 server_stats: &server_stats,
                 advance_clock: &advance_clock,
+                auth_outcome: &|_, ok| if ok { 0 } else { auth_delay_ns },
             };
             f(&mut self.session, &cx, &mut self.engine);
             self.manual_clock = manual.get();
@@ -1532,6 +1566,29 @@ mod tests {
         h.data(&frame(1, &hello(b"s3cret")));
         assert!(matches!(h.replies[..], [(1, Reply::Hello(_))]));
         assert!(!h.closed());
+    }
+
+    /// A peer that keeps failing gets its `Unauthorized` only after the
+    /// delay the guard gives, on the session's own clock, and nothing it
+    /// sends meanwhile is read.
+    #[test]
+    fn a_slowed_down_failure_is_answered_only_after_its_delay() {
+        let mut h = Harness::new(SessionConfig {
+            auth_token: Some(AuthToken::from_bytes(b"s3cret")),
+            ..config()
+        });
+        h.auth_delay_ns = 400 * MS;
+        let mut bytes = frame(1, &hello(b"guess")).to_vec();
+        bytes.extend_from_slice(&frame(2, &hello(b"s3cret")));
+        h.data(&bytes);
+        assert!(h.replies.is_empty() && !h.closed(), "{:?}", h.replies);
+        h.data(&frame(3, &hello(b"s3cret")));
+        h.tick_at(T0 + 399 * MS);
+        assert!(h.replies.is_empty() && !h.closed(), "{:?}", h.replies);
+        h.tick_at(T0 + 400 * MS);
+        assert_eq!(h.error_codes(), [(1, ErrorCode::Unauthorized)]);
+        assert_eq!(h.replies.len(), 1, "the later HELLOs were not read");
+        assert!(h.closed());
     }
 
     #[test]

@@ -53,7 +53,7 @@
 //! while any connection is paused the loop wakes every millisecond to see
 //! whether it may read again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -67,7 +67,9 @@ use super::limits::{
     ACCEPT_FAILURE_LOG_NS, DRAIN_RECHECK, HOUSEKEEPING_MAX_NS, HOUSEKEEPING_MIN_NS, OUTBOUND_RETRY,
     PAUSED_RECHECK, STATS_PUBLISH_INTERVAL,
 };
-use super::session::{Command, Cx, Engine, Session, SessionConfig, Submitted, shutting_down};
+use super::session::{
+    Command, Cx, Engine, Phase, Session, SessionConfig, Submitted, shutting_down,
+};
 use super::shared::{ShardStats, Shared, server_version};
 use super::transport::{Inbound, Transport};
 use crate::engine::mesh::doorbell::Doorbell;
@@ -164,6 +166,9 @@ struct Conn {
     refused: bool,
     /// Whether it holds one of `--max-connections`.
     counted: bool,
+    /// Whether it holds one of `--max-connections-before-hello`: counted,
+    /// and not past HELLO yet.
+    before_hello: bool,
     /// Whether it is in `State::dirty` (replies to hand over this turn).
     dirty: bool,
 }
@@ -245,6 +250,9 @@ struct State {
     dirty: Vec<ConnId>,
     /// Connections paused for back-pressure.
     paused: Vec<ConnId>,
+    /// Connections counted before HELLO, oldest first; entries of those
+    /// that have since said HELLO or closed are skipped when met.
+    hello_order: VecDeque<ConnId>,
     /// Connections whose `ADVANCE_CLOCK` waits for every shard to catch up.
     clock_waiters: Vec<ConnId>,
     /// Real time, read after the last wait: the sessions' and the loop's.
@@ -321,6 +329,7 @@ impl State {
             completions: Vec::new(),
             dirty: Vec::new(),
             paused: Vec::new(),
+            hello_order: VecDeque::new(),
             clock_waiters: Vec::new(),
             now_ns: now,
             engine_time,
@@ -438,6 +447,8 @@ impl State {
         };
         let server_stats = || shared.server_stats();
         let advance_clock = |by_ms| shared.advance_clock(by_ms);
+        let auth_now_ns = *now_ns;
+        let auth_outcome = |peer: SocketAddr, ok: bool| auth_outcome(shared, peer, ok, auth_now_ns);
         let cx = Cx {
             now_ns: *now_ns,
             draining: drain_deadline_ns.is_some(),
@@ -447,6 +458,7 @@ impl State {
             stats: &shared.shards[usize::from(*index)].stats,
             server_stats: &server_stats,
             advance_clock: &advance_clock,
+            auth_outcome: &auth_outcome,
         };
         let mut link = EngineLink {
             shard: engine,
@@ -479,6 +491,10 @@ impl State {
                 }
                 Command::CloseNow => io.close_now(id),
             }
+        }
+        if conn.before_hello && conn.session.phase() != Phase::Hello {
+            conn.before_hello = false;
+            shared.past_hello();
         }
         if !conn.dirty && conn.session.has_output() {
             conn.dirty = true;
@@ -611,7 +627,12 @@ impl State {
         if self.conns.len() <= idx {
             self.conns.resize_with(idx + 1, || None);
         }
-        let counted = self.drain_deadline_ns.is_none() && self.shared.admit_connection();
+        let admitted = self.drain_deadline_ns.is_none() && self.shared.admit_connection();
+        let before_hello = admitted && self.admit_before_hello(io);
+        if admitted && !before_hello {
+            self.shared.release_connection();
+        }
+        let counted = admitted && before_hello;
         let session = if counted {
             self.stats().accepted.add(1);
             self.stats().connections.add(1);
@@ -620,6 +641,10 @@ impl State {
         } else {
             let reply = if self.drain_deadline_ns.is_some() {
                 shutting_down()
+            } else if admitted {
+                tracing::debug!(%peer, "connection refused: --max-connections-before-hello reached");
+                self.stats().refused.add(1);
+                too_many_before_hello(self.shared.config.connections_before_hello_max)
             } else {
                 tracing::debug!(%peer, "connection refused: --max-connections reached");
                 self.stats().refused.add(1);
@@ -633,10 +658,55 @@ impl State {
             transport,
             refused: false,
             counted,
+            before_hello,
             dirty: false,
         });
+        if before_hello {
+            self.hello_order.push_back(id);
+        }
         // A refused connection's reply and close.
         self.with_session(io, id, |_, _, _| {});
+    }
+
+    /// Counts a new connection before HELLO. At the limit, the connection
+    /// of this shard that has waited longest for its HELLO is closed to make
+    /// room, so that connections that never say HELLO cannot keep new
+    /// clients out; false when this shard has none to close (the others'
+    /// hold the limit).
+    fn admit_before_hello(&mut self, io: &mut Connections) -> bool {
+        if self.shared.admit_before_hello() {
+            return true;
+        }
+        while let Some(old) = self.hello_order.pop_front() {
+            let Some(c) = self
+                .conns
+                .get_mut(old.index() as usize)
+                .and_then(Option::as_mut)
+                .filter(|c| c.id == old && c.before_hello)
+            else {
+                continue;
+            };
+            c.before_hello = false;
+            c.refused = true;
+            self.shared.past_hello();
+            // Its slots are free at once, not when the close completes.
+            let stats = &self.shared.shards[usize::from(self.index)].stats;
+            if c.counted {
+                c.counted = false;
+                self.shared.release_connection();
+                stats
+                    .connections
+                    .set(stats.connections.get().saturating_sub(1));
+            }
+            stats.before_hello_evicted.add(1);
+            tracing::debug!(
+                peer = %c.session.peer(),
+                "closing a connection without HELLO to make room (--max-connections-before-hello)"
+            );
+            io.close_now(old);
+            return self.shared.admit_before_hello();
+        }
+        false
     }
 
     fn on_closed(&mut self, id: ConnId, error: Option<io::Error>) {
@@ -660,6 +730,9 @@ impl State {
             clock: &self.shared.clock,
         };
         c.session.on_closed(&mut link);
+        if c.before_hello {
+            self.shared.past_hello();
+        }
         if c.counted {
             self.shared.release_connection();
             let stats = self.stats();
@@ -851,6 +924,36 @@ impl State {
         self.stats().connections.set(0);
         tracing::debug!(shard = self.index, "shard stopped");
     }
+}
+
+fn too_many_before_hello(max: u32) -> Reply {
+    Reply::error(
+        ErrorCode::TooManyConnections,
+        format!("the server holds its maximum of {max} connections before HELLO; retry later"),
+    )
+}
+
+/// The outcome of a HELLO's token check at `now_ns`, through the server's
+/// [`AuthGuard`](super::auth_guard::AuthGuard): the delay before the
+/// `Unauthorized` reply, and a rate-limited log line for a failure.
+fn auth_outcome(shared: &Shared, peer: SocketAddr, ok: bool, now_ns: u64) -> u64 {
+    let addr = peer.ip().to_canonical();
+    if ok {
+        shared.auth.lock().succeeded(addr);
+        return 0;
+    }
+    let verdict = shared.auth.lock().failed(addr, now_ns);
+    if let Some(unlogged) = verdict.log {
+        tracing::info!(
+            %peer,
+            failures = verdict.failures,
+            reply_delay_ms = verdict.delay_ns / 1_000_000,
+            not_logged_since_last_line = unlogged,
+            "HELLO refused: wrong or missing auth token (at most one such line a second; \
+             an address that keeps failing has its replies delayed)"
+        );
+    }
+    verdict.delay_ns
 }
 
 fn too_many_connections(max: u32) -> Reply {

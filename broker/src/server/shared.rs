@@ -13,7 +13,11 @@
 //!   atomic every shard writes (`fetch_add` on accept, `fetch_sub` on
 //!   close), so the `--max-connections` limit holds across shards: a shard
 //!   that sees the old value at or above the limit undoes its increment and
-//!   refuses.
+//!   refuses. `before_hello` (connections not yet past HELLO) is kept the
+//!   same way against `--max-connections-before-hello`.
+//! - **Failed HELLOs** go through one `Mutex<AuthGuard>`, taken only when a
+//!   HELLO carries a token to check against a configured one (rare, and
+//!   never on the request path).
 //! - **Unsent bytes are published, not shared.** Each shard stores its
 //!   driver's unsent total once per loop turn; a shard checks the sum (a
 //!   little stale for the others) against `--unsent-bytes-total-max`. The
@@ -42,6 +46,7 @@ use std::time::Duration;
 use sluice_protocol::opcode;
 use sluice_protocol::{ErrorCode, QueueName, QueueStats, ServerStatsReply};
 
+use super::auth_guard::AuthGuard;
 use super::clock::{self, Clock, EngineTime, NotManual};
 use super::config::Config;
 #[cfg(doc)]
@@ -200,6 +205,9 @@ pub struct ShardStats {
     pub accept_failures: OwnedCounter,
     /// Connections closed for bad input (framing, HELLO, timeouts).
     pub closed_bad_input: OwnedCounter,
+    /// Connections closed before HELLO to make room for a new one
+    /// (`--max-connections-before-hello`).
+    pub before_hello_evicted: OwnedCounter,
     /// Connections their transport refused, by
     /// [`Refusal`](super::transport::Refusal).
     pub transport_refused: [OwnedCounter; 3],
@@ -229,6 +237,7 @@ impl ShardStats {
             refused: OwnedCounter::default(),
             accept_failures: OwnedCounter::default(),
             closed_bad_input: OwnedCounter::default(),
+            before_hello_evicted: OwnedCounter::default(),
             transport_refused: std::array::from_fn(|_| OwnedCounter::default()),
             timed_out: OwnedCounter::default(),
             unsent_bytes: CachePadded::new(OwnedCounter::default()),
@@ -311,6 +320,10 @@ pub struct Shared {
     pub started_ns: u64,
     /// Connections admitted, all shards (see the ground rules).
     pub connections: CachePadded<AtomicU32>,
+    /// Of those, connections not yet past a successful HELLO.
+    pub before_hello: CachePadded<AtomicU32>,
+    /// Failed HELLOs by address.
+    pub auth: Mutex<AuthGuard>,
     /// Set when shutdown begins.
     pub shutdown: AtomicBool,
     /// Shards that have not closed all their connections yet.
@@ -344,6 +357,8 @@ impl Shared {
             local_addr,
             started_ns: clock::now_ns(),
             connections: CachePadded::new(AtomicU32::new(0)),
+            before_hello: CachePadded::new(AtomicU32::new(0)),
+            auth: Mutex::new(AuthGuard::default()),
             shutdown: AtomicBool::new(false),
             shards_running: AtomicUsize::new(n),
             scrape_generation: AtomicU64::new(0),
@@ -433,6 +448,24 @@ impl Shared {
         self.connections.fetch_sub(1, AcqRel);
     }
 
+    /// Tries to count one more connection before HELLO against
+    /// `--max-connections-before-hello`.
+    pub fn admit_before_hello(&self) -> bool {
+        let before = self.before_hello.fetch_add(1, AcqRel);
+        if before >= self.config.connections_before_hello_max {
+            self.before_hello.fetch_sub(1, AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// A connection counted by
+    /// [`admit_before_hello`](Self::admit_before_hello) said HELLO or
+    /// closed.
+    pub fn past_hello(&self) {
+        self.before_hello.fetch_sub(1, AcqRel);
+    }
+
     /// Unsent reply bytes of every shard, as last published.
     pub fn unsent_bytes(&self) -> u64 {
         self.shards.iter().map(|s| s.stats.unsent_bytes.get()).sum()
@@ -483,6 +516,14 @@ impl Shared {
         };
         push("connections".into(), self.connections.load(Relaxed).into());
         push("connections_max".into(), self.config.connections_max.into());
+        push(
+            "connections_before_hello".into(),
+            self.before_hello.load(Relaxed).into(),
+        );
+        push(
+            "connections_before_hello_evicted".into(),
+            self.sum(|s| s.before_hello_evicted.get()),
+        );
         push(
             "connections_accepted".into(),
             self.sum(|s| s.accepted.get()),

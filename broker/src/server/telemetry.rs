@@ -14,6 +14,8 @@
 //! | `sluice_uptime_seconds` | | |
 //! | `sluice_connections` | | open client connections |
 //! | `sluice_connections_max` | | `--max-connections` |
+//! | `sluice_connections_before_hello`, `sluice_connections_before_hello_max` | | connections not yet past HELLO (TLS handshakes included), and `--max-connections-before-hello` |
+//! | `sluice_connections_before_hello_evicted_total` | | connections without HELLO closed to make room for a new one |
 //! | `sluice_connections_accepted_total`, `_refused_total`, `_closed_bad_input_total`, `_timed_out_total` (silent past their session timeout), `sluice_accept_failures_total` | | |
 //! | `sluice_requests_total` | `op` | requests decoded, by operation |
 //! | `sluice_unsent_bytes` | | replies queued and not yet written |
@@ -199,6 +201,23 @@ pub fn render(shared: &Shared, out: &mut String) {
         MetricType::Gauge,
     )
     .sample_u64(&[], shared.config.connections_max.into());
+    w.family(
+        "sluice_connections_before_hello",
+        "Open client connections not yet past a successful HELLO (TLS handshakes included).",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[], shared.before_hello.load(Relaxed).into());
+    w.family(
+        "sluice_connections_before_hello_max",
+        "The limit on connections before HELLO (--max-connections-before-hello).",
+        MetricType::Gauge,
+    )
+    .sample_u64(&[], shared.config.connections_before_hello_max.into());
+    w.counter(
+        "sluice_connections_before_hello_evicted_total",
+        "Connections without a HELLO closed to make room for a new one, the longest waiting first.",
+        shared.sum(|s| s.before_hello_evicted.get()),
+    );
     w.counter(
         "sluice_connections_accepted_total",
         "Client connections accepted.",

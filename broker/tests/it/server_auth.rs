@@ -93,3 +93,77 @@ fn non_loopback_without_a_token_is_refused(io: IoChoice) {
         server.client().ping();
     }
 }
+
+both_backends!(connections_that_never_say_hello_cannot_keep_a_client_out);
+
+/// Connections that connect and say nothing take at most
+/// `--max-connections-before-hello` of `--max-connections`; one more closes
+/// the one that waited longest, so a client that says HELLO gets in even
+/// while they keep coming.
+fn connections_that_never_say_hello_cannot_keep_a_client_out(io: IoChoice) {
+    let Some(server) = start(
+        io,
+        &[
+            "--max-connections",
+            "8",
+            "--max-connections-before-hello",
+            "3",
+        ],
+    ) else {
+        return;
+    };
+    let addr = server.handle().local_addr();
+    let mut watcher = Client::connect(addr);
+    watcher.hello(b"").expect("HELLO");
+    // Twice the connection limit of silent connections, one after another
+    // (a round trip on another connection after each lets the server take
+    // it in, and finish closing the one it made room with).
+    let mut silent: Vec<Client> = (0..16)
+        .map(|_| {
+            let s = Client::connect(addr);
+            watcher.ping();
+            s
+        })
+        .collect();
+    let mut c = Client::connect(addr);
+    c.hello(b"").expect("a client that says HELLO gets in");
+    c.ping();
+    // The oldest silent ones were closed to make room, without a reply.
+    for (i, s) in silent.iter_mut().take(14).enumerate() {
+        assert!(s.read_until_closed().is_empty(), "silent connection {i}");
+    }
+    let stats = watcher.server_stats();
+    assert!(
+        stats.counter("connections_before_hello_evicted") >= Some(14),
+        "{stats:?}"
+    );
+    assert!(
+        stats.counter("connections_before_hello") <= Some(3),
+        "{stats:?}"
+    );
+    // The newest still wait, and may still say HELLO.
+    let last = silent.last_mut().unwrap();
+    last.hello(b"")
+        .expect("a waiting connection that says HELLO is served");
+    last.ping();
+    drop(server);
+}
+
+#[test]
+fn a_failed_hello_is_logged_with_the_peer_and_a_short_token_is_warned_about() {
+    use crate::server_process::{Process, start_args};
+    let token = TokenFile::new("short", "abc");
+    let path = token.0.to_string_lossy().into_owned();
+    let args = start_args(IoChoice::Epoll, &["--shards", "1", "--token-file", &path]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut p = Process::spawn(r#"exec "$@""#, &args);
+    p.wait_for("the auth token (--token-file) is only 3 bytes");
+    let addr = p.listen_addr();
+    let mut c = Client::connect(addr);
+    let e = c.hello(b"guess").expect_err("refused");
+    assert_eq!(e.code, ErrorCode::Unauthorized);
+    let line = p.wait_for("HELLO refused: wrong or missing auth token");
+    assert!(line.contains("INFO"), "{line}");
+    assert!(line.contains("peer=127.0.0.1:"), "{line}");
+    p.stop();
+}
