@@ -159,10 +159,14 @@ pub const SCRAPE_WAIT: Duration = Duration::from_millis(250);
 
 /// Largest HTTP request head the metrics endpoint reads.
 pub const METRICS_REQUEST_BYTES_MAX: usize = 8 * 1024;
-/// Time for a request head to arrive.
-pub const METRICS_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time for a request head to arrive (a scraper sends it at once).
+pub const METRICS_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time for a write of a reply to make progress.
 pub const METRICS_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time for a whole metrics exchange, accept to the reply's last byte: a
+/// scrape of 10,000 queues (about 17 MB) on loopback takes a fraction of a
+/// second, and Prometheus's own scrape timeout is 10 s by default.
+pub const METRICS_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a reply, time to read and discard what the client still sends, so
 /// that closing does not reset the connection under the reply.
 pub const METRICS_LINGER_TIMEOUT: Duration = Duration::from_millis(500);
@@ -196,6 +200,7 @@ const _: () = assert!(QUEUES_MAX_LIMIT as usize <= crate::engine::limits::PARTIT
 const _: () = assert!(CLOSE_FLUSH_TIMEOUT_NS > DRAIN_QUIET_NS);
 const _: () = assert!(HOUSEKEEPING_MIN_NS <= HOUSEKEEPING_MAX_NS);
 const _: () = assert!(AUTH_DELAY_BASE_NS <= AUTH_DELAY_MAX_NS);
+const _: () = assert!(METRICS_READ_TIMEOUT.as_nanos() < METRICS_EXCHANGE_TIMEOUT.as_nanos());
 const _: () = assert!(CONNECTIONS_BEFORE_HELLO_MAX_DEFAULT <= CONNECTIONS_MAX_DEFAULT);
 // The housekeeping tick is a quarter of the shortest connection timeout, so
 // even the shortest is checked within a few ticks.

@@ -9,7 +9,10 @@
 //! the request head must fit [`MetricsServerOptions::request_bytes_max`]
 //! (else 431) and arrive within [`MetricsServerOptions::read_timeout`] in
 //! all, not per read (else 408), so a client trickling bytes cannot hold
-//! its thread longer. Anything that is not an HTTP/1.x request line gets
+//! its thread longer; and the whole exchange, the reply's writes included,
+//! must end within [`MetricsServerOptions::exchange_timeout`], so a client
+//! that reads a large exposition a little at a time cannot hold its thread
+//! for minutes either (the connection is closed when it runs out). Anything that is not an HTTP/1.x request line gets
 //! 400; a method other than GET or HEAD gets 405; a path other than the two
 //! gets 404. `/healthz` answers 200 `ok`, or 503 `draining` once the
 //! source says the server is shutting down
@@ -28,8 +31,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
 use crate::server::limits::{
-    METRICS_CONNECTIONS_MAX, METRICS_LINGER_BYTES_MAX, METRICS_LINGER_TIMEOUT,
-    METRICS_READ_TIMEOUT, METRICS_REQUEST_BYTES_MAX, METRICS_WRITE_TIMEOUT,
+    METRICS_CONNECTIONS_MAX, METRICS_EXCHANGE_TIMEOUT, METRICS_LINGER_BYTES_MAX,
+    METRICS_LINGER_TIMEOUT, METRICS_READ_TIMEOUT, METRICS_REQUEST_BYTES_MAX, METRICS_WRITE_TIMEOUT,
 };
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering};
@@ -70,6 +73,9 @@ pub struct MetricsServerOptions {
     pub read_timeout: Duration,
     /// Time for a write of the reply to make progress.
     pub write_timeout: Duration,
+    /// Time for the whole exchange, from accept to the last byte of the
+    /// reply: past it the connection is closed, the reply cut short.
+    pub exchange_timeout: Duration,
     /// After the reply, time to read and discard what the client still
     /// sends, so that closing does not reset the connection under the reply.
     pub linger_timeout: Duration,
@@ -83,6 +89,7 @@ impl Default for MetricsServerOptions {
             request_bytes_max: METRICS_REQUEST_BYTES_MAX,
             read_timeout: METRICS_READ_TIMEOUT,
             write_timeout: METRICS_WRITE_TIMEOUT,
+            exchange_timeout: METRICS_EXCHANGE_TIMEOUT,
             linger_timeout: METRICS_LINGER_TIMEOUT,
             connections_max: METRICS_CONNECTIONS_MAX,
         }
@@ -357,8 +364,9 @@ fn serve(
     request: &mut Vec<u8>,
     body: &mut String,
 ) -> io::Result<()> {
-    stream.set_write_timeout(Some(options.write_timeout))?;
-    let deadline = Instant::now() + options.read_timeout;
+    let accepted = Instant::now();
+    let exchange_deadline = accepted + options.exchange_timeout;
+    let deadline = (accepted + options.read_timeout).min(exchange_deadline);
     request.clear();
     let head = read_head(&mut stream, request, options.request_bytes_max, deadline)?;
     body.clear();
@@ -431,14 +439,46 @@ fn serve(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(header.as_bytes())?;
+    let writes = Writes {
+        progress: options.write_timeout,
+        deadline: exchange_deadline,
+    };
+    writes.write_all(&mut stream, header.as_bytes())?;
     if !head_only {
-        stream.write_all(body.as_bytes())?;
+        writes.write_all(&mut stream, body.as_bytes())?;
     }
-    stream.flush()?;
     stream.shutdown(Shutdown::Write)?;
     linger(&mut stream, options.linger_timeout);
     Ok(())
+}
+
+/// How a reply is written: each write must make progress within
+/// `progress`, and all of them end by `deadline`.
+struct Writes {
+    progress: Duration,
+    deadline: Instant,
+}
+
+impl Writes {
+    fn write_all(&self, stream: &mut TcpStream, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the exchange ran out of time before the reply was written",
+                ));
+            }
+            stream.set_write_timeout(Some(left.min(self.progress)))?;
+            match stream.write(bytes) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Reads and discards what the client still sends until it closes, for at

@@ -484,3 +484,63 @@ fn histograms_of_any_buckets_are_cumulative_and_end_at_the_count() {
          t_seconds_count{op=\"send\"} 12\n"
     );
 }
+
+/// A client that reads a large exposition a little at a time, always
+/// within the per-write timeout, holds its connection thread only until
+/// the exchange's deadline: then the connection is closed, and the one
+/// thread the server has serves the next scrape.
+#[test]
+fn a_slow_reader_is_cut_off_at_the_exchange_deadline() {
+    let server = MetricsServer::start_with(
+        loopback(),
+        |out: &mut String| {
+            // 32 MiB, several times what the loopback socket buffers hold.
+            let line = "# HELP padding x\n".repeat(64);
+            for _ in 0..32 * 1024 {
+                out.push_str(&line[..1024]);
+            }
+        },
+        MetricsServerOptions {
+            connections_max: 1,
+            write_timeout: Duration::from_millis(500),
+            exchange_timeout: Duration::from_millis(800),
+            ..MetricsServerOptions::default()
+        },
+    )
+    .expect("binds");
+    let addr = server.local_addr();
+    let mut slow = connect(addr);
+    slow.set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("socket option");
+    slow.write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+        .expect("sent");
+    // Reading 256 KiB every 50 ms, always within the per-write timeout,
+    // would take 6 s for the whole reply; the server gives up on it at its
+    // exchange deadline, and the client then reads to the end of what was
+    // in the socket buffers. Bounded: at most 30 s of this.
+    let mut chunk = vec![0u8; 256 * 1024];
+    let mut read = 0usize;
+    let mut closed = false;
+    for _ in 0..600 {
+        match slow.read(&mut chunk) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Ok(n) => read += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                closed = true;
+                break;
+            }
+            Err(_) => {}
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        closed,
+        "the slow reader was never cut off ({read} bytes read)"
+    );
+    assert!(read < 32 * 1024 * 1024, "the whole reply was read: {read}");
+    // The one connection thread is free again.
+    assert_eq!(get(addr, "/healthz").status, "HTTP/1.1 200 OK");
+}
