@@ -389,11 +389,11 @@ pub fn parse_bytes(input: &str) -> Result<u64, UnitError> {
 }
 
 /// Writes a duration as terms from days down to nanoseconds, e.g. `1m30s`,
-/// `250ms`, `0`. [`parse_duration`] reads it back exactly.
+/// `250ms`, `0s`. [`parse_duration`] reads it back exactly.
 #[must_use]
 pub fn format_duration(d: Duration) -> String {
     if d.is_zero() {
-        return "0".to_owned();
+        return "0s".to_owned();
     }
     let secs = d.as_secs();
     let nanos = u64::from(d.subsec_nanos());

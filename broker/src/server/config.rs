@@ -42,6 +42,7 @@ use sluice_protocol::limits as wire;
 pub use self::file::Position;
 use self::memory::MemoryLimit;
 use self::units::{format_bytes, format_duration, parse_bytes, parse_duration};
+use super::limits::MIB;
 use super::tls::{TlsError, TlsSettings};
 
 pub use super::limits::{
@@ -1105,7 +1106,11 @@ impl Config {
         }
         let (memory_max_bytes, memory_max_origin) = match (s.memory_max, &host.memory) {
             (Some(bytes), _) => (bytes, MemoryMaxOrigin::Given),
-            (None, Some(limit)) => (limit.bytes / 2, MemoryMaxOrigin::HalfOf(limit.clone())),
+            // Half, rounded down to a whole MiB so that it reads as one.
+            (None, Some(limit)) => (
+                (limit.bytes / 2) & !(MIB - 1),
+                MemoryMaxOrigin::HalfOf(limit.clone()),
+            ),
             (None, None) => (MEMORY_MAX_FALLBACK, MemoryMaxOrigin::Fallback),
         };
         let memory_max_bytes = in_range(
@@ -1235,6 +1240,21 @@ fn check_log_filter(directive: &str) -> Result<(), ConfigError> {
         .map_err(|err| bad(err.to_string()))
 }
 
+/// A size for people: exact in the grammar when a whole number of MiB,
+/// else `about 23.5GiB`.
+fn approx_bytes(n: u64) -> String {
+    if n % MIB == 0 {
+        return format_bytes(n);
+    }
+    let (unit, scale) = [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", MIB)]
+        .into_iter()
+        .find(|&(_, scale)| n >= scale)
+        .unwrap_or(("KiB", 1 << 10));
+    #[allow(clippy::cast_precision_loss, reason = "one decimal for people")]
+    let value = n as f64 / scale as f64;
+    format!("about {value:.1}{unit}")
+}
+
 /// A TOML string literal.
 fn quoted(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
@@ -1321,7 +1341,7 @@ impl fmt::Display for Config {
                 f,
                 "  # half of {} ({})",
                 limit.source,
-                format_bytes(limit.bytes)
+                approx_bytes(limit.bytes)
             )?,
             MemoryMaxOrigin::Fallback => writeln!(
                 f,

@@ -208,6 +208,29 @@ fn assert_every_setting(c: &Config, token_path: &str) {
 }
 
 #[test]
+fn the_start_up_log_prints_sizes_and_durations_in_the_grammar() {
+    let host = Host {
+        cores: 2,
+        memory: Some(MemoryLimit {
+            bytes: 24_683_664 * 1024,
+            source: MemorySource::PhysicalMemory,
+        }),
+    };
+    let c = Config::from_args_on(
+        RawArgs::try_parse_from_env(["sluice-server"], |_| None).unwrap(),
+        &host,
+    )
+    .unwrap();
+    let rendered = c.to_string();
+    // Half of 23.5 GiB, rounded down to a whole MiB, not 12341832KiB.
+    assert!(
+        rendered.contains("memory_max = \"12052MiB\"  # half of physical memory (about 23.5GiB)\n"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("idle_spin = \"0s\"\n"), "{rendered}");
+}
+
+#[test]
 fn the_connections_before_hello_default_follows_max_connections_and_stays_below_it() {
     let c = ok(&[]);
     assert_eq!(
@@ -624,7 +647,7 @@ fn assert_out_of_range(args: &[&str], flag: &str, min: &str, max: &str) {
 fn every_range_is_checked() {
     let cases: &[(&[&str], &str, &str, &str)] = &[
         (&["--shards=0"], "shards", "1", "64"),
-        (&["--idle-spin=11ms"], "idle-spin", "0", "10ms"),
+        (&["--idle-spin=11ms"], "idle-spin", "0s", "10ms"),
         (&["--shards=65"], "shards", "1", "64"),
         (&["--max-connections=0"], "max-connections", "1", "1000000"),
         (
@@ -689,7 +712,7 @@ fn every_range_is_checked() {
         (&["--memory-max=2048TiB"], "memory-max", "1MiB", "1024TiB"),
         (&["--queues-max=0"], "queues-max", "1", "1000000"),
         (&["--queues-max=1000001"], "queues-max", "1", "1000000"),
-        (&["--shutdown-timeout=61m"], "shutdown-timeout", "0", "1h"),
+        (&["--shutdown-timeout=61m"], "shutdown-timeout", "0s", "1h"),
     ];
     for (args, flag, min, max) in cases {
         assert_out_of_range(args, flag, min, max);
