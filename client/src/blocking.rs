@@ -129,8 +129,8 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
                 s.set_write_timeout(Some(t))
             };
             bounded(&stream, left.max(Duration::from_millis(1)))
-                .and_then(|()| session.handshake(&mut stream))
                 .map_err(|e| connect_error(addr, e))?;
+            session.handshake(&mut stream)?;
             Some(session)
         }
     };
@@ -177,6 +177,7 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
                 Some(session) => match session.open(&chunk[..n], handshake.buffer()) {
                     Ok(false) => {}
                     Ok(true) => return Err(eof()),
+                    Err(e @ Error::Tls { .. }) => return Err(e),
                     Err(e) => {
                         return Err(connect_error(addr, std::io::Error::other(e.to_string())));
                     }

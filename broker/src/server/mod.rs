@@ -333,6 +333,10 @@ impl Server {
         {
             return Err(StartError::InsecureListen(config.listen));
         }
+        if let Some(warning) = config.tls.as_ref().and_then(|t| t.cert_warning.as_ref()) {
+            let cert = config.tls.as_ref().map(|t| t.cert.display().to_string());
+            tracing::warn!(tls_cert = cert.unwrap_or_default(), "{warning}");
+        }
         if config.tls.is_none() && !config.listen.ip().to_canonical().is_loopback() {
             tracing::warn!(
                 listen = %config.listen,
