@@ -188,7 +188,12 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
                 // the alert after the client's side of the handshake).
                 match session.open(&cipher, handshake.buffer()) {
                     Ok(false) => {}
-                    Ok(true) => return Err(closed_during(addr, "HELLO")),
+                    // The server's last words (a refusal) may come with
+                    // its close_notify.
+                    Ok(true) => match handshake.poll()? {
+                        Some(hello) => break hello,
+                        None => return Err(closed_during(addr, "HELLO")),
+                    },
                     Err(e @ Error::Tls { .. }) => return Err(e),
                     Err(e) => {
                         return Err(connect_error(addr, std::io::Error::other(e.to_string())));

@@ -176,7 +176,12 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
                 // the alert after the client's side of the handshake).
                 Some(session) => match session.open(&chunk[..n], handshake.buffer()) {
                     Ok(false) => {}
-                    Ok(true) => return Err(eof()),
+                    // The server's last words (a refusal) may come with its
+                    // close_notify.
+                    Ok(true) => match handshake.poll()? {
+                        Some(hello) => break hello,
+                        None => return Err(eof()),
+                    },
                     Err(e @ Error::Tls { .. }) => return Err(e),
                     Err(e) => {
                         return Err(connect_error(addr, std::io::Error::other(e.to_string())));

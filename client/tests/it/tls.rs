@@ -333,6 +333,41 @@ fn plain_text_on_a_tls_port_and_tls_on_a_plain_port_are_closed_and_disturb_no_on
 }
 
 #[test]
+fn the_connection_limit_is_reported_inside_tls() {
+    let pki = TestPki::generate();
+    // One shard: the driver refuses the second connection; two shards: a
+    // connection on the other shard is refused by the shared count. Either
+    // way the refusal comes after the handshake, inside TLS.
+    for shards in ["1", "2"] {
+        both_backends(|io| {
+            let mut args = pki.server_args();
+            args.extend(["--max-connections", "1", "--shards", shards].map(String::from));
+            let Some(server) = server(io, &args) else {
+                return;
+            };
+            let held = Client::connect(config(&server).with_tls(trusting(&pki))).unwrap();
+            held.ping().unwrap();
+            for _ in 0..4 {
+                let err = Client::connect(config(&server).with_tls(trusting(&pki))).unwrap_err();
+                assert!(
+                    matches!(&err, Error::TooManyConnections(m) if m.contains("maximum of 1")),
+                    "{shards} shard(s), {io:?}: {err}"
+                );
+                assert!(err.is_retryable(), "{err}");
+            }
+            runtime().block_on(async {
+                let err = AsyncClient::connect(config(&server).with_tls(trusting(&pki)))
+                    .await
+                    .unwrap_err();
+                assert!(matches!(err, Error::TooManyConnections(_)), "{io:?}: {err}");
+            });
+            held.ping().unwrap();
+            assert!(counter(&held, "connections_refused") >= 5);
+        });
+    }
+}
+
+#[test]
 fn garbage_on_a_tls_port_closes_only_that_connection() {
     let pki = TestPki::generate();
     both_backends(|io| {
