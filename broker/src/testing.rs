@@ -379,6 +379,44 @@ impl TestPki {
         TestPki { dir }
     }
 
+    /// A self-signed server certificate for `localhost` and `127.0.0.1`
+    /// and its key, of the `kind` asked for, written as `NAME.pem` and
+    /// `NAME.key` in [`TestPki::dir`].
+    ///
+    /// # Panics
+    /// When the certificate cannot be made or written.
+    #[must_use]
+    pub fn self_signed(
+        &self,
+        name: &str,
+        kind: SelfSigned,
+    ) -> (std::path::PathBuf, std::path::PathBuf) {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+        let key = KeyPair::generate().expect("a key");
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+                .expect("params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        params.is_ca = match kind {
+            SelfSigned::Leaf => IsCa::ExplicitNoCa,
+            SelfSigned::Ca | SelfSigned::ExpiredCa => IsCa::Ca(BasicConstraints::Unconstrained),
+        };
+        if kind == SelfSigned::ExpiredCa {
+            params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+        }
+        let cert = params.self_signed(&key).expect("a certificate");
+        let (cert_path, key_path) = (
+            self.dir.join(format!("{name}.pem")),
+            self.dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&cert_path, cert.pem()).expect("a file in the temporary folder");
+        std::fs::write(&key_path, key.serialize_pem()).expect("a file in the temporary folder");
+        (cert_path, key_path)
+    }
+
     /// The folder holding the files.
     #[must_use]
     pub fn dir(&self) -> &std::path::Path {
@@ -443,6 +481,18 @@ impl TestPki {
     fn path_str(&self, name: &str) -> String {
         self.dir.join(name).to_string_lossy().into_owned()
     }
+}
+
+/// Which self-signed certificate [`TestPki::self_signed`] makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelfSigned {
+    /// A proper one: `basicConstraints CA:FALSE`.
+    Leaf,
+    /// Marked as a CA (`CA:TRUE`), as OpenSSL 3's `openssl req -x509`
+    /// makes it by default.
+    Ca,
+    /// Marked as a CA, and expired in 2001.
+    ExpiredCa,
 }
 
 impl Drop for TestPki {

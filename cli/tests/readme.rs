@@ -17,6 +17,13 @@
 //!   example can delete what it received. An unknown variable fails;
 //! - every line must exit 0; a comment holding `prints: TEXT` says that
 //!   the line prints exactly `TEXT` (one line, variables substituted).
+//!
+//! A ```` ```sh ```` block after `<!-- readme-test: tls` is a TLS recipe,
+//! run in a fresh folder: each `sluice-server` line starts an in-process
+//! broker with its flags (port 0; file names are the folder's), each
+//! `sluice` line runs the CLI against it, and every other line runs as
+//! written with bash (`openssl` must be installed; without it the test
+//! says it skips, except on CI, where it fails).
 
 use std::collections::HashMap;
 use std::process::{Command, Output, Stdio};
@@ -431,4 +438,166 @@ fn the_last_receipt_of_a_json_reply_is_found() {
     .unwrap();
     assert_eq!(last_receipt(&v).as_deref(), Some("bb"));
     assert_eq!(last_receipt(&serde_json::json!([])), None);
+}
+
+const TLS_MARKER: &str = "<!-- readme-test: tls";
+
+/// The lines of each block marked [`TLS_MARKER`], continued lines joined,
+/// with their README.md line numbers.
+fn tls_blocks(readme: &str) -> Vec<Vec<(usize, String)>> {
+    let lines: Vec<&str> = readme.lines().collect();
+    let mut blocks = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if !lines[i].trim_start().starts_with(TLS_MARKER) {
+            i += 1;
+            continue;
+        }
+        assert_eq!(
+            lines.get(i + 1).map(|l| l.trim()),
+            Some("```sh"),
+            "README.md line {}: a readme-test: tls comment must be followed by a ```sh block",
+            i + 2
+        );
+        i += 2;
+        let mut block = Vec::new();
+        let mut pending = String::new();
+        let mut start = i + 1;
+        while i < lines.len() && lines[i].trim() != "```" {
+            if pending.is_empty() {
+                start = i + 1;
+            }
+            match lines[i].strip_suffix('\\') {
+                Some(head) => {
+                    pending.push_str(head);
+                    pending.push(' ');
+                }
+                None => {
+                    pending.push_str(lines[i]);
+                    block.push((start, std::mem::take(&mut pending)));
+                }
+            }
+            i += 1;
+        }
+        assert!(
+            i < lines.len(),
+            "README.md line {start}: the ```sh block never ends"
+        );
+        blocks.push(block);
+        i += 1;
+    }
+    blocks
+}
+
+/// Runs one TLS recipe in `dir`.
+fn run_tls_block(block: &[(usize, String)], dir: &std::path::Path) {
+    let mut server = None;
+    for (number, text) in block {
+        let Some(line) = parse_line(text, *number) else {
+            continue;
+        };
+        let words: Vec<String> = line
+            .words
+            .iter()
+            .map(|w| expand(w, &HashMap::new(), *number))
+            .collect();
+        match words[0].as_str() {
+            "sluice-server" => {
+                // The files the recipe made, where the recipe made them.
+                let args: Vec<String> = words[1..]
+                    .iter()
+                    .map(|w| match dir.join(w) {
+                        p if p.is_file() => p.display().to_string(),
+                        _ => w.clone(),
+                    })
+                    .collect();
+                let flag = |name: &str| {
+                    let at = args.iter().position(|a| a == name);
+                    at.and_then(|i| args.get(i + 1))
+                        .map(std::path::PathBuf::from)
+                };
+                let (cert, key) = (flag("--tls-cert"), flag("--tls-key"));
+                let (Some(cert), Some(key)) = (cert, key) else {
+                    panic!("README.md line {number}: a TLS recipe starts its broker with TLS");
+                };
+                // Made as the README says, the certificate draws no warning:
+                // every TLS client accepts it, not only sluice's.
+                let settings = sluice_broker::server::tls::TlsSettings::load(cert, key, None)
+                    .unwrap_or_else(|e| panic!("README.md line {number}: {e}"));
+                assert_eq!(
+                    settings.cert_warning, None,
+                    "README.md line {number}: the recipe's certificate"
+                );
+                server = Some(
+                    sluice_broker::testing::TestServer::builder()
+                        .args(&args)
+                        .start(),
+                );
+            }
+            "sluice" => {
+                let Some(server) = &server else {
+                    panic!("README.md line {number}: sluice before sluice-server");
+                };
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+                cmd.args(&words[1..])
+                    .current_dir(dir)
+                    .env("SLUICE_ADDR", server.addr().to_string())
+                    .env_remove("SLUICE_TOKEN_FILE")
+                    .env_remove("SLUICE_TLS_CA")
+                    .env_remove("SLUICE_TLS_SERVER_NAME")
+                    .env_remove("SLUICE_TLS_CLIENT_CERT")
+                    .env_remove("SLUICE_TLS_CLIENT_KEY");
+                let out = output_within(cmd, *number);
+                assert!(
+                    out.status.success(),
+                    "README.md line {number}: `{}` exited with {}\nstdout:\n{}\nstderr:\n{}",
+                    words.join(" "),
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            _ => {
+                let mut cmd = Command::new("bash");
+                cmd.args(["-euo", "pipefail", "-c", text]).current_dir(dir);
+                let out = output_within(cmd, *number);
+                assert!(
+                    out.status.success(),
+                    "README.md line {number}: `{text}` exited with {}\nstderr:\n{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+    assert!(server.is_some(), "a TLS recipe that starts no broker");
+}
+
+#[test]
+fn the_readme_tls_recipes_run_as_written() {
+    let openssl = Command::new("openssl")
+        .arg("version")
+        .stdout(Stdio::null())
+        .status();
+    if !openssl.is_ok_and(|s| s.success()) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "openssl is missing: CI must run the README's TLS recipes (.ci/run installs it)"
+        );
+        eprintln!("SKIPPED the_readme_tls_recipes_run_as_written: openssl is not installed");
+        return;
+    }
+    let blocks = tls_blocks(README);
+    assert!(
+        blocks.len() >= 2,
+        "README.md has fewer than two blocks marked {TLS_MARKER} -->: a recipe goes untested"
+    );
+    for (k, block) in blocks.iter().enumerate() {
+        let dir =
+            std::env::temp_dir().join(format!("sluice-readme-tls-{}-{k}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        run_tls_block(block, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

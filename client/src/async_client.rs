@@ -122,8 +122,10 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
         let tls = match config.tls_session(addr)? {
             None => None,
             Some(session) => {
-                let tls_failed =
-                    |e: Error| connect_error(addr, std::io::Error::other(e.to_string()));
+                let tls_failed = |e: Error| match e {
+                    Error::Tls { .. } => e,
+                    e => connect_error(addr, std::io::Error::other(e.to_string())),
+                };
                 let mut out = Vec::new();
                 let mut chunk = vec![0u8; HELLO_CHUNK_BYTES];
                 loop {
@@ -186,7 +188,13 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
                 // the alert after the client's side of the handshake).
                 match session.open(&cipher, handshake.buffer()) {
                     Ok(false) => {}
-                    Ok(true) => return Err(closed_during(addr, "HELLO")),
+                    // The server's last words (a refusal) may come with
+                    // its close_notify.
+                    Ok(true) => match handshake.poll()? {
+                        Some(hello) => break hello,
+                        None => return Err(closed_during(addr, "HELLO")),
+                    },
+                    Err(e @ Error::Tls { .. }) => return Err(e),
                     Err(e) => {
                         return Err(connect_error(addr, std::io::Error::other(e.to_string())));
                     }

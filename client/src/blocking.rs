@@ -129,8 +129,8 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
                 s.set_write_timeout(Some(t))
             };
             bounded(&stream, left.max(Duration::from_millis(1)))
-                .and_then(|()| session.handshake(&mut stream))
                 .map_err(|e| connect_error(addr, e))?;
+            session.handshake(&mut stream)?;
             Some(session)
         }
     };
@@ -176,7 +176,13 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
                 // the alert after the client's side of the handshake).
                 Some(session) => match session.open(&chunk[..n], handshake.buffer()) {
                     Ok(false) => {}
-                    Ok(true) => return Err(eof()),
+                    // The server's last words (a refusal) may come with its
+                    // close_notify.
+                    Ok(true) => match handshake.poll()? {
+                        Some(hello) => break hello,
+                        None => return Err(eof()),
+                    },
+                    Err(e @ Error::Tls { .. }) => return Err(e),
                     Err(e) => {
                         return Err(connect_error(addr, std::io::Error::other(e.to_string())));
                     }

@@ -104,6 +104,20 @@ pub enum Error {
         #[source]
         source: Arc<std::io::Error>,
     },
+    /// TLS with the server could not be set up, for a reason that does not
+    /// go away by itself: the server's certificate was refused (a CA
+    /// certificate presented as the server's own, a CA this client does not
+    /// trust, another name, out of its validity period), the server refused
+    /// this client's certificate, the two share no TLS version or cipher
+    /// suite, or the port does not speak TLS. The message says which and
+    /// how to fix it. Nothing was sent.
+    #[error("Tls: {addr}: {message}")]
+    Tls {
+        /// The address tried.
+        addr: String,
+        /// What failed, and the fix.
+        message: String,
+    },
     /// Reading or writing the connection failed: it is closed, and requests
     /// in flight on it may or may not have taken effect.
     #[error("Io: {0}")]
@@ -219,6 +233,7 @@ impl Error {
             Error::Unsupported(_) => ErrorCode::Unsupported,
             Error::Other { code, .. } => *code,
             Error::Connect { .. }
+            | Error::Tls { .. }
             | Error::Io(_)
             | Error::Timeout(_)
             | Error::Disconnected(_)
@@ -228,7 +243,7 @@ impl Error {
     }
 
     /// The error's name: the protocol code's name (`StaleReceipt`) or the
-    /// client-side kind (`Connect`, `Io`, `Timeout`, `Disconnected`,
+    /// client-side kind (`Connect`, `Tls`, `Io`, `Timeout`, `Disconnected`,
     /// `Protocol`, `Closed`). Every [`Display`](std::fmt::Display) form
     /// starts with it.
     #[must_use]
@@ -238,6 +253,7 @@ impl Error {
         }
         match self {
             Error::Connect { .. } => "Connect",
+            Error::Tls { .. } => "Tls",
             Error::Io(_) => "Io",
             Error::Timeout(_) => "Timeout",
             Error::Disconnected(_) => "Disconnected",
@@ -247,12 +263,14 @@ impl Error {
     }
 
     /// Whether the connection was lost or could not be made: the request
-    /// may or may not have taken effect (except for `Connect`, where nothing
-    /// was sent), and a later request reconnects.
+    /// may or may not have taken effect (except for `Connect` and `Tls`,
+    /// where nothing was sent), and a later request reconnects.
     #[must_use]
     pub fn is_disconnect(&self) -> bool {
         match self {
-            Error::Connect { .. } | Error::Io(_) | Error::Disconnected(_) => true,
+            Error::Connect { .. } | Error::Tls { .. } | Error::Io(_) | Error::Disconnected(_) => {
+                true
+            }
             other => other.code().is_some_and(ErrorCode::closes_connection),
         }
     }
@@ -264,7 +282,9 @@ impl Error {
     /// because it is shutting down or at its connection limit
     /// (`ShuttingDown`, `TooManyConnections`). Every other error is
     /// permanent for that request (a bad argument, a missing queue, a lost
-    /// lease, a refused token, a protocol failure, a closed client).
+    /// lease, a refused token, a TLS set-up that failed (`Tls`: a refused
+    /// certificate does not become acceptable by itself), a protocol
+    /// failure, a closed client).
     ///
     /// A retried send may be delivered twice when the first attempt took
     /// effect before the error (`Timeout` and the disconnect class): give it
@@ -393,6 +413,14 @@ mod tests {
         }
         assert!(!Error::Protocol(String::new()).is_retryable());
         assert!(!Error::Closed.is_retryable());
+        let tls = Error::Tls {
+            addr: "a:1".into(),
+            message: "the server's certificate is a CA certificate".into(),
+        };
+        assert!(!tls.is_retryable(), "{tls}");
+        assert!(tls.is_disconnect());
+        assert_eq!(tls.name(), "Tls");
+        assert!(tls.to_string().starts_with("Tls: a:1: "), "{tls}");
     }
 
     #[test]

@@ -8,6 +8,27 @@
 //! The server's name is checked against its certificate: by default the
 //! host part of the address connected to (a DNS name or an IP address),
 //! or the one given with [`TlsConfig::server_name`].
+//!
+//! # A self-signed certificate given as its own CA
+//!
+//! The server's certificate is verified by rustls's webpki verifier, with
+//! one exception: a certificate byte for byte identical to one in the CA
+//! file is accepted although it is marked as a CA (`basicConstraints
+//! CA:TRUE`, which OpenSSL 3's `openssl req -x509` writes by default and
+//! webpki refuses in a server's own certificate), as redis-cli and the NATS
+//! clients accept it. Its validity period and the server's name are still
+//! checked, and the handshake's signature is still verified with the
+//! provider's algorithms against its key, so only the holder of that key
+//! gets through. That grants nothing more than trusting the certificate
+//! already did: whoever holds a trusted CA's key can sign a leaf for any
+//! name, which webpki accepts.
+//!
+//! # Failures
+//!
+//! A failure that will not go away by itself (a refused certificate on
+//! either side, no common TLS version or cipher suite, a port that does
+//! not speak TLS) is [`Error::Tls`], which names the cause and the fix and
+//! is not retryable; a broken connection stays a disconnect.
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -15,9 +36,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::BytesMut;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig as RustlsConfig, ClientConnection, RootCertStore};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
+use rustls::{
+    AlertDescription, CertificateError, ClientConfig as RustlsConfig, ClientConnection,
+    DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
 
 use crate::error::{Error, Result};
 use crate::poison;
@@ -71,30 +98,118 @@ fn certs(what: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-fn roots(ca: &Path) -> Result<RootCertStore> {
+/// The rustls configuration up to its client certificate: the provider,
+/// the protocol versions, and [`AnchorVerifier`] over the CA file `ca`.
+fn builder(
+    ca: &Path,
+) -> Result<rustls::ConfigBuilder<RustlsConfig, rustls::client::WantsClientCert>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let anchors = certs("TLS CA file", ca)?;
     let mut roots = RootCertStore::empty();
-    for c in certs("TLS CA file", ca)? {
-        roots.add(c).map_err(|e| file_error("TLS CA file", ca, e))?;
+    for c in &anchors {
+        roots
+            .add(c.clone())
+            .map_err(|e| file_error("TLS CA file", ca, e))?;
     }
-    Ok(roots)
+    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| file_error("TLS CA file", ca, e))?;
+    let verifier = AnchorVerifier { webpki, anchors };
+    Ok(RustlsConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::InvalidArgument(format!("TLS: {e}")))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier)))
 }
 
-fn builder() -> Result<rustls::ConfigBuilder<RustlsConfig, rustls::WantsVerifier>> {
-    RustlsConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::InvalidArgument(format!("TLS: {e}")))
+/// rustls's webpki verifier, which also accepts a server certificate
+/// identical to one of the trusted ones although it is marked as a CA (see
+/// the module docs for why that is safe).
+#[derive(Debug)]
+struct AnchorVerifier {
+    webpki: Arc<WebPkiServerVerifier>,
+    /// The CA file's certificates, as given.
+    anchors: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for AnchorVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        match self.webpki.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
+            // webpki checks the validity period before the basic
+            // constraints, so a certificate refused as a CA is in its
+            // period (a test holds this: an expired one stays refused).
+            Err(e)
+                if is_ca_used_as_end_entity(&e)
+                    && self
+                        .anchors
+                        .iter()
+                        .any(|a| a.as_ref() == end_entity.as_ref()) =>
+            {
+                let parsed = ParsedCertificate::try_from(end_entity)?;
+                rustls::client::verify_server_name(&parsed, server_name)?;
+                Ok(ServerCertVerified::assertion())
+            }
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+/// Whether webpki refused a certificate because it is a CA's.
+fn is_ca_used_as_end_entity(e: &rustls::Error) -> bool {
+    matches!(
+        e,
+        rustls::Error::InvalidCertificate(CertificateError::Other(other))
+            if matches!(
+                other.0.downcast_ref::<webpki::Error>(),
+                Some(webpki::Error::CaUsedAsEndEntity)
+            )
+    )
 }
 
 impl TlsConfig {
-    /// Trusts the CA certificates in the PEM file `ca`.
+    /// Trusts the CA certificates in the PEM file `ca`, or a server's
+    /// self-signed certificate itself (see the module docs).
     ///
     /// # Errors
     /// `InvalidArgument` when the file cannot be read or holds no usable
     /// certificate.
     pub fn with_ca_file(ca: impl AsRef<Path>) -> Result<TlsConfig> {
-        let config = builder()?
-            .with_root_certificates(roots(ca.as_ref())?)
-            .with_no_client_auth();
+        let config = builder(ca.as_ref())?.with_no_client_auth();
         Ok(TlsConfig::from_rustls(Arc::new(config)))
     }
 
@@ -114,8 +229,7 @@ impl TlsConfig {
         let chain = certs("TLS client certificate", cert)?;
         let private =
             PrivateKeyDer::from_pem_file(key).map_err(|e| file_error("TLS client key", key, e))?;
-        let config = builder()?
-            .with_root_certificates(roots(ca.as_ref())?)
+        let config = builder(ca.as_ref())?
             .with_client_auth_cert(chain, private)
             .map_err(|e| file_error("TLS client key", key, e))?;
         Ok(TlsConfig::from_rustls(Arc::new(config)))
@@ -157,6 +271,8 @@ impl TlsConfig {
         conn.set_buffer_limit(None);
         Ok(TlsSession {
             conn: Mutex::new(conn),
+            addr: addr.to_owned(),
+            server_name: host.to_owned(),
         })
     }
 }
@@ -172,6 +288,9 @@ fn host_of(addr: &str) -> &str {
 /// time, so it is never contended for long.
 pub(crate) struct TlsSession {
     conn: Mutex<ClientConnection>,
+    /// The address connected to and the name checked, for the errors.
+    addr: String,
+    server_name: String,
 }
 
 impl fmt::Debug for TlsSession {
@@ -180,14 +299,85 @@ impl fmt::Debug for TlsSession {
     }
 }
 
-/// A TLS failure, as a connection error.
-fn tls_error(e: impl fmt::Display) -> Error {
-    Error::Disconnected(format!("TLS: {e}"))
+/// What an [`Error::Tls`] says about the CA certificate a server presents
+/// as its own.
+const CA_AS_SERVER_CERT: &str = "the server's certificate is a CA certificate \
+    (basicConstraints CA:TRUE; OpenSSL 3's `openssl req -x509` makes one unless told \
+    otherwise), which TLS refuses as a server's own. Make it again with `-addext \
+    basicConstraints=critical,CA:FALSE`, or sign a leaf certificate with a small CA and \
+    trust the CA (README.md, TLS); a client whose CA file holds exactly this certificate \
+    accepts it";
+
+/// The description of a TLS failure that will not go away by itself, with
+/// its fix; `None` for the others (a broken connection, a corrupt record
+/// once the session runs).
+fn permanent(e: &rustls::Error, handshaking: bool, server_name: &str) -> Option<String> {
+    use rustls::Error as E;
+    let cert = |what: &str| format!("{what} ({e})");
+    Some(match e {
+        _ if is_ca_used_as_end_entity(e) => format!("{CA_AS_SERVER_CERT} ({e})"),
+        E::InvalidCertificate(CertificateError::UnknownIssuer) => cert(
+            "the server's certificate is not signed by a CA this client trusts: give the CA \
+             that signed it, or the server's self-signed certificate itself, as the CA file \
+             (the CLI's --tls-ca)",
+        ),
+        E::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => cert(&format!(
+            "the server's certificate does not carry the name {server_name}: connect by a \
+             name it carries, give that name (TlsConfig::server_name, the CLI's \
+             --tls-server-name), or add this one to its subjectAltName"
+        )),
+        E::InvalidCertificate(_) | E::NoCertificatesPresented => {
+            cert("the server's certificate was refused")
+        }
+        E::AlertReceived(
+            AlertDescription::BadCertificate
+            | AlertDescription::UnsupportedCertificate
+            | AlertDescription::CertificateRevoked
+            | AlertDescription::CertificateExpired
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::UnknownCA
+            | AlertDescription::AccessDenied
+            | AlertDescription::CertificateRequired,
+        ) => cert(
+            "the server refused this client's certificate, or wants one: present one signed \
+             by a CA of its --tls-client-ca (TlsConfig::with_client_cert, the CLI's \
+             --tls-client-cert and --tls-client-key)",
+        ),
+        // What a plain-text sluice port answers a TLS handshake with.
+        E::AlertReceived(AlertDescription::HandshakeFailure) if handshaking => cert(
+            "the server refused the TLS handshake: is it a plain port? A sluice server \
+             started without --tls-cert answers TLS so: connect without TLS (no TlsConfig, \
+             no --tls-ca); else it shares no TLS version or cipher suite with this client",
+        ),
+        E::InvalidMessage(_) if handshaking => cert(
+            "the server did not answer TLS: is it a plain port? Connect without TLS (no \
+             TlsConfig, no --tls-ca), or check the port",
+        ),
+        E::PeerIncompatible(_)
+        | E::AlertReceived(
+            AlertDescription::ProtocolVersion | AlertDescription::InsufficientSecurity,
+        ) => cert("the server shares no TLS version or cipher suite with this client"),
+        _ => return None,
+    })
 }
 
 impl TlsSession {
     fn lock(&self) -> MutexGuard<'_, ClientConnection> {
         poison::lock(&self.conn)
+    }
+
+    /// A TLS failure as the client's error: [`Error::Tls`] when it will not
+    /// go away by itself, a lost connection otherwise.
+    fn failure(&self, e: &rustls::Error, handshaking: bool) -> Error {
+        match permanent(e, handshaking, &self.server_name) {
+            Some(message) => Error::Tls {
+                addr: self.addr.clone(),
+                message,
+            },
+            None => Error::Disconnected(format!("TLS: {e}")),
+        }
     }
 
     /// Whether the handshake is still going on.
@@ -212,9 +402,10 @@ impl TlsSession {
     /// else rustls has to send.
     pub(crate) fn seal(&self, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
         let mut c = self.lock();
-        c.writer().write_all(plain).map_err(tls_error)?;
+        let broken = |e: io::Error| Error::Disconnected(format!("TLS: {e}"));
+        c.writer().write_all(plain).map_err(broken)?;
         while c.wants_write() {
-            c.write_tls(out).map_err(tls_error)?;
+            c.write_tls(out).map_err(broken)?;
         }
         Ok(())
     }
@@ -230,14 +421,17 @@ impl TlsSession {
         let mut c = self.lock();
         let mut chunk = [0u8; PLAINTEXT_CHUNK_BYTES];
         while !cipher.is_empty() {
-            c.read_tls(&mut cipher).map_err(tls_error)?;
-            c.process_new_packets().map_err(tls_error)?;
+            c.read_tls(&mut cipher)
+                .map_err(|e| Error::Disconnected(format!("TLS: {e}")))?;
+            if let Err(e) = c.process_new_packets() {
+                return Err(self.failure(&e, c.is_handshaking()));
+            }
             loop {
                 match c.reader().read(&mut chunk) {
                     Ok(0) => return Ok(true),
                     Ok(n) => plain.extend_from_slice(&chunk[..n]),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(tls_error(e)),
+                    Err(e) => return Err(Error::Disconnected(format!("TLS: {e}"))),
                 }
             }
         }
@@ -245,14 +439,31 @@ impl TlsSession {
     }
 
     /// Runs the handshake on a blocking stream (whose time-outs bound it).
+    ///
+    /// # Errors
+    /// [`Error::Tls`] for a failure that will not go away by itself, else
+    /// [`Error::Connect`] with what the socket or rustls said.
     #[cfg(feature = "blocking")]
-    pub(crate) fn handshake<S: Read + Write>(&self, stream: &mut S) -> io::Result<()> {
+    pub(crate) fn handshake<S: Read + Write>(&self, stream: &mut S) -> Result<()> {
         let mut c = self.lock();
+        let mut step = |c: &mut ClientConnection| {
+            c.complete_io(stream).map(drop).map_err(|e| {
+                // rustls hands its own errors back inside the io::Error.
+                let tls = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
+                match tls.map(|t| self.failure(t, c.is_handshaking())) {
+                    Some(err @ Error::Tls { .. }) => err,
+                    _ => Error::Connect {
+                        addr: self.addr.clone(),
+                        source: Arc::new(e),
+                    },
+                }
+            })
+        };
         while c.is_handshaking() {
-            c.complete_io(stream)?;
+            step(&mut c)?;
         }
         while c.wants_write() {
-            c.complete_io(stream)?;
+            step(&mut c)?;
         }
         Ok(())
     }
@@ -263,8 +474,11 @@ impl TlsSession {
     pub(crate) fn handshake_input(&self, mut cipher: &[u8]) -> Result<bool> {
         let mut c = self.lock();
         while !cipher.is_empty() {
-            c.read_tls(&mut cipher).map_err(tls_error)?;
-            c.process_new_packets().map_err(tls_error)?;
+            c.read_tls(&mut cipher)
+                .map_err(|e| Error::Disconnected(format!("TLS: {e}")))?;
+            if let Err(e) = c.process_new_packets() {
+                return Err(self.failure(&e, c.is_handshaking()));
+            }
         }
         Ok(c.is_handshaking())
     }

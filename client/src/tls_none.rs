@@ -20,7 +20,7 @@ impl TlsSession {
     }
 
     #[cfg(feature = "blocking")]
-    pub(crate) fn handshake<S>(&self, _stream: &mut S) -> std::io::Result<()> {
+    pub(crate) fn handshake<S>(&self, _stream: &mut S) -> Result<()> {
         match *self {}
     }
 

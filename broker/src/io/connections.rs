@@ -31,7 +31,8 @@ pub(crate) enum CloseReq {
 pub(crate) struct Slot {
     pub(crate) generation: u32,
     pub(crate) in_use: bool,
-    /// Accepted only to be refused: never read.
+    /// Accepted only to be refused: not read unless the caller resumes
+    /// reading it, closed after its flush unless the caller does.
     pub(crate) refused: bool,
     /// The caller knows it: `Accepted`/`Refused` reported, `Closed` not yet.
     pub(crate) user_open: bool,

@@ -185,7 +185,6 @@ impl EpollDriver {
             let wanted = slot.user_open
                 && slot.close == CloseReq::None
                 && slot.reading
-                && !slot.refused
                 && self.conns[i].readable;
             if !wanted {
                 break;
@@ -384,7 +383,9 @@ impl EpollDriver {
             if refused {
                 cb(&mut self.ops, Event::Refused { conn, peer });
                 let slot = self.ops.slot_mut(conn.index());
-                if slot.close == CloseReq::None {
+                // Unless the caller reads it (a TLS handshake to finish before
+                // its refusal can be sent), it goes once the refusal is out.
+                if slot.close == CloseReq::None && !slot.reading {
                     slot.close = CloseReq::AfterFlush;
                 }
             } else {

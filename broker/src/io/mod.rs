@@ -58,8 +58,8 @@
 //! [`DriverConfig::connections_max`] connections; past that it accepts up to
 //! [`DriverConfig::refused_connections_max`] more only to refuse them
 //! ([`Event::Refused`]: the caller may queue an error frame, then the driver
-//! flushes it and closes the connection), and closes any further ones at
-//! once.
+//! flushes it and closes the connection; or read it first, and close it
+//! itself), and closes any further ones at once.
 
 use std::fmt;
 use std::io;
@@ -147,9 +147,12 @@ pub enum Event<'a> {
         /// The peer's address.
         peer: SocketAddr,
     },
-    /// A new connection over [`DriverConfig::connections_max`]. It is never
-    /// read; what the callback sends (an error frame) is flushed, then the
-    /// driver closes it and reports [`Event::Closed`].
+    /// A new connection over [`DriverConfig::connections_max`]. It is not
+    /// read: what the callback sends (an error frame) is flushed, then the
+    /// driver closes it and reports [`Event::Closed`]. A callback that
+    /// resumes reading it ([`Connections::set_reading`], for a TLS
+    /// handshake before the error frame) gets its data and closes it
+    /// itself, as any other connection.
     Refused {
         /// Its id.
         conn: ConnId,

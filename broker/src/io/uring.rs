@@ -557,11 +557,7 @@ impl UringDriver {
             return Ok(delivered);
         };
         let generation = slot.generation;
-        let want_recv = slot.user_open
-            && slot.close == CloseReq::None
-            && slot.reading
-            && !slot.refused
-            && !u.eof;
+        let want_recv = slot.user_open && slot.close == CloseReq::None && slot.reading && !u.eof;
         match (want_recv, u.recv) {
             (true, Recv::Idle) => {
                 let entry = opcode::RecvMulti::new(types::Fd(fd), BGID)
@@ -802,7 +798,9 @@ impl UringDriver {
         if refused {
             cb(&mut self.ops, Event::Refused { conn, peer });
             let slot = self.ops.slot_mut(conn.index());
-            if slot.close == CloseReq::None {
+            // Unless the caller reads it (a TLS handshake to finish before
+            // its refusal can be sent), it goes once the refusal is out.
+            if slot.close == CloseReq::None && !slot.reading {
                 slot.close = CloseReq::AfterFlush;
             }
         } else {

@@ -124,7 +124,8 @@ pub const CPU_INDEX_LIMIT: usize = 1024;
 /// sent are read and answered (`ShuttingDown`) rather than left unread in
 /// the socket, and its last replies are not cut off by a reset.
 pub const DRAIN_QUIET_NS: u64 = 100_000_000;
-/// Time a closing connection has to take its last replies before it is
+/// Time a closing connection has to take its last replies (on a TLS port,
+/// to finish the handshake a refusal waits for) before it is
 /// closed at once (a peer that never reads would hold it forever).
 pub const CLOSE_FLUSH_TIMEOUT_NS: u64 = 5_000_000_000;
 /// Leases a connection keeps bound (RECEIVE with the bind flag) at most;

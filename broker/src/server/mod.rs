@@ -362,6 +362,10 @@ impl Server {
                 );
             }
         }
+        if let Some(warning) = config.tls.as_ref().and_then(|t| t.cert_warning.as_ref()) {
+            let cert = config.tls.as_ref().map(|t| t.cert.display().to_string());
+            tracing::warn!(tls_cert = cert.unwrap_or_default(), "{warning}");
+        }
         if config.tls.is_none() && !config.listen.ip().to_canonical().is_loopback() {
             tracing::warn!(
                 listen = %config.listen,
@@ -415,10 +419,15 @@ impl Server {
         let shards = config.shards.max(1);
         let placement = placement(&config.cpus, shards)?;
         check_open_files(&config);
-        let shed_reply = encoded(&Reply::error(
-            ErrorCode::TooManyConnections,
-            "the server is out of file descriptors; retry later",
-        ));
+        // Sent before any handshake: on a TLS port, an alert a TLS client
+        // can read (an ERROR frame would be a corrupt record to it).
+        let shed_reply = match &config.tls {
+            None => encoded(&Reply::error(
+                ErrorCode::TooManyConnections,
+                "the server is out of file descriptors; retry later",
+            )),
+            Some(_) => Arc::from(&transport::TLS_INTERNAL_ERROR_ALERT[..]),
+        };
         let mut choice = match config.io {
             IoChoice::Auto => BackendChoice::Auto,
             IoChoice::Uring => BackendChoice::IoUring,

@@ -171,6 +171,10 @@ struct Conn {
     before_hello: bool,
     /// Whether it is in `State::dirty` (replies to hand over this turn).
     dirty: bool,
+    /// Its session closed it while its TLS handshake, which carries the
+    /// last reply (a refusal), was still going on: closed when it is done
+    /// (or at the session's close deadline).
+    close_after_handshake: bool,
 }
 
 /// The engine as the loop lends it to one session: tickets come from the
@@ -483,6 +487,9 @@ impl State {
                         paused.push(id);
                     }
                 }
+                Command::Close if conn.transport.awaits_handshake() => {
+                    conn.close_after_handshake = true;
+                }
                 Command::Close => {
                     if let Some(alert) = conn.transport.close_notify() {
                         io.send(id, alert);
@@ -518,15 +525,7 @@ impl State {
         self.events = self.events.saturating_add(1);
         match event {
             Event::Accepted { conn, peer } => self.on_accept(io, conn, peer),
-            Event::Refused { conn, peer } => {
-                tracing::debug!(%peer, "connection refused: this shard's driver is full");
-                self.stats().refused.add(1);
-                let reply = too_many_connections(self.shared.config.connections_max);
-                let mut buf = BytesMut::with_capacity(reply.encoded_len());
-                if reply.encode(0, &mut buf).is_ok() {
-                    io.send(conn, buf.freeze());
-                }
-            }
+            Event::Refused { conn, peer } => self.on_refused(io, conn, peer),
             Event::Data { conn, bytes } => self.on_data(io, conn, bytes),
             Event::Closed { conn, error } => self.on_closed(conn, error),
             Event::Woken => {}
@@ -558,6 +557,14 @@ impl State {
                 }
                 if let Some(c) = self.conns[id.index() as usize].as_mut() {
                     c.transport.give_back(plain);
+                    if c.close_after_handshake && !c.transport.awaits_handshake() {
+                        // The refusal went out with the handshake's end.
+                        c.close_after_handshake = false;
+                        if let Some(alert) = c.transport.close_notify() {
+                            io.send(id, alert);
+                        }
+                        io.close(id);
+                    }
                 }
             }
             Inbound::Refuse { why, detail, reply } => {
@@ -613,20 +620,77 @@ impl State {
         );
     }
 
-    fn on_accept(&mut self, io: &mut Connections, id: ConnId, peer: SocketAddr) {
+    /// A connection the driver refused (it holds `--max-connections`): the
+    /// ERROR frame, in plain text or, on a TLS port, inside TLS once the
+    /// handshake is done (the connection is read for that).
+    fn on_refused(&mut self, io: &mut Connections, id: ConnId, peer: SocketAddr) {
+        tracing::debug!(%peer, "connection refused: this shard's driver is full");
+        self.stats().refused.add(1);
+        let reply = too_many_connections(self.shared.config.connections_max);
+        if self.shared.config.tls.is_none() {
+            let mut buf = BytesMut::with_capacity(reply.encoded_len());
+            if reply.encode(0, &mut buf).is_ok() {
+                io.send(id, buf.freeze());
+            }
+            return;
+        }
+        let Some(transport) = self.transport(io, id, peer) else {
+            return;
+        };
+        io.set_reading(id, true);
+        let session = Session::refused(peer, &self.config, self.now_ns, &reply);
+        self.install(io, id, session, transport, false, false);
+    }
+
+    /// A new connection's transport, or `None` (closed) when TLS cannot
+    /// start.
+    fn transport(&self, io: &mut Connections, id: ConnId, peer: SocketAddr) -> Option<Transport> {
         let tls = self.shared.config.tls.as_ref().map(|t| &t.server_config);
-        let transport = match Transport::new(tls) {
-            Ok(t) => t,
+        match Transport::new(tls) {
+            Ok(t) => Some(t),
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "closing connection: TLS could not start");
                 io.close_now(id);
-                return;
+                None
             }
-        };
+        }
+    }
+
+    /// Puts a new connection in its slot and hands over what its session
+    /// has to say at once (a refusal and its close).
+    fn install(
+        &mut self,
+        io: &mut Connections,
+        id: ConnId,
+        session: Session,
+        transport: Transport,
+        counted: bool,
+        before_hello: bool,
+    ) {
         let idx = id.index() as usize;
         if self.conns.len() <= idx {
             self.conns.resize_with(idx + 1, || None);
         }
+        self.conns[idx] = Some(Conn {
+            id,
+            session,
+            transport,
+            refused: false,
+            counted,
+            before_hello,
+            dirty: false,
+            close_after_handshake: false,
+        });
+        if before_hello {
+            self.hello_order.push_back(id);
+        }
+        self.with_session(io, id, |_, _, _| {});
+    }
+
+    fn on_accept(&mut self, io: &mut Connections, id: ConnId, peer: SocketAddr) {
+        let Some(transport) = self.transport(io, id, peer) else {
+            return;
+        };
         let admitted = self.drain_deadline_ns.is_none() && self.shared.admit_connection();
         let before_hello = admitted && self.admit_before_hello(io);
         if admitted && !before_hello {
@@ -652,20 +716,7 @@ impl State {
             };
             Session::refused(peer, &self.config, self.now_ns, &reply)
         };
-        self.conns[idx] = Some(Conn {
-            id,
-            session,
-            transport,
-            refused: false,
-            counted,
-            before_hello,
-            dirty: false,
-        });
-        if before_hello {
-            self.hello_order.push_back(id);
-        }
-        // A refused connection's reply and close.
-        self.with_session(io, id, |_, _, _| {});
+        self.install(io, id, session, transport, counted, before_hello);
     }
 
     /// Counts a new connection before HELLO. At the limit, the connection

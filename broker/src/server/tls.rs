@@ -2,6 +2,13 @@
 //! CA that client certificates must chain to when they are required, read
 //! once at start into a rustls [`ServerConfig`] (the `ring` provider; TLS
 //! 1.3 and 1.2). `transport.rs` runs each connection's TLS.
+//!
+//! At load, the server's own certificate is put through the check a
+//! client's webpki verifier makes, with the chain's last certificate as
+//! the trust anchor: a certificate every client would refuse (a CA
+//! certificate presented as the server's own, which OpenSSL 3's
+//! `openssl req -x509` makes by default, or one out of its validity
+//! period or not for TLS servers) is named in a warning at start.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -10,7 +17,7 @@ use std::sync::Arc;
 use rustls::RootCertStore;
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 
 /// The TLS side of a validated configuration.
@@ -25,6 +32,9 @@ pub struct TlsSettings {
     pub client_ca: Option<PathBuf>,
     /// What the connections run with.
     pub server_config: Arc<ServerConfig>,
+    /// Why clients will refuse the certificate, when they will (logged as
+    /// a warning at start).
+    pub cert_warning: Option<String>,
 }
 
 impl fmt::Debug for TlsSettings {
@@ -80,6 +90,7 @@ impl TlsSettings {
     /// key that does not match the certificate, a CA file rustls refuses.
     pub fn load(cert: PathBuf, key: PathBuf, client_ca: Option<PathBuf>) -> Result<Self, TlsError> {
         let chain = certs("--tls-cert", &cert)?;
+        let cert_warning = cert_warning(&chain, UnixTime::now());
         let private = PrivateKeyDer::from_pem_file(&key)
             .map_err(|e| err("--tls-key", &key, format!("no usable PEM private key: {e}")))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -112,6 +123,104 @@ impl TlsSettings {
             key,
             client_ca,
             server_config: Arc::new(config),
+            cert_warning,
         })
+    }
+}
+
+/// Why a client would refuse the server certificate `chain` (the server's
+/// own first), when it is something the file's owner can fix: the check a
+/// client's webpki verifier makes at `now`, anchored at the chain's last
+/// certificate. `None` when it passes, or fails only for want of the CA
+/// the chain leads to (the clients have it, the file need not).
+pub(crate) fn cert_warning(chain: &[CertificateDer<'_>], now: UnixTime) -> Option<String> {
+    let own = chain.first()?;
+    let last = chain.last()?;
+    // Certificates webpki cannot even parse are rustls's to refuse.
+    let cert = webpki::EndEntityCert::try_from(own).ok()?;
+    let anchors = [webpki::anchor_from_trusted_cert(last).ok()?];
+    let algorithms = rustls::crypto::ring::default_provider()
+        .signature_verification_algorithms
+        .all;
+    let verified = cert.verify_for_usage(
+        algorithms,
+        &anchors,
+        &chain[1..],
+        now,
+        webpki::KeyUsage::server_auth(),
+        None,
+        None,
+    );
+    let e = verified.err()?;
+    Some(match e {
+        webpki::Error::CaUsedAsEndEntity => "the server's certificate is a CA certificate \
+            (basicConstraints CA:TRUE), which TLS clients refuse as a server's own \
+            (CaUsedAsEndEntity); OpenSSL 3's `openssl req -x509` makes one unless given \
+            `-addext basicConstraints=critical,CA:FALSE`. Make it again with that option, or \
+            sign a leaf certificate with a small CA (README.md, TLS). Only sluice clients \
+            given this very certificate as their CA file accept it"
+            .to_owned(),
+        webpki::Error::CertExpired { .. }
+        | webpki::Error::CertNotValidYet { .. }
+        | webpki::Error::InvalidCertValidity => {
+            format!(
+                "the server's certificate is out of its validity period ({e:?}): clients will refuse it"
+            )
+        }
+        webpki::Error::RequiredEkuNotFoundContext(_) => {
+            "the server's certificate is not for TLS servers (its extendedKeyUsage lacks \
+             serverAuth): clients will refuse it"
+                .to_owned()
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(all(test, feature = "test-util"))]
+mod tests {
+    use super::*;
+    use crate::testing::{SelfSigned, TestPki};
+
+    fn chain(path: &Path) -> Vec<CertificateDer<'static>> {
+        certs("--tls-cert", path).unwrap()
+    }
+
+    #[test]
+    fn a_ca_certificate_as_the_servers_own_is_warned_about() {
+        let pki = TestPki::generate();
+        let (cert, key) = pki.self_signed("ca-as-leaf", SelfSigned::Ca);
+        let warning = cert_warning(&chain(&cert), UnixTime::now()).expect("a warning");
+        assert!(warning.contains("CA:TRUE"), "{warning}");
+        assert!(
+            warning.contains("basicConstraints=critical,CA:FALSE"),
+            "{warning}"
+        );
+        // Loading it works (the server starts) and carries the warning.
+        let settings = TlsSettings::load(cert, key, None).unwrap();
+        assert_eq!(settings.cert_warning.as_deref(), Some(&warning[..]));
+    }
+
+    #[test]
+    fn proper_certificates_are_not_warned_about() {
+        let pki = TestPki::generate();
+        let (leaf, _) = pki.self_signed("leaf", SelfSigned::Leaf);
+        assert_eq!(cert_warning(&chain(&leaf), UnixTime::now()), None);
+        // A leaf signed by a CA the file does not hold.
+        assert_eq!(
+            cert_warning(&chain(&pki.server_cert()), UnixTime::now()),
+            None
+        );
+        // The leaf and its CA.
+        let mut both = chain(&pki.server_cert());
+        both.extend(chain(&pki.ca_pem()));
+        assert_eq!(cert_warning(&both, UnixTime::now()), None);
+    }
+
+    #[test]
+    fn an_expired_certificate_is_warned_about() {
+        let pki = TestPki::generate();
+        let (old, _) = pki.self_signed("old", SelfSigned::ExpiredCa);
+        let warning = cert_warning(&chain(&old), UnixTime::now()).expect("a warning");
+        assert!(warning.contains("validity period"), "{warning}");
     }
 }

@@ -18,6 +18,14 @@
 //!   port speaks TLS), which a sluice client shows as its connect error,
 //!   and closed. Any other TLS failure (bad certificate, an untrusted or
 //!   missing client certificate, garbage) gets rustls's alert and a close.
+//!   A connection refused at the connection limit is refused inside TLS:
+//!   the session's ERROR frame is sealed before the handshake is done and
+//!   rustls keeps it until then ([`Transport::awaits_handshake`]), so the
+//!   shard loop finishes the handshake before it closes and the client
+//!   reads `TooManyConnections` as on a plain port. Only the refusal a
+//!   driver sends out of file descriptors, with no connection to run a
+//!   handshake on, is a plain-text TLS `internal_error` alert
+//!   ([`TLS_INTERNAL_ERROR_ALERT`]).
 //!
 //! Either way the line logged says what happened and to whom, and only
 //! that connection is touched. Nothing a peer sends can panic here: every
@@ -39,6 +47,9 @@ const TLS_RECORD_MAJOR: u8 = 0x03;
 /// A TLS 1.2-framed fatal `handshake_failure` alert, sent in plain text to
 /// a TLS client on a plain-text port.
 const TLS_HANDSHAKE_FAILURE_ALERT: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28];
+/// A TLS 1.2-framed fatal `internal_error` alert: what a TLS port sends a
+/// connection it refuses out of file descriptors, before any handshake.
+pub const TLS_INTERNAL_ERROR_ALERT: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50];
 /// Plaintext read out of rustls at a time.
 const PLAINTEXT_CHUNK_BYTES: usize = 16 * 1024;
 
@@ -99,6 +110,9 @@ pub struct Tls {
     outgoing: Vec<u8>,
     /// Whether the first byte was looked at.
     sniffed: bool,
+    /// Whether plaintext was sealed during the handshake (a refusal), which
+    /// rustls sends once the handshake is done.
+    sealed_early: bool,
 }
 
 impl core::fmt::Debug for Tls {
@@ -132,6 +146,7 @@ impl Transport {
                     plaintext: Vec::new(),
                     outgoing: Vec::new(),
                     sniffed: false,
+                    sealed_early: false,
                 }))
             }
         })
@@ -140,6 +155,13 @@ impl Transport {
     /// Whether this is a TLS connection.
     pub fn is_tls(&self) -> bool {
         matches!(self, Transport::Tls(_))
+    }
+
+    /// Whether bytes sealed before the handshake finished still wait for
+    /// it: closing now would drop them (a refusal the client would never
+    /// read), so the close waits for the handshake.
+    pub fn awaits_handshake(&self) -> bool {
+        matches!(self, Transport::Tls(tls) if tls.sealed_early && tls.conn.is_handshaking())
     }
 
     /// Bytes arrived from the peer. Handshake records to send back are
@@ -197,6 +219,7 @@ impl Transport {
                 // With no buffer limit, a write takes everything: rustls
                 // encrypts at once after the handshake and keeps the bytes
                 // until then.
+                tls.sealed_early |= tls.conn.is_handshaking() && !plain.is_empty();
                 let _ = tls.conn.writer().write_all(&plain);
                 tls.take_outgoing().unwrap_or_default()
             }

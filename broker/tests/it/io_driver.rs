@@ -650,6 +650,51 @@ fn max_connections_refused(choice: BackendChoice) {
     roundtrip(&mut second);
 }
 
+/// A refused connection whose caller resumes reading it (a TLS port, whose
+/// refusal needs a handshake first) gets its data and stays open until the
+/// caller closes it; it still holds a refused slot, not an admitted one.
+fn refused_connections_can_be_read(choice: BackendChoice) {
+    let handler: Handler = Box::new(|ops, event| match event {
+        Event::Refused { conn, .. } => ops.set_reading(*conn, true),
+        Event::Data { conn, bytes } => {
+            ops.send(*conn, Bytes::copy_from_slice(bytes));
+            if bytes.ends_with(b".") {
+                ops.close(*conn);
+            }
+        }
+        _ => {}
+    });
+    let config = DriverConfig {
+        connections_max: 1,
+        refused_connections_max: 2,
+        ..config(localhost())
+    };
+    let Some(server) = start(choice, config, handler) else {
+        return;
+    };
+    let _first = connect(server.addr);
+    server.accepted();
+    let mut refused = connect(server.addr);
+    let id = server.wait_for("Refused", |ev| match ev {
+        Ev::Refused(conn) => Some(conn),
+        Ev::Accepted(..) => panic!("second connection admitted over the limit"),
+        _ => None,
+    });
+    // Read, and still open after its first exchange.
+    refused.write_all(b"hello").unwrap();
+    let mut got = [0u8; 5];
+    refused.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hello");
+    assert_eq!(server.ask(|ops| ops.admitted()), 1);
+    assert!(server.ask(move |ops| ops.is_open(id)));
+    // The caller's close ends it, after the reply.
+    refused.write_all(b"bye.").unwrap();
+    let mut rest = Vec::new();
+    refused.read_to_end(&mut rest).unwrap();
+    assert_eq!(rest, b"bye.");
+    assert_eq!(server.closed(id), None);
+}
+
 fn reuse_port_spreads_connections(choice: BackendChoice) {
     let Some(a) = start(choice, config(localhost()), echo()) else {
         return;
@@ -835,6 +880,7 @@ both_backends!(
     backpressure_stops_data,
     wake_ends_poll,
     max_connections_refused,
+    refused_connections_can_be_read,
     reuse_port_spreads_connections,
     unsent_bytes_grow_then_stop,
     stop_accepting_keeps_connections,

@@ -355,6 +355,43 @@ fn out_of_descriptors_refuses_new_connections_and_keeps_the_open_ones(io: IoChoi
     p.stop();
 }
 
+/// On a TLS port the refusal out of descriptors, sent before any
+/// handshake, is a TLS `internal_error` alert a TLS client can read, never
+/// a plain-text ERROR frame (a corrupt record to it).
+fn out_of_descriptors_on_a_tls_port_refuses_with_a_tls_alert(io: IoChoice) {
+    const ALERT: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50];
+    let pki = sluice_broker::testing::TestPki::generate();
+    let mut extra: Vec<String> = pki.server_args();
+    extra.extend(["--shards", "1", "--hello-timeout", "60s"].map(String::from));
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let args = start_args(io, &extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut p = Process::spawn("ulimit -n 64 && exec \"$@\"", &args);
+    let addr = p.listen_addr();
+    // More connections than descriptors, none sending anything: the
+    // server holds what it can, and sheds the rest.
+    let conns: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| {
+            let s = std::net::TcpStream::connect_timeout(&addr, PATIENCE).expect("connect");
+            s.set_read_timeout(Some(PATIENCE)).expect("a read time-out");
+            s
+        })
+        .collect();
+    p.wait_for("cannot accept connections: out of file descriptors");
+    // Each ends its side: a held one closes with nothing to say (no
+    // handshake began), a shed one has its alert waiting.
+    let mut alerts = 0;
+    for mut s in conns {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut got = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut got);
+        assert!(got.is_empty() || got == ALERT, "a TLS port sent {got:02x?}");
+        alerts += usize::from(got == ALERT);
+    }
+    assert!(alerts >= 1, "no connection was shed with the alert");
+    p.stop();
+}
+
 /// A server whose log reader went away (`sluice-server 2>&1 | head`, a log
 /// shipper that died) still shuts down on SIGTERM: writing a log line to
 /// the broken pipe must not take the signal thread (or a shard) down.
@@ -551,6 +588,7 @@ both_backends!(
     shard_cpus_follow_the_affinity_mask,
     a_cpu_outside_the_mask_is_refused_at_start,
     out_of_descriptors_refuses_new_connections_and_keeps_the_open_ones,
+    out_of_descriptors_on_a_tls_port_refuses_with_a_tls_alert,
 );
 
 /// The shared grammar end to end: a URL for `--listen`, a decimal duration,

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use sluice_broker::server::config::IoChoice;
-use sluice_broker::testing::{TestPki, TestServer};
+use sluice_broker::testing::{SelfSigned, TestPki, TestServer};
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
     AsyncClient, Client, ClientConfig, Error, QueueOptions, ReceiveOptions, RedrivePolicy,
@@ -126,22 +126,111 @@ fn a_client_that_does_not_trust_the_certificate_is_refused() {
         let Some(server) = server(io, &pki.server_args()) else {
             return;
         };
+        // A refused certificate does not become acceptable by itself: not
+        // retryable, and the message says what to do.
         let stranger = TlsConfig::with_ca_file(pki.other_ca_pem()).unwrap();
         let err = Client::connect(config(&server).with_tls(stranger.clone())).unwrap_err();
-        assert!(matches!(err, Error::Connect { .. }), "{err}");
-        assert!(err.to_string().contains("certificate"), "{err}");
+        assert!(matches!(err, Error::Tls { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("not signed by a CA this client trusts"),
+            "{err}"
+        );
+        assert!(!err.is_retryable(), "{err}");
         // The name must match too.
         let wrong_name = trusting(&pki).server_name("elsewhere.example");
         let err = Client::connect(config(&server).with_tls(wrong_name)).unwrap_err();
-        assert!(matches!(err, Error::Connect { .. }), "{err}");
+        assert!(matches!(err, Error::Tls { .. }), "{err}");
+        assert!(err.to_string().contains("elsewhere.example"), "{err}");
         runtime().block_on(async {
             let err = AsyncClient::connect(config(&server).with_tls(stranger))
                 .await
                 .unwrap_err();
-            assert!(matches!(err, Error::Connect { .. }), "{err}");
+            assert!(matches!(err, Error::Tls { .. }), "{err}");
+            assert!(!err.is_retryable(), "{err}");
         });
         // The server goes on.
         Client::connect(config(&server).with_tls(trusting(&pki)))
+            .unwrap()
+            .ping()
+            .unwrap();
+    });
+}
+
+#[test]
+fn a_self_signed_ca_certificate_is_accepted_only_by_a_client_trusting_exactly_it() {
+    let pki = TestPki::generate();
+    // What `openssl req -x509` makes by default: CA:TRUE.
+    let (cert, key) = pki.self_signed("usual", SelfSigned::Ca);
+    let (other_ca, _) = pki.self_signed("another", SelfSigned::Ca);
+    let (expired, expired_key) = pki.self_signed("expired", SelfSigned::ExpiredCa);
+    let args = |cert: &std::path::Path, key: &std::path::Path| {
+        vec![
+            "--tls-cert".to_owned(),
+            cert.display().to_string(),
+            "--tls-key".to_owned(),
+            key.display().to_string(),
+        ]
+    };
+    both_backends(|io| {
+        let Some(server) = server(io, &args(&cert, &key)) else {
+            return;
+        };
+        // Given exactly the server's certificate: accepted, both clients.
+        let exact = TlsConfig::with_ca_file(&cert).unwrap();
+        Client::connect(config(&server).with_tls(exact.clone()))
+            .unwrap()
+            .ping()
+            .unwrap();
+        runtime().block_on(async {
+            let c = AsyncClient::connect(config(&server).with_tls(exact.clone()))
+                .await
+                .unwrap();
+            c.ping().await.unwrap();
+        });
+        // Its name is still checked.
+        let err = Client::connect(config(&server).with_tls(exact.server_name("elsewhere.example")))
+            .unwrap_err();
+        assert!(matches!(err, Error::Tls { .. }), "{err}");
+        // Any other trust: the error names the problem and the fix.
+        for ca in [other_ca.as_path(), pki.ca_pem().as_path()] {
+            let tls = TlsConfig::with_ca_file(ca).unwrap();
+            let err = Client::connect(config(&server).with_tls(tls)).unwrap_err();
+            assert!(
+                matches!(&err, Error::Tls { message, .. }
+                    if message.contains("CA:TRUE")
+                        && message.contains("-addext basicConstraints=critical,CA:FALSE")),
+                "{err}"
+            );
+            assert!(!err.is_retryable(), "{err}");
+        }
+        // An expired one stays refused, even trusted exactly.
+        let Some(old) = self::server(io, &args(&expired, &expired_key)) else {
+            return;
+        };
+        let tls = TlsConfig::with_ca_file(&expired).unwrap();
+        let err = Client::connect(config(&old).with_tls(tls)).unwrap_err();
+        assert!(matches!(err, Error::Tls { .. }), "{err}");
+        assert!(err.to_string().contains("expired"), "{err}");
+    });
+}
+
+#[test]
+fn a_proper_self_signed_certificate_is_its_own_ca() {
+    let pki = TestPki::generate();
+    let (cert, key) = pki.self_signed("proper", SelfSigned::Leaf);
+    let args = [
+        "--tls-cert".to_owned(),
+        cert.display().to_string(),
+        "--tls-key".to_owned(),
+        key.display().to_string(),
+    ];
+    both_backends(|io| {
+        let Some(server) = server(io, &args) else {
+            return;
+        };
+        let tls = TlsConfig::with_ca_file(&cert).unwrap();
+        Client::connect(config(&server).with_tls(tls))
             .unwrap()
             .ping()
             .unwrap();
@@ -179,7 +268,9 @@ fn client_certificates_are_required_with_a_client_ca() {
             TlsConfig::with_client_cert(pki.ca_pem(), &stranger_cert, &stranger_key).unwrap(),
         ] {
             let err = Client::connect(config(&server).with_tls(tls)).unwrap_err();
-            assert!(matches!(err, Error::Connect { .. }), "{err}");
+            assert!(matches!(err, Error::Tls { .. }), "{err}");
+            assert!(err.to_string().contains("--tls-client-cert"), "{err}");
+            assert!(!err.is_retryable(), "{err}");
         }
         assert_eq!(counter(&c, "connections_refused_tls_failed"), 2);
         c.ping().unwrap();
@@ -209,14 +300,21 @@ fn plain_text_on_a_tls_port_and_tls_on_a_plain_port_are_closed_and_disturb_no_on
             matches!(&err, Error::Unauthorized(m) if m.contains("TLS")),
             "{err}"
         );
-        // A TLS client on the plain port: a TLS failure at connect.
+        // A TLS client on the plain port: told so, not retried.
         let err = Client::connect(config(&plain_server).with_tls(trusting(&pki))).unwrap_err();
-        assert!(matches!(err, Error::Connect { .. }), "{err}");
+        assert!(
+            matches!(&err, Error::Tls { message, .. } if message.contains("is it a plain port?")),
+            "{err}"
+        );
+        assert!(!err.is_retryable(), "{err}");
         runtime().block_on(async {
             let err = AsyncClient::connect(config(&plain_server).with_tls(trusting(&pki)))
                 .await
                 .unwrap_err();
-            assert!(matches!(err, Error::Connect { .. }), "{err}");
+            assert!(
+                matches!(&err, Error::Tls { message, .. } if message.contains("is it a plain port?")),
+                "{err}"
+            );
         });
 
         // The connections already open go on, on both.
@@ -232,6 +330,41 @@ fn plain_text_on_a_tls_port_and_tls_on_a_plain_port_are_closed_and_disturb_no_on
         );
         assert_eq!(tls_client.queue_info("q").unwrap().stats.visible, 1);
     });
+}
+
+#[test]
+fn the_connection_limit_is_reported_inside_tls() {
+    let pki = TestPki::generate();
+    // One shard: the driver refuses the second connection; two shards: a
+    // connection on the other shard is refused by the shared count. Either
+    // way the refusal comes after the handshake, inside TLS.
+    for shards in ["1", "2"] {
+        both_backends(|io| {
+            let mut args = pki.server_args();
+            args.extend(["--max-connections", "1", "--shards", shards].map(String::from));
+            let Some(server) = server(io, &args) else {
+                return;
+            };
+            let held = Client::connect(config(&server).with_tls(trusting(&pki))).unwrap();
+            held.ping().unwrap();
+            for _ in 0..4 {
+                let err = Client::connect(config(&server).with_tls(trusting(&pki))).unwrap_err();
+                assert!(
+                    matches!(&err, Error::TooManyConnections(m) if m.contains("maximum of 1")),
+                    "{shards} shard(s), {io:?}: {err}"
+                );
+                assert!(err.is_retryable(), "{err}");
+            }
+            runtime().block_on(async {
+                let err = AsyncClient::connect(config(&server).with_tls(trusting(&pki)))
+                    .await
+                    .unwrap_err();
+                assert!(matches!(err, Error::TooManyConnections(_)), "{io:?}: {err}");
+            });
+            held.ping().unwrap();
+            assert!(counter(&held, "connections_refused") >= 5);
+        });
+    }
 }
 
 #[test]
