@@ -379,19 +379,16 @@ fn the_configuration_files_load() {
     )
     .unwrap();
     let text = configmap_toml()
-        .replace("/etc/sluice/token/token", token.to_str().unwrap())
+        .replace("/etc/sluice-token/token", token.to_str().unwrap())
         .replace(
-            "/etc/sluice/tls/tls.crt",
+            "/etc/sluice-tls/tls.crt",
             pki.server_cert().to_str().unwrap(),
         )
         .replace(
-            "/etc/sluice/tls/tls.key",
+            "/etc/sluice-tls/tls.key",
             pki.server_key().to_str().unwrap(),
         );
-    assert!(
-        !text.contains("/etc/sluice/"),
-        "a mounted path left: {text}"
-    );
+    assert!(!text.contains("/etc/"), "a mounted path left: {text}");
     let file = pki.dir().join("sluice.toml");
     std::fs::write(&file, &text).unwrap();
     let config = load(&file).unwrap_or_else(|e| panic!("the ConfigMap's sluice.toml: {e}\n{text}"));
