@@ -2,8 +2,12 @@
 //! Grafana dashboard's and the alert rules' PromQL is one a real server's
 //! `/metrics` exports (histograms through their `_bucket`, `_sum` and
 //! `_count` series); the systemd and Kubernetes configuration files load as
-//! `sluice-server` configuration; the Dockerfile's environment variables
-//! are settings, and its health check asks `/healthz`.
+//! `sluice-server` configuration, and the flags the unit and the manifest
+//! pass are flags; the Dockerfile's environment variables are settings, its
+//! health check asks `/healthz`, and it builds the dependencies in a layer
+//! before the sources; the seccomp profile denies by default and allows
+//! io_uring. (`deploy/check-deploy.py`, run by CI as root, starts the
+//! broker with each deployment's files, owners and modes.)
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -379,19 +383,16 @@ fn the_configuration_files_load() {
     )
     .unwrap();
     let text = configmap_toml()
-        .replace("/etc/sluice/token/token", token.to_str().unwrap())
+        .replace("/etc/sluice-token/token", token.to_str().unwrap())
         .replace(
-            "/etc/sluice/tls/tls.crt",
+            "/etc/sluice-tls/tls.crt",
             pki.server_cert().to_str().unwrap(),
         )
         .replace(
-            "/etc/sluice/tls/tls.key",
+            "/etc/sluice-tls/tls.key",
             pki.server_key().to_str().unwrap(),
         );
-    assert!(
-        !text.contains("/etc/sluice/"),
-        "a mounted path left: {text}"
-    );
+    assert!(!text.contains("/etc/"), "a mounted path left: {text}");
     let file = pki.dir().join("sluice.toml");
     std::fs::write(&file, &text).unwrap();
     let config = load(&file).unwrap_or_else(|e| panic!("the ConfigMap's sluice.toml: {e}\n{text}"));
@@ -440,11 +441,313 @@ fn the_dockerfile_sets_only_settings_and_checks_healthz() {
         ("kubernetes/sluice.yaml", read("kubernetes/sluice.yaml")),
     ] {
         assert!(text.contains("--config"), "{file}");
+        let command_lines = text
+            .lines()
+            .filter(|l| l.starts_with("ExecStart=") || l.trim_start().starts_with("args:"));
+        let flags: Vec<&str> = command_lines
+            .flat_map(|l| {
+                l.split(|c: char| c.is_whitespace() || matches!(c, '"' | ',' | '[' | ']'))
+            })
+            .filter_map(|w| w.strip_prefix("--"))
+            .collect();
+        assert!(flags.contains(&"config"), "{file}: {flags:?}");
+        for flag in flags {
+            assert!(
+                RawArgs::command()
+                    .get_arguments()
+                    .any(|a| a.get_long() == Some(flag)),
+                "{file}: --{flag} is no flag of sluice-server"
+            );
+        }
+    }
+}
+
+/// `seccomp/sluice-seccomp.json`: a seccomp profile in the format of
+/// Docker's default profile that refuses what it does not name and allows
+/// the three io_uring calls outright.
+#[test]
+fn the_seccomp_profile_denies_by_default_and_allows_io_uring() {
+    let text = read("seccomp/sluice-seccomp.json");
+    let profile: serde_json::Value =
+        serde_json::from_str(&text).expect("seccomp/sluice-seccomp.json is JSON");
+    let default = profile["defaultAction"].as_str().expect("a defaultAction");
+    assert!(
+        matches!(
+            default,
+            "SCMP_ACT_ERRNO" | "SCMP_ACT_KILL" | "SCMP_ACT_KILL_PROCESS" | "SCMP_ACT_KILL_THREAD"
+        ),
+        "the default action {default} lets calls through"
+    );
+    assert!(
+        profile["archMap"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|m| m["architecture"] == "SCMP_ARCH_X86_64")),
+        "the architectures of Docker's profile"
+    );
+    let rules = profile["syscalls"].as_array().expect("a syscalls list");
+    let names = |rule: &serde_json::Value| -> Vec<String> {
+        rule["names"]
+            .as_array()
+            .expect("each rule names its calls")
+            .iter()
+            .map(|n| n.as_str().expect("a call's name").to_owned())
+            .collect()
+    };
+    // Allowed with no condition: no argument filter, no `includes` (the
+    // architecture, capability or kernel a rule may be limited to).
+    let unconditional: BTreeSet<String> = rules
+        .iter()
+        .filter(|r| r["action"] == "SCMP_ACT_ALLOW" && r.get("args").is_none())
+        .filter(|r| r.get("includes").is_none() && r.get("excludes").is_none())
+        .flat_map(names)
+        .collect();
+    for call in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
+        assert!(unconditional.contains(call), "{call} is not allowed");
+    }
+    // What any server needs, as Docker's profile allows it.
+    for call in [
+        "read",
+        "write",
+        "openat",
+        "close",
+        "mmap",
+        "futex",
+        "epoll_ctl",
+        "accept4",
+        "bind",
+    ] {
+        assert!(unconditional.contains(call), "{call} is not allowed");
+    }
+    // No rule depends on the container's capabilities or the kernel's
+    // version: containerd reads a Localhost profile without those
+    // conditions, and would allow what they limit.
+    for rule in rules {
+        for key in ["includes", "excludes"] {
+            if let Some(cond) = rule.get(key).and_then(|c| c.as_object()) {
+                let keys: Vec<&String> = cond.keys().collect();
+                assert!(
+                    keys.iter().all(|k| *k == "arches"),
+                    "a rule limited by {keys:?}: {rule}"
+                );
+            }
+        }
+        let action = rule["action"].as_str().expect("each rule has an action");
         assert!(
-            RawArgs::command()
-                .get_arguments()
-                .any(|a| a.get_long() == Some("config")),
-            "--config is a flag"
+            action != "SCMP_ACT_ALLOW" || !names(rule).iter().any(|n| DENIED.contains(&n.as_str())),
+            "{rule} allows what Docker's profile refuses a container without capabilities"
         );
     }
+}
+
+/// Calls Docker's default profile allows only to a container with extra
+/// capabilities (CAP_SYS_ADMIN, CAP_SYS_MODULE, ...): the pod drops them
+/// all.
+const DENIED: [&str; 12] = [
+    "mount",
+    "umount2",
+    "unshare",
+    "setns",
+    "bpf",
+    "init_module",
+    "finit_module",
+    "kexec_load",
+    "reboot",
+    "swapon",
+    "pivot_root",
+    "open_by_handle_at",
+];
+
+/// The build stage's instructions, joined across line continuations.
+fn dockerfile_build_stage() -> Vec<String> {
+    let text = read("docker/Dockerfile");
+    let mut out: Vec<String> = Vec::new();
+    let mut open = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (body, continues) = match line.strip_suffix('\\') {
+            Some(b) => (b.trim(), true),
+            None => (line, false),
+        };
+        if open {
+            let last = out.last_mut().expect("an instruction being continued");
+            last.push(' ');
+            last.push_str(body);
+        } else {
+            out.push(body.to_owned());
+        }
+        open = continues;
+    }
+    let start = out
+        .iter()
+        .position(|i| i.starts_with("FROM ") && i.ends_with(" AS build"))
+        .expect("a build stage");
+    let end = out[start + 1..]
+        .iter()
+        .position(|i| i.starts_with("FROM "))
+        .map_or(out.len(), |e| start + 1 + e);
+    out[start..end].to_vec()
+}
+
+/// The workspace's members, from the root manifest.
+fn workspace_members() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let manifest: toml::Table = std::fs::read_to_string(&root)
+        .expect("the root Cargo.toml")
+        .parse()
+        .expect("TOML");
+    manifest["workspace"]["members"]
+        .as_array()
+        .expect("workspace members")
+        .iter()
+        .map(|m| m.as_str().expect("a member's folder").to_owned())
+        .collect()
+}
+
+/// The Dockerfile builds the dependencies in a layer of their own: every
+/// member's manifest and the lock file are copied, with stub sources, and
+/// built before the sources are copied, for the same packages as the
+/// binaries (so the dependencies' features, and builds, are the same).
+/// Docker is not run here: this reads the instructions.
+#[test]
+fn the_dockerfile_builds_dependencies_before_the_sources() {
+    let stage = dockerfile_build_stage();
+    let at = |pred: &dyn Fn(&str) -> bool, what: &str| {
+        stage
+            .iter()
+            .position(|i| pred(i))
+            .unwrap_or_else(|| panic!("no {what} in the build stage: {stage:#?}"))
+    };
+    let sources = at(
+        &|i| i == "COPY . ." || i == "COPY . /src",
+        "COPY of the sources",
+    );
+    let lock = at(
+        &|i| i.starts_with("COPY ") && i.contains("Cargo.lock"),
+        "COPY of Cargo.lock",
+    );
+    assert!(lock < sources, "Cargo.lock is copied with the sources");
+    let members = workspace_members();
+    let mut last_manifest = lock;
+    for member in &members {
+        let copy = at(
+            &|i| i.starts_with("COPY ") && i.contains(&format!("{member}/Cargo.toml")),
+            &format!("COPY of {member}/Cargo.toml"),
+        );
+        assert!(
+            copy < sources,
+            "{member}/Cargo.toml is copied with the sources"
+        );
+        last_manifest = last_manifest.max(copy);
+    }
+    let deps = at(
+        &|i| i.starts_with("RUN ") && i.contains("cargo build"),
+        "RUN cargo build",
+    );
+    assert!(
+        last_manifest < deps && deps < sources,
+        "the dependencies are built after the manifests and before the sources"
+    );
+    let stubs = &stage[deps];
+    assert!(stubs.contains("stub-sources"), "stub sources: {stubs}");
+    for member in &members {
+        assert!(
+            stubs.split_whitespace().any(|w| w == member),
+            "{member} gets no stub sources: {stubs}"
+        );
+    }
+    let last = stage[sources..]
+        .iter()
+        .find(|i| i.starts_with("RUN ") && i.contains("cargo build"))
+        .expect("the binaries are built after the sources are copied");
+    let packages = |run: &str| -> Vec<String> {
+        let words: Vec<&str> = run.split_whitespace().collect();
+        let mut p: Vec<String> = words
+            .windows(2)
+            .filter(|w| w[0] == "-p" || w[0] == "--package")
+            .map(|w| w[1].to_owned())
+            .collect();
+        p.sort();
+        p
+    };
+    assert!(!packages(stubs).is_empty(), "{stubs}");
+    assert_eq!(
+        packages(stubs),
+        packages(last),
+        "the dependency layer builds other packages than the binaries do"
+    );
+    for flag in ["--release", "--locked"] {
+        assert!(
+            stubs.contains(flag) && last.contains(flag),
+            "{flag}: {stubs} / {last}"
+        );
+    }
+}
+
+/// `docker/stub-sources.sh` gives every target the members' manifests
+/// declare the file cargo looks for, so that cargo can load the workspace
+/// from the manifests alone.
+#[test]
+fn the_stub_sources_give_every_declared_target_a_file() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = std::env::temp_dir().join(format!("sluice-stubs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let members = workspace_members();
+    for member in &members {
+        std::fs::create_dir_all(dir.join(member)).unwrap();
+        std::fs::copy(
+            repo.join(member).join("Cargo.toml"),
+            dir.join(member).join("Cargo.toml"),
+        )
+        .unwrap();
+    }
+    let status = std::process::Command::new("sh")
+        .arg(deploy("docker/stub-sources.sh"))
+        .args(&members)
+        .current_dir(&dir)
+        .status()
+        .expect("run sh");
+    assert!(status.success(), "stub-sources.sh: {status}");
+    let mut checked = 0;
+    for member in &members {
+        let manifest: toml::Table = std::fs::read_to_string(dir.join(member).join("Cargo.toml"))
+            .unwrap()
+            .parse()
+            .expect("TOML");
+        assert!(
+            dir.join(member).join("src/lib.rs").exists(),
+            "{member}: src/lib.rs"
+        );
+        for (kind, folder) in [
+            ("bin", "src/bin"),
+            ("test", "tests"),
+            ("bench", "benches"),
+            ("example", "examples"),
+        ] {
+            for target in manifest
+                .get(kind)
+                .and_then(|t| t.as_array())
+                .into_iter()
+                .flatten()
+            {
+                let file = match (target.get("path"), target.get("name")) {
+                    (Some(path), _) => path.as_str().expect("a path").to_owned(),
+                    (None, Some(name)) => format!("{folder}/{}.rs", name.as_str().expect("a name")),
+                    (None, None) => panic!("{member}: a [[{kind}]] with neither name nor path"),
+                };
+                assert!(
+                    dir.join(member).join(&file).is_file(),
+                    "{member}: no stub for the {kind} target at {file}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 10,
+        "the manifests declare the workspace's targets"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
