@@ -40,7 +40,7 @@
 //! |---|---|
 //! | `config.rs` | flags, environment, config file -> validated [`Config`] |
 //! | `shard_loop.rs` | one shard's event loop: the driver, the engine, the sessions, deadlines, shutdown |
-//! | `session.rs` | one connection's protocol state machine, without a socket: HELLO, auth, framing, order, back-pressure, heartbeat, closing |
+//! | `session/` | one connection's protocol state machine, without a socket: framing, order, back-pressure, heartbeat, closing (`mod.rs`); HELLO and auth (`hello.rs`); serving requests (`serve.rs`); its tests (`tests.rs`) |
 //! | `auth_guard.rs` | failed HELLOs by address: the delay before `Unauthorized`, the log's rate limit |
 //! | `path_lock.rs` | the exclusive lock on `--snapshot`'s path (`PATH.lock`), held from start to exit |
 //! | `bound_leases.rs` | the leases a connection bound to itself, released when it closes |

@@ -1,6 +1,6 @@
 //! One shard's thread: its io driver, its engine [`Shard`] and its
 //! connections' [`Session`]s, in one event loop. The sessions hold each
-//! connection's protocol state (`session.rs`); this loop carries their
+//! connection's protocol state (`session/`); this loop carries their
 //! commands to the driver, lends them the engine, and keeps the shard's
 //! clock, deadlines and shutdown.
 //!
@@ -48,7 +48,7 @@
 //!
 //! # Back-pressure
 //!
-//! A session that must not be read (see `session.rs`) asks the driver to
+//! A session that must not be read (see `session/`) asks the driver to
 //! stop reading it; the driver reports no event when a send completes, so
 //! while any connection is paused the loop wakes every millisecond to see
 //! whether it may read again.

@@ -1,0 +1,93 @@
+//! A session's first frame: HELLO, with the protocol version, the auth
+//! token (a peer that keeps failing waits for its `Unauthorized`, see
+//! `auth_guard.rs`) and the session timeout it asks for.
+
+use super::*;
+
+impl Session {
+    pub(super) fn on_hello(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
+        if cx.draining {
+            self.reply(frame.request_id, &shutting_down(), cx.stats);
+            self.begin_close(cx.now_ns, engine);
+            return;
+        }
+        if frame.opcode != opcode::HELLO {
+            let name = opcode::name(frame.opcode).unwrap_or("an unknown opcode");
+            let e = WireError::new(
+                ErrorCode::HelloRequired,
+                format!(
+                    "the first frame must be HELLO (0x01), not {name} ({:#04x})",
+                    frame.opcode
+                ),
+            );
+            return self.protocol_error(frame.request_id, e, cx, engine);
+        }
+        // The version is the first two bytes of every version's HELLO:
+        // checked before the rest, whose layout a later version may change.
+        if let Some(v) = frame.payload.first_chunk::<2>() {
+            let version = u16::from_le_bytes(*v);
+            if !(PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION).contains(&version) {
+                let e = WireError::new(
+                    ErrorCode::UnsupportedVersion,
+                    format!(
+                        "this server speaks protocol versions {PROTOCOL_VERSION_MIN} to \
+                         {PROTOCOL_VERSION}, not {version}"
+                    ),
+                );
+                return self.protocol_error(frame.request_id, e, cx, engine);
+            }
+        }
+        let hello = match Request::decode(frame.opcode, frame.flags, frame.payload) {
+            Ok(Request::Hello(h)) => h,
+            Ok(_) => {
+                let e = WireError::new(ErrorCode::Internal, "HELLO decoded as another request");
+                return self.protocol_error(frame.request_id, e, cx, engine);
+            }
+            Err(e) => return self.protocol_error(frame.request_id, e.to_wire_error(), cx, engine),
+        };
+        if let Some(token) = &cx.config.auth_token {
+            let ok = token.matches(&hello.token);
+            let delay_ns = (cx.auth_outcome)(self.peer, ok);
+            if !ok {
+                let e = WireError::new(
+                    ErrorCode::Unauthorized,
+                    if hello.token.is_empty() {
+                        "this server requires an auth token in HELLO"
+                    } else {
+                        "wrong auth token"
+                    },
+                );
+                if delay_ns == 0 {
+                    return self.protocol_error(frame.request_id, e, cx, engine);
+                }
+                // Held: nothing more is read, and the reply and close come
+                // at the first tick after the delay.
+                self.inbuf = BytesMut::new();
+                self.partial_since_ns = None;
+                self.held = Some((cx.now_ns.saturating_add(delay_ns), frame.request_id, e));
+                return;
+            }
+        }
+        let timeout_ms = hello.session_timeout_ms;
+        if timeout_ms != 0
+            && !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&timeout_ms)
+        {
+            let e = WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "session_timeout_ms {timeout_ms} is out of range: 0 (none) or \
+                     {SESSION_TIMEOUT_MS_MIN} to {SESSION_TIMEOUT_MS_MAX}"
+                ),
+            );
+            return self.protocol_error(frame.request_id, e, cx, engine);
+        }
+        self.session_timeout_ns = (timeout_ms != 0).then(|| u64::from(timeout_ms) * 1_000_000);
+        self.phase = Phase::Ready;
+        self.decoder.set_frame_bytes_max(cx.config.frame_bytes_max);
+        let mut reply = cx.config.hello.clone();
+        // The version the client asked for: a version-1 client gets the
+        // version-1 protocol.
+        reply.version = hello.version;
+        self.reply(frame.request_id, &Reply::Hello(reply), cx.stats);
+    }
+}
