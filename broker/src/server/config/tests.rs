@@ -1,6 +1,7 @@
 //! Tests of the configuration: defaults, every flag and variable, the config
 //! file, precedence, every validation error and the effective rendering.
 
+use super::display::quoted;
 use super::memory::{MemoryLimit, MemorySource};
 use super::*;
 use crate::server::limits::GIB;
