@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use sluice_cli::units::{parse_addrs, parse_attr, parse_backoff, parse_bytes, parse_duration};
+use sluice_cli::units::{
+    parse_addrs, parse_attr, parse_backoff, parse_bytes, parse_ms_duration, parse_wait,
+};
 
 /// Command-line client for the sluice message broker.
 ///
@@ -113,7 +115,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct AdvanceClockArgs {
     /// How far, e.g. 30s (whole milliseconds; 0 reads the clock).
-    #[arg(value_name = "DUR", value_parser = parse_duration)]
+    #[arg(value_name = "DUR", value_parser = parse_ms_duration)]
     pub by: Duration,
 }
 
@@ -149,16 +151,16 @@ pub enum QueueCommand {
 #[derive(Debug, Args)]
 pub struct AttributeFlags {
     /// Lease length of a receive that does not set one (0 .. 12h).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub visibility_timeout: Option<Duration>,
     /// Delivery delay of a send that does not set one (0 .. 15m).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub delay: Option<Duration>,
     /// Age since the send at which an undeleted message is dropped (60s .. 14d).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub retention: Option<Duration>,
     /// Default long-poll wait of a receive (0 .. 20s).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub wait: Option<Duration>,
     /// Largest body plus attributes (1024, 256KiB, 1MiB).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
@@ -173,7 +175,7 @@ pub struct AttributeFlags {
     #[arg(long, value_name = "N")]
     pub max_depth: Option<u64>,
     /// How long a dedup key suppresses repeats (0 .. 1h).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub dedup_window: Option<Duration>,
     /// Retry backoff after a release or an expired lease, as BASE:MAX (100ms:1m).
     #[arg(long, value_name = "BASE:MAX", value_parser = parse_backoff)]
@@ -209,7 +211,7 @@ pub struct SendArgs {
     /// The body; read from standard input when absent.
     pub body: Option<String>,
     /// Delivery delay (default: the queue's).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub delay: Option<Duration>,
     /// Dedup key: a repeat within the queue's dedup window is not enqueued.
     #[arg(long, value_name = "KEY")]
@@ -230,10 +232,10 @@ pub struct RecvArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub max: u16,
     /// Lease length (default: the queue's).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub visibility_timeout: Option<Duration>,
-    /// Long-poll wait, at most 20s (default: the queue's).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    /// Long-poll wait, 0 .. 20s (default: the queue's).
+    #[arg(long, value_name = "DUR", value_parser = parse_wait)]
     pub wait: Option<Duration>,
     /// Delete the messages once printed.
     #[arg(long)]
@@ -270,7 +272,7 @@ pub struct VisibilityArgs {
     /// The receipt (52 hex digits).
     pub receipt: String,
     /// The lease now ends this long from now; 0 releases the message.
-    #[arg(value_parser = parse_duration)]
+    #[arg(value_parser = parse_ms_duration)]
     pub timeout: Duration,
 }
 

@@ -10,6 +10,7 @@ use sluice_client::{
 
 use crate::time::rfc3339_ms;
 use sluice_cli::units::format_ms;
+use sluice_protocol::units::format_bytes;
 
 /// A table with a header row; columns are as wide as their widest cell,
 /// two spaces apart, and the last column is not padded.
@@ -242,7 +243,10 @@ pub fn queue_table(info: &QueueInfo) -> String {
     put("visibility_timeout", format_ms(ms(a.visibility_timeout)));
     put("delay", format_ms(ms(a.delay)));
     put("retention", format_ms(ms(a.retention)));
-    put("max_message_size", format!("{} bytes", a.message_bytes_max));
+    put(
+        "max_message_size",
+        format_bytes(u64::try_from(a.message_bytes_max).unwrap_or(u64::MAX)),
+    );
     put("receive_wait", format_ms(ms(a.receive_wait)));
     put(
         "dead_letter",
@@ -266,7 +270,11 @@ pub fn queue_table(info: &QueueInfo) -> String {
     );
     let mut s = Table::new(&["STAT", "VALUE"]);
     for (k, v) in stats_fields(&info.stats) {
-        s.row(vec![k.to_owned(), v.to_string()]);
+        // A duration in the grammar, its key without the unit.
+        match k.strip_suffix("_ms") {
+            Some(k) => s.row(vec![k.to_owned(), format_ms(v)]),
+            None => s.row(vec![k.to_owned(), v.to_string()]),
+        }
     }
     format!("{}\n{}", t.render(), s.render())
 }
@@ -435,8 +443,19 @@ mod tests {
         assert_eq!(stats.len(), 14);
         assert_eq!(v["stats"]["visible"], 3);
         let table = queue_table(&info);
-        assert!(table.contains("visibility_timeout  30s"), "{table}");
-        assert!(table.contains("oldest_age_ms  5"), "{table}");
+        // Every duration and size in the units grammar, its largest exact unit.
+        for row in [
+            "visibility_timeout  30s\n",
+            "delay               0s\n",
+            "retention           4d\n",
+            "max_message_size    256KiB\n",
+            "receive_wait        0s\n",
+            "dedup_window        5m\n",
+            "oldest_age     5ms\n",
+        ] {
+            assert!(table.contains(row), "{row:?} in\n{table}");
+        }
+        assert!(!table.contains("bytes"), "{table}");
     }
 
     #[test]

@@ -933,3 +933,67 @@ fn tail_reports_and_retries_a_broker_it_cannot_reach() {
     signal(&child, rustix::process::Signal::TERM);
     assert_eq!(wait_bounded(&mut child).code(), Some(1), "a request failed");
 }
+
+#[test]
+fn durations_the_broker_cannot_count_and_waits_beyond_20s_are_usage_errors() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "q"]);
+    // A sub-millisecond remainder: refused before anything is sent, the
+    // value quoted as typed, exit 2, everywhere a duration goes to the broker.
+    let cases: &[&[&str]] = &[
+        &["send", "q", "x", "--delay", "1500us"],
+        &["recv", "q", "--visibility-timeout", "1500us"],
+        &["tail", "q", "--max", "1", "--visibility-timeout", "1500us"],
+        &["queue", "set", "q", "--backoff", "1ms:1500us"],
+    ];
+    for args in cases {
+        let out = cli.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("`1500us` is not a whole number of milliseconds"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let show = cli.json(&["queue", "show", "q"]);
+    assert_eq!(show["stats"]["visible"], 0, "nothing was sent: {show}");
+
+    // A wait beyond the protocol's 20s: a usage error naming the range.
+    for args in [
+        &["recv", "q", "--wait", "30s"][..],
+        &["tail", "q", "--wait", "30s"][..],
+    ] {
+        let out = cli.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("`30s` is longer than a receive may wait: the range is 0 .. 20s"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = cli.run(&["--json", "recv", "q", "--wait", "30s"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json_error(&out)["error"]["kind"], "Usage");
+}
+
+#[test]
+fn queue_show_writes_durations_and_sizes_in_the_units_grammar() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "q", "--max-message-size", "0.5MiB"]);
+    let table = cli.ok(&["queue", "show", "q"]);
+    for row in [
+        "visibility_timeout  30s\n",
+        "delay               0s\n",
+        "retention           4d\n",
+        "max_message_size    512KiB\n",
+        "receive_wait        0s\n",
+        "dedup_window        5m\n",
+        "backoff             off\n",
+        "oldest_age     0s\n",
+    ] {
+        assert!(table.contains(row), "{row:?} in\n{table}");
+    }
+    assert!(!table.contains("bytes"), "{table}");
+}
