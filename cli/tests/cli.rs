@@ -997,3 +997,33 @@ fn queue_show_writes_durations_and_sizes_in_the_units_grammar() {
     }
     assert!(!table.contains("bytes"), "{table}");
 }
+
+#[test]
+fn an_http_server_on_the_port_is_named_as_one() {
+    // Answers whatever it reads with a 400, as an HTTP server answers a HELLO.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(2) {
+            let Ok(mut stream) = stream else { return };
+            let _ = std::io::Read::read(&mut stream, &mut [0u8; 64]);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let cli = Cli {
+        addr: addr.to_string(),
+    };
+    let out = cli.run(&["stats"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("this is an HTTP server (the metrics port?)")
+            && err.contains("default 127.0.0.1:7171"),
+        "{err}"
+    );
+    assert!(!err.contains("1347703884"), "{err}");
+    let out = cli.run(&["--json", "stats"]);
+    let v = json_error(&out);
+    assert_eq!(v["error"]["kind"], "Protocol", "{v}");
+    assert_eq!(v["error"]["retryable"], false, "{v}");
+}
