@@ -160,8 +160,9 @@ fn outputs_and_slo_against_redis() {
         assert_eq!(o["deleted"], 2000);
         assert_eq!(o["lost"], 0);
         assert_eq!(o["duplicates"], 0);
-        assert!(o["send_to_receive_us"]["p99"].is_u64());
-        assert!(o["cycle_us"]["max"].is_u64());
+        assert!(o["send_to_receive"]["p99_us"].is_u64());
+        assert!(o["cycle"]["max_us"].is_u64());
+        assert!(o["active_us"].is_u64());
     }
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert_eq!(
