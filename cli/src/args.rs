@@ -90,13 +90,16 @@ pub enum Command {
     Send(SendArgs),
     /// Receive (lease) messages.
     Recv(RecvArgs),
-    /// Read visible messages without leasing them.
+    /// Read visible messages without leasing them; on a dead-letter queue
+    /// with their SOURCE, the queue whose redrive policy names it (all of
+    /// them, comma-separated, when several do).
     Peek(PeekArgs),
     /// Delete received messages by receipt.
     Delete(DeleteArgs),
     /// Change a message's visibility timeout; 0 releases the message.
     Visibility(VisibilityArgs),
-    /// Move messages of a dead-letter queue back to their source queues.
+    /// Move messages of a dead-letter queue back to their source queues
+    /// (refused on a queue that no queue names as its dead-letter queue).
     Redrive(RedriveArgs),
     /// Show the server's statistics.
     Stats,
@@ -125,7 +128,9 @@ pub enum QueueCommand {
     Create(CreateArgs),
     /// Change a queue's attributes.
     Set(SetArgs),
-    /// List queues, optionally those whose names start with PREFIX.
+    /// List queues with their depths (visible, in flight, delayed) and the
+    /// age of their oldest message, optionally those whose names start
+    /// with PREFIX.
     List {
         /// Only queues whose names start with this.
         prefix: Option<String>,

@@ -177,7 +177,12 @@ fn queues_messages_and_stats_end_to_end() {
     assert_eq!(show["attributes"]["backoff"], Value::Null);
     assert_eq!(show["attributes"]["redrive"], Value::Null);
     let list = cli.ok(&["queue", "list", "jobs"]);
-    assert_eq!(list, "NAME\njobs\njobs.dlq\n");
+    assert_eq!(
+        list,
+        "NAME      VISIBLE  IN_FLIGHT  DELAYED  OLDEST_AGE\n\
+         jobs      0        0          0        -\n\
+         jobs.dlq  0        0          0        -\n"
+    );
     assert_eq!(cli.json(&["queue", "list"]).as_array().unwrap().len(), 2);
 
     // Send: one JSON object per line; the body from standard input too.
@@ -278,8 +283,14 @@ fn queues_messages_and_stats_end_to_end() {
     let stats = cli.json(&["stats"]);
     assert_eq!(stats["shards"], 1);
     assert_eq!(stats["counters"]["queues"], 2);
-    let redrive = cli.json(&["redrive", "jobs.dlq"]);
-    assert_eq!(redrive["moved"], 0);
+    // No queue names jobs.dlq any more: redrive is refused.
+    let out = cli.run(&["redrive", "jobs.dlq"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("InvalidArgument: jobs.dlq is no queue's dead-letter queue"),
+        "{}",
+        stderr(&out)
+    );
     assert!(cli.ok(&["stats"]).contains("io_backend"));
     cli.ok(&["queue", "delete", "jobs"]);
 }
@@ -1027,4 +1038,98 @@ fn an_http_server_on_the_port_is_named_as_one() {
     let v = json_error(&out);
     assert_eq!(v["error"]["kind"], "Protocol", "{v}");
     assert_eq!(v["error"]["retryable"], false, "{v}");
+}
+
+#[test]
+fn dead_letter_queues_show_their_sources_and_only_they_redrive() {
+    use sluice_client::{QueueOptions, ReceiveOptions, RedrivePolicy};
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    let c = server.client();
+    c.create_queue("jobs.dlq", &QueueOptions::new()).unwrap();
+    c.create_queue(
+        "jobs",
+        &QueueOptions::new().redrive(RedrivePolicy::new("jobs.dlq", 1)),
+    )
+    .unwrap();
+    c.create_queue("other", &QueueOptions::new()).unwrap();
+    c.send("jobs", "poison").unwrap();
+    c.send("other", "fine").unwrap();
+    // Received once and released: the next receive dead-letters it.
+    let now = || ReceiveOptions::new(1).wait(std::time::Duration::ZERO);
+    let got = c.receive("jobs", now()).unwrap();
+    c.change_visibility("jobs", got[0].receipt, std::time::Duration::ZERO)
+        .unwrap();
+    for _ in 0..100 {
+        if c.queue_info("jobs.dlq").unwrap().stats.visible == 1 {
+            break;
+        }
+        assert!(c.receive("jobs", now()).unwrap().is_empty());
+    }
+    assert_eq!(c.queue_info("jobs.dlq").unwrap().stats.visible, 1);
+
+    // peek on the dead-letter queue names the source; elsewhere no column.
+    let table = cli.ok(&["peek", "jobs.dlq"]);
+    let mut lines = table.lines();
+    assert!(lines.next().unwrap().starts_with("ID  "), "{table}");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header[1], "SOURCE", "{table}");
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(row[1], "jobs", "{table}");
+    let peeked = cli.json(&["peek", "jobs.dlq"]);
+    assert_eq!(
+        peeked[0]["source_queues"],
+        serde_json::json!(["jobs"]),
+        "{peeked}"
+    );
+    assert_eq!(peeked[0]["body"], "poison", "{peeked}");
+    assert!(!cli.ok(&["peek", "other"]).contains("SOURCE"));
+    assert!(
+        cli.json(&["peek", "other"])[0]
+            .get("source_queues")
+            .is_none()
+    );
+
+    // queue list: the depths and the oldest message's age.
+    let list = cli.json(&["queue", "list"]);
+    let row = |name: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {list}"))
+            .clone()
+    };
+    assert_eq!(row("jobs.dlq")["visible"], 1, "{list}");
+    assert_eq!(row("jobs")["visible"], 0, "{list}");
+    assert_eq!(row("other")["visible"], 1, "{list}");
+    for key in ["in_flight", "delayed", "oldest_age_ms"] {
+        assert!(row("other")[key].is_u64(), "{key}: {list}");
+    }
+    let table = cli.ok(&["queue", "list"]);
+    let other = table.lines().find(|l| l.starts_with("other ")).unwrap();
+    let cells: Vec<&str> = other.split_whitespace().collect();
+    assert_eq!(cells[..4], ["other", "1", "0", "0"], "{table}");
+    assert_ne!(cells[4], "-", "an age: {table}");
+
+    // Redrive: refused on a queue no queue names, done on the DLQ.
+    for not_a_dlq in ["other", "jobs"] {
+        let out = cli.run(&["redrive", not_a_dlq]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("is no queue's dead-letter queue"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(c.queue_info("other").unwrap().stats.visible, 1, "untouched");
+    let out = cli.run(&["redrive", "missing"]);
+    assert!(
+        stderr(&out).starts_with("QueueNotFound: "),
+        "{}",
+        stderr(&out)
+    );
+    let moved = cli.json(&["redrive", "jobs.dlq"]);
+    assert_eq!(moved["moved"], 1, "{moved}");
+    assert_eq!(c.queue_info("jobs").unwrap().stats.visible, 1);
 }
