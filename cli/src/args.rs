@@ -9,6 +9,9 @@ use sluice_cli::units::{
     parse_addrs, parse_attr, parse_backoff, parse_bytes, parse_ms_duration, parse_wait,
 };
 
+/// The heading of the flags that say where and how to connect.
+pub const CONNECTION: &str = "Connection";
+
 /// Command-line client for the sluice message broker.
 ///
 /// Durations are written 0, 250ms, 1.5s, 2m, 1h30m (units ns, us, ms, s, m,
@@ -29,6 +32,7 @@ pub struct Cli {
     #[arg(
         long,
         env = "SLUICE_ADDR",
+        help_heading = CONNECTION,
         default_value = sluice_client::config::ADDR_DEFAULT,
         value_name = "HOST:PORT[,HOST:PORT...]",
         value_parser = parse_addrs,
@@ -37,11 +41,23 @@ pub struct Cli {
     pub addr: String,
 
     /// File holding the auth token (trailing newlines are ignored).
-    #[arg(long, env = "SLUICE_TOKEN_FILE", value_name = "PATH", global = true)]
+    #[arg(
+        long,
+        env = "SLUICE_TOKEN_FILE",
+        value_name = "PATH",
+        global = true,
+        help_heading = CONNECTION
+    )]
     pub token_file: Option<PathBuf>,
 
     /// Connect with TLS, trusting the CA certificates in this PEM file.
-    #[arg(long, env = "SLUICE_TLS_CA", value_name = "PATH", global = true)]
+    #[arg(
+        long,
+        env = "SLUICE_TLS_CA",
+        value_name = "PATH",
+        global = true,
+        help_heading = CONNECTION
+    )]
     pub tls_ca: Option<PathBuf>,
 
     /// The name the server's certificate must carry [default: the host of
@@ -49,6 +65,7 @@ pub struct Cli {
     #[arg(
         long,
         env = "SLUICE_TLS_SERVER_NAME",
+        help_heading = CONNECTION,
         value_name = "NAME",
         global = true
     )]
@@ -59,6 +76,7 @@ pub struct Cli {
     #[arg(
         long,
         env = "SLUICE_TLS_CLIENT_CERT",
+        help_heading = CONNECTION,
         value_name = "PATH",
         global = true
     )]
@@ -68,6 +86,7 @@ pub struct Cli {
     #[arg(
         long,
         env = "SLUICE_TLS_CLIENT_KEY",
+        help_heading = CONNECTION,
         value_name = "PATH",
         global = true
     )]
@@ -215,7 +234,7 @@ pub struct SendArgs {
     pub queue: String,
     /// The body; read from standard input when absent.
     pub body: Option<String>,
-    /// Delivery delay (default: the queue's).
+    /// Delivery delay [default: the queue's].
     #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub delay: Option<Duration>,
     /// Dedup key: a repeat within the queue's dedup window is not enqueued.
@@ -236,10 +255,10 @@ pub struct RecvArgs {
     /// Most messages to receive (1 .. 1024).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub max: u16,
-    /// Lease length (default: the queue's).
+    /// Lease length [default: the queue's].
     #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub visibility_timeout: Option<Duration>,
-    /// Long-poll wait, 0 .. 20s (default: the queue's).
+    /// Long-poll wait, 0 .. 20s [default: the queue's].
     #[arg(long, value_name = "DUR", value_parser = parse_wait)]
     pub wait: Option<Duration>,
     /// Delete the messages once printed.
@@ -285,7 +304,7 @@ pub struct VisibilityArgs {
 pub struct RedriveArgs {
     /// The dead-letter queue.
     pub queue: String,
-    /// Most messages to move (default: all).
-    #[arg(long, value_name = "N", default_value_t = u32::MAX)]
-    pub max: u32,
+    /// Most messages to move [default: all].
+    #[arg(long, value_name = "N")]
+    pub max: Option<u32>,
 }

@@ -55,7 +55,9 @@ pub fn redrive(client: &crate::Client, a: &RedriveArgs, json: bool) -> Result<Ou
             q = a.queue
         ))));
     }
-    let r = client.redrive(&a.queue, a.max.try_into().unwrap_or(usize::MAX))?;
+    // All: as many as the wire's field holds.
+    let max = usize::try_from(a.max.unwrap_or(u32::MAX)).unwrap_or(usize::MAX);
+    let r = client.redrive(&a.queue, max)?;
     if json {
         print_json(&json!({"moved": r.moved, "stayed": r.stayed}));
     } else {

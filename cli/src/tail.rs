@@ -59,7 +59,7 @@ pub struct TailArgs {
     /// Long-poll wait of each receive (0 .. 20s).
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_wait)]
     pub wait: Duration,
-    /// Lease length (default: the queue's).
+    /// Lease length [default: the queue's].
     #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub visibility_timeout: Option<Duration>,
     /// Print without deleting: the messages stay leased, and come back when

@@ -603,8 +603,10 @@ fn completions_and_man_pages_come_from_the_definition() {
         assert!(in_preamble || !line.starts_with('\''), "{line}");
     }
 
-    let dir = std::env::temp_dir().join(format!("sluice-man-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // The directory is made, parents too.
+    let top = std::env::temp_dir().join(format!("sluice-man-{}", std::process::id()));
+    let dir = top.join("share/man/man1");
+    assert!(!top.exists(), "{}", top.display());
     let out = sluice(&["man", "--out-dir", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     for file in ["sluice.1", "sluice-tail.1", "sluice-queue-create.1"] {
@@ -612,9 +614,17 @@ fn completions_and_man_pages_come_from_the_definition() {
         assert!(text.contains(".TH sluice"), "{file}");
     }
     assert!(!dir.join("sluice-help.1").exists());
-    std::fs::remove_dir_all(&dir).unwrap();
-    let out = sluice(&["man", "--out-dir", "/nonexistent/sluice-man"]);
+    // Under a file, no directory can be made (whoever runs the test).
+    let file = top.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let out = sluice(&["man", "--out-dir", file.join("man1").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("writing man pages to"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir_all(&top).unwrap();
 }
 
 #[test]
@@ -1132,4 +1142,76 @@ fn dead_letter_queues_show_their_sources_and_only_they_redrive() {
     let moved = cli.json(&["redrive", "jobs.dlq"]);
     assert_eq!(moved["moved"], 1, "{moved}");
     assert_eq!(c.queue_info("jobs").unwrap().stats.visible, 1);
+}
+
+#[test]
+fn help_groups_the_connection_flags_shows_defaults_once_and_offers_json_where_it_means_something() {
+    let help = |args: &[&str]| {
+        let out = sluice(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let connection = [
+        "--addr",
+        "--token-file",
+        "--tls-ca",
+        "--tls-server-name",
+        "--tls-client-cert",
+        "--tls-client-key",
+    ];
+    for args in [&["--help"][..], &["send", "--help"], &["redrive", "-h"]] {
+        let text = help(args);
+        let (options, grouped) = text
+            .split_once("\nConnection:\n")
+            .unwrap_or_else(|| panic!("{args:?}: no Connection heading:\n{text}"));
+        for flag in connection {
+            assert!(
+                !options.contains(flag),
+                "{args:?}: {flag} among the options"
+            );
+            assert!(
+                grouped.contains(flag),
+                "{args:?}: {flag} not under Connection"
+            );
+        }
+        assert!(options.contains("--json"), "{args:?}: {text}");
+    }
+    let subcommands: &[&[&str]] = &[
+        &["queue", "create"],
+        &["queue", "set"],
+        &["queue", "list"],
+        &["queue", "show"],
+        &["send"],
+        &["recv"],
+        &["peek"],
+        &["delete"],
+        &["visibility"],
+        &["redrive"],
+        &["stats"],
+        &["advance-clock"],
+        &["tail"],
+        &["ping"],
+    ];
+    for sub in subcommands {
+        let text = help(&[sub, &["--help"][..]].concat());
+        // A default shows once, clap's way, and never as a sentinel.
+        assert!(!text.contains("(default"), "{sub:?}:\n{text}");
+        assert!(!text.contains("4294967295"), "{sub:?}:\n{text}");
+        for option in text.split("\n      --") {
+            assert!(
+                option.matches("[default:").count() <= 1,
+                "{sub:?}: {option}"
+            );
+        }
+    }
+    assert!(help(&["redrive", "--help"]).contains("[default: all]"));
+    // Nothing to connect to and nothing structured to print: neither --json
+    // nor the connection flags are offered.
+    for sub in ["completions", "man"] {
+        let text = help(&[sub, "--help"]);
+        assert!(!text.contains("--json"), "{sub}:\n{text}");
+        for flag in connection {
+            assert!(!text.contains(flag), "{sub}: {flag}:\n{text}");
+        }
+    }
 }
