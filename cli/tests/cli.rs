@@ -1215,3 +1215,42 @@ fn help_groups_the_connection_flags_shows_defaults_once_and_offers_json_where_it
         }
     }
 }
+
+#[test]
+fn tail_stops_at_once_on_ctrl_c_in_a_long_poll_that_would_never_end() {
+    // On a manual clock a long poll ends only when the clock moves, which
+    // nothing here does: only stopping at once ends this tail.
+    let server = TestServer::start_on("127.0.0.1:0", &["--clock", "manual"]);
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "q"]);
+    let mut child = cli
+        .command(&["tail", "q", "--wait", "20s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its receive has reached the broker: tail is in its long poll, with
+    // its Ctrl-C handler installed.
+    let c = server.client();
+    let receives = || {
+        let stats = c.server_stats().unwrap();
+        stats
+            .counters
+            .iter()
+            .find(|k| k.name == "requests_receive")
+            .map_or(0, |k| k.value)
+    };
+    for _ in 0..PATIENCE.as_millis() / 10 {
+        if receives() > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(receives() > 0, "tail never sent its receive");
+    signal(&child, rustix::process::Signal::INT);
+    let status = wait_bounded(&mut child);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
