@@ -109,7 +109,7 @@ impl Handshake {
         Error::Protocol(format!(
             "{addr} answered in HTTP ({quoted:?}): this is an HTTP server (the metrics port?): \
              sluice listens on the address of the server's --listen (default {ADDR_DEFAULT}), \
-             not on its --metrics-addr or --sqs-listen",
+             not on its --metrics-addr",
             addr = self.addr,
         ))
     }
