@@ -68,11 +68,19 @@ pub fn redrive(client: &crate::Client, a: &RedriveArgs, json: bool) -> Result<Ou
 
 pub fn peek(client: &crate::Client, a: &PeekArgs, json: bool) -> Result<Outcome, Failure> {
     let messages = client.peek(&a.queue, a.max.into())?;
-    // Only a dead-letter queue has sources to show; a queue deleted since
-    // the peek has none.
-    let sources = match messages.is_empty() {
-        true => Vec::new(),
-        false => sources(client.client_for(&a.queue), &a.queue)?.unwrap_or_default(),
+    // Only messages moved in from another queue have a source to show:
+    // none when nothing ever was (the queue's `moved_in`), which spares the
+    // look at every queue's policy. A queue deleted since the peek has none.
+    let broker = client.client_for(&a.queue);
+    let moved_in = |q: &str| match broker.queue_info(q) {
+        Ok(info) => Ok(info.stats.moved_in > 0),
+        Err(Error::QueueNotFound(_)) => Ok(false),
+        Err(e) => Err(e),
+    };
+    let sources = if !messages.is_empty() && moved_in(&a.queue)? {
+        sources(broker, &a.queue)?.unwrap_or_default()
+    } else {
+        Vec::new()
     };
     if json {
         print_json(&Value::Array(
