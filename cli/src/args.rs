@@ -5,7 +5,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use sluice_cli::units::{parse_addrs, parse_attr, parse_backoff, parse_bytes, parse_duration};
+use sluice_cli::units::{
+    parse_addrs, parse_attr, parse_backoff, parse_bytes, parse_ms_duration, parse_wait,
+};
+
+/// The heading of the flags that say where and how to connect.
+pub const CONNECTION: &str = "Connection";
 
 /// Command-line client for the sluice message broker.
 ///
@@ -27,6 +32,7 @@ pub struct Cli {
     #[arg(
         long,
         env = "SLUICE_ADDR",
+        help_heading = CONNECTION,
         default_value = sluice_client::config::ADDR_DEFAULT,
         value_name = "HOST:PORT[,HOST:PORT...]",
         value_parser = parse_addrs,
@@ -35,11 +41,23 @@ pub struct Cli {
     pub addr: String,
 
     /// File holding the auth token (trailing newlines are ignored).
-    #[arg(long, env = "SLUICE_TOKEN_FILE", value_name = "PATH", global = true)]
+    #[arg(
+        long,
+        env = "SLUICE_TOKEN_FILE",
+        value_name = "PATH",
+        global = true,
+        help_heading = CONNECTION
+    )]
     pub token_file: Option<PathBuf>,
 
     /// Connect with TLS, trusting the CA certificates in this PEM file.
-    #[arg(long, env = "SLUICE_TLS_CA", value_name = "PATH", global = true)]
+    #[arg(
+        long,
+        env = "SLUICE_TLS_CA",
+        value_name = "PATH",
+        global = true,
+        help_heading = CONNECTION
+    )]
     pub tls_ca: Option<PathBuf>,
 
     /// The name the server's certificate must carry [default: the host of
@@ -47,6 +65,7 @@ pub struct Cli {
     #[arg(
         long,
         env = "SLUICE_TLS_SERVER_NAME",
+        help_heading = CONNECTION,
         value_name = "NAME",
         global = true
     )]
@@ -57,6 +76,7 @@ pub struct Cli {
     #[arg(
         long,
         env = "SLUICE_TLS_CLIENT_CERT",
+        help_heading = CONNECTION,
         value_name = "PATH",
         global = true
     )]
@@ -66,6 +86,7 @@ pub struct Cli {
     #[arg(
         long,
         env = "SLUICE_TLS_CLIENT_KEY",
+        help_heading = CONNECTION,
         value_name = "PATH",
         global = true
     )]
@@ -88,13 +109,16 @@ pub enum Command {
     Send(SendArgs),
     /// Receive (lease) messages.
     Recv(RecvArgs),
-    /// Read visible messages without leasing them.
+    /// Read visible messages without leasing them; on a dead-letter queue
+    /// with their SOURCE, the queue whose redrive policy names it (all of
+    /// them, comma-separated, when several do).
     Peek(PeekArgs),
     /// Delete received messages by receipt.
     Delete(DeleteArgs),
     /// Change a message's visibility timeout; 0 releases the message.
     Visibility(VisibilityArgs),
-    /// Move messages of a dead-letter queue back to their source queues.
+    /// Move messages of a dead-letter queue back to their source queues
+    /// (refused on a queue that no queue names as its dead-letter queue).
     Redrive(RedriveArgs),
     /// Show the server's statistics.
     Stats,
@@ -113,7 +137,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct AdvanceClockArgs {
     /// How far, e.g. 30s (whole milliseconds; 0 reads the clock).
-    #[arg(value_name = "DUR", value_parser = parse_duration)]
+    #[arg(value_name = "DUR", value_parser = parse_ms_duration)]
     pub by: Duration,
 }
 
@@ -123,7 +147,9 @@ pub enum QueueCommand {
     Create(CreateArgs),
     /// Change a queue's attributes.
     Set(SetArgs),
-    /// List queues, optionally those whose names start with PREFIX.
+    /// List queues with their depths (visible, in flight, delayed) and the
+    /// age of their oldest message, optionally those whose names start
+    /// with PREFIX.
     List {
         /// Only queues whose names start with this.
         prefix: Option<String>,
@@ -149,16 +175,16 @@ pub enum QueueCommand {
 #[derive(Debug, Args)]
 pub struct AttributeFlags {
     /// Lease length of a receive that does not set one (0 .. 12h).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub visibility_timeout: Option<Duration>,
     /// Delivery delay of a send that does not set one (0 .. 15m).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub delay: Option<Duration>,
     /// Age since the send at which an undeleted message is dropped (60s .. 14d).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub retention: Option<Duration>,
     /// Default long-poll wait of a receive (0 .. 20s).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub wait: Option<Duration>,
     /// Largest body plus attributes (1024, 256KiB, 1MiB).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
@@ -173,7 +199,7 @@ pub struct AttributeFlags {
     #[arg(long, value_name = "N")]
     pub max_depth: Option<u64>,
     /// How long a dedup key suppresses repeats (0 .. 1h).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub dedup_window: Option<Duration>,
     /// Retry backoff after a release or an expired lease, as BASE:MAX (100ms:1m).
     #[arg(long, value_name = "BASE:MAX", value_parser = parse_backoff)]
@@ -208,8 +234,8 @@ pub struct SendArgs {
     pub queue: String,
     /// The body; read from standard input when absent.
     pub body: Option<String>,
-    /// Delivery delay (default: the queue's).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    /// Delivery delay [default: the queue's].
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub delay: Option<Duration>,
     /// Dedup key: a repeat within the queue's dedup window is not enqueued.
     #[arg(long, value_name = "KEY")]
@@ -229,11 +255,11 @@ pub struct RecvArgs {
     /// Most messages to receive (1 .. 1024).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub max: u16,
-    /// Lease length (default: the queue's).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    /// Lease length [default: the queue's].
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub visibility_timeout: Option<Duration>,
-    /// Long-poll wait, at most 20s (default: the queue's).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    /// Long-poll wait, 0 .. 20s [default: the queue's].
+    #[arg(long, value_name = "DUR", value_parser = parse_wait)]
     pub wait: Option<Duration>,
     /// Delete the messages once printed.
     #[arg(long)]
@@ -270,7 +296,7 @@ pub struct VisibilityArgs {
     /// The receipt (52 hex digits).
     pub receipt: String,
     /// The lease now ends this long from now; 0 releases the message.
-    #[arg(value_parser = parse_duration)]
+    #[arg(value_parser = parse_ms_duration)]
     pub timeout: Duration,
 }
 
@@ -278,7 +304,7 @@ pub struct VisibilityArgs {
 pub struct RedriveArgs {
     /// The dead-letter queue.
     pub queue: String,
-    /// Most messages to move (default: all).
-    #[arg(long, value_name = "N", default_value_t = u32::MAX)]
-    pub max: u32,
+    /// Most messages to move [default: all].
+    #[arg(long, value_name = "N")]
+    pub max: Option<u32>,
 }

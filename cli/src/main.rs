@@ -1,6 +1,7 @@
 //! `sluice`: the command-line client. See `sluice --help`.
 
 mod args;
+mod dead_letter;
 mod interrupt;
 mod meta;
 mod ping;
@@ -157,17 +158,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
         Command::Queue(q) => queue(&client, q, json),
         Command::Send(a) => send(&client, a, json),
         Command::Recv(a) => recv(&client, a, json),
-        Command::Peek(a) => {
-            let messages = client.peek(&a.queue, a.max.into())?;
-            if json {
-                print_json(&Value::Array(
-                    messages.iter().map(render::peeked_json).collect(),
-                ));
-            } else {
-                print(&render::peeked_table(&messages));
-            }
-            Ok(Outcome::default())
-        }
+        Command::Peek(a) => dead_letter::peek(&client, a, json),
         Command::Delete(a) => delete(&client, &a.queue, &a.receipts, json),
         Command::Visibility(a) => {
             let Some(receipt) = Receipt::from_hex(&a.receipt) else {
@@ -236,15 +227,7 @@ fn run(cli: &Cli) -> Result<Outcome, Failure> {
         Command::Completions(_) | Command::Man(_) => {
             unreachable!("main runs these without connecting")
         }
-        Command::Redrive(a) => {
-            let r = client.redrive(&a.queue, a.max.try_into().unwrap_or(usize::MAX))?;
-            if json {
-                print_json(&json!({"moved": r.moved, "stayed": r.stayed}));
-            } else {
-                print(&format!("moved {}, stayed {}\n", r.moved, r.stayed));
-            }
-            Ok(Outcome::default())
-        }
+        Command::Redrive(a) => dead_letter::redrive(&client, a, json),
         Command::Stats => {
             let merged = client.server_stats()?;
             let single = client.addrs().count() == 1;
@@ -355,17 +338,12 @@ fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome,
             }
         }
         QueueCommand::List { prefix } => {
-            let merged = client.list_queues(prefix.as_deref().unwrap_or(""))?;
+            let merged = client.queue_stats(prefix.as_deref().unwrap_or(""))?;
             let failed = report_failed(&merged.failed, json);
-            let names = merged.value;
             if json {
-                print_json(&json!(names));
+                print_json(&render::queue_list_json(&merged.value));
             } else {
-                let mut t = render::Table::new(&["NAME"]);
-                for n in names {
-                    t.row(vec![n]);
-                }
-                print(&t.render());
+                print(&render::queue_list_table(&merged.value));
             }
             return Ok(Outcome { failed });
         }

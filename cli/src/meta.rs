@@ -28,7 +28,8 @@ pub struct CompletionsArgs {
 #[derive(Debug, Args)]
 pub struct ManArgs {
     /// Write sluice.1 and one page per subcommand (sluice-queue-create.1,
-    /// ...) into this directory instead of printing sluice.1.
+    /// ...) into this directory, made if need be, instead of printing
+    /// sluice.1.
     #[arg(long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
 }
@@ -41,8 +42,28 @@ pub fn command() -> clap::Command {
         Some(short) => format!("{short}\n\n{}", exit_status_help()),
         None => exit_status_help(),
     };
-    cmd.after_long_help(long)
+    let mut cmd = cmd.after_long_help(long);
+    // Those that print no results and connect nowhere do not offer --json
+    // or the connection flags: each gets a hidden copy of every global flag,
+    // which clap then does not propagate to it (they still parse, and do
+    // nothing).
+    let global: Vec<clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .cloned()
+        .collect();
+    for offline in OFFLINE {
+        cmd = cmd.mut_subcommand(offline, |sub| {
+            global
+                .iter()
+                .fold(sub, |sub, a| sub.arg(a.clone().global(false).hide(true)))
+        });
+    }
+    cmd
 }
+
+/// The subcommands that print a script or a page: no JSON, no broker.
+const OFFLINE: [&str; 2] = ["completions", "man"];
 
 /// The man page of `cmd`: clap_mangen's, with the exit statuses and the
 /// error format as sections of their own on the top-level page (the
@@ -134,9 +155,11 @@ pub fn man(a: &ManArgs) -> Result<Outcome, Failure> {
             // (sluice-queue-create); `help` gets no page.
             let mut cmd = command().disable_help_subcommand(true);
             cmd.build();
-            write_pages(cmd, dir, true).map_err(|e| {
-                Failure::Usage(format!("writing man pages to {}: {e}", dir.display()))
-            })?;
+            std::fs::create_dir_all(dir)
+                .and_then(|()| write_pages(cmd, dir, true))
+                .map_err(|e| {
+                    Failure::Usage(format!("writing man pages to {}: {e}", dir.display()))
+                })?;
         }
         None => {
             let page = man_page(command().disable_help_subcommand(true), true)

@@ -10,6 +10,7 @@ use sluice_client::{
 
 use crate::time::rfc3339_ms;
 use sluice_cli::units::format_ms;
+use sluice_protocol::units::format_bytes;
 
 /// A table with a header row; columns are as wide as their widest cell,
 /// two spaces apart, and the last column is not padded.
@@ -159,26 +160,85 @@ pub fn received_table(messages: &[ReceivedMessage]) -> String {
     t.render()
 }
 
-pub fn peeked_table(messages: &[PeekedMessage]) -> String {
-    let mut t = Table::new(&[
+/// The peeked messages; on a dead-letter queue (`sources` not empty) with a
+/// SOURCE column: the queue that names it, or those that do, comma-separated.
+pub fn peeked_table(messages: &[PeekedMessage], sources: &[String]) -> String {
+    let mut header = vec![
         "ID",
         "RECEIVES",
         "DELIVERY",
         "SENT_AT",
         "ATTRIBUTES",
         "BODY",
-    ]);
+    ];
+    if !sources.is_empty() {
+        header.insert(1, "SOURCE");
+    }
+    let mut t = Table::new(&header);
     for m in messages {
-        t.row(vec![
+        let mut row = vec![
             m.id.to_string(),
             m.receive_count.to_string(),
             m.delivery.to_string(),
             rfc3339_ms(m.sent_at_ms),
             attributes_cell(&m.attributes),
             body_cell(&m.body),
+        ];
+        if !sources.is_empty() {
+            row.insert(1, sources.join(","));
+        }
+        t.row(row);
+    }
+    t.render()
+}
+
+/// Queues with their depths (visible, in flight, delayed) and the age of
+/// their oldest message, like `rabbitmqctl list_queues`.
+pub fn queue_list_table(infos: &[QueueInfo]) -> String {
+    let mut t = Table::new(&["NAME", "VISIBLE", "IN_FLIGHT", "DELAYED", "OLDEST_AGE"]);
+    for i in infos {
+        let s = &i.stats;
+        let held = s.visible + s.in_flight + s.delayed;
+        t.row(vec![
+            i.name.clone(),
+            s.visible.to_string(),
+            s.in_flight.to_string(),
+            s.delayed.to_string(),
+            if held == 0 {
+                "-".to_owned()
+            } else {
+                age(s.oldest_age)
+            },
         ]);
     }
     t.render()
+}
+
+/// An age for people: milliseconds below a second, else whole seconds in
+/// the grammar (`250ms`, `42s`, `2m5s`, `1d3h`).
+fn age(d: std::time::Duration) -> String {
+    if d.as_secs() == 0 {
+        format_ms(ms(d))
+    } else {
+        sluice_protocol::units::format_duration(std::time::Duration::from_secs(d.as_secs()))
+    }
+}
+
+pub fn queue_list_json(infos: &[QueueInfo]) -> Value {
+    Value::Array(
+        infos
+            .iter()
+            .map(|i| {
+                json!({
+                    "name": i.name,
+                    "visible": i.stats.visible,
+                    "in_flight": i.stats.in_flight,
+                    "delayed": i.stats.delayed,
+                    "oldest_age_ms": ms(i.stats.oldest_age),
+                })
+            })
+            .collect(),
+    )
 }
 
 /// Whole milliseconds, as the JSON fields and `format_ms` show times.
@@ -242,7 +302,10 @@ pub fn queue_table(info: &QueueInfo) -> String {
     put("visibility_timeout", format_ms(ms(a.visibility_timeout)));
     put("delay", format_ms(ms(a.delay)));
     put("retention", format_ms(ms(a.retention)));
-    put("max_message_size", format!("{} bytes", a.message_bytes_max));
+    put(
+        "max_message_size",
+        format_bytes(u64::try_from(a.message_bytes_max).unwrap_or(u64::MAX)),
+    );
     put("receive_wait", format_ms(ms(a.receive_wait)));
     put(
         "dead_letter",
@@ -266,7 +329,11 @@ pub fn queue_table(info: &QueueInfo) -> String {
     );
     let mut s = Table::new(&["STAT", "VALUE"]);
     for (k, v) in stats_fields(&info.stats) {
-        s.row(vec![k.to_owned(), v.to_string()]);
+        // A duration in the grammar, its key without the unit.
+        match k.strip_suffix("_ms") {
+            Some(k) => s.row(vec![k.to_owned(), format_ms(v)]),
+            None => s.row(vec![k.to_owned(), v.to_string()]),
+        }
     }
     format!("{}\n{}", t.render(), s.render())
 }
@@ -435,8 +502,51 @@ mod tests {
         assert_eq!(stats.len(), 14);
         assert_eq!(v["stats"]["visible"], 3);
         let table = queue_table(&info);
-        assert!(table.contains("visibility_timeout  30s"), "{table}");
-        assert!(table.contains("oldest_age_ms  5"), "{table}");
+        // Every duration and size in the units grammar, its largest exact unit.
+        for row in [
+            "visibility_timeout  30s\n",
+            "delay               0s\n",
+            "retention           4d\n",
+            "max_message_size    256KiB\n",
+            "receive_wait        0s\n",
+            "dedup_window        5m\n",
+            "oldest_age     5ms\n",
+        ] {
+            assert!(table.contains(row), "{row:?} in\n{table}");
+        }
+        assert!(!table.contains("bytes"), "{table}");
+    }
+
+    #[test]
+    fn queue_lists_show_depths_and_the_oldest_age() {
+        let info = |name: &str, visible, in_flight, delayed, age_ms| QueueInfo {
+            name: name.into(),
+            attributes: QueueAttributes::default(),
+            stats: QueueStats {
+                visible,
+                in_flight,
+                delayed,
+                oldest_age: std::time::Duration::from_millis(age_ms),
+                ..QueueStats::default()
+            },
+        };
+        let infos = [
+            info("a", 3, 1, 2, 125_400),
+            info("b", 0, 0, 0, 0),
+            info("c", 1, 0, 0, 250),
+        ];
+        assert_eq!(
+            queue_list_table(&infos),
+            "NAME  VISIBLE  IN_FLIGHT  DELAYED  OLDEST_AGE\n\
+             a     3        1          2        2m5s\n\
+             b     0        0          0        -\n\
+             c     1        0          0        250ms\n"
+        );
+        let v = queue_list_json(&infos);
+        assert_eq!(
+            v[0],
+            json!({"name": "a", "visible": 3, "in_flight": 1, "delayed": 2, "oldest_age_ms": 125_400})
+        );
     }
 
     #[test]

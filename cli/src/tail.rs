@@ -32,7 +32,7 @@ use crate::interrupt::Interrupt;
 use crate::render::{attributes_cell, body_cell};
 use crate::time::rfc3339_ms;
 use crate::{Failure, Outcome, print_checked, render, report};
-use sluice_cli::units::parse_duration;
+use sluice_cli::units::{parse_ms_duration, parse_wait};
 
 /// The most messages one receive asks for (the protocol's batch limit).
 const BATCH_MAX: u16 = 1024;
@@ -56,11 +56,11 @@ pub struct TailArgs {
         value_parser = clap::value_parser!(u16).range(1..=i64::from(BATCH_MAX))
     )]
     pub batch: u16,
-    /// Long-poll wait of each receive, at most 20s.
-    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration)]
+    /// Long-poll wait of each receive (0 .. 20s).
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_wait)]
     pub wait: Duration,
-    /// Lease length (default: the queue's).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    /// Lease length [default: the queue's].
+    #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub visibility_timeout: Option<Duration>,
     /// Print without deleting: the messages stay leased, and come back when
     /// their leases end or as soon as `tail` exits.

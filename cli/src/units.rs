@@ -12,6 +12,37 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
     units::parse_duration(input).map_err(|e| e.to_string())
 }
 
+/// A duration flag for what the broker counts in whole milliseconds (every
+/// duration `sluice` sends): the shared grammar, and a remainder below a
+/// millisecond refused rather than dropped, quoting the value as typed.
+pub fn parse_ms_duration(input: &str) -> Result<Duration, String> {
+    let d = parse_duration(input)?;
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return Err(format!(
+            "`{}` is not a whole number of milliseconds, which is what the broker counts in",
+            input.trim()
+        ));
+    }
+    Ok(d)
+}
+
+/// The longest long-poll wait a receive may ask for (20s).
+pub const RECEIVE_WAIT_MAX: Duration =
+    Duration::from_millis(sluice_protocol::limits::RECEIVE_WAIT_MS_MAX as u64);
+
+/// A receive's long-poll wait: [`parse_ms_duration`], in 0 .. 20s.
+pub fn parse_wait(input: &str) -> Result<Duration, String> {
+    let d = parse_ms_duration(input)?;
+    if d > RECEIVE_WAIT_MAX {
+        return Err(format!(
+            "`{}` is longer than a receive may wait: the range is 0 .. {}",
+            input.trim(),
+            format_ms(RECEIVE_WAIT_MAX.as_millis() as u64)
+        ));
+    }
+    Ok(d)
+}
+
 /// A size flag (clap value parser): the shared grammar, e.g. `1048576`,
 /// `256KiB`, `1M`.
 pub fn parse_bytes(input: &str) -> Result<u64, String> {
@@ -45,7 +76,7 @@ pub fn parse_backoff(input: &str) -> Result<(Duration, Duration), String> {
     let (base, max) = input
         .split_once(':')
         .ok_or_else(|| format!("{input:?}: expected BASE:MAX, for example 100ms:1m"))?;
-    Ok((parse_duration(base)?, parse_duration(max)?))
+    Ok((parse_ms_duration(base)?, parse_ms_duration(max)?))
 }
 
 /// A `KEY=VALUE` pair.
@@ -57,7 +88,7 @@ pub fn parse_attr(input: &str) -> Result<(String, String), String> {
 }
 
 /// Milliseconds as people read them: the largest unit that divides them
-/// (`0`, `250ms`, `30s`, `5m`, `4d`, `90s`), which the grammar reads back.
+/// (`0s`, `250ms`, `30s`, `5m`, `4d`, `90s`), which the grammar reads back.
 pub fn format_ms(ms: u64) -> String {
     const UNITS: [(u64, &str); 4] = [
         (86_400_000, "d"),
@@ -66,7 +97,7 @@ pub fn format_ms(ms: u64) -> String {
         (1_000, "s"),
     ];
     if ms == 0 {
-        return "0".to_owned();
+        return "0s".to_owned();
     }
     for (size, unit) in UNITS {
         if ms % size == 0 {
@@ -104,6 +135,36 @@ mod tests {
             let err = parse_addrs(bad).expect_err(bad);
             assert!(err.contains("sluice://HOST:PORT"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn wire_durations_are_whole_milliseconds_quoted_as_typed() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_ms_duration("1.5s"), Ok(ms(1500)));
+        assert_eq!(parse_ms_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(
+            parse_ms_duration("1500us"),
+            Err("`1500us` is not a whole number of milliseconds, which is what the broker counts in"
+                .to_owned())
+        );
+        assert!(
+            parse_ms_duration("0.5ms")
+                .unwrap_err()
+                .starts_with("`0.5ms` ")
+        );
+        assert!(
+            parse_backoff("100ms:1500us")
+                .unwrap_err()
+                .contains("`1500us`")
+        );
+        assert!(parse_ms_duration("5").unwrap_err().contains("no unit"));
+        assert_eq!(parse_wait("20s"), Ok(ms(20_000)));
+        assert_eq!(parse_wait("0"), Ok(Duration::ZERO));
+        assert_eq!(
+            parse_wait("30s"),
+            Err("`30s` is longer than a receive may wait: the range is 0 .. 20s".to_owned())
+        );
+        assert!(parse_wait("1500us").unwrap_err().contains("whole number"));
     }
 
     #[test]

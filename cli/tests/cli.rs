@@ -177,7 +177,12 @@ fn queues_messages_and_stats_end_to_end() {
     assert_eq!(show["attributes"]["backoff"], Value::Null);
     assert_eq!(show["attributes"]["redrive"], Value::Null);
     let list = cli.ok(&["queue", "list", "jobs"]);
-    assert_eq!(list, "NAME\njobs\njobs.dlq\n");
+    assert_eq!(
+        list,
+        "NAME      VISIBLE  IN_FLIGHT  DELAYED  OLDEST_AGE\n\
+         jobs      0        0          0        -\n\
+         jobs.dlq  0        0          0        -\n"
+    );
     assert_eq!(cli.json(&["queue", "list"]).as_array().unwrap().len(), 2);
 
     // Send: one JSON object per line; the body from standard input too.
@@ -278,8 +283,14 @@ fn queues_messages_and_stats_end_to_end() {
     let stats = cli.json(&["stats"]);
     assert_eq!(stats["shards"], 1);
     assert_eq!(stats["counters"]["queues"], 2);
-    let redrive = cli.json(&["redrive", "jobs.dlq"]);
-    assert_eq!(redrive["moved"], 0);
+    // No queue names jobs.dlq any more: redrive is refused.
+    let out = cli.run(&["redrive", "jobs.dlq"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("InvalidArgument: jobs.dlq is no queue's dead-letter queue"),
+        "{}",
+        stderr(&out)
+    );
     assert!(cli.ok(&["stats"]).contains("io_backend"));
     cli.ok(&["queue", "delete", "jobs"]);
 }
@@ -299,10 +310,11 @@ fn errors_are_named_on_stderr() {
 
     cli.ok(&["queue", "create", "q", "--visibility-timeout", "1s"]);
     let out = cli.run(&["queue", "create", "q", "--visibility-timeout", "2s"]);
-    assert!(
-        stderr(&out).starts_with("QueueExists: "),
-        "{}",
-        stderr(&out)
+    // It names what differs, as the grammar writes it.
+    assert_eq!(
+        stderr(&out),
+        "QueueExists: queue q exists with other attributes: \
+         visibility_timeout 1s (this create: 2s)\n"
     );
     let out = cli.run(&["queue", "create", "bad", "--visibility-timeout", "13h"]);
     assert!(
@@ -591,8 +603,10 @@ fn completions_and_man_pages_come_from_the_definition() {
         assert!(in_preamble || !line.starts_with('\''), "{line}");
     }
 
-    let dir = std::env::temp_dir().join(format!("sluice-man-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // The directory is made, parents too.
+    let top = std::env::temp_dir().join(format!("sluice-man-{}", std::process::id()));
+    let dir = top.join("share/man/man1");
+    assert!(!top.exists(), "{}", top.display());
     let out = sluice(&["man", "--out-dir", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     for file in ["sluice.1", "sluice-tail.1", "sluice-queue-create.1"] {
@@ -600,9 +614,17 @@ fn completions_and_man_pages_come_from_the_definition() {
         assert!(text.contains(".TH sluice"), "{file}");
     }
     assert!(!dir.join("sluice-help.1").exists());
-    std::fs::remove_dir_all(&dir).unwrap();
-    let out = sluice(&["man", "--out-dir", "/nonexistent/sluice-man"]);
+    // Under a file, no directory can be made (whoever runs the test).
+    let file = top.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let out = sluice(&["man", "--out-dir", file.join("man1").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("writing man pages to"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir_all(&top).unwrap();
 }
 
 #[test]
@@ -932,4 +954,303 @@ fn tail_reports_and_retries_a_broker_it_cannot_reach() {
     }
     signal(&child, rustix::process::Signal::TERM);
     assert_eq!(wait_bounded(&mut child).code(), Some(1), "a request failed");
+}
+
+#[test]
+fn durations_the_broker_cannot_count_and_waits_beyond_20s_are_usage_errors() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "q"]);
+    // A sub-millisecond remainder: refused before anything is sent, the
+    // value quoted as typed, exit 2, everywhere a duration goes to the broker.
+    let cases: &[&[&str]] = &[
+        &["send", "q", "x", "--delay", "1500us"],
+        &["recv", "q", "--visibility-timeout", "1500us"],
+        &["tail", "q", "--max", "1", "--visibility-timeout", "1500us"],
+        &["queue", "set", "q", "--backoff", "1ms:1500us"],
+    ];
+    for args in cases {
+        let out = cli.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("`1500us` is not a whole number of milliseconds"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let show = cli.json(&["queue", "show", "q"]);
+    assert_eq!(show["stats"]["visible"], 0, "nothing was sent: {show}");
+
+    // A wait beyond the protocol's 20s: a usage error naming the range.
+    for args in [
+        &["recv", "q", "--wait", "30s"][..],
+        &["tail", "q", "--wait", "30s"][..],
+    ] {
+        let out = cli.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("`30s` is longer than a receive may wait: the range is 0 .. 20s"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = cli.run(&["--json", "recv", "q", "--wait", "30s"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json_error(&out)["error"]["kind"], "Usage");
+}
+
+#[test]
+fn queue_show_writes_durations_and_sizes_in_the_units_grammar() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "q", "--max-message-size", "0.5MiB"]);
+    let table = cli.ok(&["queue", "show", "q"]);
+    for row in [
+        "visibility_timeout  30s\n",
+        "delay               0s\n",
+        "retention           4d\n",
+        "max_message_size    512KiB\n",
+        "receive_wait        0s\n",
+        "dedup_window        5m\n",
+        "backoff             off\n",
+        "oldest_age     0s\n",
+    ] {
+        assert!(table.contains(row), "{row:?} in\n{table}");
+    }
+    assert!(!table.contains("bytes"), "{table}");
+}
+
+#[test]
+fn an_http_server_on_the_port_is_named_as_one() {
+    // Answers whatever it reads with a 400, as an HTTP server answers a HELLO.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(2) {
+            let Ok(mut stream) = stream else { return };
+            let _ = std::io::Read::read(&mut stream, &mut [0u8; 64]);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let cli = Cli {
+        addr: addr.to_string(),
+    };
+    let out = cli.run(&["stats"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("this is an HTTP server (the metrics port?)")
+            && err.contains("default 127.0.0.1:7171"),
+        "{err}"
+    );
+    assert!(!err.contains("1347703884"), "{err}");
+    let out = cli.run(&["--json", "stats"]);
+    let v = json_error(&out);
+    assert_eq!(v["error"]["kind"], "Protocol", "{v}");
+    assert_eq!(v["error"]["retryable"], false, "{v}");
+}
+
+#[test]
+fn dead_letter_queues_show_their_sources_and_only_they_redrive() {
+    use sluice_client::{QueueOptions, ReceiveOptions, RedrivePolicy};
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    let c = server.client();
+    c.create_queue("jobs.dlq", &QueueOptions::new()).unwrap();
+    c.create_queue(
+        "jobs",
+        &QueueOptions::new().redrive(RedrivePolicy::new("jobs.dlq", 1)),
+    )
+    .unwrap();
+    c.create_queue("other", &QueueOptions::new()).unwrap();
+    c.send("jobs", "poison").unwrap();
+    c.send("other", "fine").unwrap();
+    // Received once and released: the next receive dead-letters it.
+    let now = || ReceiveOptions::new(1).wait(std::time::Duration::ZERO);
+    let got = c.receive("jobs", now()).unwrap();
+    c.change_visibility("jobs", got[0].receipt, std::time::Duration::ZERO)
+        .unwrap();
+    for _ in 0..100 {
+        if c.queue_info("jobs.dlq").unwrap().stats.visible == 1 {
+            break;
+        }
+        assert!(c.receive("jobs", now()).unwrap().is_empty());
+    }
+    assert_eq!(c.queue_info("jobs.dlq").unwrap().stats.visible, 1);
+
+    // peek on the dead-letter queue names the source; elsewhere no column.
+    let table = cli.ok(&["peek", "jobs.dlq"]);
+    let mut lines = table.lines();
+    assert!(lines.next().unwrap().starts_with("ID  "), "{table}");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header[1], "SOURCE", "{table}");
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(row[1], "jobs", "{table}");
+    let peeked = cli.json(&["peek", "jobs.dlq"]);
+    assert_eq!(
+        peeked[0]["source_queues"],
+        serde_json::json!(["jobs"]),
+        "{peeked}"
+    );
+    assert_eq!(peeked[0]["body"], "poison", "{peeked}");
+    assert!(!cli.ok(&["peek", "other"]).contains("SOURCE"));
+    assert!(
+        cli.json(&["peek", "other"])[0]
+            .get("source_queues")
+            .is_none()
+    );
+
+    // queue list: the depths and the oldest message's age.
+    let list = cli.json(&["queue", "list"]);
+    let row = |name: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {list}"))
+            .clone()
+    };
+    assert_eq!(row("jobs.dlq")["visible"], 1, "{list}");
+    assert_eq!(row("jobs")["visible"], 0, "{list}");
+    assert_eq!(row("other")["visible"], 1, "{list}");
+    for key in ["in_flight", "delayed", "oldest_age_ms"] {
+        assert!(row("other")[key].is_u64(), "{key}: {list}");
+    }
+    let table = cli.ok(&["queue", "list"]);
+    let other = table.lines().find(|l| l.starts_with("other ")).unwrap();
+    let cells: Vec<&str> = other.split_whitespace().collect();
+    assert_eq!(cells[..4], ["other", "1", "0", "0"], "{table}");
+    assert_ne!(cells[4], "-", "an age: {table}");
+
+    // Redrive: refused on a queue no queue names, done on the DLQ.
+    for not_a_dlq in ["other", "jobs"] {
+        let out = cli.run(&["redrive", not_a_dlq]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("is no queue's dead-letter queue"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(c.queue_info("other").unwrap().stats.visible, 1, "untouched");
+    let out = cli.run(&["redrive", "missing"]);
+    assert!(
+        stderr(&out).starts_with("QueueNotFound: "),
+        "{}",
+        stderr(&out)
+    );
+    let moved = cli.json(&["redrive", "jobs.dlq"]);
+    assert_eq!(moved["moved"], 1, "{moved}");
+    assert_eq!(c.queue_info("jobs").unwrap().stats.visible, 1);
+}
+
+#[test]
+fn help_groups_the_connection_flags_shows_defaults_once_and_offers_json_where_it_means_something() {
+    let help = |args: &[&str]| {
+        let out = sluice(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let connection = [
+        "--addr",
+        "--token-file",
+        "--tls-ca",
+        "--tls-server-name",
+        "--tls-client-cert",
+        "--tls-client-key",
+    ];
+    for args in [&["--help"][..], &["send", "--help"], &["redrive", "-h"]] {
+        let text = help(args);
+        let (options, grouped) = text
+            .split_once("\nConnection:\n")
+            .unwrap_or_else(|| panic!("{args:?}: no Connection heading:\n{text}"));
+        for flag in connection {
+            assert!(
+                !options.contains(flag),
+                "{args:?}: {flag} among the options"
+            );
+            assert!(
+                grouped.contains(flag),
+                "{args:?}: {flag} not under Connection"
+            );
+        }
+        assert!(options.contains("--json"), "{args:?}: {text}");
+    }
+    let subcommands: &[&[&str]] = &[
+        &["queue", "create"],
+        &["queue", "set"],
+        &["queue", "list"],
+        &["queue", "show"],
+        &["send"],
+        &["recv"],
+        &["peek"],
+        &["delete"],
+        &["visibility"],
+        &["redrive"],
+        &["stats"],
+        &["advance-clock"],
+        &["tail"],
+        &["ping"],
+    ];
+    for sub in subcommands {
+        let text = help(&[sub, &["--help"][..]].concat());
+        // A default shows once, clap's way, and never as a sentinel.
+        assert!(!text.contains("(default"), "{sub:?}:\n{text}");
+        assert!(!text.contains("4294967295"), "{sub:?}:\n{text}");
+        for option in text.split("\n      --") {
+            assert!(
+                option.matches("[default:").count() <= 1,
+                "{sub:?}: {option}"
+            );
+        }
+    }
+    assert!(help(&["redrive", "--help"]).contains("[default: all]"));
+    // Nothing to connect to and nothing structured to print: neither --json
+    // nor the connection flags are offered.
+    for sub in ["completions", "man"] {
+        let text = help(&[sub, "--help"]);
+        assert!(!text.contains("--json"), "{sub}:\n{text}");
+        for flag in connection {
+            assert!(!text.contains(flag), "{sub}: {flag}:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn tail_stops_at_once_on_ctrl_c_in_a_long_poll_that_would_never_end() {
+    // On a manual clock a long poll ends only when the clock moves, which
+    // nothing here does: only stopping at once ends this tail.
+    let server = TestServer::start_on("127.0.0.1:0", &["--clock", "manual"]);
+    let cli = Cli::new(&server);
+    cli.ok(&["queue", "create", "q"]);
+    let mut child = cli
+        .command(&["tail", "q", "--wait", "20s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its receive has reached the broker: tail is in its long poll, with
+    // its Ctrl-C handler installed.
+    let c = server.client();
+    let receives = || {
+        let stats = c.server_stats().unwrap();
+        stats
+            .counters
+            .iter()
+            .find(|k| k.name == "requests_receive")
+            .map_or(0, |k| k.value)
+    };
+    for _ in 0..PATIENCE.as_millis() / 10 {
+        if receives() > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(receives() > 0, "tail never sent its receive");
+    signal(&child, rustix::process::Signal::INT);
+    let status = wait_bounded(&mut child);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
 }

@@ -109,7 +109,7 @@ const HELLO_CHUNK_BYTES: usize = 4 * 1024;
 
 /// Connects and says HELLO.
 async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
-    let addr = config.addr();
+    let addr = config.connect_addr()?;
     let timeout = config.connect_timeout();
     let connecting = async {
         let mut stream = TcpStream::connect(addr)
@@ -152,7 +152,8 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
                 Some(session)
             }
         };
-        let (mut handshake, frame) = Handshake::start(config.token(), config.session_timeout_ms())?;
+        let (mut handshake, frame) =
+            Handshake::start(addr, config.token(), config.session_timeout_ms())?;
         let mut sealed = Vec::new();
         let frame: &[u8] = match &tls {
             Some(session) => {

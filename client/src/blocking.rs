@@ -98,7 +98,7 @@ fn connect_error(addr: &str, err: std::io::Error) -> Error {
 
 /// Connects and says HELLO.
 fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
-    let addr = config.addr();
+    let addr = config.connect_addr()?;
     let deadline = Instant::now() + config.connect_timeout();
     let addrs = addr.to_socket_addrs().map_err(|e| connect_error(addr, e))?;
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
@@ -136,7 +136,8 @@ fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
     };
 
     // HELLO, synchronously, before anything else can use the socket.
-    let (mut handshake, frame) = Handshake::start(config.token(), config.session_timeout_ms())?;
+    let (mut handshake, frame) =
+        Handshake::start(addr, config.token(), config.session_timeout_ms())?;
     let mut sealed = Vec::new();
     let frame: &[u8] = match &tls {
         Some(session) => {

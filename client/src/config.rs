@@ -41,7 +41,11 @@ pub use crate::limits::{
 /// ```
 #[derive(Clone)]
 pub struct ClientConfig {
+    /// `HOST:PORT` (comma-separated for the sharded clients) when the
+    /// address given parsed; the text as given otherwise, with `addr_error`.
     addr: String,
+    /// Why the address given is not one, reported by the first connect.
+    addr_error: Option<String>,
     connect_timeout: Duration,
     request_timeout: Duration,
     auth_token: Option<Bytes>,
@@ -119,13 +123,33 @@ impl std::str::FromStr for ClientConfig {
     }
 }
 
+/// An address as given, as `HOST:PORT` (comma-separated), or as given with
+/// why it is not one.
+fn normalize_addr(given: String) -> (String, Option<String>) {
+    match parse_addr_list(&given) {
+        Ok(addr) => (addr, None),
+        Err(why) => (given, Some(why)),
+    }
+}
+
 impl ClientConfig {
-    /// Defaults, connecting to `addr` (`HOST:PORT`, resolved at each
-    /// connect).
+    /// Defaults, connecting to `addr`: `HOST:PORT` or `sluice://HOST[:PORT]`
+    /// (several, comma-separated, for the sharded clients), resolved at each
+    /// connect. An address that is neither is reported by the connect, as
+    /// [`Error::InvalidArgument`]; [`ClientConfig::from_url`] reports it at
+    /// once.
+    ///
+    /// ```
+    /// use sluice_client::ClientConfig;
+    /// assert_eq!(ClientConfig::new("sluice://broker-1").addr(), "broker-1:7171");
+    /// assert_eq!(ClientConfig::new("127.0.0.1:7000").addr(), "127.0.0.1:7000");
+    /// ```
     #[must_use]
     pub fn new(addr: impl Into<String>) -> ClientConfig {
+        let (addr, addr_error) = normalize_addr(addr.into());
         ClientConfig {
-            addr: addr.into(),
+            addr,
+            addr_error,
             connect_timeout: CONNECT_TIMEOUT_DEFAULT,
             request_timeout: REQUEST_TIMEOUT_DEFAULT,
             auth_token: None,
@@ -144,8 +168,9 @@ impl ClientConfig {
     /// # Errors
     /// [`Error::InvalidArgument`] saying what is wrong with the address.
     pub fn from_url(url: &str) -> Result<ClientConfig> {
-        let addr = parse_addr_list(url).map_err(Error::InvalidArgument)?;
-        Ok(ClientConfig::new(addr))
+        let config = ClientConfig::new(url);
+        config.check_addr()?;
+        Ok(config)
     }
 
     /// A configuration from the environment: every variable of [`env`](mod@env)
@@ -182,7 +207,10 @@ impl ClientConfig {
         };
         let mut config = ClientConfig::default();
         if let Some(addr) = get(env::ADDR) {
-            config.addr = parse_addr_list(&addr).map_err(|e| bad(env::ADDR, &e))?;
+            config = config.with_addr(addr);
+            if let Some(why) = &config.addr_error {
+                return Err(bad(env::ADDR, why));
+            }
         }
         if let Some(path) = get(env::TOKEN_FILE) {
             let mut token = std::fs::read(&path)
@@ -222,10 +250,10 @@ impl ClientConfig {
         Ok(config)
     }
 
-    /// Sets the address (`HOST:PORT`).
+    /// Sets the address, in either form [`ClientConfig::new`] takes.
     #[must_use]
     pub fn with_addr(mut self, addr: impl Into<String>) -> ClientConfig {
-        self.addr = addr.into();
+        (self.addr, self.addr_error) = normalize_addr(addr.into());
         self
     }
 
@@ -343,10 +371,36 @@ impl ClientConfig {
         self.session_timeout.map_or(0, duration_ms)
     }
 
-    /// The address.
+    /// The address: `HOST:PORT` (comma-separated for the sharded
+    /// clients), or the text given when it is not an address.
     #[must_use]
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// `InvalidArgument` when the address given is not one.
+    pub(crate) fn check_addr(&self) -> Result<()> {
+        match &self.addr_error {
+            Some(why) => Err(Error::InvalidArgument(format!("broker address: {why}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// The one broker's address a single client connects to.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when the address given is not one, or names
+    /// several brokers (which only the sharded clients take).
+    pub(crate) fn connect_addr(&self) -> Result<&str> {
+        self.check_addr()?;
+        if self.addr.contains(',') {
+            return Err(Error::InvalidArgument(format!(
+                "broker address {} names several brokers: connect to them with the sharded \
+                 client (sluice_client::sharded)",
+                self.addr
+            )));
+        }
+        Ok(&self.addr)
     }
 
     /// The connect time-out.
@@ -546,6 +600,32 @@ mod tests {
         for bad in ["redis://h:1", "h", "", " , "] {
             let err = ClientConfig::from_url(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidArgument(_)), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn new_and_with_addr_take_either_form_and_keep_what_is_wrong() {
+        assert_eq!(ClientConfig::new("sluice://h:7000").addr(), "h:7000");
+        assert_eq!(ClientConfig::new("sluice://h/").addr(), "h:7171");
+        assert_eq!(
+            ClientConfig::new("[::1]:9").connect_addr().unwrap(),
+            "[::1]:9"
+        );
+        let c = ClientConfig::default().with_addr("sluice://a:1, b:2");
+        assert_eq!(c.addr(), "a:1,b:2");
+        assert!(c.check_addr().is_ok());
+        let err = c.connect_addr().unwrap_err();
+        assert!(err.to_string().contains("several brokers"), "{err}");
+        for bad in ["redis://h:1", "h", "sluice://h:x"] {
+            let c = ClientConfig::new(bad);
+            assert_eq!(c.addr(), bad, "kept as given");
+            let err = c.connect_addr().unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument(_)), "{bad}: {err}");
+            assert!(
+                err.to_string()
+                    .contains("expected HOST:PORT or sluice://HOST:PORT"),
+                "{bad}: {err}"
+            );
         }
     }
 

@@ -4,7 +4,7 @@
 //! what was read, checking it, raising the frame limit after it).
 //!
 //! ```text
-//! let (mut handshake, hello_frame) = Handshake::start(token, session_timeout_ms)?;
+//! let (mut handshake, hello_frame) = Handshake::start(addr, token, session_timeout_ms)?;
 //! write hello_frame;
 //! loop {
 //!     read into handshake.buffer();
@@ -18,32 +18,48 @@ use sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT;
 use sluice_protocol::{FrameDecoder, HelloReply, Reply};
 
 use crate::error::{Error, Result};
+use crate::limits::ADDR_DEFAULT;
 use crate::ops::{self, Operation};
 
 /// The request id of the HELLO, the first frame of every connection.
 pub(crate) const HELLO_REQUEST_ID: u32 = 1;
 
+/// How an HTTP answer starts (`HTTP/1.1 400 Bad Request`). Read as a
+/// frame's little-endian length it is 1,347,703,884 bytes, far above any
+/// frame limit, so no sluice reply starts with it.
+const HTTP_ANSWER: &[u8] = b"HTTP";
+
+/// The most of an HTTP status line an error quotes.
+const STATUS_LINE_QUOTED_MAX: usize = 80;
+
 /// A HELLO sent and its reply awaited.
 #[derive(Debug)]
 pub(crate) struct Handshake {
+    /// The address connected to, for the errors.
+    addr: String,
     decoder: FrameDecoder,
     buf: BytesMut,
 }
 
 impl Handshake {
-    /// Starts a handshake presenting `token` (empty: none) and asking for
-    /// `session_timeout_ms` (0: none); returns it and the HELLO frame to
-    /// write before anything else.
+    /// Starts a handshake with the server at `addr`, presenting `token`
+    /// (empty: none) and asking for `session_timeout_ms` (0: none); returns
+    /// it and the HELLO frame to write before anything else.
     ///
     /// # Errors
     /// `InvalidArgument` when the token does not fit a HELLO.
-    pub(crate) fn start(token: Bytes, session_timeout_ms: u32) -> Result<(Handshake, BytesMut)> {
+    pub(crate) fn start(
+        addr: &str,
+        token: Bytes,
+        session_timeout_ms: u32,
+    ) -> Result<(Handshake, BytesMut)> {
         let mut frame = BytesMut::new();
         ops::Hello(token, session_timeout_ms)
             .request()?
             .encode(HELLO_REQUEST_ID, &mut frame)
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let handshake = Handshake {
+            addr: addr.to_owned(),
             // Any reply the protocol allows, until the server says its limit.
             decoder: FrameDecoder::new(FRAME_BYTES_MAX_LIMIT),
             buf: BytesMut::new(),
@@ -61,9 +77,13 @@ impl Handshake {
     ///
     /// # Errors
     /// `Protocol` for framing or a reply that does not decode, or another
-    /// reply than HELLO's; the server's ERROR (`Unauthorized`,
-    /// `UnsupportedVersion`, ...) as its error.
+    /// reply than HELLO's, and for an HTTP answer (the metrics port, or
+    /// another HTTP server) with a message that says so; the server's ERROR
+    /// (`Unauthorized`, `UnsupportedVersion`, ...) as its error.
     pub(crate) fn poll(&mut self) -> Result<Option<HelloReply>> {
+        if self.buf.starts_with(HTTP_ANSWER) {
+            return Err(self.http_answer());
+        }
         let frame = match self.decoder.decode(&mut self.buf) {
             Ok(Some(frame)) => frame,
             Ok(None) => return Ok(None),
@@ -72,6 +92,26 @@ impl Handshake {
         let reply = Reply::decode(frame.opcode, frame.payload)
             .map_err(|e| Error::Protocol(format!("HELLO reply: {e}")))?;
         ops::parse::<ops::Hello>(Ok(reply)).map(Some)
+    }
+
+    /// The error for a server that answered the HELLO in HTTP, quoting its
+    /// status line as far as it has arrived.
+    fn http_answer(&self) -> Error {
+        let line = self.buf[..]
+            .split(|&b| b == b'\r' || b == b'\n')
+            .next()
+            .unwrap_or_default();
+        let quoted: String = String::from_utf8_lossy(line)
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(STATUS_LINE_QUOTED_MAX)
+            .collect();
+        Error::Protocol(format!(
+            "{addr} answered in HTTP ({quoted:?}): this is an HTTP server (the metrics port?): \
+             sluice listens on the address of the server's --listen (default {ADDR_DEFAULT}), \
+             not on its --metrics-addr",
+            addr = self.addr,
+        ))
     }
 
     /// The decoder for the rest of the connection (its limit the server's)
@@ -113,7 +153,7 @@ mod tests {
 
     #[test]
     fn the_hello_frame_carries_the_token_and_the_session_timeout() {
-        let (_, mut frame) = Handshake::start(Bytes::from_static(b"tok"), 1_500).unwrap();
+        let (_, mut frame) = Handshake::start("h:1", Bytes::from_static(b"tok"), 1_500).unwrap();
         let f = FrameDecoder::new(4096).decode(&mut frame).unwrap().unwrap();
         assert_eq!(f.request_id, HELLO_REQUEST_ID);
         let sluice_protocol::Request::Hello(h) =
@@ -129,7 +169,7 @@ mod tests {
 
     #[test]
     fn the_reply_may_arrive_in_pieces_and_what_follows_it_is_kept() {
-        let (mut h, _) = Handshake::start(Bytes::new(), 0).unwrap();
+        let (mut h, _) = Handshake::start("h:1", Bytes::new(), 0).unwrap();
         let reply = Reply::Hello(hello_reply(64 * 1024));
         let mut bytes = wire(&reply);
         bytes.extend_from_slice(&wire(&Reply::Pong { nonce: 9 }));
@@ -150,17 +190,48 @@ mod tests {
 
     #[test]
     fn an_error_reply_is_the_server_s_error() {
-        let (mut h, _) = Handshake::start(Bytes::new(), 0).unwrap();
+        let (mut h, _) = Handshake::start("h:1", Bytes::new(), 0).unwrap();
         let refused = Reply::error(ErrorCode::Unauthorized, "wrong auth token");
         h.buffer().extend_from_slice(&wire(&refused));
         let e = h.poll().unwrap_err();
         assert_eq!(e.code(), Some(ErrorCode::Unauthorized));
-        let (mut h, _) = Handshake::start(Bytes::new(), 0).unwrap();
+        let (mut h, _) = Handshake::start("h:1", Bytes::new(), 0).unwrap();
         h.buffer()
             .extend_from_slice(&wire(&Reply::Pong { nonce: 1 }));
         assert!(matches!(h.poll(), Err(Error::Protocol(_))));
-        let (mut h, _) = Handshake::start(Bytes::new(), 0).unwrap();
+        let (mut h, _) = Handshake::start("h:1", Bytes::new(), 0).unwrap();
         h.buffer().extend_from_slice(&[3, 0, 0, 0]);
         assert!(matches!(h.poll(), Err(Error::Protocol(_))));
+    }
+
+    #[test]
+    fn an_http_answer_is_named_as_one() {
+        for answer in [
+            &b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n"[..],
+            b"HTTP",
+        ] {
+            let (mut h, _) = Handshake::start("127.0.0.1:7172", Bytes::new(), 0).unwrap();
+            h.buffer().extend_from_slice(answer);
+            let e = h.poll().unwrap_err();
+            assert!(matches!(e, Error::Protocol(_)), "{e}");
+            let shown = e.to_string();
+            assert!(!shown.contains("1347703884"), "{shown}");
+            assert!(
+                shown.contains("127.0.0.1:7172 answered in HTTP")
+                    && shown.contains("this is an HTTP server (the metrics port?)")
+                    && shown.contains("default 127.0.0.1:7171"),
+                "{shown}"
+            );
+            assert!(!e.is_retryable(), "{shown}");
+        }
+        let (mut h, _) = Handshake::start("h:1", Bytes::new(), 0).unwrap();
+        h.buffer()
+            .extend_from_slice(b"HTTP/1.1 400 Bad Request\r\n");
+        assert!(
+            h.poll()
+                .unwrap_err()
+                .to_string()
+                .contains("(\"HTTP/1.1 400 Bad Request\")")
+        );
     }
 }

@@ -102,17 +102,23 @@ fn score(addr: &str, key: &str) -> u64 {
     h.finish()
 }
 
-/// The addresses in a comma-separated list, trimmed, empty ones skipped.
+/// The addresses in a comma-separated list, each `HOST:PORT` or
+/// `sluice://HOST[:PORT]` and given back as `HOST:PORT`, trimmed, empty
+/// ones skipped.
 ///
 /// # Errors
-/// `InvalidArgument` when the list names no address or one twice.
+/// `InvalidArgument` when the list names no address, one twice, or
+/// something that is not an address.
 pub fn parse_addrs(list: &str) -> Result<Vec<String>> {
     let addrs: Vec<String> = list
         .split(',')
         .map(str::trim)
         .filter(|a| !a.is_empty())
-        .map(str::to_owned)
-        .collect();
+        .map(|a| {
+            sluice_protocol::units::parse_address(a)
+                .map_err(|e| Error::InvalidArgument(format!("broker address: {e}")))
+        })
+        .collect::<Result<_>>()?;
     if addrs.is_empty() {
         return Err(Error::InvalidArgument(format!(
             "no broker address in {list:?}"
@@ -172,6 +178,7 @@ pub type AsyncShardedClient = Sharded<AsyncClient>;
 
 impl<C> Sharded<C> {
     fn build(config: &ClientConfig, client: impl Fn(ClientConfig) -> C) -> Result<Sharded<C>> {
+        config.check_addr()?;
         let addrs = parse_addrs(config.addr())?;
         let brokers = addrs
             .into_iter()

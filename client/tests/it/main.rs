@@ -1,5 +1,6 @@
 //! Integration tests of the client against a real in-process server.
 
+mod addresses;
 #[cfg(feature = "async")]
 mod api_async;
 mod api_blocking;

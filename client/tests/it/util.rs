@@ -60,6 +60,11 @@ impl TestServer {
             .expect("client connects")
     }
 
+    /// The metrics endpoint's address, when started with `--metrics-addr`.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.server.handle().metrics_addr()
+    }
+
     /// Shuts the server down and waits for it.
     pub fn stop(&mut self) {
         self.server.stop();

@@ -299,8 +299,12 @@ impl TargetUrl {
             input: input.to_owned(),
             reason: reason.to_owned(),
         };
-        let (scheme, rest) = match input.split_once("://") {
-            Some(pair) => pair,
+        // The scheme is the first broker's; sluice's further brokers may
+        // carry it too (`sluice://a:1,sluice://b:2`), as `sluice --addr`
+        // and the client take them.
+        let first = input.split(',').next().unwrap_or_default();
+        let (scheme, rest) = match first.split_once("://") {
+            Some((scheme, _)) => (scheme, &input[scheme.len() + "://".len()..]),
             // HOST:PORT alone is a sluice broker, as everywhere in sluice;
             // here the port is required, as a bare name is likely a typo.
             None => {
@@ -317,12 +321,16 @@ impl TargetUrl {
             "nats" => Kind::Nats,
             _ => return Err(err("the scheme must be sluice, redis, beanstalkd or nats")),
         };
-        let rest = rest.trim_end_matches('/');
-        if rest.contains('/') || rest.contains('@') || rest.contains('?') {
-            return Err(err("only HOST:PORT may follow the scheme"));
-        }
         let mut brokers = Vec::new();
-        for one in rest.split(',') {
+        for one in rest.split(',').map(str::trim) {
+            let one = match kind {
+                Kind::Sluice => one.strip_prefix("sluice://").unwrap_or(one),
+                _ => one,
+            };
+            let one = one.trim_end_matches('/');
+            if one.contains(['/', '@', '?']) {
+                return Err(err("only HOST:PORT may follow the scheme"));
+            }
             brokers.push(host_port(one, kind.default_port()).map_err(&err)?);
         }
         if brokers.len() > 1 && kind != Kind::Sluice {
@@ -529,6 +537,14 @@ mod tests {
             TargetUrl::parse("a:1,[::1]:2").unwrap(),
             TargetUrl::parse("sluice://a:1,[::1]:2").unwrap()
         );
+        // Each sluice broker in either form, as `sluice --addr` takes them.
+        for mixed in ["sluice://a:1,sluice://[::1]:2", "a:1, sluice://[::1]:2/"] {
+            assert_eq!(
+                TargetUrl::parse(mixed).unwrap(),
+                TargetUrl::parse("sluice://a:1,[::1]:2").unwrap(),
+                "{mixed}"
+            );
+        }
         for bad in [
             "127.0.0.1",
             "a:1,b",
@@ -578,6 +594,8 @@ mod tests {
             "sluice://a:1,b:0",
             "sluice://a:1,[::1",
             "sluice://a:1,b:x",
+            "sluice://a:1,redis://b:2",
+            "redis://a:1,redis://b:2",
         ] {
             let err = TargetUrl::parse(bad);
             assert!(err.is_err(), "{bad} should be refused: {err:?}");

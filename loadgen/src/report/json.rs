@@ -1,17 +1,19 @@
 //! The `--json` file: an array with one object per target and pass.
 //!
-//! Every object has `target`, `workload`, `pass`, `sent`, `deleted`,
-//! `lost`, `duplicates`, `throughput_msgs_per_s`, `send_to_receive_us` and
-//! `cycle_us` (each `{count, p50, p90, p99, p999, max}`, µs) and
-//! `redelivery_lateness_ms` (`{count, p50, p99, max}`, ms), plus the
+//! Every time is in microseconds, and every key that holds one ends in
+//! `_us`. Every object has `target`, `workload`, `pass`, `sent`, `deleted`,
+//! `lost`, `duplicates`, `throughput_msgs_per_s`, `send_to_receive` and
+//! `cycle` (each `{count, p50_us, p90_us, p99_us, p999_us, max_us}`) and
+//! `redelivery_lateness` (`{count, p50_us, p99_us, max_us}`), plus the
 //! details: deliveries, messages left and redelivered, early redeliveries,
 //! rejected deletes, foreign bodies, whether the drain timed out, the active
-//! time, and the configuration in force. A percentile with no samples is
-//! `null`. The latency workload adds `send_to_receive_uncorrected_us`, the
-//! naive figure measured from the actual send. `loadgen_cpu` is the load
-//! generator's own CPU use over the pass (`{busy_s, wall_s, cpus, share}`)
-//! and, where the system counts it, `host_steal_ms` the time a hypervisor
-//! took from its CPUs (`{total, tick, per_cpu: [{cpu, ms}]}`, ms).
+//! time (`active_us`), and the configuration in force. A percentile with no
+//! samples is `null`. The latency workload adds
+//! `send_to_receive_uncorrected`, the naive figure measured from the actual
+//! send. `loadgen_cpu` is the load generator's own CPU use over the pass
+//! (`{busy_us, wall_us, cpus, share}`) and, where the system counts it,
+//! `host_steal` the time a hypervisor took from its CPUs (`{total_us,
+//! tick_us, per_cpu: [{cpu, steal_us}]}`).
 
 use std::io::{self, Write};
 use std::time::Duration;
@@ -28,15 +30,15 @@ pub struct LatencyUs {
     /// Samples.
     pub count: u64,
     /// Median.
-    pub p50: Option<u64>,
+    pub p50_us: Option<u64>,
     /// 90th percentile.
-    pub p90: Option<u64>,
+    pub p90_us: Option<u64>,
     /// 99th percentile.
-    pub p99: Option<u64>,
+    pub p99_us: Option<u64>,
     /// 99.9th percentile.
-    pub p999: Option<u64>,
+    pub p999_us: Option<u64>,
     /// Largest.
-    pub max: Option<u64>,
+    pub max_us: Option<u64>,
 }
 
 impl From<Percentiles> for LatencyUs {
@@ -44,38 +46,43 @@ impl From<Percentiles> for LatencyUs {
         let v = |x: u64| (p.count > 0).then_some(x);
         Self {
             count: p.count,
-            p50: v(p.p50),
-            p90: v(p.p90),
-            p99: v(p.p99),
-            p999: v(p.p999),
-            max: v(p.max),
+            p50_us: v(p.p50),
+            p90_us: v(p.p90),
+            p99_us: v(p.p99),
+            p999_us: v(p.p999),
+            max_us: v(p.max),
         }
     }
 }
 
-/// Redelivery lateness in ms; `null` without samples.
+/// Redelivery lateness in µs; `null` without samples.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct LatenessMs {
+pub struct LatenessUs {
     /// Samples.
     pub count: u64,
     /// Median.
-    pub p50: Option<f64>,
+    pub p50_us: Option<u64>,
     /// 99th percentile.
-    pub p99: Option<f64>,
+    pub p99_us: Option<u64>,
     /// Largest.
-    pub max: Option<f64>,
+    pub max_us: Option<u64>,
 }
 
-impl From<Percentiles> for LatenessMs {
+impl From<Percentiles> for LatenessUs {
     fn from(p: Percentiles) -> Self {
-        let v = |us: u64| (p.count > 0).then_some(us as f64 / 1_000.0);
+        let v = |us: u64| (p.count > 0).then_some(us);
         Self {
             count: p.count,
-            p50: v(p.p50),
-            p99: v(p.p99),
-            max: v(p.max),
+            p50_us: v(p.p50),
+            p99_us: v(p.p99),
+            max_us: v(p.max),
         }
     }
+}
+
+/// Whole microseconds of `d`.
+fn us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// One configuration line.
@@ -107,14 +114,14 @@ pub struct PassJson {
     /// Deleted messages per second, first send to last delete.
     pub throughput_msgs_per_s: f64,
     /// Send (intended) to first receive.
-    pub send_to_receive_us: LatencyUs,
+    pub send_to_receive: LatencyUs,
     /// Send to first receive from the actual send (latency workload only).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub send_to_receive_uncorrected_us: Option<LatencyUs>,
+    pub send_to_receive_uncorrected: Option<LatencyUs>,
     /// Send (intended) to the delete's acknowledgement.
-    pub cycle_us: LatencyUs,
+    pub cycle: LatencyUs,
     /// Receive of a redelivery minus (first receive + visibility timeout).
-    pub redelivery_lateness_ms: LatenessMs,
+    pub redelivery_lateness: LatenessUs,
     /// All deliveries.
     pub deliveries: u64,
     /// Messages received at least once.
@@ -131,14 +138,14 @@ pub struct PassJson {
     pub corrupt: u64,
     /// Consumers stopped at the drain timeout.
     pub drain_timed_out: bool,
-    /// Seconds from the first send to the last delete.
-    pub active_s: f64,
+    /// From the first send to the last delete.
+    pub active_us: u64,
     /// The configuration in force.
     pub config: Vec<ConfigLine>,
     /// Time the hypervisor took from the machine's CPUs during the pass
     /// (absent where the system does not count it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub host_steal_ms: Option<StealJson>,
+    pub host_steal: Option<StealJson>,
     /// The load generator's own CPU use during the pass.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loadgen_cpu: Option<CpuJson>,
@@ -147,34 +154,34 @@ pub struct PassJson {
 /// The load generator's CPU use over a pass.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CpuJson {
-    /// CPU seconds, every thread, user and system.
-    pub busy_s: f64,
-    /// Wall seconds.
-    pub wall_s: f64,
+    /// CPU time, every thread, user and system.
+    pub busy_us: u64,
+    /// Wall time.
+    pub wall_us: u64,
     /// The CPUs the process may run on.
     pub cpus: usize,
-    /// `busy_s / (wall_s * cpus)`.
+    /// `busy_us / (wall_us * cpus)`.
     pub share: f64,
 }
 
 impl From<&CpuUse> for CpuJson {
     fn from(c: &CpuUse) -> Self {
         Self {
-            busy_s: c.busy.as_secs_f64(),
-            wall_s: c.wall.as_secs_f64(),
+            busy_us: us(c.busy),
+            wall_us: us(c.wall),
             cpus: c.cpus,
             share: c.share(),
         }
     }
 }
 
-/// Hypervisor steal over a pass, in milliseconds.
+/// Hypervisor steal over a pass.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StealJson {
     /// Over every CPU.
-    pub total: u64,
+    pub total_us: u64,
     /// The counters' resolution (a clock tick).
-    pub tick: u64,
+    pub tick_us: u64,
     /// Per CPU.
     pub per_cpu: Vec<CpuStealJson>,
 }
@@ -184,20 +191,22 @@ pub struct StealJson {
 pub struct CpuStealJson {
     /// The CPU's number.
     pub cpu: usize,
-    /// Milliseconds.
-    pub ms: u64,
+    /// Time taken from it.
+    pub steal_us: u64,
 }
 
 impl From<&Steal> for StealJson {
     fn from(s: &Steal) -> Self {
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         Self {
-            total: ms(s.total()),
-            tick: ms(s.tick),
+            total_us: us(s.total()),
+            tick_us: us(s.tick),
             per_cpu: s
                 .per_cpu
                 .iter()
-                .map(|&(cpu, d)| CpuStealJson { cpu, ms: ms(d) })
+                .map(|&(cpu, d)| CpuStealJson {
+                    cpu,
+                    steal_us: us(d),
+                })
                 .collect(),
         }
     }
@@ -215,11 +224,11 @@ impl From<&PassReport> for PassJson {
             lost: r.tally.lost,
             duplicates: r.duplicates,
             throughput_msgs_per_s: r.throughput,
-            send_to_receive_us: Percentiles::of(&rec.send_to_receive).into(),
-            send_to_receive_uncorrected_us: (r.workload == crate::config::Workload::Latency)
+            send_to_receive: Percentiles::of(&rec.send_to_receive).into(),
+            send_to_receive_uncorrected: (r.workload == crate::config::Workload::Latency)
                 .then(|| Percentiles::of(&rec.send_to_receive_uncorrected).into()),
-            cycle_us: Percentiles::of(&rec.cycle).into(),
-            redelivery_lateness_ms: Percentiles::of(&rec.lateness).into(),
+            cycle: Percentiles::of(&rec.cycle).into(),
+            redelivery_lateness: Percentiles::of(&rec.lateness).into(),
             deliveries: r.deliveries,
             received: r.tally.received,
             left_undeleted: r.tally.left,
@@ -228,7 +237,7 @@ impl From<&PassReport> for PassJson {
             delete_rejected: r.delete_rejected,
             corrupt: r.corrupt,
             drain_timed_out: r.drain_timed_out,
-            active_s: r.active.as_secs_f64(),
+            active_us: us(r.active),
             config: r
                 .settings
                 .iter()
@@ -237,7 +246,7 @@ impl From<&PassReport> for PassJson {
                     value: s.value.clone(),
                 })
                 .collect(),
-            host_steal_ms: r.steal.as_ref().map(StealJson::from),
+            host_steal: r.steal.as_ref().map(StealJson::from),
             loadgen_cpu: r.cpu.as_ref().map(CpuJson::from),
         }
     }
@@ -303,6 +312,68 @@ pub(crate) mod tests {
         }
     }
 
+    /// Every key that holds a time ends in `_us`, anywhere in `v`; the keys
+    /// that do not are the known counts, rates and texts.
+    fn assert_times_in_microseconds(v: &serde_json::Value, path: &str) {
+        const NOT_TIMES: [&str; 23] = [
+            "target",
+            "workload",
+            "pass",
+            "sent",
+            "deleted",
+            "lost",
+            "duplicates",
+            "throughput_msgs_per_s",
+            "count",
+            "deliveries",
+            "received",
+            "left_undeleted",
+            "redelivered",
+            "early_redeliveries",
+            "delete_rejected",
+            "corrupt",
+            "drain_timed_out",
+            "config",
+            "name",
+            "value",
+            "cpus",
+            "share",
+            "cpu",
+        ];
+        const OBJECTS: [&str; 7] = [
+            "send_to_receive",
+            "send_to_receive_uncorrected",
+            "cycle",
+            "redelivery_lateness",
+            "loadgen_cpu",
+            "host_steal",
+            "per_cpu",
+        ];
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, inner) in map {
+                    assert!(
+                        k.ends_with("_us")
+                            || NOT_TIMES.contains(&k.as_str())
+                            || OBJECTS.contains(&k.as_str()),
+                        "{path}.{k}: a time without _us, or an unknown key"
+                    );
+                    assert!(
+                        !k.ends_with("_ms") && (!k.ends_with("_s") || k.ends_with("_per_s")),
+                        "{path}.{k}"
+                    );
+                    assert_times_in_microseconds(inner, &format!("{path}.{k}"));
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    assert_times_in_microseconds(item, &format!("{path}[{i}]"));
+                }
+            }
+            _ => {}
+        }
+    }
+
     #[test]
     fn the_documented_shape() {
         let reports = [
@@ -323,9 +394,10 @@ pub(crate) mod tests {
             "lost",
             "duplicates",
             "throughput_msgs_per_s",
-            "send_to_receive_us",
-            "cycle_us",
-            "redelivery_lateness_ms",
+            "send_to_receive",
+            "cycle",
+            "redelivery_lateness",
+            "active_us",
         ] {
             assert!(o.get(key).is_some(), "missing {key}");
         }
@@ -333,50 +405,54 @@ pub(crate) mod tests {
         assert_eq!(o["workload"], "throughput");
         assert_eq!(o["sent"], 1_000);
         assert_eq!(o["throughput_msgs_per_s"], 2_000.0);
-        for key in ["p50", "p90", "p99", "p999", "max"] {
-            assert!(o["send_to_receive_us"][key].is_u64(), "{key}");
-            assert!(o["cycle_us"][key].is_u64(), "{key}");
+        assert_eq!(o["active_us"], 500_000);
+        for key in ["p50_us", "p90_us", "p99_us", "p999_us", "max_us"] {
+            assert!(o["send_to_receive"][key].is_u64(), "{key}");
+            assert!(o["cycle"][key].is_u64(), "{key}");
         }
-        assert_eq!(o["send_to_receive_us"]["p50"], 500);
-        assert_eq!(o["cycle_us"]["max"], 2_000);
-        for key in ["p50", "p99", "max"] {
+        assert_eq!(o["send_to_receive"]["p50_us"], 500);
+        assert_eq!(o["cycle"]["max_us"], 2_000);
+        for key in ["p50_us", "p99_us", "max_us"] {
             assert!(
-                o["redelivery_lateness_ms"][key].is_null(),
+                o["redelivery_lateness"][key].is_null(),
                 "no redeliveries: {key}"
             );
         }
-        assert!(o.get("send_to_receive_uncorrected_us").is_none());
-        assert!(o.get("host_steal_ms").is_none(), "not counted: left out");
+        assert!(o.get("send_to_receive_uncorrected").is_none());
+        assert!(o.get("host_steal").is_none(), "not counted: left out");
         assert!(o.get("loadgen_cpu").is_none());
-        assert_eq!(arr[1]["send_to_receive_us"]["p50"], 1_000);
+        assert_eq!(arr[1]["send_to_receive"]["p50_us"], 1_000);
         assert_eq!(o["config"][0]["name"], "batch");
+        assert_times_in_microseconds(&v, "");
     }
 
     #[test]
-    fn lateness_is_in_milliseconds() {
+    fn lateness_is_in_microseconds() {
         let r = report("redis://127.0.0.1:6379", Workload::Redelivery, 2, 1);
         let j = PassJson::from(&r);
         assert_eq!(j.pass, 2);
-        assert_eq!(j.redelivery_lateness_ms.p50, Some(0.5));
-        assert_eq!(j.redelivery_lateness_ms.max, Some(1.0));
+        assert_eq!(j.redelivery_lateness.p50_us, Some(500));
+        assert_eq!(j.redelivery_lateness.max_us, Some(1_000));
     }
 
     #[test]
-    fn steal_in_milliseconds_per_cpu_and_cpu_use() {
+    fn steal_per_cpu_and_cpu_use_in_microseconds() {
         let r = report("redis://127.0.0.1:6379", Workload::Latency, 2, 1);
         let mut out = Vec::new();
         write(std::slice::from_ref(&r), &mut out).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        let s = &v[0]["host_steal_ms"];
-        assert_eq!(s["total"], 40);
-        assert_eq!(s["tick"], 10);
+        let s = &v[0]["host_steal"];
+        assert_eq!(s["total_us"], 40_000);
+        assert_eq!(s["tick_us"], 10_000);
         assert_eq!(s["per_cpu"][1]["cpu"], 1);
-        assert_eq!(s["per_cpu"][1]["ms"], 40);
-        assert_eq!(s["per_cpu"][0]["ms"], 0);
+        assert_eq!(s["per_cpu"][1]["steal_us"], 40_000);
+        assert_eq!(s["per_cpu"][0]["steal_us"], 0);
         let c = &v[0]["loadgen_cpu"];
-        assert_eq!(c["busy_s"], 0.9);
-        assert_eq!(c["wall_s"], 1.0);
+        assert_eq!(c["busy_us"], 900_000);
+        assert_eq!(c["wall_us"], 1_000_000);
         assert_eq!(c["cpus"], 1);
         assert_eq!(c["share"], 0.9);
+        assert!(v[0]["send_to_receive_uncorrected"].get("p99_us").is_some());
+        assert_times_in_microseconds(&v, "");
     }
 }

@@ -107,6 +107,11 @@ fn throughput_against_sluice_writes_json() {
     assert_eq!(o["deleted"], 5000);
     assert_eq!(o["lost"], 0);
     assert_eq!(o["duplicates"], 0);
+    // Every time in µs, the unit in the key.
+    assert!(o["send_to_receive"]["p99_us"].is_u64(), "{o}");
+    assert!(o["cycle"]["max_us"].is_u64(), "{o}");
+    assert!(o["active_us"].is_u64(), "{o}");
+    assert!(o.get("cycle_us").is_none(), "{o}");
     let md = std::fs::read_to_string(&md).unwrap();
     assert!(
         md.contains(&format!("| `{}` | 1/1 |", server.url())),
@@ -160,8 +165,9 @@ fn outputs_and_slo_against_redis() {
         assert_eq!(o["deleted"], 2000);
         assert_eq!(o["lost"], 0);
         assert_eq!(o["duplicates"], 0);
-        assert!(o["send_to_receive_us"]["p99"].is_u64());
-        assert!(o["cycle_us"]["max"].is_u64());
+        assert!(o["send_to_receive"]["p99_us"].is_u64());
+        assert!(o["cycle"]["max_us"].is_u64());
+        assert!(o["active_us"].is_u64());
     }
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert_eq!(
