@@ -260,6 +260,19 @@ enum Head {
     TimedOut,
     /// The client closed its side first.
     Closed,
+    /// The first bytes cannot begin a request line (a sluice client's HELLO
+    /// sent to the metrics port, say): answered 400 at once, not after the
+    /// deadline.
+    NotHttp,
+}
+
+/// Whether `buf`, the start of a request, can still begin a request line:
+/// its method so far is made of token characters.
+fn could_be_http(buf: &[u8]) -> bool {
+    let method = buf.split(|&b| b == b' ').next().unwrap_or(buf);
+    method
+        .iter()
+        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b))
 }
 
 /// The end of the request head: the index after the blank line, if any.
@@ -294,7 +307,12 @@ fn read_head(
         let want = chunk.len().min(limit + 1 - buf.len());
         match stream.read(&mut chunk[..want]) {
             Ok(0) => return Ok(Head::Closed),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if !could_be_http(buf) {
+                    return Ok(Head::NotHttp);
+                }
+            }
             Err(err)
                 if matches!(
                     err.kind(),
@@ -429,6 +447,10 @@ fn serve(
             ("400 Bad Request", "text/plain; charset=utf-8", false)
         }
         Head::Closed => return Ok(()),
+        Head::NotHttp => {
+            body.push_str("bad request: this is the metrics endpoint, which speaks HTTP\n");
+            ("400 Bad Request", "text/plain; charset=utf-8", false)
+        }
     };
     let allow = if status.starts_with("405") {
         "Allow: GET, HEAD\r\n"
@@ -550,6 +572,16 @@ mod tests {
                 String::from_utf8_lossy(head)
             );
         }
+    }
+
+    #[test]
+    fn binary_input_is_not_http_at_once() {
+        assert!(could_be_http(b"GET /metrics HTTP/1.1\r\n"));
+        assert!(could_be_http(b"GE"));
+        assert!(could_be_http(b""));
+        // A sluice HELLO frame: a little-endian length first.
+        assert!(!could_be_http(&[0x1c, 0, 0, 0, 0x01]));
+        assert!(!could_be_http(b"G\x00T /"));
     }
 
     #[test]
