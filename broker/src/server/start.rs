@@ -1,0 +1,720 @@
+//! Starting a server: the checks and warnings on the configuration, the
+//! snapshot (its lock, its shard count, loading it), the engines, one
+//! thread per shard with its io driver, the metrics endpoint. Everything
+//! that can fail is done before the loaded snapshot is moved aside, so a
+//! start that fails leaves the file where it was.
+
+use super::*;
+
+/// Wakes a shard's io driver when another shard rings its doorbell, once
+/// the driver is open: the engines (and their
+/// doorbells) are built, and a snapshot loaded into them, before any
+/// driver exists. Until the driver is set, nobody needs waking (no shard
+/// loop runs).
+struct LateWake(Arc<OnceLock<Arc<Waker>>>);
+
+impl Wake for LateWake {
+    fn wake(&self) {
+        if let Some(w) = self.0.get() {
+            w.wake();
+        }
+    }
+}
+
+/// What was loaded from a snapshot, for the log line once the file is
+/// moved aside.
+struct Loaded {
+    load: ShardLoad,
+    queues: u64,
+    bytes: u64,
+    took_ns: u64,
+}
+
+/// Loads `opened` (the file at `path`) into `engines`, one thread per
+/// shard.
+fn load_snapshot(
+    path: &std::path::Path,
+    opened: &snapshot::Opened,
+    engines: &mut [Shard],
+    now: u64,
+    wall: u64,
+) -> Result<Loaded, StartError> {
+    let started = clock::now_ns();
+    let clock = LoadClock {
+        now_ns: now,
+        wall_ms: wall,
+        saved_wall_ms: opened.header.saved_wall_ms,
+    };
+    let load = snapshot::load_shards(snapshot::Source::File(path), opened, engines, clock)
+        .map_err(|source| StartError::Snapshot {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(Loaded {
+        load,
+        queues: opened.header.queues,
+        bytes: opened
+            .header
+            .sections
+            .last()
+            .map_or(0, |s| s.offset + s.len),
+        took_ns: clock::now_ns().saturating_sub(started).max(1),
+    })
+}
+
+/// Moves the loaded snapshot aside and logs what was loaded.
+fn move_aside(path: &std::path::Path, wall: u64, loaded: &Loaded) -> std::io::Result<()> {
+    let aside = snapshot::move_aside(path, wall)?;
+    let load = &loaded.load;
+    tracing::info!(
+        file = %path.display(),
+        queues = loaded.queues,
+        messages = load.messages(),
+        visible = load.visible,
+        delayed = load.delayed,
+        in_flight = load.in_flight,
+        leases_ended_while_stopped = load.leases_ended,
+        delays_ended_while_stopped = load.delays_ended,
+        dedup_entries = load.dedup,
+        bytes = loaded.bytes,
+        message_bytes = load.data_bytes,
+        seconds = %format_args!("{:.3}", loaded.took_ns as f64 / 1e9),
+        mb_per_s = %format_args!(
+            "{:.1}",
+            loaded.bytes as f64 / 1e6 / (loaded.took_ns as f64 / 1e9)
+        ),
+        moved_to = %aside.display(),
+        "snapshot loaded (leases that ended while stopped are visible again at the first tick); \
+         the file was moved aside: only the next graceful shutdown writes one to load"
+    );
+    Ok(())
+}
+
+/// What a shard thread reports once its driver is open (or failed).
+struct Opened {
+    waker: Arc<Waker>,
+    addr: SocketAddr,
+    backend: Backend,
+    fallback: Option<String>,
+    detail: String,
+}
+
+impl Server {
+    /// Starts a server: every shard's listener is bound and every thread
+    /// running when this returns.
+    pub fn start(mut config: Config) -> Result<ServerHandle, StartError> {
+        if config.auth_token.is_none()
+            && !config.insecure
+            && !config.listen.ip().to_canonical().is_loopback()
+        {
+            return Err(StartError::InsecureListen(config.listen));
+        }
+        warn_about(&config);
+        let snap = SnapshotAtStart::open(&mut config)?;
+        let shards = config.shards.max(1);
+        let placement = placement(&config.cpus, shards)?;
+        check_open_files(&config);
+        let engine_clock = engine_clock(&config);
+        let mut engines = Engines::build(&config, shards, &snap, &engine_clock)?;
+        let spawned = spawn_shards(&config, shards, &placement)?;
+        // Every listener is bound: only now is the loaded file moved aside
+        // (a start that fails before this leaves it where it was).
+        if let (Some(load), Some(path)) = (engines.loaded.take(), &snap.path) {
+            if let Err(source) = move_aside(path, engines.wall, &load) {
+                spawned.abort();
+                return Err(StartError::SnapshotMove {
+                    path: path.clone(),
+                    source,
+                });
+            }
+            prune_loaded(path, config.snapshot_keep);
+        }
+        let listen = spawned.listen;
+        let backend = spawned
+            .drivers
+            .first()
+            .map_or(Backend::Epoll, |o| o.backend);
+        for (l, o) in engines.late.iter().zip(&spawned.drivers) {
+            let _ = l.set(o.waker.clone());
+        }
+        let io_fallback = spawned.drivers.first().and_then(|o| o.fallback.clone());
+        let lease: Vec<LeaseMetrics> = (0..shards).map(|_| LeaseMetrics::new()).collect();
+        let shared = Arc::new(Shared::new(
+            config,
+            engines.registry.clone(),
+            backend,
+            io_fallback,
+            listen,
+            spawned
+                .drivers
+                .iter()
+                .zip(&lease)
+                .map(|(o, l)| (o.waker.clone(), l.readers()))
+                .collect(),
+            engine_clock,
+        ));
+        let Spawned {
+            threads, starts, ..
+        } = spawned;
+        for ((mut engine, lease), start) in engines.shards.into_iter().zip(lease).zip(&starts) {
+            let doorbell = engine.doorbell().clone();
+            engine.set_lease_observer(Box::new(lease));
+            // A shard that is waiting on its channel takes this; one that
+            // died is reported by join.
+            let _ = start.send(ShardStart {
+                engine,
+                doorbell,
+                shared: shared.clone(),
+            });
+        }
+        drop(starts);
+        let metrics = match start_metrics(&shared) {
+            Ok(m) => m,
+            Err(e) => {
+                shared.begin_shutdown();
+                for t in threads {
+                    let _ = t.join();
+                }
+                return Err(e);
+            }
+        };
+        tracing::info!(
+            listen = %listen,
+            metrics = %metrics.as_ref().map_or("off".to_owned(), |m| m.local_addr().to_string()),
+            shards,
+            cpus = %describe_placement(&placement),
+            backend = %backend,
+            snapshot = %shared.config.snapshot.as_ref().map_or_else(
+                || "none: a restart loses every queue and message".to_owned(),
+                |p| format!("{} (written on a graceful shutdown; a crash loses what is held)", p.display())
+            ),
+            "sluice is serving (everything is in memory)"
+        );
+        Ok(ServerHandle {
+            metrics_addr: metrics.as_ref().map(MetricsServer::local_addr),
+            shared,
+            threads,
+            metrics,
+            _snapshot_lock: snap.lock,
+        })
+    }
+}
+
+/// What the configuration deserves a warning for: a short token, a TLS
+/// certificate clients will refuse, clear text off loopback.
+fn warn_about(config: &Config) {
+    if let Some(token) = &config.auth_token {
+        let len = token.as_bytes().len();
+        if len < limits::AUTH_TOKEN_BYTES_WARN_BELOW {
+            tracing::warn!(
+                token_bytes = len,
+                "the auth token (--token-file) is only {len} bytes: anyone who can reach \
+                 the port can guess a short token; use at least {} random bytes, e.g. \
+                 `openssl rand -hex 32 > token`",
+                limits::AUTH_TOKEN_BYTES_WARN_BELOW
+            );
+        }
+    }
+    if let Some(warning) = config.tls.as_ref().and_then(|t| t.cert_warning.as_ref()) {
+        let cert = config.tls.as_ref().map(|t| t.cert.display().to_string());
+        tracing::warn!(tls_cert = cert.unwrap_or_default(), "{warning}");
+    }
+    if config.tls.is_none() && !config.listen.ip().to_canonical().is_loopback() {
+        tracing::warn!(
+            listen = %config.listen,
+            "listening on a non-loopback address without TLS: the auth token and every \
+             message cross the network in clear text (give --tls-cert and --tls-key)"
+        );
+    }
+}
+
+/// `--snapshot` at start: the path's lock, held until the handle drops,
+/// and the file, opened and checked to fit, when there is one.
+struct SnapshotAtStart {
+    lock: Option<path_lock::PathLock>,
+    /// The file, when it exists.
+    path: Option<std::path::PathBuf>,
+    opened: Option<snapshot::Opened>,
+}
+
+impl SnapshotAtStart {
+    /// Sets `config.shards` to the file's count when `--shards` was not
+    /// given ([`shards_for_snapshot`]).
+    fn open(config: &mut Config) -> Result<SnapshotAtStart, StartError> {
+        let Some(path) = config.snapshot.clone() else {
+            return Ok(SnapshotAtStart {
+                lock: None,
+                path: None,
+                opened: None,
+            });
+        };
+        // Found out now, not at the shutdown that would need it.
+        snapshot::probe_writable(&path).map_err(|source| StartError::SnapshotUnwritable {
+            path: path.clone(),
+            source,
+        })?;
+        // Held from before the snapshot is read until after it is written.
+        let lock = path_lock::lock(&path).map_err(|source| StartError::SnapshotLocked {
+            path: path.clone(),
+            source,
+        })?;
+        if !path.exists() {
+            log_missing_snapshot(&path);
+            return Ok(SnapshotAtStart {
+                lock: Some(lock),
+                path: None,
+                opened: None,
+            });
+        }
+        let snapshot_error = |source| StartError::Snapshot {
+            path: path.clone(),
+            source,
+        };
+        let opened = snapshot::open(snapshot::Source::File(&path)).map_err(snapshot_error)?;
+        config.shards = shards_for_snapshot(config, opened.header.shards);
+        opened
+            .check_fit(
+                config.shards,
+                config.memory_max_bytes,
+                config.queues_max as usize,
+            )
+            .map_err(snapshot_error)?;
+        Ok(SnapshotAtStart {
+            lock: Some(lock),
+            path: Some(path),
+            opened: Some(opened),
+        })
+    }
+}
+
+/// The engine's clock, `--clock`.
+fn engine_clock(config: &Config) -> Clock {
+    match config.clock {
+        ClockChoice::Real => Clock::Real,
+        ClockChoice::Manual => {
+            tracing::warn!(
+                "the broker runs on a manual clock (--clock manual, for tests): leases, \
+                 delays, waits and retention end only when ADVANCE_CLOCK moves it"
+            );
+            Clock::manual()
+        }
+    }
+}
+
+/// The engine, built before any listener is bound: the registry, the
+/// shards, and the snapshot loaded into them. Their doorbells wake drivers
+/// that do not exist yet: `LateWake`s, set once each driver is open
+/// (nothing rings them before that).
+struct Engines {
+    registry: Arc<Registry>,
+    shards: Vec<Shard>,
+    late: Vec<Arc<OnceLock<Arc<Waker>>>>,
+    loaded: Option<Loaded>,
+    /// The wall-clock time of the start (the loaded file's new name).
+    wall: u64,
+}
+
+impl Engines {
+    fn build(
+        config: &Config,
+        shards: u16,
+        snap: &SnapshotAtStart,
+        engine_clock: &Clock,
+    ) -> Result<Engines, StartError> {
+        let start_time = engine_clock.engine_time(clock::now_ns(), clock::wall_ms());
+        let (now, wall) = (start_time.now_ns, start_time.wall_ms);
+        let mut seed = random_seed();
+        let registry_config = RegistryConfig {
+            shards,
+            seed: splitmix64(&mut seed),
+            memory_bytes_max: config.memory_max_bytes,
+            queues_max: config.queues_max as usize,
+            frame_bytes_max: config.frame_bytes_max,
+        };
+        let registry = Arc::new(match (&snap.opened, &snap.path) {
+            (Some(o), Some(path)) => {
+                o.registry(registry_config)
+                    .map_err(|source| StartError::Snapshot {
+                        path: path.clone(),
+                        source,
+                    })?
+            }
+            _ => Registry::new(registry_config),
+        });
+        let late: Vec<Arc<OnceLock<Arc<Waker>>>> =
+            (0..shards).map(|_| Arc::new(OnceLock::new())).collect();
+        let late_wakers: Vec<Box<dyn Wake>> = late
+            .iter()
+            .map(|l| Box::new(LateWake(l.clone())) as Box<dyn Wake>)
+            .collect();
+        let mut engines = snapshot::fresh_shards(
+            &registry,
+            SHARD_RING_CAPACITY,
+            late_wakers,
+            splitmix64(&mut seed),
+            now,
+            wall,
+        );
+        let loaded = match (&snap.opened, &snap.path) {
+            (Some(opened), Some(path)) => {
+                Some(load_snapshot(path, opened, &mut engines, now, wall)?)
+            }
+            _ => None,
+        };
+        Ok(Engines {
+            registry,
+            shards: engines,
+            late,
+            loaded,
+            wall,
+        })
+    }
+}
+
+/// The shard threads, each with its io driver open and waiting for its
+/// [`ShardStart`].
+struct Spawned {
+    threads: Vec<JoinHandle<ShardOutcome>>,
+    starts: Vec<mpsc::Sender<ShardStart>>,
+    drivers: Vec<Opened>,
+    /// The address bound (the actual port when 0 was asked for).
+    listen: SocketAddr,
+}
+
+impl Spawned {
+    /// Gives up starting: the threads end without serving.
+    fn abort(self) {
+        drop(self.starts);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts a thread per shard, pinned as `placement` says, and opens its io
+/// driver on it; shard 0 binds first and the others take its port and its
+/// backend.
+fn spawn_shards(
+    config: &Config,
+    shards: u16,
+    placement: &[Option<usize>],
+) -> Result<Spawned, StartError> {
+    // Sent before any handshake: on a TLS port, an alert a TLS client
+    // can read (an ERROR frame would be a corrupt record to it).
+    let shed_reply = match &config.tls {
+        None => encoded(&Reply::error(
+            ErrorCode::TooManyConnections,
+            "the server is out of file descriptors; retry later",
+        )),
+        Some(_) => Arc::from(&transport::TLS_INTERNAL_ERROR_ALERT[..]),
+    };
+    let mut choice = match config.io {
+        IoChoice::Auto => BackendChoice::Auto,
+        IoChoice::Uring => BackendChoice::IoUring,
+        IoChoice::Epoll => BackendChoice::Epoll,
+    };
+    let mut spawned = Spawned {
+        threads: Vec::new(),
+        starts: Vec::new(),
+        drivers: Vec::new(),
+        listen: config.listen,
+    };
+    for i in 0..shards {
+        let driver_config = DriverConfig {
+            reuse_port: true,
+            // The limit is the shared count's (refused with an error
+            // frame past it); the driver's slots also hold the
+            // connections closed to make room before HELLO until their
+            // close completes.
+            connections_max: config
+                .connections_max
+                .saturating_add(config.connections_before_hello_max),
+            refused_connections_max: REFUSED_CONNECTIONS_MAX,
+            shed_reply: shed_reply.clone(),
+            ..DriverConfig::new(spawned.listen)
+        };
+        let (report_rx, start_tx, thread) =
+            match spawn_shard(i, placement[usize::from(i)], driver_config, choice) {
+                Ok(s) => s,
+                Err(source) => {
+                    spawned.abort();
+                    return Err(StartError::Thread { shard: i, source });
+                }
+            };
+        spawned.threads.push(thread);
+        spawned.starts.push(start_tx);
+        match report_rx.recv() {
+            Ok(Ok(o)) => {
+                if i == 0 {
+                    // The others bind the port shard 0 got, and use its
+                    // backend without trying again.
+                    spawned.listen = o.addr;
+                    choice = match o.backend {
+                        Backend::IoUring => BackendChoice::IoUring,
+                        Backend::Epoll => BackendChoice::Epoll,
+                    };
+                    if let Some(why) = &o.fallback {
+                        warn_fallback(why);
+                    }
+                    tracing::debug!(backend = %o.backend, detail = %o.detail, "io backend");
+                }
+                spawned.drivers.push(o);
+            }
+            Ok(Err(source)) => {
+                spawned.abort();
+                return Err(StartError::Io { shard: i, source });
+            }
+            Err(_) => {
+                spawned.abort();
+                return Err(StartError::Thread {
+                    shard: i,
+                    source: std::io::Error::other("the shard thread ended while starting"),
+                });
+            }
+        }
+    }
+    Ok(spawned)
+}
+
+/// Shard `i`'s thread: pinned to `pin`, it opens its driver, reports it,
+/// then waits for its [`ShardStart`] (a dropped sender: the server gave up
+/// starting) and runs the shard loop.
+#[allow(
+    clippy::type_complexity,
+    reason = "the two channels and the thread of one shard, used once"
+)]
+fn spawn_shard(
+    i: u16,
+    pin: Option<usize>,
+    driver_config: DriverConfig,
+    choice: BackendChoice,
+) -> std::io::Result<(
+    mpsc::Receiver<Result<Opened, OpenError>>,
+    mpsc::Sender<ShardStart>,
+    JoinHandle<ShardOutcome>,
+)> {
+    let (report_tx, report_rx) = mpsc::channel::<Result<Opened, OpenError>>();
+    let (start_tx, start_rx) = mpsc::channel::<ShardStart>();
+    let thread = thread::Builder::new()
+        .name(format!("sluice-shard-{i}"))
+        .spawn(move || {
+            if let Some(cpu) = pin {
+                if let Err(e) = io::pin_current_thread(cpu) {
+                    tracing::warn!(shard = i, cpu, error = %e, "shard not pinned to its CPU");
+                }
+            }
+            let o = match io::open(&driver_config, choice) {
+                Ok(o) => o,
+                Err(e) => {
+                    let _ = report_tx.send(Err(e));
+                    return Ok(None);
+                }
+            };
+            let report = Opened {
+                waker: o.driver.waker(),
+                addr: o.driver.local_addr(),
+                backend: o.driver.backend(),
+                fallback: o.fallback.map(|why| why.to_string()),
+                detail: o.driver.setup_detail().to_owned(),
+            };
+            if report_tx.send(Ok(report)).is_err() {
+                return Ok(None);
+            }
+            let Ok(start) = start_rx.recv() else {
+                return Ok(None);
+            };
+            shard_loop::run(i, o.driver, start).map(Some)
+        })?;
+    Ok((report_rx, start_tx, thread))
+}
+
+/// The warning no one may miss: io_uring could not be set up (`why`).
+fn warn_fallback(why: &str) {
+    tracing::warn!(
+        reason = %why,
+        "IO_URING UNAVAILABLE: FALLING BACK TO EPOLL. io_uring could not \
+         be set up ({why}), so every shard runs on epoll, which costs \
+         more CPU per request. In a container this is usually the \
+         runtime's default seccomp profile blocking the io_uring \
+         system calls: run with a profile that allows io_uring_setup, \
+         io_uring_enter and io_uring_register (see deploy/README.md), or \
+         pass --io epoll to choose epoll and silence this warning. \
+         /metrics shows sluice_io_backend_fallback 1."
+    );
+}
+
+/// The metrics endpoint, unless `--metrics-addr off`.
+fn start_metrics(shared: &Arc<Shared>) -> Result<Option<MetricsServer>, StartError> {
+    let Some(addr) = shared.config.metrics else {
+        return Ok(None);
+    };
+    let source = telemetry::ServerMetrics(shared.clone());
+    MetricsServer::start(addr, source)
+        .map(Some)
+        .map_err(|source| StartError::Metrics { addr, source })
+}
+
+/// The shard count to start with when a snapshot of `file_shards` shards
+/// is there: the snapshot's own when `--shards` was not given (a changed
+/// CPU set or CPU limit must not stop a restart), else `--shards`, which
+/// [`snapshot::Opened::check_fit`] then refuses if it differs.
+pub(super) fn shards_for_snapshot(config: &Config, file_shards: u16) -> u16 {
+    if config.shards_given || file_shards == config.shards {
+        return config.shards;
+    }
+    if !(1..=config::SHARDS_MAX).contains(&file_shards) {
+        // Out of this server's range: check_fit refuses it by both counts.
+        return config.shards;
+    }
+    tracing::info!(
+        snapshot_shards = file_shards,
+        default_shards = config.shards,
+        "starting with the snapshot's {file_shards} shards rather than one per core ({}): \
+         --shards was not given. Give --shards {file_shards} to say so, or see \
+         deploy/README.md to change the shard count",
+        config.shards
+    );
+    file_shards
+}
+
+/// Says why `--snapshot`'s file is not there: a first start, or a last stop
+/// that wrote none (a crash), which a `PATH.loaded-MS` file beside it shows.
+fn log_missing_snapshot(path: &std::path::Path) {
+    let newest = snapshot::files::loaded_files(path)
+        .ok()
+        .and_then(|mut f| f.pop());
+    match newest {
+        Some(loaded) => tracing::warn!(
+            newest_loaded = %loaded.display(),
+            "snapshot {} not found: the last stop was not graceful (a crash, a kill -9, or a \
+             save that failed), starting empty. {} is the snapshot an earlier start loaded: \
+             renaming it back brings back the queues as they were then, messages deleted \
+             since included (README.md, \"Restarting without losing messages\")",
+            path.display(),
+            loaded.display()
+        ),
+        None => tracing::info!(
+            "snapshot {} not found (the first start with this path), starting empty",
+            path.display()
+        ),
+    }
+}
+
+/// Removes all but the newest `keep` `PATH.loaded-MS` files (`--snapshot-keep`).
+fn prune_loaded(path: &std::path::Path, keep: u32) {
+    match snapshot::files::prune_loaded(path, keep as usize) {
+        Ok(removed) if !removed.is_empty() => tracing::info!(
+            removed = removed.len(),
+            kept = keep,
+            "removed older loaded snapshots beside {} (--snapshot-keep)",
+            path.display()
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cannot remove older loaded snapshots beside {} (--snapshot-keep)",
+            path.display()
+        ),
+    }
+}
+
+/// The CPU each shard is pinned to (`None`: unpinned), from `--cpus` and
+/// the CPUs the calling thread may use.
+fn placement(cpus: &CpuPlacement, shards: u16) -> Result<Vec<Option<usize>>, StartError> {
+    let shards = usize::from(shards);
+    let allowed = io::allowed_cpus();
+    match cpus {
+        CpuPlacement::None => Ok(vec![None; shards]),
+        CpuPlacement::Auto => match allowed {
+            Ok(allowed) => Ok((0..shards).map(|i| allowed.get(i).copied()).collect()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read this process's CPUs; shards run unpinned");
+                Ok(vec![None; shards])
+            }
+        },
+        CpuPlacement::List(list) => {
+            if let Ok(allowed) = &allowed {
+                if let Some(&cpu) = list.iter().find(|c| !allowed.contains(c)) {
+                    return Err(StartError::CpuNotAllowed {
+                        cpu,
+                        allowed: CpuPlacement::List(allowed.clone()).to_string(),
+                    });
+                }
+            }
+            Ok((0..shards).map(|i| list.get(i).copied()).collect())
+        }
+    }
+}
+
+/// "0,1" for shards pinned to CPUs 0 and 1; `-` for an unpinned shard.
+fn describe_placement(placement: &[Option<usize>]) -> String {
+    let cpus: Vec<String> = placement
+        .iter()
+        .map(|p| p.map_or_else(|| "-".to_owned(), |c| c.to_string()))
+        .collect();
+    cpus.join(",")
+}
+
+/// Raises the open-files limit to the hard limit and warns when
+/// `--max-connections` does not fit in it.
+fn check_open_files(config: &Config) {
+    let limit = match io::raise_open_files_limit() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read or raise the open-files limit");
+            return;
+        }
+    };
+    if limit.soft > limit.before {
+        tracing::debug!(
+            from = limit.before,
+            to = limit.soft,
+            "open-files limit raised"
+        );
+    }
+    let own = DESCRIPTORS_BASE + DESCRIPTORS_PER_SHARD * u64::from(config.shards.max(1));
+    let need = u64::from(config.connections_max) + own;
+    if need > limit.soft {
+        tracing::warn!(
+            limit = limit.soft,
+            hard = limit.hard,
+            max_connections = config.connections_max,
+            "the open-files limit ({}) is below what --max-connections {} needs (about {need}): \
+             connections beyond about {} will be refused with an error; raise the hard limit \
+             (ulimit -Hn, systemd LimitNOFILE=) or lower --max-connections",
+            limit.soft,
+            config.connections_max,
+            limit.soft.saturating_sub(own),
+        );
+    }
+}
+
+/// A reply's bytes as one frame with request id 0.
+fn encoded(reply: &Reply) -> Arc<[u8]> {
+    let mut buf = bytes::BytesMut::with_capacity(reply.encoded_len());
+    match reply.encode(0, &mut buf) {
+        Ok(()) => Arc::from(&buf[..]),
+        // Only an error frame too large for the protocol fails; an empty
+        // refusal still closes the connection.
+        Err(_) => Arc::from(&[][..]),
+    }
+}
+
+/// A seed for the run (receipt key, message ids): from the OS, so receipts
+/// of an earlier run fail their check and ids never repeat across runs.
+fn random_seed() -> u64 {
+    let mut buf = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok()
+    {
+        return u64::from_le_bytes(buf);
+    }
+    // No /dev/urandom: the std hasher's per-process random keys, and the
+    // time.
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(clock::wall_ms());
+    h.write_u32(std::process::id());
+    h.finish()
+}
