@@ -47,8 +47,6 @@
 #![warn(clippy::pedantic)]
 #![doc(test(attr(deny(warnings))))]
 
-mod attribute_block;
-pub mod attributes;
 pub mod batch;
 pub mod codec;
 pub mod error;
@@ -56,14 +54,15 @@ pub mod frame;
 pub mod fuzz_harness;
 pub mod limits;
 pub mod message;
+pub mod message_attributes;
 pub mod name;
+mod queue_attribute_block;
+pub mod queue_attributes;
 pub mod receipt;
 pub mod reply;
 pub mod request;
 pub mod units;
 
-pub use attribute_block::bits as attribute_bits;
-pub use attributes::{AttributeUpdate, Backoff, QueueAttributes, QueueStats, RedrivePolicy};
 pub use batch::{Batch, BatchEntry, BatchIter};
 pub use codec::{DecodeError, EncodeError, Reader, SliceReader};
 pub use error::{ErrorCode, WireError};
@@ -74,6 +73,8 @@ pub use message::{
     received_message_encoded_len,
 };
 pub use name::{InvalidQueueName, QueueName};
+pub use queue_attribute_block::bits as attribute_bits;
+pub use queue_attributes::{AttributeUpdate, Backoff, QueueAttributes, QueueStats, RedrivePolicy};
 pub use receipt::{MessageId, RECEIPT_BYTES, Receipt};
 pub use reply::{
     Counter, HelloReply, QueueInfo, ReceiveReplyWriter, Reply, ServerLimits, ServerStatsReply,

@@ -5,7 +5,6 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::attributes::{QueueAttributes, QueueStats};
 use crate::codec::{
     DecodeError, EncodeError, Reader, capacity_for, len_u16, len_u32, put_status, put_string_u8,
     read_status,
@@ -17,6 +16,7 @@ use crate::message::{
     PEEK_ENTRY_OVERHEAD_BYTES, PeekedMessage, ReceivedBatch, ReceivedMessageRef, SendOutcome,
 };
 use crate::name::QueueName;
+use crate::queue_attributes::{QueueAttributes, QueueStats};
 use crate::receipt::MessageId;
 
 /// Bytes of a RECEIVE reply holding no message: length prefix, header and

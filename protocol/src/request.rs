@@ -3,13 +3,13 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::attributes::AttributeUpdate;
 use crate::batch::BatchEntry;
 use crate::codec::{DecodeError, EncodeError, Reader, capacity_for, len_u16};
 use crate::frame::{flags, opcode, put_header};
 use crate::limits::{ADVANCE_CLOCK_MS_MAX, AUTH_TOKEN_BYTES_MAX, BATCH_ENTRIES_MAX};
 use crate::message::{SendBatch, SendEntry, SendEntryRef, USE_QUEUE_DEFAULT, VisibilityChange};
 use crate::name::{QueueName, is_name_byte};
+use crate::queue_attributes::AttributeUpdate;
 use crate::receipt::{RECEIPT_BYTES, Receipt};
 
 /// HELLO: the first frame on every connection.

@@ -6,8 +6,10 @@
 //! results cost no string at all; a whole-operation error becomes the
 //! error reply's code and text through `From<EngineError> for WireError`.
 
-use sluice_protocol::attributes::{DELAY_MS_MAX, RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX};
 use sluice_protocol::limits::BATCH_ENTRIES_MAX;
+use sluice_protocol::queue_attributes::{
+    DELAY_MS_MAX, RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX,
+};
 use sluice_protocol::{ErrorCode, QueueName, SendOutcome, WireError};
 
 /// Why a whole operation failed.

@@ -5,7 +5,7 @@
 //! running, so it can race a forwarded delete, an expiry and a redelivery
 //! on the owner and never touch a newer delivery.
 
-use sluice_protocol::attributes::VISIBILITY_TIMEOUT_MS_MAX;
+use sluice_protocol::queue_attributes::VISIBILITY_TIMEOUT_MS_MAX;
 use sluice_protocol::{QueueName, Receipt};
 
 use super::{NS_PER_MS, PendingKind, Removal, Shard};

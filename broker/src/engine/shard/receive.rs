@@ -2,9 +2,9 @@
 //! waiters (park, wake, time out), and publishing the visible hints that
 //! drive steals and wake-ups (see the registry's ground rules).
 
-use sluice_protocol::attributes::{RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX};
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, FRAME_RESERVED_BYTES};
 use sluice_protocol::message::first_received_delta_ms as first_received_delta_ms_of;
+use sluice_protocol::queue_attributes::{RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX};
 use sluice_protocol::{QueueName, Receipt, ReceivedMessage, received_message_encoded_len};
 
 use super::{EXT_BYTES, LEASE_BYTES, NS_PER_MS, PendingKind, Shard, TimerEvent};

@@ -1,7 +1,7 @@
 //! Send: validation, the memory budget and max depth, dedup, and the
 //! forwarding of entries whose dedup key another shard owns.
 
-use sluice_protocol::attributes::DELAY_MS_MAX;
+use sluice_protocol::queue_attributes::DELAY_MS_MAX;
 use sluice_protocol::{MessageId, QueueName, SendBatch, SendEntry, SendEntryRef, SendOutcome};
 
 use super::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard, TimerEvent};

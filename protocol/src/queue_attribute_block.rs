@@ -7,9 +7,9 @@
 
 use bytes::{BufMut, BytesMut};
 
-use crate::attributes::{AttributeUpdate, Backoff, QueueAttributes, RedrivePolicy};
 use crate::codec::{DecodeError, EncodeError, Reader, len_u8};
 use crate::name::is_valid_name_bytes;
+use crate::queue_attributes::{AttributeUpdate, Backoff, QueueAttributes, RedrivePolicy};
 
 /// Bits of the present and clear masks.
 pub mod bits {
