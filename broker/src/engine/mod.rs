@@ -34,6 +34,8 @@
 //! | `cluster.rs` | deterministic in-process driver |
 
 mod bodies;
+// The test harness: compiled for the crate's tests and with `test-util`.
+#[cfg(any(test, feature = "test-util"))]
 pub mod cluster;
 pub mod dedup;
 pub mod error;
@@ -51,11 +53,13 @@ mod races;
 pub mod random;
 pub mod receipt_mac;
 pub mod registry;
+pub mod section;
 pub mod shard;
 pub mod slab;
 pub mod stored_message;
 pub mod wheel;
 
+#[cfg(any(test, feature = "test-util"))]
 pub use cluster::Cluster;
 pub use error::{EngineError, EntryError};
 pub use mesh::ShardMsg;

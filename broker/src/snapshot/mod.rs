@@ -29,6 +29,8 @@
 //! | `fuzz_harness.rs` | the harness of the fuzz target in `broker/fuzz` |
 //! | `engine/shard/snapshot.rs` | a shard's section |
 
+#[cfg(any(test, feature = "test-util"))]
+mod cluster;
 pub mod crc32c;
 mod direct;
 pub mod files;
@@ -46,7 +48,7 @@ use sluice_protocol::{QueueAttributes, QueueName, Reader};
 
 use self::format::{
     Counter, Header, KIND_REGISTRY, KIND_SHARD, MEMORY_BYTES_OFFSET, Out, QUEUES_OFFSET, Section,
-    SectionReader, SectionWriter, SnapshotError,
+    SectionRead, SectionReader, SectionWriter, SnapshotError,
 };
 use crate::engine::mesh::doorbell::{self, Wake};
 use crate::engine::registry::RestoredRegistry;

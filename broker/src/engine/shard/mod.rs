@@ -59,6 +59,9 @@
 
 mod gather;
 mod inbound;
+// The invariants checker, for tests: the crate's and, with `test-util`,
+// the integration tests' and the simulation's.
+#[cfg(any(test, feature = "test-util"))]
 mod invariants;
 mod lease_groups;
 mod lifecycle;
