@@ -156,7 +156,6 @@ pub enum SnapshotError {
     },
 }
 
-/// A shard's finding, under the same message.
 impl From<SectionError> for SnapshotError {
     fn from(e: SectionError) -> Self {
         match e {
