@@ -17,7 +17,9 @@ pub mod engine;
 pub mod io;
 #[cfg(not(sluice_loom))]
 pub mod server;
-#[cfg(not(sluice_loom))]
+// The simulation is a test harness: built only with `test-util` (the
+// integration tests and `sluice-sim` enable it), never into the server.
+#[cfg(all(feature = "test-util", not(sluice_loom)))]
 pub mod sim;
 pub mod snapshot;
 mod sync;

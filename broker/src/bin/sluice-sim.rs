@@ -3,6 +3,10 @@
 //! `--shards` given) for a number of steps or a time; prints a line per
 //! seed; on a failure prints the seed, the steps before it and the command
 //! that replays it, and exits 1.
+//!
+//! The simulation is a test harness, compiled only with the `test-util`
+//! feature: `cargo run --release -p sluice-broker --features test-util --bin
+//! sluice-sim -- --help`.
 
 #![cfg_attr(sluice_loom, allow(unused))]
 

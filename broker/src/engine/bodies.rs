@@ -322,7 +322,8 @@ impl Bodies {
             .sum()
     }
 
-    /// Live bytes per chunk in use, for the invariants: (chunk, live).
+    /// Live bytes per chunk in use, for the invariants (tests): (chunk, live).
+    #[cfg(any(test, feature = "test-util"))]
     pub fn live_bytes(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
         self.chunks
             .iter()

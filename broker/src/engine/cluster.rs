@@ -43,11 +43,23 @@ impl Cluster {
     /// at 1,700,000,000,000 ms wall.
     #[must_use]
     pub fn new(config: RegistryConfig) -> Cluster {
-        let mut seed = config.seed ^ 0x5eed;
-        let shards_n = config.shards;
+        let seed = config.seed ^ 0x5eed;
         let registry = Arc::new(Registry::new(config));
-        let now_ns = 1_000_000_000;
-        let wall_ms = 1_700_000_000_000;
+        Cluster::on_registry(registry, seed, 1_000_000_000, 1_700_000_000_000)
+    }
+
+    /// Fresh shards on `registry` (as many as its configuration says),
+    /// their PRNGs seeded from `seed`, the clocks at `now_ns` and
+    /// `wall_ms`; not yet settled. The snapshot's loader
+    /// (`crate::snapshot`) fills them from a file.
+    #[must_use]
+    pub(crate) fn on_registry(
+        registry: Arc<Registry>,
+        mut seed: u64,
+        now_ns: u64,
+        wall_ms: u64,
+    ) -> Cluster {
+        let shards_n = registry.config().shards;
         let wakers = (0..shards_n)
             .map(|_| Box::new(NoWake) as Box<dyn Wake>)
             .collect();
@@ -73,6 +85,13 @@ impl Cluster {
             results: HashMap::new(),
             scratch: Vec::new(),
         }
+    }
+
+    /// Settles, then lends the registry, the shards and the clocks (monotonic
+    /// ns, wall ms) to the snapshot's writer.
+    pub(crate) fn settled_parts(&mut self) -> (&Registry, &mut [Shard], u64, u64) {
+        self.settle();
+        (&self.registry, &mut self.shards, self.now_ns, self.wall_ms)
     }
 
     /// The shared registry.
@@ -192,81 +211,9 @@ impl Cluster {
         }
     }
 
-    /// A snapshot of every shard, as a shutdown would write it (call
-    /// [`Cluster::shutdown`] first to answer waiting receives).
-    #[must_use]
-    pub fn snapshot(&mut self) -> Vec<u8> {
-        self.settle();
-        crate::snapshot::to_bytes(&self.registry, &mut self.shards, self.now_ns, self.wall_ms)
-    }
-
-    /// Saves a snapshot to `path` the way a shutdown does (one thread per
-    /// shard, direct writes where the file system takes them).
-    ///
-    /// # Errors
-    /// The save's i/o error.
-    pub fn save_snapshot(
-        &mut self,
-        path: &std::path::Path,
-    ) -> std::io::Result<crate::snapshot::SaveReport> {
-        self.settle();
-        crate::snapshot::save(
-            path,
-            &self.registry,
-            &mut self.shards,
-            self.now_ns,
-            self.wall_ms,
-        )
-    }
-
-    /// A cluster loaded from `snapshot` under `config` (whose shard count
-    /// must be the file's; its seed feeds the shards' PRNGs only, the keys
-    /// come from the file), with its clocks at `now_ns` and `wall_ms` (the
-    /// wall-clock time since the save counts as time passed).
-    ///
-    /// # Errors
-    /// What is wrong with the snapshot, with its byte offset.
-    pub fn from_snapshot(
-        snapshot: &[u8],
-        config: RegistryConfig,
-        now_ns: u64,
-        wall_ms: u64,
-    ) -> Result<(Cluster, crate::engine::shard::ShardLoad), crate::snapshot::format::SnapshotError>
-    {
-        let source = crate::snapshot::Source::Bytes(snapshot);
-        let opened = crate::snapshot::open(source)?;
-        opened.check_fit(config.shards, config.memory_bytes_max, config.queues_max)?;
-        let shards_n = config.shards;
-        let seed = config.seed ^ 0x5eed;
-        let registry = Arc::new(opened.registry(config)?);
-        let wakers = (0..shards_n)
-            .map(|_| Box::new(NoWake) as Box<dyn Wake>)
-            .collect();
-        let mut shards = crate::snapshot::fresh_shards(
-            &registry,
-            CLUSTER_RING_CAPACITY,
-            wakers,
-            seed,
-            now_ns,
-            wall_ms,
-        );
-        let clock = crate::engine::shard::LoadClock {
-            now_ns,
-            wall_ms,
-            saved_wall_ms: opened.header.saved_wall_ms,
-        };
-        let load = crate::snapshot::load_shards(source, &opened, &mut shards, clock)?;
-        let mut c = Cluster {
-            shards,
-            registry,
-            now_ns,
-            wall_ms,
-            next_ticket: 1,
-            results: HashMap::new(),
-            scratch: Vec::new(),
-        };
-        c.settle();
-        Ok((c, load))
+    /// The shards, mutably (the snapshot's loader).
+    pub(crate) fn shards_mut(&mut self) -> &mut [Shard] {
+        &mut self.shards
     }
 
     /// Every message of every shard.

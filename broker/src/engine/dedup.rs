@@ -143,6 +143,7 @@ impl DedupTable {
     }
 
     /// Entries held.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn len(&self) -> usize {
         self.entries.len()
     }

@@ -24,7 +24,8 @@ pub const LINK_CAPACITY_DEFAULT: usize = if cfg!(sluice_loom) { 2 } else { 1024 
 /// The largest capacity a link takes: beyond this, a link is a memory sink,
 /// not a back-pressure bound.
 pub const LINK_CAPACITY_MAX: usize = 1 << 24;
-/// Capacity of each ring in a test [`super::Cluster`]: small, so overflow
+/// Capacity of each ring in the test harness `Cluster` (`cluster.rs`,
+/// feature `test-util`): small, so overflow
 /// queues are exercised too.
 pub const CLUSTER_RING_CAPACITY: usize = 8;
 

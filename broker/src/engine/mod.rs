@@ -5,7 +5,14 @@
 //! it accepted; queue metadata is shared through the [`Registry`]; shards
 //! talk through SPSC rings ([`ShardMsg`]). The server calls
 //! [`Shard::submit`], [`Shard::poll`] and [`Shard::drain_completions`];
-//! [`Cluster`] drives N shards on one thread, deterministically, for tests.
+//! `Cluster` (`cluster.rs`, with the `test-util` feature) drives N shards
+//! on one thread, deterministically, for tests.
+//!
+//! The engine knows no files and starts no threads: a shard writes and
+//! reads its snapshot section through the traits of [`section`], which the
+//! snapshot module (`crate::snapshot`) implements over its file. Nothing
+//! here imports the snapshot, the io layer or the server
+//! (`.ci/check-layers`).
 //!
 //! The engine speaks the protocol's vocabulary ([`ops`]): it takes queue
 //! names, SEND batches and receipts as the decoder produced them and hands
@@ -30,10 +37,13 @@
 //! | `receipt_mac.rs` | the receipt MAC: signing and checking receipts |
 //! | `random.rs` | the shards' PRNG (backoff jitter) and seed mixing |
 //! | `mesh/` | the lock-free plumbing between shards: rings, doorbells, cross-shard messages |
+//! | `section.rs` | a snapshot section as the shards see it: [`section::Out`] to write into, [`section::SectionRead`] to read from, [`section::SectionError`]; pure bytes |
 //! | `races.rs` | loom models of the lease races (tests only) |
-//! | `cluster.rs` | deterministic in-process driver |
+//! | `cluster.rs` | deterministic in-process driver (tests; feature `test-util`) |
 
 mod bodies;
+// The test harness: compiled for the crate's tests and with `test-util`.
+#[cfg(any(test, feature = "test-util"))]
 pub mod cluster;
 pub mod dedup;
 pub mod error;
@@ -51,11 +61,13 @@ mod races;
 pub mod random;
 pub mod receipt_mac;
 pub mod registry;
+pub mod section;
 pub mod shard;
 pub mod slab;
 pub mod stored_message;
 pub mod wheel;
 
+#[cfg(any(test, feature = "test-util"))]
 pub use cluster::Cluster;
 pub use error::{EngineError, EntryError};
 pub use mesh::ShardMsg;

@@ -90,7 +90,7 @@ impl fmt::Display for SimFailure {
         }
         write!(
             f,
-            "replay: cargo run --release -p sluice-broker --bin sluice-sim -- --seed {} --shards {} --steps {}{}",
+            "replay: cargo run --release -p sluice-broker --features test-util --bin sluice-sim -- --seed {} --shards {} --steps {}{}",
             self.config.seed,
             self.config.shards,
             self.step + 1,

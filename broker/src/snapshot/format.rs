@@ -10,6 +10,8 @@ use sluice_protocol::limits::{
 
 use super::crc32c::Crc32c;
 use crate::engine::limits::{PARTITIONS_MAX, SHARDS_MAX};
+use crate::engine::section::SectionError;
+pub use crate::engine::section::{Counter, Out, SectionRead};
 
 /// The file's first eight bytes.
 pub const MAGIC: [u8; 8] = *b"SLUICESN";
@@ -152,6 +154,25 @@ pub enum SnapshotError {
         /// The limit.
         max: u64,
     },
+}
+
+impl From<SectionError> for SnapshotError {
+    fn from(e: SectionError) -> Self {
+        match e {
+            SectionError::Invalid {
+                offset,
+                field,
+                reason,
+            } => SnapshotError::Invalid {
+                offset,
+                field,
+                reason,
+            },
+            SectionError::TooLarge { offset, needs, max } => {
+                SnapshotError::TooLarge { offset, needs, max }
+            }
+        }
+    }
 }
 
 impl SnapshotError {
@@ -454,54 +475,6 @@ fn read_prefix(
         .map_err(|source| SnapshotError::Io { offset, source })
 }
 
-/// Where serialized bytes go: a [`SectionWriter`], or a [`Counter`] that
-/// only adds up their length (the first pass, which sizes each section).
-pub trait Out {
-    /// Appends `b`.
-    fn put(&mut self, b: &[u8]);
-    /// Whether bytes are only counted: data need not be fetched, only
-    /// [`Out::skip`]ped.
-    fn counting(&self) -> bool;
-    /// Counts `n` bytes without giving them (only when counting).
-    fn skip(&mut self, n: u64);
-    /// Appends a `u8`.
-    fn u8(&mut self, v: u8) {
-        self.put(&[v]);
-    }
-    /// Appends a little-endian `u16`.
-    fn u16(&mut self, v: u16) {
-        self.put(&v.to_le_bytes());
-    }
-    /// Appends a little-endian `u32`.
-    fn u32(&mut self, v: u32) {
-        self.put(&v.to_le_bytes());
-    }
-    /// Appends a little-endian `u64`.
-    fn u64(&mut self, v: u64) {
-        self.put(&v.to_le_bytes());
-    }
-    /// Appends a little-endian `u128`.
-    fn u128(&mut self, v: u128) {
-        self.put(&v.to_le_bytes());
-    }
-}
-
-/// Counts bytes.
-#[derive(Debug, Default)]
-pub struct Counter(pub u64);
-
-impl Out for Counter {
-    fn put(&mut self, b: &[u8]) {
-        self.0 += b.len() as u64;
-    }
-    fn counting(&self) -> bool {
-        true
-    }
-    fn skip(&mut self, n: u64) {
-        self.0 += n;
-    }
-}
-
 /// Writes a section: gathers bytes in blocks, checksums them and hands each
 /// block to `W`. The first write error is kept and reported by
 /// [`SectionWriter::finish`].
@@ -611,16 +584,6 @@ impl<R: Read> SectionReader<R> {
         &self.section
     }
 
-    /// The file offset of the next byte to read.
-    pub fn offset(&self) -> u64 {
-        (self.section.offset + self.section.len).saturating_sub(self.remaining())
-    }
-
-    /// Bytes of the section not yet consumed.
-    pub fn remaining(&self) -> u64 {
-        self.left + (self.buf.len() - self.pos) as u64
-    }
-
     /// Makes `n` bytes available at `pos`.
     fn need(&mut self, n: usize, field: &'static str) -> Result<(), SnapshotError> {
         let have = self.buf.len() - self.pos;
@@ -659,62 +622,30 @@ impl<R: Read> SectionReader<R> {
         self.left -= want as u64;
         Ok(())
     }
+}
+
+impl<R: Read> SectionRead for SectionReader<R> {
+    type Error = SnapshotError;
+
+    /// The file offset of the next byte to read.
+    fn offset(&self) -> u64 {
+        (self.section.offset + self.section.len).saturating_sub(self.remaining())
+    }
+
+    /// Bytes of the section not yet consumed.
+    fn remaining(&self) -> u64 {
+        self.left + (self.buf.len() - self.pos) as u64
+    }
 
     /// The next `n` bytes.
     ///
     /// # Errors
     /// `Truncated` when the section has fewer.
-    pub fn bytes(&mut self, n: usize, field: &'static str) -> Result<&[u8], SnapshotError> {
+    fn bytes(&mut self, n: usize, field: &'static str) -> Result<&[u8], SnapshotError> {
         self.need(n, field)?;
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
-    }
-
-    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], SnapshotError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.bytes(N, field)?);
-        Ok(a)
-    }
-
-    /// A `u8`.
-    ///
-    /// # Errors
-    /// `Truncated`.
-    pub fn u8(&mut self, field: &'static str) -> Result<u8, SnapshotError> {
-        Ok(self.array::<1>(field)?[0])
-    }
-
-    /// A little-endian `u16`.
-    ///
-    /// # Errors
-    /// `Truncated`.
-    pub fn u16(&mut self, field: &'static str) -> Result<u16, SnapshotError> {
-        Ok(u16::from_le_bytes(self.array(field)?))
-    }
-
-    /// A little-endian `u32`.
-    ///
-    /// # Errors
-    /// `Truncated`.
-    pub fn u32(&mut self, field: &'static str) -> Result<u32, SnapshotError> {
-        Ok(u32::from_le_bytes(self.array(field)?))
-    }
-
-    /// A little-endian `u64`.
-    ///
-    /// # Errors
-    /// `Truncated`.
-    pub fn u64(&mut self, field: &'static str) -> Result<u64, SnapshotError> {
-        Ok(u64::from_le_bytes(self.array(field)?))
-    }
-
-    /// A little-endian `u128`.
-    ///
-    /// # Errors
-    /// `Truncated`.
-    pub fn u128(&mut self, field: &'static str) -> Result<u128, SnapshotError> {
-        Ok(u128::from_le_bytes(self.array(field)?))
     }
 
     /// Reads what is left of the section (bounded by its length) and
@@ -723,7 +654,7 @@ impl<R: Read> SectionReader<R> {
     ///
     /// # Errors
     /// `Checksum`, or an i/o error reading the rest.
-    pub fn verify(&mut self) -> Result<(), SnapshotError> {
+    fn verify(&mut self) -> Result<(), SnapshotError> {
         self.pos = self.buf.len();
         let mut guard = 0u64;
         while self.left > 0 && guard <= self.section.len / READ_BLOCK_BYTES as u64 + 1 {
@@ -750,7 +681,7 @@ impl<R: Read> SectionReader<R> {
     ///
     /// # Errors
     /// Bytes left over, or `Checksum`.
-    pub fn finish(&mut self) -> Result<(), SnapshotError> {
+    fn finish(&mut self) -> Result<(), SnapshotError> {
         let left = self.remaining();
         let at = self.offset();
         self.verify()?;

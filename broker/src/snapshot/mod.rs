@@ -19,16 +19,26 @@
 //! CRC32C compared; an error names the problem and its byte offset and
 //! never panics (a fuzz target, `broker/fuzz`, holds it to that).
 //!
+//! This module depends on the engine, never the other way: a shard writes
+//! and reads its section through the engine's traits
+//! (`crate::engine::section`), which the writers and the reader here
+//! implement over the file; every file, thread and `O_DIRECT` write is
+//! here.
+//!
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | saving and loading a whole file, moving it aside, the check |
-//! | `format.rs` | header, section readers and writers, errors |
+//! | `format.rs` | header, section readers and writers (the engine's `Out` and `SectionRead`), errors |
 //! | `files.rs` | the `.loaded-` files beside the snapshot path |
 //! | `direct.rs` | a section's whole blocks written around the page cache (`O_DIRECT`) |
 //! | `crc32c.rs` | the CRC-32C checksum (the `crc32c` crate) |
 //! | `fuzz_harness.rs` | the harness of the fuzz target in `broker/fuzz` |
+//! | `cluster.rs` | snapshots of the test harness `Cluster` (feature `test-util`) |
 //! | `engine/shard/snapshot.rs` | a shard's section |
+//! | `engine/section.rs` | the traits that section is written into and read from |
 
+#[cfg(any(test, feature = "test-util"))]
+mod cluster;
 pub mod crc32c;
 mod direct;
 pub mod files;
@@ -46,7 +56,7 @@ use sluice_protocol::{QueueAttributes, QueueName, Reader};
 
 use self::format::{
     Counter, Header, KIND_REGISTRY, KIND_SHARD, MEMORY_BYTES_OFFSET, Out, QUEUES_OFFSET, Section,
-    SectionReader, SectionWriter, SnapshotError,
+    SectionRead, SectionReader, SectionWriter, SnapshotError,
 };
 use crate::engine::mesh::doorbell::{self, Wake};
 use crate::engine::registry::RestoredRegistry;

@@ -60,7 +60,8 @@ impl LeaseGroups {
         self.free.push(g);
     }
 
-    /// Groups in use, for the invariants.
+    /// Groups in use, for the invariants (tests).
+    #[cfg(any(test, feature = "test-util"))]
     pub(super) fn in_use(&self) -> impl Iterator<Item = (u32, &LeaseGroup)> + '_ {
         self.groups
             .iter()

@@ -54,11 +54,14 @@
 //! | `receipts.rs` | delete and change visibility by receipt, forwarded or local |
 //! | `gather.rs` | fan-out operations: stats, purge, peek, redrive, delete-queue |
 //! | `inbound.rs` | messages from other shards |
-//! | `snapshot.rs` | the shard's part of a snapshot: writing it, loading it back |
-//! | `invariants.rs` | `check_invariants` for tests |
+//! | `snapshot.rs` | the shard's part of a snapshot: writing it, loading it back (over `engine/section.rs`) |
+//! | `invariants.rs` | `check_invariants` for tests (feature `test-util`) |
 
 mod gather;
 mod inbound;
+// The invariants checker, for tests: the crate's and, with `test-util`,
+// the integration tests' and the simulation's.
+#[cfg(any(test, feature = "test-util"))]
 mod invariants;
 mod lease_groups;
 mod lifecycle;

@@ -26,7 +26,8 @@ impl Shard {
     }
 
     /// Bytes of the memory budget a message holds: its data, its record and
-    /// FIFO entry, and its side-table entries.
+    /// FIFO entry, and its side-table entries (for the invariants checker).
+    #[cfg(any(test, feature = "test-util"))]
     pub(super) fn message_cost(&self, m: &StoredMessage) -> u64 {
         let mut cost = self.data_len(m) as u64 + super::MESSAGE_BYTES;
         if m.ext != NONE {

@@ -1,8 +1,9 @@
 //! A shard's part of a snapshot: writing its section (its messages, in
 //! each partition's age order then its `moved` index, and its dedup
 //! entries) and loading one back into a fresh shard. The layout is
-//! ARCHITECTURE.md's "Snapshot file format"; the file around it is
-//! `crate::snapshot`.
+//! ARCHITECTURE.md's "Snapshot file format". The bytes go through the
+//! engine's own traits (`engine/section.rs`): the file around them, its
+//! checksums, threads and writes, is the snapshot module's.
 //!
 //! Times are saved relative to the moment of the save (ages, what is left
 //! of a lease, a delay or a dedup window) and the wall-clock time between
@@ -17,16 +18,14 @@
 //! bind to a connection are restored unbound: see
 //! [`Shard::restored_lease`], the one place that decides.
 
-use std::io::Read;
-
 use sluice_protocol::limits::{DEDUP_KEY_BYTES_MAX, FRAME_BYTES_MAX_LIMIT};
 use sluice_protocol::{AttributesRef, MessageId, QueueStats};
 
 use super::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Shard, TimerEvent};
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
+use crate::engine::section::{Out, SectionError, SectionRead};
 use crate::engine::slab::{Slab, SlotKey};
 use crate::engine::stored_message::{self, MessageState, NONE, NewMessage, StoredMessage, U48};
-use crate::snapshot::format::{Out, SectionReader, SnapshotError};
 
 const STATE_MASK: u8 = 0b11;
 const FLAG_IN_AGE_FIFO: u8 = 1 << 2;
@@ -142,6 +141,15 @@ impl ShardLoad {
     pub fn messages(&self) -> u64 {
         self.visible + self.delayed + self.in_flight + self.leases_ended + self.delays_ended
     }
+}
+
+/// A [`SectionError::Invalid`], as the reader's error.
+fn invalid<E: From<SectionError>>(
+    offset: u64,
+    field: &'static str,
+    reason: impl Into<String>,
+) -> E {
+    SectionError::invalid(offset, field, reason).into()
 }
 
 fn state_code(s: MessageState) -> u8 {
@@ -328,11 +336,11 @@ impl Shard {
     /// # Errors
     /// The first problem, with its byte offset; a checksum that does not
     /// match wins over a parse error it explains.
-    pub fn load_snapshot<R: Read>(
+    pub fn load_snapshot<R: SectionRead>(
         &mut self,
-        r: &mut SectionReader<R>,
+        r: &mut R,
         clock: LoadClock,
-    ) -> Result<ShardLoad, SnapshotError> {
+    ) -> Result<ShardLoad, R::Error> {
         self.begin(clock.now_ns, clock.wall_ms);
         let result = self.load_inner(r, clock);
         let result = match result {
@@ -344,16 +352,16 @@ impl Shard {
         result
     }
 
-    fn load_inner<R: Read>(
+    fn load_inner<R: SectionRead>(
         &mut self,
-        r: &mut SectionReader<R>,
+        r: &mut R,
         clock: LoadClock,
-    ) -> Result<ShardLoad, SnapshotError> {
+    ) -> Result<ShardLoad, R::Error> {
         let mut load = ShardLoad::default();
         let at = r.offset();
         let next_seq = r.u64("next sequence number")?;
         if next_seq > U48::MAX {
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 at,
                 "next sequence number",
                 format!("{next_seq} is above 2^48 - 1"),
@@ -365,17 +373,18 @@ impl Shard {
         let slab_bytes = u64::from(slots) * Slab::<StoredMessage>::slot_bytes() as u64;
         let budget = self.registry.memory().limit();
         if slab_bytes > budget {
-            return Err(SnapshotError::TooLarge {
+            return Err(SectionError::TooLarge {
                 offset: at,
                 needs: slab_bytes,
                 max: budget,
-            });
+            }
+            .into());
         }
         let hole_generation = r.u32("hole generation")?;
         let at = r.offset();
         let partitions = r.u32("partitions")?;
         if partitions as usize > self.by_incarnation.len() {
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 at,
                 "partitions",
                 format!(
@@ -389,14 +398,14 @@ impl Shard {
             let at = r.offset();
             let inc = r.u32("incarnation")?;
             let Some(&p) = self.by_incarnation.get(&inc) else {
-                return Err(SnapshotError::invalid(
+                return Err(invalid(
                     at,
                     "incarnation",
                     format!("queue incarnation {inc} is not in the registry section"),
                 ));
             };
             if !seen.insert(inc) {
-                return Err(SnapshotError::invalid(
+                return Err(invalid(
                     at,
                     "incarnation",
                     format!("queue incarnation {inc} appears twice"),
@@ -412,7 +421,7 @@ impl Shard {
             // Each record takes at least 43 bytes: a count beyond what the
             // section holds is a lie, caught before the loop.
             if count > r.remaining() / 43 {
-                return Err(SnapshotError::invalid(
+                return Err(invalid(
                     at,
                     "message count",
                     format!(
@@ -428,7 +437,7 @@ impl Shard {
         let at = r.offset();
         let dedup = r.u64("dedup entries")?;
         if dedup > r.remaining() / 29 {
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 at,
                 "dedup entries",
                 format!(
@@ -443,20 +452,20 @@ impl Shard {
         Ok(load)
     }
 
-    fn load_message<R: Read>(
+    fn load_message<R: SectionRead>(
         &mut self,
-        r: &mut SectionReader<R>,
+        r: &mut R,
         p: u32,
         slots: u32,
         hole_generation: u32,
         clock: LoadClock,
         load: &mut ShardLoad,
-    ) -> Result<(), SnapshotError> {
+    ) -> Result<(), R::Error> {
         let start = r.offset();
         let slot = r.u32("slot")?;
         let generation = r.u32("generation")?;
         if slot >= slots {
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 start,
                 "slot",
                 format!("{slot}, but the shard has {slots} slots"),
@@ -465,7 +474,7 @@ impl Shard {
         let at = r.offset();
         let seq = r.u64("sequence number")?;
         if seq >= self.next_seq {
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 at,
                 "sequence number",
                 format!("{seq}, not below the next one, {}", self.next_seq),
@@ -481,11 +490,7 @@ impl Shard {
             1 => MessageState::Delayed,
             2 => MessageState::InFlight,
             _ => {
-                return Err(SnapshotError::invalid(
-                    at,
-                    "flags",
-                    "state 3 is not a state",
-                ));
+                return Err(invalid(at, "flags", "state 3 is not a state"));
             }
         };
         let in_age = flags & FLAG_IN_AGE_FIFO != 0;
@@ -497,7 +502,7 @@ impl Shard {
             && has_lease == (state != MessageState::Visible)
             && (has_ext || (in_age && !has_lease));
         if !consistent {
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 at,
                 "flags",
                 format!("{flags:#04x} is not a combination a message can have"),
@@ -526,7 +531,7 @@ impl Shard {
         let attrs_len = usize::from(r.u16("attributes length")?);
         let data_len = r.u32("data length")? as usize;
         if data_len > FRAME_BYTES_MAX_LIMIT as usize || attrs_len > data_len {
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 at,
                 "data length",
                 format!("{data_len} bytes with {attrs_len} of attributes"),
@@ -538,7 +543,7 @@ impl Shard {
         if !attrs.is_empty() {
             let count = stored_message::attribute_count(attrs);
             if AttributesRef::from_wire(count, attrs).is_err() || attrs_len > (1 << 13) - 1 {
-                return Err(SnapshotError::invalid(
+                return Err(invalid(
                     data_at + body.len() as u64,
                     "attributes",
                     "not a valid attribute block",
@@ -554,11 +559,12 @@ impl Shard {
         let cost = data_len as u64 + MESSAGE_BYTES;
         let budget = self.registry.memory();
         if !self.memory.reserve(budget, cost + side) {
-            return Err(SnapshotError::TooLarge {
+            return Err(SectionError::TooLarge {
                 offset: start,
                 needs: self.memory.in_use() + cost + side,
                 max: budget.limit(),
-            });
+            }
+            .into());
         }
         self.memory.release(self.registry.memory(), side);
         let (chunk, offset) = self.bodies.store(body, attrs);
@@ -595,7 +601,7 @@ impl Shard {
         {
             self.bodies.release(chunk, data_len);
             self.memory.release(self.registry.memory(), cost);
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 start,
                 "slot",
                 format!("slot {slot} holds two messages"),
@@ -686,16 +692,16 @@ impl Shard {
         lease.check = check;
     }
 
-    fn load_dedup<R: Read>(
+    fn load_dedup<R: SectionRead>(
         &mut self,
-        r: &mut SectionReader<R>,
+        r: &mut R,
         clock: LoadClock,
         load: &mut ShardLoad,
-    ) -> Result<(), SnapshotError> {
+    ) -> Result<(), R::Error> {
         let at = r.offset();
         let len = usize::from(r.u8("dedup key length")?);
         if len == 0 || len > DEDUP_KEY_BYTES_MAX {
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 at,
                 "dedup key length",
                 format!("{len}, not in 1..={DEDUP_KEY_BYTES_MAX}"),
@@ -707,7 +713,7 @@ impl Shard {
         let id = MessageId(r.u128("dedup message id")?);
         let left_ms = r.u64("dedup window left")?;
         let Some(&p) = self.by_incarnation.get(&inc) else {
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 inc_at,
                 "dedup incarnation",
                 format!("queue incarnation {inc} is not in the registry section"),
@@ -715,14 +721,14 @@ impl Shard {
         };
         let owner = crate::engine::dedup::owner_shard(inc, &key, self.shards);
         if owner != self.id {
-            return Err(SnapshotError::invalid(
+            return Err(invalid(
                 at,
                 "dedup key",
                 format!("belongs to shard {owner}, found in shard {}", self.id),
             ));
         }
         if self.dedup.lookup(inc, &key).is_some() {
-            return Err(SnapshotError::invalid(at, "dedup key", "appears twice"));
+            return Err(invalid(at, "dedup key", "appears twice"));
         }
         let _ = p;
         let left_ms = left_ms.saturating_sub(clock.elapsed_ms());
@@ -732,11 +738,12 @@ impl Shard {
         let cost = len as u64 + DEDUP_ENTRY_BYTES;
         let budget = self.registry.memory();
         if !self.memory.reserve(budget, cost) {
-            return Err(SnapshotError::TooLarge {
+            return Err(SectionError::TooLarge {
                 offset: at,
                 needs: self.memory.in_use() + cost,
                 max: budget.limit(),
-            });
+            }
+            .into());
         }
         let until = clock
             .now_ns
