@@ -645,7 +645,7 @@ mod tests {
         assert_eq!(err.code(), ErrorCode::QueueExists);
         assert_eq!(
             err.to_string(),
-            "queue a exists with other attributes: delay 0 (this create: 5ms), \
+            "queue a exists with other attributes: delay 0s (this create: 5ms), \
              max_message_size 256KiB (this create: 1KiB)"
         );
     }
