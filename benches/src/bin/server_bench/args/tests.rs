@@ -16,7 +16,7 @@ fn the_command_line_is_well_formed() {
     Cli::command().debug_assert();
 }
 
-/// The command lines BENCHMARKS.md, the CHANGELOG and this binary's own
+/// The command lines BENCHMARKS.md, benches/HISTORY.md and this binary's own
 /// docs quote, with their shell variables written out: every one still
 /// parses.
 #[test]
