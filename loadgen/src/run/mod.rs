@@ -5,10 +5,11 @@
 //! consumer (before the clock starts), then runs plain std threads:
 //! producers send batches (closed loop, or open loop on the fixed schedule
 //! of the latency workload), consumers receive, classify each delivery with
-//! the [`Tracker`], record latencies into their own [`Recorder`], and delete
-//! in batches. Sending ends at `--messages` or `--duration`; consumers stop
-//! when every sent message is deleted (plus a short linger for late
-//! duplicates) or when the drain timeout runs out.
+//! the [`Tracker`](crate::tracker::Tracker), record latencies into their
+//! own [`Recorder`], and delete in batches. Sending ends at `--messages`
+//! or `--duration`; consumers stop when every sent message is deleted
+//! (plus a short linger for late duplicates) or when the drain timeout
+//! runs out.
 //!
 //! With `--window 1` every operation is a blocking call: one batch in
 //! flight per connection. With a window of N, a producer keeps up to N sends
