@@ -5,7 +5,7 @@ use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::Pass;
+use super::pass::Pass;
 use crate::report::format_us;
 use crate::stats::{Percentiles, new_histogram};
 

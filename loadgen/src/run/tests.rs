@@ -1,8 +1,11 @@
 use std::time::Duration;
 
+use super::consume::{Deliveries, Samples, leaves};
 use super::fake::{FakeTarget, Faults};
+use super::pass::Pass;
 use super::*;
-use crate::config::{RunConfig, RunSpec};
+use crate::adapter::Receipt;
+use crate::config::{Bound, RunConfig, RunSpec};
 
 fn config(workload: Workload, messages: u64) -> RunConfig {
     let mut cfg = RunConfig::new(RunSpec {
