@@ -42,6 +42,7 @@
 //! | `shard_loop.rs` | one shard's event loop: the driver, the engine, the sessions, deadlines, shutdown |
 //! | `session/` | one connection's protocol state machine, without a socket: framing, order, back-pressure, heartbeat, closing (`mod.rs`); HELLO and auth (`hello.rs`); serving requests (`serve.rs`); its tests (`tests.rs`) |
 //! | `auth_guard.rs` | failed HELLOs by address: the delay before `Unauthorized`, the log's rate limit |
+//! | `snapshot_at_start.rs` | `--snapshot` at start: the lock, the file checked and loaded, moved aside, older ones pruned |
 //! | `start.rs` | `Server::start`: configuration checks, the snapshot at start, the engines, the shard threads |
 //! | `path_lock.rs` | the exclusive lock on `--snapshot`'s path (`PATH.lock`), held from start to exit |
 //! | `bound_leases.rs` | the leases a connection bound to itself, released when it closes |
@@ -70,6 +71,7 @@ pub mod session;
 mod shard_loop;
 mod shared;
 pub mod signals;
+mod snapshot_at_start;
 mod start;
 mod telemetry;
 pub mod tls;
@@ -262,7 +264,7 @@ pub fn check_snapshot(
 ) -> Result<snapshot::CheckReport, SnapshotError> {
     let source = snapshot::Source::File(path);
     let opened = snapshot::open(source)?;
-    let shards = start::shards_for_snapshot(config, opened.header.shards);
+    let shards = snapshot_at_start::shards_for_snapshot(config, opened.header.shards);
     opened.check_fit(shards, config.memory_max_bytes, config.queues_max as usize)?;
     snapshot::check(source, wall_ms)
 }
