@@ -39,7 +39,7 @@
 //! | file | concept |
 //! |---|---|
 //! | `config.rs` | flags, environment, config file -> validated [`Config`] |
-//! | `shard_loop.rs` | one shard's event loop: the driver, the engine, the sessions, deadlines, shutdown |
+//! | `shard_loop/` | one shard's event loop: the driver, the engine, the sessions, deadlines (`mod.rs`); its state at start (`setup.rs`); admission, refusals, closes, the cap before HELLO (`accept.rs`); shutdown (`drain.rs`) |
 //! | `session/` | one connection's protocol state machine, without a socket: framing, order, back-pressure, heartbeat, closing (`mod.rs`); HELLO and auth (`hello.rs`); serving requests (`serve.rs`); its tests (`tests.rs`) |
 //! | `auth_guard.rs` | failed HELLOs by address: the delay before `Unauthorized`, the log's rate limit |
 //! | `snapshot_at_start.rs` | `--snapshot` at start: the lock, the file checked and loaded, moved aside, older ones pruned |
