@@ -51,9 +51,7 @@
 //! | `tls.rs` | the TLS files, read once into rustls's server configuration |
 //! | `limits.rs` | every limit of the server: flag bounds and defaults, connection timings |
 //! | `shared.rs` | what the threads share: connection count, counters, snapshots |
-//! | `telemetry.rs` | lease histograms and the `/metrics` text |
-//! | `process.rs` | the `process_*` metrics from `/proc/self` |
-//! | `metrics.rs` | Prometheus writer, histograms, the HTTP endpoint |
+//! | `metrics.rs`, `metrics/` | every metric: the Prometheus writer, histograms, the HTTP endpoint; what the server measures and the `/metrics` text (`telemetry.rs`); the `process_*` metrics from `/proc/self` (`process.rs`) |
 //! | `signals.rs` | SIGTERM / SIGINT to a graceful shutdown |
 //! | `clock.rs` | the only clock reads; the engine's clock, real or manual |
 
@@ -66,14 +64,12 @@ pub mod clock;
 mod convert;
 pub mod limits;
 pub mod path_lock;
-mod process;
 pub mod session;
 mod shard_loop;
 mod shared;
 pub mod signals;
 mod snapshot_at_start;
 mod start;
-mod telemetry;
 pub mod tls;
 pub mod transport;
 
@@ -88,9 +84,9 @@ pub use self::clock::{EngineTime, NotManual};
 pub use self::config::Config;
 use self::config::{ClockChoice, CpuPlacement, IoChoice};
 use self::metrics::MetricsServer;
+use self::metrics::telemetry::LeaseMetrics;
 use self::shard_loop::ShardStart;
 use self::shared::Shared;
-use self::telemetry::LeaseMetrics;
 use crate::engine::mesh::doorbell::Wake;
 use crate::engine::random::splitmix64;
 use crate::engine::shard::{LoadClock, ShardLoad};

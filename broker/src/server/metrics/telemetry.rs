@@ -43,18 +43,18 @@ use std::time::Duration;
 
 use sluice_protocol::{QueueName, QueueStats};
 
-use super::metrics::{
+use super::process;
+use super::{
     HistogramSnapshot, LatencyHistogram, MetricType, MetricsSource, PromWriter,
     REQUEST_BUCKET_BOUNDS_NANOS, REQUEST_BUCKETS,
 };
-use super::process;
-use super::shared::{
+use crate::engine::{LeaseObserver, LeaseOutcome};
+use crate::server::shared::{
     ERROR_SLOTS, LeaseReaders, OP_SLOTS, OUTCOME_NAMES, OUTCOMES, ShardStats, Shared,
     error_slot_name, op_slot_name, outcome_slot, server_version,
 };
-use crate::engine::{LeaseObserver, LeaseOutcome};
 
-use super::limits::SCRAPE_WAIT;
+use crate::server::limits::SCRAPE_WAIT;
 
 /// A shard's lease histograms; the engine reports into them.
 #[derive(Debug, Default)]
@@ -199,7 +199,7 @@ fn render_server(shared: &Shared, w: &mut PromWriter<'_>) {
         "Seconds since the server started.",
         #[allow(clippy::cast_precision_loss, reason = "nanoseconds to seconds")]
         {
-            super::clock::now_ns().saturating_sub(shared.started_ns) as f64 / 1e9
+            crate::server::clock::now_ns().saturating_sub(shared.started_ns) as f64 / 1e9
         },
     );
 }
