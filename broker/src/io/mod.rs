@@ -5,7 +5,7 @@
 //! (single-threaded: a driver is created on the thread that polls it and never
 //! leaves it); two backends sit behind the one contract:
 //!
-//! - [`Backend::IoUring`] (`uring.rs`): multishot accept, multishot receive
+//! - [`Backend::IoUring`] (`uring/`): multishot accept, multishot receive
 //!   into a provided buffer ring, batched submissions, single issuer and
 //!   deferred task running where the kernel has them;
 //! - [`Backend::Epoll`] (`epoll.rs`): the fallback for kernels or sandboxes

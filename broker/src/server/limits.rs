@@ -18,10 +18,13 @@ pub const LISTEN_DEFAULT: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr
 /// Default metrics listen address.
 pub const METRICS_ADDR_DEFAULT: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7172));
-/// Most shards (threads) a server runs.
-pub const SHARDS_MAX: u16 = 64;
-/// Default for `--max-connections`.
-pub const CONNECTIONS_MAX_DEFAULT: u32 = 10_000;
+/// Most shards (threads) a server runs: the bound of `--shards`. The
+/// engine's own bound, [`crate::engine::limits::SHARDS_MAX`], is what a
+/// registry and its mesh take, and is larger.
+pub const SERVER_SHARDS_MAX: u16 = 64;
+/// Default for `--max-connections`: the io layer's default, declared there
+/// (a driver configured with no limit of its own admits as many).
+pub use crate::io::limits::CONNECTIONS_MAX_DEFAULT;
 /// Upper bound for `--max-connections`.
 pub const CONNECTIONS_MAX_LIMIT: u32 = 1_000_000;
 /// Default for `--max-connections-before-hello` (capped at
@@ -193,7 +196,7 @@ pub const DESCRIPTORS_BASE: u64 = 24;
 
 // The engine's registry takes up to this many shards, and the mesh that
 // many rings per shard.
-const _: () = assert!(SHARDS_MAX as usize <= crate::engine::limits::SHARDS_MAX);
+const _: () = assert!(SERVER_SHARDS_MAX as usize <= crate::engine::limits::SHARDS_MAX);
 const _: () = assert!(SHARD_RING_CAPACITY.is_power_of_two());
 const _: () = assert!(SHARD_RING_CAPACITY <= crate::engine::limits::LINK_CAPACITY_MAX);
 const _: () = assert!(QUEUES_MAX_DEFAULT as usize == crate::engine::limits::QUEUES_MAX_DEFAULT);
@@ -211,6 +214,5 @@ const _: () = assert!(TIMEOUT_MIN.as_nanos() >= 2 * HOUSEKEEPING_MIN_NS as u128)
 const _: () = assert!(
     2 * CONNECTIONS_MAX_LIMIT + REFUSED_CONNECTIONS_MAX <= crate::io::CONNECTION_SLOTS_LIMIT
 );
-const _: () = assert!(CONNECTIONS_MAX_DEFAULT == crate::io::limits::CONNECTIONS_MAX_DEFAULT);
 const _: () =
     assert!(REFUSED_CONNECTIONS_MAX == crate::io::limits::REFUSED_CONNECTIONS_MAX_DEFAULT);

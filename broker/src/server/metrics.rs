@@ -10,6 +10,13 @@
 //! [`LatencyHistogram`]s merged from their [`HistogramReader`]s) and writes
 //! it with a [`PromWriter`].
 //!
+//! The server's own source is here too: `telemetry.rs` holds the shards'
+//! lease histograms and writes every family of `/metrics` from the state
+//! the threads share (`server/shared.rs`), and `process.rs` reads the
+//! `process_*` metrics from `/proc/self`. The writer, the histograms and
+//! the HTTP server (`exposition.rs`, `histogram.rs`, `http.rs`) know nothing
+//! of them.
+//!
 //! ```no_run
 //! use sluice_broker::server::metrics::{LatencyHistogram, MetricType, MetricsServer, PromWriter};
 //! use std::time::Duration;
@@ -30,6 +37,8 @@
 mod exposition;
 mod histogram;
 mod http;
+mod process;
+pub(super) mod telemetry;
 
 pub use exposition::{Family, MetricType, PromWriter};
 pub use histogram::{

@@ -39,7 +39,7 @@
 //! | file | concept |
 //! |---|---|
 //! | `config.rs` | flags, environment, config file -> validated [`Config`] |
-//! | `shard_loop.rs` | one shard's event loop: the driver, the engine, the sessions, deadlines, shutdown |
+//! | `shard_loop/` | one shard's event loop: the driver, the engine, the sessions, deadlines (`mod.rs`); its state at start (`setup.rs`); admission, refusals, closes, the cap before HELLO (`accept.rs`); shutdown (`drain.rs`) |
 //! | `session/` | one connection's protocol state machine, without a socket: framing, order, back-pressure, heartbeat, closing (`mod.rs`); HELLO and auth (`hello.rs`); serving requests (`serve.rs`); its tests (`tests.rs`) |
 //! | `auth_guard.rs` | failed HELLOs by address: the delay before `Unauthorized`, the log's rate limit |
 //! | `snapshot_at_start.rs` | `--snapshot` at start: the lock, the file checked and loaded, moved aside, older ones pruned |
@@ -51,9 +51,7 @@
 //! | `tls.rs` | the TLS files, read once into rustls's server configuration |
 //! | `limits.rs` | every limit of the server: flag bounds and defaults, connection timings |
 //! | `shared.rs` | what the threads share: connection count, counters, snapshots |
-//! | `telemetry.rs` | lease histograms and the `/metrics` text |
-//! | `process.rs` | the `process_*` metrics from `/proc/self` |
-//! | `metrics.rs` | Prometheus writer, histograms, the HTTP endpoint |
+//! | `metrics.rs`, `metrics/` | every metric: the Prometheus writer, histograms, the HTTP endpoint; what the server measures and the `/metrics` text (`telemetry.rs`); the `process_*` metrics from `/proc/self` (`process.rs`) |
 //! | `signals.rs` | SIGTERM / SIGINT to a graceful shutdown |
 //! | `clock.rs` | the only clock reads; the engine's clock, real or manual |
 
@@ -66,14 +64,12 @@ pub mod clock;
 mod convert;
 pub mod limits;
 pub mod path_lock;
-mod process;
 pub mod session;
 mod shard_loop;
 mod shared;
 pub mod signals;
 mod snapshot_at_start;
 mod start;
-mod telemetry;
 pub mod tls;
 pub mod transport;
 
@@ -88,9 +84,9 @@ pub use self::clock::{EngineTime, NotManual};
 pub use self::config::Config;
 use self::config::{ClockChoice, CpuPlacement, IoChoice};
 use self::metrics::MetricsServer;
+use self::metrics::telemetry::LeaseMetrics;
 use self::shard_loop::ShardStart;
 use self::shared::Shared;
-use self::telemetry::LeaseMetrics;
 use crate::engine::mesh::doorbell::Wake;
 use crate::engine::random::splitmix64;
 use crate::engine::shard::{LoadClock, ShardLoad};

@@ -145,7 +145,7 @@ pub(super) fn shards_for_snapshot(config: &Config, file_shards: u16) -> u16 {
     if config.shards_given || file_shards == config.shards {
         return config.shards;
     }
-    if !(1..=config::SHARDS_MAX).contains(&file_shards) {
+    if !(1..=config::SERVER_SHARDS_MAX).contains(&file_shards) {
         // Out of this server's range: check_fit refuses it by both counts.
         return config.shards;
     }

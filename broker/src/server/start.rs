@@ -421,7 +421,7 @@ fn start_metrics(shared: &Arc<Shared>) -> Result<Option<MetricsServer>, StartErr
     let Some(addr) = shared.config.metrics else {
         return Ok(None);
     };
-    let source = telemetry::ServerMetrics(shared.clone());
+    let source = metrics::telemetry::ServerMetrics(shared.clone());
     MetricsServer::start(addr, source)
         .map(Some)
         .map_err(|source| StartError::Metrics { addr, source })

@@ -121,7 +121,7 @@ fn host_dependent_defaults() {
         let raw = raw(&[], &[]).expect("no arguments parse");
         Config::from_args_on(raw, &Host { cores, memory }).expect("defaults are valid")
     };
-    assert_eq!(on(128, None).shards, SHARDS_MAX);
+    assert_eq!(on(128, None).shards, SERVER_SHARDS_MAX);
     assert_eq!(on(0, None).shards, 1);
     assert_eq!(on(1, None).shards, 1);
     let fallback = on(2, None);

@@ -133,13 +133,13 @@ fn shards_and_cpus(s: &Settings, host: &Host) -> Result<(u16, bool, CpuPlacement
         CpuPlacement::List(list) => list.len(),
         _ => host.cores,
     };
-    let shards_default = cores.clamp(1, usize::from(SHARDS_MAX)) as u64;
+    let shards_default = cores.clamp(1, usize::from(SERVER_SHARDS_MAX)) as u64;
     let shards_given = s.shards.is_some();
     let shards = s.shards.unwrap_or(shards_default);
-    let shards = in_range("shards", shards, 1, u64::from(SHARDS_MAX), |n| {
+    let shards = in_range("shards", shards, 1, u64::from(SERVER_SHARDS_MAX), |n| {
         n.to_string()
     })?;
-    let shards = u16::try_from(shards).unwrap_or(SHARDS_MAX);
+    let shards = u16::try_from(shards).unwrap_or(SERVER_SHARDS_MAX);
     if let CpuPlacement::List(list) = &cpus {
         if list.len() < usize::from(shards) {
             return Err(ConfigError::FewerCpusThanShards {

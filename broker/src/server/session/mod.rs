@@ -6,7 +6,7 @@
 //! (4 KiB frames and a deadline until then), the auth token, the frame
 //! limit and the deadline for a frame begun and not finished, the order of
 //! requests, back-pressure, and how a connection closes. It knows nothing
-//! of sockets or threads: the shard loop (`shard_loop.rs`) feeds it what
+//! of sockets or threads: the shard loop (`shard_loop/`) feeds it what
 //! the driver reports and carries out its [`Command`]s, and lends it the
 //! engine through the [`Engine`] trait. The unit tests (`tests.rs`) drive
 //! it without a socket; HELLO is in `hello.rs`, serving requests in

@@ -38,22 +38,23 @@
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | | from `/proc/self` |
 
 use crate::sync::Ordering::Relaxed;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sluice_protocol::QueueStats;
+use sluice_protocol::{QueueName, QueueStats};
 
-use super::metrics::{
+use super::process;
+use super::{
     HistogramSnapshot, LatencyHistogram, MetricType, MetricsSource, PromWriter,
     REQUEST_BUCKET_BOUNDS_NANOS, REQUEST_BUCKETS,
 };
-use super::process;
-use super::shared::{
+use crate::engine::{LeaseObserver, LeaseOutcome};
+use crate::server::shared::{
     ERROR_SLOTS, LeaseReaders, OP_SLOTS, OUTCOME_NAMES, OUTCOMES, ShardStats, Shared,
     error_slot_name, op_slot_name, outcome_slot, server_version,
 };
-use crate::engine::{LeaseObserver, LeaseOutcome};
 
-use super::limits::SCRAPE_WAIT;
+use crate::server::limits::SCRAPE_WAIT;
 
 /// A shard's lease histograms; the engine reports into them.
 #[derive(Debug, Default)]
@@ -166,6 +167,18 @@ pub fn render(shared: &Shared, out: &mut String) {
     shared.request_scrape(SCRAPE_WAIT);
     let queues = shared.queue_stats();
     let mut w = PromWriter::new(out);
+    render_server(shared, &mut w);
+    render_connections(shared, &mut w);
+    render_load(shared, &mut w);
+    render_queues(&queues, &mut w);
+    render_leases(shared, &mut w);
+    render_operations(shared, &mut w);
+    render_shards(shared, &mut w);
+    render_process(&mut w);
+}
+
+/// The server: version, io backend, shards, uptime.
+fn render_server(shared: &Shared, w: &mut PromWriter<'_>) {
     let shards = shared.shards.len().to_string();
     let backend = shared.backend.to_string();
     w.family(
@@ -186,9 +199,13 @@ pub fn render(shared: &Shared, out: &mut String) {
         "Seconds since the server started.",
         #[allow(clippy::cast_precision_loss, reason = "nanoseconds to seconds")]
         {
-            super::clock::now_ns().saturating_sub(shared.started_ns) as f64 / 1e9
+            crate::server::clock::now_ns().saturating_sub(shared.started_ns) as f64 / 1e9
         },
     );
+}
+
+/// Connections: open, the limits, accepted, refused, closed.
+fn render_connections(shared: &Shared, w: &mut PromWriter<'_>) {
     w.family(
         "sluice_connections",
         "Open client connections.",
@@ -243,6 +260,10 @@ pub fn render(shared: &Shared, out: &mut String) {
         "Connections closed because they were silent for longer than their session timeout.",
         shared.sum(|s| s.timed_out.get()),
     );
+}
+
+/// Requests by operation, unsent reply bytes, the message memory budget.
+fn render_load(shared: &Shared, w: &mut PromWriter<'_>) {
     {
         let mut f = w.family(
             "sluice_requests_total",
@@ -272,6 +293,11 @@ pub fn render(shared: &Shared, out: &mut String) {
         MetricType::Gauge,
     )
     .sample_u64(&[], shared.registry.memory().limit());
+}
+
+/// The queues: how many, their messages by state, the oldest age, the
+/// per-queue counters.
+fn render_queues(queues: &BTreeMap<QueueName, QueueStats>, w: &mut PromWriter<'_>) {
     w.family("sluice_queues", "Queues.", MetricType::Gauge)
         .sample_u64(&[], queues.len() as u64);
     {
@@ -280,7 +306,7 @@ pub fn render(shared: &Shared, out: &mut String) {
             "Messages held, by queue and state.",
             MetricType::Gauge,
         );
-        for (q, s) in &queues {
+        for (q, s) in queues {
             f.sample_u64(&[("queue", q), ("state", "visible")], s.visible);
             f.sample_u64(&[("queue", q), ("state", "delayed")], s.delayed);
             f.sample_u64(&[("queue", q), ("state", "in_flight")], s.in_flight);
@@ -292,17 +318,21 @@ pub fn render(shared: &Shared, out: &mut String) {
             "Age of the oldest message held, since its original send.",
             MetricType::Gauge,
         );
-        for (q, s) in &queues {
+        for (q, s) in queues {
             #[allow(clippy::cast_precision_loss, reason = "milliseconds to seconds")]
             f.sample(&[("queue", q)], s.oldest_age_ms as f64 / 1000.0);
         }
     }
     for (name, help, get) in QUEUE_COUNTERS {
         let mut f = w.family(name, help, MetricType::Counter);
-        for (q, s) in &queues {
+        for (q, s) in queues {
             f.sample_u64(&[("queue", q)], get(s));
         }
     }
+}
+
+/// How leases ended and how late redeliveries were, merged over the shards.
+fn render_leases(shared: &Shared, w: &mut PromWriter<'_>) {
     {
         let mut f = w.family(
             "sluice_lease_hold_seconds",
@@ -321,9 +351,6 @@ pub fn render(shared: &Shared, out: &mut String) {
         MetricType::Histogram,
     )
     .histogram(&[], &lateness);
-    render_operations(shared, &mut w);
-    render_shards(shared, &mut w);
-    render_process(&mut w);
 }
 
 /// Build, io backend, drain state, request durations and errors.
