@@ -64,6 +64,17 @@ fn main() {
         server.handle().backend()
     );
 
+    let body = vec![b'x'; 100];
+    blocking_round_trips(&client, &body);
+    blocking_pipelined(&client, &body);
+    async_figures(&config, &body);
+    drop(client);
+    drop(server);
+}
+
+/// The blocking client, one request at a time: PING, and a 100-byte SEND
+/// then RECEIVE and DELETE.
+fn blocking_round_trips(client: &Client, body: &[u8]) {
     // Blocking: one PING at a time.
     for _ in 0..1000 {
         client.ping().expect("ping");
@@ -78,11 +89,10 @@ fn main() {
     report_latency("blocking ping round trip", samples);
 
     // Blocking: a 100-byte SEND, then RECEIVE and DELETE, one at a time.
-    let body = vec![b'x'; 100];
     let samples = (0..ROUND_TRIPS / 4)
         .map(|_| {
             let t = Instant::now();
-            client.send("bench", body.clone()).expect("send");
+            client.send("bench", body.to_vec()).expect("send");
             let got = client
                 .receive("bench", ReceiveOptions::new(1).wait(Duration::ZERO))
                 .expect("receive");
@@ -91,11 +101,15 @@ fn main() {
         })
         .collect();
     report_latency("blocking send+receive+delete (100 B)", samples);
+}
 
+/// The blocking client, pipelined: `call_many` batches, and threads sharing
+/// one client.
+fn blocking_pipelined(client: &Client, body: &[u8]) {
     // Blocking, pipelined: call_many of 256 single-message SENDs.
     let send = SendRequest::new(
         QueueName::from_static("bench"),
-        &[sluice_protocol::SendEntry::new(body.clone())],
+        &[sluice_protocol::SendEntry::new(body.to_vec())],
     )
     .expect("encodable");
     let request = Request::Send(send);
@@ -119,7 +133,7 @@ fn main() {
         std::thread::scope(|s| {
             for _ in 0..16 {
                 let c = client.clone();
-                let body = body.clone();
+                let body = body.to_vec();
                 s.spawn(move || {
                     for _ in 0..per_thread {
                         c.send("bench", body.clone()).expect("send");
@@ -131,7 +145,10 @@ fn main() {
         client.purge_queue("bench").expect("purge");
         rate
     });
+}
 
+/// The async client: PING round trips, then tasks sharing one client.
+fn async_figures(config: &ClientConfig, body: &[u8]) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -165,7 +182,7 @@ fn main() {
                     let mut handles = Vec::with_capacity(tasks);
                     for _ in 0..tasks {
                         let c = c.clone();
-                        let entry = SendEntry::new(body.clone());
+                        let entry = SendEntry::new(body.to_vec());
                         handles.push(tokio::spawn(async move {
                             for _ in 0..per_task {
                                 c.send_entry("bench", entry.clone()).await.expect("send");
@@ -182,6 +199,4 @@ fn main() {
             },
         );
     }
-    drop(client);
-    drop(server);
 }

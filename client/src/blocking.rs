@@ -10,8 +10,6 @@
 //! disconnect-class error and the next request reconnects, after the
 //! reconnect policy's delay when connecting failed before.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -24,7 +22,6 @@ use sluice_protocol::{
 use crate::attributes::{QueueInfo, QueueOptions};
 use crate::config::{ClientConfig, ReconnectState};
 use crate::error::{Error, Result};
-use crate::hello::Handshake;
 use crate::message::SendEntry;
 use crate::ops::{self, ClockReading, Operation, OutFrame, ReceiveOptions, RedriveOutcome};
 use crate::poison::{self, lock};
@@ -32,13 +29,12 @@ use crate::poison::{self, lock};
 mod conn;
 #[cfg(all(test, sluice_loom))]
 mod conn_loom;
+mod connect;
 mod sync;
 mod wire;
 
 use conn::{Connection, Refused};
-
-/// Bytes read at a time during the HELLO.
-const HELLO_CHUNK_BYTES: usize = 4 * 1024;
+use connect::open;
 
 /// A blocking sluice client. Cheap to clone; every clone shares one
 /// connection, and any number of threads may use it at once: their requests
@@ -87,133 +83,6 @@ struct Inner {
 struct Reconnect {
     state: ReconnectState<Instant>,
     last_error: Option<Error>,
-}
-
-fn connect_error(addr: &str, err: std::io::Error) -> Error {
-    Error::Connect {
-        addr: addr.to_owned(),
-        source: Arc::new(err),
-    }
-}
-
-/// Connects and says HELLO.
-fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
-    let addr = config.connect_addr()?;
-    let deadline = Instant::now() + config.connect_timeout();
-    let addrs = addr.to_socket_addrs().map_err(|e| connect_error(addr, e))?;
-    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
-    let mut stream = None;
-    for a in addrs {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match TcpStream::connect_timeout(&a, left.max(Duration::from_millis(1))) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
-            Err(e) => last = e,
-        }
-    }
-    let mut stream = stream.ok_or_else(|| connect_error(addr, last))?;
-    stream
-        .set_nodelay(true)
-        .map_err(|e| connect_error(addr, e))?;
-
-    // TLS first, when configured: the handshake, bounded by the connect
-    // time-out.
-    let left = deadline.saturating_duration_since(Instant::now());
-    let tls = match config.tls_session(addr)? {
-        None => None,
-        Some(session) => {
-            let bounded = |s: &TcpStream, t| {
-                s.set_read_timeout(Some(t))?;
-                s.set_write_timeout(Some(t))
-            };
-            bounded(&stream, left.max(Duration::from_millis(1)))
-                .map_err(|e| connect_error(addr, e))?;
-            session.handshake(&mut stream)?;
-            Some(session)
-        }
-    };
-
-    // HELLO, synchronously, before anything else can use the socket.
-    let (mut handshake, frame) =
-        Handshake::start(addr, config.token(), config.session_timeout_ms())?;
-    let mut sealed = Vec::new();
-    let frame: &[u8] = match &tls {
-        Some(session) => {
-            session.seal(&frame, &mut sealed)?;
-            &sealed
-        }
-        None => &frame,
-    };
-    stream
-        .write_all(frame)
-        .map_err(|e| connect_error(addr, e))?;
-    let mut chunk = vec![0u8; HELLO_CHUNK_BYTES];
-    let hello = loop {
-        if let Some(hello) = handshake.poll()? {
-            break hello;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO reply");
-            return Err(connect_error(addr, e));
-        }
-        stream
-            .set_read_timeout(Some(left))
-            .map_err(|e| connect_error(addr, e))?;
-        let eof = || {
-            let e = std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the server closed the connection during HELLO",
-            );
-            connect_error(addr, e)
-        };
-        match stream.read(&mut chunk) {
-            Ok(0) => return Err(eof()),
-            Ok(n) => match &tls {
-                None => handshake.buffer().extend_from_slice(&chunk[..n]),
-                // A refused client certificate shows here (TLS 1.3 sends
-                // the alert after the client's side of the handshake).
-                Some(session) => match session.open(&chunk[..n], handshake.buffer()) {
-                    Ok(false) => {}
-                    // The server's last words (a refusal) may come with its
-                    // close_notify.
-                    Ok(true) => match handshake.poll()? {
-                        Some(hello) => break hello,
-                        None => return Err(eof()),
-                    },
-                    Err(e @ Error::Tls { .. }) => return Err(e),
-                    Err(e) => {
-                        return Err(connect_error(addr, std::io::Error::other(e.to_string())));
-                    }
-                },
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(connect_error(addr, e)),
-        }
-    };
-    let (decoder, buf) = handshake.finish(&hello);
-    stream
-        .set_write_timeout(Some(conn::WRITE_STALL))
-        .map_err(|e| connect_error(addr, e))?;
-    let heartbeat = config
-        .heartbeat_interval()
-        .map(|interval| (interval, std::sync::mpsc::channel::<()>()));
-    let stop = heartbeat.as_ref().map(|(_, (tx, _))| tx.clone());
-    let conn = Connection::new(stream, tls, hello, decoder, buf, config.read_spin(), stop)
-        .map_err(|e| connect_error(addr, e))?;
-    let conn = Arc::new(conn);
-    if let Some((interval, (tx, rx))) = heartbeat {
-        drop(tx);
-        let weak = Arc::downgrade(&conn);
-        let timeout = config.request_timeout();
-        std::thread::Builder::new()
-            .name("sluice-heartbeat".into())
-            .spawn(move || conn::heartbeat(&weak, &rx, interval, timeout))
-            .map_err(|e| connect_error(addr, e))?;
-    }
-    Ok(conn)
 }
 
 /// A request sent and not answered yet, from the `start_*` methods of

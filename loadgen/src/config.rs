@@ -214,25 +214,7 @@ impl RunConfig {
         if !(1..=PASSES_MAX).contains(&passes) {
             return fail(format!("--passes must be 1..={PASSES_MAX}"));
         }
-        let bound = match (spec.messages, spec.duration) {
-            (Some(_), Some(_)) => return fail("give --messages or --duration, not both".into()),
-            (Some(n), None) => {
-                if !(1..=MESSAGES_MAX).contains(&n) {
-                    return fail(format!("--messages must be 1..={MESSAGES_MAX}"));
-                }
-                Bound::Messages(n)
-            }
-            (None, Some(d)) => {
-                if d.is_zero() || d > DURATION_MAX {
-                    return fail(format!(
-                        "--duration must be above 0 and at most {}",
-                        format_duration(DURATION_MAX)
-                    ));
-                }
-                Bound::Duration(d)
-            }
-            (None, None) => Bound::Messages(DEFAULT_MESSAGES),
-        };
+        let bound = check_bound(spec.messages, spec.duration)?;
         let producers = spec.producers.unwrap_or(1);
         if !(1..=PRODUCERS_MAX).contains(&producers) {
             return fail(format!("--producers must be 1..={PRODUCERS_MAX}"));
@@ -256,53 +238,9 @@ impl RunConfig {
         if !(1..=WINDOW_MAX).contains(&window) {
             return fail(format!("--window must be 1..={WINDOW_MAX}"));
         }
-        let rate = match (workload, spec.rate) {
-            (Workload::Latency, r) => Some(r.unwrap_or(DEFAULT_RATE)),
-            // Paced sends make the leases end evenly spread, as they would
-            // in service, instead of all at once after a burst.
-            (Workload::Redelivery, r) => r,
-            (Workload::Throughput, Some(_)) => {
-                return fail(
-                    "--rate applies to the latency and redelivery workloads (throughput is closed loop)"
-                        .into(),
-                );
-            }
-            (Workload::Throughput, None) => None,
-        };
-        if rate.is_some_and(|r| !(1..=RATE_MAX).contains(&r)) {
-            return fail(format!("--rate must be 1..={RATE_MAX}"));
-        }
-        if let (Some(rate), Bound::Duration(d)) = (rate, bound) {
-            let n = d.as_secs_f64() * rate as f64;
-            if n > MESSAGES_MAX as f64 {
-                return fail(format!(
-                    "--rate x --duration exceeds {MESSAGES_MAX} messages"
-                ));
-            }
-            if n < 1.0 {
-                return fail("--rate x --duration schedules no message".into());
-            }
-        }
-        let visibility_timeout = spec.visibility_timeout.unwrap_or(match workload {
-            Workload::Redelivery => Duration::from_secs(1),
-            _ => Duration::from_secs(30),
-        });
-        if visibility_timeout.is_zero() || visibility_timeout > VISIBILITY_TIMEOUT_MAX {
-            return fail(format!(
-                "--visibility-timeout must be above 0 and at most {}",
-                format_duration(VISIBILITY_TIMEOUT_MAX)
-            ));
-        }
-        let fail_ratio = spec.fail_ratio.unwrap_or(match workload {
-            Workload::Redelivery => 1.0,
-            _ => 0.0,
-        });
-        if !(0.0..=1.0).contains(&fail_ratio) {
-            return fail("--fail-ratio must be within 0..=1".into());
-        }
-        if workload == Workload::Redelivery && fail_ratio == 0.0 {
-            return fail("the redelivery workload needs a --fail-ratio above 0".into());
-        }
+        let rate = check_rate(workload, spec.rate, bound)?;
+        let (visibility_timeout, fail_ratio) =
+            check_lease(workload, spec.visibility_timeout, spec.fail_ratio)?;
         let drain_timeout = if fail_ratio > 0.0 {
             // Leases rounded up to whole seconds (beanstalkd) end within
             // visibility + 1 s; twice that leaves room for a slow broker.
@@ -310,15 +248,7 @@ impl RunConfig {
         } else {
             DRAIN_BASE
         };
-        let in_flight_max = match workload {
-            _ if rate.is_some() => None,
-            Workload::Latency => None,
-            Workload::Redelivery => Some(IN_FLIGHT_MAX),
-            Workload::Throughput => Some(
-                (IN_FLIGHT_BATCHES_PER_CONSUMER * batch as u64 * consumers as u64)
-                    .clamp(IN_FLIGHT_THROUGHPUT_MIN, IN_FLIGHT_MAX),
-            ),
-        };
+        let in_flight_max = in_flight_max(workload, rate, batch, consumers);
         let read_spin = spec.read_spin.unwrap_or(Duration::ZERO);
         if read_spin > READ_SPIN_MAX {
             return fail(format!(
@@ -326,20 +256,7 @@ impl RunConfig {
                 format_duration(READ_SPIN_MAX)
             ));
         }
-        let sluice_tls = match (spec.sluice_tls_ca, spec.sluice_tls_server_name) {
-            (None, None) => None,
-            (None, Some(_)) => {
-                return fail("--sluice-tls-server-name needs --sluice-tls-ca".into());
-            }
-            (Some(ca), name) => {
-                let tls = sluice_client::tls::TlsConfig::with_ca_file(&ca)
-                    .map_err(|e| ConfigError(format!("--sluice-tls-ca: {e}")))?;
-                Some(match name {
-                    Some(name) => tls.server_name(name),
-                    None => tls,
-                })
-            }
-        };
+        let sluice_tls = check_sluice_tls(spec.sluice_tls_ca, spec.sluice_tls_server_name)?;
         Ok(RunConfig {
             in_flight_max,
             read_spin,
@@ -402,6 +319,145 @@ impl RunConfig {
         }
         s
     }
+}
+
+/// `--messages` or `--duration` (not both; neither: [`DEFAULT_MESSAGES`]).
+fn check_bound(messages: Option<u64>, duration: Option<Duration>) -> Result<Bound, ConfigError> {
+    use limits::*;
+    let fail = |m: String| Err(ConfigError(m));
+    let bound = match (messages, duration) {
+        (Some(_), Some(_)) => return fail("give --messages or --duration, not both".into()),
+        (Some(n), None) => {
+            if !(1..=MESSAGES_MAX).contains(&n) {
+                return fail(format!("--messages must be 1..={MESSAGES_MAX}"));
+            }
+            Bound::Messages(n)
+        }
+        (None, Some(d)) => {
+            if d.is_zero() || d > DURATION_MAX {
+                return fail(format!(
+                    "--duration must be above 0 and at most {}",
+                    format_duration(DURATION_MAX)
+                ));
+            }
+            Bound::Duration(d)
+        }
+        (None, None) => Bound::Messages(DEFAULT_MESSAGES),
+    };
+    Ok(bound)
+}
+
+/// `--rate`, by workload, and what it schedules within `--duration`.
+fn check_rate(
+    workload: Workload,
+    rate: Option<u64>,
+    bound: Bound,
+) -> Result<Option<u64>, ConfigError> {
+    use limits::*;
+    let fail = |m: String| Err(ConfigError(m));
+    let rate = match (workload, rate) {
+        (Workload::Latency, r) => Some(r.unwrap_or(DEFAULT_RATE)),
+        // Paced sends make the leases end evenly spread, as they would
+        // in service, instead of all at once after a burst.
+        (Workload::Redelivery, r) => r,
+        (Workload::Throughput, Some(_)) => {
+            return fail(
+                "--rate applies to the latency and redelivery workloads (throughput is closed loop)"
+                    .into(),
+            );
+        }
+        (Workload::Throughput, None) => None,
+    };
+    if rate.is_some_and(|r| !(1..=RATE_MAX).contains(&r)) {
+        return fail(format!("--rate must be 1..={RATE_MAX}"));
+    }
+    if let (Some(rate), Bound::Duration(d)) = (rate, bound) {
+        let n = d.as_secs_f64() * rate as f64;
+        if n > MESSAGES_MAX as f64 {
+            return fail(format!(
+                "--rate x --duration exceeds {MESSAGES_MAX} messages"
+            ));
+        }
+        if n < 1.0 {
+            return fail("--rate x --duration schedules no message".into());
+        }
+    }
+    Ok(rate)
+}
+
+/// `--visibility-timeout` and `--fail-ratio`, with their defaults by
+/// workload.
+fn check_lease(
+    workload: Workload,
+    visibility_timeout: Option<Duration>,
+    fail_ratio: Option<f64>,
+) -> Result<(Duration, f64), ConfigError> {
+    use limits::*;
+    let fail = |m: String| Err(ConfigError(m));
+    let visibility_timeout = visibility_timeout.unwrap_or(match workload {
+        Workload::Redelivery => Duration::from_secs(1),
+        _ => Duration::from_secs(30),
+    });
+    if visibility_timeout.is_zero() || visibility_timeout > VISIBILITY_TIMEOUT_MAX {
+        return fail(format!(
+            "--visibility-timeout must be above 0 and at most {}",
+            format_duration(VISIBILITY_TIMEOUT_MAX)
+        ));
+    }
+    let fail_ratio = fail_ratio.unwrap_or(match workload {
+        Workload::Redelivery => 1.0,
+        _ => 0.0,
+    });
+    if !(0.0..=1.0).contains(&fail_ratio) {
+        return fail("--fail-ratio must be within 0..=1".into());
+    }
+    if workload == Workload::Redelivery && fail_ratio == 0.0 {
+        return fail("the redelivery workload needs a --fail-ratio above 0".into());
+    }
+    Ok((visibility_timeout, fail_ratio))
+}
+
+/// The closed loop's bound on messages sent and not yet deleted.
+fn in_flight_max(
+    workload: Workload,
+    rate: Option<u64>,
+    batch: usize,
+    consumers: usize,
+) -> Option<u64> {
+    use limits::*;
+    match workload {
+        _ if rate.is_some() => None,
+        Workload::Latency => None,
+        Workload::Redelivery => Some(IN_FLIGHT_MAX),
+        Workload::Throughput => Some(
+            (IN_FLIGHT_BATCHES_PER_CONSUMER * batch as u64 * consumers as u64)
+                .clamp(IN_FLIGHT_THROUGHPUT_MIN, IN_FLIGHT_MAX),
+        ),
+    }
+}
+
+/// TLS for sluice targets, from `--sluice-tls-ca` and
+/// `--sluice-tls-server-name`.
+fn check_sluice_tls(
+    ca: Option<std::path::PathBuf>,
+    server_name: Option<String>,
+) -> Result<Option<sluice_client::tls::TlsConfig>, ConfigError> {
+    let fail = |m: String| Err(ConfigError(m));
+    let sluice_tls = match (ca, server_name) {
+        (None, None) => None,
+        (None, Some(_)) => {
+            return fail("--sluice-tls-server-name needs --sluice-tls-ca".into());
+        }
+        (Some(ca), name) => {
+            let tls = sluice_client::tls::TlsConfig::with_ca_file(&ca)
+                .map_err(|e| ConfigError(format!("--sluice-tls-ca: {e}")))?;
+            Some(match name {
+                Some(name) => tls.server_name(name),
+                None => tls,
+            })
+        }
+    };
+    Ok(sluice_tls)
 }
 
 #[cfg(test)]

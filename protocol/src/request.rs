@@ -424,10 +424,6 @@ impl Request {
     /// structural violations (queue name syntax, batch counts, dedup key and
     /// attribute limits, token length) and malformed or trailing bytes.
     /// [`DecodeError::code`] gives the error reply's code.
-    #[allow(
-        clippy::too_many_lines,
-        reason = "one arm per opcode, each the layout of its request"
-    )]
     pub fn decode(opcode: u8, frame_flags: u8, payload: Bytes) -> Result<Request, DecodeError> {
         let undefined = frame_flags & !flags::defined(opcode);
         if undefined != 0 && opcode::REQUESTS.contains(&opcode) {
@@ -439,33 +435,7 @@ impl Request {
         }
         let mut r = Reader::new(payload);
         let request = match opcode {
-            opcode::HELLO => {
-                let version = r.u16("version")?;
-                let len_offset = r.offset();
-                let len = usize::from(r.u16("token_len")?);
-                if len > AUTH_TOKEN_BYTES_MAX {
-                    return Err(DecodeError::TooLong {
-                        offset: len_offset,
-                        field: "token",
-                        len,
-                        max: AUTH_TOKEN_BYTES_MAX,
-                    });
-                }
-                let token = r.bytes(len, "token")?;
-                // Version 1 ends here; version 2 (and the layout a server
-                // of this crate assumes for any later one, which it refuses
-                // before decoding) adds the session timeout.
-                let session_timeout_ms = if version >= 2 {
-                    r.u32("session_timeout_ms")?
-                } else {
-                    0
-                };
-                Request::Hello(HelloRequest {
-                    version,
-                    token,
-                    session_timeout_ms,
-                })
-            }
+            opcode::HELLO => decode_hello(&mut r)?,
             opcode::PING => Request::Ping {
                 nonce: r.u64("nonce")?,
             },
@@ -483,52 +453,10 @@ impl Request {
             opcode::PURGE_QUEUE => Request::PurgeQueue {
                 queue: QueueName::decode(&mut r, "queue")?,
             },
-            opcode::SEND => {
-                let queue = QueueName::decode(&mut r, "queue")?;
-                let count = r.batch_count("entry count", BATCH_ENTRIES_MAX)?;
-                let entries = SendBatch::decode(&mut r, count)?;
-                Request::Send(SendRequest { queue, entries })
-            }
-            opcode::RECEIVE => {
-                let queue = QueueName::decode(&mut r, "queue")?;
-                let max = r.batch_count("max_messages", BATCH_ENTRIES_MAX)?;
-                let visibility_timeout_ms = r.u32("visibility_timeout_ms")?;
-                let wait_ms = r.u32("wait_ms")?;
-                Request::Receive(ReceiveRequest {
-                    queue,
-                    max_messages: max,
-                    visibility_timeout_ms: (visibility_timeout_ms != USE_QUEUE_DEFAULT)
-                        .then_some(visibility_timeout_ms),
-                    wait_ms: (wait_ms != USE_QUEUE_DEFAULT).then_some(wait_ms),
-                    bind_leases: frame_flags & flags::RECEIVE_BIND_LEASES != 0,
-                })
-            }
-            opcode::DELETE => {
-                let queue = QueueName::decode(&mut r, "queue")?;
-                let count = r.batch_count("receipt count", BATCH_ENTRIES_MAX)?;
-                let mut receipts =
-                    Vec::with_capacity(capacity_for(count.into(), r.remaining(), RECEIPT_BYTES));
-                for _ in 0..count {
-                    receipts.push(Receipt::from_bytes(&r.array("receipt")?));
-                }
-                Request::Delete(DeleteRequest { queue, receipts })
-            }
-            opcode::CHANGE_VISIBILITY => {
-                let queue = QueueName::decode(&mut r, "queue")?;
-                let count = r.batch_count("entry count", BATCH_ENTRIES_MAX)?;
-                let mut entries = Vec::with_capacity(capacity_for(
-                    count.into(),
-                    r.remaining(),
-                    VISIBILITY_CHANGE_BYTES,
-                ));
-                for _ in 0..count {
-                    entries.push(VisibilityChange {
-                        receipt: Receipt::from_bytes(&r.array("receipt")?),
-                        visibility_timeout_ms: r.u32("visibility_timeout_ms")?,
-                    });
-                }
-                Request::ChangeVisibility(ChangeVisibilityRequest { queue, entries })
-            }
+            opcode::SEND => decode_send(&mut r)?,
+            opcode::RECEIVE => decode_receive(&mut r, frame_flags)?,
+            opcode::DELETE => decode_delete(&mut r)?,
+            opcode::CHANGE_VISIBILITY => decode_change_visibility(&mut r)?,
             opcode::REDRIVE => Request::Redrive {
                 queue: QueueName::decode(&mut r, "queue")?,
                 max_messages: r.u32("max_messages")?,
@@ -542,23 +470,108 @@ impl Request {
                 }
             }
             opcode::SERVER_STATS => Request::ServerStats,
-            opcode::ADVANCE_CLOCK => {
-                let offset = r.offset();
-                let by_ms = r.u64("by_ms")?;
-                if by_ms > ADVANCE_CLOCK_MS_MAX {
-                    return Err(DecodeError::InvalidArgument {
-                        offset,
-                        field: "by_ms",
-                        reason: "above 31,622,400,000 ms (366 days)",
-                    });
-                }
-                Request::AdvanceClock { by_ms }
-            }
+            opcode::ADVANCE_CLOCK => decode_advance_clock(&mut r)?,
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;
         Ok(request)
     }
+}
+
+fn decode_hello(r: &mut Reader) -> Result<Request, DecodeError> {
+    let version = r.u16("version")?;
+    let len_offset = r.offset();
+    let len = usize::from(r.u16("token_len")?);
+    if len > AUTH_TOKEN_BYTES_MAX {
+        return Err(DecodeError::TooLong {
+            offset: len_offset,
+            field: "token",
+            len,
+            max: AUTH_TOKEN_BYTES_MAX,
+        });
+    }
+    let token = r.bytes(len, "token")?;
+    // Version 1 ends here; version 2 (and the layout a server of this crate
+    // assumes for any later one, which it refuses before decoding) adds the
+    // session timeout.
+    let session_timeout_ms = if version >= 2 {
+        r.u32("session_timeout_ms")?
+    } else {
+        0
+    };
+    Ok(Request::Hello(HelloRequest {
+        version,
+        token,
+        session_timeout_ms,
+    }))
+}
+
+#[inline]
+fn decode_send(r: &mut Reader) -> Result<Request, DecodeError> {
+    let queue = QueueName::decode(r, "queue")?;
+    let count = r.batch_count("entry count", BATCH_ENTRIES_MAX)?;
+    let entries = SendBatch::decode(r, count)?;
+    Ok(Request::Send(SendRequest { queue, entries }))
+}
+
+#[inline]
+fn decode_receive(r: &mut Reader, frame_flags: u8) -> Result<Request, DecodeError> {
+    let queue = QueueName::decode(r, "queue")?;
+    let max = r.batch_count("max_messages", BATCH_ENTRIES_MAX)?;
+    let visibility_timeout_ms = r.u32("visibility_timeout_ms")?;
+    let wait_ms = r.u32("wait_ms")?;
+    Ok(Request::Receive(ReceiveRequest {
+        queue,
+        max_messages: max,
+        visibility_timeout_ms: (visibility_timeout_ms != USE_QUEUE_DEFAULT)
+            .then_some(visibility_timeout_ms),
+        wait_ms: (wait_ms != USE_QUEUE_DEFAULT).then_some(wait_ms),
+        bind_leases: frame_flags & flags::RECEIVE_BIND_LEASES != 0,
+    }))
+}
+
+#[inline]
+fn decode_delete(r: &mut Reader) -> Result<Request, DecodeError> {
+    let queue = QueueName::decode(r, "queue")?;
+    let count = r.batch_count("receipt count", BATCH_ENTRIES_MAX)?;
+    let mut receipts = Vec::with_capacity(capacity_for(count.into(), r.remaining(), RECEIPT_BYTES));
+    for _ in 0..count {
+        receipts.push(Receipt::from_bytes(&r.array("receipt")?));
+    }
+    Ok(Request::Delete(DeleteRequest { queue, receipts }))
+}
+
+fn decode_change_visibility(r: &mut Reader) -> Result<Request, DecodeError> {
+    let queue = QueueName::decode(r, "queue")?;
+    let count = r.batch_count("entry count", BATCH_ENTRIES_MAX)?;
+    let mut entries = Vec::with_capacity(capacity_for(
+        count.into(),
+        r.remaining(),
+        VISIBILITY_CHANGE_BYTES,
+    ));
+    for _ in 0..count {
+        entries.push(VisibilityChange {
+            receipt: Receipt::from_bytes(&r.array("receipt")?),
+            visibility_timeout_ms: r.u32("visibility_timeout_ms")?,
+        });
+    }
+    Ok(Request::ChangeVisibility(ChangeVisibilityRequest {
+        queue,
+        entries,
+    }))
+}
+
+fn decode_advance_clock(r: &mut Reader) -> Result<Request, DecodeError> {
+    let offset = r.offset();
+    let by_ms = r.u64("by_ms")?;
+    if by_ms > ADVANCE_CLOCK_MS_MAX {
+        return Err(DecodeError::InvalidArgument {
+            offset,
+            field: "by_ms",
+            reason: "above 31,622,400,000 ms (366 days)",
+        });
+    }
+    Ok(Request::AdvanceClock { by_ms })
 }
 
 fn decode_attributes_request(r: &mut Reader) -> Result<QueueAttributesRequest, DecodeError> {

@@ -21,19 +21,21 @@
 //! server's log, nothing lost, the accounting identity intact.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, RwLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rand::Rng;
 use serde::Serialize;
-use sluice_client::{QueueOptions, ReceiveOptions, RedrivePolicy};
+use sluice_client::{QueueOptions, RedrivePolicy};
 
-use super::ledger::{Ledger, Reconciled, delete_outcome_unknown};
+use super::ledger::{Ledger, Reconciled};
 use super::report::mib;
 use super::workload::{self, OpCounts};
 use super::{ChaosError, Ctx, DRAIN_PATIENCE, Harness, MIB};
+
+mod load;
+
+use load::{Counters, Load, start_load};
 
 const QUEUE: &str = "soak.q";
 const DLQ: &str = "soak.dlq";
@@ -123,22 +125,6 @@ pub struct SoakReport {
     pub violations: Vec<String>,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    crashes: AtomicU64,
-    redrive_requests: AtomicU64,
-    redriven: AtomicU64,
-    polls_with: AtomicU64,
-    polls_empty: AtomicU64,
-}
-
-struct Load {
-    stop_producers: Arc<AtomicBool>,
-    stop_all: Arc<AtomicBool>,
-    producers: Vec<JoinHandle<()>>,
-    others: Vec<JoinHandle<()>>,
-}
-
 /// Runs the soak.
 ///
 /// # Errors
@@ -147,16 +133,7 @@ pub fn run(ctx: &Ctx, spec: &SoakSpec) -> Result<SoakReport, ChaosError> {
     let started = Instant::now();
     let mm = format!("{}MiB", MEMORY_MAX_BYTES / MIB);
     let h = Harness::start(ctx, &["--memory-max", &mm])?;
-    workload::create_queue(&h.control, DLQ, &QueueOptions::new())?;
-    workload::create_queue(
-        &h.control,
-        QUEUE,
-        &QueueOptions::new()
-            .visibility_timeout(VISIBILITY)
-            .redrive(RedrivePolicy::new(DLQ, 4))
-            .backoff(Duration::from_millis(20), Duration::from_secs(1)),
-    )?;
-    workload::create_queue(&h.control, POLL, &QueueOptions::new())?;
+    create_queues(&h)?;
     let ledger = Arc::new(Ledger::new(100));
     let counts = Arc::new(OpCounts::default());
     let counters = Arc::new(Counters::default());
@@ -172,55 +149,11 @@ pub fn run(ctx: &Ctx, spec: &SoakSpec) -> Result<SoakReport, ChaosError> {
     );
     println!("{}", header());
 
-    let load_start = Instant::now();
-    let mut samples = Vec::new();
-    let mut next = load_start + spec.sample_every.min(spec.duration);
-    let end = load_start + spec.duration;
-    loop {
-        let now = Instant::now();
-        if now >= end {
-            break;
-        }
-        std::thread::sleep(
-            next.min(end)
-                .saturating_duration_since(now)
-                .min(Duration::from_secs(1)),
-        );
-        if Instant::now() >= next && Instant::now() < end {
-            let guard = pause
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            // Let the server finish closing what a crash just dropped.
-            std::thread::sleep(Duration::from_millis(200));
-            let s = sample(&h, load_start, true)?;
-            drop(guard);
-            println!("{}", row(&s));
-            samples.push(s);
-            next += spec.sample_every;
-        }
-    }
+    let (load_start, mut samples) = sample_under_load(&h, spec, &pause)?;
 
     // Wind down: producers stop; consumers take what is left; the DLQ is
     // redriven until empty; then everything stops and the queues drain.
-    load.stop_producers.store(true, Relaxed);
-    for t in load.producers {
-        let _ = t.join();
-    }
-    let settle = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < settle {
-        let s = workload::queue_stats(&h.control, &[QUEUE, DLQ, POLL])?;
-        if s.iter().all(|s| s.visible + s.delayed + s.in_flight == 0) {
-            break;
-        }
-        if s[1].visible > 0 {
-            let _ = h.control.redrive(DLQ, 1_000);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    load.stop_all.store(true, Relaxed);
-    for t in load.others {
-        let _ = t.join();
-    }
+    wind_down(&h, load)?;
     let mut violations = Vec::new();
     let drained = workload::drain(&h.control, &ledger, &[QUEUE, DLQ, POLL], DRAIN_PATIENCE)?;
     if !drained.complete {
@@ -236,22 +169,7 @@ pub fn run(ctx: &Ctx, spec: &SoakSpec) -> Result<SoakReport, ChaosError> {
     samples.push(last);
 
     // Flatness after the warm-up.
-    let reference = samples
-        .iter()
-        .position(|s| s.under_load && s.at_s >= spec.warmup.as_secs_f64());
-    match reference {
-        Some(r) => {
-            let (rss0, fds0) = (samples[r].rss_bytes, samples[r].fds);
-            for s in &samples[r..] {
-                check_flat(&mut violations, "RSS", s, s.rss_bytes, rss0);
-                check_flat(&mut violations, "descriptors", s, s.fds, fds0);
-            }
-        }
-        None => violations.push(format!(
-            "no sample under load after the warm-up of {:?}: run longer than --warmup",
-            spec.warmup
-        )),
-    }
+    let reference = check_flatness(&mut violations, &samples, spec);
     let server_warnings = h.server.warnings();
     for w in server_warnings.iter().take(10) {
         violations.push(format!("server log: {w}"));
@@ -289,6 +207,110 @@ pub fn run(ctx: &Ctx, spec: &SoakSpec) -> Result<SoakReport, ChaosError> {
         server_warnings,
         violations,
     })
+}
+
+/// The main queue (lease, retry backoff, dead-letter queue after 4
+/// deliveries), its dead-letter queue and the long-poll queue.
+fn create_queues(h: &Harness) -> Result<(), ChaosError> {
+    workload::create_queue(&h.control, DLQ, &QueueOptions::new())?;
+    workload::create_queue(
+        &h.control,
+        QUEUE,
+        &QueueOptions::new()
+            .visibility_timeout(VISIBILITY)
+            .redrive(RedrivePolicy::new(DLQ, 4))
+            .backoff(Duration::from_millis(20), Duration::from_secs(1)),
+    )?;
+    workload::create_queue(&h.control, POLL, &QueueOptions::new())?;
+    Ok(())
+}
+
+/// Samples every `--sample-every` until the soak's time is up, crashes
+/// paused meanwhile; returns when the load started, and the samples.
+fn sample_under_load(
+    h: &Harness,
+    spec: &SoakSpec,
+    pause: &RwLock<()>,
+) -> Result<(Instant, Vec<Sample>), ChaosError> {
+    let load_start = Instant::now();
+    let mut samples = Vec::new();
+    let mut next = load_start + spec.sample_every.min(spec.duration);
+    let end = load_start + spec.duration;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        std::thread::sleep(
+            next.min(end)
+                .saturating_duration_since(now)
+                .min(Duration::from_secs(1)),
+        );
+        if Instant::now() >= next && Instant::now() < end {
+            let guard = pause
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Let the server finish closing what a crash just dropped.
+            std::thread::sleep(Duration::from_millis(200));
+            let s = sample(h, load_start, true)?;
+            drop(guard);
+            println!("{}", row(&s));
+            samples.push(s);
+            next += spec.sample_every;
+        }
+    }
+    Ok((load_start, samples))
+}
+
+/// Winds down: producers stop; consumers take what is left; the DLQ is
+/// redriven until empty; then everything stops (the queues drain after).
+fn wind_down(h: &Harness, load: Load) -> Result<(), ChaosError> {
+    load.stop_producers.store(true, Relaxed);
+    for t in load.producers {
+        let _ = t.join();
+    }
+    let settle = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < settle {
+        let s = workload::queue_stats(&h.control, &[QUEUE, DLQ, POLL])?;
+        if s.iter().all(|s| s.visible + s.delayed + s.in_flight == 0) {
+            break;
+        }
+        if s[1].visible > 0 {
+            let _ = h.control.redrive(DLQ, 1_000);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    load.stop_all.store(true, Relaxed);
+    for t in load.others {
+        let _ = t.join();
+    }
+    Ok(())
+}
+
+/// RSS and descriptors flat from the first sample under load after the
+/// warm-up (returned) on.
+fn check_flatness(
+    violations: &mut Vec<String>,
+    samples: &[Sample],
+    spec: &SoakSpec,
+) -> Option<usize> {
+    let reference = samples
+        .iter()
+        .position(|s| s.under_load && s.at_s >= spec.warmup.as_secs_f64());
+    match reference {
+        Some(r) => {
+            let (rss0, fds0) = (samples[r].rss_bytes, samples[r].fds);
+            for s in &samples[r..] {
+                check_flat(violations, "RSS", s, s.rss_bytes, rss0);
+                check_flat(violations, "descriptors", s, s.fds, fds0);
+            }
+        }
+        None => violations.push(format!(
+            "no sample under load after the warm-up of {:?}: run longer than --warmup",
+            spec.warmup
+        )),
+    }
+    reference
 }
 
 fn check_flat(violations: &mut Vec<String>, what: &str, s: &Sample, value: u64, reference: u64) {
@@ -430,202 +452,4 @@ pub fn table(r: &SoakReport) -> String {
         let _ = writeln!(out, "   VIOLATION: {v}");
     }
     out
-}
-
-#[allow(clippy::too_many_lines)] // one place that starts every thread of the load
-fn start_load(
-    addr: &str,
-    spec: &SoakSpec,
-    ledger: &Arc<Ledger>,
-    counts: &Arc<OpCounts>,
-    counters: &Arc<Counters>,
-    pause: &Arc<RwLock<()>>,
-) -> Result<Load, ChaosError> {
-    let stop_producers = Arc::new(AtomicBool::new(false));
-    let stop_all = Arc::new(AtomicBool::new(false));
-    let mut producers = Vec::new();
-    let mut others = Vec::new();
-
-    // Producers: paced batches of 20.
-    let per_producer = f64::from(spec.rate.max(2)) / 2.0;
-    let interval = Duration::from_secs_f64(20.0 / per_producer);
-    for _ in 0..2 {
-        let c = workload::client(addr)?;
-        let (ledger, counts, stop) = (
-            Arc::clone(ledger),
-            Arc::clone(counts),
-            Arc::clone(&stop_producers),
-        );
-        producers.push(workload::spawn("soak-producer", move || {
-            let mut next = Instant::now();
-            while !stop.load(Relaxed) {
-                workload::send_batch(&c, QUEUE, &ledger, 20, &counts);
-                next += interval;
-                let now = Instant::now();
-                if next > now {
-                    std::thread::sleep(next - now);
-                } else {
-                    next = now;
-                }
-            }
-        })?);
-    }
-    // Feeding the long-poll queue: one message every 200 ms.
-    {
-        let c = workload::client(addr)?;
-        let (ledger, counts, stop) = (
-            Arc::clone(ledger),
-            Arc::clone(counts),
-            Arc::clone(&stop_producers),
-        );
-        producers.push(workload::spawn("soak-poll-feed", move || {
-            while !stop.load(Relaxed) {
-                workload::send_batch(&c, POLL, &ledger, 1, &counts);
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        })?);
-    }
-    // Consumers.
-    for _ in 0..3 {
-        let (ledger, counts, counters, stop, pause) = (
-            Arc::clone(ledger),
-            Arc::clone(counts),
-            Arc::clone(counters),
-            Arc::clone(&stop_all),
-            Arc::clone(pause),
-        );
-        let addr = addr.to_owned();
-        let mut c = workload::client(&addr)?;
-        others.push(workload::spawn("soak-consumer", move || {
-            let mut rng = rand::rng();
-            let options = ReceiveOptions::new(32).wait(Duration::from_secs(1));
-            while !stop.load(Relaxed) {
-                let got = match c.receive(QUEUE, options) {
-                    Ok(got) => got,
-                    Err(e) => {
-                        counts.errors.add("receive", &e);
-                        std::thread::sleep(Duration::from_millis(20));
-                        continue;
-                    }
-                };
-                if got.is_empty() {
-                    continue;
-                }
-                ledger.delivered(got.iter().map(|m| (&m.body[..], m.delivery())));
-                // One batch in 400: crash holding the leases.
-                if rng.random_range(0..400) == 0 {
-                    let _guard = pause
-                        .read()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    drop(c);
-                    counters.crashes.fetch_add(1, Relaxed);
-                    c = loop {
-                        match workload::client(&addr) {
-                            Ok(c) => break c,
-                            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-                        }
-                    };
-                    continue;
-                }
-                let mut deletes = Vec::new();
-                let mut releases = Vec::new();
-                for m in &got {
-                    match rng.random_range(0..100) {
-                        0..6 => releases.push((m.receipt, Duration::ZERO)),
-                        6..10 => {} // left to run out
-                        _ => deletes.push(m),
-                    }
-                }
-                if !releases.is_empty() {
-                    if let Err(e) = c.change_visibility_batch(QUEUE, &releases).map(|r| {
-                        for e in r.into_iter().filter_map(Result::err) {
-                            counts.errors.add("release entry", &e);
-                        }
-                    }) {
-                        counts.errors.add("release", &e);
-                    }
-                }
-                if deletes.is_empty() {
-                    continue;
-                }
-                let receipts: Vec<_> = deletes.iter().map(|m| m.receipt).collect();
-                match c.delete_batch(QUEUE, &receipts) {
-                    Ok(results) => {
-                        let mut done = Vec::new();
-                        for (r, m) in results.iter().zip(&deletes) {
-                            match (r, ledger.seq_of(&m.body)) {
-                                (Ok(()), Some(seq)) => done.push((seq, m.delivery())),
-                                (Ok(()), None) => {}
-                                (Err(e), _) => counts.errors.add("delete entry", e),
-                            }
-                        }
-                        ledger.deleted(done);
-                    }
-                    Err(e) => {
-                        counts.errors.add("delete", &e);
-                        if delete_outcome_unknown(&e) {
-                            ledger.delete_unknown(
-                                deletes.iter().filter_map(|m| ledger.seq_of(&m.body)),
-                            );
-                        }
-                    }
-                }
-            }
-        })?);
-    }
-    // The redriver.
-    {
-        let c = workload::client(addr)?;
-        let (counts, counters, stop) = (
-            Arc::clone(counts),
-            Arc::clone(counters),
-            Arc::clone(&stop_all),
-        );
-        others.push(workload::spawn("soak-redriver", move || {
-            let mut last = Instant::now();
-            while !stop.load(Relaxed) {
-                std::thread::sleep(Duration::from_millis(100));
-                if last.elapsed() < Duration::from_secs(10) {
-                    continue;
-                }
-                last = Instant::now();
-                match c.redrive(DLQ, 1_000) {
-                    Ok(r) => {
-                        counters.redrive_requests.fetch_add(1, Relaxed);
-                        counters.redriven.fetch_add(r.moved as u64, Relaxed);
-                    }
-                    Err(e) => counts.errors.add("redrive", &e),
-                }
-            }
-        })?);
-    }
-    // The long poller.
-    {
-        let c = workload::client(addr)?;
-        let (ledger, counts, counters, stop) = (
-            Arc::clone(ledger),
-            Arc::clone(counts),
-            Arc::clone(counters),
-            Arc::clone(&stop_all),
-        );
-        others.push(workload::spawn("soak-long-poll", move || {
-            let options = ReceiveOptions::new(10).wait(Duration::from_secs(10));
-            while !stop.load(Relaxed) {
-                match workload::receive_and_delete(&c, POLL, &ledger, options, &counts) {
-                    Ok(0) => counters.polls_empty.fetch_add(1, Relaxed),
-                    Ok(_) => counters.polls_with.fetch_add(1, Relaxed),
-                    Err(_) => {
-                        std::thread::sleep(Duration::from_millis(20));
-                        0
-                    }
-                };
-            }
-        })?);
-    }
-    Ok(Load {
-        stop_producers,
-        stop_all,
-        producers,
-        others,
-    })
 }

@@ -98,14 +98,13 @@ pub fn render(title: &str, curves: &[(TargetUrl, Histogram<u64>)]) -> String {
         lo.log10().floor() as i32
     };
     let hi_exp = (hi.log10().ceil() as i32).max(lo_exp + 1);
-    let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = PLOT_HEIGHT - TOP - BOTTOM;
-    let height = PLOT_HEIGHT + LEGEND_LINE * curves.len() as f64 + 10.0;
-    let x_of = |n: f64| LEFT + n / NINES_MAX * plot_w;
-    let y_of = |us: f64| {
-        let t = (us.log10() - f64::from(lo_exp)) / f64::from(hi_exp - lo_exp);
-        TOP + plot_h * (1.0 - t)
+    let a = Axes {
+        lo_exp,
+        hi_exp,
+        plot_w: WIDTH - LEFT - RIGHT,
+        plot_h: PLOT_HEIGHT - TOP - BOTTOM,
     };
+    let height = PLOT_HEIGHT + LEGEND_LINE * curves.len() as f64 + 10.0;
 
     let mut s = String::new();
     // Writing to a String cannot fail.
@@ -120,61 +119,100 @@ pub fn render(title: &str, curves: &[(TargetUrl, Histogram<u64>)]) -> String {
     let _ = writeln!(
         s,
         r#"<text x="{}" y="28" font-size="16" text-anchor="middle">{}</text>"#,
-        LEFT + plot_w / 2.0,
+        LEFT + a.plot_w / 2.0,
         escape(title)
     );
+    write_axes(&mut s, &a);
+    write_curves(&mut s, &a, curves, &all);
+    let _ = writeln!(s, "</svg>");
+    s
+}
+
+/// The plot area: its size, and the decades of its latency axis.
+struct Axes {
+    lo_exp: i32,
+    hi_exp: i32,
+    plot_w: f64,
+    plot_h: f64,
+}
+
+impl Axes {
+    /// The x coordinate of `n` nines.
+    fn x_of(&self, n: f64) -> f64 {
+        LEFT + n / NINES_MAX * self.plot_w
+    }
+
+    /// The y coordinate of a latency in µs (logarithmic).
+    fn y_of(&self, us: f64) -> f64 {
+        let t = (us.log10() - f64::from(self.lo_exp)) / f64::from(self.hi_exp - self.lo_exp);
+        TOP + self.plot_h * (1.0 - t)
+    }
+}
+
+/// Grid, axes and their labels.
+fn write_axes(s: &mut String, a: &Axes) {
     // Grid and axes.
     let _ = writeln!(s, r##"<g class="grid" stroke="#dddddd" stroke-width="1">"##);
     for n in 0..=NINES_MAX as i32 {
-        let x = x_of(f64::from(n));
+        let x = a.x_of(f64::from(n));
         let _ = writeln!(
             s,
             r#"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}"/>"#,
-            TOP + plot_h
+            TOP + a.plot_h
         );
     }
-    for e in lo_exp..=hi_exp {
-        let y = y_of(10f64.powi(e));
+    for e in a.lo_exp..=a.hi_exp {
+        let y = a.y_of(10f64.powi(e));
         let _ = writeln!(
             s,
             r#"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}"/>"#,
-            LEFT + plot_w
+            LEFT + a.plot_w
         );
     }
     let _ = writeln!(s, "</g>");
     let _ = writeln!(
         s,
-        r#"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="black"/>"#
+        r#"<rect x="{LEFT}" y="{TOP}" width="{}" height="{}" fill="none" stroke="black"/>"#,
+        a.plot_w, a.plot_h
     );
     let _ = writeln!(s, r#"<g class="x-labels" text-anchor="middle">"#);
     for (n, label) in ["0%", "90%", "99%", "99.9%", "99.99%"].iter().enumerate() {
         let _ = writeln!(
             s,
             r#"<text x="{:.1}" y="{:.1}">{label}</text>"#,
-            x_of(n as f64),
-            TOP + plot_h + 18.0
+            a.x_of(n as f64),
+            TOP + a.plot_h + 18.0
         );
     }
     let _ = writeln!(
         s,
         r#"<text x="{:.1}" y="{:.1}">percentile</text>"#,
-        LEFT + plot_w / 2.0,
-        TOP + plot_h + 42.0
+        LEFT + a.plot_w / 2.0,
+        TOP + a.plot_h + 42.0
     );
     let _ = writeln!(s, "</g>");
     let _ = writeln!(s, r#"<g class="y-labels" text-anchor="end">"#);
-    for e in lo_exp..=hi_exp {
+    for e in a.lo_exp..=a.hi_exp {
         let _ = writeln!(
             s,
             r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
             LEFT - 8.0,
-            y_of(10f64.powi(e)) + 4.0,
+            a.y_of(10f64.powi(e)) + 4.0,
             decade_label(e)
         );
     }
     let _ = writeln!(s, "</g>");
+}
+
+/// One path per curve, and its legend line.
+fn write_curves(
+    s: &mut String,
+    a: &Axes,
+    curves: &[(TargetUrl, Histogram<u64>)],
+    all: &[Vec<(f64, f64)>],
+) {
     // Curves and legend.
-    for (i, ((target, h), pts)) in curves.iter().zip(&all).enumerate() {
+    for (i, ((target, h), pts)) in curves.iter().zip(all).enumerate() {
         let color = COLORS[i % COLORS.len()];
         let mut d = String::new();
         for (j, &(n, us)) in pts.iter().enumerate() {
@@ -182,8 +220,8 @@ pub fn render(title: &str, curves: &[(TargetUrl, Histogram<u64>)]) -> String {
                 d,
                 "{}{:.2},{:.2} ",
                 if j == 0 { 'M' } else { 'L' },
-                x_of(n),
-                y_of(us)
+                a.x_of(n),
+                a.y_of(us)
             );
         }
         let _ = writeln!(
@@ -208,8 +246,6 @@ pub fn render(title: &str, curves: &[(TargetUrl, Histogram<u64>)]) -> String {
             h.len()
         );
     }
-    let _ = writeln!(s, "</svg>");
-    s
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! connection is reported and bounded.
 
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -64,7 +64,64 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
     let rss_before = h.server.memory().map_or(0, |m| m.rss_bytes);
     let fds_before = h.server.fds().unwrap_or(0);
 
-    let addr = h.server.addr();
+    let Opened {
+        mut conns,
+        errors,
+        secs: open_secs,
+    } = open_idle(h.server.addr(), want, openers)?;
+    ctx.say(format!(
+        "{} idle connections open in {open_secs:.1} s",
+        conns.len()
+    ));
+    let peaks = hold_open(&h, &steady, hold);
+    let ping_failures = ping_sample(&mut conns);
+    let opened = conns.len() as u64;
+    drop(conns);
+    let steady = steady.stop(Duration::from_millis(300));
+
+    let per_conn = peaks.rss.saturating_sub(rss_before) / opened.max(1);
+    let seen = Seen {
+        opened,
+        open_secs,
+        errors,
+        hold,
+        peaks,
+        rss_before,
+        fds_before,
+        per_conn,
+        ping_failures,
+    };
+    record(&mut h, &seen);
+    check_errors(&mut h, "steady load", &steady.errors.snapshot(), &[]);
+    let conn_bound = opened * PER_CONNECTION_BYTES;
+    let bound = (
+        h.start_rss() + MEMORY_MAX_BYTES + RSS_SLACK_BYTES + conn_bound,
+        format!(
+            "RSS at start + --memory-max {} MiB + {} MiB + {} KiB per idle connection",
+            MEMORY_MAX_BYTES / MIB,
+            RSS_SLACK_BYTES / MIB,
+            PER_CONNECTION_BYTES / 1024
+        ),
+    );
+    if per_conn > PER_CONNECTION_BYTES {
+        h.violation(format!(
+            "server RSS per idle connection {per_conn} bytes, above {PER_CONNECTION_BYTES}"
+        ));
+    }
+    h.finish(&FAULT, &ledger, &[STEADY], bound)
+}
+
+/// The idle connections, as opened.
+struct Opened {
+    conns: Vec<TcpStream>,
+    /// Why the others failed.
+    errors: Vec<String>,
+    /// Seconds it took.
+    secs: f64,
+}
+
+/// Opens `want` connections with HELLO, on `openers` threads.
+fn open_idle(addr: SocketAddr, want: u64, openers: u64) -> Result<Opened, ChaosError> {
     let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::new(Mutex::new(Vec::new()));
     let errors: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
@@ -92,14 +149,30 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
     for t in threads {
         let _ = t.join();
     }
-    let open_secs = start.elapsed().as_secs_f64();
-    let mut conns = std::mem::take(&mut *conns.lock().unwrap_or_else(PoisonError::into_inner));
+    let secs = start.elapsed().as_secs_f64();
+    let conns = std::mem::take(&mut *conns.lock().unwrap_or_else(PoisonError::into_inner));
     let errors = std::mem::take(&mut *errors.lock().unwrap_or_else(PoisonError::into_inner));
-    ctx.say(format!(
-        "{} idle connections open in {open_secs:.1} s",
-        conns.len()
-    ));
+    Ok(Opened {
+        conns,
+        errors,
+        secs,
+    })
+}
 
+/// What the server showed while the idle connections were held.
+struct Peaks {
+    /// Its connections counter, at most.
+    server_conns: u64,
+    /// Its descriptors, at most.
+    fds: u64,
+    /// Its RSS, at most.
+    rss: u64,
+    /// Steady receives answered meanwhile.
+    receives: u64,
+}
+
+/// Holds the idle connections open for `hold`, watching the server.
+fn hold_open(h: &Harness, steady: &Steady, hold: Duration) -> Peaks {
     let hold_start = Instant::now();
     let receives_before = steady.counts.receives.load(Relaxed);
     let mut server_conns = 0;
@@ -114,7 +187,17 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
         std::thread::sleep(Duration::from_millis(250));
     }
     let receives_during = steady.counts.receives.load(Relaxed) - receives_before;
+    Peaks {
+        server_conns,
+        fds: fds_open,
+        rss: rss_open,
+        receives: receives_during,
+    }
+}
 
+/// PINGs a random sample of the idle connections; returns how many did
+/// not answer.
+fn ping_sample(conns: &mut [TcpStream]) -> usize {
     // A sample of the idle connections still answers.
     conns.shuffle(&mut rand::rng());
     let mut ping_failures = 0;
@@ -126,11 +209,42 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
             ping_failures += 1;
         }
     }
-    let opened = conns.len() as u64;
-    drop(conns);
-    let steady = steady.stop(Duration::from_millis(300));
+    ping_failures
+}
 
-    let per_conn = rss_open.saturating_sub(rss_before) / opened.max(1);
+/// Everything the fault measured, for [`record`].
+struct Seen {
+    opened: u64,
+    open_secs: f64,
+    errors: Vec<String>,
+    hold: Duration,
+    peaks: Peaks,
+    rss_before: u64,
+    fds_before: u64,
+    per_conn: u64,
+    ping_failures: usize,
+}
+
+/// The fault's facts, and its violations but for the steady load's errors
+/// and the memory bound.
+fn record(h: &mut Harness, seen: &Seen) {
+    let Seen {
+        opened,
+        open_secs,
+        ref errors,
+        hold,
+        peaks:
+            Peaks {
+                server_conns,
+                fds: fds_open,
+                rss: rss_open,
+                receives: receives_during,
+            },
+        rss_before,
+        fds_before,
+        per_conn,
+        ping_failures,
+    } = *seen;
     h.fact("idle connections opened", opened);
     h.fact("  seconds to open them", format!("{open_secs:.1}"));
     h.fact("  failed to open", errors.len());
@@ -171,21 +285,4 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
     if receives_during == 0 {
         h.violation("the steady load got no receive answered while the idle connections were open");
     }
-    check_errors(&mut h, "steady load", &steady.errors.snapshot(), &[]);
-    let conn_bound = opened * PER_CONNECTION_BYTES;
-    let bound = (
-        h.start_rss() + MEMORY_MAX_BYTES + RSS_SLACK_BYTES + conn_bound,
-        format!(
-            "RSS at start + --memory-max {} MiB + {} MiB + {} KiB per idle connection",
-            MEMORY_MAX_BYTES / MIB,
-            RSS_SLACK_BYTES / MIB,
-            PER_CONNECTION_BYTES / 1024
-        ),
-    );
-    if per_conn > PER_CONNECTION_BYTES {
-        h.violation(format!(
-            "server RSS per idle connection {per_conn} bytes, above {PER_CONNECTION_BYTES}"
-        ));
-    }
-    h.finish(&FAULT, &ledger, &[STEADY], bound)
 }

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_client::{Client, QueueOptions, ReceiveOptions};
+use sluice_client::{Client, QueueOptions, ReceiveOptions, ReceivedMessage};
 
 use super::{RSS_SLACK_BYTES, check_errors};
 use crate::chaos::ledger::{Ledger, SendFate};
@@ -47,10 +47,21 @@ fn counter(c: &Client, name: &str) -> Result<u64, ChaosError> {
         .map_err(|e| ChaosError::Client(format!("server stats: {e}")))
 }
 
+/// How long one cycle's fill may take (its drain: twice that, from the
+/// cycle's start).
+const CYCLE_TIME_MAX: Duration = Duration::from_secs(60);
+
+/// The clients and books of the fault.
+struct Clients<'a> {
+    producer: &'a Client,
+    consumer: &'a Client,
+    ledger: &'a Ledger,
+    counts: &'a OpCounts,
+}
+
 fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
     let cycles = ctx.mode.pick(5, 2);
     let memory_max = ctx.mode.pick(64 * MIB, 8 * MIB);
-    let cycle_time_max = Duration::from_secs(60);
     let mm = format!("{}MiB", memory_max / MIB);
     let mut h = Harness::start(ctx, &["--memory-max", &mm])?;
     workload::create_queue(&h.control, QUEUE, &QueueOptions::new())?;
@@ -60,125 +71,184 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
     let counts = OpCounts::default();
     let mut t = Tally::default();
     let max_fill = 4 * memory_max / BODY_BYTES as u64;
+    let c = Clients {
+        producer: &producer,
+        consumer: &consumer,
+        ledger: &ledger,
+        counts: &counts,
+    };
 
     for cycle in 0..cycles {
-        // Fill until three batches in a row are refused whole.
         let start = Instant::now();
-        let mut refused_in_row = 0;
-        let mut busy_this_cycle = 0;
-        let issued_before = ledger.issued();
-        while refused_in_row < 3 && ledger.issued() - issued_before < max_fill {
-            if start.elapsed() > cycle_time_max {
-                h.violation(format!(
-                    "cycle {cycle}: sends never got Busy within {cycle_time_max:?}"
-                ));
-                break;
-            }
-            let fates = workload::send_batch(&producer, QUEUE, &ledger, BATCH, &counts);
-            let busy = fates.iter().filter(|f| **f == SendFate::Refused).count() as u64;
-            busy_this_cycle += busy;
-            refused_in_row = if busy == BATCH as u64 {
-                refused_in_row + 1
-            } else {
-                0
-            };
-        }
-        t.busy_entries += busy_this_cycle;
-        if busy_this_cycle == 0 {
-            t.cycles_without_busy += 1;
-        }
-        let used = counter(&h.control, "memory_used_bytes")?;
-        t.memory_used_peak = t.memory_used_peak.max(used);
-        let depth = workload::queue_stats(&h.control, &[QUEUE])?[0].visible as u64;
-        t.depth_at_full = t.depth_at_full.max(depth);
-        ctx.say(format!(
-            "cycle {cycle}: full at {} held, {} in use, {busy_this_cycle} entries Busy",
-            depth,
-            mib(used)
-        ));
-
-        // Drain: receive, release some, delete the rest; keep trying sends
-        // until half the backlog is gone (they get Busy, then go through as
-        // room frees up).
-        loop {
-            if start.elapsed() > cycle_time_max * 2 {
-                h.violation(format!("cycle {cycle}: the drain did not finish"));
-                break;
-            }
-            let backlog = ledger.issued() - ledger.deleted_count();
-            if backlog > depth / 2 {
-                let fates = workload::send_batch(&producer, QUEUE, &ledger, 16, &counts);
-                let busy = fates.iter().filter(|f| **f == SendFate::Refused).count() as u64;
-                t.busy_during_drain += busy;
-                t.sent_during_drain += fates.len() as u64 - busy;
-            }
-            let options = ReceiveOptions::new(256).visibility_timeout(Duration::from_secs(30));
-            let got = match consumer.receive(QUEUE, options) {
-                Ok(got) => got,
-                Err(e) => {
-                    counts.errors.add("receive", &e);
-                    continue;
-                }
-            };
-            if got.is_empty() {
-                let s = &workload::queue_stats(&h.control, &[QUEUE])?[0];
-                if s.visible + s.delayed + s.in_flight == 0 {
-                    break;
-                }
-                continue;
-            }
-            ledger.delivered(got.iter().map(|m| (&m.body[..], m.delivery())));
-            // Release one in eight first deliveries through a visibility
-            // change to 0 (each message at most once).
-            let (release, delete): (Vec<_>, Vec<_>) = got
-                .iter()
-                .enumerate()
-                .partition(|(k, m)| k % 8 == 0 && m.receive_count == 1);
-            let changes: Vec<_> = release
-                .iter()
-                .map(|(_, m)| (m.receipt, Duration::ZERO))
-                .collect();
-            let changed = if changes.is_empty() {
-                Ok(Vec::new())
-            } else {
-                consumer.change_visibility_batch(QUEUE, &changes)
-            };
-            match changed {
-                Ok(results) => {
-                    for r in results {
-                        match r {
-                            Ok(()) => t.released += 1,
-                            Err(e) => counts.errors.add("change visibility entry", &e),
-                        }
-                    }
-                }
-                Err(e) => counts.errors.add("change visibility", &e),
-            }
-            let receipts: Vec<_> = delete.iter().map(|(_, m)| m.receipt).collect();
-            if receipts.is_empty() {
-                continue;
-            }
-            match consumer.delete_batch(QUEUE, &receipts) {
-                Ok(results) => {
-                    let mut done = Vec::new();
-                    for (r, (_, m)) in results.iter().zip(&delete) {
-                        match (r, ledger.seq_of(&m.body)) {
-                            (Ok(()), Some(seq)) => done.push((seq, m.delivery())),
-                            (Ok(()), None) => {}
-                            (Err(e), _) => counts.errors.add("delete entry", e),
-                        }
-                    }
-                    ledger.deleted(done);
-                }
-                Err(e) => counts.errors.add("delete", &e),
-            }
-        }
+        let depth = fill(ctx, &mut h, &c, &mut t, cycle, start, max_fill)?;
+        drain(&mut h, &c, &mut t, cycle, start, depth)?;
         // Drained: a whole batch must go through again.
         let fates = workload::send_batch(&producer, QUEUE, &ledger, BATCH, &counts);
         let refused = fates.iter().filter(|f| **f != SendFate::Acked).count() as u64;
         t.refill_refused += refused;
     }
 
+    record(&mut h, &t, cycles, memory_max);
+    // Busy on sends is the point; on anything else it is a violation.
+    let errors = counts.errors.snapshot();
+    let sends_only: std::collections::BTreeMap<String, u64> = errors
+        .iter()
+        .filter(|(k, _)| !k.starts_with("send entry: Busy"))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    check_errors(&mut h, "memory-pressure clients", &sends_only, &[]);
+    let bound = (
+        h.start_rss() + memory_max + RSS_SLACK_BYTES,
+        format!(
+            "RSS at start + --memory-max {} + {} MiB",
+            mib(memory_max),
+            RSS_SLACK_BYTES / MIB
+        ),
+    );
+    drop((producer, consumer));
+    h.finish(&FAULT, &ledger, &[QUEUE], bound)
+}
+
+/// Fills until three batches in a row are refused whole; returns the
+/// queue's depth then.
+fn fill(
+    ctx: &Ctx,
+    h: &mut Harness,
+    c: &Clients<'_>,
+    t: &mut Tally,
+    cycle: u32,
+    start: Instant,
+    max_fill: u64,
+) -> Result<u64, ChaosError> {
+    let mut refused_in_row = 0;
+    let mut busy_this_cycle = 0;
+    let issued_before = c.ledger.issued();
+    while refused_in_row < 3 && c.ledger.issued() - issued_before < max_fill {
+        if start.elapsed() > CYCLE_TIME_MAX {
+            h.violation(format!(
+                "cycle {cycle}: sends never got Busy within {CYCLE_TIME_MAX:?}"
+            ));
+            break;
+        }
+        let fates = workload::send_batch(c.producer, QUEUE, c.ledger, BATCH, c.counts);
+        let busy = fates.iter().filter(|f| **f == SendFate::Refused).count() as u64;
+        busy_this_cycle += busy;
+        refused_in_row = if busy == BATCH as u64 {
+            refused_in_row + 1
+        } else {
+            0
+        };
+    }
+    t.busy_entries += busy_this_cycle;
+    if busy_this_cycle == 0 {
+        t.cycles_without_busy += 1;
+    }
+    let used = counter(&h.control, "memory_used_bytes")?;
+    t.memory_used_peak = t.memory_used_peak.max(used);
+    let depth = workload::queue_stats(&h.control, &[QUEUE])?[0].visible as u64;
+    t.depth_at_full = t.depth_at_full.max(depth);
+    ctx.say(format!(
+        "cycle {cycle}: full at {} held, {} in use, {busy_this_cycle} entries Busy",
+        depth,
+        mib(used)
+    ));
+    Ok(depth)
+}
+
+/// Drains: receive, release some, delete the rest; keep trying sends until
+/// half the backlog is gone (they get Busy, then go through as room frees
+/// up).
+fn drain(
+    h: &mut Harness,
+    c: &Clients<'_>,
+    t: &mut Tally,
+    cycle: u32,
+    start: Instant,
+    depth: u64,
+) -> Result<(), ChaosError> {
+    loop {
+        if start.elapsed() > CYCLE_TIME_MAX * 2 {
+            h.violation(format!("cycle {cycle}: the drain did not finish"));
+            break;
+        }
+        let backlog = c.ledger.issued() - c.ledger.deleted_count();
+        if backlog > depth / 2 {
+            let fates = workload::send_batch(c.producer, QUEUE, c.ledger, 16, c.counts);
+            let busy = fates.iter().filter(|f| **f == SendFate::Refused).count() as u64;
+            t.busy_during_drain += busy;
+            t.sent_during_drain += fates.len() as u64 - busy;
+        }
+        let options = ReceiveOptions::new(256).visibility_timeout(Duration::from_secs(30));
+        let got = match c.consumer.receive(QUEUE, options) {
+            Ok(got) => got,
+            Err(e) => {
+                c.counts.errors.add("receive", &e);
+                continue;
+            }
+        };
+        if got.is_empty() {
+            let s = &workload::queue_stats(&h.control, &[QUEUE])?[0];
+            if s.visible + s.delayed + s.in_flight == 0 {
+                break;
+            }
+            continue;
+        }
+        c.ledger
+            .delivered(got.iter().map(|m| (&m.body[..], m.delivery())));
+        release_and_delete(c, t, &got);
+    }
+    Ok(())
+}
+
+/// Releases one in eight first deliveries through a visibility change to 0
+/// (each message at most once) and deletes the rest.
+fn release_and_delete(c: &Clients<'_>, t: &mut Tally, got: &[ReceivedMessage]) {
+    let (release, delete): (Vec<_>, Vec<_>) = got
+        .iter()
+        .enumerate()
+        .partition(|(k, m)| k % 8 == 0 && m.receive_count == 1);
+    let changes: Vec<_> = release
+        .iter()
+        .map(|(_, m)| (m.receipt, Duration::ZERO))
+        .collect();
+    let changed = if changes.is_empty() {
+        Ok(Vec::new())
+    } else {
+        c.consumer.change_visibility_batch(QUEUE, &changes)
+    };
+    match changed {
+        Ok(results) => {
+            for r in results {
+                match r {
+                    Ok(()) => t.released += 1,
+                    Err(e) => c.counts.errors.add("change visibility entry", &e),
+                }
+            }
+        }
+        Err(e) => c.counts.errors.add("change visibility", &e),
+    }
+    let receipts: Vec<_> = delete.iter().map(|(_, m)| m.receipt).collect();
+    if receipts.is_empty() {
+        return;
+    }
+    match c.consumer.delete_batch(QUEUE, &receipts) {
+        Ok(results) => {
+            let mut done = Vec::new();
+            for (r, (_, m)) in results.iter().zip(&delete) {
+                match (r, c.ledger.seq_of(&m.body)) {
+                    (Ok(()), Some(seq)) => done.push((seq, m.delivery())),
+                    (Ok(()), None) => {}
+                    (Err(e), _) => c.counts.errors.add("delete entry", e),
+                }
+            }
+            c.ledger.deleted(done);
+        }
+        Err(e) => c.counts.errors.add("delete", &e),
+    }
+}
+
+/// The fault's facts and its violations but for the clients' errors.
+fn record(h: &mut Harness, t: &Tally, cycles: u32, memory_max: u64) {
     h.fact("--memory-max", mib(memory_max));
     h.fact("cycles (fill to Busy, drain, send again)", cycles);
     h.fact("send entries refused with Busy while full", t.busy_entries);
@@ -211,22 +281,4 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
             t.refill_refused
         ));
     }
-    // Busy on sends is the point; on anything else it is a violation.
-    let errors = counts.errors.snapshot();
-    let sends_only: std::collections::BTreeMap<String, u64> = errors
-        .iter()
-        .filter(|(k, _)| !k.starts_with("send entry: Busy"))
-        .map(|(k, v)| (k.clone(), *v))
-        .collect();
-    check_errors(&mut h, "memory-pressure clients", &sends_only, &[]);
-    let bound = (
-        h.start_rss() + memory_max + RSS_SLACK_BYTES,
-        format!(
-            "RSS at start + --memory-max {} + {} MiB",
-            mib(memory_max),
-            RSS_SLACK_BYTES / MIB
-        ),
-    );
-    drop((producer, consumer));
-    h.finish(&FAULT, &ledger, &[QUEUE], bound)
 }

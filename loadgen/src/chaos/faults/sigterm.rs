@@ -13,7 +13,9 @@
 //! lost by design when the process exits. They are counted, not checked.
 
 use std::collections::BTreeMap;
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -201,32 +203,7 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
     }
     let ledger = Arc::new(Ledger::new(100));
     let shared = Arc::new(Shared::default());
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<&'static str>();
-    let mut workers = 0;
-    let roles: [(&'static str, usize); 4] = [
-        ("producer", 2),
-        ("consumer", 2),
-        ("long poll", 4),
-        ("stats", 1),
-    ];
-    for (role, n) in roles {
-        for _ in 0..n {
-            let c = workload::client(&h.addr)?;
-            let (ledger, shared, done) =
-                (Arc::clone(&ledger), Arc::clone(&shared), done_tx.clone());
-            workload::spawn("chaos-sigterm", move || {
-                match role {
-                    "producer" => produce(&c, &ledger, &shared),
-                    "consumer" => consume(&c, &ledger, &shared),
-                    "long poll" => long_poll(&c, &shared),
-                    _ => sample(&c, &shared),
-                }
-                let _ = done.send(role);
-            })?;
-            workers += 1;
-        }
-    }
-    drop(done_tx);
+    let (workers, done_rx) = spawn_workers(&h, &ledger, &shared)?;
     std::thread::sleep(load);
 
     let peak_before = h.server.memory().map(|m| m.peak_bytes);
@@ -247,6 +224,64 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
     }
     shared.stop.store(true, Relaxed);
 
+    judge_exit(&mut h, exit, finished, workers, worker_deadline - signal_at);
+    judge_requests(&mut h, &shared);
+    judge_long_polls(&mut h, &shared);
+    // The identity on the last stats before the signal.
+    let mismatches = judge_last_stats(&mut h, &shared, signal_at);
+    let messages = ledger.reconcile(None, false);
+    h.fact(
+        "acknowledged sends not deleted by the end (held at exit)",
+        messages.sent.saturating_sub(messages.deleted),
+    );
+    let bound = usual_bound(h.start_rss());
+    Ok(h.report(&FAULT, messages, mismatches, None, peak_before, Some(bound)))
+}
+
+/// Starts the producers, consumers, long polls and the stats sampler; returns
+/// how many, and the channel each reports its end on.
+fn spawn_workers(
+    h: &Harness,
+    ledger: &Arc<Ledger>,
+    shared: &Arc<Shared>,
+) -> Result<(usize, Receiver<&'static str>), ChaosError> {
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<&'static str>();
+    let mut workers = 0;
+    let roles: [(&'static str, usize); 4] = [
+        ("producer", 2),
+        ("consumer", 2),
+        ("long poll", 4),
+        ("stats", 1),
+    ];
+    for (role, n) in roles {
+        for _ in 0..n {
+            let c = workload::client(&h.addr)?;
+            let (ledger, shared, done) = (Arc::clone(ledger), Arc::clone(shared), done_tx.clone());
+            workload::spawn("chaos-sigterm", move || {
+                match role {
+                    "producer" => produce(&c, &ledger, &shared),
+                    "consumer" => consume(&c, &ledger, &shared),
+                    "long poll" => long_poll(&c, &shared),
+                    _ => sample(&c, &shared),
+                }
+                let _ = done.send(role);
+            })?;
+            workers += 1;
+        }
+    }
+    drop(done_tx);
+    Ok((workers, done_rx))
+}
+
+/// The server's exit, and whether every client thread came back
+/// (`waited`: how long after the signal they were given).
+fn judge_exit(
+    h: &mut Harness,
+    exit: Option<(ExitStatus, Duration)>,
+    finished: usize,
+    workers: usize,
+    waited: Duration,
+) {
     match exit {
         Some((status, took)) => {
             h.fact("server exit", format!("{status} after {:.0} ms", took.as_secs_f64() * 1000.0));
@@ -263,9 +298,13 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
         h.violation(format!(
             "{} of {workers} client threads still waiting {:?} after SIGTERM: a client hang",
             workers - finished,
-            worker_deadline - signal_at
+            waited
         ));
     }
+}
+
+/// Errors before the signal, and the outcome of every request after it.
+fn judge_requests(h: &mut Harness, shared: &Shared) {
     let before = shared
         .before
         .lock()
@@ -294,6 +333,10 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
             ));
         }
     }
+}
+
+/// The long polls parked at the signal: each answered, and at once.
+fn judge_long_polls(h: &mut Harness, shared: &Shared) {
     let polls = shared
         .long_polls
         .lock()
@@ -320,8 +363,11 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
             slowest.as_secs_f64()
         ));
     }
+}
 
-    // The identity on the last stats before the signal.
+/// The accounting identity on the last stats before the signal; returns how
+/// many queues broke it.
+fn judge_last_stats(h: &mut Harness, shared: &Shared, signal_at: Instant) -> u64 {
     let last = shared
         .last_stats
         .lock()
@@ -357,11 +403,5 @@ fn run(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
         }
         None => h.violation("no stats were taken before the signal"),
     }
-    let messages = ledger.reconcile(None, false);
-    h.fact(
-        "acknowledged sends not deleted by the end (held at exit)",
-        messages.sent.saturating_sub(messages.deleted),
-    );
-    let bound = usual_bound(h.start_rss());
-    Ok(h.report(&FAULT, messages, mismatches, None, peak_before, Some(bound)))
+    mismatches
 }
