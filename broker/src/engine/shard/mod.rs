@@ -55,7 +55,7 @@
 //! | `receipts.rs` | delete and change visibility by receipt, forwarded or local |
 //! | `gather.rs` | fan-out operations: stats, purge, peek, redrive, delete-queue |
 //! | `inbound.rs` | messages from other shards |
-//! | `snapshot.rs` | the shard's part of a snapshot: writing it, loading it back (over `engine/section.rs`) |
+//! | `snapshot.rs`, `snapshot/load.rs` | the shard's part of a snapshot: writing it, loading it back (over `engine/section.rs`) |
 //! | `invariants.rs` | `check_invariants` for tests (feature `test-util`) |
 
 mod dispatch;
