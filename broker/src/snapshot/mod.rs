@@ -28,7 +28,8 @@
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | saving and loading a whole file, moving it aside, the check |
-//! | `format.rs` | header, section readers and writers (the engine's `Out` and `SectionRead`), errors |
+//! | `format.rs` | header, section readers and writers (the engine's `Out` and `SectionRead`) |
+//! | `error.rs` | `SnapshotError`: what was refused, and at which byte |
 //! | `files.rs` | the `.loaded-` files beside the snapshot path |
 //! | `direct.rs` | a section's whole blocks written around the page cache (`O_DIRECT`) |
 //! | `crc32c.rs` | the CRC-32C checksum (the `crc32c` crate) |
@@ -41,6 +42,7 @@
 mod cluster;
 pub mod crc32c;
 mod direct;
+mod error;
 pub mod files;
 pub mod format;
 pub mod fuzz_harness;
