@@ -11,7 +11,7 @@ use sluice_protocol::{
 
 use super::oracle::{Counts, Held, Oracle, Snap};
 use crate::engine::cluster::check_shards;
-use crate::engine::mesh::doorbell::{self, Wake};
+use crate::engine::mesh::doorbell::{self, NoWake, Wake};
 use crate::engine::random::{Rng, splitmix64};
 use crate::engine::{Op, OpResult, Registry, RegistryConfig, Shard, ShardConfig};
 
@@ -41,14 +41,6 @@ pub(super) const SIDE: &str = "side";
 const QUEUES: [&str; 3] = [WORK, DLQ, SIDE];
 pub(super) const MAX_RECEIVES: u32 = 2;
 pub(super) const RETENTION_MS_MIN: u64 = 60_000;
-
-/// Nobody sleeps: the scheduler polls.
-#[derive(Debug)]
-struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(&self) {}
-}
 
 /// One connection: its shard, its requests in flight and the receipts it
 /// bound to itself.

@@ -5,9 +5,9 @@
 use std::time::Instant;
 
 use super::format::{self, Header, SnapshotError};
-use super::{NoWake, Source, fresh_shards, load_shards, open};
+use super::{Source, fresh_shards, load_shards, open};
 use crate::engine::RegistryConfig;
-use crate::engine::mesh::doorbell::Wake;
+use crate::engine::mesh::doorbell::{NoWake, Wake};
 use crate::engine::shard::{LoadClock, ShardLoad};
 use crate::sync::Arc;
 

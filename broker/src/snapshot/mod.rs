@@ -383,14 +383,6 @@ pub fn move_aside(path: &Path, wall_ms: u64) -> io::Result<PathBuf> {
     Ok(to)
 }
 
-/// Wakes nobody: shards loading or checked off-line are never asleep.
-#[derive(Debug)]
-pub(super) struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(&self) {}
-}
-
 /// Fresh shards on `registry`, wired by a mesh of `capacity` whose
 /// doorbells call `wakers`.
 #[must_use]
