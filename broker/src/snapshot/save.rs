@@ -278,6 +278,9 @@ fn create_files(tmp: &Path, total: u64, direct: bool) -> io::Result<(File, Optio
     Ok((file, direct_file))
 }
 
+/// A section's bytes and CRC, as its writer finished it.
+type Finished = io::Result<(u64, u32)>;
+
 /// Writes the registry section, then every shard's section on its own
 /// thread (through `direct_file` when there is one), at the offsets of
 /// `sections`. Returns each section's (bytes, CRC) in order, and the
@@ -289,7 +292,7 @@ fn write_sections(
     state: &RestoredRegistry,
     shards: &mut [Shard],
     now_ns: u64,
-) -> (Vec<io::Result<(u64, u32)>>, Vec<(u64, Vec<u8>)>) {
+) -> (Vec<Finished>, Vec<(u64, Vec<u8>)>) {
     let reg = sections[0];
     let mut w = SectionWriter::new(At {
         file,
@@ -306,7 +309,7 @@ fn write_sections(
     let direct_ref = direct_file;
     let fragments = std::sync::Mutex::new(Vec::new());
     let fragments_ref = &fragments;
-    let written: Vec<io::Result<(u64, u32)>> = std::thread::scope(|s| {
+    let written: Vec<Finished> = std::thread::scope(|s| {
         // The flusher (buffered writes only): while the shards write,
         // it asks the kernel to write back what they wrote so far, so
         // that the disk works while the shards serialize instead of
