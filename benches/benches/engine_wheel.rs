@@ -94,12 +94,27 @@ fn chunked(timers: usize) {
     println!("\nengine_wheel: {timers} timers, per-op ns over chunks (see the file's docs)");
     println!("| operation             | median ns  | p99 ns     | chunks    |");
     println!("|-----------------------|------------|------------|-----------|");
-
-    // insert
     let deadlines: Vec<u64> = (0..timers).map(|_| spread_deadline(&mut rng, 0)).collect();
     let mut wheel = TimerWheel::with_capacity(0, timers);
-    let mut ids = Vec::with_capacity(timers);
     let mut samples = Vec::with_capacity(timers / CHUNK_OPS);
+    chunked_insert_cancel(&mut wheel, &deadlines, &mut rng, &mut samples);
+    chunked_churn(&mut wheel, &deadlines, &mut rng, &mut samples);
+    drop(wheel);
+    chunked_expiry_spread(&deadlines, &mut samples);
+    chunked_expiry_steps(timers, &mut rng, &mut samples);
+}
+
+/// Inserts every deadline into the empty `wheel`, then cancels them all
+/// in random order.
+fn chunked_insert_cancel(
+    wheel: &mut TimerWheel<u64>,
+    deadlines: &[u64],
+    rng: &mut SmallRng,
+    samples: &mut Vec<f64>,
+) {
+    let timers = deadlines.len();
+    // insert
+    let mut ids = Vec::with_capacity(timers);
     for (chunk_no, chunk) in deadlines.chunks(CHUNK_OPS).enumerate() {
         let start = Instant::now();
         for (i, &deadline) in chunk.iter().enumerate() {
@@ -107,10 +122,10 @@ fn chunked(timers: usize) {
         }
         samples.push(per_op(start.elapsed(), chunk.len()));
     }
-    report("insert", &mut samples);
+    report("insert", samples);
 
     // cancel, in random order
-    ids.shuffle(&mut rng);
+    ids.shuffle(rng);
     samples.clear();
     let mut check = 0u64;
     for chunk in ids.chunks(CHUNK_OPS) {
@@ -126,10 +141,20 @@ fn chunked(timers: usize) {
         (0..timers as u64).sum::<u64>(),
         "every cancel found its timer"
     );
-    report("cancel (random)", &mut samples);
+    report("cancel (random)", samples);
+}
 
+/// Churn at a steady population of every deadline in the emptied
+/// `wheel`: random timers, then recent ones.
+fn chunked_churn(
+    wheel: &mut TimerWheel<u64>,
+    deadlines: &[u64],
+    rng: &mut SmallRng,
+    samples: &mut Vec<f64>,
+) {
+    let timers = deadlines.len();
     // churn at a steady population
-    ids.clear();
+    let mut ids = Vec::with_capacity(timers);
     for (i, &deadline) in deadlines.iter().enumerate() {
         ids.push(wheel.insert(deadline, i as u64));
     }
@@ -142,7 +167,7 @@ fn chunked(timers: usize) {
         .map(|_| rng.random_range(0..ids.len()))
         .collect();
     let fresh: Vec<u64> = (0..churn_ops / 2)
-        .map(|_| spread_deadline(&mut rng, 0))
+        .map(|_| spread_deadline(rng, 0))
         .collect();
     samples.clear();
     for (victims, fresh) in victims
@@ -156,7 +181,7 @@ fn chunked(timers: usize) {
         }
         samples.push(per_op(start.elapsed(), 2 * victims.len()));
     }
-    report("churn (cancel+insert)", &mut samples);
+    report("churn (cancel+insert)", samples);
 
     // churn of recent timers at the same population: the broker's hot path
     // (a lease is set on receive and cancelled by the delete soon after)
@@ -178,15 +203,18 @@ fn chunked(timers: usize) {
         }
         samples.push(per_op(start.elapsed(), 2 * chunk.len()));
     }
-    report("churn (recent)", &mut samples);
-    drop(wheel);
+    report("churn (recent)", samples);
+}
 
+/// Expiry of spread deadlines: advances to every `CHUNK_OPS`-th deadline.
+fn chunked_expiry_spread(deadlines: &[u64], samples: &mut Vec<f64>) {
+    let timers = deadlines.len();
     // expiry, spread deadlines: advance to every CHUNK_OPS-th deadline
     let mut wheel = TimerWheel::with_capacity(0, timers);
     for (i, &deadline) in deadlines.iter().enumerate() {
         wheel.insert(deadline, i as u64);
     }
-    let mut sorted = deadlines.clone();
+    let mut sorted = deadlines.to_vec();
     sorted.sort_unstable();
     let targets: Vec<u64> = sorted
         .iter()
@@ -209,9 +237,11 @@ fn chunked(timers: usize) {
         }
     }
     assert!(wheel.is_empty());
-    report("expiry (spread)", &mut samples);
-    drop(wheel);
+    report("expiry (spread)", samples);
+}
 
+/// Expiry in 1 ms steps over 60 s of lease deadlines.
+fn chunked_expiry_steps(timers: usize, rng: &mut SmallRng, samples: &mut Vec<f64>) {
     // expiry, 1 ms steps over 60 s of lease deadlines
     let window_ns = 60_000 * TICK_NS;
     let mut wheel = TimerWheel::with_capacity(0, timers);
@@ -234,7 +264,7 @@ fn chunked(timers: usize) {
         }
     }
     assert!(wheel.is_empty());
-    report("expiry (1 ms steps)", &mut samples);
+    report("expiry (1 ms steps)", samples);
 }
 
 /// A wheel held at `timers` live timers, all at least a day out, for the

@@ -11,21 +11,13 @@ use std::collections::HashMap;
 
 use sluice_protocol::QueueStats;
 
-use super::mesh::doorbell::{self, Wake};
+use super::mesh::doorbell::{self, NoWake, Wake};
 use super::ops::{Op, OpResult};
 use super::random::splitmix64;
 use super::registry::{Registry, RegistryConfig};
 use super::shard::{MessageView, Shard, ShardConfig};
 
 use super::limits::CLUSTER_RING_CAPACITY;
-/// The cluster polls every shard in turn: nobody sleeps, nobody needs waking.
-#[derive(Debug)]
-struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(&self) {}
-}
-
 /// N shards on one thread with a virtual clock.
 #[derive(Debug)]
 pub struct Cluster {

@@ -63,6 +63,15 @@ pub trait Wake: Send + Sync {
     fn wake(&self);
 }
 
+/// Wakes nobody: the hook of shards that never sleep (polled in turn by a
+/// test harness or a bench, loading a snapshot, checked off-line).
+#[derive(Debug)]
+pub struct NoWake;
+
+impl Wake for NoWake {
+    fn wake(&self) {}
+}
+
 /// A shard's wake-up flag and hook, shared by the shard (consumer side) and
 /// every shard that sends to it (producer side).
 pub struct Doorbell {

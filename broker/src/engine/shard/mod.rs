@@ -44,7 +44,8 @@
 //!
 //! | file | concept |
 //! |---|---|
-//! | `mod.rs` | the `Shard` struct, entry points, request bookkeeping, operation dispatch |
+//! | `mod.rs` | the `Shard` struct, entry points, request bookkeeping |
+//! | `dispatch.rs` | operation dispatch: what each `Op` starts |
 //! | `queues.rs` | catching up with the registry: partitions created and dropped |
 //! | `lease_groups.rs` | one timer for the leases of one receive |
 //! | `records.rs` | a message's record and side-table entries: reading them, creating and freeing them, what they cost |
@@ -54,9 +55,10 @@
 //! | `receipts.rs` | delete and change visibility by receipt, forwarded or local |
 //! | `gather.rs` | fan-out operations: stats, purge, peek, redrive, delete-queue |
 //! | `inbound.rs` | messages from other shards |
-//! | `snapshot.rs` | the shard's part of a snapshot: writing it, loading it back (over `engine/section.rs`) |
+//! | `snapshot.rs`, `snapshot/load.rs` | the shard's part of a snapshot: writing it, loading it back (over `engine/section.rs`) |
 //! | `invariants.rs` | `check_invariants` for tests (feature `test-util`) |
 
+mod dispatch;
 mod gather;
 mod inbound;
 // The invariants checker, for tests: the crate's and, with `test-util`,
@@ -75,10 +77,9 @@ mod snapshot;
 use core::mem::size_of;
 use std::collections::{HashMap, VecDeque};
 
-use sluice_protocol::limits::BATCH_ENTRIES_MAX;
-use sluice_protocol::{MessageId, QueueInfo, QueueName, QueueStats, ReceivedMessage, SendOutcome};
+use sluice_protocol::{MessageId, QueueName, QueueStats, ReceivedMessage, SendOutcome};
 
-use self::gather::{GatherAcc, PendingGather};
+use self::gather::PendingGather;
 use self::lease_groups::LeaseGroups;
 use self::receive::PendingReceive;
 use super::bodies::Bodies;
@@ -87,7 +88,7 @@ use super::error::{EngineError, EntryError};
 use super::limits::{FIFO_SPARE_BLOCKS_MAX, RESULT_POOL_MAX};
 use super::memory::ShardMemory;
 use super::mesh::doorbell::ShardLinks;
-use super::mesh::shard_msg::{GatherRequest, ReceiptAction, ShardMsg};
+use super::mesh::shard_msg::{ReceiptAction, ShardMsg};
 use super::ops::{LeaseObserver, Op, OpResult};
 use super::partition::{AgeSpare, Partition, READY_ENTRY_BYTES, ReadySpare};
 use super::random::Rng;
@@ -626,133 +627,6 @@ impl Shard {
             .get(queue.as_str())
             .copied()
             .ok_or_else(|| EngineError::QueueNotFound(queue.clone()))
-    }
-
-    fn handle(&mut self, ticket: u64, op: Op) {
-        match op {
-            Op::CreateQueue(r) => {
-                let result = match self.registry.create(&r.queue, &r.attributes) {
-                    Ok((incarnation, created)) => OpResult::QueueCreated {
-                        incarnation,
-                        created,
-                    },
-                    Err(e) => OpResult::Error(e),
-                };
-                self.refresh();
-                self.finish_ticket(ticket, result);
-            }
-            Op::SetQueue(r) => {
-                let result = match self.registry.set(&r.queue, &r.attributes) {
-                    Ok(()) => OpResult::QueueUpdated,
-                    Err(e) => OpResult::Error(e),
-                };
-                self.refresh();
-                self.finish_ticket(ticket, result);
-            }
-            Op::DeleteQueue { queue } => match self.registry.delete(&queue) {
-                Err(e) => self.finish_ticket(ticket, OpResult::Error(e)),
-                Ok(_) => {
-                    self.refresh();
-                    self.start_gather(ticket, 0, GatherAcc::Refresh, GatherRequest::Refresh);
-                }
-            },
-            Op::ListQueues { prefix } => {
-                let names = self.registry.list(&prefix);
-                self.finish_ticket(ticket, OpResult::Queues(names));
-            }
-            Op::GetQueue { queue } => match self.partition_of(&queue) {
-                Err(e) => self.finish_ticket(ticket, e.into()),
-                Ok(p) => {
-                    let part = self.part(p);
-                    let info = QueueInfo {
-                        queue: part.name.clone(),
-                        attributes: part.attrs.clone(),
-                        stats: QueueStats::default(),
-                    };
-                    let inc = part.incarnation;
-                    self.start_gather(
-                        ticket,
-                        inc,
-                        GatherAcc::Stats(Box::new(info)),
-                        GatherRequest::Stats,
-                    );
-                }
-            },
-            Op::PurgeQueue { queue } => match self.partition_of(&queue) {
-                Err(e) => self.finish_ticket(ticket, e.into()),
-                Ok(p) => {
-                    let inc = self.part(p).incarnation;
-                    self.start_gather(ticket, inc, GatherAcc::Purged(0), GatherRequest::Purge);
-                }
-            },
-            Op::Peek {
-                queue,
-                max_messages: max,
-            } => match self.partition_of(&queue) {
-                Err(e) => self.finish_ticket(ticket, e.into()),
-                Ok(_) if max == 0 || usize::from(max) > BATCH_ENTRIES_MAX => {
-                    self.finish_ticket(ticket, EngineError::MaxOutOfRange(u32::from(max)).into())
-                }
-                Ok(p) => {
-                    let inc = self.part(p).incarnation;
-                    let max = u32::from(max);
-                    let acc = GatherAcc::Peek {
-                        messages: Vec::new(),
-                        max,
-                    };
-                    self.start_gather(ticket, inc, acc, GatherRequest::Peek { max });
-                }
-            },
-            Op::Redrive {
-                queue,
-                max_messages: max,
-            } => match self.partition_of(&queue) {
-                Err(e) => self.finish_ticket(ticket, e.into()),
-                Ok(_) if max == 0 => self.finish_ticket(ticket, EngineError::RedriveMaxZero.into()),
-                Ok(p) => {
-                    let inc = self.part(p).incarnation;
-                    let acc = GatherAcc::Redrive {
-                        moved: 0,
-                        stayed: 0,
-                        max,
-                    };
-                    self.start_gather(ticket, inc, acc, GatherRequest::Redrive { max });
-                }
-            },
-            Op::Send(r) => self.op_send(ticket, &r.queue, &r.entries),
-            Op::Receive(r) => self.op_receive(
-                ticket,
-                &r.queue,
-                u32::from(r.max_messages),
-                r.visibility_timeout_ms,
-                r.wait_ms,
-            ),
-            Op::Delete(r) => {
-                let entries = r.receipts.iter().map(|&r| (r, 0));
-                self.op_receipts(ticket, &r.queue, ReceiptAction::Delete, entries);
-            }
-            Op::Abandon(r) => {
-                let entries = r.receipts.iter().map(|&r| (r, 0));
-                self.op_receipts(ticket, &r.queue, ReceiptAction::Abandon, entries);
-            }
-            Op::ChangeVisibility(r) => {
-                let entries = r
-                    .entries
-                    .iter()
-                    .map(|e| (e.receipt, e.visibility_timeout_ms));
-                self.op_receipts(ticket, &r.queue, ReceiptAction::ChangeVisibility, entries);
-            }
-        }
-    }
-
-    fn batch_error(len: usize) -> Option<EngineError> {
-        if len == 0 {
-            Some(EngineError::EmptyBatch)
-        } else if len > BATCH_ENTRIES_MAX {
-            Some(EngineError::BatchTooLarge(len))
-        } else {
-            None
-        }
     }
 
     /// This shard's partition counters of a queue (oldest age included).

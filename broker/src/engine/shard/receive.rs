@@ -13,7 +13,7 @@ use crate::engine::mesh::shard_msg::ShardMsg;
 use crate::engine::ops::OpResult;
 use crate::engine::partition::ReadyEntry;
 use crate::engine::slab::SlotKey;
-use crate::engine::stored_message::{Ext, Lease, MessageState, NONE};
+use crate::engine::stored_message::{Ext, Lease, MessageState, NONE, StoredMessage};
 use crate::engine::wheel::TimerId;
 
 /// Reply-frame room left for a receive.
@@ -188,7 +188,6 @@ impl Shard {
             )
         };
         let now = self.now_ns;
-        let wall = self.wall_ms;
         let due = now.saturating_add(u64::from(vis_ms) * NS_PER_MS);
         let mut group = NONE;
         let mut leased = 0u64;
@@ -231,45 +230,15 @@ impl Shard {
             });
             // The lease and the counters, each written once. A visible
             // message has no lease entry.
-            let lease = self
-                .leases
-                .insert(Lease {
-                    due_ns: due,
-                    leased_ns: now,
-                    check: receipt.check,
-                    group: NONE,
-                })
-                .expect("a lease entry per message at most");
-            charge += LEASE_BYTES;
-            let first_received_delta_ms;
-            let ext = if m.ext == NONE {
-                first_received_delta_ms = first_received_delta_ms_of(sent_at_ms, wall);
-                charge += EXT_BYTES;
-                self.exts
-                    .insert(Ext {
-                        delivery,
-                        receive_count,
-                        first_received_delta_ms,
-                        lease,
-                        ..Ext::default()
-                    })
-                    .expect("an ext entry per message at most")
-            } else {
-                let e = self.exts.get_mut(m.ext);
-                debug_assert_eq!(e.lease, NONE, "a visible message has no lease");
-                e.delivery = delivery;
-                e.receive_count = receive_count;
-                if delivery == 1 {
-                    e.first_received_delta_ms = first_received_delta_ms_of(sent_at_ms, wall);
-                }
-                first_received_delta_ms = e.first_received_delta_ms;
-                e.lease = lease;
-                m.ext
+            let lease = Lease {
+                due_ns: due,
+                leased_ns: now,
+                check: receipt.check,
+                group: NONE,
             };
-            if let Some(m) = self.messages.get_mut(key) {
-                m.state = MessageState::InFlight;
-                m.ext = ext;
-            }
+            let (lease, first_received_delta_ms, cost) =
+                self.write_lease(key, &m, lease, delivery, receive_count);
+            charge += cost;
             if m.in_age_fifo() {
                 if group == NONE {
                     group = self.groups.open();
@@ -302,6 +271,58 @@ impl Shard {
             stats.received += leased;
             self.mark_touched(p, false);
         }
+    }
+
+    /// Writes a leased message's lease entry and counters (each once) and
+    /// marks it in flight. Returns the lease's index, the message's
+    /// first-received delta and the bytes the new entries cost.
+    #[inline]
+    fn write_lease(
+        &mut self,
+        key: SlotKey,
+        m: &StoredMessage,
+        lease: Lease,
+        delivery: u64,
+        receive_count: u32,
+    ) -> (u32, u32, u64) {
+        let wall = self.wall_ms;
+        let sent_at_ms = m.sent_at_ms.get();
+        let mut charge = 0u64;
+        let lease = self
+            .leases
+            .insert(lease)
+            .expect("a lease entry per message at most");
+        charge += LEASE_BYTES;
+        let first_received_delta_ms;
+        let ext = if m.ext == NONE {
+            first_received_delta_ms = first_received_delta_ms_of(sent_at_ms, wall);
+            charge += EXT_BYTES;
+            self.exts
+                .insert(Ext {
+                    delivery,
+                    receive_count,
+                    first_received_delta_ms,
+                    lease,
+                    ..Ext::default()
+                })
+                .expect("an ext entry per message at most")
+        } else {
+            let e = self.exts.get_mut(m.ext);
+            debug_assert_eq!(e.lease, NONE, "a visible message has no lease");
+            e.delivery = delivery;
+            e.receive_count = receive_count;
+            if delivery == 1 {
+                e.first_received_delta_ms = first_received_delta_ms_of(sent_at_ms, wall);
+            }
+            first_received_delta_ms = e.first_received_delta_ms;
+            e.lease = lease;
+            m.ext
+        };
+        if let Some(m) = self.messages.get_mut(key) {
+            m.state = MessageState::InFlight;
+            m.ext = ext;
+        }
+        (lease, first_received_delta_ms, charge)
     }
 
     pub(super) fn op_receive(

@@ -10,6 +10,7 @@ use crate::engine::error::EntryError;
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
 use crate::engine::mesh::shard_msg::ShardMsg;
 use crate::engine::ops::OpResult;
+use crate::engine::slab::SlotKey;
 use crate::engine::stored_message::{self, MessageState, NewMessage, StoredMessage};
 
 impl Shard {
@@ -176,6 +177,36 @@ impl Shard {
         };
         self.next_seq += 1;
         let id = self.message_id(seq);
+        self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
+        if let Some(k) = dedup_key {
+            let until = now.saturating_add(u64::from(window_ms) * NS_PER_MS);
+            if let Some(slot) = self.dedup.insert(inc, k, id, dedup_cost, until) {
+                let t = self.wheel.insert(until, TimerEvent::Dedup(slot));
+                self.dedup.set_timer(slot, t);
+            } else {
+                self.memory.release(self.registry.memory(), dedup_cost);
+            }
+        }
+        Ok(SendOutcome {
+            id,
+            duplicate: false,
+        })
+    }
+
+    /// Counts a message just stored in partition `p` as sent and puts it in
+    /// its indexes: the age FIFO (or the moved index, with a timer of its
+    /// own), and, as its state says, the ready FIFO or its delay's lease.
+    #[inline]
+    fn place_new(
+        &mut self,
+        p: u32,
+        key: SlotKey,
+        in_age_fifo: bool,
+        retain_until_ns: u64,
+        sent_ms: u64,
+        delay_ms: u32,
+    ) {
+        let delayed = delay_ms > 0;
         let part = self.partitions[p as usize]
             .as_mut()
             .expect("live partition index");
@@ -196,7 +227,7 @@ impl Shard {
         if delayed {
             part.stats.delayed += 1;
             let lease = self.ensure_lease(key);
-            self.leases.get_mut(lease).due_ns = now + u64::from(delay_ms) * NS_PER_MS;
+            self.leases.get_mut(lease).due_ns = self.now_ns + u64::from(delay_ms) * NS_PER_MS;
         } else {
             part.stats.visible += 1;
             if in_age_fifo {
@@ -212,18 +243,5 @@ impl Shard {
         if delayed {
             self.arm_timer(key);
         }
-        if let Some(k) = dedup_key {
-            let until = now.saturating_add(u64::from(window_ms) * NS_PER_MS);
-            if let Some(slot) = self.dedup.insert(inc, k, id, dedup_cost, until) {
-                let t = self.wheel.insert(until, TimerEvent::Dedup(slot));
-                self.dedup.set_timer(slot, t);
-            } else {
-                self.memory.release(self.registry.memory(), dedup_cost);
-            }
-        }
-        Ok(SendOutcome {
-            id,
-            duplicate: false,
-        })
     }
 }

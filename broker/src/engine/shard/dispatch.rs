@@ -1,0 +1,139 @@
+//! Operation dispatch: what each [`Op`] a shard is handed starts.
+
+use sluice_protocol::limits::BATCH_ENTRIES_MAX;
+use sluice_protocol::{QueueInfo, QueueStats};
+
+use super::Shard;
+use super::gather::GatherAcc;
+use crate::engine::error::EngineError;
+use crate::engine::mesh::shard_msg::{GatherRequest, ReceiptAction};
+use crate::engine::ops::{Op, OpResult};
+
+impl Shard {
+    pub(super) fn handle(&mut self, ticket: u64, op: Op) {
+        match op {
+            Op::CreateQueue(r) => {
+                let result = match self.registry.create(&r.queue, &r.attributes) {
+                    Ok((incarnation, created)) => OpResult::QueueCreated {
+                        incarnation,
+                        created,
+                    },
+                    Err(e) => OpResult::Error(e),
+                };
+                self.refresh();
+                self.finish_ticket(ticket, result);
+            }
+            Op::SetQueue(r) => {
+                let result = match self.registry.set(&r.queue, &r.attributes) {
+                    Ok(()) => OpResult::QueueUpdated,
+                    Err(e) => OpResult::Error(e),
+                };
+                self.refresh();
+                self.finish_ticket(ticket, result);
+            }
+            Op::DeleteQueue { queue } => match self.registry.delete(&queue) {
+                Err(e) => self.finish_ticket(ticket, OpResult::Error(e)),
+                Ok(_) => {
+                    self.refresh();
+                    self.start_gather(ticket, 0, GatherAcc::Refresh, GatherRequest::Refresh);
+                }
+            },
+            Op::ListQueues { prefix } => {
+                let names = self.registry.list(&prefix);
+                self.finish_ticket(ticket, OpResult::Queues(names));
+            }
+            Op::GetQueue { queue } => match self.partition_of(&queue) {
+                Err(e) => self.finish_ticket(ticket, e.into()),
+                Ok(p) => {
+                    let part = self.part(p);
+                    let info = QueueInfo {
+                        queue: part.name.clone(),
+                        attributes: part.attrs.clone(),
+                        stats: QueueStats::default(),
+                    };
+                    let inc = part.incarnation;
+                    self.start_gather(
+                        ticket,
+                        inc,
+                        GatherAcc::Stats(Box::new(info)),
+                        GatherRequest::Stats,
+                    );
+                }
+            },
+            Op::PurgeQueue { queue } => match self.partition_of(&queue) {
+                Err(e) => self.finish_ticket(ticket, e.into()),
+                Ok(p) => {
+                    let inc = self.part(p).incarnation;
+                    self.start_gather(ticket, inc, GatherAcc::Purged(0), GatherRequest::Purge);
+                }
+            },
+            Op::Peek {
+                queue,
+                max_messages: max,
+            } => match self.partition_of(&queue) {
+                Err(e) => self.finish_ticket(ticket, e.into()),
+                Ok(_) if max == 0 || usize::from(max) > BATCH_ENTRIES_MAX => {
+                    self.finish_ticket(ticket, EngineError::MaxOutOfRange(u32::from(max)).into())
+                }
+                Ok(p) => {
+                    let inc = self.part(p).incarnation;
+                    let max = u32::from(max);
+                    let acc = GatherAcc::Peek {
+                        messages: Vec::new(),
+                        max,
+                    };
+                    self.start_gather(ticket, inc, acc, GatherRequest::Peek { max });
+                }
+            },
+            Op::Redrive {
+                queue,
+                max_messages: max,
+            } => match self.partition_of(&queue) {
+                Err(e) => self.finish_ticket(ticket, e.into()),
+                Ok(_) if max == 0 => self.finish_ticket(ticket, EngineError::RedriveMaxZero.into()),
+                Ok(p) => {
+                    let inc = self.part(p).incarnation;
+                    let acc = GatherAcc::Redrive {
+                        moved: 0,
+                        stayed: 0,
+                        max,
+                    };
+                    self.start_gather(ticket, inc, acc, GatherRequest::Redrive { max });
+                }
+            },
+            Op::Send(r) => self.op_send(ticket, &r.queue, &r.entries),
+            Op::Receive(r) => self.op_receive(
+                ticket,
+                &r.queue,
+                u32::from(r.max_messages),
+                r.visibility_timeout_ms,
+                r.wait_ms,
+            ),
+            Op::Delete(r) => {
+                let entries = r.receipts.iter().map(|&r| (r, 0));
+                self.op_receipts(ticket, &r.queue, ReceiptAction::Delete, entries);
+            }
+            Op::Abandon(r) => {
+                let entries = r.receipts.iter().map(|&r| (r, 0));
+                self.op_receipts(ticket, &r.queue, ReceiptAction::Abandon, entries);
+            }
+            Op::ChangeVisibility(r) => {
+                let entries = r
+                    .entries
+                    .iter()
+                    .map(|e| (e.receipt, e.visibility_timeout_ms));
+                self.op_receipts(ticket, &r.queue, ReceiptAction::ChangeVisibility, entries);
+            }
+        }
+    }
+
+    pub(super) fn batch_error(len: usize) -> Option<EngineError> {
+        if len == 0 {
+            Some(EngineError::EmptyBatch)
+        } else if len > BATCH_ENTRIES_MAX {
+            Some(EngineError::BatchTooLarge(len))
+        } else {
+            None
+        }
+    }
+}

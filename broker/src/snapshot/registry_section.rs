@@ -1,0 +1,83 @@
+//! The registry section: the receipt key, the id prefix, the next
+//! incarnation and every queue with its attributes.
+
+use std::io::Read;
+
+use bytes::{Bytes, BytesMut};
+use sluice_protocol::{QueueAttributes, QueueName, Reader};
+
+use super::format::{Out, SectionRead, SectionReader, SnapshotError};
+use crate::engine::registry::RestoredRegistry;
+
+pub(super) fn write_registry(out: &mut impl Out, state: &RestoredRegistry) {
+    out.u64(state.key.0);
+    out.u64(state.key.1);
+    out.u64(state.run_prefix);
+    out.u32(state.next_incarnation);
+    // At most PARTITIONS_MAX (2^24) queues.
+    out.u32(state.queues.len() as u32);
+    let mut buf = BytesMut::new();
+    for (name, attrs, inc) in &state.queues {
+        out.u32(*inc);
+        // Queue names are at most 80 bytes.
+        out.u8(name.len() as u8);
+        out.put(name.as_bytes());
+        buf.clear();
+        // A queue's attributes always encode (its dead-letter queue's name
+        // is a queue name, 80 bytes at most); were one not to, it would be
+        // refused when loaded rather than lost silently now.
+        let _ = attrs.encode(&mut buf);
+        // An attribute block is a few dozen bytes.
+        out.u16(buf.len() as u16);
+        out.put(&buf);
+    }
+}
+
+pub(super) fn read_registry<R: Read>(
+    r: &mut SectionReader<R>,
+) -> Result<RestoredRegistry, SnapshotError> {
+    let key = (r.u64("receipt key")?, r.u64("receipt key")?);
+    let run_prefix = r.u64("id prefix")?;
+    let next_incarnation = r.u32("next incarnation")?;
+    let at = r.offset();
+    let count = r.u32("queue count")?;
+    // A queue takes at least 8 bytes.
+    if u64::from(count) > r.remaining() / 8 {
+        return Err(SnapshotError::invalid(
+            at,
+            "queue count",
+            format!("{count} queues cannot fit in {} bytes", r.remaining()),
+        ));
+    }
+    let mut queues = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let inc = r.u32("incarnation")?;
+        let at = r.offset();
+        let len = usize::from(r.u8("queue name length")?);
+        let raw = r.bytes(len, "queue name")?;
+        let name = std::str::from_utf8(raw)
+            .ok()
+            .and_then(|s| QueueName::new(s).ok())
+            .ok_or_else(|| {
+                SnapshotError::invalid(
+                    at,
+                    "queue name",
+                    "not a valid queue name ([A-Za-z0-9_.-]{1,80})",
+                )
+            })?;
+        let at = r.offset();
+        let len = usize::from(r.u16("attributes length")?);
+        let block = Bytes::copy_from_slice(r.bytes(len, "queue attributes")?);
+        let mut reader = Reader::new(block);
+        let attrs = QueueAttributes::decode(&mut reader)
+            .and_then(|a| reader.finish().map(|()| a))
+            .map_err(|e| SnapshotError::invalid(at + 2, "queue attributes", e.to_string()))?;
+        queues.push((name, attrs, inc));
+    }
+    Ok(RestoredRegistry {
+        key,
+        run_prefix,
+        next_incarnation,
+        queues,
+    })
+}
