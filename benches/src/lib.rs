@@ -11,12 +11,9 @@ use sluice_protocol::{AttributeUpdate, QueueName};
 /// The wall-clock time (ms since the epoch) the benchmarks' shards run at.
 pub const WALL_MS: u64 = 1_700_000_000_000;
 
-/// The shards of these benchmarks are polled, never asleep.
-struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(&self) {}
-}
+// The shards of these benchmarks are polled, never asleep: they wake
+// nobody (`NoWake`).
+use sluice_broker::engine::mesh::doorbell::NoWake;
 
 /// `n` shards sharing one registry that holds `queue` (default
 /// attributes), shard `k` seeded with `k + 1`.

@@ -40,11 +40,7 @@ const QUEUE: &str = "held";
 /// Engine time of the run: past any retention, as the server's clock is.
 const NOW_NS: u64 = 1 << 52;
 
-struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(&self) {}
-}
+use sluice_broker::engine::mesh::doorbell::NoWake;
 
 fn main() {
     let mut args = std::env::args().skip(1);

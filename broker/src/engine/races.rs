@@ -82,12 +82,8 @@ fn run(body: impl Fn() + Send + Sync + 'static) {
     });
 }
 
-/// The shards of a model poll each other; nobody sleeps.
-struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(&self) {}
-}
+// The shards of a model poll each other; nobody sleeps (`NoWake`).
+use crate::engine::mesh::doorbell::NoWake;
 
 /// Two shards sharing a registry that holds one queue, `QUEUE`.
 fn two_shards(attributes: &AttributeUpdate) -> (Shard, Shard) {

@@ -87,7 +87,7 @@ pub const MEMORY_MAX_LIMIT: u64 = 1024 * TIB;
 /// read (not Linux).
 pub const MEMORY_MAX_FALLBACK: u64 = GIB;
 /// Default for `--queues-max`.
-pub const QUEUES_MAX_DEFAULT: u32 = 10_000;
+pub const QUEUES_MAX_DEFAULT: u32 = crate::engine::limits::QUEUES_MAX_DEFAULT as u32;
 /// Upper bound for `--queues-max`.
 pub const QUEUES_MAX_LIMIT: u32 = 1_000_000;
 /// Default for `--log`.
@@ -199,7 +199,8 @@ pub const DESCRIPTORS_BASE: u64 = 24;
 const _: () = assert!(SERVER_SHARDS_MAX as usize <= crate::engine::limits::SHARDS_MAX);
 const _: () = assert!(SHARD_RING_CAPACITY.is_power_of_two());
 const _: () = assert!(SHARD_RING_CAPACITY <= crate::engine::limits::LINK_CAPACITY_MAX);
-const _: () = assert!(QUEUES_MAX_DEFAULT as usize == crate::engine::limits::QUEUES_MAX_DEFAULT);
+// The engine declares the default; it fits the server's u32 setting.
+const _: () = assert!(crate::engine::limits::QUEUES_MAX_DEFAULT <= u32::MAX as usize);
 const _: () = assert!(QUEUES_MAX_LIMIT as usize <= crate::engine::limits::PARTITIONS_MAX);
 const _: () = assert!(CLOSE_FLUSH_TIMEOUT_NS > DRAIN_QUIET_NS);
 const _: () = assert!(HOUSEKEEPING_MIN_NS <= HOUSEKEEPING_MAX_NS);

@@ -25,10 +25,7 @@ const PRODUCED: u64 = 3000;
 const BATCH: u64 = 10;
 const LOOPS_MAX: u64 = 3_000_000;
 
-struct NoWake;
-impl Wake for NoWake {
-    fn wake(&self) {}
-}
+use sluice_broker::engine::mesh::doorbell::NoWake;
 
 #[derive(Default)]
 struct Log {
