@@ -1,0 +1,687 @@
+//! The message actions: SendMessage(Batch), ReceiveMessage,
+//! DeleteMessage(Batch), ChangeMessageVisibility(Batch).
+//!
+//! An SQS message attribute is stored as one engine attribute pair: the key
+//! is its name; the value is the string itself for DataType `String`, else
+//! `"\0" + DataType + "\0" + payload` (a Number's text, a Binary's base64).
+//! A String value cannot begin with NUL (SQS refuses that character), so
+//! the forms never meet, and a pair sent through the native door reads as a
+//! String attribute. The `AWSTraceHeader` system attribute is kept under
+//! the reserved key `AWS.TraceHeader` (SQS names cannot begin with `AWS.`).
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+use sluice_protocol::{
+    ChangeVisibilityRequest, DeleteRequest, ErrorCode, MessageAttributes, Receipt, ReceiveRequest,
+    ReceivedMessageRef, Reply, Request, SendEntry, SendOutcome, SendRequest, VisibilityChange,
+};
+
+use super::errors::SqsError;
+use super::md5::{SqsAttribute, md5_attributes, md5_hex};
+use super::names::Namespace;
+use super::wire::Input;
+use super::{Action, Ctx, Limits, Started, uuid_text};
+
+/// The engine key of the `AWSTraceHeader` system attribute.
+pub(crate) const TRACE_KEY: &str = "AWS.TraceHeader";
+
+/// SQS's largest message, and a batch's largest total.
+const MESSAGE_BYTES_MAX: usize = 1_048_576;
+
+/// SQS's most message attributes on a message.
+const ATTRIBUTES_MAX: usize = 10;
+
+/// The system attributes ReceiveMessage can return.
+const SYSTEM: &[&str] = &[
+    "ApproximateReceiveCount",
+    "ApproximateFirstReceiveTimestamp",
+    "SentTimestamp",
+    "SenderId",
+    "AWSTraceHeader",
+];
+
+/// FIFO's system attributes: accepted in a receive, never present.
+const SYSTEM_FIFO: &[&str] = &[
+    "MessageDeduplicationId",
+    "MessageGroupId",
+    "SequenceNumber",
+    "DeadLetterQueueSourceArn",
+];
+
+/// A message action waiting for the engine.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    /// SendMessage or SendMessageBatch.
+    Send {
+        batch: bool,
+        sent: Vec<Sent>,
+        failed: Vec<Value>,
+    },
+    /// ReceiveMessage.
+    Receive {
+        ns: Namespace,
+        system: Vec<&'static str>,
+        names: Vec<String>,
+    },
+    /// DeleteMessage(Batch) or ChangeMessageVisibility(Batch).
+    Receipts {
+        batch: bool,
+        delete: bool,
+        ids: Vec<String>,
+        failed: Vec<Value>,
+    },
+}
+
+/// A sent entry's reply fields.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    id: String,
+    md5_body: String,
+    md5_attributes: Option<String>,
+    md5_system: Option<String>,
+}
+
+/// Whether `c` may appear in a message (SQS's set).
+fn allowed_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}')
+}
+
+fn check_attribute_name(name: &str) -> Result<(), SqsError> {
+    let lower = name.to_ascii_lowercase();
+    let ok = (1..=256).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..")
+        && !lower.starts_with("aws.")
+        && !lower.starts_with("amazon.");
+    if ok {
+        Ok(())
+    } else {
+        Err(SqsError::invalid(format!(
+            "Message attribute name '{name}' is invalid."
+        )))
+    }
+}
+
+/// One `MessageAttributeValue` object read.
+fn attribute(name: &str, v: &Input) -> Result<SqsAttribute, SqsError> {
+    let data_type = v.opt_str("DataType")?.ok_or_else(|| {
+        SqsError::invalid(format!(
+            "The message attribute '{name}' must contain non-empty message attribute type."
+        ))
+    })?;
+    let base = ["String", "Number", "Binary"].into_iter().find(|b| {
+        data_type == *b
+            || data_type
+                .strip_prefix(b)
+                .is_some_and(|r| r.starts_with('.') && r.len() > 1)
+    });
+    let Some(base) = base.filter(|_| data_type.len() <= 256) else {
+        return Err(SqsError::invalid(format!(
+            "The type of message attribute '{name}' is invalid. You must use only the following supported type prefixes: Binary, Number, String."
+        )));
+    };
+    let empty = || {
+        SqsError::invalid(format!(
+            "The message attribute '{name}' must contain non-empty message attribute value for message attribute type '{data_type}'."
+        ))
+    };
+    let value = if base == "Binary" {
+        let b64 = v.opt_str("BinaryValue")?.ok_or_else(empty)?;
+        let bytes = BASE64.decode(b64).map_err(|_| {
+            SqsError::serialization(format!("BinaryValue of '{name}' is not base64."))
+        })?;
+        if bytes.is_empty() {
+            return Err(empty());
+        }
+        bytes
+    } else {
+        let s = v
+            .opt_str("StringValue")?
+            .filter(|s| !s.is_empty())
+            .ok_or_else(empty)?;
+        if !s.chars().all(allowed_char) {
+            return Err(SqsError::new(
+                "InvalidMessageContents",
+                format!(
+                    "The message attribute '{name}' contains characters outside the allowed set."
+                ),
+            ));
+        }
+        if base == "Number" && s.trim().parse::<f64>().is_err() {
+            return Err(SqsError::invalid(format!(
+                "Can't cast the value of message (user) attribute '{name}' to a number."
+            )));
+        }
+        s.as_bytes().to_vec()
+    };
+    Ok(SqsAttribute {
+        name: name.to_owned(),
+        data_type: data_type.to_owned(),
+        value,
+    })
+}
+
+/// The engine value of `a` (see the module's documentation).
+fn engine_value(a: &SqsAttribute) -> String {
+    if a.data_type == "String" {
+        String::from_utf8_lossy(&a.value).into_owned()
+    } else if a.is_binary() {
+        format!("\0{}\0{}", a.data_type, BASE64.encode(&a.value))
+    } else {
+        format!("\0{}\0{}", a.data_type, String::from_utf8_lossy(&a.value))
+    }
+}
+
+/// The SQS attribute an engine pair stores; `None` for the trace header.
+pub(crate) fn from_engine(key: &str, value: &str) -> Option<SqsAttribute> {
+    if key == TRACE_KEY {
+        return None;
+    }
+    let plain = || SqsAttribute {
+        name: key.to_owned(),
+        data_type: "String".to_owned(),
+        value: value.as_bytes().to_vec(),
+    };
+    let Some(rest) = value.strip_prefix('\0') else {
+        return Some(plain());
+    };
+    let Some((data_type, payload)) = rest.split_once('\0') else {
+        return Some(plain());
+    };
+    let value = if data_type.starts_with("Binary") {
+        BASE64.decode(payload).ok()?
+    } else {
+        payload.as_bytes().to_vec()
+    };
+    Some(SqsAttribute {
+        name: key.to_owned(),
+        data_type: data_type.to_owned(),
+        value,
+    })
+}
+
+/// A parsed send entry: the engine's entry, its reply fields (id not
+/// set) and its size by SQS's count.
+fn send_entry(input: &Input) -> Result<(SendEntry, Sent, usize), SqsError> {
+    let body = input.str("MessageBody")?;
+    if body.is_empty() {
+        return Err(SqsError::invalid(
+            "The request must contain a non-empty message body.",
+        ));
+    }
+    if !body.chars().all(allowed_char) {
+        return Err(SqsError::new(
+            "InvalidMessageContents",
+            "Invalid binary character in the message body: characters outside the allowed set.",
+        ));
+    }
+    let delay = input.opt_int_in("DelaySeconds", 0, 900)?;
+    if input.opt_str("MessageDeduplicationId")?.is_some() {
+        return Err(SqsError::invalid(
+            "The request includes parameter MessageDeduplicationId, which is not valid for this queue type (standard).",
+        ));
+    }
+    let mut attrs = Vec::new();
+    for (name, v) in input.obj_map("MessageAttributes")? {
+        check_attribute_name(name)?;
+        attrs.push(attribute(name, &v)?);
+    }
+    if attrs.len() > ATTRIBUTES_MAX {
+        return Err(SqsError::invalid(format!(
+            "Number of message attributes [{}] exceeds the allowed maximum [{ATTRIBUTES_MAX}].",
+            attrs.len()
+        )));
+    }
+    let mut system = Vec::new();
+    for (name, v) in input.obj_map("MessageSystemAttributes")? {
+        if name != "AWSTraceHeader" {
+            return Err(SqsError::invalid(format!(
+                "Message system attribute name '{name}' is invalid."
+            )));
+        }
+        let a = attribute(name, &v)?;
+        if a.data_type != "String" {
+            return Err(SqsError::invalid(
+                "The message system attribute 'AWSTraceHeader' must have DataType String.",
+            ));
+        }
+        system.push(a);
+    }
+    let size = body.len()
+        + attrs
+            .iter()
+            .map(|a| a.name.len() + a.data_type.len() + a.value.len())
+            .sum::<usize>();
+    if size > MESSAGE_BYTES_MAX {
+        return Err(SqsError::invalid(format!(
+            "One or more parameters are invalid. Reason: Message must be shorter than {MESSAGE_BYTES_MAX} bytes."
+        )));
+    }
+    let mut pairs: Vec<(String, String)> = attrs
+        .iter()
+        .map(|a| (a.name.clone(), engine_value(a)))
+        .collect();
+    for s in &system {
+        pairs.push((
+            TRACE_KEY.to_owned(),
+            String::from_utf8_lossy(&s.value).into_owned(),
+        ));
+    }
+    let attributes = MessageAttributes::from_pairs(pairs).map_err(|e| {
+        SqsError::invalid(format!(
+            "Message attributes are above what sluice stores ({}).",
+            e.message
+        ))
+    })?;
+    let mut entry = SendEntry::new(Bytes::copy_from_slice(body.as_bytes()));
+    entry.delay_ms = delay.map(|d| d * 1000);
+    entry.attributes = attributes;
+    let sent = Sent {
+        id: String::new(),
+        md5_body: md5_hex(body.as_bytes()),
+        md5_attributes: md5_attributes(&attrs),
+        md5_system: md5_attributes(&system),
+    };
+    Ok((entry, sent, size))
+}
+
+/// A batch's entries, checked as SQS does: 1 to the batch limit, each
+/// with a distinct `Id` of 1 to 80 `[A-Za-z0-9_-]`.
+fn batch(ctx: &Ctx<'_>, input: &Input) -> Result<Vec<(String, Input)>, SqsError> {
+    let entries = input.list("Entries")?;
+    if entries.is_empty() {
+        return Err(SqsError::new(
+            "EmptyBatchRequest",
+            "There should be at least one entry in the request.",
+        ));
+    }
+    let max = ctx.batch_max();
+    if entries.len() > max {
+        return Err(SqsError::new(
+            "TooManyEntriesInBatchRequest",
+            format!(
+                "Maximum number of entries per request are {max}. You have sent {}.",
+                entries.len()
+            ),
+        ));
+    }
+    let mut out: Vec<(String, Input)> = Vec::with_capacity(entries.len());
+    for v in entries {
+        let e = Input::from_value("Entries", v)?;
+        let id = e.str("Id")?.to_owned();
+        if !super::names::is_sqs_name(&id) {
+            return Err(SqsError::new(
+                "InvalidBatchEntryId",
+                "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most 80 letters long.",
+            ));
+        }
+        if out.iter().any(|(i, _)| *i == id) {
+            return Err(SqsError::new(
+                "BatchEntryIdsNotDistinct",
+                format!("Id {id} repeated."),
+            ));
+        }
+        out.push((id, e));
+    }
+    Ok(out)
+}
+
+fn failed(id: &str, e: &SqsError) -> Value {
+    json!({ "Id": id, "SenderFault": e.sender_fault(), "Code": e.name, "Message": e.message })
+}
+
+fn bad_receipt(handle: &str) -> SqsError {
+    SqsError::new(
+        "ReceiptHandleIsInvalid",
+        format!("The input receipt handle \"{handle}\" is not a valid receipt handle."),
+    )
+}
+
+fn start_send(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, SqsError> {
+    let (_, _, queue) = ctx.queue(input)?;
+    let batch_call = action == Action::SendMessageBatch;
+    let mut entries = Vec::new();
+    let mut sent = Vec::new();
+    let mut failures = Vec::new();
+    if batch_call {
+        let mut total = 0;
+        for (id, e) in batch(ctx, input)? {
+            match send_entry(&e) {
+                Ok((entry, s, size)) => {
+                    total += size;
+                    entries.push(entry);
+                    sent.push(Sent { id, ..s });
+                }
+                Err(err) => failures.push(failed(&id, &err)),
+            }
+        }
+        if ctx.config.limits == Limits::Strict && total > MESSAGE_BYTES_MAX {
+            return Err(SqsError::new(
+                "BatchRequestTooLong",
+                format!(
+                    "Batch requests cannot be longer than {MESSAGE_BYTES_MAX} bytes. You have sent {total} bytes."
+                ),
+            ));
+        }
+        if entries.is_empty() {
+            return Ok(Started::Reply(
+                json!({ "Successful": [], "Failed": failures }),
+                0,
+            ));
+        }
+    } else {
+        let (entry, s, _) = send_entry(input)?;
+        entries.push(entry);
+        sent.push(s);
+    }
+    let request = SendRequest::new(queue, &entries)
+        .map_err(|e| SqsError::invalid(format!("The messages cannot be sent: {e}")))?;
+    Ok(Started::Engine(
+        super::Pending::Message(Pending::Send {
+            batch: batch_call,
+            sent,
+            failed: failures,
+        }),
+        Request::Send(request),
+    ))
+}
+
+fn start_receive(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
+    let (ns, _, queue) = ctx.queue(input)?;
+    let most = i64::try_from(ctx.batch_max()).unwrap_or(10);
+    let max = input
+        .opt_int_in("MaxNumberOfMessages", 1, most)?
+        .unwrap_or(1);
+    let wait = input.opt_int_in("WaitTimeSeconds", 0, 20)?;
+    let visibility = input.opt_int_in("VisibilityTimeout", 0, 43_200)?;
+    let mut system = Vec::new();
+    let mut asked = input.str_list("AttributeNames")?;
+    asked.extend(input.str_list("MessageSystemAttributeNames")?);
+    for n in asked {
+        if n == "All" {
+            system.extend_from_slice(SYSTEM);
+        } else if let Some(s) = SYSTEM.iter().find(|s| **s == n) {
+            system.push(*s);
+        } else if !SYSTEM_FIFO.contains(&n) {
+            return Err(SqsError::new(
+                "InvalidAttributeName",
+                format!("Unknown Attribute {n}."),
+            ));
+        }
+    }
+    system.sort_unstable();
+    system.dedup();
+    let names = input
+        .str_list("MessageAttributeNames")?
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    Ok(Started::Engine(
+        super::Pending::Message(Pending::Receive { ns, system, names }),
+        Request::Receive(ReceiveRequest {
+            queue,
+            max_messages: u16::try_from(max).unwrap_or(1),
+            visibility_timeout_ms: visibility.map(|v| v * 1000),
+            wait_ms: wait.map(|w| w * 1000),
+            bind_leases: false,
+        }),
+    ))
+}
+
+fn start_receipts(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, SqsError> {
+    let (_, _, queue) = ctx.queue(input)?;
+    let delete = matches!(action, Action::DeleteMessage | Action::DeleteMessageBatch);
+    let batch_call = matches!(
+        action,
+        Action::DeleteMessageBatch | Action::ChangeMessageVisibilityBatch
+    );
+    let one = |e: &Input| -> Result<(Receipt, u32), SqsError> {
+        let handle = e.str("ReceiptHandle")?;
+        let receipt = Receipt::from_hex(handle).ok_or_else(|| bad_receipt(handle))?;
+        let timeout = if delete {
+            0
+        } else {
+            e.opt_int_in("VisibilityTimeout", 0, 43_200)?
+                .ok_or_else(|| SqsError::missing("VisibilityTimeout"))?
+                * 1000
+        };
+        Ok((receipt, timeout))
+    };
+    let mut ids = Vec::new();
+    let mut items = Vec::new();
+    let mut failures = Vec::new();
+    if batch_call {
+        for (id, e) in batch(ctx, input)? {
+            match one(&e) {
+                Ok(item) => {
+                    ids.push(id);
+                    items.push(item);
+                }
+                Err(err) => failures.push(failed(&id, &err)),
+            }
+        }
+        if items.is_empty() {
+            return Ok(Started::Reply(
+                json!({ "Successful": [], "Failed": failures }),
+                0,
+            ));
+        }
+    } else {
+        items.push(one(input)?);
+        ids.push(String::new());
+    }
+    let request = if delete {
+        Request::Delete(DeleteRequest {
+            queue,
+            receipts: items.into_iter().map(|(r, _)| r).collect(),
+        })
+    } else {
+        Request::ChangeVisibility(ChangeVisibilityRequest {
+            queue,
+            entries: items
+                .into_iter()
+                .map(|(receipt, visibility_timeout_ms)| VisibilityChange {
+                    receipt,
+                    visibility_timeout_ms,
+                })
+                .collect(),
+        })
+    };
+    Ok(Started::Engine(
+        super::Pending::Message(Pending::Receipts {
+            batch: batch_call,
+            delete,
+            ids,
+            failed: failures,
+        }),
+        request,
+    ))
+}
+
+/// Starts the message action `action`.
+pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, SqsError> {
+    match action {
+        Action::SendMessage | Action::SendMessageBatch => start_send(ctx, action, input),
+        Action::ReceiveMessage => start_receive(ctx, input),
+        _ => start_receipts(ctx, action, input),
+    }
+}
+
+/// Whether the message attribute `name` is one `wanted` asks for.
+fn wanted(names: &[String], name: &str) -> bool {
+    names.iter().any(|w| {
+        w == "All"
+            || w == ".*"
+            || w == name
+            || w.strip_suffix(".*").is_some_and(|p| {
+                name.len() > p.len() + 1 && name.starts_with(p) && name.as_bytes()[p.len()] == b'.'
+            })
+    })
+}
+
+fn received(
+    m: &ReceivedMessageRef<'_>,
+    ns: &Namespace,
+    system: &[&str],
+    names: &[String],
+) -> Value {
+    let body = String::from_utf8_lossy(m.body);
+    let mut out = Map::new();
+    out.insert("MessageId".into(), uuid_text(m.id.0).into());
+    out.insert("ReceiptHandle".into(), m.receipt.to_hex().into());
+    out.insert("MD5OfBody".into(), md5_hex(body.as_bytes()).into());
+    out.insert("Body".into(), body.into_owned().into());
+    let trace = m.attributes.get(TRACE_KEY);
+    let mut sys = Map::new();
+    for &s in system {
+        let v = match s {
+            "ApproximateReceiveCount" => m.receive_count.to_string(),
+            "ApproximateFirstReceiveTimestamp" => m.first_received_at_ms().to_string(),
+            "SentTimestamp" => m.sent_at_ms.to_string(),
+            "SenderId" => ns.account.clone(),
+            "AWSTraceHeader" => match trace {
+                Some(t) => t.to_owned(),
+                None => continue,
+            },
+            _ => continue,
+        };
+        sys.insert(s.to_owned(), Value::String(v));
+    }
+    if !sys.is_empty() {
+        out.insert("Attributes".into(), Value::Object(sys));
+    }
+    let attrs: Vec<SqsAttribute> = m
+        .attributes
+        .iter()
+        .filter_map(|(k, v)| from_engine(k, v))
+        .filter(|a| wanted(names, &a.name))
+        .collect();
+    if let Some(md5) = md5_attributes(&attrs) {
+        let mut map = Map::new();
+        for a in &attrs {
+            let v = if a.is_binary() {
+                json!({ "DataType": a.data_type, "BinaryValue": BASE64.encode(&a.value) })
+            } else {
+                json!({ "DataType": a.data_type, "StringValue": String::from_utf8_lossy(&a.value) })
+            };
+            map.insert(a.name.clone(), v);
+        }
+        out.insert("MD5OfMessageAttributes".into(), md5.into());
+        out.insert("MessageAttributes".into(), Value::Object(map));
+    }
+    Value::Object(out)
+}
+
+fn sent_json(s: &Sent, outcome: &SendOutcome, batch: bool) -> Value {
+    let mut out = Map::new();
+    if batch {
+        out.insert("Id".into(), s.id.clone().into());
+    }
+    out.insert("MessageId".into(), uuid_text(outcome.id.0).into());
+    out.insert("MD5OfMessageBody".into(), s.md5_body.clone().into());
+    if let Some(m) = &s.md5_attributes {
+        out.insert("MD5OfMessageAttributes".into(), m.clone().into());
+    }
+    if let Some(m) = &s.md5_system {
+        out.insert("MD5OfMessageSystemAttributes".into(), m.clone().into());
+    }
+    Value::Object(out)
+}
+
+fn mismatch() -> SqsError {
+    SqsError::new(
+        "InternalError",
+        "the engine's reply does not match the request",
+    )
+}
+
+impl Pending {
+    /// SQS's reply to the engine's `reply`, and the stale deletes.
+    pub(crate) fn finish(self, reply: Reply) -> Result<(Value, u32), SqsError> {
+        match (self, reply) {
+            (_, Reply::Error(e)) => Err(SqsError::from_engine(&e, false)),
+            (
+                Pending::Send {
+                    batch,
+                    sent,
+                    mut failed,
+                },
+                Reply::Send { results },
+            ) => {
+                if results.len() != sent.len() {
+                    return Err(mismatch());
+                }
+                if !batch {
+                    return match &results[0] {
+                        Ok(o) => Ok((sent_json(&sent[0], o, false), 0)),
+                        Err(code) => Err(SqsError::from_code(*code, "", false)),
+                    };
+                }
+                let mut ok = Vec::new();
+                for (s, r) in sent.iter().zip(&results) {
+                    match r {
+                        Ok(o) => ok.push(sent_json(s, o, true)),
+                        Err(code) => {
+                            failed.push(self::failed(&s.id, &SqsError::from_code(*code, "", false)))
+                        }
+                    }
+                }
+                Ok((json!({ "Successful": ok, "Failed": failed }), 0))
+            }
+            (Pending::Receive { ns, system, names }, Reply::Receive { messages }) => {
+                let list: Vec<Value> = messages
+                    .iter()
+                    .map(|m| received(&m, &ns, &system, &names))
+                    .collect();
+                if list.is_empty() {
+                    Ok((json!({}), 0))
+                } else {
+                    Ok((json!({ "Messages": list }), 0))
+                }
+            }
+            (
+                Pending::Receipts {
+                    batch,
+                    delete,
+                    ids,
+                    mut failed,
+                },
+                Reply::Delete { results } | Reply::ChangeVisibility { results },
+            ) => {
+                if results.len() != ids.len() {
+                    return Err(mismatch());
+                }
+                let mut stale = 0;
+                let mut ok = Vec::new();
+                for (id, r) in ids.iter().zip(&results) {
+                    let r = match r {
+                        Ok(()) => Ok(()),
+                        Err(ErrorCode::StaleReceipt) if delete => {
+                            stale += 1;
+                            Ok(())
+                        }
+                        Err(ErrorCode::Gone) if delete => Ok(()),
+                        Err(code) => Err(SqsError::from_code(*code, "", false)),
+                    };
+                    match r {
+                        Ok(()) => ok.push(json!({ "Id": id })),
+                        Err(e) if !batch => return Err(e),
+                        Err(e) => failed.push(self::failed(id, &e)),
+                    }
+                }
+                if batch {
+                    Ok((json!({ "Successful": ok, "Failed": failed }), stale))
+                } else {
+                    Ok((json!({}), stale))
+                }
+            }
+            _ => Err(mismatch()),
+        }
+    }
+}

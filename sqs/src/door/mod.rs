@@ -1,0 +1,422 @@
+//! The SQS actions: one HTTP request in ([`Door::call`]), engine requests
+//! in the protocol's vocabulary out ([`Step::Engine`]), their replies back
+//! in ([`Call::resume`]), and SQS's reply at the end ([`Step::Done`]).
+
+mod errors;
+mod md5;
+mod messages;
+mod names;
+mod queues;
+#[cfg(test)]
+mod tests;
+mod wire;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use serde_json::Value;
+use sluice_protocol::{QueueName, Reply, Request};
+
+use crate::http;
+use errors::SqsError;
+use names::Namespace;
+use wire::Input;
+
+/// Which limits the door enforces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Limits {
+    /// SQS's own: 10 entries per batch, 1 MiB messages, whole seconds.
+    #[default]
+    Strict,
+    /// sluice's larger ones where they differ: batches up to the engine's
+    /// 1,024 entries.
+    Relaxed,
+}
+
+/// What every call of the door shares.
+#[derive(Clone, Debug)]
+pub struct DoorConfig {
+    /// The account of a request whose access key is not 12 digits
+    /// (`--sqs-account`).
+    pub account: String,
+    /// The region of a request that names none.
+    pub region: String,
+    /// Strict or relaxed limits.
+    pub limits: Limits,
+}
+
+impl Default for DoorConfig {
+    fn default() -> Self {
+        DoorConfig {
+            account: "000000000000".to_owned(),
+            region: "us-east-1".to_owned(),
+            limits: Limits::Strict,
+        }
+    }
+}
+
+/// The SQS door: shared by every shard (it is cheap to clone).
+#[derive(Clone, Debug)]
+pub struct Door {
+    inner: Arc<DoorInner>,
+}
+
+#[derive(Debug)]
+struct DoorInner {
+    config: DoorConfig,
+    /// Calls so far, for request ids.
+    calls: AtomicU64,
+}
+
+/// What the server does next for a call.
+#[derive(Debug)]
+pub enum Step {
+    /// Submit this request to the engine and hand its reply to
+    /// [`Call::resume`].
+    Engine(Request),
+    /// Write this response; the call is over.
+    Done(Response),
+}
+
+/// A response to write with [`http::write_response`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// HTTP status.
+    pub status: u16,
+    /// Headers beside `Content-Length` and `Connection`.
+    pub headers: Vec<(&'static str, String)>,
+    /// The body.
+    pub body: Bytes,
+    /// The SQS error code when the call failed, for metrics.
+    pub error: Option<&'static str>,
+    /// Deletes of a receipt handle of an older delivery that succeeded
+    /// without deleting (SQS's rule), for metrics.
+    pub stale_deletes: u32,
+}
+
+macro_rules! actions {
+    ($($name:ident),* $(,)?) => {
+        /// An SQS action, by its name in `X-Amz-Target` or `Action=`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Action {
+            $(
+                #[doc = concat!("`", stringify!($name), "`.")]
+                $name,
+            )*
+            /// Any other name.
+            Unknown,
+        }
+
+        impl Action {
+            /// Every action, `Unknown` last.
+            pub const ALL: &'static [Action] = &[$(Action::$name,)* Action::Unknown];
+
+            /// The action named `name`.
+            #[must_use]
+            pub fn from_name(name: &str) -> Action {
+                match name {
+                    $(stringify!($name) => Action::$name,)*
+                    _ => Action::Unknown,
+                }
+            }
+
+            /// Its name (`Unknown` for any other).
+            #[must_use]
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Action::$name => stringify!($name),)*
+                    Action::Unknown => "Unknown",
+                }
+            }
+        }
+    };
+}
+
+actions! {
+    CreateQueue, GetQueueUrl, ListQueues, DeleteQueue, PurgeQueue,
+    GetQueueAttributes, SetQueueAttributes, TagQueue, UntagQueue, ListQueueTags,
+    SendMessage, SendMessageBatch, ReceiveMessage, DeleteMessage, DeleteMessageBatch,
+    ChangeMessageVisibility, ChangeMessageVisibilityBatch,
+    ListDeadLetterSourceQueues, StartMessageMoveTask, ListMessageMoveTasks,
+    CancelMessageMoveTask, AddPermission, RemovePermission,
+}
+
+/// One SQS call in progress.
+#[derive(Debug)]
+pub struct Call {
+    action: Action,
+    request_id: String,
+    pending: Pending,
+}
+
+/// What a call waits for.
+#[derive(Debug)]
+enum Pending {
+    /// Nothing: the call is over.
+    Over,
+    /// A queue action's engine reply.
+    Queue(queues::Pending),
+    /// A message action's engine reply.
+    Message(messages::Pending),
+}
+
+/// What starting an action gives: an engine request and what to do with
+/// its reply, or the reply at once.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // built once and moved once per call
+enum Started {
+    Engine(Pending, Request),
+    Reply(Value, u32),
+}
+
+/// What every action of a call reads.
+#[derive(Debug)]
+struct Ctx<'a> {
+    /// The request's namespace.
+    ns: Namespace,
+    /// The `Host` header, for queue URLs.
+    host: String,
+    /// The door's configuration.
+    config: &'a DoorConfig,
+}
+
+impl Ctx<'_> {
+    /// The namespace, SQS name and engine queue of `input`'s `QueueUrl`:
+    /// the URL's account in the request's region.
+    fn queue(&self, input: &Input) -> Result<(Namespace, String, QueueName), SqsError> {
+        let url = input.str("QueueUrl")?;
+        let (account, name) = names::parse_url(url)?;
+        let ns = Namespace::new(
+            account,
+            &self.ns.region,
+            &self.config.account,
+            &self.config.region,
+        );
+        if names::check_sqs_name(name).is_err() && !name.ends_with(".fifo") {
+            return Err(SqsError::no_queue());
+        }
+        let engine = ns.engine_name(name)?;
+        Ok((ns, name.to_owned(), engine))
+    }
+
+    /// The largest batch.
+    fn batch_max(&self) -> usize {
+        match self.config.limits {
+            Limits::Strict => 10,
+            Limits::Relaxed => sluice_protocol::limits::BATCH_ENTRIES_MAX,
+        }
+    }
+}
+
+/// A UUID-shaped id from `x` (a bijective mix, so distinct inputs give
+/// distinct ids).
+fn uuid_text(x: u128) -> String {
+    let hex = format!("{x:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The success response with `body`.
+fn ok_response(request_id: &str, body: &Value, stale_deletes: u32) -> Response {
+    Response {
+        status: 200,
+        headers: vec![
+            ("x-amzn-RequestId", request_id.to_owned()),
+            ("Content-Type", "application/x-amz-json-1.0".to_owned()),
+        ],
+        body: Bytes::from(body.to_string()),
+        error: None,
+        stale_deletes,
+    }
+}
+
+/// The error response for `e`.
+fn error_response(request_id: &str, e: &SqsError) -> Response {
+    let body = serde_json::json!({ "__type": e.json_type(), "message": e.message });
+    Response {
+        status: e.status(),
+        headers: vec![
+            ("x-amzn-RequestId", request_id.to_owned()),
+            ("Content-Type", "application/x-amz-json-1.0".to_owned()),
+            ("x-amzn-query-error", e.query_error()),
+        ],
+        body: Bytes::from(body.to_string()),
+        error: Some(e.name),
+        stale_deletes: 0,
+    }
+}
+
+impl Door {
+    /// A door with `config`.
+    #[must_use]
+    pub fn new(config: DoorConfig) -> Door {
+        Door {
+            inner: Arc::new(DoorInner {
+                config,
+                calls: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The door's configuration.
+    #[must_use]
+    pub fn config(&self) -> &DoorConfig {
+        &self.inner.config
+    }
+
+    fn request_id(&self, now_unix_ms: u64) -> String {
+        let n = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let hi = mix(n ^ now_unix_ms.rotate_left(32));
+        uuid_text((u128::from(hi) << 64) | u128::from(mix(n)))
+    }
+
+    /// The request's namespace: the signer's account and region when it
+    /// is signed (any signature is accepted), else the door's.
+    fn namespace(&self, req: &http::Request) -> Namespace {
+        let config = &self.inner.config;
+        let identity = crate::sigv4::identity(req);
+        let (account, region) = match &identity {
+            Some(id) => (
+                id.account.as_deref().unwrap_or(&config.account),
+                if id.region.is_empty() {
+                    config.region.as_str()
+                } else {
+                    id.region.as_str()
+                },
+            ),
+            None => (config.account.as_str(), config.region.as_str()),
+        };
+        Namespace::new(account, region, &config.account, &config.region)
+    }
+
+    /// Starts the call `req` asks for, at `now_unix_ms` (wall clock).
+    #[must_use]
+    pub fn call(&self, req: &http::Request, now_unix_ms: u64) -> (Call, Step) {
+        let request_id = self.request_id(now_unix_ms);
+        let target = req.header("x-amz-target");
+        let action = target
+            .and_then(|t| t.strip_prefix("AmazonSQS."))
+            .map_or(Action::Unknown, Action::from_name);
+        let mut call = Call {
+            action,
+            request_id,
+            pending: Pending::Over,
+        };
+        let step = match self.start(req, target, action) {
+            Ok(Started::Engine(pending, request)) => {
+                call.pending = pending;
+                Step::Engine(request)
+            }
+            Ok(Started::Reply(body, stale)) => {
+                Step::Done(ok_response(&call.request_id, &body, stale))
+            }
+            Err(e) => Step::Done(error_response(&call.request_id, &e)),
+        };
+        (call, step)
+    }
+
+    fn start(
+        &self,
+        req: &http::Request,
+        target: Option<&str>,
+        action: Action,
+    ) -> Result<Started, SqsError> {
+        if target.is_none() {
+            let form = req
+                .header("content-type")
+                .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded"));
+            if form || req.query.contains("Action=") {
+                return Err(SqsError::new(
+                    "UnsupportedOperation",
+                    "The SQS query protocol (Action=...) is not supported by sluice's SQS door yet; use the AWS JSON 1.0 protocol (X-Amz-Target: AmazonSQS.<Action>).",
+                ));
+            }
+            return Err(SqsError::new(
+                "InvalidAction",
+                "The request names no action: it needs the header X-Amz-Target: AmazonSQS.<Action>.",
+            ));
+        }
+        let ns = self.namespace(req);
+        let ctx = Ctx {
+            ns,
+            host: req.header("host").unwrap_or("localhost").to_owned(),
+            config: &self.inner.config,
+        };
+        let unsupported = || {
+            SqsError::new(
+                "InvalidAction",
+                format!(
+                    "The action {} is not valid for this endpoint.",
+                    target.unwrap_or("")
+                ),
+            )
+        };
+        if action == Action::Unknown {
+            return Err(unsupported());
+        }
+        let input = Input::parse(&req.body)?;
+        match action {
+            Action::CreateQueue
+            | Action::GetQueueUrl
+            | Action::ListQueues
+            | Action::DeleteQueue
+            | Action::PurgeQueue
+            | Action::GetQueueAttributes
+            | Action::SetQueueAttributes => queues::start(&ctx, action, &input),
+            Action::SendMessage
+            | Action::SendMessageBatch
+            | Action::ReceiveMessage
+            | Action::DeleteMessage
+            | Action::DeleteMessageBatch
+            | Action::ChangeMessageVisibility
+            | Action::ChangeMessageVisibilityBatch => messages::start(&ctx, action, &input),
+            _ => Err(unsupported()),
+        }
+    }
+}
+
+impl Call {
+    /// The action.
+    #[must_use]
+    pub fn action(&self) -> Action {
+        self.action
+    }
+
+    /// The request id (`x-amzn-RequestId`).
+    #[must_use]
+    pub fn request_id(&self) -> &str {
+        &self.request_id
+    }
+
+    /// The engine's `reply` to the last [`Step::Engine`]; the next step.
+    /// A call that is over answers `InternalError`.
+    pub fn resume(&mut self, reply: Reply, now_unix_ms: u64) -> Step {
+        let _ = now_unix_ms;
+        let result = match core::mem::replace(&mut self.pending, Pending::Over) {
+            Pending::Over => Err(SqsError::new(
+                "InternalError",
+                "an engine reply to a call that is over",
+            )),
+            Pending::Queue(p) => p.finish(reply),
+            Pending::Message(p) => p.finish(reply),
+        };
+        match result {
+            Ok((body, stale)) => Step::Done(ok_response(&self.request_id, &body, stale)),
+            Err(e) => Step::Done(error_response(&self.request_id, &e)),
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Namespaces, queue names, URLs and ARNs.
+//!
+//! A request's namespace is its account and region. The door's default
+//! namespace (the configured account and region) maps the SQS queue `N` to
+//! the engine queue `N`, so a queue is the same queue through either door;
+//! any other namespace maps it to `{account}.{region}.{N}` (SQS names have
+//! no `.`, so the two never meet).
+
+use sluice_protocol::QueueName;
+use sluice_protocol::limits::QUEUE_NAME_BYTES_MAX;
+
+use super::errors::SqsError;
+
+/// An account and region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Namespace {
+    /// 12 digits.
+    pub account: String,
+    /// `us-east-1`.
+    pub region: String,
+    /// Whether it is the door's default.
+    pub default: bool,
+}
+
+/// Whether `name` is an SQS standard queue name: 1 to 80 of
+/// `[A-Za-z0-9_-]`.
+pub(crate) fn is_sqs_name(name: &str) -> bool {
+    (1..=80).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Checks an SQS queue name: FIFO names are refused as not supported yet.
+pub(crate) fn check_sqs_name(name: &str) -> Result<(), SqsError> {
+    if let Some(base) = name.strip_suffix(".fifo") {
+        if is_sqs_name(base) {
+            return Err(SqsError::fifo());
+        }
+    }
+    if is_sqs_name(name) {
+        Ok(())
+    } else {
+        Err(SqsError::invalid(
+            "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length",
+        ))
+    }
+}
+
+impl Namespace {
+    /// The namespace of `account` and `region` for a door whose default is
+    /// `default_account` and `default_region`.
+    pub fn new(account: &str, region: &str, default_account: &str, default_region: &str) -> Self {
+        Namespace {
+            account: account.to_owned(),
+            region: region.to_owned(),
+            default: account == default_account && region == default_region,
+        }
+    }
+
+    /// The prefix of this namespace's engine names.
+    pub fn engine_prefix(&self) -> String {
+        if self.default {
+            String::new()
+        } else {
+            format!("{}.{}.", self.account, self.region)
+        }
+    }
+
+    /// The engine queue of the SQS queue `name` (checked).
+    pub fn engine_name(&self, name: &str) -> Result<QueueName, SqsError> {
+        check_sqs_name(name)?;
+        let full = format!("{}{name}", self.engine_prefix());
+        if full.len() > QUEUE_NAME_BYTES_MAX {
+            return Err(SqsError::invalid(format!(
+                "Queue name {name} is too long for account {} in region {}: sluice's queue name {full} would exceed {QUEUE_NAME_BYTES_MAX} bytes.",
+                self.account, self.region
+            )));
+        }
+        QueueName::new(&full).map_err(|_| SqsError::invalid(format!("Invalid queue name {name}.")))
+    }
+
+    /// The SQS name of the engine queue `engine`, if it is in this
+    /// namespace.
+    pub fn sqs_name<'a>(&self, engine: &'a str) -> Option<&'a str> {
+        let rest = engine.strip_prefix(&self.engine_prefix())?;
+        is_sqs_name(rest).then_some(rest)
+    }
+
+    /// The URL of the queue `name`.
+    pub fn url(&self, host: &str, name: &str) -> String {
+        format!("http://{host}/{}/{name}", self.account)
+    }
+
+    /// The ARN of the queue `name`.
+    pub fn arn(&self, name: &str) -> String {
+        format!("arn:aws:sqs:{}:{}:{name}", self.region, self.account)
+    }
+}
+
+/// The account and queue name of a queue URL (`http://host/account/name`,
+/// or its path alone): the host is not looked at.
+pub(crate) fn parse_url(url: &str) -> Result<(&str, &str), SqsError> {
+    let path = match url.find("://") {
+        Some(i) => {
+            let rest = &url[i + 3..];
+            rest.find('/').map_or("", |j| &rest[j..])
+        }
+        None => url,
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    let mut parts = path
+        .trim_start_matches('/')
+        .trim_end_matches('/')
+        .split('/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(account), Some(name), None) if !account.is_empty() && !name.is_empty() => {
+            Ok((account, name))
+        }
+        _ => Err(SqsError::new(
+            "InvalidAddress",
+            format!("The address {url} is not valid for this endpoint."),
+        )),
+    }
+}
+
+/// The (region, account, name) of a queue ARN.
+pub(crate) fn parse_arn(arn: &str) -> Option<(&str, &str, &str)> {
+    let rest = arn.strip_prefix("arn:")?;
+    let mut parts = rest.splitn(5, ':');
+    let _partition = parts.next()?;
+    if parts.next()? != "sqs" {
+        return None;
+    }
+    let region = parts.next()?;
+    let account = parts.next()?;
+    let name = parts.next()?;
+    (!region.is_empty() && !account.is_empty() && !name.is_empty())
+        .then_some((region, account, name))
+}
+
+/// The ARN of the engine queue `engine` (a dead-letter queue), read back
+/// from its name: `{account}.{region}.{N}`, or `N` in the default
+/// namespace.
+pub(crate) fn arn_of_engine(engine: &str, default: &Namespace) -> String {
+    let mut parts = engine.splitn(3, '.');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(account), Some(region), Some(name)) => {
+            format!("arn:aws:sqs:{region}:{account}:{name}")
+        }
+        _ => default.arn(engine),
+    }
+}

@@ -1,0 +1,750 @@
+use bytes::Bytes;
+use serde_json::Value;
+use sluice_protocol::{
+    ErrorCode, MessageAttributes, MessageId, QueueAttributes, QueueInfo, QueueName, QueueStats,
+    Receipt, ReceivedBatch, ReceivedMessage, Reply, Request, SendOutcome,
+};
+
+use super::md5::{SqsAttribute, md5_attributes};
+use super::{Action, Door, DoorConfig, Response, Step};
+use crate::http;
+
+fn req(target: Option<&str>, body: &str) -> http::Request {
+    let mut headers = vec![
+        ("host".to_owned(), "localhost:9324".to_owned()),
+        (
+            "content-type".to_owned(),
+            "application/x-amz-json-1.0".to_owned(),
+        ),
+    ];
+    if let Some(t) = target {
+        headers.push(("x-amz-target".to_owned(), t.to_owned()));
+    }
+    http::Request {
+        method: "POST".to_owned(),
+        path: "/".to_owned(),
+        query: String::new(),
+        headers,
+        body: Bytes::from(body.to_owned()),
+        keep_alive: true,
+    }
+}
+
+fn call(action: &str, body: &str) -> (super::Call, Step) {
+    Door::new(DoorConfig::default()).call(&req(Some(&format!("AmazonSQS.{action}")), body), 1)
+}
+
+fn done(step: Step) -> Response {
+    match step {
+        Step::Done(r) => r,
+        Step::Engine(e) => panic!("expected done, got {e:?}"),
+    }
+}
+
+fn engine(step: Step) -> Request {
+    match step {
+        Step::Engine(r) => r,
+        Step::Done(r) => panic!("expected engine, got {r:?}"),
+    }
+}
+
+fn json(r: &Response) -> Value {
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
+    r.headers
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn assert_error(r: &Response, name: &str, status: u16) {
+    assert_eq!(r.status, status, "{r:?}");
+    assert_eq!(r.error.unwrap(), name);
+    let b = json(r);
+    assert!(
+        b["__type"].as_str().unwrap().ends_with(&format!("#{name}")),
+        "{b}"
+    );
+    assert!(b["message"].is_string());
+}
+
+const URL: &str = "http://localhost:9324/000000000000/orders";
+
+#[test]
+fn door_unknown_action_and_missing_target() {
+    let (c, s) = call("NoSuchThing", "{}");
+    assert_eq!(c.action(), Action::Unknown);
+    let r = done(s);
+    assert_error(&r, "InvalidAction", 400);
+    assert_eq!(
+        header(&r, "x-amzn-query-error"),
+        Some("InvalidAction;Sender")
+    );
+    let door = Door::new(DoorConfig::default());
+    assert_error(
+        &done(door.call(&req(None, "{}"), 1).1),
+        "InvalidAction",
+        400,
+    );
+    let mut q = req(None, "Action=ListQueues");
+    q.headers[1].1 = "application/x-www-form-urlencoded".to_owned();
+    let r = done(door.call(&q, 1).1);
+    assert_error(&r, "UnsupportedOperation", 400);
+    assert!(
+        json(&r)["message"]
+            .as_str()
+            .unwrap()
+            .contains("query protocol")
+    );
+}
+
+#[test]
+fn door_bad_json_and_types() {
+    for body in ["{", "[1]", "\"x\"", "{\"QueueName\": 5}", "\u{0}\u{1}"] {
+        let r = done(call("CreateQueue", body).1);
+        assert_error(&r, "SerializationException", 400);
+    }
+    assert_error(&done(call("CreateQueue", "{}").1), "MissingParameter", 400);
+    assert_error(&done(call("GetQueueUrl", "").1), "MissingParameter", 400);
+}
+
+#[test]
+fn door_request_ids_and_headers() {
+    let door = Door::new(DoorConfig::default());
+    let a = door.call(&req(Some("AmazonSQS.ListQueues"), "{}"), 5).0;
+    let b = door.call(&req(Some("AmazonSQS.ListQueues"), "{}"), 5).0;
+    assert_ne!(a.request_id(), b.request_id());
+    assert_eq!(a.request_id().len(), 36);
+    assert_eq!(a.request_id().matches('-').count(), 4);
+}
+
+#[test]
+fn door_create_queue_and_errors() {
+    let (mut c, s) = call(
+        "CreateQueue",
+        r#"{"QueueName":"orders","Attributes":{"VisibilityTimeout":"45","DelaySeconds":"2",
+        "RedrivePolicy":"{\"deadLetterTargetArn\":\"arn:aws:sqs:us-east-1:000000000000:dlq\",\"maxReceiveCount\":3}"}}"#,
+    );
+    let Request::CreateQueue(cq) = engine(s) else {
+        panic!()
+    };
+    assert_eq!(cq.queue.as_str(), "orders");
+    assert_eq!(cq.attributes.visibility_timeout_ms, Some(45_000));
+    assert_eq!(cq.attributes.delay_ms, Some(2_000));
+    let rd = cq.attributes.redrive.unwrap();
+    assert_eq!((rd.dead_letter_queue.as_str(), rd.max_receives), ("dlq", 3));
+    let r = done(c.resume(Reply::CreateQueue { created: true }, 2));
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        header(&r, "Content-Type"),
+        Some("application/x-amz-json-1.0")
+    );
+    assert!(header(&r, "x-amzn-RequestId").is_some());
+    assert_eq!(json(&r)["QueueUrl"], URL);
+
+    let (mut c, s) = call("CreateQueue", r#"{"QueueName":"orders"}"#);
+    engine(s);
+    let r = done(c.resume(Reply::error(ErrorCode::QueueExists, "x"), 2));
+    assert_error(&r, "QueueNameExists", 400);
+    assert_eq!(
+        header(&r, "x-amzn-query-error"),
+        Some("QueueAlreadyExists;Sender")
+    );
+
+    for (body, err) in [
+        (r#"{"QueueName":"a.fifo"}"#, "UnsupportedOperation"),
+        (
+            r#"{"QueueName":"a","Attributes":{"FifoQueue":"true"}}"#,
+            "UnsupportedOperation",
+        ),
+        (r#"{"QueueName":"bad name"}"#, "InvalidParameterValue"),
+        (r#"{"QueueName":""}"#, "InvalidParameterValue"),
+        (
+            r#"{"QueueName":"a","Attributes":{"VisibilityTimeout":"43201"}}"#,
+            "InvalidAttributeValue",
+        ),
+        (
+            r#"{"QueueName":"a","Attributes":{"DelaySeconds":"x"}}"#,
+            "InvalidAttributeValue",
+        ),
+        (
+            r#"{"QueueName":"a","Attributes":{"Nope":"1"}}"#,
+            "InvalidAttributeName",
+        ),
+        (
+            r#"{"QueueName":"a","Attributes":{"RedrivePolicy":"{}"}}"#,
+            "InvalidAttributeValue",
+        ),
+        (
+            r#"{"QueueName":"a","Attributes":{"VisibilityTimeout":5}}"#,
+            "SerializationException",
+        ),
+    ] {
+        let r = done(call("CreateQueue", body).1);
+        assert_error(&r, err, 400);
+    }
+    let fifo = done(call("CreateQueue", r#"{"QueueName":"a.fifo"}"#).1);
+    assert!(json(&fifo)["message"].as_str().unwrap().contains("FIFO"));
+}
+
+#[test]
+fn door_namespaces() {
+    use super::names::{Namespace, arn_of_engine, parse_url};
+    let ns = Namespace::new("123456789012", "eu-west-1", "000000000000", "us-east-1");
+    assert_eq!(
+        ns.engine_name("q").unwrap().as_str(),
+        "123456789012.eu-west-1.q"
+    );
+    assert_eq!(ns.sqs_name("123456789012.eu-west-1.q"), Some("q"));
+    assert_eq!(ns.sqs_name("q"), None);
+    let long = "a".repeat(80);
+    assert_eq!(
+        ns.engine_name(&long).unwrap_err().name,
+        "InvalidParameterValue"
+    );
+    let d = Namespace::new("000000000000", "us-east-1", "000000000000", "us-east-1");
+    assert_eq!(d.engine_name(&long).unwrap().as_str(), long);
+    assert_eq!(d.sqs_name("x.y.z"), None);
+    assert_eq!(ns.arn("q"), "arn:aws:sqs:eu-west-1:123456789012:q");
+    assert_eq!(
+        arn_of_engine("123456789012.eu-west-1.q", &d),
+        "arn:aws:sqs:eu-west-1:123456789012:q"
+    );
+    assert_eq!(parse_url("http://other-host/1/q").unwrap(), ("1", "q"));
+    assert_eq!(parse_url("/1/q").unwrap(), ("1", "q"));
+    for bad in ["", "http://h", "http://h/1", "http://h/1/q/x", "q"] {
+        assert_eq!(parse_url(bad).unwrap_err().name, "InvalidAddress");
+    }
+}
+
+#[test]
+fn door_queue_url_lookup_uses_path_and_reports_missing() {
+    let (mut c, s) = call(
+        "GetQueueAttributes",
+        r#"{"QueueUrl":"http://elsewhere/000000000000/orders","AttributeNames":["All"]}"#,
+    );
+    let Request::GetQueue { queue } = engine(s) else {
+        panic!()
+    };
+    assert_eq!(queue.as_str(), "orders");
+    let r = done(c.resume(Reply::error(ErrorCode::QueueNotFound, "no"), 1));
+    assert_error(&r, "QueueDoesNotExist", 400);
+    assert_eq!(
+        header(&r, "x-amzn-query-error"),
+        Some("AWS.SimpleQueueService.NonExistentQueue;Sender")
+    );
+}
+
+#[test]
+fn door_get_queue_attributes() {
+    let (mut c, s) = call(
+        "GetQueueAttributes",
+        &format!(r#"{{"QueueUrl":"{URL}","AttributeNames":["All"]}}"#),
+    );
+    engine(s);
+    let attributes = QueueAttributes {
+        redrive: Some(sluice_protocol::RedrivePolicy {
+            dead_letter_queue: "dlq".to_owned(),
+            max_receives: 4,
+        }),
+        ..QueueAttributes::default()
+    };
+    let stats = QueueStats {
+        visible: 3,
+        in_flight: 2,
+        delayed: 1,
+        ..QueueStats::default()
+    };
+    let info = QueueInfo {
+        queue: QueueName::new("orders").unwrap(),
+        attributes,
+        stats,
+    };
+    let r = done(c.resume(Reply::GetQueue(info), 1));
+    let a = &json(&r)["Attributes"];
+    assert_eq!(a["ApproximateNumberOfMessages"], "3");
+    assert_eq!(a["ApproximateNumberOfMessagesNotVisible"], "2");
+    assert_eq!(a["ApproximateNumberOfMessagesDelayed"], "1");
+    assert_eq!(a["VisibilityTimeout"], "30");
+    assert_eq!(a["QueueArn"], "arn:aws:sqs:us-east-1:000000000000:orders");
+    let rp: Value = serde_json::from_str(a["RedrivePolicy"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        rp["deadLetterTargetArn"],
+        "arn:aws:sqs:us-east-1:000000000000:dlq"
+    );
+    assert_eq!(rp["maxReceiveCount"], 4);
+    let r = done(
+        call(
+            "GetQueueAttributes",
+            &format!(r#"{{"QueueUrl":"{URL}","AttributeNames":["Bogus"]}}"#),
+        )
+        .1,
+    );
+    assert_error(&r, "InvalidAttributeName", 400);
+}
+
+#[test]
+fn door_list_queues_filters_and_pages() {
+    let (mut c, s) = call("ListQueues", r#"{"QueueNamePrefix":"o","MaxResults":1}"#);
+    let Request::ListQueues { prefix } = engine(s) else {
+        panic!()
+    };
+    assert_eq!(prefix, "o");
+    let queues = ["orders", "o2", "1.r.o3", "o{x}"]
+        .iter()
+        .map(|n| QueueName::new(n).unwrap())
+        .collect();
+    let r = done(c.resume(Reply::ListQueues { queues }, 1));
+    let b = json(&r);
+    assert_eq!(
+        b["QueueUrls"],
+        serde_json::json!(["http://localhost:9324/000000000000/o2"])
+    );
+    assert_eq!(b["NextToken"], "o2");
+    assert_error(
+        &done(call("ListQueues", r#"{"MaxResults":0}"#).1),
+        "InvalidParameterValue",
+        400,
+    );
+}
+
+#[test]
+fn door_simple_queue_actions() {
+    for (action, expect) in [("DeleteQueue", "DeleteQueue"), ("PurgeQueue", "PurgeQueue")] {
+        let (mut c, s) = call(action, &format!(r#"{{"QueueUrl":"{URL}"}}"#));
+        let e = engine(s);
+        assert!(format!("{e:?}").starts_with(expect));
+        let reply = if action == "DeleteQueue" {
+            Reply::DeleteQueue
+        } else {
+            Reply::PurgeQueue { purged: 1 }
+        };
+        assert_eq!(json(&done(c.resume(reply, 1))), serde_json::json!({}));
+    }
+    let (mut c, s) = call(
+        "SetQueueAttributes",
+        &format!(r#"{{"QueueUrl":"{URL}","Attributes":{{"RedrivePolicy":""}}}}"#),
+    );
+    let Request::SetQueue(sq) = engine(s) else {
+        panic!()
+    };
+    assert!(sq.attributes.clear_redrive);
+    assert_eq!(done(c.resume(Reply::SetQueue, 1)).status, 200);
+    assert_error(&done(call("DeleteQueue", "{}").1), "MissingParameter", 400);
+}
+
+#[test]
+fn door_md5_of_attributes_matches_sqs() {
+    // The AWS documentation's and SDKs' known vector: one String attribute.
+    let a = SqsAttribute {
+        name: "a".to_owned(),
+        data_type: "String".to_owned(),
+        value: b"b".to_vec(),
+    };
+    let mut bytes = Vec::new();
+    for part in [&b"a"[..], b"String"] {
+        bytes.extend_from_slice(&u32::try_from(part.len()).unwrap().to_be_bytes());
+        bytes.extend_from_slice(part);
+    }
+    bytes.push(1);
+    bytes.extend_from_slice(&1u32.to_be_bytes());
+    bytes.push(b'b');
+    assert_eq!(md5_attributes(&[a]).unwrap(), super::md5::md5_hex(&bytes));
+    assert_eq!(md5_attributes(&[]), None);
+    assert_eq!(super::md5::md5_hex(b""), "d41d8cd98f00b204e9800998ecf8427e");
+}
+
+#[test]
+fn door_send_message_round_trip() {
+    let body = format!(
+        r#"{{"QueueUrl":"{URL}","MessageBody":"hello","DelaySeconds":3,
+        "MessageAttributes":{{"s":{{"DataType":"String","StringValue":"v"}},
+          "n":{{"DataType":"Number.int","StringValue":"42"}},
+          "b":{{"DataType":"Binary","BinaryValue":"AAEC"}}}},
+        "MessageSystemAttributes":{{"AWSTraceHeader":{{"DataType":"String","StringValue":"Root=1"}}}}}}"#
+    );
+    let (mut c, s) = call("SendMessage", &body);
+    let Request::Send(send) = engine(s) else {
+        panic!()
+    };
+    let entries = send.entries.to_entries();
+    assert_eq!(entries.len(), 1);
+    let e = &entries[0];
+    assert_eq!(e.body, "hello");
+    assert_eq!(e.delay_ms, Some(3000));
+    assert_eq!(e.attributes.get("s"), Some("v"));
+    assert_eq!(e.attributes.get("n"), Some("\0Number.int\x0042"));
+    assert_eq!(e.attributes.get("b"), Some("\0Binary\0AAEC"));
+    assert_eq!(e.attributes.get("AWS.TraceHeader"), Some("Root=1"));
+    let id = MessageId(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+    let r = done(c.resume(
+        Reply::Send {
+            results: vec![Ok(SendOutcome {
+                id,
+                duplicate: false,
+            })],
+        },
+        1,
+    ));
+    let b = json(&r);
+    assert_eq!(b["MessageId"], "01234567-89ab-cdef-0123-456789abcdef");
+    assert_eq!(b["MD5OfMessageBody"], "5d41402abc4b2a76b9719d911017c592");
+    assert_eq!(b["MD5OfMessageAttributes"].as_str().unwrap().len(), 32);
+    assert_eq!(
+        b["MD5OfMessageSystemAttributes"].as_str().unwrap().len(),
+        32
+    );
+}
+
+#[test]
+fn door_send_message_bad_input() {
+    let bad = [
+        (r#""MessageBody":"""#, "InvalidParameterValue"),
+        (r#""MessageBody":"a\u0000""#, "InvalidMessageContents"),
+        (
+            r#""MessageBody":"a","DelaySeconds":901"#,
+            "InvalidParameterValue",
+        ),
+        (
+            r#""MessageBody":"a","DelaySeconds":"1""#,
+            "SerializationException",
+        ),
+        (
+            r#""MessageBody":"a","MessageAttributes":{"AWS.x":{"DataType":"String","StringValue":"v"}}"#,
+            "InvalidParameterValue",
+        ),
+        (
+            r#""MessageBody":"a","MessageAttributes":{"x":{"DataType":"Float","StringValue":"v"}}"#,
+            "InvalidParameterValue",
+        ),
+        (
+            r#""MessageBody":"a","MessageAttributes":{"x":{"DataType":"Number","StringValue":"zz"}}"#,
+            "InvalidParameterValue",
+        ),
+        (
+            r#""MessageBody":"a","MessageAttributes":{"x":{"DataType":"Binary","BinaryValue":"!!"}}"#,
+            "SerializationException",
+        ),
+        (
+            r#""MessageBody":"a","MessageAttributes":{"x":{"DataType":"String"}}"#,
+            "InvalidParameterValue",
+        ),
+        (
+            r#""MessageBody":"a","MessageAttributes":{"x":7}"#,
+            "SerializationException",
+        ),
+        (
+            r#""MessageBody":"a","MessageSystemAttributes":{"Other":{"DataType":"String","StringValue":"v"}}"#,
+            "InvalidParameterValue",
+        ),
+        (
+            r#""MessageBody":"a","MessageDeduplicationId":"d""#,
+            "InvalidParameterValue",
+        ),
+    ];
+    for (rest, err) in bad {
+        let body = format!(r#"{{"QueueUrl":"{URL}",{rest}}}"#);
+        assert_error(&done(call("SendMessage", &body).1), err, 400);
+    }
+    let eleven: Vec<String> = (0..11)
+        .map(|i| format!(r#""k{i}":{{"DataType":"String","StringValue":"v"}}"#))
+        .collect();
+    let body = format!(
+        r#"{{"QueueUrl":"{URL}","MessageBody":"a","MessageAttributes":{{{}}}}}"#,
+        eleven.join(",")
+    );
+    assert_error(
+        &done(call("SendMessage", &body).1),
+        "InvalidParameterValue",
+        400,
+    );
+    let big = "x".repeat(1_048_577);
+    let body = format!(r#"{{"QueueUrl":"{URL}","MessageBody":"{big}"}}"#);
+    assert_error(
+        &done(call("SendMessage", &body).1),
+        "InvalidParameterValue",
+        400,
+    );
+    let (mut c, s) = call(
+        "SendMessage",
+        &format!(r#"{{"QueueUrl":"{URL}","MessageBody":"a"}}"#),
+    );
+    engine(s);
+    let r = done(c.resume(
+        Reply::Send {
+            results: vec![Err(ErrorCode::MessageTooLarge)],
+        },
+        1,
+    ));
+    assert_error(&r, "InvalidParameterValue", 400);
+}
+
+#[test]
+fn door_send_batch_limits_and_results() {
+    let entry = |id: &str| format!(r#"{{"Id":"{id}","MessageBody":"m"}}"#);
+    let batch = |entries: Vec<String>| {
+        format!(
+            r#"{{"QueueUrl":"{URL}","Entries":[{}]}}"#,
+            entries.join(",")
+        )
+    };
+    assert_error(
+        &done(call("SendMessageBatch", &batch(vec![])).1),
+        "EmptyBatchRequest",
+        400,
+    );
+    let eleven = (0..11).map(|i| entry(&format!("e{i}"))).collect();
+    assert_error(
+        &done(call("SendMessageBatch", &batch(eleven)).1),
+        "TooManyEntriesInBatchRequest",
+        400,
+    );
+    assert_error(
+        &done(call("SendMessageBatch", &batch(vec![entry("a"), entry("a")])).1),
+        "BatchEntryIdsNotDistinct",
+        400,
+    );
+    assert_error(
+        &done(call("SendMessageBatch", &batch(vec![entry("bad id")])).1),
+        "InvalidBatchEntryId",
+        400,
+    );
+    let half = "x".repeat(600_000);
+    let two = vec![
+        format!(r#"{{"Id":"a","MessageBody":"{half}"}}"#),
+        format!(r#"{{"Id":"b","MessageBody":"{half}"}}"#),
+    ];
+    assert_error(
+        &done(call("SendMessageBatch", &batch(two)).1),
+        "BatchRequestTooLong",
+        400,
+    );
+
+    let entries = vec![
+        entry("a"),
+        r#"{"Id":"b","MessageBody":""}"#.to_owned(),
+        entry("c"),
+    ];
+    let (mut c, s) = call("SendMessageBatch", &batch(entries));
+    let Request::Send(send) = engine(s) else {
+        panic!()
+    };
+    assert_eq!(send.entries.len(), 2);
+    let r = done(c.resume(
+        Reply::Send {
+            results: vec![
+                Ok(SendOutcome {
+                    id: MessageId(1),
+                    duplicate: false,
+                }),
+                Err(ErrorCode::QueueFull),
+            ],
+        },
+        1,
+    ));
+    let b = json(&r);
+    assert_eq!(b["Successful"][0]["Id"], "a");
+    let failed = b["Failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 2);
+    assert_eq!(failed[0]["Id"], "b");
+    assert_eq!(failed[0]["SenderFault"], true);
+    assert_eq!(failed[1]["Id"], "c");
+    assert_eq!(failed[1]["Code"], "OverLimit");
+    // A reply of the wrong length is an internal error, not a panic.
+    let (mut c, s) = call("SendMessageBatch", &batch(vec![entry("a")]));
+    engine(s);
+    assert_error(
+        &done(c.resume(Reply::Send { results: vec![] }, 1)),
+        "InternalError",
+        500,
+    );
+}
+
+fn receipt(delivery: u64) -> Receipt {
+    Receipt {
+        incarnation: 1,
+        shard: 0,
+        slot: 2,
+        generation: 3,
+        delivery,
+        check: 4,
+    }
+}
+
+#[test]
+fn door_receive_message() {
+    let body = format!(
+        r#"{{"QueueUrl":"{URL}","MaxNumberOfMessages":5,"WaitTimeSeconds":2,"VisibilityTimeout":9,
+        "MessageSystemAttributeNames":["All"],"MessageAttributeNames":["s","pre.*"]}}"#
+    );
+    let (mut c, s) = call("ReceiveMessage", &body);
+    let Request::Receive(rr) = engine(s) else {
+        panic!()
+    };
+    assert_eq!(rr.max_messages, 5);
+    assert_eq!(rr.wait_ms, Some(2000));
+    assert_eq!(rr.visibility_timeout_ms, Some(9000));
+    let attributes = MessageAttributes::from_pairs([
+        ("s", "v"),
+        ("pre.b", "\0Binary\0AAEC"),
+        ("other", "x"),
+        ("AWS.TraceHeader", "Root=1"),
+    ])
+    .unwrap();
+    let m = ReceivedMessage {
+        id: MessageId(7),
+        receipt: receipt(1),
+        receive_count: 2,
+        sent_at_ms: 1000,
+        first_received_delta_ms: 5,
+        attributes,
+        body: Bytes::from_static(b"hello"),
+    };
+    let messages = ReceivedBatch::from_messages([m.as_view()]).unwrap();
+    let r = done(c.resume(Reply::Receive { messages }, 1));
+    let b = json(&r);
+    let m0 = &b["Messages"][0];
+    assert_eq!(m0["Body"], "hello");
+    assert_eq!(m0["MD5OfBody"], "5d41402abc4b2a76b9719d911017c592");
+    assert_eq!(m0["ReceiptHandle"], receipt(1).to_hex());
+    assert_eq!(m0["Attributes"]["ApproximateReceiveCount"], "2");
+    assert_eq!(m0["Attributes"]["SentTimestamp"], "1000");
+    assert_eq!(m0["Attributes"]["SenderId"], "000000000000");
+    assert_eq!(m0["Attributes"]["AWSTraceHeader"], "Root=1");
+    let ma = m0["MessageAttributes"].as_object().unwrap();
+    assert_eq!(ma.len(), 2);
+    assert_eq!(ma["pre.b"]["BinaryValue"], "AAEC");
+    assert_eq!(ma["s"]["StringValue"], "v");
+    assert_eq!(m0["MD5OfMessageAttributes"].as_str().unwrap().len(), 32);
+
+    let (mut c, s) = call("ReceiveMessage", &format!(r#"{{"QueueUrl":"{URL}"}}"#));
+    let Request::Receive(rr) = engine(s) else {
+        panic!()
+    };
+    assert_eq!((rr.max_messages, rr.wait_ms), (1, None));
+    let empty = ReceivedBatch::from_messages([]).unwrap();
+    assert_eq!(
+        json(&done(c.resume(Reply::Receive { messages: empty }, 1))),
+        serde_json::json!({})
+    );
+    for rest in [
+        r#""MaxNumberOfMessages":11"#,
+        r#""MaxNumberOfMessages":0"#,
+        r#""WaitTimeSeconds":21"#,
+        r#""VisibilityTimeout":43201"#,
+    ] {
+        let body = format!(r#"{{"QueueUrl":"{URL}",{rest}}}"#);
+        assert_error(
+            &done(call("ReceiveMessage", &body).1),
+            "InvalidParameterValue",
+            400,
+        );
+    }
+    let body = format!(r#"{{"QueueUrl":"{URL}","AttributeNames":["Nope"]}}"#);
+    assert_error(
+        &done(call("ReceiveMessage", &body).1),
+        "InvalidAttributeName",
+        400,
+    );
+}
+
+#[test]
+fn door_delete_and_change_visibility() {
+    let h = receipt(1).to_hex();
+    let (mut c, s) = call(
+        "DeleteMessage",
+        &format!(r#"{{"QueueUrl":"{URL}","ReceiptHandle":"{h}"}}"#),
+    );
+    let Request::Delete(d) = engine(s) else {
+        panic!()
+    };
+    assert_eq!(d.receipts, vec![receipt(1)]);
+    let r = done(c.resume(
+        Reply::Delete {
+            results: vec![Err(ErrorCode::StaleReceipt)],
+        },
+        1,
+    ));
+    assert_eq!((r.status, r.stale_deletes), (200, 1));
+
+    let r = done(
+        call(
+            "DeleteMessage",
+            &format!(r#"{{"QueueUrl":"{URL}","ReceiptHandle":"zz"}}"#),
+        )
+        .1,
+    );
+    assert_error(&r, "ReceiptHandleIsInvalid", 400);
+
+    let body = format!(
+        r#"{{"QueueUrl":"{URL}","Entries":[{{"Id":"a","ReceiptHandle":"{h}"}},{{"Id":"b","ReceiptHandle":"no"}}]}}"#
+    );
+    let (mut c, s) = call("DeleteMessageBatch", &body);
+    engine(s);
+    let b = json(&done(c.resume(
+        Reply::Delete {
+            results: vec![Ok(())],
+        },
+        1,
+    )));
+    assert_eq!(b["Successful"][0]["Id"], "a");
+    assert_eq!(b["Failed"][0]["Code"], "ReceiptHandleIsInvalid");
+
+    let (mut c, s) = call(
+        "ChangeMessageVisibility",
+        &format!(r#"{{"QueueUrl":"{URL}","ReceiptHandle":"{h}","VisibilityTimeout":10}}"#),
+    );
+    let Request::ChangeVisibility(cv) = engine(s) else {
+        panic!()
+    };
+    assert_eq!(cv.entries[0].visibility_timeout_ms, 10_000);
+    let r = done(c.resume(
+        Reply::ChangeVisibility {
+            results: vec![Err(ErrorCode::Gone)],
+        },
+        1,
+    ));
+    assert_error(&r, "MessageNotInflight", 400);
+    let r = done(
+        call(
+            "ChangeMessageVisibility",
+            &format!(r#"{{"QueueUrl":"{URL}","ReceiptHandle":"{h}"}}"#),
+        )
+        .1,
+    );
+    assert_error(&r, "MissingParameter", 400);
+
+    let body = format!(
+        r#"{{"QueueUrl":"{URL}","Entries":[{{"Id":"a","ReceiptHandle":"{h}","VisibilityTimeout":1}}]}}"#
+    );
+    let (mut c, s) = call("ChangeMessageVisibilityBatch", &body);
+    engine(s);
+    let b = json(&done(c.resume(
+        Reply::ChangeVisibility {
+            results: vec![Err(ErrorCode::InvalidReceipt)],
+        },
+        1,
+    )));
+    assert_eq!(b["Failed"][0]["Code"], "ReceiptHandleIsInvalid");
+}
+
+#[test]
+fn door_resume_after_done_and_wrong_reply_do_not_panic() {
+    let (mut c, s) = call("DeleteQueue", &format!(r#"{{"QueueUrl":"{URL}"}}"#));
+    engine(s);
+    assert_error(&done(c.resume(Reply::SetQueue, 1)), "InternalError", 500);
+    assert_error(&done(c.resume(Reply::DeleteQueue, 1)), "InternalError", 500);
+}
+
+#[test]
+fn door_skipped_actions_are_invalid_action() {
+    for a in [
+        "TagQueue",
+        "ListDeadLetterSourceQueues",
+        "StartMessageMoveTask",
+    ] {
+        assert_error(&done(call(a, "{}").1), "InvalidAction", 400);
+    }
+}
