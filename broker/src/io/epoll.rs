@@ -33,15 +33,17 @@ use std::time::{Duration, Instant};
 use super::connections::{Admission, CloseReq, Connections};
 use super::reserve::Reserve;
 use super::{
-    ACCEPT_PAUSE_MS, Backend, Driver, DriverConfig, Event, OnEvent, OpenError, SEND_IOVECS_MAX,
-    Waker, sys,
+    ACCEPT_PAUSE_MS, Backend, Driver, DriverConfig, Event, LISTENERS_MAX, ListenerId, OnEvent,
+    OpenError, SEND_IOVECS_MAX, Waker, sys,
 };
 use crate::sync::Arc;
 
 use super::limits::{ACCEPT_BATCH, READ_BUDGET};
 
-const TOKEN_LISTENER: u64 = u64::MAX;
-const TOKEN_WAKE: u64 = u64::MAX - 1;
+const TOKEN_WAKE: u64 = u64::MAX;
+/// Listener `i`'s token is `TOKEN_LISTENER + i`; connection tokens have
+/// their top byte clear (slot indexes are below 2^24).
+const TOKEN_LISTENER: u64 = u64::MAX - 1 - LISTENERS_MAX as u64;
 
 const CONN_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
 
@@ -65,6 +67,16 @@ struct EConn {
     out_registered: bool,
 }
 
+/// One listening socket.
+#[derive(Debug)]
+struct EListener {
+    /// `None` once the driver stopped accepting.
+    fd: Option<OwnedFd>,
+    addr: SocketAddr,
+    /// What a connection refused when out of descriptors is sent.
+    shed_reply: Arc<[u8]>,
+}
+
 /// The epoll driver.
 pub(crate) struct EpollDriver {
     epoll: OwnedFd,
@@ -73,22 +85,20 @@ pub(crate) struct EpollDriver {
     buf: Box<[u8]>,
     events: Vec<libc::epoll_event>,
     waker: Arc<Waker>,
-    listener: Option<OwnedFd>,
-    local_addr: SocketAddr,
+    listeners: Vec<EListener>,
+    /// Accepting is paused on every listener until then.
     accept_paused: Option<Instant>,
     /// Connections whose read budget ran out with data left.
     carry: Vec<u32>,
     /// The spare descriptor for refusing connections when out of them.
     reserve: Reserve,
-    /// What a refused connection is sent then.
-    shed_reply: Arc<[u8]>,
 }
 
 impl std::fmt::Debug for EpollDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EpollDriver")
             .field("epoll", &self.epoll)
-            .field("local_addr", &self.local_addr)
+            .field("listeners", &self.listeners)
             .field("accept_paused", &self.accept_paused)
             .field("connections", &self.ops)
             .finish_non_exhaustive()
@@ -107,26 +117,29 @@ impl EpollDriver {
             TOKEN_WAKE,
         )
         .map_err(OpenError::Epoll)?;
-        let listen_error = |error| OpenError::Listen {
-            addr: config.listen,
-            error,
-        };
-        let listener = sys::listen(
-            &config.listen,
-            config.reuse_port,
-            config.listen_backlog,
-            true,
-        )
-        .map_err(listen_error)?;
-        let local_addr = sys::local_addr(listener.as_raw_fd()).map_err(listen_error)?;
-        sys::epoll_ctl(
-            epoll.as_raw_fd(),
-            libc::EPOLL_CTL_ADD,
-            listener.as_raw_fd(),
-            libc::EPOLLIN as u32,
-            TOKEN_LISTENER,
-        )
-        .map_err(OpenError::Epoll)?;
+        let mut listeners = Vec::new();
+        for (i, spec) in config.listeners().into_iter().enumerate() {
+            let listen_error = |error| OpenError::Listen {
+                addr: spec.addr,
+                error,
+            };
+            let fd = sys::listen(&spec.addr, config.reuse_port, config.listen_backlog, true)
+                .map_err(listen_error)?;
+            let addr = sys::local_addr(fd.as_raw_fd()).map_err(listen_error)?;
+            sys::epoll_ctl(
+                epoll.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                libc::EPOLLIN as u32,
+                TOKEN_LISTENER + i as u64,
+            )
+            .map_err(OpenError::Epoll)?;
+            listeners.push(EListener {
+                fd: Some(fd),
+                addr,
+                shed_reply: spec.shed_reply,
+            });
+        }
         Ok(Self {
             epoll,
             ops: Connections::new(config.connections_max, config.refused_connections_max),
@@ -134,25 +147,34 @@ impl EpollDriver {
             buf: vec![0; config.recv_buffer_bytes as usize].into_boxed_slice(),
             events: Vec::with_capacity(config.ring_entries as usize),
             waker,
-            listener: Some(listener),
-            local_addr,
+            listeners,
             accept_paused: None,
             carry: Vec::new(),
             reserve: Reserve::new(),
-            shed_reply: config.shed_reply.clone(),
         })
     }
 
-    fn process(&mut self, cb: &mut OnEvent<'_>) -> io::Result<usize> {
-        if let (Some(until), Some(listener)) = (self.accept_paused, &self.listener) {
-            if Instant::now() >= until {
+    /// Watches every open listener for accepts (`events`: `EPOLLIN`) or
+    /// stops watching them (0).
+    fn watch_listeners(&self, events: u32) -> io::Result<()> {
+        for (i, l) in self.listeners.iter().enumerate() {
+            if let Some(fd) = &l.fd {
                 sys::epoll_ctl(
                     self.epoll.as_raw_fd(),
                     libc::EPOLL_CTL_MOD,
-                    listener.as_raw_fd(),
-                    libc::EPOLLIN as u32,
-                    TOKEN_LISTENER,
+                    fd.as_raw_fd(),
+                    events,
+                    TOKEN_LISTENER + i as u64,
                 )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn process(&mut self, cb: &mut OnEvent<'_>) -> io::Result<usize> {
+        if let Some(until) = self.accept_paused {
+            if Instant::now() >= until {
+                self.watch_listeners(libc::EPOLLIN as u32)?;
                 self.accept_paused = None;
             }
         }
@@ -307,13 +329,19 @@ impl EpollDriver {
         }
     }
 
-    fn accept_ready(&mut self, cb: &mut OnEvent<'_>) -> io::Result<usize> {
+    fn accept_ready(&mut self, l: usize, cb: &mut OnEvent<'_>) -> io::Result<usize> {
         let mut delivered = 0;
+        // Listener tokens are below LISTENERS_MAX.
+        let listener = ListenerId(u8::try_from(l).unwrap_or(u8::MAX));
         for _ in 0..ACCEPT_BATCH {
-            let Some(listener) = &self.listener else {
+            let Some(listener_fd) = self
+                .listeners
+                .get(l)
+                .and_then(|x| x.fd.as_ref())
+                .map(AsRawFd::as_raw_fd)
+            else {
                 break;
             };
-            let listener_fd = listener.as_raw_fd();
             let (fd, peer) = match sys::accept(listener_fd) {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -327,20 +355,15 @@ impl EpollDriver {
                     // with the reserve descriptor, so those clients get an
                     // answer instead of hanging.
                     let shed = if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                        self.reserve.shed(listener_fd, &self.shed_reply)
+                        self.reserve
+                            .shed(listener_fd, &self.listeners[l].shed_reply)
                     } else {
                         0
                     };
                     cb(&mut self.ops, Event::AcceptFailed { error: e, shed });
-                    // Then stop watching the listener for a while instead
-                    // of spinning on it.
-                    sys::epoll_ctl(
-                        self.epoll.as_raw_fd(),
-                        libc::EPOLL_CTL_MOD,
-                        listener_fd,
-                        0,
-                        TOKEN_LISTENER,
-                    )?;
+                    // Then stop watching the listeners for a while instead
+                    // of spinning on them.
+                    self.watch_listeners(0)?;
                     self.accept_paused =
                         Some(Instant::now() + Duration::from_millis(ACCEPT_PAUSE_MS));
                     break;
@@ -381,7 +404,14 @@ impl EpollDriver {
                 out_registered: false,
             };
             if refused {
-                cb(&mut self.ops, Event::Refused { conn, peer });
+                cb(
+                    &mut self.ops,
+                    Event::Refused {
+                        conn,
+                        peer,
+                        listener,
+                    },
+                );
                 let slot = self.ops.slot_mut(conn.index());
                 // Unless the caller reads it (a TLS handshake to finish before
                 // its refusal can be sent), it goes once the refusal is out.
@@ -389,7 +419,14 @@ impl EpollDriver {
                     slot.close = CloseReq::AfterFlush;
                 }
             } else {
-                cb(&mut self.ops, Event::Accepted { conn, peer });
+                cb(
+                    &mut self.ops,
+                    Event::Accepted {
+                        conn,
+                        peer,
+                        listener,
+                    },
+                );
             }
             self.ops.mark_dirty(conn.index());
             delivered += 1;
@@ -411,8 +448,8 @@ impl Driver for EpollDriver {
         "edge-triggered connections"
     }
 
-    fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+    fn listener_addr(&self, id: ListenerId) -> Option<SocketAddr> {
+        self.listeners.get(usize::from(id.0)).map(|l| l.addr)
     }
 
     fn poll(&mut self, timeout: Option<Duration>, cb: &mut OnEvent<'_>) -> io::Result<()> {
@@ -433,7 +470,11 @@ impl Driver for EpollDriver {
                 let event = self.events[k];
                 let (token, flags) = (event.u64, event.events);
                 match token {
-                    TOKEN_LISTENER => delivered += self.accept_ready(cb)?,
+                    t if (TOKEN_LISTENER..TOKEN_WAKE).contains(&t) => {
+                        // Below LISTENERS_MAX.
+                        let l = usize::try_from(t - TOKEN_LISTENER).unwrap_or(usize::MAX);
+                        delivered += self.accept_ready(l, cb)?;
+                    }
                     TOKEN_WAKE => {
                         match sys::eventfd_read(self.waker.raw_fd()) {
                             Ok(_) => {}
@@ -487,8 +528,10 @@ impl Driver for EpollDriver {
     }
 
     fn stop_accepting(&mut self) {
-        // Closing the listener removes it from the epoll set.
-        self.listener = None;
+        // Closing a listener removes it from the epoll set.
+        for l in &mut self.listeners {
+            l.fd = None;
+        }
         self.accept_paused = None;
     }
 }

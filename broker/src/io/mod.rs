@@ -54,6 +54,12 @@
 //! port 0 and the others bind the port it got ([`Driver::local_addr`]).
 //! `reuse_port: false` gives a plain exclusive listener for a single shard.
 //!
+//! A driver may have several listeners (the binary port and the SQS door):
+//! [`DriverConfig::listen`] and up to three [`DriverConfig::more_listeners`],
+//! each with its own refusal reply. They share the driver's connection
+//! limits, and each accept event names its [`ListenerId`], so the caller
+//! knows which protocol a connection speaks.
+//!
 //! Accepted sockets get `TCP_NODELAY`. Each driver admits at most
 //! [`DriverConfig::connections_max`] connections; past that it accepts up to
 //! [`DriverConfig::refused_connections_max`] more only to refuse them
@@ -136,6 +142,22 @@ impl fmt::Display for ConnId {
     }
 }
 
+/// Which of a driver's listeners accepted a connection: 0 is
+/// [`DriverConfig::listen`], 1 and on the [`DriverConfig::more_listeners`]
+/// in order.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct ListenerId(pub u8);
+
+/// A listener beside the first ([`DriverConfig::more_listeners`]).
+#[derive(Clone, Debug)]
+pub struct ListenerConfig {
+    /// Address to listen on; port 0 picks one (see [`Driver::listener_addr`]).
+    pub addr: SocketAddr,
+    /// Written to each connection of this listener refused because the
+    /// process is out of file descriptors (see [`Event::AcceptFailed`]).
+    pub shed_reply: Arc<[u8]>,
+}
+
 /// What a [`Driver::poll`] reports.
 #[derive(Debug)]
 pub enum Event<'a> {
@@ -146,6 +168,8 @@ pub enum Event<'a> {
         conn: ConnId,
         /// The peer's address.
         peer: SocketAddr,
+        /// The listener that accepted it.
+        listener: ListenerId,
     },
     /// A new connection over [`DriverConfig::connections_max`]. It is not
     /// read: what the callback sends (an error frame) is flushed, then the
@@ -158,6 +182,8 @@ pub enum Event<'a> {
         conn: ConnId,
         /// The peer's address.
         peer: SocketAddr,
+        /// The listener that accepted it.
+        listener: ListenerId,
     },
     /// Bytes received on a connection, lent for the callback only.
     Data {
@@ -253,7 +279,14 @@ pub struct DriverConfig {
     /// Written to each connection refused because the process is out of
     /// file descriptors (see [`Event::AcceptFailed`]); opaque to the driver.
     pub shed_reply: Arc<[u8]>,
+    /// Listeners beside `listen` (at most [`LISTENERS_MAX`] in all), on the
+    /// same driver: their connections share its connection limits and are
+    /// told apart by the [`ListenerId`] of their accept event.
+    pub more_listeners: Vec<ListenerConfig>,
 }
+
+/// The most listeners one driver has.
+pub const LISTENERS_MAX: usize = 4;
 
 impl DriverConfig {
     /// Defaults for a listener on `listen`.
@@ -268,7 +301,19 @@ impl DriverConfig {
             recv_buffer_count: RECV_BUFFER_COUNT_DEFAULT,
             ring_entries: RING_ENTRIES_DEFAULT,
             shed_reply: Arc::from(&[][..]),
+            more_listeners: Vec::new(),
         }
+    }
+
+    /// Every listener, the first (`listen`) first.
+    pub fn listeners(&self) -> Vec<ListenerConfig> {
+        let first = ListenerConfig {
+            addr: self.listen,
+            shed_reply: self.shed_reply.clone(),
+        };
+        core::iter::once(first)
+            .chain(self.more_listeners.iter().cloned())
+            .collect()
     }
 
     /// Checks the settings against each other and the driver's limits.
@@ -277,6 +322,9 @@ impl DriverConfig {
         let slots = u64::from(self.connections_max) + u64::from(self.refused_connections_max);
         if self.connections_max == 0 {
             return invalid("connections_max must be at least 1");
+        }
+        if self.more_listeners.len() >= LISTENERS_MAX {
+            return invalid("a driver has at most 4 listeners");
         }
         if slots > u64::from(CONNECTION_SLOTS_LIMIT) {
             return invalid("connections_max + refused_connections_max must be below 2^24");
@@ -385,8 +433,16 @@ pub trait Driver: fmt::Debug {
     /// setup flags the kernel accepted).
     fn setup_detail(&self) -> &str;
 
-    /// The listener's address (the port the kernel chose for port 0).
-    fn local_addr(&self) -> SocketAddr;
+    /// The first listener's address (the port the kernel chose for port 0).
+    fn local_addr(&self) -> SocketAddr {
+        // Every driver has its first listener from `open` on.
+        self.listener_addr(ListenerId(0))
+            .unwrap_or_else(|| unreachable!("a driver always has its first listener"))
+    }
+
+    /// Listener `id`'s address (the port the kernel chose for port 0), or
+    /// `None` for a listener the driver does not have.
+    fn listener_addr(&self, id: ListenerId) -> Option<SocketAddr>;
 
     /// Waits at most `timeout` (`None`: until something happens) and hands
     /// the events of a batch to `on_event`. Returns after at least one event
@@ -408,7 +464,7 @@ pub trait Driver: fmt::Debug {
     /// A handle another thread uses to end a poll early.
     fn waker(&self) -> Arc<Waker>;
 
-    /// Stops accepting and closes the listener (at shutdown). Connections
+    /// Stops accepting and closes the listeners (at shutdown). Connections
     /// already accepted are unaffected. With `SO_REUSEPORT`, connections
     /// waiting in this listener's queue are reset, while other shards'
     /// listeners go on accepting.
@@ -553,6 +609,16 @@ mod tests {
             },
             DriverConfig {
                 recv_buffer_bytes: 8,
+                ..DriverConfig::default()
+            },
+            DriverConfig {
+                more_listeners: vec![
+                    ListenerConfig {
+                        addr: DriverConfig::default().listen,
+                        shed_reply: Arc::from(&[][..]),
+                    };
+                    LISTENERS_MAX
+                ],
                 ..DriverConfig::default()
             },
         ];

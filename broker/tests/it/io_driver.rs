@@ -97,7 +97,7 @@ fn start(choice: BackendChoice, config: DriverConfig, mut handler: Handler) -> O
         while !stop_flag.load(Ordering::Acquire) {
             let result = driver.poll(None, &mut |ops, event| {
                 let ev = match &event {
-                    Event::Accepted { conn, peer } => Ev::Accepted(*conn, *peer),
+                    Event::Accepted { conn, peer, .. } => Ev::Accepted(*conn, *peer),
                     Event::Refused { conn, .. } => Ev::Refused(*conn),
                     Event::Data { conn, bytes } => {
                         assert!(!bytes.is_empty(), "empty Data event");

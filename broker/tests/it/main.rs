@@ -24,6 +24,8 @@ mod engine_stress;
 // The io layer and the server are left out of the loom build.
 #[cfg(not(sluice_loom))]
 mod io_driver;
+#[cfg(not(sluice_loom))]
+mod io_listeners;
 
 #[cfg(not(sluice_loom))]
 mod sim;

@@ -7,55 +7,84 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types};
 
-use super::{Accept, Kind, UConn, UringDriver, encode, push};
+use super::{Accept, Kind, UConn, UListener, UringDriver, encode, push};
 use crate::io::connections::{Admission, CloseReq};
-use crate::io::{ACCEPT_PAUSE_MS, Event, OnEvent, sys};
+use crate::io::reserve::Reserve;
+use crate::io::{ACCEPT_PAUSE_MS, Event, ListenerId, OnEvent, sys};
 
 impl UringDriver {
+    /// Arms, re-arms or cancels each listener's accept as the driver's
+    /// state asks.
     pub(super) fn process_accept(&mut self) -> io::Result<()> {
-        let Some(listener) = &self.listener else {
+        for l in 0..self.listeners.len() {
+            self.process_listener(l)?;
+        }
+        Ok(())
+    }
+
+    fn process_listener(&mut self, l: usize) -> io::Result<()> {
+        // Listener indexes are below LISTENERS_MAX.
+        let index = u32::try_from(l).unwrap_or(u32::MAX);
+        let listener = &mut self.listeners[l];
+        let Some(fd) = listener.fd.as_ref().map(AsRawFd::as_raw_fd) else {
             return Ok(());
         };
         if !self.accepting {
-            match self.accept {
+            match listener.accept {
                 Accept::Armed => {
-                    let entry = opcode::AsyncCancel::new(encode(Kind::Accept, 0, 0))
+                    let entry = opcode::AsyncCancel::new(encode(Kind::Accept, index, 0))
                         .build()
-                        .user_data(encode(Kind::CancelAccept, 0, 0));
+                        .user_data(encode(Kind::CancelAccept, index, 0));
                     push(&mut self.ring, &entry)?;
                     self.inflight += 1;
-                    self.accept = Accept::Cancelling;
+                    listener.accept = Accept::Cancelling;
                 }
                 Accept::Idle | Accept::Paused(_) => {
-                    self.listener = None;
-                    self.accept = Accept::Stopped;
+                    listener.fd = None;
+                    listener.accept = Accept::Stopped;
                 }
                 Accept::Cancelling | Accept::Stopped => {}
             }
             return Ok(());
         }
-        let arm = match self.accept {
+        let arm = match listener.accept {
             Accept::Idle => true,
             Accept::Paused(until) => Instant::now() >= until,
             _ => false,
         };
         if arm {
-            let entry = opcode::AcceptMulti::new(types::Fd(listener.as_raw_fd()))
+            let entry = opcode::AcceptMulti::new(types::Fd(fd))
                 .flags(libc::SOCK_CLOEXEC)
                 .build()
-                .user_data(encode(Kind::Accept, 0, 0));
+                .user_data(encode(Kind::Accept, index, 0));
             push(&mut self.ring, &entry)?;
             self.inflight += 1;
-            self.accept = Accept::Armed;
+            listener.accept = Accept::Armed;
         }
         Ok(())
     }
 
-    pub(super) fn on_accept(&mut self, res: i32, flags: u32, cb: &mut OnEvent<'_>) -> usize {
+    /// A completion of listener `index`'s accept.
+    pub(super) fn on_accept(
+        &mut self,
+        index: u32,
+        res: i32,
+        flags: u32,
+        cb: &mut OnEvent<'_>,
+    ) -> usize {
+        let l = index as usize;
+        let Some(listener) = self.listeners.get_mut(l) else {
+            if res >= 0 {
+                // SAFETY: a non-negative accept result is a new descriptor
+                // that nothing else owns; closed at once.
+                drop(unsafe { OwnedFd::from_raw_fd(res) });
+            }
+            return 0;
+        };
         if !cqueue::more(flags) {
-            self.accept = match self.accept {
+            listener.accept = match listener.accept {
                 Accept::Cancelling => {
-                    self.listener = None;
+                    listener.fd = None;
                     Accept::Stopped
                 }
                 _ => Accept::Idle,
@@ -65,29 +94,9 @@ impl UringDriver {
             if matches!(
                 -res,
                 libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM
-            ) && self.accept == Accept::Idle
+            ) && listener.accept == Accept::Idle
             {
-                // Out of descriptors: with no accept armed on the listener,
-                // refuse what waits in its backlog with the reserve
-                // descriptor (non-blocking for that pass only, since the
-                // kernel's own accepts want a blocking listener).
-                let shed = match &self.listener {
-                    Some(l) if matches!(-res, libc::EMFILE | libc::ENFILE) => {
-                        let fd = l.as_raw_fd();
-                        match sys::set_nonblocking(fd, true) {
-                            Ok(()) => {
-                                let n = self.reserve.shed(fd, &self.shed_reply);
-                                // A listener left non-blocking would fail
-                                // io_uring's accepts with EAGAIN: the driver
-                                // cannot go on without it.
-                                let _ = sys::set_nonblocking(fd, false);
-                                n
-                            }
-                            Err(_) => 0,
-                        }
-                    }
-                    _ => 0,
-                };
+                let shed = shed_backlog(listener, &mut self.reserve, -res);
                 cb(
                     &mut self.ops,
                     Event::AcceptFailed {
@@ -95,7 +104,7 @@ impl UringDriver {
                         shed,
                     },
                 );
-                self.accept =
+                self.listeners[l].accept =
                     Accept::Paused(Instant::now() + Duration::from_millis(ACCEPT_PAUSE_MS));
             }
             // Anything else (a connection aborted before it was accepted,
@@ -123,8 +132,17 @@ impl UringDriver {
             self.conns.push(UConn::new());
         }
         self.conns[conn.index() as usize].reset(fd);
+        // Below LISTENERS_MAX.
+        let listener = ListenerId(u8::try_from(index).unwrap_or(u8::MAX));
         if refused {
-            cb(&mut self.ops, Event::Refused { conn, peer });
+            cb(
+                &mut self.ops,
+                Event::Refused {
+                    conn,
+                    peer,
+                    listener,
+                },
+            );
             let slot = self.ops.slot_mut(conn.index());
             // Unless the caller reads it (a TLS handshake to finish before
             // its refusal can be sent), it goes once the refusal is out.
@@ -132,9 +150,39 @@ impl UringDriver {
                 slot.close = CloseReq::AfterFlush;
             }
         } else {
-            cb(&mut self.ops, Event::Accepted { conn, peer });
+            cb(
+                &mut self.ops,
+                Event::Accepted {
+                    conn,
+                    peer,
+                    listener,
+                },
+            );
         }
         self.ops.mark_dirty(conn.index());
         1
+    }
+}
+
+/// Out of descriptors (`errno`), with no accept armed on `listener`:
+/// refuses what waits in its backlog with the reserve descriptor
+/// (non-blocking for that pass only, since the kernel's own accepts want a
+/// blocking listener). Returns how many were refused.
+fn shed_backlog(listener: &UListener, reserve: &mut Reserve, errno: i32) -> u32 {
+    let Some(fd) = listener.fd.as_ref().map(AsRawFd::as_raw_fd) else {
+        return 0;
+    };
+    if !matches!(errno, libc::EMFILE | libc::ENFILE) {
+        return 0;
+    }
+    match sys::set_nonblocking(fd, true) {
+        Ok(()) => {
+            let n = reserve.shed(fd, &listener.shed_reply);
+            // A listener left non-blocking would fail io_uring's accepts
+            // with EAGAIN: the driver cannot go on without it.
+            let _ = sys::set_nonblocking(fd, false);
+            n
+        }
+        Err(_) => 0,
     }
 }

@@ -48,7 +48,7 @@ impl UringDriver {
         match kind {
             Some(Kind::Recv) => return Ok(self.on_recv(index, generation, res, flags, cb)),
             Some(Kind::Send) => return Ok(self.on_send(index, generation, res, cb)),
-            Some(Kind::Accept) => return Ok(self.on_accept(res, flags, cb)),
+            Some(Kind::Accept) => return Ok(self.on_accept(index, res, flags, cb)),
             Some(Kind::Wake) => {
                 self.wake_armed = false;
                 if res >= 0 {

@@ -2,7 +2,7 @@
 //!
 //! One ring per driver, set up with `SINGLE_ISSUER | DEFER_TASKRUN |
 //! COOP_TASKRUN | SUBMIT_ALL` where the kernel takes them (falling back step
-//! by step to a plain ring). One multishot accept on the listener; one
+//! by step to a plain ring). One multishot accept on each listener; one
 //! multishot receive per connection into a provided buffer ring; at most one
 //! `sendmsg` in flight per connection, gathering up to
 //! [`SEND_IOVECS_MAX`] queued buffers; one read on the waker's eventfd.
@@ -209,7 +209,18 @@ impl UConn {
     }
 }
 
-/// The state of the multishot accept.
+/// One listening socket and its multishot accept.
+#[derive(Debug)]
+struct UListener {
+    /// `None` once closed.
+    fd: Option<OwnedFd>,
+    addr: SocketAddr,
+    accept: Accept,
+    /// What a connection refused when out of descriptors is sent.
+    shed_reply: Arc<[u8]>,
+}
+
+/// The state of a multishot accept.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Accept {
     Idle,
@@ -241,9 +252,9 @@ pub(crate) struct UringDriver {
     wake_buf: ManuallyDrop<Box<u64>>,
     waker: Arc<Waker>,
     wake_armed: bool,
-    listener: Option<OwnedFd>,
-    local_addr: Option<SocketAddr>,
-    accept: Accept,
+    /// The listeners, by [`ListenerId`](crate::io::ListenerId); a
+    /// listener's accept and its cancellation carry its index.
+    listeners: Vec<UListener>,
     accepting: bool,
     /// Operations submitted (or queued) whose last completion is not reaped.
     inflight: usize,
@@ -251,16 +262,13 @@ pub(crate) struct UringDriver {
     cqes: Vec<(u64, i32, u32)>,
     /// The spare descriptor for refusing connections when out of them.
     reserve: Reserve,
-    /// What a refused connection is sent then.
-    shed_reply: Arc<[u8]>,
 }
 
 impl std::fmt::Debug for UringDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UringDriver")
             .field("setup", &self.setup)
-            .field("local_addr", &self.local_addr)
-            .field("accept", &self.accept)
+            .field("listeners", &self.listeners)
             .field("inflight", &self.inflight)
             .field("connections", &self.ops)
             .finish_non_exhaustive()
@@ -270,10 +278,14 @@ impl UringDriver {
     /// How long the next wait may last: until `deadline`, and no later than
     /// a paused accept's re-arm time.
     fn wait_time(&self, deadline: Option<Instant>) -> Option<Duration> {
-        let pause = match self.accept {
-            Accept::Paused(until) if self.accepting => Some(until),
-            _ => None,
-        };
+        let pause = self
+            .listeners
+            .iter()
+            .filter_map(|l| match l.accept {
+                Accept::Paused(until) if self.accepting => Some(until),
+                _ => None,
+            })
+            .min();
         super::wait_time(deadline, pause)
     }
 
@@ -330,10 +342,8 @@ impl Driver for UringDriver {
         self.setup
     }
 
-    fn local_addr(&self) -> SocketAddr {
-        // Set in `open` before the driver is handed out.
-        self.local_addr
-            .unwrap_or_else(|| unreachable!("a driver always has its address"))
+    fn listener_addr(&self, id: crate::io::ListenerId) -> Option<SocketAddr> {
+        self.listeners.get(usize::from(id.0)).map(|l| l.addr)
     }
 
     fn poll(&mut self, timeout: Option<Duration>, cb: &mut OnEvent<'_>) -> io::Result<()> {

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use io_uring::{IoUring, Probe, cqueue, opcode, types};
 
-use super::{Accept, BGID, Kind, UringDriver, decode, encode, push};
+use super::{Accept, BGID, Kind, UListener, UringDriver, decode, encode, push};
 use crate::io::buf_ring::BufRing;
 use crate::io::connections::Connections;
 use crate::io::limits::SELF_TEST_WAIT;
@@ -107,33 +107,28 @@ impl UringDriver {
             wake_buf: ManuallyDrop::new(Box::new(0)),
             waker,
             wake_armed: false,
-            listener: None,
-            local_addr: None,
-            accept: Accept::Stopped,
+            listeners: Vec::new(),
             accepting: false,
             inflight: 0,
             cqes: Vec::with_capacity(cq_entries),
             reserve: Reserve::new(),
-            shed_reply: config.shed_reply.clone(),
         };
         driver.self_test()?;
-        let listener = sys::listen(
-            &config.listen,
-            config.reuse_port,
-            config.listen_backlog,
-            false,
-        )
-        .map_err(|error| OpenError::Listen {
-            addr: config.listen,
-            error,
-        })?;
-        let local = sys::local_addr(listener.as_raw_fd()).map_err(|error| OpenError::Listen {
-            addr: config.listen,
-            error,
-        })?;
-        driver.listener = Some(listener);
-        driver.local_addr = Some(local);
-        driver.accept = Accept::Idle;
+        for spec in config.listeners() {
+            let listen_error = |error| OpenError::Listen {
+                addr: spec.addr,
+                error,
+            };
+            let fd = sys::listen(&spec.addr, config.reuse_port, config.listen_backlog, false)
+                .map_err(listen_error)?;
+            let addr = sys::local_addr(fd.as_raw_fd()).map_err(listen_error)?;
+            driver.listeners.push(UListener {
+                fd: Some(fd),
+                addr,
+                accept: Accept::Idle,
+                shed_reply: spec.shed_reply,
+            });
+        }
         driver.accepting = true;
         Ok(driver)
     }

@@ -462,8 +462,8 @@ impl State {
         self.refresh_clock();
         self.events = self.events.saturating_add(1);
         match event {
-            Event::Accepted { conn, peer } => self.on_accept(io, conn, peer),
-            Event::Refused { conn, peer } => self.on_refused(io, conn, peer),
+            Event::Accepted { conn, peer, .. } => self.on_accept(io, conn, peer),
+            Event::Refused { conn, peer, .. } => self.on_refused(io, conn, peer),
             Event::Data { conn, bytes } => self.on_data(io, conn, bytes),
             Event::Closed { conn, error } => self.on_closed(conn, error),
             Event::Woken => {}
