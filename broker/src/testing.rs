@@ -49,9 +49,10 @@ use crate::server::{EngineTime, NotManual, Server, ServerHandle, StartError};
 pub const START_PATIENCE: Duration = Duration::from_secs(15);
 
 /// The flags every test server starts from (a later flag overrides).
-const TEST_DEFAULTS: [(&str, &str); 4] = [
+const TEST_DEFAULTS: [(&str, &str); 5] = [
     ("--listen", "127.0.0.1:0"),
     ("--metrics-addr", "off"),
+    ("--sqs-listen", "off"),
     ("--shards", "1"),
     ("--memory-max", "256MiB"),
 ];

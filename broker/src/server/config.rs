@@ -34,7 +34,7 @@ mod validate;
 pub(crate) use self::choices::parse_cpus;
 pub use self::choices::{
     ClockChoice, CpuPlacement, IoChoice, MetricsAddr, parse_listen, parse_metrics_addr,
-    parse_socket_addr,
+    parse_socket_addr, parse_sqs_account, parse_sqs_limits,
 };
 use self::choices::{parse_clock, parse_count, parse_io, parse_size, parse_time};
 pub use self::error::ConfigError;
@@ -66,9 +66,9 @@ pub use super::limits::{
     LISTEN_DEFAULT, LOG_DEFAULT, MEMORY_MAX_FALLBACK, MEMORY_MAX_LIMIT, MEMORY_MAX_MIN,
     METRICS_ADDR_DEFAULT, QUEUES_MAX_DEFAULT, QUEUES_MAX_LIMIT, REQUESTS_IN_FLIGHT_MAX_DEFAULT,
     REQUESTS_IN_FLIGHT_MAX_LIMIT, SERVER_SHARDS_MAX, SHUTDOWN_TIMEOUT_DEFAULT,
-    SHUTDOWN_TIMEOUT_MAX, SNAPSHOT_KEEP_DEFAULT, SNAPSHOT_KEEP_MAX, TIMEOUT_MAX, TIMEOUT_MIN,
-    UNSENT_BYTES_MAX_DEFAULT, UNSENT_BYTES_MAX_LIMIT, UNSENT_BYTES_TOTAL_MAX_DEFAULT,
-    UNSENT_BYTES_TOTAL_MAX_LIMIT,
+    SHUTDOWN_TIMEOUT_MAX, SNAPSHOT_KEEP_DEFAULT, SNAPSHOT_KEEP_MAX, SQS_LISTEN_DEFAULT,
+    TIMEOUT_MAX, TIMEOUT_MIN, UNSENT_BYTES_MAX_DEFAULT, UNSENT_BYTES_MAX_LIMIT,
+    UNSENT_BYTES_TOTAL_MAX_DEFAULT, UNSENT_BYTES_TOTAL_MAX_LIMIT,
 };
 
 const LONG_ABOUT: &str = "\
@@ -244,6 +244,27 @@ pub struct Settings {
     #[arg(long, env = "SLUICE_METRICS_ADDR", value_name = "HOST:PORT|off", value_parser = parse_metrics_addr)]
     #[serde(deserialize_with = "file::metrics_addr")]
     pub metrics_addr: Option<MetricsAddr>,
+
+    /// Address of the SQS door (the AWS JSON protocol over HTTP/1.1, for
+    /// boto3, the aws CLI and the AWS SDKs), HOST:PORT (port 0: any free
+    /// port) or `off`; any SQS signature is accepted, so a non-loopback
+    /// address needs --insecure [default: 127.0.0.1:9324].
+    #[arg(long, env = "SLUICE_SQS_LISTEN", value_name = "HOST:PORT|off", value_parser = parse_metrics_addr)]
+    #[serde(deserialize_with = "file::metrics_addr")]
+    pub sqs_listen: Option<MetricsAddr>,
+
+    /// The account of SQS requests whose access key is not a 12-digit
+    /// account id: queues of different accounts never mix [default:
+    /// 000000000000].
+    #[arg(long, env = "SLUICE_SQS_ACCOUNT", value_name = "DIGITS", value_parser = parse_sqs_account)]
+    #[serde(deserialize_with = "file::sqs_account")]
+    pub sqs_account: Option<String>,
+
+    /// The SQS door's limits: strict (SQS's own: 10 entries a batch) or
+    /// relaxed (batches up to sluice's 1024 entries) [default: strict].
+    #[arg(long, env = "SLUICE_SQS_LIMITS", value_name = "strict|relaxed", value_parser = parse_sqs_limits)]
+    #[serde(deserialize_with = "file::sqs_limits")]
+    pub sqs_limits: Option<sluice_sqs::Limits>,
 
     /// Open client connections; more are refused with an error frame
     /// [default: 10000].
@@ -444,6 +465,8 @@ pub struct Config {
     pub insecure: bool,
     /// Metrics endpoint address; `None` when off.
     pub metrics: Option<SocketAddr>,
+    /// The SQS door; `None` when off.
+    pub sqs: Option<SqsSettings>,
     /// Open client connections at most.
     pub connections_max: u32,
     /// Of those, connections before a successful HELLO at most; at most
@@ -480,6 +503,17 @@ pub struct Config {
     pub snapshot: Option<PathBuf>,
     /// `PATH.loaded-MS` files kept beside the snapshot.
     pub snapshot_keep: u32,
+}
+
+/// The SQS door's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqsSettings {
+    /// Its address.
+    pub listen: SocketAddr,
+    /// The account of requests that name none.
+    pub account: String,
+    /// Strict or relaxed limits.
+    pub limits: sluice_sqs::Limits,
 }
 
 #[cfg(test)]

@@ -18,6 +18,16 @@ pub const LISTEN_DEFAULT: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr
 /// Default metrics listen address.
 pub const METRICS_ADDR_DEFAULT: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7172));
+/// Default address of the SQS door (the port SQS emulators use).
+pub const SQS_LISTEN_DEFAULT: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9324));
+/// Time for an SQS request to arrive whole once its first byte did.
+pub const SQS_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a keep-alive SQS connection may wait for its next request.
+pub const SQS_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest SQS request body: a batch of SQS's 1 MiB of messages, JSON
+/// escapes and attributes included.
+pub const SQS_BODY_BYTES_MAX: usize = 4 * MIB as usize;
 /// Most shards (threads) a server runs: the bound of `--shards`. The
 /// engine's own bound, [`crate::engine::limits::SHARDS_MAX`], is what a
 /// registry and its mesh take, and is larger.

@@ -58,6 +58,7 @@
 pub mod auth_guard;
 mod bound_leases;
 pub mod config;
+mod conn;
 pub mod metrics;
 
 pub mod clock;
@@ -69,6 +70,7 @@ mod shard_loop;
 mod shared;
 pub mod signals;
 mod snapshot_at_start;
+pub mod sqs_session;
 mod start;
 pub mod tls;
 pub mod transport;
@@ -91,7 +93,7 @@ use crate::engine::mesh::doorbell::Wake;
 use crate::engine::random::splitmix64;
 use crate::engine::shard::{LoadClock, ShardLoad};
 use crate::engine::{Registry, RegistryConfig, Shard};
-use crate::io::{self, Backend, BackendChoice, DriverConfig, OpenError, Waker};
+use crate::io::{self, Backend, BackendChoice, DriverConfig, ListenerConfig, OpenError, Waker};
 use crate::snapshot::{self, format::SnapshotError};
 use sluice_protocol::{ErrorCode, Reply};
 use std::sync::OnceLock;
@@ -327,6 +329,7 @@ pub struct ServerHandle {
     threads: Vec<JoinHandle<ShardOutcome>>,
     metrics: Option<MetricsServer>,
     metrics_addr: Option<SocketAddr>,
+    sqs_addr: Option<SocketAddr>,
     /// The lock on `--snapshot`'s path: released when the handle drops,
     /// after the shutdown's save.
     _snapshot_lock: Option<path_lock::PathLock>,
@@ -337,6 +340,7 @@ impl fmt::Debug for ServerHandle {
         f.debug_struct("ServerHandle")
             .field("local_addr", &self.local_addr())
             .field("metrics_addr", &self.metrics_addr)
+            .field("sqs_addr", &self.sqs_addr)
             .field("backend", &self.backend())
             .field("shards", &self.threads.len())
             .finish_non_exhaustive()
@@ -363,6 +367,11 @@ impl ServerHandle {
     /// The metrics endpoint's address; `None` when metrics are off.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// The SQS door's address (`http://` it); `None` when it is off.
+    pub fn sqs_addr(&self) -> Option<SocketAddr> {
+        self.sqs_addr
     }
 
     /// The io backend every shard runs on.

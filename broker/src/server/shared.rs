@@ -54,6 +54,7 @@ use super::limits::STATS_PUBLISH_INTERVAL;
 #[cfg(doc)]
 use super::metrics::REQUEST_BUCKET_BOUNDS_NANOS;
 use super::metrics::{HistogramReader, REQUEST_BUCKETS, request_bucket_of};
+use super::sqs_session::SqsStats;
 use super::transport::REFUSAL_NAMES;
 use crate::engine::{LeaseOutcome, Registry};
 use crate::io::{Backend, Waker};
@@ -215,6 +216,8 @@ pub struct ShardStats {
     pub timed_out: OwnedCounter,
     /// Reply bytes queued and not yet written, published each loop turn.
     pub unsent_bytes: CachePadded<OwnedCounter>,
+    /// The SQS door's calls.
+    pub sqs: SqsStats,
     /// Error codes returned, by [`error_slot`]: whole-request errors and
     /// each refused entry of a batch.
     pub errors: [OwnedCounter; ERROR_SLOTS],
@@ -241,6 +244,7 @@ impl ShardStats {
             transport_refused: std::array::from_fn(|_| OwnedCounter::default()),
             timed_out: OwnedCounter::default(),
             unsent_bytes: CachePadded::new(OwnedCounter::default()),
+            sqs: SqsStats::default(),
             errors: std::array::from_fn(|_| OwnedCounter::default()),
             durations: RequestDurations::default(),
             event_loop: LoopStats::default(),
@@ -334,6 +338,9 @@ pub struct Shared {
     pub shards: Box<[ShardShared]>,
     /// The engine's clock (`--clock`).
     pub clock: Clock,
+    /// The SQS door, when it is open (one for every shard: its request ids
+    /// never repeat).
+    pub sqs_door: Option<sluice_sqs::Door>,
 }
 
 impl Shared {
@@ -348,7 +355,15 @@ impl Shared {
         clock: Clock,
     ) -> Shared {
         let n = shards.len();
+        let sqs_door = config.sqs.as_ref().map(|sqs| {
+            sluice_sqs::Door::new(sluice_sqs::DoorConfig {
+                account: sqs.account.clone(),
+                limits: sqs.limits,
+                ..sluice_sqs::DoorConfig::default()
+            })
+        });
         Shared {
+            sqs_door,
             clock,
             config,
             registry,

@@ -26,6 +26,8 @@ impl Wake for LateWake {
 struct Opened {
     waker: Arc<Waker>,
     addr: SocketAddr,
+    /// The SQS door's address, when it is open.
+    sqs_addr: Option<SocketAddr>,
     backend: Backend,
     fallback: Option<String>,
     detail: String,
@@ -62,6 +64,7 @@ impl Server {
             prune_loaded(path, config.snapshot_keep);
         }
         let listen = spawned.listen;
+        let sqs_addr = spawned.sqs_listen;
         let backend = spawned
             .drivers
             .first()
@@ -112,6 +115,7 @@ impl Server {
         };
         tracing::info!(
             listen = %listen,
+            sqs = %sqs_addr.map_or("off".to_owned(), |a| format!("http://{a}")),
             metrics = %metrics.as_ref().map_or("off".to_owned(), |m| m.local_addr().to_string()),
             shards,
             cpus = %describe_placement(&placement),
@@ -124,6 +128,7 @@ impl Server {
         );
         Ok(ServerHandle {
             metrics_addr: metrics.as_ref().map(MetricsServer::local_addr),
+            sqs_addr,
             shared,
             threads,
             metrics,
@@ -252,6 +257,8 @@ struct Spawned {
     drivers: Vec<Opened>,
     /// The address bound (the actual port when 0 was asked for).
     listen: SocketAddr,
+    /// The SQS door's address bound, when it is open.
+    sqs_listen: Option<SocketAddr>,
 }
 
 impl Spawned {
@@ -291,6 +298,7 @@ fn spawn_shards(
         starts: Vec::new(),
         drivers: Vec::new(),
         listen: config.listen,
+        sqs_listen: config.sqs.as_ref().map(|sqs| sqs.listen),
     };
     for i in 0..shards {
         let driver_config = DriverConfig {
@@ -304,6 +312,15 @@ fn spawn_shards(
                 .saturating_add(config.connections_before_hello_max),
             refused_connections_max: REFUSED_CONNECTIONS_MAX,
             shed_reply: shed_reply.clone(),
+            // The SQS door is listener 1 (`shard_loop::SQS_LISTENER`).
+            more_listeners: spawned
+                .sqs_listen
+                .map(|addr| ListenerConfig {
+                    addr,
+                    shed_reply: Arc::from(&shard_loop::sqs_unavailable()[..]),
+                })
+                .into_iter()
+                .collect(),
             ..DriverConfig::new(spawned.listen)
         };
         let (report_rx, start_tx, thread) =
@@ -322,6 +339,7 @@ fn spawn_shards(
                     // The others bind the port shard 0 got, and use its
                     // backend without trying again.
                     spawned.listen = o.addr;
+                    spawned.sqs_listen = o.sqs_addr;
                     choice = match o.backend {
                         Backend::IoUring => BackendChoice::IoUring,
                         Backend::Epoll => BackendChoice::Epoll,
@@ -386,6 +404,7 @@ fn spawn_shard(
             let report = Opened {
                 waker: o.driver.waker(),
                 addr: o.driver.local_addr(),
+                sqs_addr: o.driver.listener_addr(shard_loop::SQS_LISTENER),
                 backend: o.driver.backend(),
                 fallback: o.fallback.map(|why| why.to_string()),
                 detail: o.driver.setup_detail().to_owned(),

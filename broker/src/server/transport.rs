@@ -125,6 +125,14 @@ impl core::fmt::Debug for Tls {
 }
 
 impl Transport {
+    /// A plain-text transport (a TLS handshake on it is refused).
+    pub fn plain() -> Transport {
+        Transport::Plain {
+            head: [0; 2],
+            seen: 0,
+        }
+    }
+
     /// A new connection's transport: TLS with `tls`, plain text without.
     ///
     /// # Errors
@@ -132,10 +140,7 @@ impl Transport {
     /// a configuration it cannot use at all).
     pub fn new(tls: Option<&Arc<ServerConfig>>) -> Result<Transport, rustls::Error> {
         Ok(match tls {
-            None => Transport::Plain {
-                head: [0; 2],
-                seen: 0,
-            },
+            None => Transport::plain(),
             Some(config) => {
                 let mut conn = ServerConnection::new(Arc::clone(config))?;
                 // Every encrypted byte is taken out at once after each

@@ -116,7 +116,7 @@ pub(crate) fn parse_cpus(s: &str) -> Result<CpuPlacement, String> {
     Ok(CpuPlacement::List(sorted))
 }
 
-/// A metrics address as given: an address, or `off`.
+/// An address as given, or `off` (`--metrics-addr`, `--sqs-listen`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricsAddr {
     /// `off`: no metrics endpoint.
@@ -197,4 +197,28 @@ pub(super) fn parse_clock(s: &str) -> Result<ClockChoice, String> {
 pub(super) fn parse_io(s: &str) -> Result<IoChoice, String> {
     IoChoice::from_str(s.trim(), true)
         .map_err(|_| format!("`{s}` is not an io backend: use auto, uring or epoll"))
+}
+
+/// `--sqs-account`: 12 digits, as an AWS account id.
+pub fn parse_sqs_account(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    if t.len() == 12 && t.bytes().all(|b| b.is_ascii_digit()) {
+        Ok(t.to_owned())
+    } else {
+        Err(format!(
+            "`{s}` is not an account id: 12 digits, such as 000000000000"
+        ))
+    }
+}
+
+/// `--sqs-limits`: `strict` (SQS's own) or `relaxed` (sluice's larger
+/// batches).
+pub fn parse_sqs_limits(s: &str) -> Result<sluice_sqs::Limits, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "strict" => Ok(sluice_sqs::Limits::Strict),
+        "relaxed" => Ok(sluice_sqs::Limits::Relaxed),
+        _ => Err(format!(
+            "`{s}` is not a choice of limits: use strict or relaxed"
+        )),
+    }
 }

@@ -69,6 +69,18 @@ impl fmt::Display for Config {
             Some(addr) => writeln!(f, "metrics_addr = {}", quoted(&addr.to_string()))?,
             None => writeln!(f, "metrics_addr = \"off\"")?,
         }
+        match &self.sqs {
+            Some(sqs) => {
+                writeln!(f, "sqs_listen = {}", quoted(&sqs.listen.to_string()))?;
+                writeln!(f, "sqs_account = {}", quoted(&sqs.account))?;
+                let limits = match sqs.limits {
+                    sluice_sqs::Limits::Strict => "strict",
+                    sluice_sqs::Limits::Relaxed => "relaxed",
+                };
+                writeln!(f, "sqs_limits = {}", quoted(limits))?;
+            }
+            None => writeln!(f, "sqs_listen = \"off\"")?,
+        }
         writeln!(f, "max_connections = {}", self.connections_max)?;
         writeln!(
             f,

@@ -157,6 +157,28 @@ pub enum ConfigError {
         /// Its port, for the suggestion.
         port: u16,
     },
+    /// A non-loopback SQS door without `--insecure`.
+    #[error(
+        "refusing to open the SQS door on {listen}: it accepts any signature, so anyone who \
+         can reach it could read and delete every message. Listen on a loopback address \
+         (e.g. 127.0.0.1:{port}), or pass --insecure if the network is trusted"
+    )]
+    InsecureSqsListen {
+        /// The SQS address.
+        listen: SocketAddr,
+        /// Its port, for the suggestion.
+        port: u16,
+    },
+    /// Two listeners on one address.
+    #[error("{first} and {second} are both given {addr}: each needs an address of its own")]
+    SharedAddress {
+        /// The first flag.
+        first: &'static str,
+        /// The second flag.
+        second: &'static str,
+        /// The address.
+        addr: SocketAddr,
+    },
     /// The metrics endpoint and the client listener would share an address.
     #[error("--metrics-addr {addr} is the --listen address: give them different ports, or `off`")]
     MetricsOnListenAddr {

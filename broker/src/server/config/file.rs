@@ -199,6 +199,16 @@ pub(super) fn metrics_addr<'de, D: Deserializer<'de>>(
     text(d, parse_metrics_addr)
 }
 
+pub(super) fn sqs_account<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    text(d, super::choices::parse_sqs_account)
+}
+
+pub(super) fn sqs_limits<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<sluice_sqs::Limits>, D::Error> {
+    text(d, super::choices::parse_sqs_limits)
+}
+
 /// A string, as such (the log filter).
 pub(super) fn string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     d.deserialize_any(Str("a string")).map(Some)

@@ -92,6 +92,7 @@ impl Config {
 
         let (listen, metrics) = addresses(&s)?;
         let (auth_token, tls, insecure) = security(&s, listen)?;
+        let sqs = sqs_door(&s, listen, metrics, insecure)?;
 
         Ok(Config {
             listen,
@@ -104,6 +105,7 @@ impl Config {
             tls,
             insecure,
             metrics,
+            sqs,
             connections_max: c.connections_max,
             connections_before_hello_max: c.connections_before_hello_max,
             frame_bytes_max: c.frame_bytes_max,
@@ -300,6 +302,50 @@ fn addresses(s: &Settings) -> Result<(SocketAddr, Option<SocketAddr>), ConfigErr
         return Err(ConfigError::MetricsOnListenAddr { addr: listen });
     }
     Ok((listen, metrics))
+}
+
+/// The SQS door: its address, which no other listener may share and which
+/// needs `--insecure` off loopback, its account and limits.
+fn sqs_door(
+    s: &Settings,
+    listen: SocketAddr,
+    metrics: Option<SocketAddr>,
+    insecure: bool,
+) -> Result<Option<SqsSettings>, ConfigError> {
+    let addr = match s.sqs_listen.unwrap_or(MetricsAddr::At(SQS_LISTEN_DEFAULT)) {
+        MetricsAddr::Off => return Ok(None),
+        MetricsAddr::At(addr) => addr,
+    };
+    if addr.port() != 0 {
+        if addr == listen {
+            return Err(ConfigError::SharedAddress {
+                first: "--listen",
+                second: "--sqs-listen",
+                addr,
+            });
+        }
+        if Some(addr) == metrics {
+            return Err(ConfigError::SharedAddress {
+                first: "--metrics-addr",
+                second: "--sqs-listen",
+                addr,
+            });
+        }
+    }
+    if !insecure && !addr.ip().to_canonical().is_loopback() {
+        return Err(ConfigError::InsecureSqsListen {
+            listen: addr,
+            port: addr.port(),
+        });
+    }
+    Ok(Some(SqsSettings {
+        listen: addr,
+        account: s
+            .sqs_account
+            .clone()
+            .unwrap_or_else(|| "000000000000".to_owned()),
+        limits: s.sqs_limits.unwrap_or_default(),
+    }))
 }
 
 /// The auth token, TLS, and `--insecure` (a non-loopback `listen` needs a

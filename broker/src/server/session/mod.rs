@@ -328,7 +328,7 @@ impl Session {
 
     /// The commands issued since the last call, in order, for the io layer
     /// to carry out.
-    pub fn commands(&mut self) -> impl Iterator<Item = Command> + '_ {
+    pub fn commands(&mut self) -> std::vec::Drain<'_, Command> {
         self.commanded_bytes = 0;
         self.commands.drain(..)
     }

@@ -11,9 +11,11 @@ use sluice_protocol::{ErrorCode, Reply};
 
 use super::{Conn, EngineLink, State};
 use crate::io::{ConnId, Connections};
+use crate::server::conn::ConnSession;
 use crate::server::limits::ACCEPT_FAILURE_LOG_NS;
 use crate::server::session::{Session, shutting_down};
 use crate::server::shared::Shared;
+use crate::server::sqs_session::SqsSession;
 use crate::server::transport::Transport;
 
 impl State {
@@ -71,7 +73,14 @@ impl State {
         };
         io.set_reading(id, true);
         let session = Session::refused(peer, &self.config, self.now_ns, &reply);
-        self.install(io, id, session, transport, false, false);
+        self.install(
+            io,
+            id,
+            ConnSession::Sluice(session),
+            transport,
+            false,
+            false,
+        );
     }
 
     /// A new connection's transport, or `None` (closed) when TLS cannot
@@ -94,7 +103,7 @@ impl State {
         &mut self,
         io: &mut Connections,
         id: ConnId,
-        session: Session,
+        session: ConnSession,
         transport: Transport,
         counted: bool,
         before_hello: bool,
@@ -148,7 +157,45 @@ impl State {
             };
             Session::refused(peer, &self.config, self.now_ns, &reply)
         };
+        let session = ConnSession::Sluice(session);
         self.install(io, id, session, transport, counted, before_hello);
+    }
+
+    /// A connection to the SQS door: counted in `--max-connections` (there
+    /// is no HELLO), plain HTTP; over the limit or while shutting down it
+    /// is answered `503` and closed.
+    pub(super) fn on_accept_sqs(&mut self, io: &mut Connections, id: ConnId, peer: SocketAddr) {
+        let Some(config) = self.sqs.clone() else {
+            io.close_now(id);
+            return;
+        };
+        let admitted = self.drain_deadline_ns.is_none() && self.shared.admit_connection();
+        let session = if admitted {
+            self.stats().accepted.add(1);
+            self.stats().connections.add(1);
+            tracing::debug!(%peer, conn = %id, shard = self.index, "SQS connection accepted");
+            SqsSession::new(peer, config, self.now_ns)
+        } else {
+            let why = if self.drain_deadline_ns.is_some() {
+                "the server is shutting down".to_owned()
+            } else {
+                self.stats().refused.add(1);
+                format!(
+                    "the server holds its maximum of {} connections; retry later",
+                    self.shared.config.connections_max
+                )
+            };
+            SqsSession::refused(peer, config, self.now_ns, &why)
+        };
+        let session = ConnSession::Sqs(session);
+        self.install(io, id, session, Transport::plain(), admitted, false);
+    }
+
+    /// An SQS connection the driver refused (it holds its maximum): `503`.
+    pub(super) fn on_refused_sqs(&mut self, io: &mut Connections, id: ConnId, peer: SocketAddr) {
+        tracing::debug!(%peer, "SQS connection refused: this shard's driver is full");
+        self.stats().refused.add(1);
+        io.send(id, sqs_unavailable());
     }
 
     /// Counts a new connection before HELLO. At the limit, the connection
@@ -254,6 +301,19 @@ pub(super) fn auth_outcome(shared: &Shared, peer: SocketAddr, ok: bool, now_ns: 
         );
     }
     verdict.delay_ns
+}
+
+/// What a connection to the SQS door is told when it cannot be served.
+pub(crate) fn sqs_unavailable() -> bytes::Bytes {
+    let mut out = BytesMut::new();
+    sluice_sqs::http::write_response(
+        &mut out,
+        503,
+        &[("Content-Type", "text/plain; charset=utf-8")],
+        b"the server holds its maximum of connections; retry later\n",
+        true,
+    );
+    out.freeze()
 }
 
 fn too_many_connections(max: u32) -> Reply {

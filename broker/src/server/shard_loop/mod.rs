@@ -69,13 +69,15 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::clock::{self, Clock, EngineTime, nanos};
+use super::conn::ConnSession;
 use super::limits::{DRAIN_RECHECK, OUTBOUND_RETRY, PAUSED_RECHECK, STATS_PUBLISH_INTERVAL};
-use super::session::{Command, Cx, Engine, Phase, Session, SessionConfig, Submitted};
+use super::session::{Command, Cx, Engine, Phase, SessionConfig, Submitted};
 use super::shared::{ShardStats, Shared};
+use super::sqs_session::SqsConfig;
 use super::transport::{Inbound, Transport};
 use crate::engine::mesh::doorbell::Doorbell;
 use crate::engine::{Op, OpResult, Shard};
-use crate::io::{ConnId, Connections, Driver, Event};
+use crate::io::{ConnId, Connections, Driver, Event, ListenerId};
 use crate::sync::Arc;
 use crate::sync::Ordering::{Acquire, Release};
 
@@ -84,6 +86,10 @@ mod drain;
 mod setup;
 
 use accept::auth_outcome;
+pub(crate) use accept::sqs_unavailable;
+
+/// The listener of the SQS door, beside the binary protocol's (0).
+pub const SQS_LISTENER: ListenerId = ListenerId(1);
 
 /// What a shard thread is handed once every shard's driver is open.
 #[derive(Debug)]
@@ -165,7 +171,7 @@ impl Drop for StopOnPanic {
 struct Conn {
     /// The driver's id (slot and generation).
     id: ConnId,
-    session: Session,
+    session: ConnSession,
     /// Plain text or TLS, between the driver and the session.
     transport: Transport,
     /// The transport refused the connection: it is closing, and nothing
@@ -251,6 +257,8 @@ struct State {
     engine: Shard,
     doorbell: Arc<Doorbell>,
     config: SessionConfig,
+    /// The SQS door's connections' settings, when the door is open.
+    sqs: Option<SqsConfig>,
     unsent_total_max: u64,
     shutdown_timeout_ns: u64,
     conns: Vec<Option<Conn>>,
@@ -361,7 +369,7 @@ impl State {
         &mut self,
         io: &mut Connections,
         id: ConnId,
-        f: impl FnOnce(&mut Session, &Cx<'_>, &mut dyn Engine),
+        f: impl FnOnce(&mut ConnSession, &Cx<'_>, &mut dyn Engine),
     ) -> bool {
         let State {
             index,
@@ -462,6 +470,16 @@ impl State {
         self.refresh_clock();
         self.events = self.events.saturating_add(1);
         match event {
+            Event::Accepted {
+                conn,
+                peer,
+                listener: SQS_LISTENER,
+            } => self.on_accept_sqs(io, conn, peer),
+            Event::Refused {
+                conn,
+                peer,
+                listener: SQS_LISTENER,
+            } => self.on_refused_sqs(io, conn, peer),
             Event::Accepted { conn, peer, .. } => self.on_accept(io, conn, peer),
             Event::Refused { conn, peer, .. } => self.on_refused(io, conn, peer),
             Event::Data { conn, bytes } => self.on_data(io, conn, bytes),

@@ -8,9 +8,14 @@ use sluice_protocol::{HelloReply, ServerLimits};
 
 use super::{ShardStart, State};
 use crate::server::clock::{self, nanos};
-use crate::server::limits::{HOUSEKEEPING_MAX_NS, HOUSEKEEPING_MIN_NS};
+use crate::server::limits::{
+    HOUSEKEEPING_MAX_NS, HOUSEKEEPING_MIN_NS, SQS_BODY_BYTES_MAX, SQS_IDLE_TIMEOUT,
+    SQS_REQUEST_TIMEOUT,
+};
 use crate::server::session::SessionConfig;
 use crate::server::shared::server_version;
+use crate::server::sqs_session::SqsConfig;
+use sluice_sqs::http::HttpLimits;
 
 impl State {
     pub(super) fn new(index: u16, start: ShardStart) -> State {
@@ -44,6 +49,15 @@ impl State {
             nanos(c.shutdown_timeout),
             c.idle_spin,
         );
+        let sqs = start.shared.sqs_door.clone().map(|door| SqsConfig {
+            door,
+            http: HttpLimits {
+                body_bytes_max: SQS_BODY_BYTES_MAX,
+                ..HttpLimits::default()
+            },
+            request_timeout_ns: nanos(SQS_REQUEST_TIMEOUT),
+            idle_timeout_ns: nanos(SQS_IDLE_TIMEOUT),
+        });
         let now = clock::now_ns();
         let engine_time = start.shared.clock.engine_time(now, clock::wall_ms());
         State {
@@ -52,6 +66,7 @@ impl State {
             doorbell: start.doorbell,
             shared: start.shared,
             config,
+            sqs,
             unsent_total_max,
             shutdown_timeout_ns,
             conns: Vec::new(),

@@ -1,0 +1,509 @@
+//! One connection of the SQS door, without a socket: HTTP/1.1 request
+//! bytes in, SQS calls through the sans-IO door (`sluice_sqs`) to the
+//! engine, HTTP responses out, as commands for the shard loop, the way the
+//! binary protocol's [`Session`](super::session::Session) does it.
+//!
+//! # Order
+//!
+//! Requests are served one at a time, in the order they arrive: a pipelined
+//! request waits in the input buffer until the one before it is answered
+//! (a long poll included), so responses go out in request order, as
+//! HTTP/1.1 requires. An SQS call may take several engine requests
+//! (`Step::Engine`); each is submitted when the one before is answered.
+//!
+//! # Deadlines and bounds
+//!
+//! - A request must arrive whole within [`SqsConfig::request_timeout_ns`]
+//!   of its first byte (a client sending a byte a second is cut off), with
+//!   its head and body within the door's [`HttpLimits`].
+//! - A keep-alive connection with no request for
+//!   [`SqsConfig::idle_timeout_ns`] is closed.
+//! - Reading pauses while the connection's unsent responses reach
+//!   `--unsent-bytes-max` (or any are unsent while the server's total is
+//!   over its limit), as for the binary protocol.
+//! - A request that cannot be read is answered with its HTTP status
+//!   (400, 411, 413, 431, 505) and the connection closes.
+
+use std::net::SocketAddr;
+
+use bytes::{Bytes, BytesMut};
+use sluice_protocol::{ErrorCode, Reply};
+use sluice_sqs::http::{self, HttpLimits, Parsed};
+use sluice_sqs::{Action, Call, Door, Response, Step};
+
+use super::clock;
+use super::convert::{self, Route};
+use super::limits::{CLOSE_FLUSH_TIMEOUT_NS, DRAIN_QUIET_NS};
+use super::session::{Command, Cx, Engine, Phase, Submitted};
+use super::shared::OwnedCounter;
+
+/// What every SQS connection of a shard shares.
+#[derive(Clone, Debug)]
+pub struct SqsConfig {
+    /// The door: its configuration and request ids.
+    pub door: Door,
+    /// What one request may take.
+    pub http: HttpLimits,
+    /// Time for a request to arrive whole once its first byte did.
+    pub request_timeout_ns: u64,
+    /// Time a keep-alive connection may wait for its next request.
+    pub idle_timeout_ns: u64,
+}
+
+/// Slots of [`SqsStats`]: one per SQS action, `Unknown` last.
+pub const SQS_ACTION_SLOTS: usize = Action::ALL.len();
+
+/// A shard's counters of the SQS door (one writer: the shard).
+#[derive(Debug)]
+pub struct SqsStats {
+    /// Calls answered, by action ([`Action::ALL`] order).
+    pub requests: [OwnedCounter; SQS_ACTION_SLOTS],
+    /// Calls answered with an SQS error, by action.
+    pub errors: [OwnedCounter; SQS_ACTION_SLOTS],
+    /// Deletes with the receipt handle of an older delivery, which succeed
+    /// without deleting (SQS's rule).
+    pub stale_deletes: OwnedCounter,
+}
+
+impl Default for SqsStats {
+    fn default() -> Self {
+        SqsStats {
+            requests: std::array::from_fn(|_| OwnedCounter::default()),
+            errors: std::array::from_fn(|_| OwnedCounter::default()),
+            stale_deletes: OwnedCounter::default(),
+        }
+    }
+}
+
+impl SqsStats {
+    /// Counts the call of `action` answered with `response`.
+    pub fn count(&self, action: Action, response: &Response) {
+        let slot = Action::ALL
+            .iter()
+            .position(|&a| a == action)
+            .unwrap_or(SQS_ACTION_SLOTS - 1);
+        self.requests[slot].add(1);
+        if response.error.is_some() {
+            self.errors[slot].add(1);
+        }
+        self.stale_deletes.add(u64::from(response.stale_deletes));
+    }
+}
+
+/// A call waiting for the engine.
+#[derive(Debug)]
+struct Waiting {
+    call: Call,
+    ticket: u64,
+    keep_alive: bool,
+}
+
+/// One SQS connection's state. See the module docs.
+#[derive(Debug)]
+pub struct SqsSession {
+    peer: SocketAddr,
+    config: SqsConfig,
+    closing: bool,
+    closing_since_ns: u64,
+    /// Bytes received and not yet taken by a request.
+    inbuf: BytesMut,
+    /// Responses written and not yet handed over in a [`Command::Send`].
+    out: BytesMut,
+    /// When the request now partly in `inbuf` began arriving.
+    partial_since_ns: Option<u64>,
+    /// When the connection last finished a response or was accepted (the
+    /// idle timeout counts from it) and when bytes last arrived.
+    idle_since_ns: u64,
+    last_data_ns: u64,
+    /// The call the engine is working on.
+    waiting: Option<Waiting>,
+    /// `100 Continue` was sent for the request now arriving.
+    continued: bool,
+    paused: bool,
+    commands: Vec<Command>,
+    commanded_bytes: usize,
+}
+
+impl SqsSession {
+    /// A new connection.
+    #[must_use]
+    pub fn new(peer: SocketAddr, config: SqsConfig, now_ns: u64) -> SqsSession {
+        SqsSession {
+            peer,
+            config,
+            closing: false,
+            closing_since_ns: 0,
+            inbuf: BytesMut::new(),
+            out: BytesMut::new(),
+            partial_since_ns: None,
+            idle_since_ns: now_ns,
+            last_data_ns: now_ns,
+            waiting: None,
+            continued: false,
+            paused: false,
+            commands: Vec::new(),
+            commanded_bytes: 0,
+        }
+    }
+
+    /// A connection refused at once (`503`, with `why`), then closed.
+    #[must_use]
+    pub fn refused(peer: SocketAddr, config: SqsConfig, now_ns: u64, why: &str) -> SqsSession {
+        let mut s = SqsSession::new(peer, config, now_ns);
+        write_unavailable(&mut s.out, why);
+        s.close(now_ns);
+        s
+    }
+
+    /// Where the connection is: ready, or closing.
+    #[must_use]
+    pub fn phase(&self) -> Phase {
+        if self.closing {
+            Phase::Closing
+        } else {
+            Phase::Ready
+        }
+    }
+
+    /// The peer, for logs.
+    #[must_use]
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Whether reading is paused for back-pressure.
+    #[must_use]
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Whether responses wait for [`SqsSession::flush`].
+    #[must_use]
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// The commands issued since the last call, in order.
+    pub fn commands(&mut self) -> std::vec::Drain<'_, Command> {
+        self.commanded_bytes = 0;
+        self.commands.drain(..)
+    }
+
+    /// Hands the responses written so far to the io layer.
+    pub fn flush(&mut self) {
+        if !self.out.is_empty() {
+            let bytes = self.out.split().freeze();
+            self.send(bytes);
+        }
+    }
+
+    /// Bytes arrived.
+    pub fn on_data(&mut self, bytes: &[u8], cx: &Cx<'_>, engine: &mut dyn Engine) {
+        if self.closing {
+            return;
+        }
+        self.inbuf.extend_from_slice(bytes);
+        self.last_data_ns = cx.now_ns;
+        self.process(cx, engine);
+    }
+
+    /// The engine answered `ticket`; false if it was not this session's.
+    pub fn on_result(
+        &mut self,
+        ticket: u64,
+        result: crate::engine::OpResult,
+        cx: &Cx<'_>,
+        engine: &mut dyn Engine,
+    ) -> bool {
+        if self.waiting.as_ref().is_none_or(|w| w.ticket != ticket) {
+            return false;
+        }
+        let Some(Waiting {
+            mut call,
+            keep_alive,
+            ..
+        }) = self.waiting.take()
+        else {
+            return false;
+        };
+        let step = call.resume(convert::to_reply(result), clock::wall_ms());
+        self.run(call, step, keep_alive, cx, engine);
+        if self.waiting.is_none() && !self.paused {
+            self.process(cx, engine);
+        }
+        true
+    }
+
+    /// Reads again if back-pressure allows; false while still paused.
+    pub fn resume(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) -> bool {
+        if !self.paused || self.closing {
+            return true;
+        }
+        if self.blocked(cx, true) {
+            return false;
+        }
+        self.paused = false;
+        self.commands.push(Command::SetReading(true));
+        self.process(cx, engine);
+        !self.paused
+    }
+
+    /// Deadlines: a request left unfinished, an idle keep-alive
+    /// connection, a closing connection whose peer does not read.
+    pub fn tick(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+        let now = cx.now_ns;
+        if self.closing {
+            if now.saturating_sub(self.closing_since_ns) >= CLOSE_FLUSH_TIMEOUT_NS {
+                self.commands.push(Command::CloseNow);
+            }
+            return;
+        }
+        if self
+            .partial_since_ns
+            .is_some_and(|t| now.saturating_sub(t) >= self.config.request_timeout_ns)
+        {
+            tracing::debug!(peer = %self.peer, "closing SQS connection: a request was left unfinished");
+            cx.stats.closed_bad_input.add(1);
+            let mut out = BytesMut::new();
+            http::write_response(
+                &mut out,
+                408,
+                &[("Content-Type", "text/plain; charset=utf-8")],
+                b"the request did not arrive in time\n",
+                true,
+            );
+            self.out.extend_from_slice(&out);
+            self.begin_close(now, engine);
+        } else if self.waiting.is_none()
+            && self.inbuf.is_empty()
+            && now.saturating_sub(self.idle_since_ns.max(self.last_data_ns))
+                >= self.config.idle_timeout_ns
+        {
+            tracing::debug!(peer = %self.peer, "closing idle SQS connection");
+            self.begin_close(now, engine);
+        }
+    }
+
+    /// Shutdown began: an idle connection closes now; one with a call in
+    /// the engine is answered first.
+    pub fn begin_drain(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+        if self.waiting.is_none() && self.inbuf.is_empty() {
+            self.begin_close(cx.now_ns, engine);
+        }
+    }
+
+    /// While shutting down: closes the connection once nothing of it is in
+    /// the engine and no bytes arrived for a moment.
+    pub fn drain(&mut self, drain_started_ns: u64, cx: &Cx<'_>, engine: &mut dyn Engine) {
+        let quiet_since = self.last_data_ns.max(drain_started_ns);
+        if !self.closing
+            && self.waiting.is_none()
+            && cx.now_ns.saturating_sub(quiet_since) >= DRAIN_QUIET_NS
+        {
+            self.begin_close(cx.now_ns, engine);
+        }
+    }
+
+    /// The io layer reports the connection gone: its call in the engine is
+    /// cancelled.
+    pub fn on_closed(&mut self, engine: &mut dyn Engine) {
+        if let Some(w) = self.waiting.take() {
+            engine.cancel(w.ticket);
+        }
+        self.closing = true;
+    }
+
+    // ----- requests ---------------------------------------------------------
+
+    /// Whether the connection must not be read: `resume` asks with the
+    /// lower threshold that lets a paused connection go on.
+    fn blocked(&self, cx: &Cx<'_>, resume: bool) -> bool {
+        let unsent = cx.io_unsent + self.commanded_bytes + self.out.len();
+        let unsent_max = if resume {
+            cx.config.unsent_max / 2
+        } else {
+            cx.config.unsent_max
+        };
+        unsent >= unsent_max || (cx.unsent_over && unsent > 0)
+    }
+
+    /// Serves the whole requests buffered, one at a time.
+    fn process(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+        while !self.closing && self.waiting.is_none() {
+            if self.blocked(cx, false) {
+                self.partial_since_ns = None;
+                if !self.paused {
+                    self.paused = true;
+                    self.commands.push(Command::SetReading(false));
+                }
+                return;
+            }
+            if self.inbuf.is_empty() {
+                self.partial_since_ns = None;
+                return;
+            }
+            match http::parse(&self.inbuf, &self.config.http) {
+                Ok(Parsed::Incomplete { expect_continue }) => {
+                    if expect_continue && !self.continued {
+                        self.continued = true;
+                        http::write_continue(&mut self.out);
+                    }
+                    if self.partial_since_ns.is_none() {
+                        self.partial_since_ns = Some(cx.now_ns);
+                    }
+                    return;
+                }
+                Ok(Parsed::Request(req, used)) => {
+                    let _ = self.inbuf.split_to(used);
+                    self.partial_since_ns = None;
+                    self.continued = false;
+                    self.serve(&req, cx, engine);
+                }
+                Err(e) => {
+                    tracing::debug!(peer = %self.peer, error = %e, "closing SQS connection: bad request");
+                    cx.stats.closed_bad_input.add(1);
+                    http::write_error(&mut self.out, &e);
+                    self.begin_close(cx.now_ns, engine);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn serve(&mut self, req: &http::Request, cx: &Cx<'_>, engine: &mut dyn Engine) {
+        if cx.draining {
+            write_unavailable(&mut self.out, "the server is shutting down");
+            self.begin_close(cx.now_ns, engine);
+            return;
+        }
+        if req.method != "POST" && req.method != "GET" {
+            let response = method_not_allowed();
+            self.write(&response, req.keep_alive, cx.now_ns, engine);
+            return;
+        }
+        let (call, step) = self.config.door.call(req, clock::wall_ms());
+        self.run(call, step, req.keep_alive, cx, engine);
+    }
+
+    /// Carries `call` on from `step` until it waits for the engine or is
+    /// done.
+    fn run(
+        &mut self,
+        mut call: Call,
+        mut step: Step,
+        keep_alive: bool,
+        cx: &Cx<'_>,
+        engine: &mut dyn Engine,
+    ) {
+        loop {
+            match step {
+                Step::Done(response) => {
+                    cx.stats.sqs.count(call.action(), &response);
+                    self.write(&response, keep_alive, cx.now_ns, engine);
+                    return;
+                }
+                Step::Engine(request) => {
+                    let Route::Engine(op) = convert::route(request) else {
+                        // The door asks the engine only for engine work.
+                        let reply = Reply::error(ErrorCode::Internal, "not an engine request");
+                        step = call.resume(reply, clock::wall_ms());
+                        continue;
+                    };
+                    match engine.submit(op) {
+                        Submitted::Done(result) => {
+                            step = call.resume(convert::to_reply(result), clock::wall_ms());
+                        }
+                        Submitted::Later(ticket) => {
+                            self.waiting = Some(Waiting {
+                                call,
+                                ticket,
+                                keep_alive,
+                            });
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes `response`; closes after it unless `keep_alive`.
+    fn write(
+        &mut self,
+        response: &Response,
+        keep_alive: bool,
+        now_ns: u64,
+        engine: &mut dyn Engine,
+    ) {
+        let headers: Vec<(&str, &str)> = response
+            .headers
+            .iter()
+            .map(|(n, v)| (*n, v.as_str()))
+            .collect();
+        http::write_response(
+            &mut self.out,
+            response.status,
+            &headers,
+            &response.body,
+            !keep_alive,
+        );
+        self.idle_since_ns = now_ns;
+        if !keep_alive {
+            self.begin_close(now_ns, engine);
+        }
+    }
+
+    fn send(&mut self, bytes: Bytes) {
+        self.commanded_bytes += bytes.len();
+        self.commands.push(Command::Send(bytes));
+    }
+
+    /// Closes after what is written; a call in the engine is cancelled.
+    fn begin_close(&mut self, now_ns: u64, engine: &mut dyn Engine) {
+        if let Some(w) = self.waiting.take() {
+            engine.cancel(w.ticket);
+        }
+        self.close(now_ns);
+    }
+
+    fn close(&mut self, now_ns: u64) {
+        if self.closing {
+            return;
+        }
+        self.closing = true;
+        self.closing_since_ns = now_ns;
+        self.inbuf = BytesMut::new();
+        self.partial_since_ns = None;
+        self.flush();
+        self.commands.push(Command::Close);
+    }
+}
+
+/// `503 Service Unavailable` saying `why`, closing the connection.
+fn write_unavailable(out: &mut BytesMut, why: &str) {
+    let body = format!("{why}\n");
+    http::write_response(
+        out,
+        503,
+        &[("Content-Type", "text/plain; charset=utf-8")],
+        body.as_bytes(),
+        true,
+    );
+}
+
+/// The response to a method other than POST and GET.
+fn method_not_allowed() -> Response {
+    Response {
+        status: 405,
+        headers: vec![
+            ("Allow", "POST, GET".to_owned()),
+            ("Content-Type", "text/plain; charset=utf-8".to_owned()),
+        ],
+        body: Bytes::from_static(b"the SQS API takes POST (and GET for the query protocol)\n"),
+        error: Some("MethodNotAllowed"),
+        stale_deletes: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests;
