@@ -55,6 +55,8 @@ mod server_shutdown;
 mod server_snapshot;
 #[cfg(not(sluice_loom))]
 mod server_snapshot_files;
+#[cfg(not(sluice_loom))]
+mod server_sqs_clients;
 
 // The files of deploy/ against a real server and the real configuration.
 #[cfg(not(sluice_loom))]

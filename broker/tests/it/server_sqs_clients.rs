@@ -1,0 +1,96 @@
+//! The SQS door against clients nobody here wrote: the pytest suite in
+//! `sqs/tests/clients` drives boto3 and the aws CLI against a server this
+//! test starts on free loopback ports (every action, the README's first
+//! flow, MD5s against values AWS published).
+//!
+//! The clients live in a virtualenv, `target/venv-sqs` (`.ci/run`
+//! installs them from `sqs/tests/clients/requirements.txt`), or the Python
+//! named by `SLUICE_SQS_PYTHON`. Without it the test says so and skips,
+//! except under `CI=true`, where it fails.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use sluice_broker::server::config::IoChoice;
+
+use crate::server_util::start;
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The Python with boto3, the aws CLI and pytest, or `None` (skip).
+fn python() -> Option<PathBuf> {
+    let python = std::env::var_os("SLUICE_SQS_PYTHON").map_or_else(
+        || workspace().join("target/venv-sqs/bin/python"),
+        PathBuf::from,
+    );
+    let ok = Command::new(&python)
+        .args(["-c", "import boto3, pytest, awscli"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("CI").map_or(true, |v| v != "true"),
+        "{} has no boto3, pytest and awscli: under CI=true .ci/run installs them \
+         (sqs/tests/clients/requirements.txt)",
+        python.display()
+    );
+    eprintln!(
+        "SKIP: no boto3/pytest/awscli at {} (python3 -m venv target/venv-sqs && \
+         target/venv-sqs/bin/pip install -r sqs/tests/clients/requirements.txt)",
+        python.display()
+    );
+    None
+}
+
+fn boto3_and_the_aws_cli_pass_the_client_suite(io: IoChoice) {
+    let Some(python) = python() else { return };
+    let Some(server) = start(io, &["--sqs-listen", "127.0.0.1:0", "--shards", "2"]) else {
+        return;
+    };
+    let sqs = server.handle().sqs_addr().expect("the SQS door is open");
+    let out = Command::new(&python)
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "sqs/tests/clients",
+        ])
+        .current_dir(workspace())
+        .env("SLUICE_SQS_ENDPOINT", format!("http://{sqs}"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        // Nothing of the machine's AWS setup is read, and nothing leaves
+        // loopback.
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .output()
+        .expect("run pytest");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "the client suite failed:\n{stdout}\n{stderr}"
+    );
+    // Every test ran: none skipped, none deselected.
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    assert!(
+        last.contains(" passed") && !last.contains("skipped") && !last.contains("failed"),
+        "{last}"
+    );
+}
+
+crate::both_backends!(boto3_and_the_aws_cli_pass_the_client_suite);

@@ -1,0 +1,34 @@
+"""The aws CLI's sqs commands against the door, as the README shows them."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import pathlib
+
+ENDPOINT = os.environ["SLUICE_SQS_ENDPOINT"]
+
+
+def aws(*args):
+    exe = shutil.which("aws") or str(pathlib.Path(sys.executable).parent / "aws")
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
+               AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=os.devnull,
+               AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_PAGER="")
+    out = subprocess.run([exe, "--endpoint-url", ENDPOINT, "sqs", *args, "--output", "json"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if out.stdout.strip() else None
+
+
+def test_the_aws_cli_creates_sends_receives_and_deletes(name):
+    url = aws("create-queue", "--queue-name", name)["QueueUrl"]
+    assert url in aws("list-queues", "--queue-name-prefix", name)["QueueUrls"]
+    sent = aws("send-message", "--queue-url", url, "--message-body", "from the cli")
+    assert "MessageId" in sent
+    got = aws("receive-message", "--queue-url", url, "--wait-time-seconds", "2")["Messages"][0]
+    assert got["Body"] == "from the cli"
+    aws("delete-message", "--queue-url", url, "--receipt-handle", got["ReceiptHandle"])
+    attrs = aws("get-queue-attributes", "--queue-url", url, "--attribute-names", "All")["Attributes"]
+    assert attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
+    aws("delete-queue", "--queue-url", url)

@@ -1,0 +1,146 @@
+"""Queue actions through boto3: create, look up, list, attributes, purge,
+delete, and SQS's errors for each, as botocore raises them."""
+
+import json
+
+import botocore.exceptions
+import pytest
+
+from conftest import make_client
+
+
+def code(e):
+    return e.value.response["Error"]["Code"]
+
+
+def test_create_is_idempotent_and_differing_attributes_are_refused(sqs, name):
+    url = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "7"})["QueueUrl"]
+    assert url.endswith(f"/000000000000/{name}")
+    assert sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "7"})["QueueUrl"] == url
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "8"})
+    assert code(e) in ("QueueAlreadyExists", "QueueNameExists")
+    sqs.delete_queue(QueueUrl=url)
+
+
+def test_bad_names_and_attributes_are_refused(sqs):
+    for bad in ["", "a" * 81, "has space", "dot.dot"]:
+        with pytest.raises(botocore.exceptions.ClientError):
+            sqs.create_queue(QueueName=bad)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs.create_queue(QueueName="vt", Attributes={"VisibilityTimeout": "43201"})
+    assert code(e) == "InvalidAttributeValue"
+
+
+def test_fifo_queues_are_refused_saying_so(sqs):
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs.create_queue(QueueName="orders.fifo", Attributes={"FifoQueue": "true"})
+    assert "FIFO" in e.value.response["Error"]["Message"]
+
+
+def test_get_queue_url_and_a_missing_queue(sqs, queue, name):
+    assert sqs.get_queue_url(QueueName=name)["QueueUrl"] == queue
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName="no-such-queue-here")
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.send_message(QueueUrl=queue + "-gone", MessageBody="x")
+
+
+def test_a_queue_is_found_by_the_urls_path_whatever_its_host(sqs, queue):
+    other_host = queue.replace("127.0.0.1", "sluice.internal")
+    sqs.send_message(QueueUrl=other_host, MessageBody="by path")
+    got = sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=2)
+    assert got["Messages"][0]["Body"] == "by path"
+
+
+def test_list_queues_by_prefix_with_pages(sqs, name):
+    urls = [sqs.create_queue(QueueName=f"{name}-{i}")["QueueUrl"] for i in range(5)]
+    listed = sqs.list_queues(QueueNamePrefix=name)["QueueUrls"]
+    assert sorted(listed) == sorted(urls)
+    pages, token = [], None
+    while True:
+        kw = {"QueueNamePrefix": name, "MaxResults": 2}
+        if token:
+            kw["NextToken"] = token
+        page = sqs.list_queues(**kw)
+        pages.append(page.get("QueueUrls", []))
+        token = page.get("NextToken")
+        if not token:
+            break
+    assert [len(p) for p in pages] == [2, 2, 1]
+    assert sorted(sum(pages, [])) == sorted(urls)
+    paginated = [u for p in sqs.get_paginator("list_queues").paginate(QueueNamePrefix=name, PaginationConfig={"PageSize": 3}) for u in p.get("QueueUrls", [])]
+    assert sorted(paginated) == sorted(urls)
+    for u in urls:
+        sqs.delete_queue(QueueUrl=u)
+    assert "QueueUrls" not in sqs.list_queues(QueueNamePrefix=name) or sqs.list_queues(QueueNamePrefix=name)["QueueUrls"] == []
+
+
+def test_attributes_all_and_by_name_and_set(sqs, queue):
+    sqs.send_message(QueueUrl=queue, MessageBody="one")
+    sqs.send_message(QueueUrl=queue, MessageBody="later", DelaySeconds=60)
+    attrs = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    assert attrs["ApproximateNumberOfMessages"] == "1"
+    assert attrs["ApproximateNumberOfMessagesDelayed"] == "1"
+    assert attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
+    assert attrs["QueueArn"] == "arn:aws:sqs:us-east-1:000000000000:" + queue.rsplit("/", 1)[1]
+    for key in ["VisibilityTimeout", "DelaySeconds", "MessageRetentionPeriod", "ReceiveMessageWaitTimeSeconds", "MaximumMessageSize"]:
+        assert key in attrs, attrs
+    sqs.set_queue_attributes(QueueUrl=queue, Attributes={"VisibilityTimeout": "45", "DelaySeconds": "2"})
+    one = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["VisibilityTimeout"])["Attributes"]
+    assert one == {"VisibilityTimeout": "45"}
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs.set_queue_attributes(QueueUrl=queue, Attributes={"DelaySeconds": "901"})
+    assert code(e) == "InvalidAttributeValue"
+
+
+def test_a_redrive_policy_is_set_read_and_removed(sqs, queue, name):
+    dlq = sqs.create_queue(QueueName=name + "-dlq")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 3})
+    sqs.set_queue_attributes(QueueUrl=queue, Attributes={"RedrivePolicy": policy})
+    got = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["RedrivePolicy"])["Attributes"]
+    assert json.loads(got["RedrivePolicy"]) == {"deadLetterTargetArn": arn, "maxReceiveCount": 3}
+    sqs.set_queue_attributes(QueueUrl=queue, Attributes={"RedrivePolicy": ""})
+    got = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    assert "RedrivePolicy" not in got
+    sqs.delete_queue(QueueUrl=dlq)
+
+
+def test_purge_and_delete(sqs, name):
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(3)])
+    sqs.purge_queue(QueueUrl=url)
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+    assert attrs["ApproximateNumberOfMessages"] == "0"
+    sqs.delete_queue(QueueUrl=url)
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName=name)
+
+
+def test_two_accounts_never_share_a_queue(name):
+    a = make_client(access_key="111111111111")
+    b = make_client(access_key="222222222222")
+    url_a = a.create_queue(QueueName=name)["QueueUrl"]
+    assert "/111111111111/" in url_a
+    with pytest.raises(b.exceptions.QueueDoesNotExist):
+        b.get_queue_url(QueueName=name)
+    a.send_message(QueueUrl=url_a, MessageBody="a's")
+    url_b = b.create_queue(QueueName=name)["QueueUrl"]
+    assert "/222222222222/" in url_b
+    assert "Messages" not in b.receive_message(QueueUrl=url_b)
+    assert a.receive_message(QueueUrl=url_a)["Messages"][0]["Body"] == "a's"
+    a.delete_queue(QueueUrl=url_a)
+    b.delete_queue(QueueUrl=url_b)
+
+
+def test_actions_not_served_are_errors_not_500s(sqs, queue):
+    for call in [
+        lambda: sqs.tag_queue(QueueUrl=queue, Tags={"team": "a"}),
+        lambda: sqs.list_queue_tags(QueueUrl=queue),
+        lambda: sqs.list_dead_letter_source_queues(QueueUrl=queue),
+        lambda: sqs.add_permission(QueueUrl=queue, Label="l", AWSAccountIds=["123456789012"], Actions=["SendMessage"]),
+    ]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call()
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
