@@ -299,7 +299,8 @@ pub struct Settings {
     pub hello_timeout: Option<Duration>,
 
     /// Time to finish a frame once its first byte arrived before the
-    /// connection is closed [default: 30s].
+    /// connection is closed; on the SQS door, an HTTP request, for at most
+    /// 10s [default: 30s].
     #[arg(long, env = "SLUICE_FRAME_TIMEOUT", value_name = "DURATION", value_parser = parse_time)]
     #[serde(deserialize_with = "file::duration")]
     pub frame_timeout: Option<Duration>,

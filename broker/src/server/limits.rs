@@ -21,7 +21,8 @@ pub const METRICS_ADDR_DEFAULT: SocketAddr =
 /// Default address of the SQS door (the port SQS emulators use).
 pub const SQS_LISTEN_DEFAULT: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9324));
-/// Time for an SQS request to arrive whole once its first byte did.
+/// Time for an SQS request to arrive whole once its first byte did, at
+/// most (`--frame-timeout` when shorter).
 pub const SQS_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time a keep-alive SQS connection may wait for its next request.
 pub const SQS_IDLE_TIMEOUT: Duration = Duration::from_secs(120);

@@ -56,6 +56,8 @@ mod server_snapshot;
 #[cfg(not(sluice_loom))]
 mod server_snapshot_files;
 #[cfg(not(sluice_loom))]
+mod server_sqs_bad_input;
+#[cfg(not(sluice_loom))]
 mod server_sqs_clients;
 
 // The files of deploy/ against a real server and the real configuration.

@@ -55,7 +55,7 @@ impl State {
                 body_bytes_max: SQS_BODY_BYTES_MAX,
                 ..HttpLimits::default()
             },
-            request_timeout_ns: nanos(SQS_REQUEST_TIMEOUT),
+            request_timeout_ns: nanos(c.frame_timeout.min(SQS_REQUEST_TIMEOUT)),
             idle_timeout_ns: nanos(SQS_IDLE_TIMEOUT),
         });
         let now = clock::now_ns();
