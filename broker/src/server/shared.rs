@@ -117,11 +117,16 @@ pub fn error_slot(code: ErrorCode) -> usize {
 /// The label value of an error slot: the code's name in snake case
 /// (`busy`, `queue_not_found`).
 pub fn error_slot_name(slot: usize) -> String {
-    let Some(code) = ErrorCode::ALL.get(slot) else {
-        return "unknown".to_owned();
-    };
+    match ErrorCode::ALL.get(slot) {
+        Some(code) => snake_case(&code.to_string()),
+        None => "unknown".to_owned(),
+    }
+}
+
+/// `CamelCase` as `camel_case`, for label values.
+pub fn snake_case(name: &str) -> String {
     let mut out = String::new();
-    for (i, c) in code.to_string().chars().enumerate() {
+    for (i, c) in name.chars().enumerate() {
         if c.is_ascii_uppercase() {
             if i > 0 {
                 out.push('_');

@@ -28,7 +28,80 @@ both_backends!(
     metrics_show_queues_counters_and_lease_histograms,
     metrics_operators_expect,
     an_idle_connection_does_not_hold_back_a_scrape,
+    the_sqs_door_is_counted_by_action,
 );
+
+/// An SQS call (AWS JSON) over a connection of its own: the reply's body.
+fn sqs_call(addr: SocketAddr, action: &str, body: &str) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect to the SQS door");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST / HTTP/1.1\r\nHost: {addr}\r\nX-Amz-Target: AmazonSQS.{action}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read the response");
+    text.split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned()
+}
+
+fn the_sqs_door_is_counted_by_action(io: IoChoice) {
+    let Some(server) = start(
+        io,
+        &[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--sqs-listen",
+            "127.0.0.1:0",
+        ],
+    ) else {
+        return;
+    };
+    let metrics = server.handle().metrics_addr().expect("metrics on");
+    let sqs = server.handle().sqs_addr().expect("the SQS door");
+    sqs_call(sqs, "CreateQueue", r#"{"QueueName":"q"}"#);
+    let missing = sqs_call(sqs, "GetQueueUrl", r#"{"QueueName":"nope"}"#);
+    assert!(missing.contains("QueueDoesNotExist"), "{missing}");
+    let url = format!("http://{sqs}/000000000000/q");
+    sqs_call(
+        sqs,
+        "SendMessage",
+        &format!(r#"{{"QueueUrl":"{url}","MessageBody":"x"}}"#),
+    );
+    let handle = |reply: &str| {
+        let at = reply
+            .find("\"ReceiptHandle\":\"")
+            .expect("a receipt handle")
+            + 17;
+        reply[at..at + reply[at..].find('"').expect("its end")].to_owned()
+    };
+    let receive = format!(r#"{{"QueueUrl":"{url}","VisibilityTimeout":0,"WaitTimeSeconds":5}}"#);
+    let first = handle(&sqs_call(sqs, "ReceiveMessage", &receive));
+    let second = handle(&sqs_call(sqs, "ReceiveMessage", &receive));
+    assert_ne!(first, second);
+    let stale = sqs_call(
+        sqs,
+        "DeleteMessage",
+        &format!(r#"{{"QueueUrl":"{url}","ReceiptHandle":"{first}"}}"#),
+    );
+    assert_eq!(stale, "{}");
+    let (status, text) = http_get(metrics, "/metrics");
+    assert_eq!(status, 200);
+    for (series, want) in [
+        ("sluice_sqs_requests_total{action=\"create_queue\"}", 1.0),
+        ("sluice_sqs_requests_total{action=\"receive_message\"}", 2.0),
+        ("sluice_sqs_requests_total{action=\"get_queue_url\"}", 1.0),
+        ("sluice_sqs_errors_total{action=\"get_queue_url\"}", 1.0),
+        ("sluice_sqs_errors_total{action=\"create_queue\"}", 0.0),
+        ("sluice_sqs_stale_deletes_total", 1.0),
+    ] {
+        assert_eq!(sample(&text, series), Some(want), "{series}");
+    }
+}
 
 fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect to metrics");

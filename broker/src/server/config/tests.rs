@@ -1120,3 +1120,82 @@ fn tls_settings_that_cannot_work_are_refused_naming_the_flag() {
     ]);
     assert!(e.to_string().contains("does not fit"), "{e}");
 }
+
+#[test]
+fn the_sqs_door_defaults_turns_off_and_takes_its_settings_from_every_source() {
+    let c = ok(&[]);
+    let sqs = c.sqs.expect("open by default");
+    assert_eq!(sqs.listen, sock("127.0.0.1:9324"));
+    assert_eq!(sqs.account, "000000000000");
+    assert_eq!(sqs.limits, sluice_sqs::Limits::Strict);
+    assert_eq!(ok(&["--sqs-listen=off"]).sqs, None);
+    let c = ok(&[
+        "--sqs-listen=localhost:0",
+        "--sqs-account=123456789012",
+        "--sqs-limits=relaxed",
+    ]);
+    let sqs = c.sqs.expect("open");
+    assert_eq!(sqs.listen, sock("127.0.0.1:0"));
+    assert_eq!(sqs.account, "123456789012");
+    assert_eq!(sqs.limits, sluice_sqs::Limits::Relaxed);
+    let env = [("SLUICE_SQS_LISTEN", "off")];
+    assert_eq!(config_env(&[], &env).unwrap().sqs, None);
+    let file = TempFile::new(
+        "sqs.toml",
+        b"sqs_listen = \"127.0.0.1:9400\"\nsqs_account = \"111122223333\"\nsqs_limits = \"relaxed\"\n",
+    );
+    let sqs = ok(&["--config", file.path()]).sqs.expect("open");
+    assert_eq!(
+        (sqs.listen, sqs.account.as_str(), sqs.limits),
+        (
+            sock("127.0.0.1:9400"),
+            "111122223333",
+            sluice_sqs::Limits::Relaxed
+        )
+    );
+    // The printed configuration reads back as the same settings.
+    let printed = ok(&["--config", file.path()]).to_string();
+    assert!(
+        printed.contains("sqs_listen = \"127.0.0.1:9400\""),
+        "{printed}"
+    );
+    assert!(
+        ok(&["--sqs-listen=off"])
+            .to_string()
+            .contains("sqs_listen = \"off\"")
+    );
+}
+
+#[test]
+fn bad_sqs_settings_are_refused() {
+    for bad in [
+        &["--sqs-account=12345"][..],
+        &["--sqs-account=abcdefghijkl"],
+        &["--sqs-limits=loose"],
+        &["--sqs-listen=example.com:9324"],
+    ] {
+        assert!(raw(bad, &[]).is_err(), "{bad:?} was taken");
+    }
+    let e = err(&["--listen=127.0.0.1:9500", "--sqs-listen=127.0.0.1:9500"]);
+    assert!(matches!(e, ConfigError::SharedAddress { .. }), "{e}");
+    let e = err(&[
+        "--metrics-addr=127.0.0.1:9501",
+        "--sqs-listen=127.0.0.1:9501",
+    ]);
+    assert!(matches!(e, ConfigError::SharedAddress { .. }), "{e}");
+    // Port 0 for all three is three free ports.
+    ok(&[
+        "--listen=127.0.0.1:0",
+        "--metrics-addr=127.0.0.1:0",
+        "--sqs-listen=127.0.0.1:0",
+    ]);
+    // Off loopback the door, which checks no signature, needs --insecure,
+    // even when the binary port has a token.
+    let e = err(&["--sqs-listen=0.0.0.0:9324"]);
+    assert!(matches!(e, ConfigError::InsecureSqsListen { .. }), "{e}");
+    assert!(e.to_string().contains("--insecure"), "{e}");
+    let sqs = ok(&["--sqs-listen=0.0.0.0:9324", "--insecure"])
+        .sqs
+        .expect("open");
+    assert_eq!(sqs.listen, sock("0.0.0.0:9324"));
+}

@@ -17,7 +17,9 @@
 //! | `sluice_connections_before_hello`, `sluice_connections_before_hello_max` | | connections not yet past HELLO (TLS handshakes included), and `--max-connections-before-hello` |
 //! | `sluice_connections_before_hello_evicted_total` | | connections without HELLO closed to make room for a new one |
 //! | `sluice_connections_accepted_total`, `_refused_total`, `_closed_bad_input_total`, `_timed_out_total` (silent past their session timeout), `sluice_accept_failures_total` | | |
-//! | `sluice_requests_total` | `op` | requests decoded, by operation |
+//! | `sluice_requests_total` | `op` | requests decoded, by operation (the binary protocol) |
+//! | `sluice_sqs_requests_total`, `sluice_sqs_errors_total` | `action` | SQS calls answered, and those answered with an SQS error, by action (`unknown`: any other name) |
+//! | `sluice_sqs_stale_deletes_total` | | SQS deletes with the handle of an older delivery, which succeed without deleting |
 //! | `sluice_unsent_bytes` | | replies queued and not yet written |
 //! | `sluice_memory_used_bytes`, `sluice_memory_max_bytes` | | the message memory budget |
 //! | `sluice_queues` | | |
@@ -51,7 +53,7 @@ use super::{
 use crate::engine::{LeaseObserver, LeaseOutcome};
 use crate::server::shared::{
     ERROR_SLOTS, LeaseReaders, OP_SLOTS, OUTCOME_NAMES, OUTCOMES, ShardStats, Shared,
-    error_slot_name, op_slot_name, outcome_slot, server_version,
+    error_slot_name, op_slot_name, outcome_slot, server_version, snake_case,
 };
 
 use crate::server::limits::SCRAPE_WAIT;
@@ -170,6 +172,7 @@ pub fn render(shared: &Shared, out: &mut String) {
     render_server(shared, &mut w);
     render_connections(shared, &mut w);
     render_load(shared, &mut w);
+    render_sqs(shared, &mut w);
     render_queues(&queues, &mut w);
     render_leases(shared, &mut w);
     render_operations(shared, &mut w);
@@ -293,6 +296,40 @@ fn render_load(shared: &Shared, w: &mut PromWriter<'_>) {
         MetricType::Gauge,
     )
     .sample_u64(&[], shared.registry.memory().limit());
+}
+
+/// The SQS door's calls by action.
+fn render_sqs(shared: &Shared, w: &mut PromWriter<'_>) {
+    for (name, help, errors) in [
+        (
+            "sluice_sqs_requests_total",
+            "SQS calls answered, by action.",
+            false,
+        ),
+        (
+            "sluice_sqs_errors_total",
+            "SQS calls answered with an SQS error, by action.",
+            true,
+        ),
+    ] {
+        let mut f = w.family(name, help, MetricType::Counter);
+        for (slot, action) in sluice_sqs::Action::ALL.iter().enumerate() {
+            let label = snake_case(action.name());
+            let value = shared.sum(|s| {
+                if errors {
+                    s.sqs.errors[slot].get()
+                } else {
+                    s.sqs.requests[slot].get()
+                }
+            });
+            f.sample_u64(&[("action", &label)], value);
+        }
+    }
+    w.counter(
+        "sluice_sqs_stale_deletes_total",
+        "SQS deletes with the receipt handle of an older delivery, which succeed without deleting.",
+        shared.sum(|s| s.sqs.stale_deletes.get()),
+    );
 }
 
 /// The queues: how many, their messages by state, the oldest age, the
