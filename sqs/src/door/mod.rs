@@ -7,6 +7,7 @@ mod md5;
 mod messages;
 mod names;
 mod queues;
+mod sources;
 #[cfg(test)]
 mod tests;
 mod wire;
@@ -159,6 +160,8 @@ enum Pending {
     Queue(queues::Pending),
     /// A message action's engine reply.
     Message(messages::Pending),
+    /// ListDeadLetterSourceQueues's next engine reply.
+    Sources(sources::Sources),
 }
 
 /// What starting an action gives: an engine request and what to do with
@@ -384,6 +387,7 @@ impl Door {
             | Action::DeleteMessageBatch
             | Action::ChangeMessageVisibility
             | Action::ChangeMessageVisibilityBatch => messages::start(&ctx, action, &input),
+            Action::ListDeadLetterSourceQueues => sources::start(&ctx, &input),
             _ => Err(unsupported()),
         }
     }
@@ -402,8 +406,10 @@ impl Call {
         &self.request_id
     }
 
-    /// The engine's `reply` to the last [`Step::Engine`]; the next step.
-    /// A call that is over answers `InternalError`.
+    /// The engine's `reply` to the last [`Step::Engine`]; the next step
+    /// (another engine request for a call that takes several, such as
+    /// ListDeadLetterSourceQueues). A call that is over answers
+    /// `InternalError`.
     pub fn resume(&mut self, reply: Reply, now_unix_ms: u64) -> Step {
         let _ = now_unix_ms;
         let result = match core::mem::replace(&mut self.pending, Pending::Over) {
@@ -413,6 +419,14 @@ impl Call {
             )),
             Pending::Queue(p) => p.finish(reply),
             Pending::Message(p) => p.finish(reply),
+            Pending::Sources(mut s) => match s.step(reply) {
+                Ok(sources::Next::Engine(request)) => {
+                    self.pending = Pending::Sources(s);
+                    return Step::Engine(request);
+                }
+                Ok(sources::Next::Done(body)) => Ok((body, 0)),
+                Err(e) => Err(e),
+            },
         };
         match result {
             Ok((body, stale)) => Step::Done(ok_response(&self.request_id, &body, stale)),

@@ -740,11 +740,99 @@ fn door_resume_after_done_and_wrong_reply_do_not_panic() {
 
 #[test]
 fn door_skipped_actions_are_invalid_action() {
-    for a in [
-        "TagQueue",
-        "ListDeadLetterSourceQueues",
-        "StartMessageMoveTask",
-    ] {
+    for a in ["TagQueue", "ListQueueTags", "StartMessageMoveTask"] {
         assert_error(&done(call(a, "{}").1), "InvalidAction", 400);
     }
+}
+
+/// A GET_QUEUE reply for `name`, dead-lettering into `dlq` if given.
+fn info(name: &str, dlq: Option<&str>) -> Reply {
+    Reply::GetQueue(QueueInfo {
+        queue: QueueName::new(name).unwrap(),
+        attributes: QueueAttributes {
+            redrive: dlq.map(|d| sluice_protocol::RedrivePolicy {
+                dead_letter_queue: d.to_owned(),
+                max_receives: 3,
+            }),
+            ..QueueAttributes::default()
+        },
+        stats: QueueStats::default(),
+    })
+}
+
+#[test]
+fn door_dead_letter_sources_look_at_every_queue_in_name_order() {
+    let dlq = "http://localhost:9324/000000000000/dlq";
+    let (mut c, s) = call(
+        "ListDeadLetterSourceQueues",
+        &format!(r#"{{"QueueUrl":"{dlq}"}}"#),
+    );
+    assert!(matches!(engine(s), Request::GetQueue { queue } if queue.as_str() == "dlq"));
+    let list = engine(c.resume(info("dlq", None), 1));
+    assert!(matches!(list, Request::ListQueues { ref prefix } if prefix.is_empty()));
+    // Another namespace's queue and the dead-letter queue itself are not
+    // looked at.
+    let names = ["b", "dlq", "111111111111.us-east-1.a", "a", "c"]
+        .iter()
+        .map(|n| QueueName::new(n).unwrap())
+        .collect();
+    let mut step = c.resume(Reply::ListQueues { queues: names }, 1);
+    let mut asked = Vec::new();
+    for (name, target) in [("a", Some("dlq")), ("b", Some("other")), ("c", Some("dlq"))] {
+        let Request::GetQueue { queue } = engine(step) else {
+            panic!("a GET");
+        };
+        asked.push(queue.as_str().to_owned());
+        assert_eq!(queue.as_str(), name);
+        step = c.resume(info(name, target), 1);
+    }
+    assert_eq!(asked, ["a", "b", "c"]);
+    let r = done(step);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        json(&r),
+        serde_json::json!({"queueUrls": [
+            "http://localhost:9324/000000000000/a",
+            "http://localhost:9324/000000000000/c"
+        ]})
+    );
+}
+
+#[test]
+fn door_dead_letter_sources_page_and_skip_deleted_queues() {
+    let dlq = "http://localhost:9324/000000000000/dlq";
+    let (mut c, s) = call(
+        "ListDeadLetterSourceQueues",
+        &format!(r#"{{"QueueUrl":"{dlq}","MaxResults":1,"NextToken":"a"}}"#),
+    );
+    engine(s);
+    engine(c.resume(info("dlq", None), 1));
+    let names = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| QueueName::new(n).unwrap())
+        .collect();
+    // After the token: b (deleted meanwhile), c (a source), then the page
+    // is full with d left.
+    let step = c.resume(Reply::ListQueues { queues: names }, 1);
+    assert!(matches!(engine(step), Request::GetQueue { queue } if queue.as_str() == "b"));
+    let gone = Reply::error(ErrorCode::QueueNotFound, "b");
+    assert!(
+        matches!(engine(c.resume(gone, 1)), Request::GetQueue { queue } if queue.as_str() == "c")
+    );
+    let r = done(c.resume(info("c", Some("dlq")), 1));
+    assert_eq!(
+        json(&r),
+        serde_json::json!({
+            "queueUrls": ["http://localhost:9324/000000000000/c"],
+            "NextToken": "c"
+        })
+    );
+    // A missing dead-letter queue is QueueDoesNotExist.
+    let (mut c, s) = call(
+        "ListDeadLetterSourceQueues",
+        &format!(r#"{{"QueueUrl":"{dlq}"}}"#),
+    );
+    engine(s);
+    let r = done(c.resume(Reply::error(ErrorCode::QueueNotFound, "dlq"), 1));
+    assert_error(&r, "QueueDoesNotExist", 400);
 }

@@ -138,9 +138,26 @@ def test_actions_not_served_are_errors_not_500s(sqs, queue):
     for call in [
         lambda: sqs.tag_queue(QueueUrl=queue, Tags={"team": "a"}),
         lambda: sqs.list_queue_tags(QueueUrl=queue),
-        lambda: sqs.list_dead_letter_source_queues(QueueUrl=queue),
         lambda: sqs.add_permission(QueueUrl=queue, Label="l", AWSAccountIds=["123456789012"], Actions=["SendMessage"]),
     ]:
         with pytest.raises(botocore.exceptions.ClientError) as e:
             call()
         assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+def test_dead_letter_sources_are_listed_and_paged(sqs, name):
+    dlq = sqs.create_queue(QueueName=name + "-dlq")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "5"})
+    sources = [sqs.create_queue(QueueName=f"{name}-src{i}", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+               for i in range(3)]
+    other = sqs.create_queue(QueueName=f"{name}-plain")["QueueUrl"]
+    got = sqs.list_dead_letter_source_queues(QueueUrl=dlq)
+    assert got["queueUrls"] == sorted(sources) and "NextToken" not in got
+    pages = [p["queueUrls"] for p in sqs.get_paginator("list_dead_letter_source_queues").paginate(
+        QueueUrl=dlq, PaginationConfig={"PageSize": 2})]
+    assert sum(pages, []) == sorted(sources), pages
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.list_dead_letter_source_queues(QueueUrl=dlq + "-gone")
+    for url in sources + [other, dlq]:
+        sqs.delete_queue(QueueUrl=url)
