@@ -33,11 +33,7 @@ fn read_response(s: &mut TcpStream) -> String {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {
-        assert_eq!(
-            s.read(&mut byte).expect("a response head"),
-            1,
-            "closed early"
-        );
+        s.read_exact(&mut byte).expect("a response head");
         buf.push(byte[0]);
     }
     let head = String::from_utf8_lossy(&buf).into_owned();
