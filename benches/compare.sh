@@ -187,7 +187,7 @@ start() {
 
 SLUICE_PORT="$(free_port)"
 start sluice "$SLUICE_PORT" "$SLUICE_SERVER" --listen "127.0.0.1:$SLUICE_PORT" \
-    --shards 1 --metrics-addr off
+    --shards 1 --metrics-addr off --sqs-listen off
 REDIS_PORT="$(free_port)"
 mkdir -p "$WORK/redis"
 start redis "$REDIS_PORT" "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 \

@@ -402,6 +402,8 @@ fn main() {
             "1".into(),
             "--metrics-addr".into(),
             "off".into(),
+            "--sqs-listen".into(),
+            "off".into(),
             "--log".into(),
             "warn".into(),
         ],

@@ -1,9 +1,9 @@
 //! `sluice-server`: the broker's binary. Flags, environment and config file
 //! become a validated [`Config`]; the server runs until SIGTERM or Ctrl-C,
-//! then answers what is in flight and exits 0. A configuration error, or a
-//! snapshot that cannot be loaded, exits 2 with a message naming the
-//! setting or the problem and its byte offset; another failure to start
-//! exits 1.
+//! then answers what is in flight and exits 0. A configuration error, a
+//! port another process listens on, or a snapshot that cannot be loaded,
+//! exits 2 with a message naming the setting or the problem (and its byte
+//! offset); another failure to start exits 1.
 //!
 //! Everything is held in memory. With `--snapshot PATH` a graceful
 //! shutdown writes every queue and message to PATH and the next start
@@ -92,7 +92,8 @@ fn main() -> ExitCode {
             return match e {
                 StartError::Snapshot { .. }
                 | StartError::SnapshotUnwritable { .. }
-                | StartError::SnapshotLocked { .. } => ExitCode::from(2),
+                | StartError::SnapshotLocked { .. }
+                | StartError::PortTaken { .. } => ExitCode::from(2),
                 _ => ExitCode::FAILURE,
             };
         }

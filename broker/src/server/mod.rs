@@ -197,6 +197,19 @@ pub enum StartError {
         #[source]
         source: path_lock::LockError,
     },
+    /// Another process listens on one of the broker's ports. With
+    /// `SO_REUSEPORT` a second broker of the same user could otherwise
+    /// join the first's port and take half its connections.
+    #[error(
+        "cannot listen on {addr} ({flag}): another process listens there (another \
+         sluice-server?); stop it or give {flag} another port"
+    )]
+    PortTaken {
+        /// The flag that names the address.
+        flag: &'static str,
+        /// The address.
+        addr: SocketAddr,
+    },
     /// The metrics endpoint could not be bound.
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
@@ -236,6 +249,16 @@ pub enum ServerError {
         /// What the OS said.
         #[source]
         source: std::io::Error,
+    },
+    /// No snapshot was written: the path's lock no longer guards it
+    /// (another broker may own the path now).
+    #[error("no snapshot written to {}: {source}", path.display())]
+    SnapshotLockLost {
+        /// The file.
+        path: std::path::PathBuf,
+        /// How the lock was lost.
+        #[source]
+        source: path_lock::LockError,
     },
     /// No snapshot was written: a shard did not stop cleanly.
     #[error("no snapshot written to {}: a shard failed, its messages cannot be saved", path.display())]
@@ -452,7 +475,10 @@ impl ServerHandle {
             m.shutdown();
         }
         if let Some(path) = self.shared.config.snapshot.clone() {
-            let saved = if first_error.is_none() && engines.len() == shards {
+            let lost = self._snapshot_lock.as_ref().map(path_lock::PathLock::check);
+            let saved = if let Some(Err(source)) = lost {
+                Err(ServerError::SnapshotLockLost { path, source })
+            } else if first_error.is_none() && engines.len() == shards {
                 save_snapshot(&path, &mut engines, &self.shared.clock)
             } else {
                 Err(ServerError::SnapshotSkipped { path })

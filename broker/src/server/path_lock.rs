@@ -28,6 +28,26 @@ impl PathLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Checks that the lock still guards the path: the file at `PATH.lock`
+    /// is the one this lock holds. A folder removed and made again (or the
+    /// lock file replaced) lets another broker lock a new file at the same
+    /// path; this broker must then not write there.
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] when the path holds another file or none.
+    pub fn check(&self) -> Result<(), LockError> {
+        use std::os::unix::fs::MetadataExt;
+        let lost = || LockError::Lost {
+            lock: self.path.clone(),
+        };
+        let held = self._file.metadata().map_err(|_| lost())?;
+        let there = std::fs::metadata(&self.path).map_err(|_| lost())?;
+        if held.nlink() == 0 || held.dev() != there.dev() || held.ino() != there.ino() {
+            return Err(lost());
+        }
+        Ok(())
+    }
 }
 
 /// Why a path could not be locked.
@@ -47,6 +67,16 @@ pub enum LockError {
         lock: PathBuf,
         /// The pid the holder wrote into it, when it had.
         holder: Option<u32>,
+    },
+    /// The lock file at the path is no longer the one this broker locked.
+    #[error(
+        "{} is no longer the file this broker locked (its folder was removed or the file \
+         replaced): another broker may own the path now, so this one does not write there",
+        lock.display()
+    )]
+    Lost {
+        /// The lock file.
+        lock: PathBuf,
     },
     /// The lock file could not be opened or locked.
     #[error("cannot lock {}: {source}", lock.display())]
@@ -129,6 +159,30 @@ mod tests {
         // Released with its descriptor: the next start takes it.
         let again = lock(&path).unwrap();
         drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_lock_whose_folder_was_made_again_is_lost() {
+        let dir = std::env::temp_dir().join(format!("sluice-path-lost-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.snapshot");
+        let first = lock(&path).unwrap();
+        first.check().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(first.check(), Err(LockError::Lost { .. })));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A second broker locks the new file at the same path.
+        let second = lock(&path).unwrap();
+        second.check().unwrap();
+        let e = first.check().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("no longer the file this broker locked"),
+            "{e}"
+        );
+        drop((first, second));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

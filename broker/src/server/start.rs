@@ -44,6 +44,7 @@ impl Server {
             return Err(StartError::InsecureListen(config.listen));
         }
         warn_about(&config);
+        check_ports_free(&config)?;
         let snap = SnapshotAtStart::open(&mut config)?;
         let shards = config.shards.max(1);
         let placement = placement(&config.cpus, shards)?;
@@ -353,7 +354,16 @@ fn spawn_shards(
             }
             Ok(Err(source)) => {
                 spawned.abort();
-                return Err(StartError::Io { shard: i, source });
+                return Err(match source {
+                    OpenError::Listen { addr, error }
+                        if error.kind() == std::io::ErrorKind::AddrInUse =>
+                    {
+                        let sqs = config.sqs.as_ref().is_some_and(|s| s.listen == addr);
+                        let flag = if sqs { "--sqs-listen" } else { "--listen" };
+                        StartError::PortTaken { flag, addr }
+                    }
+                    source => StartError::Io { shard: i, source },
+                });
             }
             Err(_) => {
                 spawned.abort();
@@ -435,6 +445,37 @@ fn warn_fallback(why: &str) {
     );
 }
 
+/// Refuses to start when another process listens on one of the broker's
+/// ports (port 0 picks a free one, so it is not looked at).
+///
+/// The shards bind their listeners with `SO_REUSEPORT`, which lets any
+/// process of the same user join the group and take a share of the
+/// connections, so the binding alone would not notice a second broker. A
+/// listener bound first without `SO_REUSEPORT` fails there whenever any
+/// socket listens on the port; it is closed at once and the shards bind
+/// after it. Two brokers starting within that moment could still both
+/// succeed.
+fn check_ports_free(config: &Config) -> Result<(), StartError> {
+    let ports = [
+        ("--listen", Some(config.listen)),
+        ("--sqs-listen", config.sqs.as_ref().map(|s| s.listen)),
+        ("--metrics-addr", config.metrics),
+    ];
+    for (flag, addr) in ports {
+        let Some(addr) = addr.filter(|a| a.port() != 0) else {
+            continue;
+        };
+        match std::net::TcpListener::bind(addr) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(StartError::PortTaken { flag, addr });
+            }
+            // Any other failure is the real bind's to report.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The metrics endpoint, unless `--metrics-addr off`.
 fn start_metrics(shared: &Arc<Shared>) -> Result<Option<MetricsServer>, StartError> {
     let Some(addr) = shared.config.metrics else {
@@ -443,7 +484,13 @@ fn start_metrics(shared: &Arc<Shared>) -> Result<Option<MetricsServer>, StartErr
     let source = metrics::telemetry::ServerMetrics(shared.clone());
     MetricsServer::start(addr, source)
         .map(Some)
-        .map_err(|source| StartError::Metrics { addr, source })
+        .map_err(|source| match source.kind() {
+            std::io::ErrorKind::AddrInUse => StartError::PortTaken {
+                flag: "--metrics-addr",
+                addr,
+            },
+            _ => StartError::Metrics { addr, source },
+        })
 }
 
 /// The CPU each shard is pinned to (`None`: unpinned), from `--cpus` and

@@ -46,6 +46,8 @@ mod server_messages;
 #[cfg(not(sluice_loom))]
 mod server_metrics;
 #[cfg(not(sluice_loom))]
+mod server_ports;
+#[cfg(not(sluice_loom))]
 mod server_process;
 #[cfg(not(sluice_loom))]
 mod server_shards;

@@ -111,6 +111,24 @@ impl Process {
         let _ = self.child.wait();
     }
 
+    /// Sends SIGTERM and waits for the exit: its status.
+    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {pid}");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the server") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "sluice-server did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub(crate) fn stop(mut self) {
         let pid = self.child.id().to_string();
         let status = Command::new("kill")
@@ -206,6 +224,8 @@ pub(crate) fn start_args(io: IoChoice, extra: &[&str]) -> Vec<String> {
         "--listen",
         "127.0.0.1:0",
         "--metrics-addr",
+        "off",
+        "--sqs-listen",
         "off",
         "--memory-max",
         "64MiB",
@@ -513,6 +533,8 @@ fn a_blocked_io_uring_falls_back_to_epoll_loudly() {
         "127.0.0.1:0",
         "--metrics-addr",
         "127.0.0.1:0",
+        "--sqs-listen",
+        "off",
         "--shards",
         "1",
         "--memory-max",
@@ -550,6 +572,8 @@ fn a_blocked_io_uring_falls_back_to_epoll_loudly() {
         "--listen",
         "127.0.0.1:0",
         "--metrics-addr",
+        "off",
+        "--sqs-listen",
         "off",
         "--memory-max",
         "64MiB",
@@ -602,6 +626,8 @@ fn the_binary_takes_decimal_and_short_forms() {
             "--listen",
             "sluice://127.0.0.1:0",
             "--metrics-addr",
+            "off",
+            "--sqs-listen",
             "off",
             "--shards",
             "1",

@@ -181,3 +181,38 @@ fn a_start_after_a_crash_says_the_snapshot_is_missing_and_old_loaded_files_are_p
     after.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A snapshot folder removed and made again while a broker runs lets a
+/// second broker lock the path; the first then refuses to write over the
+/// second's file and exits non-zero saying so.
+#[test]
+fn a_recreated_snapshot_folder_makes_the_save_refuse() {
+    let dir = scratch("recreated");
+    let path = dir.join("s.snapshot");
+    let p = path.to_str().unwrap();
+    let mut first = spawn(&["--shards", "1", "--snapshot", p]);
+    let addr = first.listen_addr();
+    let mut c = Client::connect(addr);
+    c.hello(b"").expect("HELLO");
+    c.create("first", sluice_protocol::AttributeUpdate::default());
+    drop(c);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut second = spawn(&["--shards", "1", "--snapshot", p]);
+    let addr = second.listen_addr();
+    let mut c = Client::connect(addr);
+    c.hello(b"").expect("HELLO");
+    c.create("second", sluice_protocol::AttributeUpdate::default());
+    drop(c);
+    let status = first.terminate();
+    assert!(!status.success(), "the first broker exited {status}");
+    let line = first.wait_for("no longer the file this broker locked");
+    assert!(line.contains("no snapshot written"), "{line}");
+    assert!(!path.exists(), "the first broker wrote the path");
+    second.stop();
+    let out = check(&path, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("queues: 1"), "{report}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

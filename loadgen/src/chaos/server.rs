@@ -65,6 +65,7 @@ impl ServerProcess {
         let mut pairs: Vec<(&str, &str)> = vec![
             ("--listen", "127.0.0.1:0"),
             ("--metrics-addr", "off"),
+            ("--sqs-listen", "off"),
             ("--log", "info"),
             ("--shards", &shards),
             ("--cpus", &spec.cpus),

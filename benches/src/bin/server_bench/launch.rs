@@ -52,7 +52,14 @@ impl ServerProc {
             .arg(&args.server)
             .args(["--shards", &shards.to_string(), "--io", io.flag()])
             .args(["--listen", &addr.to_string()])
-            .args(["--metrics-addr", "off", "--log", "warn"])
+            .args([
+                "--metrics-addr",
+                "off",
+                "--sqs-listen",
+                "off",
+                "--log",
+                "warn",
+            ])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
