@@ -54,6 +54,12 @@
 //! port 0 and the others bind the port it got ([`Driver::local_addr`]).
 //! `reuse_port: false` gives a plain exclusive listener for a single shard.
 //!
+//! `SO_REUSEPORT` lets any process of the same user join the group and take
+//! a share of the connections, so the server first checks that no process
+//! listens on each port it will bind (a listener bound without it fails
+//! there; `server/start.rs`, `check_ports_free`), and a second broker on a
+//! port is refused.
+//!
 //! A driver may have several listeners (the binary port and the SQS door):
 //! [`DriverConfig::listen`] and up to three [`DriverConfig::more_listeners`],
 //! each with its own refusal reply. They share the driver's connection
