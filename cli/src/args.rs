@@ -243,8 +243,8 @@ pub struct SendArgs {
     /// A message attribute (repeatable).
     #[arg(long = "attr", value_name = "K=V", value_parser = parse_attr)]
     pub attrs: Vec<(String, String)>,
-    /// Send the message this many times.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// Send the message this many times (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub count: u32,
 }
 
@@ -253,7 +253,7 @@ pub struct RecvArgs {
     /// The queue.
     pub queue: String,
     /// Most messages to receive (1 .. 1024).
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub max: u16,
     /// Lease length [default: the queue's].
     #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
@@ -276,7 +276,7 @@ pub struct PeekArgs {
     /// The queue.
     pub queue: String,
     /// Most messages to show (1 .. 1024).
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub max: u16,
 }
 
@@ -304,7 +304,7 @@ pub struct VisibilityArgs {
 pub struct RedriveArgs {
     /// The dead-letter queue.
     pub queue: String,
-    /// Most messages to move [default: all].
-    #[arg(long, value_name = "N")]
+    /// Most messages to move, at least 1 [default: all].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max: Option<u32>,
 }

@@ -1254,3 +1254,42 @@ fn tail_stops_at_once_on_ctrl_c_in_a_long_poll_that_would_never_end() {
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(err.is_empty(), "{err}");
 }
+
+/// Counts of zero are usage errors in the CLI's words (exit 2, naming the
+/// flag and its range), not an empty success or a wire detail.
+#[test]
+fn zero_counts_are_usage_errors() {
+    let cli = Cli {
+        addr: "127.0.0.1:1".to_owned(),
+    };
+    for (args, flag) in [
+        (&["send", "q", "x", "--count", "0"][..], "--count"),
+        (&["recv", "q", "--max", "0"], "--max"),
+        (&["recv", "q", "--max", "1025"], "--max"),
+        (&["peek", "q", "--max", "0"], "--max"),
+        (&["redrive", "q", "--max", "0"], "--max"),
+    ] {
+        let out = cli.run(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains("is not in 1.."), "{args:?}: {err}");
+        assert!(!err.contains("at byte"), "{args:?}: {err}");
+    }
+}
+
+/// A broker that accepts and never answers (stopped with SIGSTOP, say):
+/// the CLI says the connect timed out and after how long.
+#[test]
+fn a_silent_broker_is_a_connect_time_out() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let cli = Cli {
+        addr: silent.local_addr().unwrap().to_string(),
+    };
+    let out = cli.run(&["stats"]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    // The client's default connect time-out.
+    assert!(err.contains("timed out after 5s"), "{err}");
+    assert!(!err.contains("temporarily unavailable"), "{err}");
+    drop(silent);
+}

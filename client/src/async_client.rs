@@ -208,8 +208,7 @@ async fn open(config: &ClientConfig) -> Result<Arc<AsyncConn>> {
     let (stream, tls, decoder, buf, hello) = tokio::time::timeout(timeout, connecting)
         .await
         .map_err(|_| {
-            let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out");
-            connect_error(addr, e)
+            Error::connect_timed_out(addr, timeout, "connecting or waiting for HELLO")
         })??;
     let heartbeat = config
         .heartbeat_interval()

@@ -177,6 +177,23 @@ fn describe(code: ErrorCode) -> &'static str {
 }
 
 impl Error {
+    /// The connect time-out ran out at `addr` while `during`: said so, with
+    /// how long it was (a read time-out itself reports only "Resource
+    /// temporarily unavailable").
+    pub(crate) fn connect_timed_out(addr: &str, timeout: Duration, during: &str) -> Error {
+        Error::Connect {
+            addr: addr.to_owned(),
+            source: Arc::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "timed out after {} (the connect time-out) {during}: is the server \
+                     stopped or overloaded?",
+                    sluice_protocol::units::format_duration(timeout)
+                ),
+            )),
+        }
+    }
+
     /// The error for a protocol code and the server's message.
     #[must_use]
     pub fn from_code(code: ErrorCode, message: impl Into<String>) -> Error {

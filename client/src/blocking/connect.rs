@@ -36,6 +36,13 @@ pub(super) fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
                 stream = Some(s);
                 break;
             }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                return Err(Error::connect_timed_out(
+                    addr,
+                    config.connect_timeout(),
+                    "connecting",
+                ));
+            }
             Err(e) => last = e,
         }
     }
@@ -82,8 +89,11 @@ pub(super) fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO reply");
-            return Err(connect_error(addr, e));
+            return Err(Error::connect_timed_out(
+                addr,
+                config.connect_timeout(),
+                "waiting for the HELLO reply",
+            ));
         }
         stream
             .set_read_timeout(Some(left))
@@ -116,6 +126,18 @@ pub(super) fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
                 },
             },
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(Error::connect_timed_out(
+                    addr,
+                    config.connect_timeout(),
+                    "waiting for the HELLO reply",
+                ));
+            }
             Err(e) => return Err(connect_error(addr, e)),
         }
     };

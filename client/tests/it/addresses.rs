@@ -125,3 +125,28 @@ fn any_http_answer_to_hello_is_named() {
         assert_http_error(&err, addr);
     });
 }
+
+/// A server that accepts (the kernel does, into the backlog) and never
+/// answers, as one stopped with SIGSTOP: the connect says it timed out and
+/// after how long, not "Resource temporarily unavailable".
+#[test]
+fn a_server_that_never_answers_hello_times_out_saying_so() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let config = ClientConfig::new(addr.to_string())
+        .with_connect_timeout(std::time::Duration::from_millis(200));
+    let err = Client::connect(config.clone()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("timed out after 200ms") && !text.contains("temporarily unavailable"),
+        "{text}"
+    );
+    #[cfg(feature = "async")]
+    crate::util::runtime().block_on(async {
+        let err = sluice_client::AsyncClient::connect(config)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("timed out after 200ms"), "{err}");
+    });
+    drop(silent);
+}

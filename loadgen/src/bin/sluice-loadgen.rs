@@ -18,6 +18,8 @@ use sluice_loadgen::slo::Slo;
 
 /// Exit status when a pass failed (a broker error, a refused set-up).
 const EXIT_FAILED: u8 = 1;
+/// Exit status for bad flags (clap's own, and the checks of `RunConfig`).
+const EXIT_USAGE: u8 = 2;
 /// Exit status when an SLO was violated.
 const EXIT_SLO: u8 = 3;
 /// Exit status when messages were lost.
@@ -246,12 +248,10 @@ fn write_outputs(args: &Args, reports: &[PassReport], workload: Workload) -> Res
 
 fn main_inner() -> Result<ExitCode> {
     let args = Args::parse();
-    let token = args
-        .token_file
-        .as_deref()
-        .map(read_token_file)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let token = match args.token_file.as_deref().map(read_token_file).transpose() {
+        Ok(token) => token,
+        Err(e) => return Ok(usage(&e)),
+    };
     let cfg = RunConfig::new(RunSpec {
         workload: Some(args.workload.into()),
         targets: args.targets.clone(),
@@ -270,7 +270,11 @@ fn main_inner() -> Result<ExitCode> {
         visibility_timeout: args.visibility_timeout,
         fail_ratio: args.fail_ratio,
         token,
-    })?;
+    });
+    let cfg = match cfg {
+        Ok(cfg) => cfg,
+        Err(e) => return Ok(usage(&e)),
+    };
 
     let mut stdout = std::io::stdout();
     let mut stderr = std::io::stderr();
@@ -325,6 +329,12 @@ fn main_inner() -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(code))
+}
+
+/// A bad flag: said, and exit 2, as `--help` promises.
+fn usage(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::from(EXIT_USAGE)
 }
 
 fn main() -> ExitCode {

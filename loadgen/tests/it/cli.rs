@@ -65,8 +65,31 @@ fn bad_flags_are_refused_with_a_reason() {
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--size"));
+    // Every flag the run's checks refuse is a usage error: exit 2, as
+    // --help says, naming the flag.
+    for (flag, value, workload, says) in [
+        ("--batch", "0", "throughput", "--batch"),
+        ("--messages", "0", "throughput", "--messages"),
+        ("--window", "0", "throughput", "--window"),
+        ("--producers", "0", "throughput", "--producers"),
+        ("--fail-ratio", "2", "redelivery", "--fail-ratio"),
+        (
+            "--token-file",
+            "/nonexistent/sluice-token",
+            "throughput",
+            "token file",
+        ),
+    ] {
+        let out = loadgen()
+            .args([workload, "--target", "sluice://127.0.0.1:1", flag, value])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(says), "{flag}: {err}");
+    }
 }
 
 /// The check, small: the binary against a fresh sluice server
