@@ -11,6 +11,8 @@ use super::conn::{self, Connection};
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
 use crate::hello::Handshake;
+use crate::tls::TlsSession;
+use sluice_protocol::HelloReply;
 
 /// Bytes read at a time during the HELLO.
 const HELLO_CHUNK_BYTES: usize = 4 * 1024;
@@ -82,65 +84,15 @@ pub(super) fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
     stream
         .write_all(frame)
         .map_err(|e| connect_error(addr, e))?;
-    let mut chunk = vec![0u8; HELLO_CHUNK_BYTES];
-    let hello = loop {
-        if let Some(hello) = handshake.poll()? {
-            break hello;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Error::connect_timed_out(
-                addr,
-                config.connect_timeout(),
-                "waiting for the HELLO reply",
-            ));
-        }
-        stream
-            .set_read_timeout(Some(left))
-            .map_err(|e| connect_error(addr, e))?;
-        let eof = || {
-            let e = std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the server closed the connection during HELLO",
-            );
-            connect_error(addr, e)
-        };
-        match stream.read(&mut chunk) {
-            Ok(0) => return Err(eof()),
-            Ok(n) => match &tls {
-                None => handshake.buffer().extend_from_slice(&chunk[..n]),
-                // A refused client certificate shows here (TLS 1.3 sends
-                // the alert after the client's side of the handshake).
-                Some(session) => match session.open(&chunk[..n], handshake.buffer()) {
-                    Ok(false) => {}
-                    // The server's last words (a refusal) may come with its
-                    // close_notify.
-                    Ok(true) => match handshake.poll()? {
-                        Some(hello) => break hello,
-                        None => return Err(eof()),
-                    },
-                    Err(e @ Error::Tls { .. }) => return Err(e),
-                    Err(e) => {
-                        return Err(connect_error(addr, std::io::Error::other(e.to_string())));
-                    }
-                },
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(Error::connect_timed_out(
-                    addr,
-                    config.connect_timeout(),
-                    "waiting for the HELLO reply",
-                ));
-            }
-            Err(e) => return Err(connect_error(addr, e)),
-        }
-    };
+    let timeout = config.connect_timeout();
+    let hello = read_hello(
+        &mut stream,
+        tls.as_ref(),
+        &mut handshake,
+        deadline,
+        addr,
+        timeout,
+    )?;
     let (decoder, buf) = handshake.finish(&hello);
     stream
         .set_write_timeout(Some(conn::WRITE_STALL))
@@ -162,4 +114,74 @@ pub(super) fn open(config: &ClientConfig) -> Result<Arc<Connection>> {
             .map_err(|e| connect_error(addr, e))?;
     }
     Ok(conn)
+}
+
+/// Reads the HELLO reply (through TLS when `tls`) until `deadline`.
+fn read_hello(
+    stream: &mut TcpStream,
+    tls: Option<&TlsSession>,
+    handshake: &mut Handshake,
+    deadline: Instant,
+    addr: &str,
+    timeout: Duration,
+) -> Result<HelloReply> {
+    let mut chunk = vec![0u8; HELLO_CHUNK_BYTES];
+    loop {
+        if let Some(hello) = handshake.poll()? {
+            return Ok(hello);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::connect_timed_out(
+                addr,
+                timeout,
+                "waiting for the HELLO reply",
+            ));
+        }
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| connect_error(addr, e))?;
+        let eof = || {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the server closed the connection during HELLO",
+            );
+            connect_error(addr, e)
+        };
+        match stream.read(&mut chunk) {
+            Ok(0) => return Err(eof()),
+            Ok(n) => match tls {
+                None => handshake.buffer().extend_from_slice(&chunk[..n]),
+                // A refused client certificate shows here (TLS 1.3 sends
+                // the alert after the client's side of the handshake).
+                Some(session) => match session.open(&chunk[..n], handshake.buffer()) {
+                    Ok(false) => {}
+                    // The server's last words (a refusal) may come with its
+                    // close_notify.
+                    Ok(true) => match handshake.poll()? {
+                        Some(hello) => return Ok(hello),
+                        None => return Err(eof()),
+                    },
+                    Err(e @ Error::Tls { .. }) => return Err(e),
+                    Err(e) => {
+                        return Err(connect_error(addr, std::io::Error::other(e.to_string())));
+                    }
+                },
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(Error::connect_timed_out(
+                    addr,
+                    timeout,
+                    "waiting for the HELLO reply",
+                ));
+            }
+            Err(e) => return Err(connect_error(addr, e)),
+        }
+    }
 }
