@@ -60,6 +60,9 @@ pub const RESULT_POOL_MAX: usize = 64;
 /// Most partitions (queues) a shard holds at once: a message records its
 /// partition in 24 bits.
 pub const PARTITIONS_MAX: usize = 1 << 24;
+/// Queue changes the registry remembers, so that a shard catches up on the
+/// last ones alone: one behind by more copies every queue.
+pub const REGISTRY_CHANGES_KEPT: usize = 4096;
 /// Dead bytes in retired chunks tolerated beyond their live bytes before a
 /// compaction pass.
 pub const COMPACT_SLACK_BYTES: u64 = 4 * 1024 * 1024;

@@ -73,6 +73,6 @@ pub use error::{EngineError, EntryError};
 pub use mesh::ShardMsg;
 pub use ops::{LeaseObserver, LeaseOutcome, Op, OpResult};
 pub use receipt_mac::ReceiptKey;
-pub use registry::{Registry, RegistryConfig};
+pub use registry::{Registry, RegistryChanges, RegistryConfig};
 pub use shard::{MessageView, Shard, ShardConfig};
 pub use stored_message::MessageState;

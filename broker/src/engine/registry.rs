@@ -6,8 +6,11 @@
 //!   change the map, then bump `epoch` with `Release`. The send / receive /
 //!   delete path never takes the mutex: each shard compares `epoch` (an
 //!   `Acquire` load) with the epoch of its last snapshot at the start of every
-//!   call, and only when it moved does it take the mutex to copy a new
-//!   snapshot (attributes and `Arc<QueueShared>`).
+//!   call, and only when it moved does it take the mutex to catch up: the
+//!   registry remembers which queue each of the last
+//!   [`REGISTRY_CHANGES_KEPT`] changes touched, so a shard copies those
+//!   queues alone ([`Registry::changes_since`]); one further behind copies
+//!   them all. So a create costs the same at 100,000 queues as at 10.
 //! - [`QueueShared`] holds what the shards must agree on at once: the
 //!   queue's depth across shards (max depth) as one atomic that a send
 //!   reserves with `fetch_add` and undoes when over the limit; a per-shard
@@ -37,10 +40,10 @@
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
 use sluice_protocol::units::{format_bytes, format_duration};
 use sluice_protocol::{AttributeUpdate, ErrorCode, QueueAttributes, QueueName, WireError};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::error::EngineError;
-use super::limits::{PARTITIONS_MAX, QUEUES_MAX_DEFAULT, SHARDS_MAX};
+use super::limits::{PARTITIONS_MAX, QUEUES_MAX_DEFAULT, REGISTRY_CHANGES_KEPT, SHARDS_MAX};
 use super::memory::MemoryBudget;
 use super::random::splitmix64;
 use super::receipt_mac::ReceiptKey;
@@ -220,6 +223,20 @@ pub struct RestoredRegistry {
 struct Inner {
     queues: BTreeMap<QueueName, QueueEntry>,
     next_incarnation: u32,
+    /// The last changes: the epoch each one moved to, and its queue.
+    changes: VecDeque<(u64, QueueName)>,
+    /// `changes` holds every change after this epoch.
+    changes_from: u64,
+}
+
+/// What a shard must apply to catch up with the registry.
+#[derive(Debug)]
+pub enum RegistryChanges {
+    /// Too far behind: the epoch and every queue.
+    Full(u64, Vec<(QueueName, QueueEntry)>),
+    /// The epoch, and each queue changed since (once, in name order) as it
+    /// is now: `None` when it was deleted.
+    Delta(u64, Vec<(QueueName, Option<QueueEntry>)>),
 }
 
 /// Queue metadata shared across shards; see the module docs.
@@ -262,6 +279,8 @@ impl Registry {
             inner: Mutex::new(Inner {
                 queues: BTreeMap::new(),
                 next_incarnation: 1,
+                changes: VecDeque::new(),
+                changes_from: 1,
             }),
         }
     }
@@ -319,8 +338,12 @@ impl Registry {
             let mut inner = r.lock();
             inner.queues = queues;
             inner.next_incarnation = state.next_incarnation;
+            // Every queue changed: a shard that saw the empty registry
+            // copies them all.
+            let epoch = r.epoch.fetch_add(1, Ordering::Release) as u64 + 1;
+            inner.changes.clear();
+            inner.changes_from = epoch;
         }
-        r.bump();
         Ok(r)
     }
 
@@ -378,8 +401,42 @@ impl Registry {
         self.inner.lock()
     }
 
-    fn bump(&self) {
-        self.epoch.fetch_add(1, Ordering::Release);
+    /// Records a change of `name` (under the lock) and moves the epoch.
+    fn bump(&self, inner: &mut Inner, name: &QueueName) {
+        let epoch = self.epoch.fetch_add(1, Ordering::Release) as u64 + 1;
+        inner.changes.push_back((epoch, name.clone()));
+        while inner.changes.len() > REGISTRY_CHANGES_KEPT {
+            if let Some((e, _)) = inner.changes.pop_front() {
+                inner.changes_from = e;
+            }
+        }
+    }
+
+    /// What a shard that last caught up at `epoch` must apply: the queues
+    /// changed since, or every queue when the registry no longer remembers
+    /// that far back.
+    #[must_use]
+    pub fn changes_since(&self, epoch: u64) -> RegistryChanges {
+        let inner = self.lock();
+        // Read under the lock: no change can slip between the two.
+        let now = self.epoch.load(Ordering::Acquire) as u64;
+        if epoch < inner.changes_from {
+            let queues = inner
+                .queues
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            return RegistryChanges::Full(now, queues);
+        }
+        let first = inner.changes.partition_point(|(e, _)| *e <= epoch);
+        let mut names: Vec<&QueueName> = inner.changes.range(first..).map(|(_, n)| n).collect();
+        names.sort_unstable();
+        names.dedup();
+        let changed = names
+            .into_iter()
+            .map(|n| (n.clone(), inner.queues.get(n).cloned()))
+            .collect();
+        RegistryChanges::Delta(now, changed)
     }
 
     /// The current epoch and every queue.
@@ -484,7 +541,7 @@ impl Registry {
                 shared,
             },
         );
-        self.bump();
+        self.bump(&mut inner, name);
         Ok((incarnation, true))
     }
 
@@ -505,7 +562,7 @@ impl Registry {
         if let Some(q) = inner.queues.get_mut(name) {
             q.attributes = attrs;
         }
-        self.bump();
+        self.bump(&mut inner, name);
         Ok(())
     }
 
@@ -532,7 +589,7 @@ impl Registry {
             });
         }
         let removed = inner.queues.remove(name).map(|q| q.shared.incarnation);
-        self.bump();
+        self.bump(&mut inner, name);
         removed.ok_or_else(|| EngineError::QueueNotFound(name.clone()))
     }
 
@@ -695,5 +752,94 @@ mod tests {
         assert_eq!(q.depth(), 2);
         q.release_depth();
         assert!(q.try_reserve_depth(Some(2)));
+    }
+
+    fn delta(c: RegistryChanges) -> (u64, Vec<(String, Option<u32>)>) {
+        match c {
+            RegistryChanges::Delta(e, v) => (
+                e,
+                v.into_iter()
+                    .map(|(n, q)| (n.as_str().to_owned(), q.map(|q| q.shared.incarnation)))
+                    .collect(),
+            ),
+            RegistryChanges::Full(..) => panic!("a delta was expected"),
+        }
+    }
+
+    #[test]
+    fn a_shard_catches_up_on_the_queues_changed_since_its_epoch() {
+        let r = Registry::new(RegistryConfig::default());
+        let start = r.epoch();
+        let none = AttributeUpdate::default();
+        let (a, _) = r.create(&q("a"), &none).unwrap();
+        let mid = r.epoch();
+        r.create(&q("b"), &none).unwrap();
+        r.set(
+            &q("a"),
+            &AttributeUpdate {
+                delay_ms: Some(5),
+                ..none.clone()
+            },
+        )
+        .unwrap();
+        r.delete(&q("b")).unwrap();
+        let (a2, _) = {
+            r.delete(&q("a")).unwrap();
+            r.create(&q("a"), &none).unwrap()
+        };
+        assert_ne!(a, a2);
+        let (now, changed) = delta(r.changes_since(start));
+        assert_eq!(now, r.epoch());
+        // Each queue once, as it is now: b deleted, a made again.
+        assert_eq!(
+            changed,
+            [("a".to_owned(), Some(a2)), ("b".to_owned(), None)]
+        );
+        let (_, changed) = delta(r.changes_since(mid));
+        assert_eq!(
+            changed,
+            [("a".to_owned(), Some(a2)), ("b".to_owned(), None)]
+        );
+        let (_, changed) = delta(r.changes_since(r.epoch()));
+        assert!(changed.is_empty());
+    }
+
+    #[test]
+    fn a_shard_too_far_behind_copies_every_queue() {
+        let r = Registry::new(RegistryConfig {
+            queues_max: 2 * REGISTRY_CHANGES_KEPT,
+            ..RegistryConfig::default()
+        });
+        let start = r.epoch();
+        for i in 0..=REGISTRY_CHANGES_KEPT {
+            let name = QueueName::new(&format!("q{i}")).unwrap();
+            r.create(&name, &AttributeUpdate::default()).unwrap();
+        }
+        match r.changes_since(start) {
+            RegistryChanges::Full(e, all) => {
+                assert_eq!(e, r.epoch());
+                assert_eq!(all.len(), REGISTRY_CHANGES_KEPT + 1);
+            }
+            RegistryChanges::Delta(..) => panic!("the oldest change is forgotten"),
+        }
+        let (_, changed) = delta(r.changes_since(start + 1));
+        assert_eq!(changed.len(), REGISTRY_CHANGES_KEPT);
+        // A restored registry's queues are all new to any shard.
+        let restored = Registry::restored(
+            RegistryConfig::default(),
+            RestoredRegistry {
+                key: (1, 2),
+                run_prefix: 3,
+                next_incarnation: 2,
+                queues: vec![(q("x"), QueueAttributes::default(), 1)],
+            },
+        )
+        .unwrap();
+        assert!(
+            matches!(restored.changes_since(0), RegistryChanges::Full(_, all) if all.len() == 1)
+        );
+        assert!(
+            matches!(restored.changes_since(restored.epoch()), RegistryChanges::Delta(_, v) if v.is_empty())
+        );
     }
 }

@@ -1,17 +1,53 @@
 //! Catching up with the registry: a shard creates its partition of a new
 //! queue and drops its partition of a deleted one (messages, dedup entries,
-//! waiters and receives in progress included).
+//! waiters and receives in progress included), for the queues changed since
+//! its last look (or all of them, when it is far behind).
 
 use std::collections::HashSet;
 
+use sluice_protocol::QueueName;
+
 use super::{PendingKind, Removal, Shard};
+use crate::engine::RegistryChanges;
 use crate::engine::partition::Partition;
+use crate::engine::registry::QueueEntry;
 use crate::engine::slab::SlotKey;
 
 impl Shard {
+    /// Catches up with the registry: the queues changed since this shard's
+    /// epoch alone, or every queue when it is too far behind.
     pub(super) fn refresh(&mut self) {
-        let (epoch, queues) = self.registry.snapshot();
-        self.epoch = epoch;
+        match self.registry.changes_since(self.epoch) {
+            RegistryChanges::Delta(epoch, changed) => {
+                self.epoch = epoch;
+                for (name, entry) in changed {
+                    self.apply_change(name, entry);
+                }
+            }
+            RegistryChanges::Full(epoch, queues) => {
+                self.epoch = epoch;
+                self.refresh_all(queues);
+            }
+        }
+    }
+
+    /// One queue as the registry has it now (`None`: deleted).
+    fn apply_change(&mut self, name: QueueName, entry: Option<QueueEntry>) {
+        if let Some(&p) = self.names.get(&name) {
+            let same = entry
+                .as_ref()
+                .is_some_and(|e| self.part(p).incarnation == e.shared.incarnation());
+            if !same {
+                // Deleted, or deleted and created again since.
+                self.drop_partition(p);
+            }
+        }
+        if let Some(entry) = entry {
+            self.upsert_partition(name, entry);
+        }
+    }
+
+    fn refresh_all(&mut self, queues: Vec<(QueueName, QueueEntry)>) {
         let live: HashSet<u32> = queues.iter().map(|(_, q)| q.shared.incarnation()).collect();
         let gone: Vec<u32> = self
             .by_incarnation
@@ -23,28 +59,33 @@ impl Shard {
             self.drop_partition(p);
         }
         for (name, entry) in queues {
-            let inc = entry.shared.incarnation();
-            if let Some(&p) = self.by_incarnation.get(&inc) {
-                if let Some(part) = self.partitions[p as usize].as_mut() {
-                    part.attrs = entry.attributes;
-                }
-                continue;
-            }
-            let part = Partition::new(name.clone(), entry.attributes, entry.shared);
-            let idx = match self.free_partitions.pop() {
-                Some(i) => {
-                    self.partitions[i as usize] = Some(part);
-                    i
-                }
-                None => {
-                    self.partitions.push(Some(part));
-                    // At most 2^32 queues ever coexist: the registry caps them.
-                    (self.partitions.len() - 1) as u32
-                }
-            };
-            self.names.insert(name, idx);
-            self.by_incarnation.insert(inc, idx);
+            self.upsert_partition(name, entry);
         }
+    }
+
+    /// The partition of `entry`: its attributes updated, or made.
+    fn upsert_partition(&mut self, name: QueueName, entry: QueueEntry) {
+        let inc = entry.shared.incarnation();
+        if let Some(&p) = self.by_incarnation.get(&inc) {
+            if let Some(part) = self.partitions[p as usize].as_mut() {
+                part.attrs = entry.attributes;
+            }
+            return;
+        }
+        let part = Partition::new(name.clone(), entry.attributes, entry.shared);
+        let idx = match self.free_partitions.pop() {
+            Some(i) => {
+                self.partitions[i as usize] = Some(part);
+                i
+            }
+            None => {
+                self.partitions.push(Some(part));
+                // At most 2^32 queues ever coexist: the registry caps them.
+                (self.partitions.len() - 1) as u32
+            }
+        };
+        self.names.insert(name, idx);
+        self.by_incarnation.insert(inc, idx);
     }
 
     pub(super) fn drop_partition(&mut self, p: u32) {
