@@ -118,6 +118,12 @@ fn main() {
         ms(sorted[sorted.len() / 2]),
         ms(sorted[sorted.len() - 1]),
     );
+    let at: Vec<String> = [1usize, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+        .iter()
+        .filter(|&&k| k <= chunks.len())
+        .map(|&k| format!("{}k {:.1}", k, ms(chunks[k - 1])))
+        .collect();
+    println!("ms per thousand, at: {}", at.join(", "));
     println!(
         "PING during the creates ({} pings): p50 {} us, p99 {} us, max {} us",
         h.len(),

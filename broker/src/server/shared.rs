@@ -23,8 +23,8 @@
 //!   little stale for the others) against `--unsent-bytes-total-max`. The
 //!   bound is soft by at most one loop turn of replies per shard.
 //! - **Queue snapshots go through a `Mutex` off the request path.** A shard
-//!   replaces its snapshot every [`STATS_PUBLISH_INTERVAL`] (or when a scrape
-//!   asks) with `try_lock`, so it never waits for the metrics thread; the
+//!   replaces its snapshot when a scrape asks (or every
+//!   [`STATS_PUBLISH_INTERVAL`]) with `try_lock`, so it never waits for the metrics thread; the
 //!   metrics thread copies the snapshots out under the lock.
 //! - **The manual clock's catch-up** is one atomic per shard,
 //!   `clock_seen_ns`: the engine time of the shard's last poll, stored

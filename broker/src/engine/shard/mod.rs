@@ -225,7 +225,9 @@ pub struct Shard {
     epoch: u64,
     now_ns: u64,
     wall_ms: u64,
-    partitions: Vec<Option<Partition>>,
+    /// Boxed, so that the table growing past a power of two moves pointers,
+    /// not 448-byte partitions (a stall of the shard at 100,000 queues).
+    partitions: Vec<Option<Box<Partition>>>,
     free_partitions: Vec<u32>,
     names: HashMap<QueueName, u32>,
     by_incarnation: HashMap<u32, u32>,

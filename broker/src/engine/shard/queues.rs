@@ -72,7 +72,7 @@ impl Shard {
             }
             return;
         }
-        let part = Partition::new(name.clone(), entry.attributes, entry.shared);
+        let part = Box::new(Partition::new(name.clone(), entry.attributes, entry.shared));
         let idx = match self.free_partitions.pop() {
             Some(i) => {
                 self.partitions[i as usize] = Some(part);
