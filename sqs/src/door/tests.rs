@@ -357,6 +357,34 @@ fn door_md5_of_attributes_matches_sqs() {
 }
 
 #[test]
+fn door_md5s_match_the_values_aws_published() {
+    // The aws CLI's example for send-message-batch gives SQS's MD5s of this
+    // entry, shortened to their first and last 8 hex digits.
+    let attribute = |name: &str, data_type: &str, value: &str| SqsAttribute {
+        name: name.to_owned(),
+        data_type: data_type.to_owned(),
+        value: value.as_bytes().to_vec(),
+    };
+    let attributes = [
+        attribute("SellerName", "String", "Example Store"),
+        attribute("City", "String", "Any City"),
+        attribute("Region", "String", "WA"),
+        attribute("PostalCode", "String", "99065"),
+        attribute("PricePerGallon", "Number", "1.99"),
+    ];
+    let short = |hex: String| format!("{}...{}", &hex[..8], &hex[24..]);
+    assert_eq!(
+        short(md5_attributes(&attributes).unwrap()),
+        "10809b55...baf283ef"
+    );
+    let body = "Fuel report for account 0001 on 2015-09-16 at 02:07:31 PM.";
+    assert_eq!(
+        short(super::md5::md5_hex(body.as_bytes())),
+        "203c4a38...7943237e"
+    );
+}
+
+#[test]
 fn door_send_message_round_trip() {
     let body = format!(
         r#"{{"QueueUrl":"{URL}","MessageBody":"hello","DelaySeconds":3,
