@@ -1272,7 +1272,10 @@ fn zero_counts_are_usage_errors() {
         let out = cli.run(args);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(flag) && err.contains("is not in 1.."), "{args:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("is not in 1.."),
+            "{args:?}: {err}"
+        );
         assert!(!err.contains("at byte"), "{args:?}: {err}");
     }
 }
@@ -1292,4 +1295,35 @@ fn a_silent_broker_is_a_connect_time_out() {
     assert!(err.contains("timed out after 5s"), "{err}");
     assert!(!err.contains("temporarily unavailable"), "{err}");
     drop(silent);
+}
+
+/// 14,000 queues of 74-character names are more than one reply frame
+/// holds: the client walks the pages and the CLI prints every queue.
+#[test]
+fn fourteen_thousand_long_names_are_all_listed() {
+    let server = TestServer::start_on("127.0.0.1:0", &["--queues-max", "20000"]);
+    let client = server.client();
+    let name = |i: usize| format!("{i:05}-{}", "q".repeat(68));
+    for i in 0..14_000 {
+        client
+            .create_queue(&name(i), &sluice_client::QueueOptions::default())
+            .expect("create");
+    }
+    let listed = client.list_queues("").expect("list");
+    assert_eq!(listed.len(), 14_000);
+    assert_eq!(listed.first(), Some(&name(0)));
+    assert_eq!(listed.last(), Some(&name(13_999)));
+    assert!(listed.windows(2).all(|w| w[0] < w[1]), "sorted, each once");
+    let cli = Cli::new(&server);
+    let out = cli.ok(&["queue", "list"]);
+    let long = "q".repeat(68);
+    let names: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.ends_with(&long))
+        .collect();
+    assert_eq!(names.len(), 14_000, "{}", &out[..out.len().min(300)]);
+    assert_eq!(names.last().copied(), Some(name(13_999).as_str()));
+    // A prefix pages too.
+    assert_eq!(client.list_queues("0").expect("list").len(), 10_000);
 }

@@ -416,7 +416,33 @@ impl AsyncClient {
     /// # Errors
     /// `InvalidArgument`.
     pub async fn list_queues(&self, prefix: &str) -> Result<Vec<String>> {
-        self.run(&ops::ListQueues(prefix)).await
+        // As the blocking client: in pages from protocol version 3.
+        let paged = self.connection().await?.hello().version >= ops::PAGED_LIST_VERSION;
+        if !paged {
+            let (names, _) = self
+                .run(&ops::ListQueues {
+                    prefix,
+                    after: None,
+                })
+                .await?;
+            return Ok(names);
+        }
+        let mut all = Vec::new();
+        let mut after = String::new();
+        loop {
+            let (names, more) = self
+                .run(&ops::ListQueues {
+                    prefix,
+                    after: Some(&after),
+                })
+                .await?;
+            let next = ops::next_page(&names, more);
+            all.extend(names);
+            match next {
+                Some(last) => after = last,
+                None => return Ok(all),
+            }
+        }
     }
 
     /// A queue's attributes and counters.

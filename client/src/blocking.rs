@@ -419,7 +419,30 @@ impl Client {
     /// # Errors
     /// `InvalidArgument` for a prefix that is not made of name characters.
     pub fn list_queues(&self, prefix: &str) -> Result<Vec<String>> {
-        self.run(&ops::ListQueues(prefix))
+        // Version 3 lists in pages, each one frame; an older server lists
+        // what fits one frame.
+        let paged = self.connection()?.hello().version >= ops::PAGED_LIST_VERSION;
+        if !paged {
+            let (names, _) = self.run(&ops::ListQueues {
+                prefix,
+                after: None,
+            })?;
+            return Ok(names);
+        }
+        let mut all = Vec::new();
+        let mut after = String::new();
+        loop {
+            let (names, more) = self.run(&ops::ListQueues {
+                prefix,
+                after: Some(&after),
+            })?;
+            let next = ops::next_page(&names, more);
+            all.extend(names);
+            match next {
+                Some(last) => after = last,
+                None => return Ok(all),
+            }
+        }
     }
 
     /// A queue's attributes and counters.

@@ -359,25 +359,45 @@ impl Operation for DeleteQueue<'_> {
     }
 }
 
-pub(crate) struct ListQueues<'a>(pub &'a str);
+/// One `LIST_QUEUES`: the names with `prefix`, from the start or (`after`,
+/// protocol version 3) one page after a name; with whether more follow.
+pub(crate) struct ListQueues<'a> {
+    pub prefix: &'a str,
+    pub after: Option<&'a str>,
+}
+
+/// The server protocol version from which `LIST_QUEUES` comes in pages.
+pub(crate) const PAGED_LIST_VERSION: u16 = 3;
+
 impl Operation for ListQueues<'_> {
-    type Output = Vec<String>;
+    type Output = (Vec<String>, Option<bool>);
     fn request(&self) -> Result<Request> {
-        let ok = self.0.len() <= sluice_protocol::limits::QUEUE_NAME_BYTES_MAX
-            && (self.0.is_empty() || sluice_protocol::is_valid_queue_name(self.0));
+        let prefix = self.prefix;
+        let ok = prefix.len() <= sluice_protocol::limits::QUEUE_NAME_BYTES_MAX
+            && (prefix.is_empty() || sluice_protocol::is_valid_queue_name(prefix));
         if !ok {
             return Err(Error::InvalidArgument(format!(
-                "prefix {:?} is not made of queue-name characters ([A-Za-z0-9_.-]{{0,80}})",
-                self.0
+                "prefix {prefix:?} is not made of queue-name characters ([A-Za-z0-9_.-]{{0,80}})"
             )));
         }
         Ok(Request::ListQueues {
-            prefix: self.0.to_owned(),
+            prefix: prefix.to_owned(),
+            after: self.after.map(str::to_owned),
         })
     }
-    fn output(reply: Reply) -> Result<Vec<String>> {
-        expect!(reply, "LIST_QUEUES", Reply::ListQueues { queues } =>
-            queues.iter().map(|q| q.as_str().to_owned()).collect())
+    fn output(reply: Reply) -> Result<(Vec<String>, Option<bool>)> {
+        expect!(reply, "LIST_QUEUES", Reply::ListQueues { queues, more } =>
+            (queues.iter().map(|q| q.as_str().to_owned()).collect(), more))
+    }
+}
+
+/// Where a paged listing goes next: the name the next page starts after,
+/// or `None` when it is complete. A page that says more follow and holds
+/// nothing would not move on, so it ends the walk too.
+pub(crate) fn next_page(names: &[String], more: Option<bool>) -> Option<String> {
+    match (more, names.last()) {
+        (Some(true), Some(last)) => Some(last.clone()),
+        _ => None,
     }
 }
 
@@ -712,10 +732,32 @@ mod tests {
             DeleteQueue("a b").request(),
             Err(Error::InvalidArgument(_))
         ));
-        assert!(ListQueues("").request().is_ok());
+        let list = |prefix| ListQueues {
+            prefix,
+            after: None,
+        };
+        assert!(list("").request().is_ok());
         assert!(matches!(
-            ListQueues("a/").request(),
+            list("a/").request(),
             Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn a_listing_walks_pages_until_the_last() {
+        let names = |n: &[&str]| n.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(next_page(&names(&["a", "b"]), Some(true)), Some("b".into()));
+        assert_eq!(next_page(&names(&["a", "b"]), Some(false)), None);
+        // An older server's single reply, and a page that would not move on.
+        assert_eq!(next_page(&names(&["a"]), None), None);
+        assert_eq!(next_page(&[], Some(true)), None);
+        let paged = ListQueues {
+            prefix: "o",
+            after: Some("ob"),
+        };
+        assert!(matches!(
+            paged.request(),
+            Ok(Request::ListQueues { ref after, .. }) if after.as_deref() == Some("ob")
         ));
     }
 

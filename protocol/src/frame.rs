@@ -191,11 +191,17 @@ pub mod flags {
     /// (protocol version 2).
     pub const RECEIVE_BIND_LEASES: u8 = 0x01;
 
+    /// `LIST_QUEUES`: one page, after a name; the payload carries that name
+    /// after the prefix, and the reply ends with a byte that says whether
+    /// more queues follow (protocol version 3).
+    pub const LIST_QUEUES_PAGED: u8 = 0x01;
+
     /// The flag bits request `op` defines.
     #[must_use]
     pub const fn defined(op: u8) -> u8 {
         match op {
             super::opcode::RECEIVE => RECEIVE_BIND_LEASES,
+            super::opcode::LIST_QUEUES => LIST_QUEUES_PAGED,
             _ => 0,
         }
     }

@@ -234,6 +234,9 @@ pub enum Reply {
     ListQueues {
         /// The names, in the server's order.
         queues: Vec<QueueName>,
+        /// For a paged request (protocol version 3): whether more names
+        /// follow the last one here. `None` for an unpaged one.
+        more: Option<bool>,
     },
     /// `0x93` `GET_QUEUE` reply.
     GetQueue(QueueInfo),
@@ -349,8 +352,9 @@ impl Reply {
             Reply::Pong { .. } | Reply::PurgeQueue { .. } => 8,
             Reply::CreateQueue { .. } => 1,
             Reply::DeleteQueue | Reply::SetQueue => 0,
-            Reply::ListQueues { queues } => {
+            Reply::ListQueues { queues, more } => {
                 4 + queues.iter().map(QueueName::encoded_len).sum::<usize>()
+                    + usize::from(more.is_some())
             }
             Reply::GetQueue(info) => {
                 info.queue.encoded_len() + info.attributes.encoded_len() + QUEUE_STATS_BYTES
@@ -408,11 +412,16 @@ impl Reply {
                     dropped += 1;
                 }
             }
-            Reply::ListQueues { queues } => {
+            Reply::ListQueues { queues, more } => {
                 while len > frame_bytes_max {
                     let Some(q) = queues.pop() else { break };
                     len -= q.encoded_len();
                     dropped += 1;
+                }
+                // A page says that it was cut: the next one starts after
+                // its last name.
+                if let Some(more) = more {
+                    *more = true;
                 }
             }
             _ => {
@@ -459,10 +468,13 @@ impl Reply {
             Reply::Pong { nonce } => buf.put_u64_le(*nonce),
             Reply::CreateQueue { created } => buf.put_u8(u8::from(*created)),
             Reply::DeleteQueue | Reply::SetQueue => {}
-            Reply::ListQueues { queues } => {
+            Reply::ListQueues { queues, more } => {
                 buf.put_u32_le(len_u32(queues.len(), "queue count")?);
                 for q in queues {
                     q.encode(buf);
+                }
+                if let Some(more) = more {
+                    buf.put_u8(u8::from(*more));
                 }
             }
             Reply::GetQueue(info) => {
@@ -584,13 +596,29 @@ mod tests {
         assert!(reply.encoded_len() <= limit);
         let mut list = Reply::ListQueues {
             queues: vec![QueueName::from_static("a"), QueueName::from_static("bb")],
+            more: None,
         };
         let limit = list.encoded_len() - 1;
         assert_eq!(list.fit_frame(limit), 1);
         assert_eq!(
             list,
             Reply::ListQueues {
-                queues: vec![QueueName::from_static("a")]
+                queues: vec![QueueName::from_static("a")],
+                more: None,
+            }
+        );
+        // A page that is cut says more follow.
+        let mut page = Reply::ListQueues {
+            queues: vec![QueueName::from_static("a"), QueueName::from_static("bb")],
+            more: Some(false),
+        };
+        let limit = page.encoded_len() - 1;
+        assert_eq!(page.fit_frame(limit), 1);
+        assert_eq!(
+            page,
+            Reply::ListQueues {
+                queues: vec![QueueName::from_static("a")],
+                more: Some(true),
             }
         );
         let mut pong = Reply::Pong { nonce: 1 };

@@ -185,6 +185,11 @@ pub enum Request {
         /// Only names starting with this (0 to 80 name characters; empty
         /// lists every queue).
         prefix: String,
+        /// One page: the names after this one (empty: from the first), the
+        /// reply saying whether more follow (protocol version 3, the flag
+        /// [`flags::LIST_QUEUES_PAGED`]). `None`: every name that fits one
+        /// frame, as versions 1 and 2 list them.
+        after: Option<String>,
     },
     /// `0x13` `GET_QUEUE`.
     GetQueue {
@@ -264,6 +269,7 @@ impl Request {
     pub fn flags(&self) -> u8 {
         match self {
             Request::Receive(r) if r.bind_leases => flags::RECEIVE_BIND_LEASES,
+            Request::ListQueues { after: Some(_), .. } => flags::LIST_QUEUES_PAGED,
             _ => 0,
         }
     }
@@ -304,7 +310,9 @@ impl Request {
             Request::DeleteQueue { queue }
             | Request::GetQueue { queue }
             | Request::PurgeQueue { queue } => queue.encoded_len(),
-            Request::ListQueues { prefix } => 1 + prefix.len(),
+            Request::ListQueues { prefix, after } => {
+                1 + prefix.len() + after.as_ref().map_or(0, |a| 1 + a.len())
+            }
             Request::Send(r) => r.queue.encoded_len() + 2 + r.entries.wire_bytes().len(),
             Request::Receive(r) => r.queue.encoded_len() + 2 + 4 + 4,
             Request::Delete(r) => r.queue.encoded_len() + 2 + RECEIPT_BYTES * r.receipts.len(),
@@ -368,7 +376,12 @@ impl Request {
             | Request::PurgeQueue { queue } => {
                 queue.encode(buf);
             }
-            Request::ListQueues { prefix } => crate::codec::put_string_u8(buf, prefix, "prefix")?,
+            Request::ListQueues { prefix, after } => {
+                crate::codec::put_string_u8(buf, prefix, "prefix")?;
+                if let Some(after) = after {
+                    crate::codec::put_string_u8(buf, after, "after")?;
+                }
+            }
             Request::Send(r) => {
                 r.queue.encode(buf);
                 buf.put_u16_le(r.entries.count());
@@ -444,7 +457,12 @@ impl Request {
                 queue: QueueName::decode(&mut r, "queue")?,
             },
             opcode::LIST_QUEUES => Request::ListQueues {
-                prefix: decode_prefix(&mut r)?,
+                prefix: decode_prefix(&mut r, "prefix")?,
+                after: if frame_flags & flags::LIST_QUEUES_PAGED != 0 {
+                    Some(decode_prefix(&mut r, "after")?)
+                } else {
+                    None
+                },
             },
             opcode::GET_QUEUE => Request::GetQueue {
                 queue: QueueName::decode(&mut r, "queue")?,
@@ -581,14 +599,13 @@ fn decode_attributes_request(r: &mut Reader) -> Result<QueueAttributesRequest, D
     })
 }
 
-fn decode_prefix(r: &mut Reader) -> Result<String, DecodeError> {
-    let len = r.u8("prefix")?;
+/// A queue name or a prefix of one (0 to 80 name characters), as
+/// `LIST_QUEUES` carries its prefix and its page's start.
+fn decode_prefix(r: &mut Reader, field: &'static str) -> Result<String, DecodeError> {
+    let len = r.u8(field)?;
     let offset = r.offset();
-    let bytes = r.bytes(len.into(), "prefix")?;
-    let err = DecodeError::InvalidQueueName {
-        offset,
-        field: "prefix",
-    };
+    let bytes = r.bytes(len.into(), field)?;
+    let err = DecodeError::InvalidQueueName { offset, field };
     if bytes.len() > crate::limits::QUEUE_NAME_BYTES_MAX || !bytes.iter().all(|&c| is_name_byte(c))
     {
         return Err(err);
@@ -763,8 +780,29 @@ mod tests {
         assert_eq!(
             decode(opcode::LIST_QUEUES, &[0]),
             Ok(Request::ListQueues {
-                prefix: String::new()
+                prefix: String::new(),
+                after: None,
             })
+        );
+        // A page: the flag, then the name it starts after.
+        assert_eq!(
+            Request::decode(
+                opcode::LIST_QUEUES,
+                flags::LIST_QUEUES_PAGED,
+                Bytes::from_static(b"\x01o\x02ob")
+            ),
+            Ok(Request::ListQueues {
+                prefix: "o".into(),
+                after: Some("ob".into()),
+            })
+        );
+        assert!(
+            Request::decode(
+                opcode::LIST_QUEUES,
+                flags::LIST_QUEUES_PAGED,
+                Bytes::from_static(b"\x01o")
+            )
+            .is_err()
         );
     }
 
@@ -772,6 +810,7 @@ mod tests {
     fn encode_is_exact_and_restores_the_buffer_on_error() {
         let req = Request::ListQueues {
             prefix: "x".repeat(300),
+            after: None,
         };
         let mut buf = BytesMut::from(&b"keep"[..]);
         assert!(matches!(

@@ -34,10 +34,14 @@ pub enum Op {
         /// The queue.
         queue: QueueName,
     },
-    /// Names of the queues that start with `prefix`, sorted.
+    /// Names of the queues that start with `prefix`, sorted: all of them
+    /// ([`OpResult::Queues`]), or one page after a name
+    /// ([`OpResult::QueuesPage`]).
     ListQueues {
         /// Prefix ("" for all).
         prefix: String,
+        /// One page, of the names after this one ("" from the first).
+        after: Option<String>,
     },
     /// Attributes and stats of a queue.
     GetQueue {
@@ -103,6 +107,14 @@ pub enum OpResult {
     QueueDeleted,
     /// LIST's names.
     Queues(Vec<QueueName>),
+    /// LIST's page: the names, as many as one frame holds, and whether
+    /// more follow.
+    QueuesPage {
+        /// The names, sorted.
+        names: Vec<QueueName>,
+        /// More names follow the last one.
+        more: bool,
+    },
     /// GET's answer: attributes, and counters summed over the shards.
     Queue(QueueInfo),
     /// PURGE removed this many messages.

@@ -593,6 +593,35 @@ impl Registry {
         removed.ok_or_else(|| EngineError::QueueNotFound(name.clone()))
     }
 
+    /// One page of the names starting with `prefix` that sort after
+    /// `after` ("" from the first): as many as one LIST_QUEUES reply frame
+    /// holds, and whether more follow.
+    #[must_use]
+    pub fn list_page(&self, prefix: &str, after: &str) -> (Vec<QueueName>, bool) {
+        // The reply frame's header, count and `more` byte.
+        let mut room = (self.config.frame_bytes_max as usize).saturating_sub(32);
+        let inner = self.lock();
+        let start = if after.is_empty() || after < prefix {
+            core::ops::Bound::Included(prefix)
+        } else {
+            core::ops::Bound::Excluded(after)
+        };
+        let mut names = Vec::new();
+        for (name, _) in inner
+            .queues
+            .range::<str, _>((start, core::ops::Bound::Unbounded))
+            .take_while(|(n, _)| n.starts_with(prefix))
+        {
+            let bytes = 1 + name.as_str().len();
+            if bytes > room {
+                return (names, true);
+            }
+            room -= bytes;
+            names.push(name.clone());
+        }
+        (names, false)
+    }
+
     /// Names starting with `prefix`, sorted.
     #[must_use]
     pub fn list(&self, prefix: &str) -> Vec<QueueName> {

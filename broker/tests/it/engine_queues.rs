@@ -232,16 +232,47 @@ fn list_by_prefix_sorted() {
             &mut c,
             1,
             Op::ListQueues {
-                prefix: "orders".into()
+                prefix: "orders".into(),
+                after: None,
             }
         ),
         OpResult::Queues(vec![qn("orders-dlq"), qn("orders.eu"), qn("orders.us")])
+    );
+    // In pages: after a name, and the next page after the last one.
+    assert_eq!(
+        call(
+            &mut c,
+            1,
+            Op::ListQueues {
+                prefix: "orders".into(),
+                after: Some("orders-dlq".into()),
+            }
+        ),
+        OpResult::QueuesPage {
+            names: vec![qn("orders.eu"), qn("orders.us")],
+            more: false,
+        }
+    );
+    assert_eq!(
+        call(
+            &mut c,
+            0,
+            Op::ListQueues {
+                prefix: "orders".into(),
+                after: Some(String::new()),
+            }
+        ),
+        OpResult::QueuesPage {
+            names: vec![qn("orders-dlq"), qn("orders.eu"), qn("orders.us")],
+            more: false,
+        }
     );
     match call(
         &mut c,
         0,
         Op::ListQueues {
             prefix: String::new(),
+            after: None,
         },
     ) {
         OpResult::Queues(v) => assert_eq!(v.len(), 4),

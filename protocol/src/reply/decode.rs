@@ -93,7 +93,13 @@ fn decode_list_queues(r: &mut Reader) -> Result<Reply, DecodeError> {
     for _ in 0..count {
         queues.push(QueueName::decode(r, "queue")?);
     }
-    Ok(Reply::ListQueues { queues })
+    // A page (protocol version 3) ends with whether more follow.
+    let more = if r.remaining() > 0 {
+        Some(r.bool("more")?)
+    } else {
+        None
+    };
+    Ok(Reply::ListQueues { queues, more })
 }
 
 fn decode_send(r: &mut Reader) -> Result<Reply, DecodeError> {

@@ -207,7 +207,11 @@ pub fn request() -> impl Strategy<Value = Request> {
             QueueAttributesRequest { queue, attributes }
         )),
         queue_name().prop_map(|queue| Request::DeleteQueue { queue }),
-        "[A-Za-z0-9_.-]{0,80}".prop_map(|prefix| Request::ListQueues { prefix }),
+        (
+            "[A-Za-z0-9_.-]{0,80}",
+            proptest::option::of("[A-Za-z0-9_.-]{0,80}")
+        )
+            .prop_map(|(prefix, after)| Request::ListQueues { prefix, after }),
         queue_name().prop_map(|queue| Request::GetQueue { queue }),
         (queue_name(), attribute_update()).prop_map(|(queue, attributes)| Request::SetQueue(
             QueueAttributesRequest { queue, attributes }
@@ -356,7 +360,11 @@ pub fn reply() -> impl Strategy<Value = Reply> {
         any::<u64>().prop_map(|nonce| Reply::Pong { nonce }),
         any::<bool>().prop_map(|created| Reply::CreateQueue { created }),
         Just(Reply::DeleteQueue),
-        vec(queue_name(), 0..=BATCH).prop_map(|queues| Reply::ListQueues { queues }),
+        (
+            vec(queue_name(), 0..=BATCH),
+            proptest::option::of(any::<bool>())
+        )
+            .prop_map(|(queues, more)| Reply::ListQueues { queues, more }),
         (queue_name(), queue_attributes(), queue_stats()).prop_map(|(queue, attributes, stats)| {
             Reply::GetQueue(QueueInfo {
                 queue,

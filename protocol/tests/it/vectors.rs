@@ -281,6 +281,7 @@ pub fn all() -> Vec<Vector> {
         5,
         Message::Request(Request::ListQueues {
             prefix: "ord".into(),
+            after: None,
         }),
         p,
     );
@@ -293,6 +294,7 @@ pub fn all() -> Vec<Vector> {
         5,
         Message::Reply(Reply::ListQueues {
             queues: vec![q("orders"), q("orders.dlq")],
+            more: None,
         }),
         p,
     );

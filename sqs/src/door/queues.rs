@@ -206,7 +206,10 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
                     max: max.map(|m| m as usize),
                     after,
                 },
-                Request::ListQueues { prefix: full },
+                Request::ListQueues {
+                    prefix: full,
+                    after: None,
+                },
             )
         }
         Action::DeleteQueue => {
@@ -302,7 +305,7 @@ impl Pending {
                     max,
                     after,
                 },
-                Reply::ListQueues { queues },
+                Reply::ListQueues { queues, .. },
             ) => {
                 let mut names: Vec<&str> = queues
                     .iter()

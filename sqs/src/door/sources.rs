@@ -84,9 +84,10 @@ impl Sources {
                 self.asked = Asked::List;
                 Ok(Next::Engine(Request::ListQueues {
                     prefix: self.ns.engine_prefix(),
+                    after: None,
                 }))
             }
-            (Asked::List, Reply::ListQueues { queues }) => {
+            (Asked::List, Reply::ListQueues { queues, .. }) => {
                 let mut names: Vec<(String, QueueName)> = queues
                     .into_iter()
                     .filter(|q| *q != self.dlq)

@@ -288,7 +288,7 @@ fn door_get_queue_attributes() {
 #[test]
 fn door_list_queues_filters_and_pages() {
     let (mut c, s) = call("ListQueues", r#"{"QueueNamePrefix":"o","MaxResults":1}"#);
-    let Request::ListQueues { prefix } = engine(s) else {
+    let Request::ListQueues { prefix, .. } = engine(s) else {
         panic!()
     };
     assert_eq!(prefix, "o");
@@ -296,7 +296,7 @@ fn door_list_queues_filters_and_pages() {
         .iter()
         .map(|n| QueueName::new(n).unwrap())
         .collect();
-    let r = done(c.resume(Reply::ListQueues { queues }, 1));
+    let r = done(c.resume(Reply::ListQueues { queues, more: None }, 1));
     let b = json(&r);
     assert_eq!(
         b["QueueUrls"],
@@ -797,14 +797,20 @@ fn door_dead_letter_sources_look_at_every_queue_in_name_order() {
     );
     assert!(matches!(engine(s), Request::GetQueue { queue } if queue.as_str() == "dlq"));
     let list = engine(c.resume(info("dlq", None), 1));
-    assert!(matches!(list, Request::ListQueues { ref prefix } if prefix.is_empty()));
+    assert!(matches!(list, Request::ListQueues { ref prefix, .. } if prefix.is_empty()));
     // Another namespace's queue and the dead-letter queue itself are not
     // looked at.
     let names = ["b", "dlq", "111111111111.us-east-1.a", "a", "c"]
         .iter()
         .map(|n| QueueName::new(n).unwrap())
         .collect();
-    let mut step = c.resume(Reply::ListQueues { queues: names }, 1);
+    let mut step = c.resume(
+        Reply::ListQueues {
+            queues: names,
+            more: None,
+        },
+        1,
+    );
     let mut asked = Vec::new();
     for (name, target) in [("a", Some("dlq")), ("b", Some("other")), ("c", Some("dlq"))] {
         let Request::GetQueue { queue } = engine(step) else {
@@ -841,7 +847,13 @@ fn door_dead_letter_sources_page_and_skip_deleted_queues() {
         .collect();
     // After the token: b (deleted meanwhile), c (a source), then the page
     // is full with d left.
-    let step = c.resume(Reply::ListQueues { queues: names }, 1);
+    let step = c.resume(
+        Reply::ListQueues {
+            queues: names,
+            more: None,
+        },
+        1,
+    );
     assert!(matches!(engine(step), Request::GetQueue { queue } if queue.as_str() == "b"));
     let gone = Reply::error(ErrorCode::QueueNotFound, "b");
     assert!(

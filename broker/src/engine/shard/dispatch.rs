@@ -38,9 +38,9 @@ impl Shard {
                     self.start_gather(ticket, 0, GatherAcc::Refresh, GatherRequest::Refresh);
                 }
             },
-            Op::ListQueues { prefix } => {
-                let names = self.registry.list(&prefix);
-                self.finish_ticket(ticket, OpResult::Queues(names));
+            Op::ListQueues { prefix, after } => {
+                let result = self.list_queues(&prefix, after.as_deref());
+                self.finish_ticket(ticket, result);
             }
             Op::GetQueue { queue } => match self.partition_of(&queue) {
                 Err(e) => self.finish_ticket(ticket, e.into()),
@@ -134,6 +134,19 @@ impl Shard {
             Some(EngineError::BatchTooLarge(len))
         } else {
             None
+        }
+    }
+}
+
+impl Shard {
+    /// LIST: every name with `prefix`, or one page after `after`.
+    fn list_queues(&self, prefix: &str, after: Option<&str>) -> OpResult {
+        match after {
+            None => OpResult::Queues(self.registry.list(prefix)),
+            Some(after) => {
+                let (names, more) = self.registry.list_page(prefix, after);
+                OpResult::QueuesPage { names, more }
+            }
         }
     }
 }

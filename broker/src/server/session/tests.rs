@@ -292,7 +292,7 @@ fn the_first_frame_must_be_hello() {
 
 #[test]
 fn a_hello_of_another_version_is_refused() {
-    for version in [0, 3, 0xffff] {
+    for version in [0, 4, 0xffff] {
         let mut h = Harness::new(config());
         let hello = Request::Hello(HelloRequest {
             version,
@@ -307,7 +307,7 @@ fn a_hello_of_another_version_is_refused() {
 
 #[test]
 fn both_versions_are_answered_in_their_own() {
-    for version in [1, 2] {
+    for version in [1, 2, 3] {
         let mut h = Harness::new(config());
         h.data(&frame(
             7,
