@@ -416,33 +416,38 @@ impl AsyncClient {
     /// # Errors
     /// `InvalidArgument`.
     pub async fn list_queues(&self, prefix: &str) -> Result<Vec<String>> {
-        // As the blocking client: in pages from protocol version 3.
-        let paged = self.connection().await?.hello().version >= ops::PAGED_LIST_VERSION;
-        if !paged {
-            let (names, _) = self
-                .run(&ops::ListQueues {
-                    prefix,
-                    after: None,
-                })
-                .await?;
-            return Ok(names);
-        }
+        let mut names = self.queue_names(prefix);
         let mut all = Vec::new();
-        let mut after = String::new();
-        loop {
-            let (names, more) = self
-                .run(&ops::ListQueues {
-                    prefix,
-                    after: Some(&after),
-                })
-                .await?;
-            let next = ops::next_page(&names, more);
-            all.extend(names);
-            match next {
-                Some(last) => after = last,
-                None => return Ok(all),
-            }
+        while let Some(name) = names.next().await {
+            all.push(name?);
         }
+        Ok(all)
+    }
+
+    /// The names of the queues that start with `prefix`, in name order, as
+    /// a stream that fetches a page (one reply frame) at a time. A server
+    /// of protocol version 3 lists them all in pages; an older one lists
+    /// what fits one frame.
+    pub fn queue_names(&self, prefix: &str) -> crate::QueueNameStream {
+        crate::listing::QueueNameStream::new(self.clone(), prefix)
+    }
+
+    /// One page of the names with `prefix` after `after` ("" from the
+    /// first), and where the next page starts (`None`: the last).
+    pub(crate) async fn list_page(
+        &self,
+        prefix: &str,
+        after: &str,
+    ) -> Result<crate::listing::Page> {
+        let paged = self.connection().await?.hello().version >= ops::PAGED_LIST_VERSION;
+        let (names, more) = self
+            .run(&ops::ListQueues {
+                prefix,
+                after: paged.then_some(after),
+            })
+            .await?;
+        let next = ops::next_page(&names, more);
+        Ok((names, next))
     }
 
     /// A queue's attributes and counters.

@@ -419,30 +419,27 @@ impl Client {
     /// # Errors
     /// `InvalidArgument` for a prefix that is not made of name characters.
     pub fn list_queues(&self, prefix: &str) -> Result<Vec<String>> {
-        // Version 3 lists in pages, each one frame; an older server lists
-        // what fits one frame.
+        self.queue_names(prefix).collect()
+    }
+
+    /// The names of the queues that start with `prefix`, in name order, as
+    /// an iterator that fetches a page (one reply frame) at a time. A
+    /// server of protocol version 3 lists them all in pages; an older one
+    /// lists what fits one frame.
+    pub fn queue_names(&self, prefix: &str) -> crate::QueueNames {
+        crate::listing::QueueNames::new(self.clone(), prefix)
+    }
+
+    /// One page of the names with `prefix` after `after` ("" from the
+    /// first), and where the next page starts (`None`: the last).
+    pub(crate) fn list_page(&self, prefix: &str, after: &str) -> Result<crate::listing::Page> {
         let paged = self.connection()?.hello().version >= ops::PAGED_LIST_VERSION;
-        if !paged {
-            let (names, _) = self.run(&ops::ListQueues {
-                prefix,
-                after: None,
-            })?;
-            return Ok(names);
-        }
-        let mut all = Vec::new();
-        let mut after = String::new();
-        loop {
-            let (names, more) = self.run(&ops::ListQueues {
-                prefix,
-                after: Some(&after),
-            })?;
-            let next = ops::next_page(&names, more);
-            all.extend(names);
-            match next {
-                Some(last) => after = last,
-                None => return Ok(all),
-            }
-        }
+        let (names, more) = self.run(&ops::ListQueues {
+            prefix,
+            after: paged.then_some(after),
+        })?;
+        let next = ops::next_page(&names, more);
+        Ok((names, next))
     }
 
     /// A queue's attributes and counters.

@@ -248,6 +248,7 @@ pub mod consumer;
 mod error;
 mod hello;
 pub mod limits;
+mod listing;
 mod message;
 mod ops;
 mod pending;
@@ -270,6 +271,10 @@ pub use attributes::{
 pub use blocking::{Client, PendingReply};
 pub use config::{ClientConfig, ReconnectPolicy};
 pub use error::{Error, Result};
+#[cfg(feature = "async")]
+pub use listing::QueueNameStream;
+#[cfg(feature = "blocking")]
+pub use listing::QueueNames;
 pub use message::SendEntry;
 pub use ops::{ClockReading, ReceiveOptions, RedriveOutcome};
 #[cfg(feature = "blocking")]

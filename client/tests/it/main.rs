@@ -10,6 +10,7 @@ mod consumer;
 mod heartbeat;
 #[cfg(feature = "async")]
 mod kill;
+mod listing;
 #[cfg(feature = "async")]
 mod pipelining;
 #[cfg(feature = "async")]
