@@ -67,7 +67,18 @@ pub fn redrive(client: &crate::Client, a: &RedriveArgs, json: bool) -> Result<Ou
 }
 
 pub fn peek(client: &crate::Client, a: &PeekArgs, json: bool) -> Result<Outcome, Failure> {
-    let messages = client.peek(&a.queue, a.max.into())?;
+    let peeked = client
+        .client_for(&a.queue)
+        .peek_checked(&a.queue, a.max.into())?;
+    let messages = peeked.messages;
+    if peeked.cut {
+        // Said, not hidden: the reply holds what fits one frame.
+        eprintln!(
+            "sluice: {} messages shown; more visible messages did not fit one reply: \
+             ask for fewer with --max",
+            messages.len()
+        );
+    }
     // Only messages moved in from another queue have a source to show:
     // none when nothing ever was (the queue's `moved_in`), which spares the
     // look at every queue's policy. A queue deleted since the peek has none.

@@ -1327,3 +1327,35 @@ fn fourteen_thousand_long_names_are_all_listed() {
     // A prefix pages too.
     assert_eq!(client.list_queues("0").expect("list").len(), 10_000);
 }
+
+/// A PEEK whose messages do not all fit one reply says so (protocol
+/// version 3): the client's `peek_checked` and the CLI, on standard error.
+#[test]
+fn a_peek_cut_at_the_frame_limit_says_so() {
+    let server = TestServer::start_on("127.0.0.1:0", &["--frame-bytes-max", "4KiB"]);
+    let client = server.client();
+    client
+        .create_queue("big", &sluice_client::QueueOptions::default())
+        .expect("create");
+    for _ in 0..10 {
+        client.send("big", vec![b'x'; 1000]).expect("send");
+    }
+    let all = client.peek_checked("big", 10).expect("peek");
+    assert!(
+        all.cut && all.messages.len() < 10,
+        "{} shown",
+        all.messages.len()
+    );
+    let two = client.peek_checked("big", 2).expect("peek");
+    assert!(!two.cut && two.messages.len() == 2);
+    let cli = Cli::new(&server);
+    let out = cli.run(&["peek", "big", "--max", "10"]);
+    assert!(out.status.success());
+    assert!(
+        stderr(&out).contains("did not fit one reply"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cli.run(&["peek", "big", "--max", "2"]);
+    assert!(!stderr(&out).contains("did not fit"), "{}", stderr(&out));
+}

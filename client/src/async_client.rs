@@ -578,6 +578,15 @@ impl AsyncClient {
     /// # Errors
     /// `QueueNotFound`, `InvalidArgument`.
     pub async fn peek(&self, queue: &str, max_messages: usize) -> Result<Vec<PeekedMessage>> {
+        Ok(self.peek_checked(queue, max_messages).await?.messages)
+    }
+
+    /// As [`peek`](Self::peek), saying whether visible messages were left
+    /// out because one reply could not hold them (protocol version 3).
+    ///
+    /// # Errors
+    /// As [`peek`](Self::peek).
+    pub async fn peek_checked(&self, queue: &str, max_messages: usize) -> Result<crate::Peeked> {
         self.run(&ops::Peek(queue, max_messages)).await
     }
 

@@ -276,7 +276,7 @@ pub use listing::QueueNameStream;
 #[cfg(feature = "blocking")]
 pub use listing::QueueNames;
 pub use message::SendEntry;
-pub use ops::{ClockReading, ReceiveOptions, RedriveOutcome};
+pub use ops::{ClockReading, Peeked, ReceiveOptions, RedriveOutcome};
 #[cfg(feature = "blocking")]
 pub use queue::Queue;
 #[cfg(feature = "async")]

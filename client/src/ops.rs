@@ -561,17 +561,29 @@ impl Operation for Redrive<'_> {
     }
 }
 
+/// A PEEK's messages, and whether the server left visible messages out
+/// because its reply frame was full (protocol version 3; an older server
+/// does not say, and `cut` is then false).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peeked {
+    /// The messages, oldest first.
+    pub messages: Vec<PeekedMessage>,
+    /// Messages were left out to fit one reply: ask for fewer.
+    pub cut: bool,
+}
+
 pub(crate) struct Peek<'a>(pub &'a str, pub usize);
 impl Operation for Peek<'_> {
-    type Output = Vec<PeekedMessage>;
+    type Output = Peeked;
     fn request(&self) -> Result<Request> {
         Ok(Request::Peek {
             queue: queue_name(self.0)?,
             max_messages: wire_count(self.1, "max messages")?,
         })
     }
-    fn output(reply: Reply) -> Result<Vec<PeekedMessage>> {
-        expect!(reply, "PEEK", Reply::Peek { messages } => messages)
+    fn output(reply: Reply) -> Result<Peeked> {
+        expect!(reply, "PEEK", Reply::Peek { messages, cut } =>
+            Peeked { messages, cut: cut.unwrap_or(false) })
     }
 }
 

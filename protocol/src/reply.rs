@@ -279,6 +279,10 @@ pub enum Reply {
     Peek {
         /// The messages (possibly none).
         messages: Vec<PeekedMessage>,
+        /// Protocol version 3: whether visible messages were left out
+        /// because the reply frame was full (ask for fewer). `None` in
+        /// versions 1 and 2, which do not say.
+        cut: Option<bool>,
     },
     /// `0xB0` `SERVER_STATS` reply.
     ServerStats(ServerStatsReply),
@@ -365,11 +369,12 @@ impl Reply {
                 2 + 2 * results.len()
             }
             Reply::Redrive { .. } | Reply::AdvanceClock { .. } => 16,
-            Reply::Peek { messages } => {
+            Reply::Peek { messages, cut } => {
                 2 + messages
                     .iter()
                     .map(PeekedMessage::encoded_len)
                     .sum::<usize>()
+                    + usize::from(cut.is_some())
             }
             Reply::ServerStats(s) => {
                 1 + s.server_version.len()
@@ -405,11 +410,14 @@ impl Reply {
             return 0;
         }
         match self {
-            Reply::Peek { messages } => {
+            Reply::Peek { messages, cut } => {
                 while len > frame_bytes_max {
                     let Some(m) = messages.pop() else { break };
                     len -= m.encoded_len();
                     dropped += 1;
+                }
+                if let Some(cut) = cut {
+                    *cut = true;
                 }
             }
             Reply::ListQueues { queues, more } => {
@@ -510,10 +518,13 @@ impl Reply {
                 buf.put_u64_le(*moved);
                 buf.put_u64_le(*stayed);
             }
-            Reply::Peek { messages } => {
+            Reply::Peek { messages, cut } => {
                 buf.put_u16_le(len_u16(messages.len(), "message count")?);
                 for m in messages {
                     m.encode(buf)?;
+                }
+                if let Some(cut) = cut {
+                    buf.put_u8(u8::from(*cut));
                 }
             }
             Reply::ServerStats(s) => {
@@ -590,10 +601,25 @@ mod tests {
         };
         let mut reply = Reply::Peek {
             messages: (0..10).map(m).collect(),
+            cut: None,
         };
         let limit = reply.encoded_len() - 1;
         assert_eq!(reply.fit_frame(limit), 1);
         assert!(reply.encoded_len() <= limit);
+        // Version 3 says so.
+        let mut reply = Reply::Peek {
+            messages: (0..10).map(m).collect(),
+            cut: Some(false),
+        };
+        let limit = reply.encoded_len() - 1;
+        assert_eq!(reply.fit_frame(limit), 1);
+        assert!(matches!(
+            reply,
+            Reply::Peek {
+                cut: Some(true),
+                ..
+            }
+        ));
         let mut list = Reply::ListQueues {
             queues: vec![QueueName::from_static("a"), QueueName::from_static("bb")],
             more: None,

@@ -88,7 +88,10 @@ pub fn to_reply(result: OpResult) -> Reply {
         OpResult::Deleted(r) => Reply::Delete { results: codes(r) },
         OpResult::VisibilityChanged(r) => Reply::ChangeVisibility { results: codes(r) },
         OpResult::Redriven { moved, stayed } => Reply::Redrive { moved, stayed },
-        OpResult::Peeked(messages) => Reply::Peek { messages },
+        OpResult::Peeked(messages) => Reply::Peek {
+            messages,
+            cut: None,
+        },
     }
 }
 

@@ -302,7 +302,7 @@ fn a_pipelining_flood_that_never_reads_is_paused(io: IoChoice) {
         .unwrap();
     for _ in 0..10 {
         let (_, reply) = flood.read_reply();
-        assert!(matches!(reply, Reply::Peek { ref messages } if messages.len() == 8));
+        assert!(matches!(reply, Reply::Peek { ref messages, .. } if messages.len() == 8));
     }
 }
 

@@ -200,7 +200,7 @@ fn peek_leases_nothing(io: IoChoice) {
         queue: name("q"),
         max_messages: 10,
     }) {
-        Reply::Peek { messages } => {
+        Reply::Peek { messages, .. } => {
             assert_eq!(messages.len(), 1);
             assert_eq!(messages[0].id, sent.id);
             assert_eq!(messages[0].first_received_delta_ms, None);

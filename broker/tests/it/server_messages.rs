@@ -35,7 +35,7 @@ fn attribute_keys_the_wire_allows_are_stored_and_delivered(io: IoChoice) {
         queue: name("q"),
         max_messages: 1,
     }) {
-        Reply::Peek { messages } => messages,
+        Reply::Peek { messages, .. } => messages,
         other => panic!("PEEK answered {other:?}"),
     };
     assert_eq!(peeked[0].attributes, attributes);

@@ -127,7 +127,13 @@ fn decode_peek(r: &mut Reader) -> Result<Reply, DecodeError> {
     for _ in 0..count {
         messages.push(PeekedMessage::decode(r)?);
     }
-    Ok(Reply::Peek { messages })
+    // Version 3 ends with whether messages were left out.
+    let cut = if r.remaining() > 0 {
+        Some(r.bool("cut")?)
+    } else {
+        None
+    };
+    Ok(Reply::Peek { messages, cut })
 }
 
 fn decode_server_stats(r: &mut Reader) -> Result<Reply, DecodeError> {

@@ -394,7 +394,11 @@ pub fn reply() -> impl Strategy<Value = Reply> {
             elapsed_ms,
             wall_ms
         }),
-        vec(peeked_message(), 0..=BATCH).prop_map(|messages| Reply::Peek { messages }),
+        (
+            vec(peeked_message(), 0..=BATCH),
+            proptest::option::of(any::<bool>())
+        )
+            .prop_map(|(messages, cut)| Reply::Peek { messages, cut }),
         (
             short_string(60),
             short_string(60),

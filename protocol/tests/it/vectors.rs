@@ -665,6 +665,7 @@ pub fn all() -> Vec<Vector> {
                     body: Bytes::new(),
                 },
             ],
+            cut: None,
         }),
         p,
     );

@@ -82,6 +82,7 @@ impl Session {
             return self.protocol_error(frame.request_id, e, cx, engine);
         }
         self.session_timeout_ns = (timeout_ms != 0).then(|| u64::from(timeout_ms) * 1_000_000);
+        self.version = hello.version;
         self.phase = Phase::Ready;
         self.decoder.set_frame_bytes_max(cx.config.frame_bytes_max);
         let mut reply = cx.config.hello.clone();

@@ -228,11 +228,12 @@ pub struct Session {
     last_data_ns: u64,
     /// The session timeout the HELLO asked for, if any.
     session_timeout_ns: Option<u64>,
+    /// The protocol version the HELLO asked for (0 before it).
+    version: u16,
     /// The leases bound to this connection.
     bound: BoundLeases,
     deferred: Vec<Deferred>,
-    /// The ticket of the request that holds the connection up (see the
-    /// module docs).
+    /// The ticket of the request that holds the connection up (see the module docs).
     barrier: Option<u64>,
     /// An `ADVANCE_CLOCK` answered once every shard reached this engine
     /// time: its request id, the time and the reply.
@@ -264,6 +265,7 @@ impl Session {
             closing_since_ns: 0,
             last_data_ns: now_ns,
             session_timeout_ns: None,
+            version: 0,
             bound: BoundLeases::new(),
             deferred: Vec::new(),
             barrier: None,
@@ -326,8 +328,7 @@ impl Session {
         self.peer
     }
 
-    /// The commands issued since the last call, in order, for the io layer
-    /// to carry out.
+    /// The commands issued since the last call, in order, for the io layer to carry out.
     pub fn commands(&mut self) -> std::vec::Drain<'_, Command> {
         self.commanded_bytes = 0;
         self.commands.drain(..)
@@ -523,8 +524,7 @@ impl Session {
             || (self.held_up() && self.inbuf.len() >= cx.config.frame_bytes_max as usize)
     }
 
-    /// Serves the whole frames buffered, as far as back-pressure and the
-    /// barrier allow.
+    /// Serves the whole frames buffered, as far as back-pressure and the barrier allow.
     fn process(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
         loop {
             if self.phase == Phase::Closing || self.held.is_some() {

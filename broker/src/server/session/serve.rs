@@ -117,6 +117,12 @@ impl Session {
             return;
         }
         let mut reply = convert::to_reply(result);
+        if let Reply::Peek { cut, .. } = &mut reply {
+            // Version 3 says whether messages were left out.
+            if self.version >= 3 {
+                *cut = Some(false);
+            }
+        }
         let dropped = reply.fit_frame(self.decoder.frame_bytes_max() as usize);
         if dropped > 0 {
             tracing::warn!(
