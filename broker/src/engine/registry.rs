@@ -38,9 +38,11 @@
 //!   it in chunks (see [`super::memory`]).
 
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
-use sluice_protocol::units::{format_bytes, format_duration};
-use sluice_protocol::{AttributeUpdate, ErrorCode, QueueAttributes, QueueName, WireError};
-use std::collections::{BTreeMap, VecDeque};
+use sluice_protocol::{AttributeUpdate, QueueAttributes, QueueName};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+mod mismatch;
+use mismatch::queue_exists;
 
 use super::error::EngineError;
 use super::limits::{PARTITIONS_MAX, QUEUES_MAX_DEFAULT, REGISTRY_CHANGES_KEPT, SHARDS_MAX};
@@ -227,6 +229,25 @@ struct Inner {
     changes: VecDeque<(u64, QueueName)>,
     /// `changes` holds every change after this epoch.
     changes_from: u64,
+    /// How many queues name each dead-letter queue, so that a delete need
+    /// not look through every queue.
+    dead_letter_uses: HashMap<String, u32>,
+}
+
+impl Inner {
+    /// Counts `attrs`'s dead-letter queue as used once more (`by` 1) or
+    /// once less (`by` -1).
+    fn count_dead_letter(&mut self, attrs: &QueueAttributes, by: i32) {
+        let Some(r) = &attrs.redrive else { return };
+        let n = self
+            .dead_letter_uses
+            .entry(r.dead_letter_queue.clone())
+            .or_insert(0);
+        *n = n.saturating_add_signed(by);
+        if *n == 0 {
+            self.dead_letter_uses.remove(&r.dead_letter_queue);
+        }
+    }
 }
 
 /// What a shard must apply to catch up with the registry.
@@ -281,6 +302,7 @@ impl Registry {
                 next_incarnation: 1,
                 changes: VecDeque::new(),
                 changes_from: 1,
+                dead_letter_uses: HashMap::new(),
             }),
         }
     }
@@ -336,6 +358,9 @@ impl Registry {
         }
         {
             let mut inner = r.lock();
+            for q in queues.values() {
+                inner.count_dead_letter(&q.attributes, 1);
+            }
             inner.queues = queues;
             inner.next_incarnation = state.next_incarnation;
             // Every queue changed: a shard that saw the empty registry
@@ -534,6 +559,7 @@ impl Registry {
             incarnation,
             self.config.shards,
         ));
+        inner.count_dead_letter(&attrs, 1);
         inner.queues.insert(
             name.clone(),
             QueueEntry {
@@ -559,8 +585,10 @@ impl Registry {
             .apply_to(&existing.attributes, self.config.frame_bytes_max)
             .map_err(EngineError::Attributes)?;
         Self::check_dead_letter(&inner.queues, name, &attrs)?;
+        inner.count_dead_letter(&attrs, 1);
         if let Some(q) = inner.queues.get_mut(name) {
-            q.attributes = attrs;
+            let old = core::mem::replace(&mut q.attributes, attrs);
+            inner.count_dead_letter(&old, -1);
         }
         self.bump(&mut inner, name);
         Ok(())
@@ -576,19 +604,31 @@ impl Registry {
         if !inner.queues.contains_key(name) {
             return Err(EngineError::QueueNotFound(name.clone()));
         }
-        if let Some((user, _)) = inner.queues.iter().find(|(n, q)| {
-            *n != name
-                && q.attributes
-                    .redrive
-                    .as_ref()
-                    .is_some_and(|r| r.dead_letter_queue == name.as_str())
-        }) {
-            return Err(EngineError::DeadLetterQueueInUse {
-                queue: name.clone(),
-                user: user.clone(),
-            });
+        // Only when some queue names it is that queue looked for (the
+        // error names it); a delete costs the same however many queues.
+        // (A queue never names itself: `check_dead_letter` refuses it.)
+        if inner.dead_letter_uses.contains_key(name.as_str()) {
+            if let Some((user, _)) = inner.queues.iter().find(|(n, q)| {
+                *n != name
+                    && q.attributes
+                        .redrive
+                        .as_ref()
+                        .is_some_and(|r| r.dead_letter_queue == name.as_str())
+            }) {
+                return Err(EngineError::DeadLetterQueueInUse {
+                    queue: name.clone(),
+                    user: user.clone(),
+                });
+            }
         }
-        let removed = inner.queues.remove(name).map(|q| q.shared.incarnation);
+        let removed = inner
+            .queues
+            .remove(name)
+            .map(|q| (q.shared.incarnation, q.attributes));
+        if let Some((_, attrs)) = &removed {
+            inner.count_dead_letter(attrs, -1);
+        }
+        let removed = removed.map(|(incarnation, _)| incarnation);
         self.bump(&mut inner, name);
         removed.ok_or_else(|| EngineError::QueueNotFound(name.clone()))
     }
@@ -637,65 +677,10 @@ impl Registry {
     }
 }
 
-/// `QueueExists` naming each attribute in which the existing queue differs
-/// from what the create asked for, as the units grammar writes it:
-/// `queue q exists with other attributes: visibility_timeout 30s (this
-/// create: 5s), delay 0 (this create: 1m)`.
-fn queue_exists(
-    name: &QueueName,
-    existing: &QueueAttributes,
-    asked: &QueueAttributes,
-) -> EngineError {
-    let ms = |v: u32| format_duration(std::time::Duration::from_millis(v.into()));
-    let show = |a: &QueueAttributes| -> [(&'static str, String); 9] {
-        [
-            ("visibility_timeout", ms(a.visibility_timeout_ms)),
-            ("delay", ms(a.delay_ms)),
-            ("retention", ms(a.retention_ms)),
-            ("max_message_size", format_bytes(a.message_bytes_max.into())),
-            ("receive_wait", ms(a.receive_wait_ms)),
-            (
-                "dead_letter",
-                a.redrive.as_ref().map_or_else(
-                    || "none".to_owned(),
-                    |r| format!("{} after {} receives", r.dead_letter_queue, r.max_receives),
-                ),
-            ),
-            (
-                "max_depth",
-                a.max_depth
-                    .map_or_else(|| "unbounded".to_owned(), |d| d.to_string()),
-            ),
-            ("dedup_window", ms(a.dedup_window_ms)),
-            (
-                "backoff",
-                a.backoff.map_or_else(
-                    || "off".to_owned(),
-                    |b| format!("{}:{}", ms(b.base_ms), ms(b.max_ms)),
-                ),
-            ),
-        ]
-    };
-    let differ: Vec<String> = show(existing)
-        .into_iter()
-        .zip(show(asked))
-        .filter(|((_, here), (_, there))| here != there)
-        .map(|((what, here), (_, there))| format!("{what} {here} (this create: {there})"))
-        .collect();
-    // The code is QueueExists; the message carries what differs.
-    EngineError::Attributes(WireError::new(
-        ErrorCode::QueueExists,
-        format!(
-            "queue {name} exists with other attributes: {}",
-            differ.join(", ")
-        ),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_protocol::RedrivePolicy;
+    use sluice_protocol::{ErrorCode, RedrivePolicy};
 
     fn dlq(name: &str) -> AttributeUpdate {
         AttributeUpdate {
@@ -870,5 +855,61 @@ mod tests {
         assert!(
             matches!(restored.changes_since(restored.epoch()), RegistryChanges::Delta(_, v) if v.is_empty())
         );
+    }
+
+    #[test]
+    fn a_dead_letter_queue_is_deletable_once_no_queue_names_it() {
+        let r = Registry::new(RegistryConfig::default());
+        let none = AttributeUpdate::default();
+        r.create(&q("d1"), &none).unwrap();
+        r.create(&q("d2"), &none).unwrap();
+        r.create(&q("a"), &dlq("d1")).unwrap();
+        r.create(&q("b"), &dlq("d1")).unwrap();
+        let refused = |n| {
+            matches!(
+                r.delete(&q(n)),
+                Err(EngineError::DeadLetterQueueInUse { .. })
+            )
+        };
+        assert!(refused("d1"));
+        // a moves to d2; b still names d1.
+        r.set(&q("a"), &dlq("d2")).unwrap();
+        assert!(refused("d1") && refused("d2"));
+        r.delete(&q("b")).unwrap();
+        r.delete(&q("d1")).unwrap();
+        r.set(
+            &q("a"),
+            &AttributeUpdate {
+                clear_redrive: true,
+                ..none.clone()
+            },
+        )
+        .unwrap();
+        r.delete(&q("d2")).unwrap();
+        assert!(r.lock().dead_letter_uses.is_empty());
+        // Restored from a snapshot, the uses are counted again.
+        let attrs = QueueAttributes {
+            redrive: Some(RedrivePolicy {
+                dead_letter_queue: "x".into(),
+                max_receives: 3,
+            }),
+            ..QueueAttributes::default()
+        };
+        let restored = Registry::restored(
+            RegistryConfig::default(),
+            RestoredRegistry {
+                key: (1, 2),
+                run_prefix: 3,
+                next_incarnation: 3,
+                queues: vec![(q("x"), QueueAttributes::default(), 1), (q("y"), attrs, 2)],
+            },
+        )
+        .unwrap();
+        assert!(matches!(
+            restored.delete(&q("x")),
+            Err(EngineError::DeadLetterQueueInUse { .. })
+        ));
+        restored.delete(&q("y")).unwrap();
+        restored.delete(&q("x")).unwrap();
     }
 }
