@@ -2,7 +2,9 @@
 //! running broker (start it with `--shards 1` so that every create and
 //! every PING meet on one shard) and prints the time per thousand creates
 //! at the start and at the end, and the round trip of a PING sent every
-//! millisecond on another connection meanwhile (p50, p99, max).
+//! millisecond on another connection meanwhile (p50, p99, max); then lists
+//! them, and deletes the first and the last thousand (with the rest held),
+//! timing each thousand.
 //!
 //! ```sh
 //! sluice-server --shards 1 --queues-max 100000 --listen 127.0.0.1:7401 --sqs-listen off --metrics-addr off &
@@ -132,11 +134,29 @@ fn main() {
         h.max()
     );
     let listed = Instant::now();
-    match creator.list_queues("") {
+    let listing = creator.list_queues("");
+    let list_ms = ms(listed.elapsed());
+    let delete = |range: std::ops::Range<usize>| {
+        let t = Instant::now();
+        for i in range {
+            let name = format!("{i:0width$}", width = a.name_bytes);
+            if let Err(e) = creator.delete_queue(&name) {
+                eprintln!("queue_creates: delete {i}: {e}");
+                std::process::exit(1);
+            }
+        }
+        ms(t.elapsed())
+    };
+    let last = delete(a.queues - CHUNK..a.queues);
+    let first = delete(0..CHUNK);
+    println!(
+        "deletes per thousand: the last thousand {last:.1} ms (with {} queues held), the first {first:.1} ms",
+        a.queues - CHUNK
+    );
+    match listing {
         Ok(names) => println!(
-            "list_queues(\"\"): {} names in {:.1} ms",
-            names.len(),
-            ms(listed.elapsed())
+            "list_queues(\"\"): {} names in {list_ms:.1} ms",
+            names.len()
         ),
         Err(e) => println!("list_queues(\"\"): {e}"),
     }
