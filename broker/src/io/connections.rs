@@ -13,7 +13,9 @@ use std::io;
 
 use bytes::{Buf, Bytes};
 
-use super::{ConnId, Event, OnEvent};
+use std::net::SocketAddr;
+
+use super::{ConnId, Event, ListenerId, OnEvent};
 
 /// What the caller asked for a connection's end.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -323,6 +325,44 @@ impl Connections {
         } else {
             None
         }
+    }
+
+    /// Reports a connection just accepted on `listener`, admitted or
+    /// `refused`, and has the backend look at it. A refused one goes once
+    /// its refusal is out, unless the caller reads it (a TLS handshake to
+    /// finish before its refusal can be sent).
+    pub(crate) fn report_accept(
+        &mut self,
+        cb: &mut OnEvent<'_>,
+        conn: ConnId,
+        peer: SocketAddr,
+        listener: ListenerId,
+        refused: bool,
+    ) {
+        if refused {
+            cb(
+                self,
+                Event::Refused {
+                    conn,
+                    peer,
+                    listener,
+                },
+            );
+            let slot = self.slot_mut(conn.index());
+            if slot.close == CloseReq::None && !slot.reading {
+                slot.close = CloseReq::AfterFlush;
+            }
+        } else {
+            cb(
+                self,
+                Event::Accepted {
+                    conn,
+                    peer,
+                    listener,
+                },
+            );
+        }
+        self.mark_dirty(conn.index());
     }
 
     /// Reports the connection in slot `index` broken (if the caller still

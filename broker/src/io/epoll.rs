@@ -403,32 +403,7 @@ impl EpollDriver {
                 write_blocked: false,
                 out_registered: false,
             };
-            if refused {
-                cb(
-                    &mut self.ops,
-                    Event::Refused {
-                        conn,
-                        peer,
-                        listener,
-                    },
-                );
-                let slot = self.ops.slot_mut(conn.index());
-                // Unless the caller reads it (a TLS handshake to finish before
-                // its refusal can be sent), it goes once the refusal is out.
-                if slot.close == CloseReq::None && !slot.reading {
-                    slot.close = CloseReq::AfterFlush;
-                }
-            } else {
-                cb(
-                    &mut self.ops,
-                    Event::Accepted {
-                        conn,
-                        peer,
-                        listener,
-                    },
-                );
-            }
-            self.ops.mark_dirty(conn.index());
+            self.ops.report_accept(cb, conn, peer, listener, refused);
             delivered += 1;
         }
         Ok(delivered)

@@ -130,21 +130,8 @@ impl Process {
     }
 
     pub(crate) fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -TERM {pid}");
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait for the server") {
-                assert!(status.success(), "sluice-server exited with {status}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "sluice-server did not stop");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let status = self.terminate();
+        assert!(status.success(), "sluice-server exited with {status}");
     }
 }
 

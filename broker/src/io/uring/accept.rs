@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, types};
 
 use super::{Accept, Kind, UConn, UListener, UringDriver, encode, push};
-use crate::io::connections::{Admission, CloseReq};
+use crate::io::connections::Admission;
 use crate::io::reserve::Reserve;
 use crate::io::{ACCEPT_PAUSE_MS, Event, ListenerId, OnEvent, sys};
 
@@ -134,32 +134,7 @@ impl UringDriver {
         self.conns[conn.index() as usize].reset(fd);
         // Below LISTENERS_MAX.
         let listener = ListenerId(u8::try_from(index).unwrap_or(u8::MAX));
-        if refused {
-            cb(
-                &mut self.ops,
-                Event::Refused {
-                    conn,
-                    peer,
-                    listener,
-                },
-            );
-            let slot = self.ops.slot_mut(conn.index());
-            // Unless the caller reads it (a TLS handshake to finish before
-            // its refusal can be sent), it goes once the refusal is out.
-            if slot.close == CloseReq::None && !slot.reading {
-                slot.close = CloseReq::AfterFlush;
-            }
-        } else {
-            cb(
-                &mut self.ops,
-                Event::Accepted {
-                    conn,
-                    peer,
-                    listener,
-                },
-            );
-        }
-        self.ops.mark_dirty(conn.index());
+        self.ops.report_accept(cb, conn, peer, listener, refused);
         1
     }
 }
