@@ -45,6 +45,7 @@ fn receive_op() -> Op {
         visibility_timeout_ms: None,
         wait_ms: Some(0),
         bind_leases: false,
+        with_source: false,
     })
 }
 

@@ -204,6 +204,9 @@ pub struct AttributeFlags {
     /// Retry backoff after a release or an expired lease, as BASE:MAX (100ms:1m).
     #[arg(long, value_name = "BASE:MAX", value_parser = parse_backoff)]
     pub backoff: Option<(Duration, Duration)>,
+    /// A tag, KEY=VALUE (repeatable; at most 50 on a queue).
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_attr)]
+    pub tag: Vec<(String, String)>,
 }
 
 #[derive(Debug, Args)]
@@ -226,6 +229,9 @@ pub struct SetArgs {
     /// Remove the retry backoff.
     #[arg(long, conflicts_with = "backoff")]
     pub no_backoff: bool,
+    /// Remove a tag (repeatable; removed before --tag sets any).
+    #[arg(long, value_name = "KEY")]
+    pub untag: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -19,8 +19,8 @@ use sluice_cli::units::{self, duration_ms};
 use sluice_client::sharded::{BrokerFailure, ShardedClient as Client};
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
-    ClientConfig, Error, MessageAttributes, QueueOptions, Receipt, ReceiveOptions, RedrivePolicy,
-    SendEntry, Setting,
+    ClientConfig, Error, LabelsUpdate, MessageAttributes, QueueOptions, Receipt, ReceiveOptions,
+    RedrivePolicy, SendEntry, Setting,
 };
 
 use crate::args::{AttributeFlags, Cli, Command, QueueCommand};
@@ -304,6 +304,11 @@ fn attribute_update(f: &AttributeFlags) -> Result<QueueOptions, Failure> {
             }
             None => Setting::Keep,
         },
+        tags: LabelsUpdate {
+            set: f.tag.clone(),
+            remove: Vec::new(),
+        },
+        annotations: LabelsUpdate::default(),
     })
 }
 
@@ -330,6 +335,7 @@ fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome,
             if a.no_backoff {
                 update.backoff = Setting::Clear;
             }
+            update.tags.remove.clone_from(&a.untag);
             client.set_queue(&a.name, &update)?;
             if json {
                 print_json(&json!({"name": a.name, "updated": true}));

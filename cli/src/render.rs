@@ -260,7 +260,18 @@ pub fn attributes_json_of(a: &QueueAttributes) -> Value {
         "max_depth": a.max_depth,
         "dedup_window_ms": ms(a.dedup_window),
         "backoff": a.backoff.map(|b| json!({"base_ms": ms(b.base), "max_ms": ms(b.max)})),
+        "tags": labels_json(&a.tags),
+        "annotations": labels_json(&a.annotations),
     })
+}
+
+fn labels_json(labels: &sluice_client::Labels) -> Value {
+    Value::Object(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_owned(), json!(v)))
+            .collect(),
+    )
 }
 
 fn stats_fields(s: &QueueStats) -> [(&'static str, u64); 14] {
@@ -327,6 +338,12 @@ pub fn queue_table(info: &QueueInfo) -> String {
             |b| format!("{}:{}", format_ms(ms(b.base)), format_ms(ms(b.max))),
         ),
     );
+    for (k, v) in a.tags.iter() {
+        put(&format!("tag {k}"), v.to_owned());
+    }
+    for (k, v) in a.annotations.iter() {
+        put(&format!("annotation {k}"), v.to_owned());
+    }
     let mut s = Table::new(&["STAT", "VALUE"]);
     for (k, v) in stats_fields(&info.stats) {
         // A duration in the grammar, its key without the unit.

@@ -87,7 +87,8 @@ fn a_queue_created_over_sqs_is_served_by_the_cli_and_the_native_client() {
     let server = Server::start();
     let url = server.sqs_ok(
         "CreateQueue",
-        &json!({"QueueName": "orders", "Attributes": {"VisibilityTimeout": "5"}}),
+        &json!({"QueueName": "orders", "Attributes": {"VisibilityTimeout": "5"},
+                "tags": {"team": "payments"}}),
     )["QueueUrl"]
         .as_str()
         .unwrap()
@@ -100,6 +101,18 @@ fn a_queue_created_over_sqs_is_served_by_the_cli_and_the_native_client() {
         serde_json::from_str(&server.cli(&["--json", "queue", "show", "orders"])).expect("JSON");
     assert_eq!(show["name"], "orders");
     assert_eq!(show["attributes"]["visibility_timeout_ms"], 5000, "{show}");
+    // Its SQS tags are the queue's tags; the CLI's are SQS's.
+    assert_eq!(
+        show["attributes"]["tags"],
+        json!({"team": "payments"}),
+        "{show}"
+    );
+    server.cli(&[
+        "queue", "set", "orders", "--tag", "env=dev", "--untag", "team",
+    ]);
+    let tags = server.sqs_ok("ListQueueTags", &json!({"QueueUrl": url}));
+    assert_eq!(tags, json!({"Tags": {"env": "dev"}}));
+    assert!(server.cli(&["queue", "show", "orders"]).contains("tag env"));
 
     // Sent over SQS, received by the CLI.
     server.sqs_ok(

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use sluice_protocol::AttributeUpdate;
+use sluice_protocol::{AttributeUpdate, LabelChanges, Labels, LabelsUpdate};
 
 use crate::error::Result;
 use crate::ops::{wire_count, wire_ms};
@@ -97,6 +97,12 @@ pub struct QueueOptions {
     pub dedup_window: Option<Duration>,
     /// The retry backoff.
     pub backoff: Setting<Backoff>,
+    /// Tags to remove, then tags to set (at most 50 on a queue; keys of 1
+    /// to 128 characters, values of at most 256).
+    pub tags: LabelsUpdate,
+    /// Annotations to remove, then to set: attributes another door (the
+    /// SQS door's `Policy`, say) keeps with the queue.
+    pub annotations: LabelsUpdate,
 }
 
 impl QueueOptions {
@@ -183,6 +189,20 @@ impl QueueOptions {
         self
     }
 
+    /// Sets a tag (a server older than protocol version 4 refuses it).
+    #[must_use]
+    pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> QueueOptions {
+        self.tags.set.push((key.into(), value.into()));
+        self
+    }
+
+    /// Removes a tag.
+    #[must_use]
+    pub fn untag(mut self, key: impl Into<String>) -> QueueOptions {
+        self.tags.remove.push(key.into());
+        self
+    }
+
     /// The protocol's attribute update.
     ///
     /// # Errors
@@ -226,6 +246,14 @@ impl QueueOptions {
             max_depth: self.max_depth.map(|n| u64::try_from(n).unwrap_or(u64::MAX)),
             dedup_window_ms: ms(self.dedup_window, "dedup window")?,
             backoff,
+            labels: if self.tags.is_empty() && self.annotations.is_empty() {
+                None
+            } else {
+                Some(Box::new(LabelChanges {
+                    tags: self.tags.clone(),
+                    annotations: self.annotations.clone(),
+                }))
+            },
             clear_redrive,
             clear_backoff,
         })
@@ -262,6 +290,10 @@ pub struct QueueAttributes {
     pub dedup_window: Duration,
     /// The retry backoff, if any.
     pub backoff: Option<Backoff>,
+    /// The queue's tags (empty from a server older than protocol version 4).
+    pub tags: Labels,
+    /// Attributes another door keeps with the queue.
+    pub annotations: Labels,
 }
 
 impl Default for QueueAttributes {
@@ -289,6 +321,8 @@ impl From<sluice_protocol::QueueAttributes> for QueueAttributes {
                 base: from_ms(b.base_ms),
                 max: from_ms(b.max_ms),
             }),
+            tags: a.tags,
+            annotations: a.annotations,
         }
     }
 }

@@ -289,6 +289,7 @@ pub use sluice_protocol::{
     ErrorCode, HelloReply, MessageAttributes, MessageId, PeekedMessage, Receipt, ReceivedMessage,
     Reply, Request, SendOutcome, ServerLimits, ServerStatsReply,
 };
+pub use sluice_protocol::{Labels, LabelsUpdate};
 
 /// README.md's Rust examples, compiled and run as doctests (each runs
 /// against in-process brokers in lines the README hides).

@@ -497,6 +497,7 @@ impl Operation for Receive<'_> {
                 .transpose()?,
             wait_ms: self.1.wait.map(|d| wire_ms(d, "wait")).transpose()?,
             bind_leases: self.1.bind_leases,
+            with_source: false,
         }))
     }
     fn extra_wait(&self) -> Duration {
@@ -638,6 +639,7 @@ mod tests {
                 visibility_timeout_ms: None,
                 wait_ms,
                 bind_leases: false,
+                with_source: false,
             })
         };
         assert_eq!(longest_wait(&[Request::Ping { nonce: 1 }]), Duration::ZERO);

@@ -191,6 +191,11 @@ pub mod flags {
     /// (protocol version 2).
     pub const RECEIVE_BIND_LEASES: u8 = 0x01;
 
+    /// RECEIVE: a delivered message that the broker dead-lettered carries
+    /// one more attribute, [`crate::message::SOURCE_ATTRIBUTE`], naming the
+    /// queue it was dead-lettered from (protocol version 4).
+    pub const RECEIVE_WITH_SOURCE: u8 = 0x02;
+
     /// `LIST_QUEUES`: one page, after a name; the payload carries that name
     /// after the prefix, and the reply ends with a byte that says whether
     /// more queues follow (protocol version 3).
@@ -200,7 +205,7 @@ pub mod flags {
     #[must_use]
     pub const fn defined(op: u8) -> u8 {
         match op {
-            super::opcode::RECEIVE => RECEIVE_BIND_LEASES,
+            super::opcode::RECEIVE => RECEIVE_BIND_LEASES | RECEIVE_WITH_SOURCE,
             super::opcode::LIST_QUEUES => LIST_QUEUES_PAGED,
             _ => 0,
         }

@@ -52,6 +52,7 @@ pub mod codec;
 pub mod error;
 pub mod frame;
 pub mod fuzz_harness;
+pub mod labels;
 pub mod limits;
 pub mod message;
 pub mod message_attributes;
@@ -67,6 +68,7 @@ pub use batch::{Batch, BatchEntry, BatchIter};
 pub use codec::{DecodeError, EncodeError, Reader, SliceReader};
 pub use error::{ErrorCode, WireError};
 pub use frame::{Frame, FrameDecoder, FrameError, flags, opcode};
+pub use labels::{Labels, LabelsUpdate};
 pub use message::{
     AttributesRef, MessageAttributes, PeekedMessage, ReceivedBatch, ReceivedMessage,
     ReceivedMessageRef, SendBatch, SendEntry, SendEntryRef, SendOutcome, VisibilityChange,
@@ -74,7 +76,9 @@ pub use message::{
 };
 pub use name::{InvalidQueueName, QueueName};
 pub use queue_attribute_block::bits as attribute_bits;
-pub use queue_attributes::{AttributeUpdate, Backoff, QueueAttributes, QueueStats, RedrivePolicy};
+pub use queue_attributes::{
+    AttributeUpdate, Backoff, LabelChanges, QueueAttributes, QueueStats, RedrivePolicy,
+};
 pub use receipt::{MessageId, RECEIPT_BYTES, Receipt};
 pub use reply::{
     Counter, HelloReply, QueueInfo, ReceiveReplyWriter, Reply, ServerLimits, ServerStatsReply,

@@ -7,8 +7,9 @@
 /// versions it does not speak with `UnsupportedVersion`. Version 2 added the
 /// HELLO's session timeout, RECEIVE's flag that binds leases to the
 /// connection, and `ADVANCE_CLOCK`; version 3, `LIST_QUEUES` in pages
-/// ([`crate::frame::flags::LIST_QUEUES_PAGED`]).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// ([`crate::frame::flags::LIST_QUEUES_PAGED`]); version 4, a queue's tags
+/// and annotations (see [`crate::labels`]).
+pub const PROTOCOL_VERSION: u16 = 4;
 /// The oldest protocol version a server of this crate still speaks: a
 /// version-1 HELLO (no session timeout) is answered as before.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;

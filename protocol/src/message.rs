@@ -319,6 +319,13 @@ pub fn first_received_delta_ms(sent_at_ms: u64, first_received_at_ms: u64) -> u3
     })
 }
 
+/// The attribute that names a dead-lettered message's source queue in a
+/// RECEIVE asked for it ([`crate::frame::flags::RECEIVE_WITH_SOURCE`]). Its
+/// `:` keeps it apart from SQS's attribute names, which cannot hold one. A
+/// message that already has an attribute of that name, or whose attributes
+/// have no room left for it, is delivered without it.
+pub const SOURCE_ATTRIBUTE: &str = "sluice:source";
+
 /// A message delivered by RECEIVE, owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReceivedMessage {

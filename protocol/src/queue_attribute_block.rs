@@ -8,8 +8,11 @@
 use bytes::{BufMut, BytesMut};
 
 use crate::codec::{DecodeError, EncodeError, Reader, len_u8};
+use crate::labels::LabelsUpdate;
 use crate::name::is_valid_name_bytes;
-use crate::queue_attributes::{AttributeUpdate, Backoff, QueueAttributes, RedrivePolicy};
+use crate::queue_attributes::{
+    AttributeUpdate, Backoff, LabelChanges, QueueAttributes, RedrivePolicy,
+};
 
 /// Bits of the present and clear masks.
 pub mod bits {
@@ -31,8 +34,12 @@ pub mod bits {
     pub const DEDUP_WINDOW: u16 = 1 << 7;
     /// `backoff: u32 base_ms, u32 max_ms`.
     pub const BACKOFF: u16 = 1 << 8;
+    /// `tags`: a change of labels (see [`crate::labels`]); version 4.
+    pub const TAGS: u16 = 1 << 9;
+    /// `annotations`: a change of labels; version 4.
+    pub const ANNOTATIONS: u16 = 1 << 10;
     /// Every defined bit.
-    pub const ALL: u16 = (1 << 9) - 1;
+    pub const ALL: u16 = (1 << 11) - 1;
     /// Bits `clear_mask` may carry.
     pub const CLEARABLE: u16 = REDRIVE | BACKOFF;
     /// Bits every `GET_QUEUE` reply carries (the others are optional
@@ -43,6 +50,10 @@ pub mod bits {
 
 /// Bytes of the two masks.
 const MASKS_BYTES: usize = 4;
+
+fn labels_len(u: &LabelsUpdate) -> usize {
+    if u.is_empty() { 0 } else { u.encoded_len() }
+}
 
 impl AttributeUpdate {
     fn present_mask(&self) -> u16 {
@@ -64,6 +75,8 @@ impl AttributeUpdate {
         set(self.max_depth.is_some(), bits::MAX_DEPTH);
         set(self.dedup_window_ms.is_some(), bits::DEDUP_WINDOW);
         set(self.backoff.is_some(), bits::BACKOFF);
+        set(!self.tags().is_empty(), bits::TAGS);
+        set(!self.annotations().is_empty(), bits::ANNOTATIONS);
         m
     }
 
@@ -94,19 +107,23 @@ impl AttributeUpdate {
                 .map_or(0, |r| 1 + r.dead_letter_queue.len() + 2)
             + self.max_depth.map_or(0, |_| 8)
             + self.backoff.map_or(0, |_| 8)
+            + labels_len(self.tags())
+            + labels_len(self.annotations())
     }
 
     /// Writes the attribute block. An update that both sets and clears a
     /// policy is written as it is, and decoders reject it as malformed.
     ///
     /// # Errors
-    /// `TooLong` when a dead-letter queue name has more than 255 bytes; `buf`
-    /// is then unchanged.
+    /// `TooLong` when a dead-letter queue name has more than 255 bytes, or
+    /// labels do not fit their `u16` counts and lengths; `buf` is then
+    /// unchanged.
     pub fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         let dlq_len = match &self.redrive {
             Some(r) => len_u8(r.dead_letter_queue.len(), "redrive.dead_letter_queue")?,
             None => 0,
         };
+        let start = buf.len();
         buf.reserve(self.encoded_len());
         buf.put_u16_le(self.present_mask());
         buf.put_u16_le(self.clear_mask());
@@ -132,6 +149,14 @@ impl AttributeUpdate {
         if let Some(b) = self.backoff {
             buf.put_u32_le(b.base_ms);
             buf.put_u32_le(b.max_ms);
+        }
+        for labels in [self.tags(), self.annotations()] {
+            if !labels.is_empty() {
+                if let Err(e) = labels.encode(buf) {
+                    buf.truncate(start);
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
@@ -212,6 +237,12 @@ impl AttributeUpdate {
                 max_ms: r.u32("backoff.max_ms")?,
             });
         }
+        if present & bits::TAGS != 0 {
+            *out.tags_mut() = LabelsUpdate::decode(r, "tags")?;
+        }
+        if present & bits::ANNOTATIONS != 0 {
+            *out.annotations_mut() = LabelsUpdate::decode(r, "annotations")?;
+        }
         Ok(out)
     }
 }
@@ -230,6 +261,14 @@ impl From<&QueueAttributes> for AttributeUpdate {
             max_depth: attrs.max_depth,
             dedup_window_ms: Some(attrs.dedup_window_ms),
             backoff: attrs.backoff,
+            labels: if attrs.tags.is_empty() && attrs.annotations.is_empty() {
+                None
+            } else {
+                Some(Box::new(LabelChanges {
+                    tags: LabelsUpdate::set_all(&attrs.tags),
+                    annotations: LabelsUpdate::set_all(&attrs.annotations),
+                }))
+            },
             clear_redrive: false,
             clear_backoff: false,
         }
@@ -267,9 +306,14 @@ impl QueueAttributes {
             field: "present_mask",
             reason: "a queue's attribute block carries every attribute and clears none",
         };
-        if u.clear_redrive || u.clear_backoff {
+        if u.clear_redrive
+            || u.clear_backoff
+            || !u.tags().remove.is_empty()
+            || !u.annotations().remove.is_empty()
+        {
             return Err(missing);
         }
+        let labels = u.labels.map(|l| *l).unwrap_or_default();
         match (
             u.visibility_timeout_ms,
             u.delay_ms,
@@ -288,6 +332,8 @@ impl QueueAttributes {
                 max_depth: u.max_depth,
                 dedup_window_ms: dw,
                 backoff: u.backoff,
+                tags: labels.tags.set.into_iter().collect(),
+                annotations: labels.annotations.set.into_iter().collect(),
             }),
             _ => Err(missing),
         }
@@ -338,7 +384,7 @@ mod tests {
     #[test]
     fn masks_are_strict() {
         assert!(matches!(
-            decode(&[0, 0x02, 0, 0]),
+            decode(&[0, 0x08, 0, 0]),
             Err(DecodeError::InvalidValue {
                 field: "present_mask",
                 ..
@@ -384,6 +430,32 @@ mod tests {
         };
         let mut buf = BytesMut::new();
         partial.encode(&mut buf).unwrap();
+        assert!(QueueAttributes::decode(&mut Reader::new(buf.freeze())).is_err());
+    }
+
+    #[test]
+    fn labels_follow_backoff_and_a_full_block_removes_nothing() {
+        let mut a = QueueAttributes::default();
+        a.tags.insert("team", "payments");
+        a.annotations.insert("Policy", "{}");
+        let mut buf = BytesMut::new();
+        a.encode(&mut buf).unwrap();
+        assert_eq!(buf.len(), a.encoded_len());
+        let mut r = Reader::new(buf.clone().freeze());
+        assert_eq!(QueueAttributes::decode(&mut r), Ok(a.clone()));
+        let update = decode(&buf).unwrap();
+        assert_eq!(
+            update.tags().set,
+            vec![("team".to_owned(), "payments".to_owned())]
+        );
+        // The block ends with the annotations: u16 1, "Policy", "{}", u16 0.
+        assert!(buf.ends_with(b"\x01\x00\x06\x00Policy\x02\x00{}\x00\x00"));
+        let mut untag = AttributeUpdate::default();
+        untag.tags_mut().remove.push("team".into());
+        let mut buf = BytesMut::new();
+        untag.encode(&mut buf).unwrap();
+        assert_eq!(&buf[..4], &[0, 0x02, 0, 0]);
+        assert_eq!(decode(&buf), Ok(untag));
         assert!(QueueAttributes::decode(&mut Reader::new(buf.freeze())).is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! in [`crate::limits`], re-exported here.
 
 use crate::error::{ErrorCode, WireError};
+use crate::labels::{ANNOTATION_LIMITS, Labels, LabelsUpdate, TAG_LIMITS};
 use crate::limits::FRAME_RESERVED_BYTES;
 
 pub use crate::limits::{
@@ -54,6 +55,10 @@ pub struct QueueAttributes {
     pub dedup_window_ms: u32,
     /// Retry backoff, if any.
     pub backoff: Option<Backoff>,
+    /// The user's tags (see [`crate::labels`]).
+    pub tags: Labels,
+    /// Attributes another door keeps with the queue, uninterpreted here.
+    pub annotations: Labels,
 }
 
 impl Default for QueueAttributes {
@@ -68,6 +73,8 @@ impl Default for QueueAttributes {
             max_depth: None,
             dedup_window_ms: DEDUP_WINDOW_MS_DEFAULT,
             backoff: None,
+            tags: Labels::new(),
+            annotations: Labels::new(),
         }
     }
 }
@@ -95,10 +102,51 @@ pub struct AttributeUpdate {
     pub dedup_window_ms: Option<u32>,
     /// See [`QueueAttributes::backoff`].
     pub backoff: Option<Backoff>,
+    /// Changes of the tags and annotations, if any: boxed, so that the
+    /// requests that carry an update stay small.
+    pub labels: Option<Box<LabelChanges>>,
     /// Remove the redrive policy.
     pub clear_redrive: bool,
     /// Remove the backoff.
     pub clear_backoff: bool,
+}
+
+/// Changes of a queue's tags and annotations (see [`crate::labels`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LabelChanges {
+    /// Tags to remove and to set (see [`QueueAttributes::tags`]).
+    pub tags: LabelsUpdate,
+    /// Annotations to remove and to set.
+    pub annotations: LabelsUpdate,
+}
+
+static NO_CHANGE: LabelsUpdate = LabelsUpdate {
+    set: Vec::new(),
+    remove: Vec::new(),
+};
+
+impl AttributeUpdate {
+    /// The change of the tags (empty when none).
+    #[must_use]
+    pub fn tags(&self) -> &LabelsUpdate {
+        self.labels.as_ref().map_or(&NO_CHANGE, |l| &l.tags)
+    }
+
+    /// The change of the annotations (empty when none).
+    #[must_use]
+    pub fn annotations(&self) -> &LabelsUpdate {
+        self.labels.as_ref().map_or(&NO_CHANGE, |l| &l.annotations)
+    }
+
+    /// The change of the tags, to fill in.
+    pub fn tags_mut(&mut self) -> &mut LabelsUpdate {
+        &mut self.labels.get_or_insert_with(Box::default).tags
+    }
+
+    /// The change of the annotations, to fill in.
+    pub fn annotations_mut(&mut self) -> &mut LabelsUpdate {
+        &mut self.labels.get_or_insert_with(Box::default).annotations
+    }
 }
 
 fn range_error(attribute: &str, value: u64, min: u64, max: u64) -> WireError {
@@ -216,6 +264,14 @@ impl AttributeUpdate {
         }
         if self.clear_backoff {
             out.backoff = None;
+        }
+        if !self.tags().is_empty() {
+            out.tags = self.tags().apply_to(&attrs.tags, &TAG_LIMITS)?;
+        }
+        if !self.annotations().is_empty() {
+            out.annotations = self
+                .annotations()
+                .apply_to(&attrs.annotations, &ANNOTATION_LIMITS)?;
         }
         Ok(out)
     }

@@ -143,6 +143,11 @@ pub struct ReceiveRequest {
     /// frame header's flags ([`flags::RECEIVE_BIND_LEASES`]), protocol
     /// version 2.
     pub bind_leases: bool,
+    /// Name each delivered message's source when it was dead-lettered, in
+    /// the attribute [`crate::message::SOURCE_ATTRIBUTE`]. Carried in the
+    /// frame header's flags ([`flags::RECEIVE_WITH_SOURCE`]), protocol
+    /// version 4.
+    pub with_source: bool,
 }
 
 /// DELETE: a batch of 1 to 1,024 receipts.
@@ -268,7 +273,19 @@ impl Request {
     #[must_use]
     pub fn flags(&self) -> u8 {
         match self {
-            Request::Receive(r) if r.bind_leases => flags::RECEIVE_BIND_LEASES,
+            Request::Receive(r) => {
+                let bind = if r.bind_leases {
+                    flags::RECEIVE_BIND_LEASES
+                } else {
+                    0
+                };
+                let source = if r.with_source {
+                    flags::RECEIVE_WITH_SOURCE
+                } else {
+                    0
+                };
+                bind | source
+            }
             Request::ListQueues { after: Some(_), .. } => flags::LIST_QUEUES_PAGED,
             _ => 0,
         }
@@ -545,6 +562,7 @@ fn decode_receive(r: &mut Reader, frame_flags: u8) -> Result<Request, DecodeErro
             .then_some(visibility_timeout_ms),
         wait_ms: (wait_ms != USE_QUEUE_DEFAULT).then_some(wait_ms),
         bind_leases: frame_flags & flags::RECEIVE_BIND_LEASES != 0,
+        with_source: frame_flags & flags::RECEIVE_WITH_SOURCE != 0,
     }))
 }
 
@@ -827,6 +845,7 @@ mod tests {
             visibility_timeout_ms: None,
             wait_ms: Some(5),
             bind_leases: true,
+            with_source: false,
         });
         req.encode(7, &mut buf).unwrap();
         assert_eq!(buf.len(), 4 + req.encoded_len());
@@ -848,11 +867,18 @@ mod tests {
         let Ok(Request::Receive(r)) = Request::decode(opcode::RECEIVE, 0, payload.clone()) else {
             panic!()
         };
-        assert!(!r.bind_leases);
+        assert!(!r.bind_leases && !r.with_source);
+        let both = flags::RECEIVE_BIND_LEASES | flags::RECEIVE_WITH_SOURCE;
+        let Ok(Request::Receive(r)) = Request::decode(opcode::RECEIVE, both, payload.clone())
+        else {
+            panic!()
+        };
+        assert!(r.bind_leases && r.with_source);
+        assert_eq!(Request::Receive(r).flags(), both);
         // Any other bit, on RECEIVE or on a request that defines none, is
         // refused as Malformed.
         for (op, f, body) in [
-            (opcode::RECEIVE, 0x02, payload.clone()),
+            (opcode::RECEIVE, 0x04, payload.clone()),
             (opcode::RECEIVE, 0x81, payload),
             (
                 opcode::PING,

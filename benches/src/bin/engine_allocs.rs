@@ -70,6 +70,7 @@ fn main() {
             visibility_timeout_ms: None,
             wait_ms: Some(0),
             bind_leases: false,
+            with_source: false,
         });
         let built = region.change().allocations as u64;
         let region = Region::new(GLOBAL);

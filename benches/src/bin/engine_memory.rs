@@ -112,6 +112,7 @@ fn main() {
             visibility_timeout_ms: Some(LEASE_MS),
             wait_ms: Some(0),
             bind_leases: false,
+            with_source: false,
         });
         match shard.submit(ticket, op, now_ns, WALL_MS) {
             Some(OpResult::Received(m)) if !m.is_empty() => {

@@ -116,7 +116,7 @@ pub enum OpResult {
         more: bool,
     },
     /// GET's answer: attributes, and counters summed over the shards.
-    Queue(QueueInfo),
+    Queue(Box<QueueInfo>),
     /// PURGE removed this many messages.
     Purged {
         /// Messages removed.

@@ -123,6 +123,7 @@ fn receive_op(wait_ms: u32) -> Op {
         visibility_timeout_ms: None,
         wait_ms: Some(wait_ms),
         bind_leases: false,
+        with_source: false,
     })
 }
 

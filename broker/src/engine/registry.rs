@@ -522,7 +522,8 @@ impl Registry {
     }
 
     /// Creates a queue; `Ok((incarnation, created))`. Idempotent when the
-    /// resulting attributes equal the existing queue's.
+    /// resulting attributes equal the existing queue's; its tags and
+    /// annotations are not compared, and stay as they are.
     ///
     /// # Errors
     /// An attribute out of range, a policy cleared, another queue of that
@@ -535,11 +536,16 @@ impl Registry {
         if update.clear_redrive || update.clear_backoff {
             return Err(EngineError::ClearOnCreate);
         }
-        let attrs = update
+        let mut attrs = update
             .apply_to(&QueueAttributes::default(), self.config.frame_bytes_max)
             .map_err(EngineError::Attributes)?;
         let mut inner = self.lock();
         if let Some(existing) = inner.queues.get(name) {
+            // Labels are neither compared nor changed by a create.
+            attrs.tags.clone_from(&existing.attributes.tags);
+            attrs
+                .annotations
+                .clone_from(&existing.attributes.annotations);
             return if existing.attributes == attrs {
                 Ok((existing.shared.incarnation, false))
             } else {

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::format::{self, Header, SnapshotError};
+use super::format::{Header, SnapshotError};
 use super::{Source, fresh_shards, load_shards, open};
 use crate::engine::RegistryConfig;
 use crate::engine::mesh::doorbell::{NoWake, Wake};
@@ -30,9 +30,7 @@ impl std::fmt::Display for CheckReport {
         writeln!(
             f,
             "format version {}, written by a broker with {} shard(s) at Unix ms {}",
-            format::VERSION,
-            self.header.shards,
-            self.header.saved_wall_ms
+            self.header.version, self.header.shards, self.header.saved_wall_ms
         )?;
         writeln!(
             f,

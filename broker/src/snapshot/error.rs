@@ -3,7 +3,7 @@
 
 use std::io;
 
-use super::format::VERSION;
+use super::format::{VERSION, VERSION_OLDEST};
 use crate::engine::section::SectionError;
 
 /// Why a snapshot was refused. Every variant names the byte offset (from
@@ -28,7 +28,7 @@ pub enum SnapshotError {
     },
     /// A format version this broker does not read.
     #[error(
-        "unsupported snapshot format version {found} at byte 8: this broker reads version {VERSION}"
+        "unsupported snapshot format version {found} at byte 8: this broker reads versions {VERSION_OLDEST} to {VERSION}"
     )]
     Version {
         /// The file's version.

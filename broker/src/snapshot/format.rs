@@ -16,8 +16,12 @@ pub use crate::engine::section::{Counter, Out, SectionRead};
 
 /// The file's first eight bytes.
 pub const MAGIC: [u8; 8] = *b"SLUICESN";
-/// The format version this broker writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this broker writes. Version 2 gave each queue's
+/// attribute block a `u32` length (a queue's tags and annotations can pass
+/// 64 KiB); version 1 is still read.
+pub const VERSION: u32 = 2;
+/// The oldest format version this broker reads.
+pub const VERSION_OLDEST: u32 = 1;
 /// Bytes of the header before its section table.
 pub const HEADER_FIXED_BYTES: usize = 80;
 /// Bytes of one entry of the section table.
@@ -84,6 +88,8 @@ pub struct Header {
     pub messages: u64,
     /// Queues in it.
     pub queues: u64,
+    /// Its format version ([`VERSION`] when written by this broker).
+    pub version: u32,
     /// The registry, then every shard in order.
     pub sections: Vec<Section>,
 }
@@ -106,7 +112,7 @@ impl Header {
         let len = Self::len_for(self.sections.len());
         let mut b = Vec::with_capacity(len);
         b.extend_from_slice(&MAGIC);
-        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&self.version.to_le_bytes());
         // At most 1 + SHARDS_MAX sections: far below 4 GiB.
         b.extend_from_slice(&(len as u32).to_le_bytes());
         b.extend_from_slice(&self.shards.to_le_bytes());
@@ -154,7 +160,7 @@ impl Header {
         }
         if have >= 12 {
             let version = u32::from_le_bytes([fixed[8], fixed[9], fixed[10], fixed[11]]);
-            if version != VERSION {
+            if !(VERSION_OLDEST..=VERSION).contains(&version) {
                 return Err(SnapshotError::Version { found: version });
             }
         }
@@ -174,9 +180,6 @@ impl Header {
             u64::from_le_bytes(a)
         };
         let version = u32_at(8);
-        if version != VERSION {
-            return Err(SnapshotError::Version { found: version });
-        }
         let header_len = u32_at(12) as usize;
         let sections = u32_at(44) as usize;
         if sections == 0 || sections > 1 + SHARDS_MAX || header_len != Self::len_for(sections) {
@@ -240,6 +243,7 @@ impl Header {
             saved_wall_ms: u64_at(56),
             queues: u64_at(64),
             messages: u64_at(72),
+            version,
             sections: out,
         })
     }

@@ -128,7 +128,7 @@ pub fn open(source: Source<'_>) -> Result<Opened, SnapshotError> {
     let header = Header::read(&mut r, len)?;
     let section = header.sections[0];
     let mut r = SectionReader::new(source.reader(section.offset)?, section);
-    let registry = match read_registry(&mut r) {
+    let registry = match read_registry(&mut r, header.version) {
         Ok(reg) => r.finish().map(|()| reg),
         Err(e) => Err(r.verify().err().unwrap_or(e)),
     }?;

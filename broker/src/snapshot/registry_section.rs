@@ -27,14 +27,18 @@ pub(super) fn write_registry(out: &mut impl Out, state: &RestoredRegistry) {
         // is a queue name, 80 bytes at most); were one not to, it would be
         // refused when loaded rather than lost silently now.
         let _ = attrs.encode(&mut buf);
-        // An attribute block is a few dozen bytes.
-        out.u16(buf.len() as u16);
+        // An attribute block is a few dozen bytes, its labels at most a few
+        // hundred KiB.
+        out.u32(buf.len() as u32);
         out.put(&buf);
     }
 }
 
+/// Reads the registry section of a file of format `version` (1: a queue's
+/// attribute block has a `u16` length; 2: a `u32` one).
 pub(super) fn read_registry<R: Read>(
     r: &mut SectionReader<R>,
+    version: u32,
 ) -> Result<RestoredRegistry, SnapshotError> {
     let key = (r.u64("receipt key")?, r.u64("receipt key")?);
     let run_prefix = r.u64("id prefix")?;
@@ -66,12 +70,28 @@ pub(super) fn read_registry<R: Read>(
                 )
             })?;
         let at = r.offset();
-        let len = usize::from(r.u16("attributes length")?);
+        let len = if version == 1 {
+            u64::from(r.u16("attributes length")?)
+        } else {
+            u64::from(r.u32("attributes length")?)
+        };
+        if len > r.remaining() {
+            return Err(SnapshotError::invalid(
+                at,
+                "attributes length",
+                format!("{len} bytes, more than the {} left", r.remaining()),
+            ));
+        }
+        // At most the section's remaining bytes, checked above.
+        let len = len as usize;
         let block = Bytes::copy_from_slice(r.bytes(len, "queue attributes")?);
         let mut reader = Reader::new(block);
         let attrs = QueueAttributes::decode(&mut reader)
             .and_then(|a| reader.finish().map(|()| a))
-            .map_err(|e| SnapshotError::invalid(at + 2, "queue attributes", e.to_string()))?;
+            .map_err(|e| {
+                let skip = if version == 1 { 2 } else { 4 };
+                SnapshotError::invalid(at + skip, "queue attributes", e.to_string())
+            })?;
         queues.push((name, attrs, inc));
     }
     Ok(RestoredRegistry {

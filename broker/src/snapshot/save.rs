@@ -101,6 +101,7 @@ fn header_for(
         memory_bytes: shards.iter().map(Shard::memory_in_use).sum(),
         messages: shards.iter().map(Shard::message_count).sum(),
         queues: state.queues.len() as u64,
+        version: super::format::VERSION,
         sections,
     }
 }

@@ -1,8 +1,9 @@
 //! Dead-lettering and redrive.
 
 use crate::engine_util::*;
-use sluice_broker::engine::{Cluster, Op};
-use sluice_protocol::{AttributeUpdate, ErrorCode, RedrivePolicy};
+use sluice_broker::engine::{Cluster, Op, OpResult};
+use sluice_protocol::message::SOURCE_ATTRIBUTE;
+use sluice_protocol::{AttributeUpdate, ErrorCode, ReceiveRequest, ReceivedMessage, RedrivePolicy};
 
 fn setup(shards: u16, max_receives: u16) -> Cluster {
     let mut c = cluster(shards);
@@ -20,6 +21,87 @@ fn setup(shards: u16, max_receives: u16) -> Cluster {
         },
     );
     c
+}
+
+fn receive_with_source(c: &mut Cluster, shard: usize, queue: &str) -> Vec<ReceivedMessage> {
+    let request = ReceiveRequest {
+        queue: qn(queue),
+        max_messages: 10,
+        visibility_timeout_ms: Some(1000),
+        wait_ms: Some(0),
+        bind_leases: false,
+        with_source: true,
+    };
+    match call(c, shard, Op::Receive(request)) {
+        OpResult::Received(m) => m,
+        other => panic!("receive: {other:?}"),
+    }
+}
+
+/// Receives of `q` until the message `body` is dead-lettered into `dlq`.
+fn dead_letter(c: &mut Cluster, body: &str, pairs: &[(&str, &str)]) {
+    let mut e = entry(body);
+    e.attributes = attrs(pairs);
+    assert!(send_entries(c, 0, "q", vec![e]).remove(0).is_ok());
+    assert_eq!(receive(c, 0, "q", 1).len(), 1);
+    c.advance_ms(1000);
+    assert!(receive(c, 0, "q", 10).is_empty());
+}
+
+#[test]
+fn a_receive_that_asks_is_told_a_dead_letters_source() {
+    for shards in [1u16, 2] {
+        let mut c = setup(shards, 1);
+        dead_letter(&mut c, "poison", &[("k", "v")]);
+        send(&mut c, 0, "dlq", "sent straight to the dlq");
+        // From the last shard too: a steal carries the question along.
+        let mut got = receive_with_source(&mut c, shards as usize - 1, "dlq");
+        if got.len() < 2 {
+            got.extend(receive_with_source(&mut c, 0, "dlq"));
+        }
+        got.sort_by_key(|m| m.body.clone());
+        assert_eq!(got.len(), 2, "{shards} shard(s)");
+        assert_eq!(&got[0].body[..], b"poison");
+        assert_eq!(got[0].attributes.get(SOURCE_ATTRIBUTE), Some("q"));
+        assert_eq!(got[0].attributes.get("k"), Some("v"));
+        assert_eq!(got[1].attributes.get(SOURCE_ATTRIBUTE), None);
+        // A receive that does not ask is not told.
+        c.advance_ms(1000);
+        for m in receive(&mut c, 0, "dlq", 10) {
+            assert_eq!(m.attributes.get(SOURCE_ATTRIBUTE), None);
+            assert_eq!(delete_one(&mut c, 0, "dlq", m.receipt), Ok(()));
+        }
+        for m in receive(&mut c, shards as usize - 1, "dlq", 10) {
+            assert_eq!(delete_one(&mut c, 0, "dlq", m.receipt), Ok(()));
+        }
+        check(&mut c);
+    }
+}
+
+#[test]
+fn a_source_that_does_not_fit_or_is_gone_is_left_out() {
+    let mut c = setup(1, 1);
+    // Sixteen attributes: no room for a seventeenth.
+    let keys: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
+    let pairs: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
+    dead_letter(&mut c, "full", &pairs);
+    let got = receive_with_source(&mut c, 0, "dlq");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].attributes.len(), 16);
+    assert_eq!(got[0].attributes.get(SOURCE_ATTRIBUTE), None);
+    // An attribute of that name sent by the producer stays as it was.
+    dead_letter(&mut c, "named", &[(SOURCE_ATTRIBUTE, "mine")]);
+    let got = receive_with_source(&mut c, 0, "dlq");
+    let named = got.iter().find(|m| &m.body[..] == b"named").unwrap();
+    assert_eq!(named.attributes.get(SOURCE_ATTRIBUTE), Some("mine"));
+    assert_eq!(named.attributes.len(), 1);
+    // Once the source queue is deleted, nothing names it.
+    dead_letter(&mut c, "orphan", &[]);
+    let r = call(&mut c, 0, Op::DeleteQueue { queue: qn("q") });
+    assert!(matches!(r, OpResult::QueueDeleted), "{r:?}");
+    let got = receive_with_source(&mut c, 0, "dlq");
+    let orphan = got.iter().find(|m| &m.body[..] == b"orphan").unwrap();
+    assert_eq!(orphan.attributes.get(SOURCE_ATTRIBUTE), None);
 }
 
 #[test]

@@ -114,6 +114,7 @@ fn a_result_handed_back_is_filled_again() {
             visibility_timeout_ms: None,
             wait_ms: Some(0),
             bind_leases: false,
+            with_source: false,
         })
     };
     send(&mut c, 0, "q", "a");

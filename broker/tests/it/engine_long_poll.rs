@@ -14,6 +14,7 @@ fn waiting(c: &mut Cluster, shard: usize, queue: &str, wait_ms: u32) -> u64 {
             visibility_timeout_ms: None,
             wait_ms: Some(wait_ms),
             bind_leases: false,
+            with_source: false,
         }),
     );
     check(c);
@@ -59,6 +60,7 @@ fn queue_default_wait_and_empty_batch_when_it_ends() {
             visibility_timeout_ms: None,
             wait_ms: None,
             bind_leases: false,
+            with_source: false,
         }),
     );
     c.advance_ms(999);
@@ -74,6 +76,7 @@ fn queue_default_wait_and_empty_batch_when_it_ends() {
             visibility_timeout_ms: None,
             wait_ms: Some(20_001),
             bind_leases: false,
+            with_source: false,
         }),
     );
     assert_eq!(error_code(r), ErrorCode::InvalidArgument);

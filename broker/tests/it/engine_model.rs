@@ -608,6 +608,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                     // The engine does not look at it: binding is the
                     // session's (the model plays it below).
                     bind_leases: bind.is_some(),
+                    with_source: false,
                 }),
             ) {
                 OpResult::Received(g) => g,

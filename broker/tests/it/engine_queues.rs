@@ -3,7 +3,7 @@
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, Op, OpResult, RegistryConfig};
-use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode, RedrivePolicy};
+use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode, LabelsUpdate, RedrivePolicy};
 
 fn dlq_update(dlq: &str, max_receives: u16) -> AttributeUpdate {
     AttributeUpdate {
@@ -119,6 +119,77 @@ fn set_changes_and_removes_policies() {
         }),
     );
     assert_eq!(error_code(r), ErrorCode::QueueNotFound);
+}
+
+fn tags(set: &[(&str, &str)], remove: &[&str]) -> LabelsUpdate {
+    LabelsUpdate {
+        set: set
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        remove: remove.iter().map(|k| (*k).to_owned()).collect(),
+    }
+}
+
+#[test]
+fn tags_and_annotations_are_kept_changed_and_bounded() {
+    let mut c = cluster(2);
+    let mut first = AttributeUpdate::default();
+    *first.tags_mut() = tags(&[("team", "payments"), ("env", "dev")], &[]);
+    *first.annotations_mut() = tags(&[("Policy", "{}")], &[]);
+    create(&mut c, "q", first);
+    let i = info(&mut c, 1, "q");
+    let kept: Vec<_> = i.attributes.tags.iter().collect();
+    assert_eq!(kept, vec![("env", "dev"), ("team", "payments")]);
+    assert_eq!(i.attributes.annotations.get("Policy"), Some("{}"));
+    // A create of the queue with other labels (or none) neither fails nor
+    // changes them.
+    let again = call(
+        &mut c,
+        1,
+        Op::CreateQueue(QueueAttributesRequest {
+            queue: qn("q"),
+            attributes: AttributeUpdate::default(),
+        }),
+    );
+    assert!(matches!(
+        again,
+        OpResult::QueueCreated { created: false, .. }
+    ));
+    assert_eq!(info(&mut c, 0, "q").attributes.tags.len(), 2);
+    let mut change = AttributeUpdate::default();
+    *change.tags_mut() = tags(&[("owner", "ana")], &["env", "absent"]);
+    let r = call(
+        &mut c,
+        0,
+        Op::SetQueue(QueueAttributesRequest {
+            queue: qn("q"),
+            attributes: change,
+        }),
+    );
+    assert_eq!(r, OpResult::QueueUpdated);
+    let i = info(&mut c, 1, "q");
+    let kept: Vec<_> = i.attributes.tags.iter().collect();
+    assert_eq!(kept, vec![("owner", "ana"), ("team", "payments")]);
+    assert_eq!(i.attributes.annotations.get("Policy"), Some("{}"));
+    let mut too_many = AttributeUpdate::default();
+    too_many.tags_mut().set = (0..49).map(|n| (format!("k{n}"), String::new())).collect();
+    let r = call(
+        &mut c,
+        0,
+        Op::SetQueue(QueueAttributesRequest {
+            queue: qn("q"),
+            attributes: too_many,
+        }),
+    );
+    match r {
+        OpResult::Error(e) => {
+            assert_eq!(e.code(), ErrorCode::InvalidArgument);
+            assert!(e.to_string().contains("tags: 51 pairs"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(info(&mut c, 0, "q").attributes.tags.len(), 2);
 }
 
 #[test]

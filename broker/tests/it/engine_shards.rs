@@ -63,6 +63,7 @@ fn many_waiters_on_another_shard_overflow_the_rings_without_loss() {
                     visibility_timeout_ms: None,
                     wait_ms: Some(10_000),
                     bind_leases: false,
+                    with_source: false,
                 }),
             )
         })

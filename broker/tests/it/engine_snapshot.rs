@@ -5,7 +5,9 @@
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, RegistryConfig};
 use sluice_broker::snapshot::format::SnapshotError;
-use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode, RedrivePolicy, SendEntry};
+use sluice_protocol::{
+    AttributeUpdate, Backoff, ErrorCode, LabelChanges, LabelsUpdate, RedrivePolicy, SendEntry,
+};
 
 const QUEUES: [&str; 3] = ["dlq", "work", "quiet"];
 
@@ -37,6 +39,16 @@ fn populated(shards: u16) -> (Cluster, Vec<sluice_protocol::ReceivedMessage>) {
                 base_ms: 100,
                 max_ms: 400,
             }),
+            labels: Some(Box::new(LabelChanges {
+                tags: LabelsUpdate {
+                    set: vec![("team".into(), "payments".into())],
+                    remove: vec![],
+                },
+                annotations: LabelsUpdate {
+                    set: vec![("Policy".into(), "{}".into())],
+                    remove: vec![],
+                },
+            })),
             ..Default::default()
         },
     );
@@ -101,10 +113,13 @@ fn a_loaded_cluster_holds_what_was_saved() {
         c.shutdown();
         let before = views(&c);
         let stats_before: Vec<_> = QUEUES.iter().map(|q| stats(&mut c, q)).collect();
+        let attributes_before = info(&mut c, 0, "work").attributes;
+        assert_eq!(attributes_before.tags.get("team"), Some("payments"));
         let file = c.snapshot();
         let (mut d, load) =
             Cluster::from_snapshot(&file, config(shards), 5_000_000_000, c.wall_ms()).unwrap();
         check(&mut d);
+        assert_eq!(info(&mut d, 0, "work").attributes, attributes_before);
         assert_eq!(views(&d), before, "{shards} shard(s)");
         assert_eq!(load.messages(), before.len() as u64);
         for (q, s) in QUEUES.iter().zip(&stats_before) {
@@ -129,6 +144,23 @@ fn a_loaded_cluster_holds_what_was_saved() {
         assert!(r.duplicate);
         check(&mut d);
     }
+}
+
+#[test]
+fn labels_past_64_kib_survive() {
+    let mut c = cluster(1);
+    // Past the 64 KiB a version-1 file's attribute length allowed.
+    let mut big = AttributeUpdate::default();
+    big.annotations_mut().set = (0..4)
+        .map(|i| (format!("Policy{i}"), "p".repeat(16_000)))
+        .collect();
+    create(&mut c, "big", big);
+    let before = info(&mut c, 0, "big").attributes;
+    c.shutdown();
+    let file = c.snapshot();
+    let (mut d, _) = Cluster::from_snapshot(&file, config(1), 0, c.wall_ms()).unwrap();
+    assert_eq!(info(&mut d, 0, "big").attributes, before);
+    assert_eq!(before.annotations.text_bytes(), 4 * (7 + 16_000));
 }
 
 #[test]
@@ -207,11 +239,20 @@ fn every_bit_flip_is_refused() {
 #[test]
 fn another_version_limits_or_shard_count_is_refused() {
     let file = small_file();
-    let mut v2 = file.clone();
-    v2[8] = 2;
-    let e = load(&v2).unwrap_err();
-    assert!(matches!(e, SnapshotError::Version { found: 2 }), "{e}");
-    assert!(e.to_string().contains("version 2 at byte 8"), "{e}");
+    for version in [0, 3] {
+        let mut other = file.clone();
+        other[8] = version;
+        let e = load(&other).unwrap_err();
+        assert!(
+            matches!(e, SnapshotError::Version { found } if found == u32::from(version)),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("version {version} at byte 8")),
+            "{e}"
+        );
+    }
     let mut magic = file.clone();
     magic[0] = b'X';
     assert!(matches!(load(&magic), Err(SnapshotError::BadMagic { .. })));
@@ -236,7 +277,9 @@ fn another_version_limits_or_shard_count_is_refused() {
 }
 
 /// The fuzz target's seeds (`broker/fuzz/seeds`) are snapshots this engine
-/// writes and loads; `SLUICE_WRITE_FUZZ_SEEDS=1` writes them again.
+/// writes and loads; `SLUICE_WRITE_FUZZ_SEEDS=1` writes them again. The
+/// `v1-` ones were written in format version 1 and are kept as they are:
+/// a broker of today still loads them.
 #[test]
 fn the_fuzz_seeds_load() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
@@ -248,8 +291,8 @@ fn the_fuzz_seeds_load() {
             std::fs::write(dir.join(format!("shards-{shards}.snapshot")), c.snapshot()).unwrap();
         }
     }
-    for shards in [1u16, 2] {
-        let path = dir.join(format!("shards-{shards}.snapshot"));
+    for (shards, prefix) in [(1u16, ""), (2, ""), (1, "v1-"), (2, "v1-")] {
+        let path = dir.join(format!("{prefix}shards-{shards}.snapshot"));
         let file = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let report = sluice_broker::snapshot::check(
             sluice_broker::snapshot::Source::Bytes(&file),

@@ -182,6 +182,7 @@ fn worker(
                 visibility_timeout_ms: Some(5),
                 wait_ms: Some(0),
                 bind_leases: false,
+                with_source: false,
             });
             let mut next = shard.submit(t, op, now_ns, wall_ms).map(|r| (t, r));
             while let Some(r) = next {

@@ -93,6 +93,7 @@ pub fn receive_vis(
             visibility_timeout_ms: vis,
             wait_ms: Some(0),
             bind_leases: false,
+            with_source: false,
         }),
     ) {
         OpResult::Received(m) => m,
@@ -152,7 +153,7 @@ pub fn change_vis(
 
 pub fn info(c: &mut Cluster, shard: usize, queue: &str) -> QueueInfo {
     match call(c, shard, Op::GetQueue { queue: qn(queue) }) {
-        OpResult::Queue(i) => i,
+        OpResult::Queue(i) => *i,
         other => panic!("get {queue}: {other:?}"),
     }
 }

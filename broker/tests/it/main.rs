@@ -40,8 +40,9 @@ mod server_bad_input;
 #[cfg(not(sluice_loom))]
 mod server_bound_leases;
 #[cfg(not(sluice_loom))]
-mod server_leases;
+mod server_labels;
 #[cfg(not(sluice_loom))]
+mod server_leases;
 mod server_messages;
 #[cfg(not(sluice_loom))]
 mod server_metrics;

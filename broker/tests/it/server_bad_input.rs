@@ -357,7 +357,7 @@ fn an_unsupported_version_is_refused(io: IoChoice) {
     let rss = rss_bytes();
     let mut out = BytesMut::new();
     Request::Hello(sluice_protocol::HelloRequest {
-        version: 4,
+        version: sluice_protocol::limits::PROTOCOL_VERSION + 1,
         token: Bytes::new(),
         session_timeout_ms: 0,
     })

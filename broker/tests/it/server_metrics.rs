@@ -246,6 +246,7 @@ fn the_engine_reports_how_leases_end() {
             visibility_timeout_ms: Some(vis),
             wait_ms: Some(0),
             bind_leases: false,
+            with_source: false,
         }),
     ) {
         OpResult::Received(m) => m.into_iter().next().expect("a message"),

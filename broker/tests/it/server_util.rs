@@ -306,6 +306,7 @@ impl Client {
             visibility_timeout_ms,
             wait_ms: Some(wait_ms),
             bind_leases: false,
+            with_source: false,
         })
     }
 

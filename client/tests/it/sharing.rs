@@ -212,6 +212,7 @@ fn a_request_times_out_while_another_thread_reads() {
             visibility_timeout_ms: None,
             wait_ms: Some(10_000),
             bind_leases: false,
+            with_source: false,
         });
         let err = c.call(&raw).expect_err("no reply within 300 ms");
         assert!(matches!(err, Error::Timeout(_)), "{err}");

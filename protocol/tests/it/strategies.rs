@@ -8,10 +8,11 @@ use proptest::option;
 use proptest::prelude::*;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, Counter, DeleteRequest, ErrorCode,
-    HelloReply, HelloRequest, MessageAttributes, MessageId, PeekedMessage, QueueAttributes,
-    QueueAttributesRequest, QueueInfo, QueueName, QueueStats, Receipt, ReceiveRequest,
-    ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply, Request, SendEntry, SendOutcome,
-    SendRequest, ServerLimits, ServerStatsReply, VisibilityChange, WireError,
+    HelloReply, HelloRequest, LabelChanges, Labels, LabelsUpdate, MessageAttributes, MessageId,
+    PeekedMessage, QueueAttributes, QueueAttributesRequest, QueueInfo, QueueName, QueueStats,
+    Receipt, ReceiveRequest, ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply, Request,
+    SendEntry, SendOutcome, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange,
+    WireError,
 };
 
 /// Largest batch generated: enough to cover multi-entry layouts while
@@ -114,9 +115,14 @@ pub fn attribute_update() -> impl Strategy<Value = AttributeUpdate> {
             any::<bool>(),
             any::<bool>(),
         ),
+        (labels_update(), labels_update()),
     )
         .prop_map(
-            |((vt, d, ret, mbm, rw), (redrive, max_depth, dw, backoff, cr, cb))| AttributeUpdate {
+            |(
+                (vt, d, ret, mbm, rw),
+                (redrive, max_depth, dw, backoff, cr, cb),
+                (tags, annotations),
+            )| AttributeUpdate {
                 visibility_timeout_ms: vt,
                 delay_ms: d,
                 retention_ms: ret,
@@ -129,8 +135,25 @@ pub fn attribute_update() -> impl Strategy<Value = AttributeUpdate> {
                 max_depth,
                 dedup_window_ms: dw,
                 backoff,
+                labels: if tags.is_empty() && annotations.is_empty() {
+                    None
+                } else {
+                    Some(Box::new(LabelChanges { tags, annotations }))
+                },
             },
         )
+}
+
+fn labels_update() -> impl Strategy<Value = LabelsUpdate> {
+    (
+        vec(("[a-zé]{0,5}", "[a-zé ]{0,8}"), 0..3),
+        vec("[a-z]{0,5}", 0..2),
+    )
+        .prop_map(|(set, remove)| LabelsUpdate { set, remove })
+}
+
+fn labels() -> impl Strategy<Value = Labels> {
+    vec(("[a-zé]{0,5}", "[a-zé ]{0,8}"), 0..3).prop_map(|pairs| pairs.into_iter().collect())
 }
 
 pub fn queue_attributes() -> impl Strategy<Value = QueueAttributes> {
@@ -148,18 +171,23 @@ pub fn queue_attributes() -> impl Strategy<Value = QueueAttributes> {
             any::<u32>(),
             option::of(backoff()),
         ),
+        (labels(), labels()),
     )
         .prop_map(
-            |((vt, d, ret, mbm, rw), (redrive, max_depth, dw, backoff))| QueueAttributes {
-                visibility_timeout_ms: vt,
-                delay_ms: d,
-                retention_ms: ret,
-                message_bytes_max: mbm,
-                receive_wait_ms: rw,
-                redrive,
-                max_depth,
-                dedup_window_ms: dw,
-                backoff,
+            |((vt, d, ret, mbm, rw), (redrive, max_depth, dw, backoff), (tags, annotations))| {
+                QueueAttributes {
+                    visibility_timeout_ms: vt,
+                    delay_ms: d,
+                    retention_ms: ret,
+                    message_bytes_max: mbm,
+                    receive_wait_ms: rw,
+                    redrive,
+                    max_depth,
+                    dedup_window_ms: dw,
+                    backoff,
+                    tags,
+                    annotations,
+                }
             },
         )
 }
@@ -224,16 +252,25 @@ pub fn request() -> impl Strategy<Value = Request> {
             batch_max(),
             opt_u32_not_max(),
             opt_u32_not_max(),
+            any::<bool>(),
             any::<bool>()
         )
             .prop_map(
-                |(queue, max_messages, visibility_timeout_ms, wait_ms, bind_leases)| {
+                |(
+                    queue,
+                    max_messages,
+                    visibility_timeout_ms,
+                    wait_ms,
+                    bind_leases,
+                    with_source,
+                )| {
                     Request::Receive(ReceiveRequest {
                         queue,
                         max_messages,
                         visibility_timeout_ms,
                         wait_ms,
                         bind_leases,
+                        with_source,
                     })
                 }
             ),

@@ -483,6 +483,7 @@ pub fn all() -> Vec<Vector> {
             visibility_timeout_ms: None,
             wait_ms: Some(20_000),
             bind_leases: false,
+            with_source: false,
         })),
         p.clone(),
     );
@@ -495,6 +496,7 @@ pub fn all() -> Vec<Vector> {
             visibility_timeout_ms: None,
             wait_ms: Some(20_000),
             bind_leases: true,
+            with_source: false,
         })),
         p,
     );

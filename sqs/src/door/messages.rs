@@ -13,6 +13,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
+use sluice_protocol::message::SOURCE_ATTRIBUTE;
 use sluice_protocol::{
     ChangeVisibilityRequest, DeleteRequest, ErrorCode, MessageAttributes, Receipt, ReceiveRequest,
     ReceivedMessageRef, Reply, Request, SendEntry, SendOutcome, SendRequest, VisibilityChange,
@@ -20,7 +21,7 @@ use sluice_protocol::{
 
 use super::errors::SqsError;
 use super::md5::{SqsAttribute, md5_attributes, md5_hex};
-use super::names::Namespace;
+use super::names::{self, Namespace};
 use super::wire::Input;
 use super::{Action, Ctx, Limits, Started, uuid_text};
 
@@ -40,15 +41,11 @@ const SYSTEM: &[&str] = &[
     "SentTimestamp",
     "SenderId",
     "AWSTraceHeader",
+    "DeadLetterQueueSourceArn",
 ];
 
 /// FIFO's system attributes: accepted in a receive, never present.
-const SYSTEM_FIFO: &[&str] = &[
-    "MessageDeduplicationId",
-    "MessageGroupId",
-    "SequenceNumber",
-    "DeadLetterQueueSourceArn",
-];
+const SYSTEM_FIFO: &[&str] = &["MessageDeduplicationId", "MessageGroupId", "SequenceNumber"];
 
 /// A message action waiting for the engine.
 #[derive(Debug)]
@@ -180,7 +177,7 @@ fn engine_value(a: &SqsAttribute) -> String {
 
 /// The SQS attribute an engine pair stores; `None` for the trace header.
 pub(crate) fn from_engine(key: &str, value: &str) -> Option<SqsAttribute> {
-    if key == TRACE_KEY {
+    if key == TRACE_KEY || key == SOURCE_ATTRIBUTE {
         return None;
     }
     let plain = || SqsAttribute {
@@ -417,6 +414,7 @@ fn start_receive(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
     }
     system.sort_unstable();
     system.dedup();
+    let with_source = system.contains(&"DeadLetterQueueSourceArn");
     let names = input
         .str_list("MessageAttributeNames")?
         .into_iter()
@@ -430,6 +428,7 @@ fn start_receive(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
             visibility_timeout_ms: visibility.map(|v| v * 1000),
             wait_ms: wait.map(|w| w * 1000),
             bind_leases: false,
+            with_source,
         }),
     ))
 }
@@ -547,6 +546,10 @@ fn received(
             "SenderId" => ns.account.clone(),
             "AWSTraceHeader" => match trace {
                 Some(t) => t.to_owned(),
+                None => continue,
+            },
+            "DeadLetterQueueSourceArn" => match m.attributes.get(SOURCE_ATTRIBUTE) {
+                Some(source) => names::arn_of_engine(source, ns),
                 None => continue,
             },
             _ => continue,

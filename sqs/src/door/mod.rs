@@ -8,6 +8,7 @@ mod messages;
 mod names;
 mod queues;
 mod sources;
+mod tags;
 #[cfg(test)]
 mod tests;
 mod wire;
@@ -162,6 +163,8 @@ enum Pending {
     Message(messages::Pending),
     /// ListDeadLetterSourceQueues's next engine reply.
     Sources(sources::Sources),
+    /// A tag action's engine reply.
+    Tags(tags::Pending),
 }
 
 /// What starting an action gives: an engine request and what to do with
@@ -387,6 +390,9 @@ impl Door {
             | Action::DeleteMessageBatch
             | Action::ChangeMessageVisibility
             | Action::ChangeMessageVisibilityBatch => messages::start(&ctx, action, &input),
+            Action::TagQueue | Action::UntagQueue | Action::ListQueueTags => {
+                tags::start(&ctx, action, &input)
+            }
             Action::ListDeadLetterSourceQueues => sources::start(&ctx, &input),
             _ => Err(unsupported()),
         }
@@ -419,6 +425,7 @@ impl Call {
             )),
             Pending::Queue(p) => p.finish(reply),
             Pending::Message(p) => p.finish(reply),
+            Pending::Tags(p) => p.finish(reply),
             Pending::Sources(mut s) => match s.step(reply) {
                 Ok(sources::Next::Engine(request)) => {
                     self.pending = Pending::Sources(s);

@@ -1,5 +1,6 @@
 //! The queue actions: CreateQueue, GetQueueUrl, ListQueues, DeleteQueue,
-//! PurgeQueue, GetQueueAttributes, SetQueueAttributes.
+//! PurgeQueue, GetQueueAttributes, SetQueueAttributes (tags are in
+//! `tags.rs`).
 
 use serde_json::{Map, Value, json};
 use sluice_protocol::{
@@ -25,17 +26,19 @@ const SERVED: &[&str] = &[
     "RedrivePolicy",
 ];
 
-/// SQS attributes the door accepts and does not keep (or, for reading, has
-/// no value of).
-const UNSERVED: &[&str] = &[
+/// SQS attributes the engine keeps as the queue's annotations, as given,
+/// and does not act on (sluice has no IAM, and keeps nothing on disk to
+/// encrypt).
+const KEPT: &[&str] = &[
     "Policy",
-    "CreatedTimestamp",
-    "LastModifiedTimestamp",
+    "RedriveAllowPolicy",
     "KmsMasterKeyId",
     "KmsDataKeyReusePeriodSeconds",
     "SqsManagedSseEnabled",
-    "RedriveAllowPolicy",
 ];
+
+/// SQS attributes the door has no value of.
+const UNSERVED: &[&str] = &["CreatedTimestamp", "LastModifiedTimestamp"];
 
 /// FIFO queues' attributes.
 const FIFO_ONLY: &[&str] = &[
@@ -105,6 +108,37 @@ fn redrive(ctx: &Ctx<'_>, value: &str) -> Result<RedrivePolicy, SqsError> {
     })
 }
 
+/// Checks a kept attribute's value and puts it in the update's
+/// annotations; an empty value removes it (SetQueueAttributes) or is left
+/// out (CreateQueue).
+fn keep(u: &mut AttributeUpdate, name: &str, value: &str, create: bool) -> Result<(), SqsError> {
+    if value.is_empty() {
+        if !create {
+            u.annotations_mut().remove.push(name.to_owned());
+        }
+        return Ok(());
+    }
+    let valid = match name {
+        "Policy" => serde_json::from_str::<Value>(value).is_ok_and(|v| v.is_object()),
+        "RedriveAllowPolicy" => serde_json::from_str::<Value>(value).is_ok_and(|v| {
+            matches!(
+                v.get("redrivePermission").and_then(Value::as_str),
+                Some("allowAll" | "denyAll" | "byQueue")
+            )
+        }),
+        "KmsDataKeyReusePeriodSeconds" => seconds(name, value, 60, 86_400).is_ok(),
+        "SqsManagedSseEnabled" => value == "true" || value == "false",
+        _ => true,
+    };
+    if !valid {
+        return Err(bad_value(name));
+    }
+    u.annotations_mut()
+        .set
+        .push((name.to_owned(), value.to_owned()));
+    Ok(())
+}
+
 /// The engine's update for SQS `attributes` (`create`: of CreateQueue).
 fn update(
     ctx: &Ctx<'_>,
@@ -132,7 +166,7 @@ fn update(
             "FifoQueue" if value.eq_ignore_ascii_case("true") => return Err(SqsError::fifo()),
             "FifoQueue" if value.eq_ignore_ascii_case("false") && create => {}
             "FifoQueue" => return Err(bad_value(name)),
-            n if UNSERVED.contains(&n) && !n.ends_with("Timestamp") => {}
+            n if KEPT.contains(&n) => keep(&mut u, n, value, create)?,
             n if FIFO_ONLY.contains(&n) => {
                 return Err(SqsError::new(
                     "InvalidAttributeName",
@@ -160,7 +194,8 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
             let name = input.str("QueueName")?;
             let attrs = input.str_map("Attributes")?;
             let queue = ctx.ns.engine_name(name)?;
-            let attributes = update(ctx, &attrs, true)?;
+            let mut attributes = update(ctx, &attrs, true)?;
+            super::tags::of_create(input, &mut attributes)?;
             let url = ctx.ns.url(&ctx.host, name);
             engine(
                 Pending::Url(url),
@@ -238,7 +273,8 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
             for n in input.str_list("AttributeNames")? {
                 if n == "All" {
                     wanted.extend_from_slice(SERVED);
-                } else if let Some(s) = SERVED.iter().find(|s| **s == n) {
+                    wanted.extend_from_slice(KEPT);
+                } else if let Some(s) = SERVED.iter().chain(KEPT).find(|s| **s == n) {
                     wanted.push(*s);
                 } else if !UNSERVED.contains(&n) && !FIFO_ONLY.contains(&n) && n != "FifoQueue" {
                     return Err(SqsError::new(
@@ -279,7 +315,10 @@ fn attributes(info: &QueueInfo, ns: &Namespace, name: &str, wanted: &[&str]) -> 
                 .to_string(),
                 None => continue,
             },
-            _ => continue,
+            kept => match a.annotations.get(kept) {
+                Some(v) => v.to_owned(),
+                None => continue,
+            },
         };
         out.insert(w.to_owned(), Value::String(v));
     }

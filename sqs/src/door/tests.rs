@@ -614,11 +614,13 @@ fn door_receive_message() {
     assert_eq!(rr.max_messages, 5);
     assert_eq!(rr.wait_ms, Some(2000));
     assert_eq!(rr.visibility_timeout_ms, Some(9000));
+    assert!(rr.with_source, "All asks for DeadLetterQueueSourceArn");
     let attributes = MessageAttributes::from_pairs([
         ("s", "v"),
         ("pre.b", "\0Binary\0AAEC"),
         ("other", "x"),
         ("AWS.TraceHeader", "Root=1"),
+        ("sluice:source", "orders-src"),
     ])
     .unwrap();
     let m = ReceivedMessage {
@@ -641,8 +643,29 @@ fn door_receive_message() {
     assert_eq!(m0["Attributes"]["SentTimestamp"], "1000");
     assert_eq!(m0["Attributes"]["SenderId"], "000000000000");
     assert_eq!(m0["Attributes"]["AWSTraceHeader"], "Root=1");
+    assert_eq!(
+        m0["Attributes"]["DeadLetterQueueSourceArn"],
+        "arn:aws:sqs:us-east-1:000000000000:orders-src"
+    );
     let ma = m0["MessageAttributes"].as_object().unwrap();
     assert_eq!(ma.len(), 2);
+    // The source is no message attribute, nor part of their MD5.
+    let without = [
+        SqsAttribute {
+            name: "pre.b".into(),
+            data_type: "Binary".into(),
+            value: vec![0, 1, 2],
+        },
+        SqsAttribute {
+            name: "s".into(),
+            data_type: "String".into(),
+            value: b"v".to_vec(),
+        },
+    ];
+    assert_eq!(
+        m0["MD5OfMessageAttributes"].as_str(),
+        md5_attributes(&without).as_deref()
+    );
     assert_eq!(ma["pre.b"]["BinaryValue"], "AAEC");
     assert_eq!(ma["s"]["StringValue"], "v");
     assert_eq!(m0["MD5OfMessageAttributes"].as_str().unwrap().len(), 32);
@@ -652,6 +675,7 @@ fn door_receive_message() {
         panic!()
     };
     assert_eq!((rr.max_messages, rr.wait_ms), (1, None));
+    assert!(!rr.with_source);
     let empty = ReceivedBatch::from_messages([]).unwrap();
     assert_eq!(
         json(&done(c.resume(Reply::Receive { messages: empty }, 1))),
@@ -768,7 +792,7 @@ fn door_resume_after_done_and_wrong_reply_do_not_panic() {
 
 #[test]
 fn door_skipped_actions_are_invalid_action() {
-    for a in ["TagQueue", "ListQueueTags", "StartMessageMoveTask"] {
+    for a in ["StartMessageMoveTask", "AddPermission", "RemovePermission"] {
         assert_error(&done(call(a, "{}").1), "InvalidAction", 400);
     }
 }
@@ -875,4 +899,208 @@ fn door_dead_letter_sources_page_and_skip_deleted_queues() {
     engine(s);
     let r = done(c.resume(Reply::error(ErrorCode::QueueNotFound, "dlq"), 1));
     assert_error(&r, "QueueDoesNotExist", 400);
+}
+
+fn update_of(request: Request) -> sluice_protocol::AttributeUpdate {
+    match request {
+        Request::SetQueue(r) | Request::CreateQueue(r) => r.attributes,
+        other => panic!("expected CREATE or SET, got {other:?}"),
+    }
+}
+
+#[test]
+fn door_tag_actions_become_the_queues_tags() {
+    let (mut c, s) = call(
+        "TagQueue",
+        &format!(r#"{{"QueueUrl":"{URL}","Tags":{{"team":"payments","env":""}}}}"#),
+    );
+    let u = update_of(engine(s));
+    let mut set = u.tags().set.clone();
+    set.sort();
+    assert_eq!(
+        set,
+        vec![
+            ("env".to_owned(), String::new()),
+            ("team".to_owned(), "payments".to_owned())
+        ]
+    );
+    assert!(u.annotations().is_empty() && u.visibility_timeout_ms.is_none());
+    assert_eq!(
+        json(&done(c.resume(Reply::SetQueue, 1))),
+        serde_json::json!({})
+    );
+
+    let (_, s) = call(
+        "UntagQueue",
+        &format!(r#"{{"QueueUrl":"{URL}","TagKeys":["env","absent"]}}"#),
+    );
+    let u = update_of(engine(s));
+    assert_eq!(u.tags().remove, ["env", "absent"]);
+    assert!(u.tags().set.is_empty());
+
+    let (mut c, s) = call("ListQueueTags", &format!(r#"{{"QueueUrl":"{URL}"}}"#));
+    assert!(matches!(engine(s), Request::GetQueue { .. }));
+    let mut attributes = QueueAttributes::default();
+    attributes.tags.insert("team", "payments");
+    let tagged = QueueInfo {
+        queue: QueueName::new("orders").unwrap(),
+        attributes,
+        stats: QueueStats::default(),
+    };
+    let r = done(c.resume(Reply::GetQueue(tagged), 1));
+    assert_eq!(json(&r), serde_json::json!({"Tags": {"team": "payments"}}));
+    let (mut c, _) = call("ListQueueTags", &format!(r#"{{"QueueUrl":"{URL}"}}"#));
+    let r = done(c.resume(info("orders", None), 1));
+    assert_eq!(json(&r), serde_json::json!({}));
+    let (mut c, _) = call(
+        "TagQueue",
+        &format!(r#"{{"QueueUrl":"{URL}","Tags":{{"a":"b"}}}}"#),
+    );
+    let gone = sluice_protocol::WireError::new(ErrorCode::QueueNotFound, "no queue");
+    assert_error(
+        &done(c.resume(Reply::Error(gone), 1)),
+        "QueueDoesNotExist",
+        400,
+    );
+}
+
+#[test]
+fn door_tag_actions_refuse_bad_tags() {
+    let long_key = "k".repeat(129);
+    let long_value = "v".repeat(257);
+    let many: Vec<String> = (0..51).map(|i| format!(r#""k{i}":"v""#)).collect();
+    let many = format!("{{{}}}", many.join(","));
+    let cases = [
+        (
+            "TagQueue",
+            r#""Tags":{"aws:owner":"x"}"#.to_owned(),
+            "InvalidParameterValue",
+        ),
+        (
+            "TagQueue",
+            format!(r#""Tags":{{"{long_key}":"x"}}"#),
+            "InvalidParameterValue",
+        ),
+        (
+            "TagQueue",
+            r#""Tags":{"":"x"}"#.to_owned(),
+            "InvalidParameterValue",
+        ),
+        (
+            "TagQueue",
+            format!(r#""Tags":{{"k":"{long_value}"}}"#),
+            "InvalidParameterValue",
+        ),
+        (
+            "TagQueue",
+            format!(r#""Tags":{many}"#),
+            "InvalidParameterValue",
+        ),
+        ("TagQueue", r#""Tags":{}"#.to_owned(), "MissingParameter"),
+        (
+            "TagQueue",
+            r#""Tags":{"k":1}"#.to_owned(),
+            "SerializationException",
+        ),
+        (
+            "TagQueue",
+            r#""Tags":["k"]"#.to_owned(),
+            "SerializationException",
+        ),
+        (
+            "UntagQueue",
+            r#""TagKeys":[]"#.to_owned(),
+            "MissingParameter",
+        ),
+        (
+            "UntagQueue",
+            r#""TagKeys":"k""#.to_owned(),
+            "SerializationException",
+        ),
+    ];
+    for (action, member, error) in cases {
+        let body = format!(r#"{{"QueueUrl":"{URL}",{member}}}"#);
+        let r = done(call(action, &body).1);
+        assert_eq!(r.error, Some(error), "{action} {member}: {r:?}");
+    }
+    let r = done(call("ListQueueTags", "{}").1);
+    assert_error(&r, "MissingParameter", 400);
+    // A key of 128 two-byte characters is within the bound.
+    let key = "é".repeat(128);
+    let body = format!(r#"{{"QueueUrl":"{URL}","Tags":{{"{key}":"v"}}}}"#);
+    assert!(matches!(call("TagQueue", &body).1, Step::Engine(_)));
+}
+
+#[test]
+fn door_create_queue_keeps_tags_and_the_policies() {
+    let body = r#"{"QueueName":"orders","tags":{"team":"payments"},
+        "Attributes":{"Policy":"{\"Version\":\"2012-10-17\"}",
+        "RedriveAllowPolicy":"{\"redrivePermission\":\"denyAll\"}",
+        "KmsMasterKeyId":"alias/aws/sqs","KmsDataKeyReusePeriodSeconds":"300",
+        "SqsManagedSseEnabled":"false"}}"#;
+    let u = update_of(engine(call("CreateQueue", body).1));
+    assert_eq!(u.tags().set, [("team".to_owned(), "payments".to_owned())]);
+    let mut kept: Vec<_> = u
+        .annotations()
+        .set
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect();
+    kept.sort_unstable();
+    assert_eq!(
+        kept,
+        [
+            "KmsDataKeyReusePeriodSeconds",
+            "KmsMasterKeyId",
+            "Policy",
+            "RedriveAllowPolicy",
+            "SqsManagedSseEnabled"
+        ]
+    );
+    for (name, value) in [
+        ("Policy", "not json"),
+        ("Policy", "[1]"),
+        ("RedriveAllowPolicy", r#"{\"redrivePermission\":\"some\"}"#),
+        ("KmsDataKeyReusePeriodSeconds", "59"),
+        ("SqsManagedSseEnabled", "yes"),
+        ("CreatedTimestamp", "1"),
+    ] {
+        let body = format!(r#"{{"QueueName":"orders","Attributes":{{"{name}":"{value}"}}}}"#);
+        let r = done(call("CreateQueue", &body).1);
+        assert_eq!(r.status, 400, "{name}: {r:?}");
+        assert!(
+            matches!(
+                r.error,
+                Some("InvalidAttributeValue" | "InvalidAttributeName")
+            ),
+            "{name}: {r:?}"
+        );
+    }
+    // An empty value: left out on create, removed on set.
+    let body = r#"{"QueueName":"orders","Attributes":{"Policy":""}}"#;
+    let u = update_of(engine(call("CreateQueue", body).1));
+    assert!(u.labels.is_none());
+    let body = format!(r#"{{"QueueUrl":"{URL}","Attributes":{{"Policy":""}}}}"#);
+    let u = update_of(engine(call("SetQueueAttributes", &body).1));
+    assert_eq!(u.annotations().remove, ["Policy"]);
+}
+
+#[test]
+fn door_get_queue_attributes_reads_back_the_kept_policies() {
+    let mut attributes = QueueAttributes::default();
+    attributes.annotations.insert("Policy", "{}");
+    let info = QueueInfo {
+        queue: QueueName::new("orders").unwrap(),
+        attributes,
+        stats: QueueStats::default(),
+    };
+    for names in [r#"["All"]"#, r#"["Policy","RedriveAllowPolicy"]"#] {
+        let body = format!(r#"{{"QueueUrl":"{URL}","AttributeNames":{names}}}"#);
+        let (mut c, s) = call("GetQueueAttributes", &body);
+        engine(s);
+        let r = done(c.resume(Reply::GetQueue(info.clone()), 1));
+        let a = &json(&r)["Attributes"];
+        assert_eq!(a["Policy"], "{}", "{names}");
+        assert!(a.get("RedriveAllowPolicy").is_none(), "{names}");
+    }
 }

@@ -3,6 +3,7 @@ its attribute filters, delete, change visibility, and SQS's MD5s checked
 against values AWS published."""
 
 import hashlib
+import json
 import threading
 
 import botocore.exceptions
@@ -140,3 +141,32 @@ def test_a_long_poll_is_answered_when_a_message_arrives(sqs, queue):
     threading.Timer(0.2, lambda: sqs.send_message(QueueUrl=queue, MessageBody="now")).start()
     got = sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=20)
     assert got["Messages"][0]["Body"] == "now"
+
+
+def test_a_dead_letter_names_its_source_queue(sqs, name):
+    dlq = sqs.create_queue(QueueName=name + "-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    source = sqs.create_queue(QueueName=name, Attributes={
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})})["QueueUrl"]
+    source_arn = sqs.get_queue_attributes(QueueUrl=source, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sqs.send_message(QueueUrl=source, MessageBody="poison",
+                     MessageAttributes={"k": {"DataType": "String", "StringValue": "v"}})
+    got = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=2)["Messages"][0]
+    sqs.change_message_visibility(QueueUrl=source, ReceiptHandle=got["ReceiptHandle"], VisibilityTimeout=0)
+    # The second receive would pass maxReceiveCount 1: the message moves.
+    assert "Messages" not in sqs.receive_message(QueueUrl=source)
+    dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=2, VisibilityTimeout=0,
+                               MessageSystemAttributeNames=["DeadLetterQueueSourceArn"],
+                               MessageAttributeNames=["All"])["Messages"][0]
+    assert dead["Attributes"] == {"DeadLetterQueueSourceArn": source_arn}
+    # botocore checks MD5OfMessageAttributes; the source is not among them.
+    assert list(dead["MessageAttributes"]) == ["k"]
+    again = sqs.receive_message(QueueUrl=dlq, AttributeNames=["All"])["Messages"][0]
+    assert again["Attributes"]["DeadLetterQueueSourceArn"] == source_arn
+    plain = sqs.send_message(QueueUrl=dlq, MessageBody="straight")
+    sqs.delete_message(QueueUrl=dlq, ReceiptHandle=again["ReceiptHandle"])
+    direct = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=2, AttributeNames=["All"])["Messages"][0]
+    assert direct["MessageId"] == plain["MessageId"]
+    assert "DeadLetterQueueSourceArn" not in direct["Attributes"]
+    sqs.delete_queue(QueueUrl=source)
+    sqs.delete_queue(QueueUrl=dlq)

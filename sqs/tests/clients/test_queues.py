@@ -136,13 +136,49 @@ def test_two_accounts_never_share_a_queue(name):
 
 def test_actions_not_served_are_errors_not_500s(sqs, queue):
     for call in [
-        lambda: sqs.tag_queue(QueueUrl=queue, Tags={"team": "a"}),
-        lambda: sqs.list_queue_tags(QueueUrl=queue),
         lambda: sqs.add_permission(QueueUrl=queue, Label="l", AWSAccountIds=["123456789012"], Actions=["SendMessage"]),
+        lambda: sqs.remove_permission(QueueUrl=queue, Label="l"),
     ]:
         with pytest.raises(botocore.exceptions.ClientError) as e:
             call()
         assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+def test_tags_are_set_listed_removed_and_bounded(sqs, name):
+    url = sqs.create_queue(QueueName=name, tags={"team": "payments", "env": "dev"})["QueueUrl"]
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "payments", "env": "dev"}
+    sqs.tag_queue(QueueUrl=url, Tags={"env": "prod", "owner": "ana"})
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "payments", "env": "prod", "owner": "ana"}
+    sqs.untag_queue(QueueUrl=url, TagKeys=["env", "not-there"])
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "payments", "owner": "ana"}
+    sqs.untag_queue(QueueUrl=url, TagKeys=["team", "owner"])
+    assert "Tags" not in sqs.list_queue_tags(QueueUrl=url)
+    for bad in [{"aws:reserved": "x"}, {"k" * 129: "x"}, {f"k{i}": "v" for i in range(51)}]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            sqs.tag_queue(QueueUrl=url, Tags=bad)
+        assert code(e) == "InvalidParameterValue"
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.list_queue_tags(QueueUrl=url + "-gone")
+    sqs.delete_queue(QueueUrl=url)
+
+
+def test_policies_are_kept_as_given_and_removed_by_an_empty_value(sqs, queue):
+    policy = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": "*",
+                                                                  "Action": "sqs:SendMessage", "Resource": "*"}]})
+    allow = json.dumps({"redrivePermission": "denyAll"})
+    sqs.set_queue_attributes(QueueUrl=queue, Attributes={
+        "Policy": policy, "RedriveAllowPolicy": allow, "SqsManagedSseEnabled": "false"})
+    got = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    assert got["Policy"] == policy and got["RedriveAllowPolicy"] == allow
+    assert got["SqsManagedSseEnabled"] == "false"
+    one = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["Policy"])["Attributes"]
+    assert one == {"Policy": policy}
+    sqs.set_queue_attributes(QueueUrl=queue, Attributes={"Policy": ""})
+    got = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    assert "Policy" not in got and got["RedriveAllowPolicy"] == allow
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs.set_queue_attributes(QueueUrl=queue, Attributes={"Policy": "not json"})
+    assert code(e) == "InvalidAttributeValue"
 
 
 def test_dead_letter_sources_are_listed_and_paged(sqs, name):

@@ -172,6 +172,7 @@ pub(crate) fn receive_frame(max: usize) -> Res<Bytes> {
         visibility_timeout_ms: None,
         wait_ms: Some(RECEIVE_WAIT_MS),
         bind_leases: false,
+        with_source: false,
     });
     let mut buf = BytesMut::new();
     req.encode(0, &mut buf).map_err(|e| e.to_string())?;

@@ -129,6 +129,8 @@ pub enum ShardMsg {
         /// Whether the receive already holds a message (if not, the first
         /// one always fits).
         holds_any: bool,
+        /// Whether the receive names dead-lettered messages' sources.
+        with_source: bool,
     },
     /// The messages leased for a [`ShardMsg::Steal`] (receipts name the
     /// owner).

@@ -108,6 +108,7 @@ impl Shard {
                 u32::from(r.max_messages),
                 r.visibility_timeout_ms,
                 r.wait_ms,
+                r.with_source,
             ),
             Op::Delete(r) => {
                 let entries = r.receipts.iter().map(|&r| (r, 0));

@@ -135,7 +135,7 @@ impl Shard {
             return;
         };
         let result = match g.acc {
-            GatherAcc::Stats(info) => OpResult::Queue(*info),
+            GatherAcc::Stats(info) => OpResult::Queue(info),
             GatherAcc::Purged(n) => OpResult::Purged { messages: n },
             GatherAcc::Peek { messages, .. } => OpResult::Peeked(messages),
             GatherAcc::Redrive { moved, stayed, .. } => OpResult::Redriven { moved, stayed },

@@ -31,10 +31,12 @@ impl Shard {
                 visibility_timeout_ms,
                 reply_bytes_left,
                 holds_any,
+                with_source,
             } => {
                 let budget = ReplyBudget {
                     bytes_left: reply_bytes_left,
                     holds_any,
+                    with_source,
                 };
                 self.on_steal(from, req, incarnation, max, visibility_timeout_ms, budget);
             }

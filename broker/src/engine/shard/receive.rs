@@ -3,9 +3,12 @@
 //! drive steals and wake-ups (see the registry's ground rules).
 
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, FRAME_RESERVED_BYTES};
+use sluice_protocol::message::SOURCE_ATTRIBUTE;
 use sluice_protocol::message::first_received_delta_ms as first_received_delta_ms_of;
 use sluice_protocol::queue_attributes::{RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX};
-use sluice_protocol::{QueueName, Receipt, ReceivedMessage, received_message_encoded_len};
+use sluice_protocol::{
+    MessageAttributes, QueueName, Receipt, ReceivedMessage, received_message_encoded_len,
+};
 
 use super::{EXT_BYTES, LEASE_BYTES, NS_PER_MS, PendingKind, Shard, TimerEvent};
 use crate::engine::error::EngineError;
@@ -16,11 +19,26 @@ use crate::engine::slab::SlotKey;
 use crate::engine::stored_message::{Ext, Lease, MessageState, NONE, StoredMessage};
 use crate::engine::wheel::TimerId;
 
-/// Reply-frame room left for a receive.
+/// Reply-frame room left for a receive, and what its messages carry.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct ReplyBudget {
     pub(super) bytes_left: usize,
     pub(super) holds_any: bool,
+    /// A dead-lettered message carries its source queue's name
+    /// ([`SOURCE_ATTRIBUTE`]).
+    pub(super) with_source: bool,
+}
+
+/// `attributes` and [`SOURCE_ATTRIBUTE`] naming `source`; unchanged when
+/// they have that key already or no room left for it.
+fn with_source_attribute(attributes: MessageAttributes, source: &QueueName) -> MessageAttributes {
+    if attributes.get(SOURCE_ATTRIBUTE).is_some() {
+        return attributes;
+    }
+    let pairs = attributes
+        .iter()
+        .chain(core::iter::once((SOURCE_ATTRIBUTE, source.as_str())));
+    MessageAttributes::from_pairs(pairs).unwrap_or(attributes)
 }
 
 impl ReplyBudget {
@@ -209,9 +227,19 @@ impl Shard {
                     continue;
                 }
             }
-            // Body and attributes go on the wire as they are stored.
+            // Body and attributes go on the wire as they are stored, with
+            // the source's name when asked for.
+            let source_name = if budget.with_source {
+                self.source_name(&m)
+            } else {
+                None
+            };
+            let extra = source_name
+                .as_ref()
+                .map_or(0, |n| 4 + SOURCE_ATTRIBUTE.len() + n.len());
             let data_len = self.data_len(&m);
-            let cost = received_message_encoded_len(m.attrs_len(), data_len - m.attrs_len());
+            let cost =
+                received_message_encoded_len(m.attrs_len() + extra, data_len - m.attrs_len());
             if !budget.take(cost) {
                 // Left in place: it is the next one to go.
                 break;
@@ -248,7 +276,10 @@ impl Shard {
                 // Its own timer covers its retention too.
                 self.arm_timer(key);
             }
-            let payload = self.payload_of(&m);
+            let mut payload = self.payload_of(&m);
+            if let Some(name) = source_name {
+                payload.attributes = with_source_attribute(payload.attributes, &name);
+            }
             out.push(ReceivedMessage {
                 id: self.message_id(m.seq.get()),
                 receipt,
@@ -332,6 +363,7 @@ impl Shard {
         max: u32,
         visibility_timeout_ms: Option<u32>,
         wait_ms: Option<u32>,
+        with_source: bool,
     ) {
         let p = match self.partition_of(queue) {
             Ok(p) => p,
@@ -364,6 +396,7 @@ impl Shard {
             budget: ReplyBudget {
                 bytes_left: frame.saturating_sub(FRAME_RESERVED_BYTES) as usize,
                 holds_any: false,
+                with_source,
             },
             got: Vec::new(),
             candidates: Vec::new(),
@@ -451,6 +484,7 @@ impl Shard {
                         visibility_timeout_ms: r.visibility_timeout_ms,
                         reply_bytes_left: r.budget.bytes_left,
                         holds_any: r.budget.holds_any,
+                        with_source: r.budget.with_source,
                     };
                     self.send_to(dest, msg);
                     return;

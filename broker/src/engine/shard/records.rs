@@ -3,7 +3,7 @@
 //! and [`Lease`] entries with the memory they are charged.
 
 use bytes::Bytes;
-use sluice_protocol::MessageAttributes;
+use sluice_protocol::{MessageAttributes, QueueName};
 
 use super::{EXT_BYTES, LEASE_BYTES, Shard};
 use crate::engine::slab::SlotKey;
@@ -42,6 +42,17 @@ impl Shard {
     /// The message's side entry, if it has one.
     pub(super) fn ext_of(&self, m: &StoredMessage) -> Option<&Ext> {
         (m.ext != NONE).then(|| self.exts.get(m.ext))
+    }
+
+    /// The name of the queue `m` was dead-lettered from, while that queue
+    /// lives.
+    pub(super) fn source_name(&self, m: &StoredMessage) -> Option<QueueName> {
+        let inc = self.ext_of(m)?.source;
+        if inc == 0 {
+            return None;
+        }
+        let p = *self.by_incarnation.get(&inc)?;
+        Some(self.part(p).name.clone())
     }
 
     /// The message's lease entry, if it has one.

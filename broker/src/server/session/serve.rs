@@ -3,6 +3,7 @@
 //! built to fit one frame), and keeping the bound leases in step.
 
 use super::*;
+use sluice_protocol::Labels;
 
 impl Session {
     pub(super) fn dispatch(
@@ -117,11 +118,16 @@ impl Session {
             return;
         }
         let mut reply = convert::to_reply(result);
-        if let Reply::Peek { cut, .. } = &mut reply {
+        match &mut reply {
             // Version 3 says whether messages were left out.
-            if self.version >= 3 {
-                *cut = Some(false);
+            Reply::Peek { cut, .. } if self.version >= 3 => *cut = Some(false),
+            // Labels are version 4's: an older client's decoder refuses
+            // their bits.
+            Reply::GetQueue(info) if self.version < 4 => {
+                info.attributes.tags = Labels::new();
+                info.attributes.annotations = Labels::new();
             }
+            _ => {}
         }
         let dropped = reply.fit_frame(self.decoder.frame_bytes_max() as usize);
         if dropped > 0 {

@@ -150,6 +150,7 @@ fn receive() -> Request {
         visibility_timeout_ms: None,
         wait_ms: Some(1000),
         bind_leases: false,
+        with_source: false,
     })
 }
 
@@ -292,7 +293,7 @@ fn the_first_frame_must_be_hello() {
 
 #[test]
 fn a_hello_of_another_version_is_refused() {
-    for version in [0, 4, 0xffff] {
+    for version in [0, 5, 0xffff] {
         let mut h = Harness::new(config());
         let hello = Request::Hello(HelloRequest {
             version,
@@ -307,7 +308,7 @@ fn a_hello_of_another_version_is_refused() {
 
 #[test]
 fn both_versions_are_answered_in_their_own() {
-    for version in [1, 2, 3] {
+    for version in [1, 2, 3, 4] {
         let mut h = Harness::new(config());
         h.data(&frame(
             7,
@@ -389,6 +390,7 @@ fn without_a_session_timeout_a_silent_connection_stays() {
 fn bound_receive() -> Request {
     Request::Receive(ReceiveRequest {
         bind_leases: true,
+        with_source: false,
         ..match receive() {
             Request::Receive(r) => r,
             _ => unreachable!(),
@@ -787,12 +789,12 @@ fn a_bad_payload_is_answered_and_the_connection_stays() {
 #[test]
 fn a_flag_the_request_does_not_define_is_malformed_and_the_connection_stays() {
     let mut h = Harness::ready();
-    // PING defines no flag; RECEIVE defines bit 0 only.
+    // PING defines no flag; RECEIVE defines bits 0 and 1 only.
     let mut ping = BytesMut::from(&frame(52, &Request::Ping { nonce: 0 })[..]);
     ping[5] = 0x01;
     h.data(&ping);
     let mut recv = BytesMut::from(&frame(53, &receive())[..]);
-    recv[5] = 0x02;
+    recv[5] = 0x04;
     h.data(&recv);
     assert_eq!(
         h.error_codes(),

@@ -157,6 +157,7 @@ impl World {
                 visibility_timeout_ms: visibility,
                 wait_ms: wait,
                 bind_leases: bind,
+                with_source: false,
             }),
             Kind::Receive {
                 queue,
