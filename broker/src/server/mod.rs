@@ -64,6 +64,7 @@ pub mod metrics;
 pub mod clock;
 mod convert;
 pub mod limits;
+mod outbox;
 pub mod path_lock;
 pub mod session;
 mod shard_loop;

@@ -33,7 +33,8 @@ use sluice_sqs::{Action, Call, Door, Response, Step};
 
 use super::clock;
 use super::convert::{self, Route};
-use super::limits::{CLOSE_FLUSH_TIMEOUT_NS, DRAIN_QUIET_NS};
+use super::limits::DRAIN_QUIET_NS;
+use super::outbox::Outbox;
 use super::session::{Command, Cx, Engine, Phase, Submitted};
 use super::shared::OwnedCounter;
 
@@ -103,12 +104,10 @@ struct Waiting {
 pub struct SqsSession {
     peer: SocketAddr,
     config: SqsConfig,
-    closing: bool,
-    closing_since_ns: u64,
     /// Bytes received and not yet taken by a request.
     inbuf: BytesMut,
-    /// Responses written and not yet handed over in a [`Command::Send`].
-    out: BytesMut,
+    /// Responses and commands for the io layer.
+    outbox: Outbox,
     /// When the request now partly in `inbuf` began arriving.
     partial_since_ns: Option<u64>,
     /// When the connection last finished a response or was accepted (the
@@ -120,8 +119,6 @@ pub struct SqsSession {
     /// `100 Continue` was sent for the request now arriving.
     continued: bool,
     paused: bool,
-    commands: Vec<Command>,
-    commanded_bytes: usize,
 }
 
 impl SqsSession {
@@ -131,18 +128,14 @@ impl SqsSession {
         SqsSession {
             peer,
             config,
-            closing: false,
-            closing_since_ns: 0,
             inbuf: BytesMut::new(),
-            out: BytesMut::new(),
+            outbox: Outbox::default(),
             partial_since_ns: None,
             idle_since_ns: now_ns,
             last_data_ns: now_ns,
             waiting: None,
             continued: false,
             paused: false,
-            commands: Vec::new(),
-            commanded_bytes: 0,
         }
     }
 
@@ -150,7 +143,7 @@ impl SqsSession {
     #[must_use]
     pub fn refused(peer: SocketAddr, config: SqsConfig, now_ns: u64, why: &str) -> SqsSession {
         let mut s = SqsSession::new(peer, config, now_ns);
-        write_unavailable(&mut s.out, why);
+        write_unavailable(s.outbox.buf(), why);
         s.close(now_ns);
         s
     }
@@ -158,11 +151,7 @@ impl SqsSession {
     /// Where the connection is: ready, or closing.
     #[must_use]
     pub fn phase(&self) -> Phase {
-        if self.closing {
-            Phase::Closing
-        } else {
-            Phase::Ready
-        }
+        self.outbox.phase()
     }
 
     /// The peer, for logs.
@@ -180,26 +169,22 @@ impl SqsSession {
     /// Whether responses wait for [`SqsSession::flush`].
     #[must_use]
     pub fn has_output(&self) -> bool {
-        !self.out.is_empty()
+        self.outbox.has_output()
     }
 
     /// The commands issued since the last call, in order.
     pub fn commands(&mut self) -> std::vec::Drain<'_, Command> {
-        self.commanded_bytes = 0;
-        self.commands.drain(..)
+        self.outbox.commands()
     }
 
     /// Hands the responses written so far to the io layer.
     pub fn flush(&mut self) {
-        if !self.out.is_empty() {
-            let bytes = self.out.split().freeze();
-            self.send(bytes);
-        }
+        self.outbox.flush();
     }
 
     /// Bytes arrived.
     pub fn on_data(&mut self, bytes: &[u8], cx: &Cx<'_>, engine: &mut dyn Engine) {
-        if self.closing {
+        if self.outbox.is_closing() {
             return;
         }
         self.inbuf.extend_from_slice(bytes);
@@ -236,14 +221,14 @@ impl SqsSession {
 
     /// Reads again if back-pressure allows; false while still paused.
     pub fn resume(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) -> bool {
-        if !self.paused || self.closing {
+        if !self.paused || self.outbox.is_closing() {
             return true;
         }
         if self.blocked(cx, true) {
             return false;
         }
         self.paused = false;
-        self.commands.push(Command::SetReading(true));
+        self.outbox.push(Command::SetReading(true));
         self.process(cx, engine);
         !self.paused
     }
@@ -252,10 +237,7 @@ impl SqsSession {
     /// connection, a closing connection whose peer does not read.
     pub fn tick(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
         let now = cx.now_ns;
-        if self.closing {
-            if now.saturating_sub(self.closing_since_ns) >= CLOSE_FLUSH_TIMEOUT_NS {
-                self.commands.push(Command::CloseNow);
-            }
+        if self.outbox.tick_closing(now) {
             return;
         }
         if self
@@ -264,15 +246,13 @@ impl SqsSession {
         {
             tracing::debug!(peer = %self.peer, "closing SQS connection: a request was left unfinished");
             cx.stats.closed_bad_input.add(1);
-            let mut out = BytesMut::new();
             http::write_response(
-                &mut out,
+                self.outbox.buf(),
                 408,
                 &[("Content-Type", "text/plain; charset=utf-8")],
                 b"the request did not arrive in time\n",
                 true,
             );
-            self.out.extend_from_slice(&out);
             self.begin_close(now, engine);
         } else if self.waiting.is_none()
             && self.inbuf.is_empty()
@@ -296,7 +276,7 @@ impl SqsSession {
     /// the engine and no bytes arrived for a moment.
     pub fn drain(&mut self, drain_started_ns: u64, cx: &Cx<'_>, engine: &mut dyn Engine) {
         let quiet_since = self.last_data_ns.max(drain_started_ns);
-        if !self.closing
+        if !self.outbox.is_closing()
             && self.waiting.is_none()
             && cx.now_ns.saturating_sub(quiet_since) >= DRAIN_QUIET_NS
         {
@@ -310,7 +290,7 @@ impl SqsSession {
         if let Some(w) = self.waiting.take() {
             engine.cancel(w.ticket);
         }
-        self.closing = true;
+        self.outbox.closed();
     }
 
     // ----- requests ---------------------------------------------------------
@@ -318,7 +298,7 @@ impl SqsSession {
     /// Whether the connection must not be read: `resume` asks with the
     /// lower threshold that lets a paused connection go on.
     fn blocked(&self, cx: &Cx<'_>, resume: bool) -> bool {
-        let unsent = cx.io_unsent + self.commanded_bytes + self.out.len();
+        let unsent = cx.io_unsent + self.outbox.pending_bytes();
         let unsent_max = if resume {
             cx.config.unsent_max / 2
         } else {
@@ -329,12 +309,12 @@ impl SqsSession {
 
     /// Serves the whole requests buffered, one at a time.
     fn process(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
-        while !self.closing && self.waiting.is_none() {
+        while !self.outbox.is_closing() && self.waiting.is_none() {
             if self.blocked(cx, false) {
                 self.partial_since_ns = None;
                 if !self.paused {
                     self.paused = true;
-                    self.commands.push(Command::SetReading(false));
+                    self.outbox.push(Command::SetReading(false));
                 }
                 return;
             }
@@ -346,7 +326,7 @@ impl SqsSession {
                 Ok(Parsed::Incomplete { expect_continue }) => {
                     if expect_continue && !self.continued {
                         self.continued = true;
-                        http::write_continue(&mut self.out);
+                        http::write_continue(self.outbox.buf());
                     }
                     if self.partial_since_ns.is_none() {
                         self.partial_since_ns = Some(cx.now_ns);
@@ -362,7 +342,7 @@ impl SqsSession {
                 Err(e) => {
                     tracing::debug!(peer = %self.peer, error = %e, "closing SQS connection: bad request");
                     cx.stats.closed_bad_input.add(1);
-                    http::write_error(&mut self.out, &e);
+                    http::write_error(self.outbox.buf(), &e);
                     self.begin_close(cx.now_ns, engine);
                     return;
                 }
@@ -372,7 +352,7 @@ impl SqsSession {
 
     fn serve(&mut self, req: &http::Request, cx: &Cx<'_>, engine: &mut dyn Engine) {
         if cx.draining {
-            write_unavailable(&mut self.out, "the server is shutting down");
+            write_unavailable(self.outbox.buf(), "the server is shutting down");
             self.begin_close(cx.now_ns, engine);
             return;
         }
@@ -441,7 +421,7 @@ impl SqsSession {
             .map(|(n, v)| (*n, v.as_str()))
             .collect();
         http::write_response(
-            &mut self.out,
+            self.outbox.buf(),
             response.status,
             &headers,
             &response.body,
@@ -453,11 +433,6 @@ impl SqsSession {
         }
     }
 
-    fn send(&mut self, bytes: Bytes) {
-        self.commanded_bytes += bytes.len();
-        self.commands.push(Command::Send(bytes));
-    }
-
     /// Closes after what is written; a call in the engine is cancelled.
     fn begin_close(&mut self, now_ns: u64, engine: &mut dyn Engine) {
         if let Some(w) = self.waiting.take() {
@@ -467,15 +442,12 @@ impl SqsSession {
     }
 
     fn close(&mut self, now_ns: u64) {
-        if self.closing {
+        if self.outbox.is_closing() {
             return;
         }
-        self.closing = true;
-        self.closing_since_ns = now_ns;
         self.inbuf = BytesMut::new();
         self.partial_since_ns = None;
-        self.flush();
-        self.commands.push(Command::Close);
+        self.outbox.close(now_ns);
     }
 }
 
