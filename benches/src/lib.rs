@@ -28,7 +28,7 @@ pub fn shards(n: u16, queue: &QueueName) -> Vec<Shard> {
         ..RegistryConfig::default()
     }));
     registry
-        .create(queue, &AttributeUpdate::default())
+        .create(queue, &AttributeUpdate::default(), 0)
         .expect("create the bench queue");
     let wakers = (0..n).map(|_| Box::new(NoWake) as Box<dyn Wake>).collect();
     doorbell::mesh(usize::from(n), LINK_CAPACITY_DEFAULT, wakers)

@@ -81,7 +81,8 @@ pub use queue_attributes::{
 };
 pub use receipt::{MessageId, RECEIPT_BYTES, Receipt};
 pub use reply::{
-    Counter, HelloReply, QueueInfo, ReceiveReplyWriter, Reply, ServerLimits, ServerStatsReply,
+    Counter, HelloReply, QueueInfo, QueueTimes, ReceiveReplyWriter, Reply, ServerLimits,
+    ServerStatsReply,
 };
 pub use request::{
     ChangeVisibilityRequest, DeleteRequest, HelloRequest, QueueAttributesRequest, ReceiveRequest,

@@ -176,6 +176,19 @@ pub struct QueueInfo {
     pub attributes: QueueAttributes,
     /// Its counters, summed over shards.
     pub stats: QueueStats,
+    /// When it was created and last changed (protocol version 4; `None`
+    /// from an older server).
+    pub times: Option<QueueTimes>,
+}
+
+/// When a queue was created and when its attributes last changed, in Unix
+/// ms of the broker's wall clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct QueueTimes {
+    /// When `CREATE_QUEUE` made it.
+    pub created_ms: u64,
+    /// The last `SET_QUEUE` (the creation, before any).
+    pub modified_ms: u64,
 }
 
 /// One named server counter of a `SERVER_STATS` reply.
@@ -239,7 +252,7 @@ pub enum Reply {
         more: Option<bool>,
     },
     /// `0x93` `GET_QUEUE` reply.
-    GetQueue(QueueInfo),
+    GetQueue(Box<QueueInfo>),
     /// `0x94` `SET_QUEUE` reply.
     SetQueue,
     /// `0x95` `PURGE_QUEUE` reply.
@@ -361,7 +374,10 @@ impl Reply {
                     + usize::from(more.is_some())
             }
             Reply::GetQueue(info) => {
-                info.queue.encoded_len() + info.attributes.encoded_len() + QUEUE_STATS_BYTES
+                info.queue.encoded_len()
+                    + info.attributes.encoded_len()
+                    + QUEUE_STATS_BYTES
+                    + info.times.map_or(0, |_| 16)
             }
             Reply::Send { results } => 2 + results.iter().map(send_result_len).sum::<usize>(),
             Reply::Receive { messages } => 2 + messages.wire_bytes().len(),
@@ -489,6 +505,10 @@ impl Reply {
                 info.queue.encode(buf);
                 info.attributes.encode(buf)?;
                 put_stats(buf, &info.stats);
+                if let Some(t) = info.times {
+                    buf.put_u64_le(t.created_ms);
+                    buf.put_u64_le(t.modified_ms);
+                }
             }
             Reply::PurgeQueue { purged } => buf.put_u64_le(*purged),
             Reply::Send { results } => {

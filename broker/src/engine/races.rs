@@ -92,7 +92,7 @@ fn two_shards(attributes: &AttributeUpdate) -> (Shard, Shard) {
         seed: 7,
         ..RegistryConfig::default()
     }));
-    registry.create(&queue(), attributes).expect("queue");
+    registry.create(&queue(), attributes, 0).expect("queue");
     let wakers = vec![
         Box::new(NoWake) as Box<dyn Wake>,
         Box::new(NoWake) as Box<dyn Wake>,

@@ -38,10 +38,11 @@
 //!   it in chunks (see [`super::memory`]).
 
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
-use sluice_protocol::{AttributeUpdate, QueueAttributes, QueueName};
+use sluice_protocol::{AttributeUpdate, QueueAttributes, QueueName, QueueTimes};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 mod mismatch;
+mod saved;
 use mismatch::queue_exists;
 
 use super::error::EngineError;
@@ -204,6 +205,8 @@ impl QueueShared {
 pub struct QueueEntry {
     /// Current attributes.
     pub attributes: QueueAttributes,
+    /// When it was created and last changed.
+    pub times: QueueTimes,
     /// Shared state of this incarnation.
     pub shared: Arc<QueueShared>,
 }
@@ -217,8 +220,8 @@ pub struct RestoredRegistry {
     pub run_prefix: u64,
     /// The incarnation the next queue created gets.
     pub next_incarnation: u32,
-    /// Every queue: name, attributes, incarnation.
-    pub queues: Vec<(QueueName, QueueAttributes, u32)>,
+    /// Every queue: name, attributes, incarnation, times.
+    pub queues: Vec<(QueueName, QueueAttributes, u32, QueueTimes)>,
 }
 
 #[derive(Debug, Default)]
@@ -307,86 +310,10 @@ impl Registry {
         }
     }
 
-    /// A registry as a snapshot left it: its receipt key and id prefix
-    /// (receipts and ids from before the restart stay valid), the next
-    /// incarnation, and every queue with its incarnation and attributes.
-    ///
-    /// # Errors
-    /// What is wrong with the queues: a duplicate name or incarnation, an
-    /// incarnation not below `next_incarnation`, attributes out of range,
-    /// more than `queues_max`, or a dead-letter queue that does not
-    /// qualify.
-    pub fn restored(config: RegistryConfig, state: RestoredRegistry) -> Result<Registry, String> {
-        let registry = Registry::new(config);
-        let mut r = registry;
-        r.key = ReceiptKey::new(state.key.0, state.key.1);
-        r.run_prefix = state.run_prefix;
-        if state.queues.len() > r.config.queues_max {
-            return Err(format!(
-                "{} queues, more than --queues-max {}",
-                state.queues.len(),
-                r.config.queues_max
-            ));
-        }
-        let mut queues = BTreeMap::new();
-        let mut incarnations = std::collections::HashSet::new();
-        for (name, attrs, incarnation) in state.queues {
-            if incarnation == 0 || incarnation >= state.next_incarnation {
-                return Err(format!(
-                    "queue {name} has incarnation {incarnation}, not in 1..{}",
-                    state.next_incarnation
-                ));
-            }
-            if !incarnations.insert(incarnation) {
-                return Err(format!("incarnation {incarnation} appears twice"));
-            }
-            // The attributes must be within today's bounds.
-            let checked = AttributeUpdate::from(&attrs)
-                .apply_to(&QueueAttributes::default(), r.config.frame_bytes_max)
-                .map_err(|e| format!("queue {name}: {e}"))?;
-            let shared = Arc::new(QueueShared::new(name.clone(), incarnation, r.config.shards));
-            let entry = QueueEntry {
-                attributes: checked,
-                shared,
-            };
-            if queues.insert(name.clone(), entry).is_some() {
-                return Err(format!("queue {name} appears twice"));
-            }
-        }
-        for (name, q) in &queues {
-            Self::check_dead_letter(&queues, name, &q.attributes).map_err(|e| e.to_string())?;
-        }
-        {
-            let mut inner = r.lock();
-            for q in queues.values() {
-                inner.count_dead_letter(&q.attributes, 1);
-            }
-            inner.queues = queues;
-            inner.next_incarnation = state.next_incarnation;
-            // Every queue changed: a shard that saw the empty registry
-            // copies them all.
-            let epoch = r.epoch.fetch_add(1, Ordering::Release) as u64 + 1;
-            inner.changes.clear();
-            inner.changes_from = epoch;
-        }
-        Ok(r)
-    }
-
-    /// What a snapshot records of the registry: keys, next incarnation and
-    /// queues (name, attributes, incarnation), in name order.
+    /// When `name` was created and last changed.
     #[must_use]
-    pub fn saved_state(&self) -> RestoredRegistry {
-        let inner = self.lock();
-        RestoredRegistry {
-            key: self.key.halves(),
-            run_prefix: self.run_prefix,
-            next_incarnation: inner.next_incarnation,
-            queues: inner
-                .queues
-                .iter()
-                .map(|(n, q)| (n.clone(), q.attributes.clone(), q.shared.incarnation))
-                .collect(),
-        }
+    pub fn times(&self, name: &QueueName) -> Option<QueueTimes> {
+        self.lock().queues.get(name).map(|q| q.times)
     }
 
     /// The configuration.
@@ -532,6 +459,7 @@ impl Registry {
         &self,
         name: &QueueName,
         update: &AttributeUpdate,
+        wall_ms: u64,
     ) -> Result<(u32, bool), EngineError> {
         if update.clear_redrive || update.clear_backoff {
             return Err(EngineError::ClearOnCreate);
@@ -570,6 +498,10 @@ impl Registry {
             name.clone(),
             QueueEntry {
                 attributes: attrs,
+                times: QueueTimes {
+                    created_ms: wall_ms,
+                    modified_ms: wall_ms,
+                },
                 shared,
             },
         );
@@ -582,7 +514,12 @@ impl Registry {
     /// # Errors
     /// No such queue, an attribute out of range, or a dead-letter queue that
     /// does not qualify.
-    pub fn set(&self, name: &QueueName, update: &AttributeUpdate) -> Result<(), EngineError> {
+    pub fn set(
+        &self,
+        name: &QueueName,
+        update: &AttributeUpdate,
+        wall_ms: u64,
+    ) -> Result<(), EngineError> {
         let mut inner = self.lock();
         let Some(existing) = inner.queues.get(name) else {
             return Err(EngineError::QueueNotFound(name.clone()));
@@ -593,6 +530,7 @@ impl Registry {
         Self::check_dead_letter(&inner.queues, name, &attrs)?;
         inner.count_dead_letter(&attrs, 1);
         if let Some(q) = inner.queues.get_mut(name) {
+            q.times.modified_ms = wall_ms;
             let old = core::mem::replace(&mut q.attributes, attrs);
             inner.count_dead_letter(&old, -1);
         }
@@ -706,11 +644,11 @@ mod tests {
     fn create_is_idempotent_and_bumps_epoch() {
         let r = Registry::new(RegistryConfig::default());
         let e0 = r.epoch();
-        let (inc, created) = r.create(&q("a"), &AttributeUpdate::default()).unwrap();
+        let (inc, created) = r.create(&q("a"), &AttributeUpdate::default(), 0).unwrap();
         assert!(created);
         assert!(r.epoch() > e0);
         assert_eq!(
-            r.create(&q("a"), &AttributeUpdate::default()).unwrap(),
+            r.create(&q("a"), &AttributeUpdate::default(), 0).unwrap(),
             (inc, false)
         );
         let other = AttributeUpdate {
@@ -718,7 +656,7 @@ mod tests {
             message_bytes_max: Some(1024),
             ..Default::default()
         };
-        let err = r.create(&q("a"), &other).unwrap_err();
+        let err = r.create(&q("a"), &other, 0).unwrap_err();
         assert_eq!(err.code(), ErrorCode::QueueExists);
         assert_eq!(
             err.to_string(),
@@ -730,12 +668,12 @@ mod tests {
     #[test]
     fn dead_letter_rules() {
         let r = Registry::new(RegistryConfig::default());
-        assert!(r.create(&q("a"), &dlq("nope")).is_err());
-        assert!(r.create(&q("a"), &dlq("a")).is_err());
-        r.create(&q("a"), &AttributeUpdate::default()).unwrap();
-        r.create(&q("b"), &dlq("a")).unwrap();
+        assert!(r.create(&q("a"), &dlq("nope"), 0).is_err());
+        assert!(r.create(&q("a"), &dlq("a"), 0).is_err());
+        r.create(&q("a"), &AttributeUpdate::default(), 0).unwrap();
+        r.create(&q("b"), &dlq("a"), 0).unwrap();
         // a -> b would close a cycle b -> a -> b.
-        let e = r.set(&q("a"), &dlq("b")).unwrap_err();
+        let e = r.set(&q("a"), &dlq("b"), 0).unwrap_err();
         assert!(e.to_string().contains("cycle"), "{e}");
         let e = r.delete(&q("a")).unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArgument);
@@ -755,11 +693,13 @@ mod tests {
             ..Default::default()
         });
         for n in ["ab", "abc", "b"] {
-            r.create(&q(n), &AttributeUpdate::default()).unwrap();
+            r.create(&q(n), &AttributeUpdate::default(), 0).unwrap();
         }
         assert_eq!(r.list("ab"), vec!["ab", "abc"]);
         assert_eq!(r.list(""), vec!["ab", "abc", "b"]);
-        let e = r.create(&q("c"), &AttributeUpdate::default()).unwrap_err();
+        let e = r
+            .create(&q("c"), &AttributeUpdate::default(), 0)
+            .unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArgument);
     }
 
@@ -791,21 +731,22 @@ mod tests {
         let r = Registry::new(RegistryConfig::default());
         let start = r.epoch();
         let none = AttributeUpdate::default();
-        let (a, _) = r.create(&q("a"), &none).unwrap();
+        let (a, _) = r.create(&q("a"), &none, 0).unwrap();
         let mid = r.epoch();
-        r.create(&q("b"), &none).unwrap();
+        r.create(&q("b"), &none, 0).unwrap();
         r.set(
             &q("a"),
             &AttributeUpdate {
                 delay_ms: Some(5),
                 ..none.clone()
             },
+            0,
         )
         .unwrap();
         r.delete(&q("b")).unwrap();
         let (a2, _) = {
             r.delete(&q("a")).unwrap();
-            r.create(&q("a"), &none).unwrap()
+            r.create(&q("a"), &none, 0).unwrap()
         };
         assert_ne!(a, a2);
         let (now, changed) = delta(r.changes_since(start));
@@ -833,7 +774,7 @@ mod tests {
         let start = r.epoch();
         for i in 0..=REGISTRY_CHANGES_KEPT {
             let name = QueueName::new(&format!("q{i}")).unwrap();
-            r.create(&name, &AttributeUpdate::default()).unwrap();
+            r.create(&name, &AttributeUpdate::default(), 0).unwrap();
         }
         match r.changes_since(start) {
             RegistryChanges::Full(e, all) => {
@@ -851,7 +792,7 @@ mod tests {
                 key: (1, 2),
                 run_prefix: 3,
                 next_incarnation: 2,
-                queues: vec![(q("x"), QueueAttributes::default(), 1)],
+                queues: vec![(q("x"), QueueAttributes::default(), 1, QueueTimes::default())],
             },
         )
         .unwrap();
@@ -867,10 +808,10 @@ mod tests {
     fn a_dead_letter_queue_is_deletable_once_no_queue_names_it() {
         let r = Registry::new(RegistryConfig::default());
         let none = AttributeUpdate::default();
-        r.create(&q("d1"), &none).unwrap();
-        r.create(&q("d2"), &none).unwrap();
-        r.create(&q("a"), &dlq("d1")).unwrap();
-        r.create(&q("b"), &dlq("d1")).unwrap();
+        r.create(&q("d1"), &none, 0).unwrap();
+        r.create(&q("d2"), &none, 0).unwrap();
+        r.create(&q("a"), &dlq("d1"), 0).unwrap();
+        r.create(&q("b"), &dlq("d1"), 0).unwrap();
         let refused = |n| {
             matches!(
                 r.delete(&q(n)),
@@ -879,7 +820,7 @@ mod tests {
         };
         assert!(refused("d1"));
         // a moves to d2; b still names d1.
-        r.set(&q("a"), &dlq("d2")).unwrap();
+        r.set(&q("a"), &dlq("d2"), 0).unwrap();
         assert!(refused("d1") && refused("d2"));
         r.delete(&q("b")).unwrap();
         r.delete(&q("d1")).unwrap();
@@ -889,6 +830,7 @@ mod tests {
                 clear_redrive: true,
                 ..none.clone()
             },
+            0,
         )
         .unwrap();
         r.delete(&q("d2")).unwrap();
@@ -907,7 +849,10 @@ mod tests {
                 key: (1, 2),
                 run_prefix: 3,
                 next_incarnation: 3,
-                queues: vec![(q("x"), QueueAttributes::default(), 1), (q("y"), attrs, 2)],
+                queues: vec![
+                    (q("x"), QueueAttributes::default(), 1, QueueTimes::default()),
+                    (q("y"), attrs, 2, QueueTimes::default()),
+                ],
             },
         )
         .unwrap();

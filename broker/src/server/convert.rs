@@ -76,7 +76,7 @@ pub fn to_reply(result: OpResult) -> Reply {
             queues: names,
             more: Some(more),
         },
-        OpResult::Queue(info) => Reply::GetQueue(*info),
+        OpResult::Queue(info) => Reply::GetQueue(info),
         OpResult::Purged { messages } => Reply::PurgeQueue { purged: messages },
         OpResult::Sent(r) => Reply::Send { results: codes(r) },
         OpResult::Received(m) => {

@@ -4,7 +4,7 @@
 use std::io::Read;
 
 use bytes::{Bytes, BytesMut};
-use sluice_protocol::{QueueAttributes, QueueName, Reader};
+use sluice_protocol::{QueueAttributes, QueueName, QueueTimes, Reader};
 
 use super::format::{Out, SectionRead, SectionReader, SnapshotError};
 use crate::engine::registry::RestoredRegistry;
@@ -17,7 +17,7 @@ pub(super) fn write_registry(out: &mut impl Out, state: &RestoredRegistry) {
     // At most PARTITIONS_MAX (2^24) queues.
     out.u32(state.queues.len() as u32);
     let mut buf = BytesMut::new();
-    for (name, attrs, inc) in &state.queues {
+    for (name, attrs, inc, times) in &state.queues {
         out.u32(*inc);
         // Queue names are at most 80 bytes.
         out.u8(name.len() as u8);
@@ -31,11 +31,14 @@ pub(super) fn write_registry(out: &mut impl Out, state: &RestoredRegistry) {
         // hundred KiB.
         out.u32(buf.len() as u32);
         out.put(&buf);
+        out.u64(times.created_ms);
+        out.u64(times.modified_ms);
     }
 }
 
 /// Reads the registry section of a file of format `version` (1: a queue's
-/// attribute block has a `u16` length; 2: a `u32` one).
+/// attribute block has a `u16` length and no times follow it; 2: a `u32`
+/// one, then the queue's created and modified times, Unix ms).
 pub(super) fn read_registry<R: Read>(
     r: &mut SectionReader<R>,
     version: u32,
@@ -92,7 +95,16 @@ pub(super) fn read_registry<R: Read>(
                 let skip = if version == 1 { 2 } else { 4 };
                 SnapshotError::invalid(at + skip, "queue attributes", e.to_string())
             })?;
-        queues.push((name, attrs, inc));
+        // Version 1 kept no times: 0, unknown.
+        let times = if version == 1 {
+            QueueTimes::default()
+        } else {
+            QueueTimes {
+                created_ms: r.u64("created_ms")?,
+                modified_ms: r.u64("modified_ms")?,
+            }
+        };
+        queues.push((name, attrs, inc, times));
     }
     Ok(RestoredRegistry {
         key,

@@ -193,6 +193,34 @@ fn tags_and_annotations_are_kept_changed_and_bounded() {
 }
 
 #[test]
+fn a_queue_knows_when_it_was_created_and_last_changed() {
+    let mut c = cluster(2);
+    let created = c.wall_ms();
+    create(&mut c, "q", AttributeUpdate::default());
+    let t = info(&mut c, 1, "q").times.expect("times");
+    assert_eq!((t.created_ms, t.modified_ms), (created, created));
+    c.advance_ms(5_000);
+    // A create of the queue as it is changes nothing.
+    create(&mut c, "q", AttributeUpdate::default());
+    assert_eq!(info(&mut c, 0, "q").times, Some(t));
+    let r = call(
+        &mut c,
+        1,
+        Op::SetQueue(QueueAttributesRequest {
+            queue: qn("q"),
+            attributes: AttributeUpdate {
+                delay_ms: Some(10),
+                ..Default::default()
+            },
+        }),
+    );
+    assert_eq!(r, OpResult::QueueUpdated);
+    let after = info(&mut c, 0, "q").times.expect("times");
+    assert_eq!(after.created_ms, created);
+    assert_eq!(after.modified_ms, created + 5_000);
+}
+
+#[test]
 fn dead_letter_queue_must_exist_not_be_itself_nor_cycle() {
     let mut c = cluster(1);
     let r = call(

@@ -156,10 +156,13 @@ fn labels_past_64_kib_survive() {
         .collect();
     create(&mut c, "big", big);
     let before = info(&mut c, 0, "big").attributes;
+    let times = info(&mut c, 0, "big").times;
+    assert!(times.is_some_and(|t| t.created_ms > 0));
     c.shutdown();
     let file = c.snapshot();
     let (mut d, _) = Cluster::from_snapshot(&file, config(1), 0, c.wall_ms()).unwrap();
     assert_eq!(info(&mut d, 0, "big").attributes, before);
+    assert_eq!(info(&mut d, 0, "big").times, times);
     assert_eq!(before.annotations.text_bytes(), 4 * (7 + 16_000));
 }
 

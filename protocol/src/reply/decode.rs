@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::{Counter, HelloReply, QueueInfo, Reply, ServerLimits, ServerStatsReply};
+use super::{Counter, HelloReply, QueueInfo, QueueTimes, Reply, ServerLimits, ServerStatsReply};
 use crate::codec::{DecodeError, Reader, capacity_for, read_status};
 use crate::error::{ErrorCode, WireError};
 use crate::frame::opcode;
@@ -31,11 +31,20 @@ impl Reply {
             },
             opcode::DELETE_QUEUE_REPLY => Reply::DeleteQueue,
             opcode::LIST_QUEUES_REPLY => decode_list_queues(&mut r)?,
-            opcode::GET_QUEUE_REPLY => Reply::GetQueue(QueueInfo {
+            opcode::GET_QUEUE_REPLY => Reply::GetQueue(Box::new(QueueInfo {
                 queue: QueueName::decode(&mut r, "queue")?,
                 attributes: QueueAttributes::decode(&mut r)?,
                 stats: read_stats(&mut r)?,
-            }),
+                // Version 4 ends with the queue's times.
+                times: if r.is_empty() {
+                    None
+                } else {
+                    Some(QueueTimes {
+                        created_ms: r.u64("created_ms")?,
+                        modified_ms: r.u64("modified_ms")?,
+                    })
+                },
+            })),
             opcode::SET_QUEUE_REPLY => Reply::SetQueue,
             opcode::PURGE_QUEUE_REPLY => Reply::PurgeQueue {
                 purged: r.u64("purged")?,

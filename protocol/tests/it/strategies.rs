@@ -10,8 +10,8 @@ use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, Counter, DeleteRequest, ErrorCode,
     HelloReply, HelloRequest, LabelChanges, Labels, LabelsUpdate, MessageAttributes, MessageId,
     PeekedMessage, QueueAttributes, QueueAttributesRequest, QueueInfo, QueueName, QueueStats,
-    Receipt, ReceiveRequest, ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply, Request,
-    SendEntry, SendOutcome, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange,
+    QueueTimes, Receipt, ReceiveRequest, ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply,
+    Request, SendEntry, SendOutcome, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange,
     WireError,
 };
 
@@ -402,13 +402,25 @@ pub fn reply() -> impl Strategy<Value = Reply> {
             proptest::option::of(any::<bool>())
         )
             .prop_map(|(queues, more)| Reply::ListQueues { queues, more }),
-        (queue_name(), queue_attributes(), queue_stats()).prop_map(|(queue, attributes, stats)| {
-            Reply::GetQueue(QueueInfo {
-                queue,
-                attributes,
-                stats,
-            })
-        }),
+        (
+            queue_name(),
+            queue_attributes(),
+            queue_stats(),
+            proptest::option::of((any::<u64>(), any::<u64>()).prop_map(
+                |(created_ms, modified_ms)| QueueTimes {
+                    created_ms,
+                    modified_ms
+                }
+            ))
+        )
+            .prop_map(|(queue, attributes, stats, times)| {
+                Reply::GetQueue(Box::new(QueueInfo {
+                    queue,
+                    attributes,
+                    stats,
+                    times,
+                }))
+            }),
         Just(Reply::SetQueue),
         any::<u64>().prop_map(|purged| Reply::PurgeQueue { purged }),
         vec(

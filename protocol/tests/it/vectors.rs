@@ -348,11 +348,12 @@ pub fn all() -> Vec<Vector> {
     add(
         "get_queue_reply",
         6,
-        Message::Reply(Reply::GetQueue(QueueInfo {
+        Message::Reply(Reply::GetQueue(Box::new(QueueInfo {
             queue: q("orders"),
             attributes: a,
             stats: s,
-        })),
+            times: None,
+        }))),
         p,
     );
 

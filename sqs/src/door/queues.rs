@@ -24,6 +24,8 @@ const SERVED: &[&str] = &[
     "ApproximateNumberOfMessagesDelayed",
     "QueueArn",
     "RedrivePolicy",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
 ];
 
 /// SQS attributes the engine keeps as the queue's annotations, as given,
@@ -37,8 +39,9 @@ const KEPT: &[&str] = &[
     "SqsManagedSseEnabled",
 ];
 
-/// SQS attributes the door has no value of.
-const UNSERVED: &[&str] = &["CreatedTimestamp", "LastModifiedTimestamp"];
+/// SQS's read-only attributes, which CreateQueue and SetQueueAttributes
+/// refuse.
+const READ_ONLY: &[&str] = &["CreatedTimestamp", "LastModifiedTimestamp"];
 
 /// FIFO queues' attributes.
 const FIFO_ONLY: &[&str] = &[
@@ -167,6 +170,12 @@ fn update(
             "FifoQueue" if value.eq_ignore_ascii_case("false") && create => {}
             "FifoQueue" => return Err(bad_value(name)),
             n if KEPT.contains(&n) => keep(&mut u, n, value, create)?,
+            n if READ_ONLY.contains(&n) => {
+                return Err(SqsError::new(
+                    "InvalidAttributeName",
+                    format!("Attribute {n} is read only."),
+                ));
+            }
             n if FIFO_ONLY.contains(&n) => {
                 return Err(SqsError::new(
                     "InvalidAttributeName",
@@ -276,7 +285,7 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
                     wanted.extend_from_slice(KEPT);
                 } else if let Some(s) = SERVED.iter().chain(KEPT).find(|s| **s == n) {
                     wanted.push(*s);
-                } else if !UNSERVED.contains(&n) && !FIFO_ONLY.contains(&n) && n != "FifoQueue" {
+                } else if !FIFO_ONLY.contains(&n) && n != "FifoQueue" {
                     return Err(SqsError::new(
                         "InvalidAttributeName",
                         format!("Unknown Attribute {n}."),
@@ -307,6 +316,14 @@ fn attributes(info: &QueueInfo, ns: &Namespace, name: &str, wanted: &[&str]) -> 
             "ApproximateNumberOfMessagesNotVisible" => s.in_flight.to_string(),
             "ApproximateNumberOfMessagesDelayed" => s.delayed.to_string(),
             "QueueArn" => ns.arn(name),
+            "CreatedTimestamp" => match info.times.filter(|t| t.created_ms > 0) {
+                Some(t) => (t.created_ms / 1000).to_string(),
+                None => continue,
+            },
+            "LastModifiedTimestamp" => match info.times.filter(|t| t.modified_ms > 0) {
+                Some(t) => (t.modified_ms / 1000).to_string(),
+                None => continue,
+            },
             "RedrivePolicy" => match &a.redrive {
                 Some(r) => json!({
                     "deadLetterTargetArn": names::arn_of_engine(&r.dead_letter_queue, ns),

@@ -261,9 +261,15 @@ fn door_get_queue_attributes() {
         queue: QueueName::new("orders").unwrap(),
         attributes,
         stats,
+        times: Some(sluice_protocol::QueueTimes {
+            created_ms: 1_700_000_000_999,
+            modified_ms: 1_700_000_100_000,
+        }),
     };
-    let r = done(c.resume(Reply::GetQueue(info), 1));
+    let r = done(c.resume(Reply::GetQueue(Box::new(info)), 1));
     let a = &json(&r)["Attributes"];
+    assert_eq!(a["CreatedTimestamp"], "1700000000");
+    assert_eq!(a["LastModifiedTimestamp"], "1700000100");
     assert_eq!(a["ApproximateNumberOfMessages"], "3");
     assert_eq!(a["ApproximateNumberOfMessagesNotVisible"], "2");
     assert_eq!(a["ApproximateNumberOfMessagesDelayed"], "1");
@@ -799,7 +805,7 @@ fn door_skipped_actions_are_invalid_action() {
 
 /// A GET_QUEUE reply for `name`, dead-lettering into `dlq` if given.
 fn info(name: &str, dlq: Option<&str>) -> Reply {
-    Reply::GetQueue(QueueInfo {
+    Reply::GetQueue(Box::new(QueueInfo {
         queue: QueueName::new(name).unwrap(),
         attributes: QueueAttributes {
             redrive: dlq.map(|d| sluice_protocol::RedrivePolicy {
@@ -809,7 +815,8 @@ fn info(name: &str, dlq: Option<&str>) -> Reply {
             ..QueueAttributes::default()
         },
         stats: QueueStats::default(),
-    })
+        times: None,
+    }))
 }
 
 #[test]
@@ -946,8 +953,9 @@ fn door_tag_actions_become_the_queues_tags() {
         queue: QueueName::new("orders").unwrap(),
         attributes,
         stats: QueueStats::default(),
+        times: None,
     };
-    let r = done(c.resume(Reply::GetQueue(tagged), 1));
+    let r = done(c.resume(Reply::GetQueue(Box::new(tagged)), 1));
     assert_eq!(json(&r), serde_json::json!({"Tags": {"team": "payments"}}));
     let (mut c, _) = call("ListQueueTags", &format!(r#"{{"QueueUrl":"{URL}"}}"#));
     let r = done(c.resume(info("orders", None), 1));
@@ -1064,6 +1072,7 @@ fn door_create_queue_keeps_tags_and_the_policies() {
         ("KmsDataKeyReusePeriodSeconds", "59"),
         ("SqsManagedSseEnabled", "yes"),
         ("CreatedTimestamp", "1"),
+        ("LastModifiedTimestamp", "1"),
     ] {
         let body = format!(r#"{{"QueueName":"orders","Attributes":{{"{name}":"{value}"}}}}"#);
         let r = done(call("CreateQueue", &body).1);
@@ -1093,12 +1102,13 @@ fn door_get_queue_attributes_reads_back_the_kept_policies() {
         queue: QueueName::new("orders").unwrap(),
         attributes,
         stats: QueueStats::default(),
+        times: None,
     };
     for names in [r#"["All"]"#, r#"["Policy","RedriveAllowPolicy"]"#] {
         let body = format!(r#"{{"QueueUrl":"{URL}","AttributeNames":{names}}}"#);
         let (mut c, s) = call("GetQueueAttributes", &body);
         engine(s);
-        let r = done(c.resume(Reply::GetQueue(info.clone()), 1));
+        let r = done(c.resume(Reply::GetQueue(Box::new(info.clone())), 1));
         let a = &json(&r)["Attributes"];
         assert_eq!(a["Policy"], "{}", "{names}");
         assert!(a.get("RedriveAllowPolicy").is_none(), "{names}");

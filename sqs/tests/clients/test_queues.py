@@ -2,6 +2,7 @@
 delete, and SQS's errors for each, as botocore raises them."""
 
 import json
+import time
 
 import botocore.exceptions
 import pytest
@@ -197,3 +198,21 @@ def test_dead_letter_sources_are_listed_and_paged(sqs, name):
         sqs.list_dead_letter_source_queues(QueueUrl=dlq + "-gone")
     for url in sources + [other, dlq]:
         sqs.delete_queue(QueueUrl=url)
+
+
+def test_created_and_last_modified_timestamps(sqs, name):
+    before = int(time.time())
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    created = int(got["CreatedTimestamp"])
+    assert before - 2 <= created <= int(time.time()) + 2
+    assert int(got["LastModifiedTimestamp"]) == created
+    time.sleep(1.1)
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "1"})
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["CreatedTimestamp", "LastModifiedTimestamp"])
+    assert int(got["Attributes"]["CreatedTimestamp"]) == created
+    assert int(got["Attributes"]["LastModifiedTimestamp"]) > created
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"CreatedTimestamp": "1"})
+    assert code(e) == "InvalidAttributeName"
+    sqs.delete_queue(QueueUrl=url)

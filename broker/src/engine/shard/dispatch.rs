@@ -13,7 +13,7 @@ impl Shard {
     pub(super) fn handle(&mut self, ticket: u64, op: Op) {
         match op {
             Op::CreateQueue(r) => {
-                let result = match self.registry.create(&r.queue, &r.attributes) {
+                let result = match self.registry.create(&r.queue, &r.attributes, self.wall_ms) {
                     Ok((incarnation, created)) => OpResult::QueueCreated {
                         incarnation,
                         created,
@@ -24,7 +24,7 @@ impl Shard {
                 self.finish_ticket(ticket, result);
             }
             Op::SetQueue(r) => {
-                let result = match self.registry.set(&r.queue, &r.attributes) {
+                let result = match self.registry.set(&r.queue, &r.attributes, self.wall_ms) {
                     Ok(()) => OpResult::QueueUpdated,
                     Err(e) => OpResult::Error(e),
                 };
@@ -50,6 +50,7 @@ impl Shard {
                         queue: part.name.clone(),
                         attributes: part.attrs.clone(),
                         stats: QueueStats::default(),
+                        times: self.registry.times(&queue),
                     };
                     let inc = part.incarnation;
                     self.start_gather(

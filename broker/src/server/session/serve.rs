@@ -121,11 +121,12 @@ impl Session {
         match &mut reply {
             // Version 3 says whether messages were left out.
             Reply::Peek { cut, .. } if self.version >= 3 => *cut = Some(false),
-            // Labels are version 4's: an older client's decoder refuses
-            // their bits.
+            // Labels and times are version 4's: an older client's decoder
+            // refuses the labels' bits and the times' trailing bytes.
             Reply::GetQueue(info) if self.version < 4 => {
                 info.attributes.tags = Labels::new();
                 info.attributes.annotations = Labels::new();
+                info.times = None;
             }
             _ => {}
         }
