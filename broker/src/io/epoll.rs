@@ -502,11 +502,15 @@ impl Driver for EpollDriver {
         Arc::clone(&self.waker)
     }
 
-    fn stop_accepting(&mut self) {
+    fn stop_accepting_except(&mut self, keep: Option<ListenerId>) {
         // Closing a listener removes it from the epoll set.
-        for l in &mut self.listeners {
-            l.fd = None;
+        for (i, l) in self.listeners.iter_mut().enumerate() {
+            if keep.is_none_or(|k| usize::from(k.0) != i) {
+                l.fd = None;
+            }
         }
-        self.accept_paused = None;
+        if keep.is_none() {
+            self.accept_paused = None;
+        }
     }
 }

@@ -474,7 +474,13 @@ pub trait Driver: fmt::Debug {
     /// already accepted are unaffected. With `SO_REUSEPORT`, connections
     /// waiting in this listener's queue are reset, while other shards'
     /// listeners go on accepting.
-    fn stop_accepting(&mut self);
+    fn stop_accepting(&mut self) {
+        self.stop_accepting_except(None);
+    }
+
+    /// As [`Driver::stop_accepting`], but listener `keep` (if any) goes on
+    /// accepting: the metrics endpoint answers while the server drains.
+    fn stop_accepting_except(&mut self, keep: Option<ListenerId>);
 
     /// Queues `data` on `conn`; see [`Connections::send`].
     fn send(&mut self, conn: ConnId, data: bytes::Bytes) -> bool {

@@ -30,12 +30,11 @@
 //! takes the larger of its last `now` and the one it is given, so time
 //! never goes back for it.
 //!
-//! Three other places time themselves with `Instant`, on their own and
-//! never for the engine: the io backends (how much of a poll's timeout is
-//! left after a signal or a wake-up with nothing to report, and how long
-//! accepting pauses after running out of descriptors), the metrics
-//! endpoint (its socket reads and linger, on its own thread), and the
-//! in-process test server's start-up retries.
+//! Two other places time themselves with `Instant`, on their own and never
+//! for the engine: the io backends (how much of a poll's timeout is left
+//! after a signal or a wake-up with nothing to report, and how long
+//! accepting pauses after running out of descriptors), and the in-process
+//! test server's start-up retries.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -3,15 +3,17 @@
 //! whichever door the connection came through.
 //!
 //! - [`Session`]: the binary protocol (HELLO, frames, the native client);
-//! - [`SqsSession`]: the SQS door (HTTP/1.1, the AWS JSON protocol).
+//! - [`SqsSession`]: the SQS door (HTTP/1.1, the AWS JSON protocol);
+//! - [`MetricsSession`]: the metrics endpoint (`/metrics`, `/healthz`).
 //!
-//! Both take bytes and the time in and give [`Command`]s for the io layer
-//! out, lent the engine through [`Engine`]; neither knows a socket. The
+//! Each takes bytes and the time in and gives [`Command`]s for the io layer
+//! out, lent the engine through [`Engine`]; none knows a socket. The
 //! calls below are the contract; what only the binary protocol has (the
 //! manual clock's `ADVANCE_CLOCK` wait) answers "nothing" for the SQS door.
 
 use std::net::SocketAddr;
 
+use super::metrics_session::MetricsSession;
 use super::session::{Command, Cx, Engine, Phase, Session};
 use super::sqs_session::SqsSession;
 use crate::engine::OpResult;
@@ -27,14 +29,17 @@ pub enum ConnSession {
     Sluice(Session),
     /// The SQS door.
     Sqs(SqsSession),
+    /// The metrics endpoint.
+    Metrics(MetricsSession),
 }
 
 /// Calls `$method` on whichever session it is.
-macro_rules! both {
+macro_rules! each {
     ($self:ident, $s:ident => $call:expr) => {
         match $self {
             ConnSession::Sluice($s) => $call,
             ConnSession::Sqs($s) => $call,
+            ConnSession::Metrics($s) => $call,
         }
     };
 }
@@ -42,7 +47,7 @@ macro_rules! both {
 impl ConnSession {
     /// Bytes arrived.
     pub fn on_data(&mut self, bytes: &[u8], cx: &Cx<'_>, engine: &mut dyn Engine) {
-        both!(self, s => s.on_data(bytes, cx, engine));
+        each!(self, s => s.on_data(bytes, cx, engine));
     }
 
     /// The engine answered `ticket`; false if it was not this session's.
@@ -53,66 +58,66 @@ impl ConnSession {
         cx: &Cx<'_>,
         engine: &mut dyn Engine,
     ) -> bool {
-        both!(self, s => s.on_result(ticket, result, cx, engine))
+        each!(self, s => s.on_result(ticket, result, cx, engine))
     }
 
     /// Reads again if back-pressure allows; false while still paused.
     pub fn resume(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) -> bool {
-        both!(self, s => s.resume(cx, engine))
+        each!(self, s => s.resume(cx, engine))
     }
 
     /// Whether reading is paused for back-pressure.
     #[must_use]
     pub fn is_paused(&self) -> bool {
-        both!(self, s => s.is_paused())
+        each!(self, s => s.is_paused())
     }
 
     /// Hands what was written so far to the io layer.
     pub fn flush(&mut self) {
-        both!(self, s => s.flush());
+        each!(self, s => s.flush());
     }
 
     /// Whether output waits for [`ConnSession::flush`].
     #[must_use]
     pub fn has_output(&self) -> bool {
-        both!(self, s => s.has_output())
+        each!(self, s => s.has_output())
     }
 
     /// Deadlines.
     pub fn tick(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
-        both!(self, s => s.tick(cx, engine));
+        each!(self, s => s.tick(cx, engine));
     }
 
     /// Shutdown began.
     pub fn begin_drain(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
-        both!(self, s => s.begin_drain(cx, engine));
+        each!(self, s => s.begin_drain(cx, engine));
     }
 
     /// While shutting down: closes once quiet.
     pub fn drain(&mut self, drain_started_ns: u64, cx: &Cx<'_>, engine: &mut dyn Engine) {
-        both!(self, s => s.drain(drain_started_ns, cx, engine));
+        each!(self, s => s.drain(drain_started_ns, cx, engine));
     }
 
     /// The io layer reports the connection gone.
     pub fn on_closed(&mut self, engine: &mut dyn Engine) {
-        both!(self, s => s.on_closed(engine));
+        each!(self, s => s.on_closed(engine));
     }
 
     /// The commands issued since the last call, in order.
     pub fn commands(&mut self) -> std::vec::Drain<'_, Command> {
-        both!(self, s => s.commands())
+        each!(self, s => s.commands())
     }
 
     /// Where the connection is in its life.
     #[must_use]
     pub fn phase(&self) -> Phase {
-        both!(self, s => s.phase())
+        each!(self, s => s.phase())
     }
 
     /// The peer, for logs.
     #[must_use]
     pub fn peer(&self) -> SocketAddr {
-        both!(self, s => s.peer())
+        each!(self, s => s.peer())
     }
 
     /// The engine time an `ADVANCE_CLOCK` waits for (binary protocol only).
@@ -120,8 +125,14 @@ impl ConnSession {
     pub fn clock_wait(&self) -> Option<u64> {
         match self {
             ConnSession::Sluice(s) => s.clock_wait(),
-            ConnSession::Sqs(_) => None,
+            ConnSession::Sqs(_) | ConnSession::Metrics(_) => None,
         }
+    }
+
+    /// Whether it is a metrics connection waiting for a scrape.
+    #[must_use]
+    pub fn awaits_scrape(&self) -> bool {
+        matches!(self, ConnSession::Metrics(s) if s.awaits_scrape())
     }
 
     /// Every shard reached the time of [`ConnSession::clock_wait`].

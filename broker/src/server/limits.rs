@@ -177,22 +177,21 @@ pub const SCRAPE_WAIT: Duration = Duration::from_millis(250);
 
 /// Largest HTTP request head the metrics endpoint reads.
 pub const METRICS_REQUEST_BYTES_MAX: usize = 8 * 1024;
-/// Time for a request head to arrive (a scraper sends it at once).
+/// Largest request body the metrics endpoint reads (a GET has none).
+pub const METRICS_BODY_BYTES_MAX: usize = 64 * 1024;
+/// Time for a request head to arrive, from the accept (a scraper sends it
+/// at once).
 pub const METRICS_READ_TIMEOUT: Duration = Duration::from_secs(2);
-/// Time for a write of a reply to make progress.
-pub const METRICS_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time for a whole metrics exchange, accept to the reply's last byte: a
 /// scrape of 10,000 queues (about 17 MB) on loopback takes a fraction of a
 /// second, and Prometheus's own scrape timeout is 10 s by default.
 pub const METRICS_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-/// After a reply, time to read and discard what the client still sends, so
-/// that closing does not reset the connection under the reply.
-pub const METRICS_LINGER_TIMEOUT: Duration = Duration::from_millis(500);
-/// Bytes read and discarded after a reply, at most.
-pub const METRICS_LINGER_BYTES_MAX: usize = 64 * 1024;
-/// Metrics connections served at once, each on its own short-lived thread;
-/// one more is answered 503 at once and closed.
-pub const METRICS_CONNECTIONS_MAX: usize = 16;
+/// Metrics connections held at once, over all shards (each shard holds its
+/// share). Past it the oldest connection still reading its request is
+/// closed to make room; a connection arriving while every place is being
+/// served is answered 503. Each costs its buffered request head, at most
+/// 8 KiB, and no thread.
+pub const METRICS_CONNECTIONS_MAX: usize = 1_024;
 
 // ----- what a server sets up ----------------------------------------------------
 

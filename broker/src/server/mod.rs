@@ -27,8 +27,8 @@
 //! broker started on CPUs 2-3 runs its shards on 2 and 3. Shards beyond
 //! those CPUs, and every shard with `--cpus none`, run unpinned within the
 //! process's CPUs; `--cpus LIST` names the CPUs. A failed pin is logged and
-//! the shard runs unpinned. The metrics endpoint has its own thread
-//! (`sluice-metrics`).
+//! the shard runs unpinned. The metrics endpoint and the SQS door are
+//! listeners of the shards, beside the binary port's.
 //!
 //! At start the server raises its soft open-files limit to the hard one and
 //! warns when `--max-connections` would not fit in it. A shard out of
@@ -39,7 +39,7 @@
 //! | file | concept |
 //! |---|---|
 //! | `config.rs` | flags, environment, config file -> validated [`Config`] |
-//! | `shard_loop/` | one shard's event loop: the driver, the engine, the sessions, deadlines (`mod.rs`); its state at start (`setup.rs`); admission, refusals, closes, the cap before HELLO (`accept.rs`); shutdown (`drain.rs`) |
+//! | `shard_loop/` | one shard's event loop: the driver, the engine, the sessions, deadlines (`mod.rs`); its state at start (`setup.rs`); admission, refusals, closes, the cap before HELLO (`accept.rs`); the metrics endpoint's connections and scrapes (`metrics.rs`); shutdown (`drain.rs`) |
 //! | `session/` | one connection's protocol state machine, without a socket: framing, order, back-pressure, heartbeat, closing (`mod.rs`); HELLO and auth (`hello.rs`); serving requests (`serve.rs`); its tests (`tests.rs`) |
 //! | `auth_guard.rs` | failed HELLOs by address: the delay before `Unauthorized`, the log's rate limit |
 //! | `snapshot_at_start.rs` | `--snapshot` at start: the lock, the file checked and loaded, moved aside, older ones pruned |
@@ -51,7 +51,9 @@
 //! | `tls.rs` | the TLS files, read once into rustls's server configuration |
 //! | `limits.rs` | every limit of the server: flag bounds and defaults, connection timings |
 //! | `shared.rs` | what the threads share: connection count, counters, snapshots |
-//! | `metrics.rs`, `metrics/` | every metric: the Prometheus writer, histograms, the HTTP endpoint; what the server measures and the `/metrics` text (`telemetry.rs`); the `process_*` metrics from `/proc/self` (`process.rs`) |
+//! | `metrics.rs`, `metrics/` | every metric: the Prometheus writer, histograms; what the server measures and the `/metrics` text (`telemetry.rs`); the `process_*` metrics from `/proc/self` (`process.rs`) |
+//! | `metrics_session.rs` | one connection of the metrics endpoint, without a socket: `/metrics` (a scrape that waits for every shard without blocking its own), `/healthz`, deadlines |
+//! | `sqs_session.rs`, `outbox.rs` | one connection of the SQS door, without a socket; what an HTTP session hands the io layer |
 //! | `signals.rs` | SIGTERM / SIGINT to a graceful shutdown |
 //! | `clock.rs` | the only clock reads; the engine's clock, real or manual |
 
@@ -64,6 +66,7 @@ pub mod metrics;
 pub mod clock;
 mod convert;
 pub mod limits;
+mod metrics_session;
 mod outbox;
 pub mod path_lock;
 pub mod session;
@@ -86,7 +89,6 @@ use self::clock::Clock;
 pub use self::clock::{EngineTime, NotManual};
 pub use self::config::Config;
 use self::config::{ClockChoice, CpuPlacement, IoChoice};
-use self::metrics::MetricsServer;
 use self::metrics::telemetry::LeaseMetrics;
 use self::shard_loop::ShardStart;
 use self::shared::Shared;
@@ -351,7 +353,6 @@ fn save_snapshot(
 pub struct ServerHandle {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<ShardOutcome>>,
-    metrics: Option<MetricsServer>,
     metrics_addr: Option<SocketAddr>,
     sqs_addr: Option<SocketAddr>,
     /// The lock on `--snapshot`'s path: released when the handle drops,
@@ -446,8 +447,7 @@ impl ServerHandle {
         ShutdownTrigger(self.shared.clone())
     }
 
-    /// Waits until every shard has ended (after a shutdown), then stops the
-    /// metrics endpoint.
+    /// Waits until every shard has ended (after a shutdown).
     pub fn join(mut self) -> Result<(), ServerError> {
         self.join_inner()
     }
@@ -471,9 +471,6 @@ impl ServerHandle {
             // Whatever happened, the others must stop too.
             self.shared.begin_shutdown();
             first_error.get_or_insert(e);
-        }
-        if let Some(m) = self.metrics.take() {
-            m.shutdown();
         }
         if let Some(path) = self.shared.config.snapshot.clone() {
             let lost = self._snapshot_lock.as_ref().map(path_lock::PathLock::check);

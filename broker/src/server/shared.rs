@@ -230,7 +230,7 @@ pub struct ShardStats {
     pub durations: RequestDurations,
     /// The shard's event loop.
     pub event_loop: LoopStats,
-    /// The scrape generation last published (see [`Shared::request_scrape`]).
+    /// The scrape generation last published (see [`Shared::begin_scrape`]).
     pub published_generation: AtomicU64,
     /// This shard's per-queue counters, replaced wholesale.
     pub(crate) queues: Mutex<Vec<(QueueName, QueueStats)>>,
@@ -491,22 +491,20 @@ impl Shared {
         self.shards.iter().map(|s| s.stats.unsent_bytes.get()).sum()
     }
 
-    /// Asks every shard for a fresh queue snapshot and waits (at most
-    /// `wait`) until each has published one.
-    pub fn request_scrape(&self, wait: Duration) {
+    /// Asks every shard for a fresh queue snapshot; the generation that
+    /// [`scraped`](Self::scraped) then waits for.
+    pub fn begin_scrape(&self) -> u64 {
         let generation = self.scrape_generation.fetch_add(1, AcqRel) + 1;
         self.wake_all();
-        let deadline = clock::now_ns().saturating_add(clock::nanos(wait));
-        while clock::now_ns() < deadline {
-            if self
-                .shards
-                .iter()
-                .all(|s| s.stats.published_generation.load(Acquire) >= generation)
-            {
-                return;
-            }
-            thread::sleep(Duration::from_millis(1));
-        }
+        generation
+    }
+
+    /// Whether every shard has published its queue snapshot of
+    /// `generation` (or a later one).
+    pub fn scraped(&self, generation: u64) -> bool {
+        self.shards
+            .iter()
+            .all(|s| s.stats.published_generation.load(Acquire) >= generation)
     }
 
     /// The per-queue counters summed over shards, by name.

@@ -6,6 +6,8 @@
 
 use super::snapshot_at_start::{Loaded, SnapshotAtStart, load_snapshot, move_aside, prune_loaded};
 use super::*;
+use crate::io::ListenerId;
+use crate::server::limits::METRICS_CONNECTIONS_MAX;
 
 /// Wakes a shard's io driver when another shard rings its doorbell, once
 /// the driver is open: the engines (and their
@@ -28,6 +30,8 @@ struct Opened {
     addr: SocketAddr,
     /// The SQS door's address, when it is open.
     sqs_addr: Option<SocketAddr>,
+    /// The metrics endpoint's address, when it is open.
+    metrics_addr: Option<SocketAddr>,
     backend: Backend,
     fallback: Option<String>,
     detail: String,
@@ -66,6 +70,7 @@ impl Server {
         }
         let listen = spawned.listen;
         let sqs_addr = spawned.sqs_listen;
+        let metrics_addr = spawned.metrics_listen;
         let backend = spawned
             .drivers
             .first()
@@ -104,20 +109,10 @@ impl Server {
             });
         }
         drop(starts);
-        let metrics = match start_metrics(&shared) {
-            Ok(m) => m,
-            Err(e) => {
-                shared.begin_shutdown();
-                for t in threads {
-                    let _ = t.join();
-                }
-                return Err(e);
-            }
-        };
         tracing::info!(
             listen = %listen,
             sqs = %sqs_addr.map_or("off".to_owned(), |a| format!("http://{a}")),
-            metrics = %metrics.as_ref().map_or("off".to_owned(), |m| m.local_addr().to_string()),
+            metrics = %metrics_addr.map_or("off".to_owned(), |a| a.to_string()),
             shards,
             cpus = %describe_placement(&placement),
             backend = %backend,
@@ -128,11 +123,10 @@ impl Server {
             "sluice is serving (everything is in memory)"
         );
         Ok(ServerHandle {
-            metrics_addr: metrics.as_ref().map(MetricsServer::local_addr),
+            metrics_addr,
             sqs_addr,
             shared,
             threads,
-            metrics,
             _snapshot_lock: snap.lock,
         })
     }
@@ -260,6 +254,7 @@ struct Spawned {
     listen: SocketAddr,
     /// The SQS door's address bound, when it is open.
     sqs_listen: Option<SocketAddr>,
+    metrics_listen: Option<SocketAddr>,
 }
 
 impl Spawned {
@@ -269,6 +264,37 @@ impl Spawned {
         for t in self.threads {
             let _ = t.join();
         }
+    }
+}
+
+/// A shard's driver: the binary port's listener, then the SQS door's
+/// (`shard_loop::SQS_LISTENER`) and the metrics endpoint's
+/// (`shard_loop::metrics_listener`) when open, at the addresses `spawned`
+/// holds (shard 0's actual ports once it bound).
+fn driver_config(config: &Config, spawned: &Spawned, shed_reply: &Arc<[u8]>) -> DriverConfig {
+    // A small constant: within u32.
+    let metrics_max = config.metrics.map_or(0, |_| METRICS_CONNECTIONS_MAX as u32);
+    DriverConfig {
+        reuse_port: true,
+        // The limit is the shared count's (refused with an error frame
+        // past it); the driver's slots also hold the connections closed to
+        // make room before HELLO until their close completes, and the
+        // metrics endpoint's.
+        connections_max: config
+            .connections_max
+            .saturating_add(config.connections_before_hello_max)
+            .saturating_add(metrics_max),
+        refused_connections_max: REFUSED_CONNECTIONS_MAX,
+        shed_reply: shed_reply.clone(),
+        more_listeners: [spawned.sqs_listen, spawned.metrics_listen]
+            .into_iter()
+            .flatten()
+            .map(|addr| ListenerConfig {
+                addr,
+                shed_reply: Arc::from(&shard_loop::sqs_unavailable()[..]),
+            })
+            .collect(),
+        ..DriverConfig::new(spawned.listen)
     }
 }
 
@@ -300,38 +326,28 @@ fn spawn_shards(
         drivers: Vec::new(),
         listen: config.listen,
         sqs_listen: config.sqs.as_ref().map(|sqs| sqs.listen),
+        metrics_listen: config.metrics,
     };
+    // The SQS door's listener and the metrics endpoint's, when open.
+    let sqs_listener = spawned.sqs_listen.map(|_| shard_loop::SQS_LISTENER);
+    let metrics_listener = spawned
+        .metrics_listen
+        .map(|_| shard_loop::metrics_listener(sqs_listener.is_some()));
     for i in 0..shards {
-        let driver_config = DriverConfig {
-            reuse_port: true,
-            // The limit is the shared count's (refused with an error
-            // frame past it); the driver's slots also hold the
-            // connections closed to make room before HELLO until their
-            // close completes.
-            connections_max: config
-                .connections_max
-                .saturating_add(config.connections_before_hello_max),
-            refused_connections_max: REFUSED_CONNECTIONS_MAX,
-            shed_reply: shed_reply.clone(),
-            // The SQS door is listener 1 (`shard_loop::SQS_LISTENER`).
-            more_listeners: spawned
-                .sqs_listen
-                .map(|addr| ListenerConfig {
-                    addr,
-                    shed_reply: Arc::from(&shard_loop::sqs_unavailable()[..]),
-                })
-                .into_iter()
-                .collect(),
-            ..DriverConfig::new(spawned.listen)
+        let driver_config = driver_config(config, &spawned, &shed_reply);
+        let (report_rx, start_tx, thread) = match spawn_shard(
+            i,
+            placement[usize::from(i)],
+            driver_config,
+            choice,
+            (sqs_listener, metrics_listener),
+        ) {
+            Ok(s) => s,
+            Err(source) => {
+                spawned.abort();
+                return Err(StartError::Thread { shard: i, source });
+            }
         };
-        let (report_rx, start_tx, thread) =
-            match spawn_shard(i, placement[usize::from(i)], driver_config, choice) {
-                Ok(s) => s,
-                Err(source) => {
-                    spawned.abort();
-                    return Err(StartError::Thread { shard: i, source });
-                }
-            };
         spawned.threads.push(thread);
         spawned.starts.push(start_tx);
         match report_rx.recv() {
@@ -341,6 +357,7 @@ fn spawn_shards(
                     // backend without trying again.
                     spawned.listen = o.addr;
                     spawned.sqs_listen = o.sqs_addr;
+                    spawned.metrics_listen = o.metrics_addr;
                     choice = match o.backend {
                         Backend::IoUring => BackendChoice::IoUring,
                         Backend::Epoll => BackendChoice::Epoll,
@@ -359,8 +376,20 @@ fn spawn_shards(
                         if error.kind() == std::io::ErrorKind::AddrInUse =>
                     {
                         let sqs = config.sqs.as_ref().is_some_and(|s| s.listen == addr);
-                        let flag = if sqs { "--sqs-listen" } else { "--listen" };
+                        let flag = if sqs {
+                            "--sqs-listen"
+                        } else if config.metrics == Some(addr) {
+                            "--metrics-addr"
+                        } else {
+                            "--listen"
+                        };
                         StartError::PortTaken { flag, addr }
+                    }
+                    OpenError::Listen { addr, error } if config.metrics == Some(addr) => {
+                        StartError::Metrics {
+                            addr,
+                            source: error,
+                        }
                     }
                     source => StartError::Io { shard: i, source },
                 });
@@ -389,6 +418,7 @@ fn spawn_shard(
     pin: Option<usize>,
     driver_config: DriverConfig,
     choice: BackendChoice,
+    (sqs_listener, metrics_listener): (Option<ListenerId>, Option<ListenerId>),
 ) -> std::io::Result<(
     mpsc::Receiver<Result<Opened, OpenError>>,
     mpsc::Sender<ShardStart>,
@@ -414,7 +444,8 @@ fn spawn_shard(
             let report = Opened {
                 waker: o.driver.waker(),
                 addr: o.driver.local_addr(),
-                sqs_addr: o.driver.listener_addr(shard_loop::SQS_LISTENER),
+                sqs_addr: sqs_listener.and_then(|l| o.driver.listener_addr(l)),
+                metrics_addr: metrics_listener.and_then(|l| o.driver.listener_addr(l)),
                 backend: o.driver.backend(),
                 fallback: o.fallback.map(|why| why.to_string()),
                 detail: o.driver.setup_detail().to_owned(),
@@ -474,23 +505,6 @@ fn check_ports_free(config: &Config) -> Result<(), StartError> {
         }
     }
     Ok(())
-}
-
-/// The metrics endpoint, unless `--metrics-addr off`.
-fn start_metrics(shared: &Arc<Shared>) -> Result<Option<MetricsServer>, StartError> {
-    let Some(addr) = shared.config.metrics else {
-        return Ok(None);
-    };
-    let source = metrics::telemetry::ServerMetrics(shared.clone());
-    MetricsServer::start(addr, source)
-        .map(Some)
-        .map_err(|source| match source.kind() {
-            std::io::ErrorKind::AddrInUse => StartError::PortTaken {
-                flag: "--metrics-addr",
-                addr,
-            },
-            _ => StartError::Metrics { addr, source },
-        })
 }
 
 /// The CPU each shard is pinned to (`None`: unpinned), from `--cpus` and

@@ -105,7 +105,22 @@ fn each_listener_names_its_connections(choice: BackendChoice) {
         assert_eq!(byte[0], i, "the connection to listener {i}");
         client.write_all(b"x").unwrap();
     }
-    // Stopping accepting closes every listener.
+    // Stopping accepting but for listener 2 closes the others; then every
+    // listener.
+    driver.stop_accepting_except(Some(ListenerId(2)));
+    for _ in 0..5 {
+        driver
+            .poll(Some(Duration::from_millis(10)), &mut |_, _| {})
+            .unwrap();
+    }
+    for addr in &addrs[..2] {
+        assert!(
+            TcpStream::connect(addr).is_err(),
+            "{addr} still accepts after stop_accepting_except"
+        );
+    }
+    let _kept = TcpStream::connect(addrs[2]).expect("listener 2 accepts");
+    assert_eq!(accept_one(driver.as_mut()), ListenerId(2));
     driver.stop_accepting();
     for _ in 0..5 {
         driver

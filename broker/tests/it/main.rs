@@ -46,6 +46,7 @@ mod server_leases;
 mod server_messages;
 #[cfg(not(sluice_loom))]
 mod server_metrics;
+mod server_metrics_http;
 #[cfg(not(sluice_loom))]
 mod server_ports;
 #[cfg(not(sluice_loom))]

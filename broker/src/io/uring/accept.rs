@@ -29,7 +29,7 @@ impl UringDriver {
         let Some(fd) = listener.fd.as_ref().map(AsRawFd::as_raw_fd) else {
             return Ok(());
         };
-        if !self.accepting {
+        if !self.accepting || listener.stopping {
             match listener.accept {
                 Accept::Armed => {
                     let entry = opcode::AsyncCancel::new(encode(Kind::Accept, index, 0))
@@ -114,7 +114,7 @@ impl UringDriver {
         // SAFETY: a non-negative accept result is a new descriptor that
         // nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(res) };
-        if !self.accepting {
+        if !self.accepting || self.listeners[l].stopping {
             return 0;
         }
         // A connection that is already gone has no peer: drop it silently.

@@ -214,6 +214,8 @@ impl UConn {
 struct UListener {
     /// `None` once closed.
     fd: Option<OwnedFd>,
+    /// Told to stop accepting while others go on.
+    stopping: bool,
     addr: SocketAddr,
     accept: Accept,
     /// What a connection refused when out of descriptors is sent.
@@ -390,8 +392,15 @@ impl Driver for UringDriver {
         Arc::clone(&self.waker)
     }
 
-    fn stop_accepting(&mut self) {
-        self.accepting = false;
+    fn stop_accepting_except(&mut self, keep: Option<crate::io::ListenerId>) {
+        match keep {
+            None => self.accepting = false,
+            Some(k) => {
+                for (i, l) in self.listeners.iter_mut().enumerate() {
+                    l.stopping |= usize::from(k.0) != i;
+                }
+            }
+        }
     }
 }
 

@@ -124,6 +124,7 @@ impl UringDriver {
             let addr = sys::local_addr(fd.as_raw_fd()).map_err(listen_error)?;
             driver.listeners.push(UListener {
                 fd: Some(fd),
+                stopping: false,
                 addr,
                 accept: Accept::Idle,
                 shed_reply: spec.shed_reply,

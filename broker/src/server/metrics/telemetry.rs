@@ -47,16 +47,15 @@ use sluice_protocol::{QueueName, QueueStats};
 
 use super::process;
 use super::{
-    HistogramSnapshot, LatencyHistogram, MetricType, MetricsSource, PromWriter,
-    REQUEST_BUCKET_BOUNDS_NANOS, REQUEST_BUCKETS,
+    HistogramSnapshot, LatencyHistogram, MetricType, PromWriter, REQUEST_BUCKET_BOUNDS_NANOS,
+    REQUEST_BUCKETS,
 };
 use crate::engine::{LeaseObserver, LeaseOutcome};
+use crate::server::metrics_session::Exposition;
 use crate::server::shared::{
     ERROR_SLOTS, LeaseReaders, OP_SLOTS, OUTCOME_NAMES, OUTCOMES, ShardStats, Shared,
     error_slot_name, op_slot_name, outcome_slot, server_version, snake_case,
 };
-
-use crate::server::limits::SCRAPE_WAIT;
 
 /// A shard's lease histograms; the engine reports into them.
 #[derive(Debug, Default)]
@@ -149,12 +148,21 @@ fn merged(readers: impl Iterator<Item = HistogramSnapshot>) -> HistogramSnapshot
     all
 }
 
-/// The server as the metrics endpoint sees it: `/metrics` is [`render`],
-/// `/healthz` answers 503 once the shutdown began.
+/// The server as the metrics endpoint sees it: a scrape asks every shard
+/// for its queue counters, `/metrics` is [`render`], `/healthz` answers 503
+/// once the shutdown began.
 #[derive(Debug)]
 pub struct ServerMetrics(pub crate::sync::Arc<Shared>);
 
-impl MetricsSource for ServerMetrics {
+impl Exposition for ServerMetrics {
+    fn begin_scrape(&self) -> u64 {
+        self.0.begin_scrape()
+    }
+
+    fn scraped(&self, generation: u64) -> bool {
+        self.0.scraped(generation)
+    }
+
     fn render(&self, out: &mut String) {
         render(&self.0, out);
     }
@@ -164,9 +172,9 @@ impl MetricsSource for ServerMetrics {
     }
 }
 
-/// Writes every metric of the server into `out`.
+/// Writes every metric of the server into `out`, with the queue counters
+/// the shards last published.
 pub fn render(shared: &Shared, out: &mut String) {
-    shared.request_scrape(SCRAPE_WAIT);
     let queues = shared.queue_stats();
     let mut w = PromWriter::new(out);
     render_server(shared, &mut w);

@@ -99,7 +99,7 @@ impl State {
 
     /// Puts a new connection in its slot and hands over what its session
     /// has to say at once (a refusal and its close).
-    fn install(
+    pub(super) fn install(
         &mut self,
         io: &mut Connections,
         id: ConnId,
@@ -119,6 +119,7 @@ impl State {
             refused: false,
             counted,
             before_hello,
+            metrics: false,
             dirty: false,
             close_after_handshake: false,
         });
@@ -262,6 +263,9 @@ impl State {
         c.session.on_closed(&mut link);
         if c.before_hello {
             self.shared.past_hello();
+        }
+        if c.metrics {
+            self.metrics_closed();
         }
         if c.counted {
             self.shared.release_connection();

@@ -1,8 +1,10 @@
-//! Shutdown: a shard stops accepting, gives waiting receives their empty
-//! batch, lets its sessions drain until every shard is done or the
-//! shutdown timeout passes, then closes what is left.
+//! Shutdown: a shard stops accepting (but for the metrics endpoint, which
+//! answers until the end), gives waiting receives their empty batch, lets
+//! its sessions drain until every shard is done or the shutdown timeout
+//! passes, then closes what is left.
 
 use crate::io::Connections;
+use crate::server::conn::ConnSession;
 use crate::sync::Ordering::{AcqRel, Acquire};
 
 use super::State;
@@ -25,7 +27,13 @@ impl State {
         for id in self.ids() {
             self.with_session(io, id, |s, cx, engine| s.drain(started, cx, engine));
         }
-        let open = self.conns.iter().any(Option::is_some);
+        // The metrics endpoint goes on answering (`/healthz`: draining)
+        // until the shards are done; its connections hold none back.
+        let open = self
+            .conns
+            .iter()
+            .flatten()
+            .any(|c| !matches!(c.session, ConnSession::Metrics(_)));
         if !open && !self.counted_out {
             self.counted_out = true;
             self.shared.shards_running.fetch_sub(1, AcqRel);

@@ -83,13 +83,21 @@ use crate::sync::Ordering::{Acquire, Release};
 
 mod accept;
 mod drain;
+mod metrics;
 mod setup;
 
 use accept::auth_outcome;
 pub(crate) use accept::sqs_unavailable;
+use metrics::MetricsDoor;
 
 /// The listener of the SQS door, beside the binary protocol's (0).
 pub const SQS_LISTENER: ListenerId = ListenerId(1);
+
+/// The listener of the metrics endpoint: after the SQS door's, if open.
+#[must_use]
+pub fn metrics_listener(sqs_open: bool) -> ListenerId {
+    ListenerId(1 + u8::from(sqs_open))
+}
 
 /// What a shard thread is handed once every shard's driver is open.
 #[derive(Debug)]
@@ -141,7 +149,7 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
             st.spin_until_ns = st.now_ns.saturating_add(st.idle_spin_ns);
         }
         if st.shared.shutting_down() && st.drain_deadline_ns.is_none() {
-            driver.stop_accepting();
+            driver.stop_accepting_except(st.metrics.as_ref().map(|m| m.listener));
             st.begin_drain(driver.connections_mut());
         }
         st.after_wait(driver.connections_mut());
@@ -182,6 +190,8 @@ struct Conn {
     /// Whether it holds one of `--max-connections-before-hello`: counted,
     /// and not past HELLO yet.
     before_hello: bool,
+    /// Whether it holds a place of the metrics endpoint's.
+    metrics: bool,
     /// Whether it is in `State::dirty` (replies to hand over this turn).
     dirty: bool,
     /// Its session closed it while its TLS handshake, which carries the
@@ -259,6 +269,8 @@ struct State {
     config: SessionConfig,
     /// The SQS door's connections' settings, when the door is open.
     sqs: Option<SqsConfig>,
+    /// The metrics endpoint's connections, when it is open.
+    metrics: Option<MetricsDoor>,
     unsent_total_max: u64,
     shutdown_timeout_ns: u64,
     conns: Vec<Option<Conn>>,
@@ -353,7 +365,8 @@ impl State {
         if self.engine.has_outbound() {
             wait = wait.min(OUTBOUND_RETRY);
         }
-        if !self.paused.is_empty() || !self.clock_waiters.is_empty() {
+        let scraping = self.metrics.as_ref().is_some_and(|m| !m.scrapes.is_empty());
+        if !self.paused.is_empty() || !self.clock_waiters.is_empty() || scraping {
             wait = wait.min(PAUSED_RECHECK);
         }
         if self.drain_deadline_ns.is_some() {
@@ -382,6 +395,7 @@ impl State {
             dirty,
             paused,
             clock_waiters,
+            metrics,
             now_ns,
             engine_time,
             unsent_over,
@@ -456,6 +470,11 @@ impl State {
         if conn.session.clock_wait().is_some() && !clock_waiters.contains(&id) {
             clock_waiters.push(id);
         }
+        if let Some(m) = metrics.as_mut().filter(|_| conn.session.awaits_scrape()) {
+            if !m.scrapes.contains(&id) {
+                m.scrapes.push(id);
+            }
+        }
         true
     }
 
@@ -470,6 +489,16 @@ impl State {
         self.refresh_clock();
         self.events = self.events.saturating_add(1);
         match event {
+            Event::Accepted {
+                conn,
+                peer,
+                listener,
+            } if self.is_metrics(listener) => self.on_accept_metrics(io, conn, peer),
+            Event::Refused {
+                conn,
+                peer,
+                listener,
+            } if self.is_metrics(listener) => self.on_refused_metrics(io, conn, peer),
             Event::Accepted {
                 conn,
                 peer,
@@ -574,6 +603,7 @@ impl State {
         if generation > self.published_generation || self.now_ns >= self.next_publish_ns {
             self.publish_stats(generation);
         }
+        self.poll_scrapes(io);
         if self.drain_deadline_ns.is_some() {
             self.drain_step(io);
         }

@@ -6,12 +6,16 @@ use std::collections::{HashMap, VecDeque};
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, PROTOCOL_VERSION, RECEIVE_WAIT_MS_MAX};
 use sluice_protocol::{HelloReply, ServerLimits};
 
-use super::{ShardStart, State};
+use super::metrics::MetricsDoor;
+use super::{ShardStart, State, metrics_listener};
 use crate::server::clock::{self, nanos};
 use crate::server::limits::{
-    HOUSEKEEPING_MAX_NS, HOUSEKEEPING_MIN_NS, SQS_BODY_BYTES_MAX, SQS_IDLE_TIMEOUT,
-    SQS_REQUEST_TIMEOUT,
+    HOUSEKEEPING_MAX_NS, HOUSEKEEPING_MIN_NS, METRICS_BODY_BYTES_MAX, METRICS_EXCHANGE_TIMEOUT,
+    METRICS_READ_TIMEOUT, METRICS_REQUEST_BYTES_MAX, SCRAPE_WAIT, SQS_BODY_BYTES_MAX,
+    SQS_IDLE_TIMEOUT, SQS_REQUEST_TIMEOUT,
 };
+use crate::server::metrics::telemetry::ServerMetrics;
+use crate::server::metrics_session::MetricsConfig;
 use crate::server::session::SessionConfig;
 use crate::server::shared::server_version;
 use crate::server::sqs_session::SqsConfig;
@@ -58,6 +62,21 @@ impl State {
             request_timeout_ns: nanos(c.frame_timeout.min(SQS_REQUEST_TIMEOUT)),
             idle_timeout_ns: nanos(SQS_IDLE_TIMEOUT),
         });
+        let metrics = c.metrics.map(|_| {
+            let config = MetricsConfig {
+                source: std::sync::Arc::new(ServerMetrics(start.shared.clone())),
+                http: HttpLimits {
+                    head_bytes_max: METRICS_REQUEST_BYTES_MAX,
+                    headers_max: HttpLimits::default().headers_max,
+                    body_bytes_max: METRICS_BODY_BYTES_MAX,
+                },
+                head_timeout_ns: nanos(METRICS_READ_TIMEOUT),
+                exchange_timeout_ns: nanos(METRICS_EXCHANGE_TIMEOUT),
+                scrape_wait_ns: nanos(SCRAPE_WAIT),
+            };
+            let listener = metrics_listener(sqs.is_some());
+            MetricsDoor::new(listener, config, start.shared.shards.len())
+        });
         let now = clock::now_ns();
         let engine_time = start.shared.clock.engine_time(now, clock::wall_ms());
         State {
@@ -67,6 +86,7 @@ impl State {
             shared: start.shared,
             config,
             sqs,
+            metrics,
             unsent_total_max,
             shutdown_timeout_ns,
             conns: Vec::new(),
