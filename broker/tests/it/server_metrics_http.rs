@@ -17,9 +17,62 @@ use crate::both_backends;
 use crate::server_util::{name, start};
 
 both_backends!(
+    bad_requests_are_answered_and_the_endpoint_goes_on,
     half_sent_requests_never_take_a_scrapes_place,
     a_slow_reader_is_cut_at_the_exchange_deadline_while_scrapes_go_on,
 );
+
+/// Sends `bytes` and reads until the server closes: the status line.
+fn status_of(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // The server may answer and close before all of a large request is
+    // sent; what it says is what counts.
+    let _ = s.write_all(bytes);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    text.lines().next().unwrap_or("").to_owned()
+}
+
+/// Garbage, the binary protocol's HELLO, an unknown path, another method,
+/// an HTTP/2 preface, a head over 8 KiB, a body over 64 KiB: each gets its
+/// status and a close, and scrapes go on.
+fn bad_requests_are_answered_and_the_endpoint_goes_on(io: IoChoice) {
+    let Some(server) = start(io, &["--metrics-addr", "127.0.0.1:0"]) else {
+        return;
+    };
+    let addr = server.handle().metrics_addr().expect("metrics on");
+    let mut huge_head = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+    huge_head.extend(std::iter::repeat_n(b'a', 9 * 1024));
+    huge_head.extend_from_slice(b"\r\n\r\n");
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (vec![0xff; 64], "HTTP/1.1 400"),
+        (
+            b"\x0e\x00\x00\x00\x01\x00\x00\x00\x00\x00\x01\x00".to_vec(),
+            "HTTP/1.1 400",
+        ),
+        (b"GET /nope HTTP/1.1\r\n\r\n".to_vec(), "HTTP/1.1 404"),
+        (b"DELETE /metrics HTTP/1.1\r\n\r\n".to_vec(), "HTTP/1.1 405"),
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec(), "HTTP/1.1 505"),
+        (huge_head, "HTTP/1.1 431"),
+        (
+            b"GET /metrics HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n".to_vec(),
+            "HTTP/1.1 413",
+        ),
+    ];
+    for (bytes, want) in cases {
+        let got = status_of(addr, &bytes);
+        assert!(got.starts_with(want), "{want}: {got:?}");
+    }
+    let r = scrape(addr, "/metrics");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body.contains("sluice_connections_closed_bad_input_total"),
+        "{}",
+        r.body
+    );
+}
 
 /// A whole response: status, headers and body as text.
 struct Response {
