@@ -1,8 +1,12 @@
-//! Who signed a request, read from its AWS Signature Version 4 credential
-//! scope ([`identity`]), without checking the signature: the door accepts
-//! any signature, as local SQS servers do, and uses the signer's account
-//! and region as the request's namespace. Verifying signatures against
-//! configured secrets comes with `--sqs-credentials` (SQS.md).
+//! Who signed a request: read from its AWS Signature Version 4 credential
+//! scope without checking the signature ([`identity`]; the door accepts any
+//! signature then, as local SQS servers do, and uses the signer's account
+//! and region as the request's namespace), or checked against the secrets
+//! of `--sqs-credentials` ([`verify`], in `sigv4/verify.rs`).
+
+mod verify;
+
+pub use verify::{CLOCK_SKEW_MS, Credential, Credentials, SigError, verify};
 
 use crate::http::Request;
 
