@@ -247,8 +247,9 @@ pub struct Settings {
 
     /// Address of the SQS door (the AWS JSON protocol over HTTP/1.1, for
     /// boto3, the aws CLI and the AWS SDKs), HOST:PORT (port 0: any free
-    /// port) or `off`; any SQS signature is accepted, so a non-loopback
-    /// address needs --insecure [default: 127.0.0.1:9324].
+    /// port) or `off`; without --sqs-credentials any SQS signature is
+    /// accepted, so a non-loopback address then needs --insecure
+    /// [default: 127.0.0.1:9324].
     #[arg(long, env = "SLUICE_SQS_LISTEN", value_name = "HOST:PORT|off", value_parser = parse_metrics_addr)]
     #[serde(deserialize_with = "file::metrics_addr")]
     pub sqs_listen: Option<MetricsAddr>,
@@ -259,6 +260,14 @@ pub struct Settings {
     #[arg(long, env = "SLUICE_SQS_ACCOUNT", value_name = "DIGITS", value_parser = parse_sqs_account)]
     #[serde(deserialize_with = "file::sqs_account")]
     pub sqs_account: Option<String>,
+
+    /// File of the access keys whose SigV4 signatures the SQS door checks,
+    /// one a line: ACCESS_KEY_ID SECRET ACCOUNT (12 digits); `#` starts a
+    /// comment. A request signed otherwise is refused [default: any
+    /// signature is accepted].
+    #[arg(long, env = "SLUICE_SQS_CREDENTIALS", value_name = "PATH")]
+    #[serde(deserialize_with = "file::path")]
+    pub sqs_credentials: Option<PathBuf>,
 
     /// The SQS door's limits: strict (SQS's own: 10 entries a batch) or
     /// relaxed (batches up to sluice's 1024 entries) [default: strict].
@@ -515,6 +524,8 @@ pub struct SqsSettings {
     pub account: String,
     /// Strict or relaxed limits.
     pub limits: sluice_sqs::Limits,
+    /// The access keys whose signatures are checked, and their file.
+    pub credentials: Option<(PathBuf, sluice_sqs::sigv4::Credentials)>,
 }
 
 #[cfg(test)]

@@ -364,6 +364,7 @@ impl Shared {
             sluice_sqs::Door::new(sluice_sqs::DoorConfig {
                 account: sqs.account.clone(),
                 limits: sqs.limits,
+                credentials: sqs.credentials.as_ref().map(|(_, c)| c.clone()),
                 ..sluice_sqs::DoorConfig::default()
             })
         });

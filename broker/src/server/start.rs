@@ -151,6 +151,17 @@ fn warn_about(config: &Config) {
         let cert = config.tls.as_ref().map(|t| t.cert.display().to_string());
         tracing::warn!(tls_cert = cert.unwrap_or_default(), "{warning}");
     }
+    if let Some((path, _)) = config.sqs.as_ref().and_then(|s| s.credentials.as_ref()) {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).map(|m| m.permissions().mode());
+        if mode.is_ok_and(|m| m & 0o077 != 0) {
+            tracing::warn!(
+                sqs_credentials = %path.display(),
+                "the SQS credentials file can be read by others than its owner: it holds \
+                 secrets; chmod 600 it"
+            );
+        }
+    }
     if config.tls.is_none() && !config.listen.ip().to_canonical().is_loopback() {
         tracing::warn!(
             listen = %config.listen,

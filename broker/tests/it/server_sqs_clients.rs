@@ -52,17 +52,55 @@ fn boto3_and_the_aws_cli_pass_the_client_suite(io: IoChoice) {
         return;
     };
     let sqs = server.handle().sqs_addr().expect("the SQS door is open");
-    let out = Command::new(&python)
-        .args([
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "sqs/tests/clients",
-        ])
+    run_pytest(
+        &python,
+        "sqs/tests/clients",
+        &[("SLUICE_SQS_ENDPOINT", format!("http://{sqs}"))],
+    );
+}
+
+/// With `--sqs-credentials`, signatures are checked (`sqs/tests/sigv4`).
+fn signatures_are_checked_with_credentials(io: IoChoice) {
+    let Some(python) = python() else { return };
+    let dir = std::env::temp_dir().join(format!("sluice-sigv4-{}-{io:?}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("credentials");
+    std::fs::write(
+        &file,
+        "# access key, secret, account\nAKIDSLUICETEST s3cr3t-f0r-tests 111122223333\n",
+    )
+    .unwrap();
+    let file_arg = file.display().to_string();
+    let Some(server) = start(
+        io,
+        &[
+            "--sqs-listen",
+            "127.0.0.1:0",
+            "--sqs-credentials",
+            &file_arg,
+        ],
+    ) else {
+        return;
+    };
+    let sqs = server.handle().sqs_addr().expect("the SQS door is open");
+    run_pytest(
+        &python,
+        "sqs/tests/sigv4",
+        &[
+            ("SLUICE_SQS_ENDPOINT", format!("http://{sqs}")),
+            ("SLUICE_SQS_KEY", "AKIDSLUICETEST".to_owned()),
+            ("SLUICE_SQS_SECRET", "s3cr3t-f0r-tests".to_owned()),
+            ("SLUICE_SQS_ACCOUNT", "111122223333".to_owned()),
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs pytest on `tests` with `env`; every test must run and pass.
+fn run_pytest(python: &std::path::Path, tests: &str, env: &[(&str, String)]) {
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", tests])
         .current_dir(workspace())
-        .env("SLUICE_SQS_ENDPOINT", format!("http://{sqs}"))
         .env("PYTHONDONTWRITEBYTECODE", "1")
         // Nothing of the machine's AWS setup is read, and nothing leaves
         // loopback.
@@ -71,15 +109,17 @@ fn boto3_and_the_aws_cli_pass_the_client_suite(io: IoChoice) {
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env_remove("AWS_PROFILE")
         .env_remove("HTTP_PROXY")
-        .env_remove("HTTPS_PROXY")
-        .output()
-        .expect("run pytest");
+        .env_remove("HTTPS_PROXY");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run pytest");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
     assert!(
         out.status.success(),
-        "the client suite failed:\n{stdout}\n{stderr}"
+        "the client suite {tests} failed:\n{stdout}\n{stderr}"
     );
     // Every test ran: none skipped, none deselected.
     let last = stdout
@@ -93,4 +133,7 @@ fn boto3_and_the_aws_cli_pass_the_client_suite(io: IoChoice) {
     );
 }
 
-crate::both_backends!(boto3_and_the_aws_cli_pass_the_client_suite);
+crate::both_backends!(
+    boto3_and_the_aws_cli_pass_the_client_suite,
+    signatures_are_checked_with_credentials,
+);

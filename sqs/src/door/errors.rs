@@ -24,6 +24,14 @@ const TABLE: &[(&str, &str, u16, bool)] = &[
         true,
     ),
     ("QueueNameExists", "QueueAlreadyExists", 400, true),
+    ("InvalidClientTokenId", "InvalidClientTokenId", 403, true),
+    ("SignatureDoesNotMatch", "SignatureDoesNotMatch", 403, true),
+    (
+        "MissingAuthenticationToken",
+        "MissingAuthenticationToken",
+        403,
+        true,
+    ),
     (
         "TooManyEntriesInBatchRequest",
         "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",

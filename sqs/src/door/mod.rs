@@ -21,6 +21,7 @@ use serde_json::Value;
 use sluice_protocol::{QueueName, Reply, Request};
 
 use crate::http;
+use crate::sigv4::Credentials;
 use errors::SqsError;
 use names::Namespace;
 use wire::Input;
@@ -46,6 +47,9 @@ pub struct DoorConfig {
     pub region: String,
     /// Strict or relaxed limits.
     pub limits: Limits,
+    /// The access keys whose signatures the door checks
+    /// (`--sqs-credentials`); `None` accepts any signature.
+    pub credentials: Option<Credentials>,
 }
 
 impl Default for DoorConfig {
@@ -54,6 +58,7 @@ impl Default for DoorConfig {
             account: "000000000000".to_owned(),
             region: "us-east-1".to_owned(),
             limits: Limits::Strict,
+            credentials: None,
         }
     }
 }
@@ -290,11 +295,19 @@ impl Door {
         uuid_text((u128::from(hi) << 64) | u128::from(mix(n)))
     }
 
-    /// The request's namespace: the signer's account and region when it
-    /// is signed (any signature is accepted), else the door's.
-    fn namespace(&self, req: &http::Request) -> Namespace {
+    /// The request's namespace: with credentials, the account of the key
+    /// whose signature checks out (or SQS's error); without, the signer's
+    /// account and region when it is signed (any signature is accepted),
+    /// else the door's.
+    fn namespace(&self, req: &http::Request, now_unix_ms: u64) -> Result<Namespace, SqsError> {
         let config = &self.inner.config;
-        let identity = crate::sigv4::identity(req);
+        let identity = match &config.credentials {
+            Some(creds) => match crate::sigv4::verify(req, creds, now_unix_ms) {
+                Ok(id) => Some(id),
+                Err(e) => return Err(SqsError::new(e.code(), e.to_string())),
+            },
+            None => crate::sigv4::identity(req),
+        };
         let (account, region) = match &identity {
             Some(id) => (
                 id.account.as_deref().unwrap_or(&config.account),
@@ -306,7 +319,12 @@ impl Door {
             ),
             None => (config.account.as_str(), config.region.as_str()),
         };
-        Namespace::new(account, region, &config.account, &config.region)
+        Ok(Namespace::new(
+            account,
+            region,
+            &config.account,
+            &config.region,
+        ))
     }
 
     /// Starts the call `req` asks for, at `now_unix_ms` (wall clock).
@@ -322,7 +340,7 @@ impl Door {
             request_id,
             pending: Pending::Over,
         };
-        let step = match self.start(req, target, action) {
+        let step = match self.start(req, target, action, now_unix_ms) {
             Ok(Started::Engine(pending, request)) => {
                 call.pending = pending;
                 Step::Engine(request)
@@ -340,6 +358,7 @@ impl Door {
         req: &http::Request,
         target: Option<&str>,
         action: Action,
+        now_unix_ms: u64,
     ) -> Result<Started, SqsError> {
         if target.is_none() {
             let form = req
@@ -356,7 +375,7 @@ impl Door {
                 "The request names no action: it needs the header X-Amz-Target: AmazonSQS.<Action>.",
             ));
         }
-        let ns = self.namespace(req);
+        let ns = self.namespace(req, now_unix_ms)?;
         let ctx = Ctx {
             ns,
             host: req.header("host").unwrap_or("localhost").to_owned(),

@@ -1114,3 +1114,34 @@ fn door_get_queue_attributes_reads_back_the_kept_policies() {
         assert!(a.get("RedriveAllowPolicy").is_none(), "{names}");
     }
 }
+
+#[test]
+fn door_with_credentials_refuses_what_is_not_signed_by_a_known_key() {
+    let creds = crate::sigv4::Credentials::parse("AKIDEXAMPLE secret 123456789012").unwrap();
+    let door = Door::new(DoorConfig {
+        credentials: Some(creds),
+        ..DoorConfig::default()
+    });
+    let unsigned = req(Some("AmazonSQS.ListQueues"), "{}");
+    let r = done(door.call(&unsigned, 1_440_938_160_000).1);
+    assert_error(&r, "MissingAuthenticationToken", 403);
+    let mut unknown = req(Some("AmazonSQS.ListQueues"), "{}");
+    unknown
+        .headers
+        .push(("x-amz-date".into(), "20150830T123600Z".into()));
+    unknown.headers.push((
+        "authorization".into(),
+        format!(
+            "AWS4-HMAC-SHA256 Credential=NOBODY/20150830/us-east-1/sqs/aws4_request, SignedHeaders=host;x-amz-date, Signature={}",
+            "0".repeat(64)
+        ),
+    ));
+    let r = done(door.call(&unknown, 1_440_938_160_000).1);
+    assert_error(&r, "InvalidClientTokenId", 403);
+    assert_eq!(
+        header(&r, "x-amzn-query-error"),
+        Some("InvalidClientTokenId;Sender")
+    );
+    let r = done(door.call(&unknown, 1_440_938_160_000 + 16 * 60_000).1);
+    assert_error(&r, "InvalidClientTokenId", 403);
+}

@@ -78,6 +78,15 @@ impl fmt::Display for Config {
                     sluice_sqs::Limits::Relaxed => "relaxed",
                 };
                 writeln!(f, "sqs_limits = {}", quoted(limits))?;
+                match &sqs.credentials {
+                    Some((path, creds)) => writeln!(
+                        f,
+                        "sqs_credentials = {}  # {} access key(s), secrets not shown",
+                        quoted(&path.display().to_string()),
+                        creds.len()
+                    )?,
+                    None => writeln!(f, "# sqs_credentials: none, any signature is accepted")?,
+                }
             }
             None => writeln!(f, "sqs_listen = \"off\"")?,
         }

@@ -157,11 +157,20 @@ pub enum ConfigError {
         /// Its port, for the suggestion.
         port: u16,
     },
+    /// The SQS credentials file could not be read or is malformed.
+    #[error("cannot use the SQS credentials file {} (--sqs-credentials): {reason}", path.display())]
+    SqsCredentials {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (never a secret).
+        reason: String,
+    },
     /// A non-loopback SQS door without `--insecure`.
     #[error(
         "refusing to open the SQS door on {listen}: it accepts any signature, so anyone who \
          can reach it could read and delete every message. Listen on a loopback address \
-         (e.g. 127.0.0.1:{port}), or pass --insecure if the network is trusted"
+         (e.g. 127.0.0.1:{port}), give --sqs-credentials so that signatures are checked, \
+         or pass --insecure if the network is trusted"
     )]
     InsecureSqsListen {
         /// The SQS address.

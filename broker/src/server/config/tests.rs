@@ -1199,3 +1199,42 @@ fn bad_sqs_settings_are_refused() {
         .expect("open");
     assert_eq!(sqs.listen, sock("0.0.0.0:9324"));
 }
+
+#[test]
+fn sqs_credentials_are_read_checked_and_open_the_door_off_loopback() {
+    let good = TempFile::new(
+        "sqs-credentials",
+        b"# key secret account\nAKIDONE secret-one 111122223333\nAKIDTWO secret-two 222233334444 # two\n",
+    );
+    let c = ok(&["--sqs-credentials", good.path()]);
+    let (path, creds) = c
+        .sqs
+        .as_ref()
+        .and_then(|s| s.credentials.clone())
+        .expect("read");
+    assert_eq!(path.to_str(), Some(good.path()));
+    assert_eq!(creds.len(), 2);
+    assert_eq!(
+        creds.get("AKIDTWO").map(|k| k.account.as_str()),
+        Some("222233334444")
+    );
+    // Printed without the secrets.
+    let printed = c.to_string();
+    assert!(printed.contains("2 access key(s)"), "{printed}");
+    assert!(!printed.contains("secret-one"), "{printed}");
+    // Signatures checked: off loopback without --insecure.
+    let sqs = ok(&[
+        "--sqs-listen=0.0.0.0:9324",
+        "--sqs-credentials",
+        good.path(),
+    ])
+    .sqs
+    .expect("open");
+    assert_eq!(sqs.listen, sock("0.0.0.0:9324"));
+    let bad = TempFile::new("sqs-credentials-bad", b"AKIDONE secret-one\n");
+    let e = err(&["--sqs-credentials", bad.path()]);
+    assert!(matches!(e, ConfigError::SqsCredentials { .. }), "{e}");
+    assert!(e.to_string().contains("line 1"), "{e}");
+    let e = err(&["--sqs-credentials", "/nonexistent/sluice-credentials"]);
+    assert!(matches!(e, ConfigError::SqsCredentials { .. }), "{e}");
+}

@@ -332,7 +332,19 @@ fn sqs_door(
             });
         }
     }
-    if !insecure && !addr.ip().to_canonical().is_loopback() {
+    let credentials = match &s.sqs_credentials {
+        None => None,
+        Some(path) => {
+            let reason = |reason: String| ConfigError::SqsCredentials {
+                path: path.clone(),
+                reason,
+            };
+            let text = std::fs::read_to_string(path).map_err(|e| reason(e.to_string()))?;
+            let creds = sluice_sqs::sigv4::Credentials::parse(&text).map_err(reason)?;
+            Some((path.clone(), creds))
+        }
+    };
+    if !insecure && credentials.is_none() && !addr.ip().to_canonical().is_loopback() {
         return Err(ConfigError::InsecureSqsListen {
             listen: addr,
             port: addr.port(),
@@ -345,6 +357,7 @@ fn sqs_door(
             .clone()
             .unwrap_or_else(|| "000000000000".to_owned()),
         limits: s.sqs_limits.unwrap_or_default(),
+        credentials,
     }))
 }
 
