@@ -365,6 +365,7 @@ impl Shared {
                 account: sqs.account.clone(),
                 limits: sqs.limits,
                 credentials: sqs.credentials.as_ref().map(|(_, c)| c.clone()),
+                tls: config.tls.is_some(),
                 ..sluice_sqs::DoorConfig::default()
             })
         });

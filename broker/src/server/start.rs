@@ -297,14 +297,23 @@ fn driver_config(config: &Config, spawned: &Spawned, shed_reply: &Arc<[u8]>) -> 
             .saturating_add(metrics_max),
         refused_connections_max: REFUSED_CONNECTIONS_MAX,
         shed_reply: shed_reply.clone(),
-        more_listeners: [spawned.sqs_listen, spawned.metrics_listen]
-            .into_iter()
-            .flatten()
-            .map(|addr| ListenerConfig {
-                addr,
-                shed_reply: Arc::from(&shard_loop::sqs_unavailable()[..]),
-            })
-            .collect(),
+        // The SQS door is HTTPS on a TLS server, so its shed reply is the
+        // binary port's TLS alert then; the metrics endpoint is plain HTTP.
+        more_listeners: [
+            spawned.sqs_listen.map(|addr| (addr, config.tls.is_some())),
+            spawned.metrics_listen.map(|addr| (addr, false)),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|(addr, tls)| ListenerConfig {
+            addr,
+            shed_reply: if tls {
+                shed_reply.clone()
+            } else {
+                Arc::from(&shard_loop::sqs_unavailable()[..])
+            },
+        })
+        .collect(),
         ..DriverConfig::new(spawned.listen)
     }
 }

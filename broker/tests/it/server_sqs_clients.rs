@@ -96,6 +96,33 @@ fn signatures_are_checked_with_credentials(io: IoChoice) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// With `--tls-cert`, the door is HTTPS with the binary port's certificate
+/// (`sqs/tests/tls`).
+fn the_door_serves_https_with_the_servers_certificate(io: IoChoice) {
+    let Some(python) = python() else { return };
+    let pki = sluice_broker::testing::TestPki::generate();
+    let mut args: Vec<String> = vec!["--sqs-listen".into(), "127.0.0.1:0".into()];
+    args.extend(pki.server_args());
+    // The binary port speaks TLS too: no plain test client here.
+    let Some(server) = sluice_broker::testing::TestServer::builder()
+        .io(io)
+        .args(&args)
+        .start_or_skip()
+    else {
+        return;
+    };
+    let sqs = server.handle().sqs_addr().expect("the SQS door is open");
+    run_pytest(
+        &python,
+        "sqs/tests/tls",
+        &[
+            ("SLUICE_SQS_ENDPOINT", format!("https://{sqs}")),
+            ("SLUICE_CA", pki.ca_pem().display().to_string()),
+            ("SLUICE_BINARY", server.addr().to_string()),
+        ],
+    );
+}
+
 /// Runs pytest on `tests` with `env`; every test must run and pass.
 fn run_pytest(python: &std::path::Path, tests: &str, env: &[(&str, String)]) {
     let mut cmd = Command::new(python);
@@ -136,4 +163,5 @@ fn run_pytest(python: &std::path::Path, tests: &str, env: &[(&str, String)]) {
 crate::both_backends!(
     boto3_and_the_aws_cli_pass_the_client_suite,
     signatures_are_checked_with_credentials,
+    the_door_serves_https_with_the_servers_certificate,
 );

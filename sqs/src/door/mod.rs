@@ -50,6 +50,8 @@ pub struct DoorConfig {
     /// The access keys whose signatures the door checks
     /// (`--sqs-credentials`); `None` accepts any signature.
     pub credentials: Option<Credentials>,
+    /// The door is served over TLS: queue URLs are `https://`.
+    pub tls: bool,
 }
 
 impl Default for DoorConfig {
@@ -59,6 +61,7 @@ impl Default for DoorConfig {
             region: "us-east-1".to_owned(),
             limits: Limits::Strict,
             credentials: None,
+            tls: false,
         }
     }
 }
@@ -186,7 +189,7 @@ enum Started {
 struct Ctx<'a> {
     /// The request's namespace.
     ns: Namespace,
-    /// The `Host` header, for queue URLs.
+    /// The scheme and the `Host` header (`http://HOST`), for queue URLs.
     host: String,
     /// The door's configuration.
     config: &'a DoorConfig,
@@ -378,7 +381,15 @@ impl Door {
         let ns = self.namespace(req, now_unix_ms)?;
         let ctx = Ctx {
             ns,
-            host: req.header("host").unwrap_or("localhost").to_owned(),
+            host: format!(
+                "{}://{}",
+                if self.inner.config.tls {
+                    "https"
+                } else {
+                    "http"
+                },
+                req.header("host").unwrap_or("localhost")
+            ),
             config: &self.inner.config,
         };
         let unsupported = || {

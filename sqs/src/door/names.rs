@@ -88,8 +88,10 @@ impl Namespace {
     }
 
     /// The URL of the queue `name`.
-    pub fn url(&self, host: &str, name: &str) -> String {
-        format!("http://{host}/{}/{name}", self.account)
+    /// The URL of the queue `name` at `origin` (`http://HOST` or
+    /// `https://HOST`).
+    pub fn url(&self, origin: &str, name: &str) -> String {
+        format!("{origin}/{}/{name}", self.account)
     }
 
     /// The ARN of the queue `name`.

@@ -170,6 +170,10 @@ impl State {
             io.close_now(id);
             return;
         };
+        // HTTPS with the server's certificate when it has one.
+        let Some(transport) = self.transport(io, id, peer) else {
+            return;
+        };
         let admitted = self.drain_deadline_ns.is_none() && self.shared.admit_connection();
         let session = if admitted {
             self.stats().accepted.add(1);
@@ -189,14 +193,29 @@ impl State {
             SqsSession::refused(peer, config, self.now_ns, &why)
         };
         let session = ConnSession::Sqs(session);
-        self.install(io, id, session, Transport::plain(), admitted, false);
+        self.install(io, id, session, transport, admitted, false);
     }
 
     /// An SQS connection the driver refused (it holds its maximum): `503`.
     pub(super) fn on_refused_sqs(&mut self, io: &mut Connections, id: ConnId, peer: SocketAddr) {
         tracing::debug!(%peer, "SQS connection refused: this shard's driver is full");
         self.stats().refused.add(1);
-        io.send(id, sqs_unavailable());
+        let Some(config) = self
+            .sqs
+            .clone()
+            .filter(|_| self.shared.config.tls.is_some())
+        else {
+            io.send(id, sqs_unavailable());
+            return;
+        };
+        // Over TLS the 503 goes out once the handshake is done.
+        let Some(transport) = self.transport(io, id, peer) else {
+            return;
+        };
+        io.set_reading(id, true);
+        let why = "the server holds its maximum of connections; retry later";
+        let session = SqsSession::refused(peer, config, self.now_ns, why);
+        self.install(io, id, ConnSession::Sqs(session), transport, false, false);
     }
 
     /// Counts a new connection before HELLO. At the limit, the connection
