@@ -51,6 +51,21 @@ pub mod bits {
 /// Bytes of the two masks.
 const MASKS_BYTES: usize = 4;
 
+/// A labels change whose bit is present: it changes something (an empty
+/// one is written by leaving the bit out, so each block has one encoding).
+fn labels_change(r: &mut Reader, field: &'static str) -> Result<LabelsUpdate, DecodeError> {
+    let offset = r.offset();
+    let change = LabelsUpdate::decode(r, field)?;
+    if change.is_empty() {
+        return Err(DecodeError::InvalidValue {
+            offset,
+            field,
+            reason: "a present labels bit carries pairs or keys; an empty change leaves it out",
+        });
+    }
+    Ok(change)
+}
+
 fn labels_len(u: &LabelsUpdate) -> usize {
     if u.is_empty() { 0 } else { u.encoded_len() }
 }
@@ -238,10 +253,10 @@ impl AttributeUpdate {
             });
         }
         if present & bits::TAGS != 0 {
-            *out.tags_mut() = LabelsUpdate::decode(r, "tags")?;
+            *out.tags_mut() = labels_change(r, "tags")?;
         }
         if present & bits::ANNOTATIONS != 0 {
-            *out.annotations_mut() = LabelsUpdate::decode(r, "annotations")?;
+            *out.annotations_mut() = labels_change(r, "annotations")?;
         }
         Ok(out)
     }
