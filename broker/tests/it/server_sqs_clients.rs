@@ -1,7 +1,9 @@
 //! The SQS door against clients nobody here wrote: the pytest suite in
 //! `sqs/tests/clients` drives boto3 and the aws CLI against a server this
 //! test starts on free loopback ports (every action, the README's first
-//! flow, MD5s against values AWS published).
+//! flow, MD5s against values AWS published); `sqs/tests/sigv4` checks
+//! signatures with `--sqs-credentials`, `sqs/tests/tls` the door over
+//! HTTPS, and `sqs/tests/node` the AWS SDK for JavaScript v3.
 //!
 //! The clients live in a virtualenv, `target/venv-sqs` (`.ci/run`
 //! installs them from `sqs/tests/clients/requirements.txt`), or the Python
@@ -123,6 +125,61 @@ fn the_door_serves_https_with_the_servers_certificate(io: IoChoice) {
     );
 }
 
+/// The AWS SDK for JavaScript v3 (`sqs/tests/node`), installed by `.ci/run`
+/// into `target/node-sqs`: its folder of modules, or `None` (skip; under
+/// `CI=true`, fail).
+fn node_modules() -> Option<PathBuf> {
+    let modules = workspace().join("target/node-sqs/node_modules");
+    let node = Command::new("node").arg("--version").output();
+    if node.is_ok_and(|o| o.status.success()) && modules.join("@aws-sdk/client-sqs").is_dir() {
+        return Some(modules);
+    }
+    assert!(
+        std::env::var("CI").map_or(true, |v| v != "true"),
+        "no node or no @aws-sdk/client-sqs in {}: under CI=true .ci/run installs them \
+         (sqs/tests/node/package.json)",
+        modules.display()
+    );
+    eprintln!(
+        "SKIP: no node or no @aws-sdk/client-sqs in {} (mkdir -p target/node-sqs && cp \
+         sqs/tests/node/package*.json target/node-sqs && cd target/node-sqs && npm ci)",
+        modules.display()
+    );
+    None
+}
+
+/// The JavaScript SDK sends, sends a batch, receives with attributes and
+/// deletes, checking every body's MD5.
+fn the_javascript_sdk_passes_its_suite(io: IoChoice) {
+    let Some(modules) = node_modules() else {
+        return;
+    };
+    let Some(server) = start(io, &["--sqs-listen", "127.0.0.1:0"]) else {
+        return;
+    };
+    let sqs = server.handle().sqs_addr().expect("the SQS door is open");
+    let out = Command::new("node")
+        .args(["--test", "sqs/tests/node/"])
+        .current_dir(workspace())
+        .env("SLUICE_SQS_ENDPOINT", format!("http://{sqs}"))
+        .env("SLUICE_NODE_MODULES", &modules)
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .output()
+        .expect("run node --test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("# pass 2") && stdout.contains("# fail 0"),
+        "the JavaScript SDK's suite failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs pytest on `tests` with `env`; every test must run and pass.
 fn run_pytest(python: &std::path::Path, tests: &str, env: &[(&str, String)]) {
     let mut cmd = Command::new(python);
@@ -164,4 +221,5 @@ crate::both_backends!(
     boto3_and_the_aws_cli_pass_the_client_suite,
     signatures_are_checked_with_credentials,
     the_door_serves_https_with_the_servers_certificate,
+    the_javascript_sdk_passes_its_suite,
 );
