@@ -205,8 +205,84 @@ fn a_byte_a_second_is_cut_off(io: IoChoice) {
     still_serving(&server, sqs);
 }
 
+/// With `--sqs-credentials`, bad SigV4 headers (garbage, a 10,000-byte
+/// credential scope, a scope of the wrong shape, a bad date, signed
+/// headers without `host`, no signature) are each answered with SQS's
+/// error on a connection that stays open, and the server goes on.
+fn bad_signatures_are_answered(io: IoChoice) {
+    let dir = std::env::temp_dir().join(format!("sluice-sigv4-bad-{}-{io:?}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("credentials");
+    std::fs::write(&file, "AKIDBAD secret 111122223333\n").unwrap();
+    let file_arg = file.display().to_string();
+    let Some(server) = start(
+        io,
+        &[
+            "--sqs-listen",
+            "127.0.0.1:0",
+            "--sqs-credentials",
+            &file_arg,
+        ],
+    ) else {
+        return;
+    };
+    let sqs = server.handle().sqs_addr().expect("the SQS door is open");
+    let zeros = "0".repeat(64);
+    let long_scope = format!(
+        "AWS4-HMAC-SHA256 Credential={}/20261206/us-east-1/sqs/aws4_request, \
+         SignedHeaders=host;x-amz-date, Signature={zeros}",
+        "K".repeat(10_000)
+    );
+    let cases: Vec<(String, &str)> = vec![
+        ("garbage".into(), "IncompleteSignature"),
+        ("AWS4-HMAC-SHA256".into(), "IncompleteSignature"),
+        (long_scope, "InvalidClientTokenId"),
+        (
+            format!(
+                "AWS4-HMAC-SHA256 Credential=AKIDBAD/x/y, SignedHeaders=host, Signature={zeros}"
+            ),
+            "IncompleteSignature",
+        ),
+        (
+            format!(
+                "AWS4-HMAC-SHA256 Credential=AKIDBAD/20261206/us-east-1/sqs/aws4_request, SignedHeaders=x-amz-date, Signature={zeros}"
+            ),
+            "IncompleteSignature",
+        ),
+    ];
+    let mut s = connect(sqs);
+    for (auth, code) in &cases {
+        let body = "{}";
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n\
+             X-Amz-Date: 2026bad\r\nAuthorization: {auth}\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(request.as_bytes()).unwrap();
+        let r = read_response(&mut s);
+        assert!(r.contains(&format!("#{code}\"")), "{code}: {r:.300}");
+    }
+    // No signature at all.
+    s.write_all(&call("ListQueues", "{}")).unwrap();
+    let r = read_response(&mut s);
+    assert!(r.starts_with("HTTP/1.1 403 "), "{r:.300}");
+    assert!(r.contains("#MissingAuthenticationToken\""), "{r:.300}");
+    // Control bytes in the header are no HTTP: 400 and a close.
+    let mut raw = connect(sqs);
+    raw.write_all(
+        b"POST / HTTP/1.1\r\nHost: x\r\nAuthorization: \x01\x7f\r\nContent-Length: 0\r\n\r\n",
+    )
+    .unwrap();
+    let r = read_to_close(&mut raw);
+    assert!(r.starts_with("HTTP/1.1 400 "), "{r:.300}");
+    server.client().ping();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 crate::both_backends!(
     closing_cases,
     sqs_errors_keep_the_connection,
-    a_byte_a_second_is_cut_off
+    a_byte_a_second_is_cut_off,
+    bad_signatures_are_answered
 );

@@ -32,3 +32,25 @@ def test_the_aws_cli_creates_sends_receives_and_deletes(name):
     attrs = aws("get-queue-attributes", "--queue-url", url, "--attribute-names", "All")["Attributes"]
     assert attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
     aws("delete-queue", "--queue-url", url)
+
+
+def test_the_aws_cli_batches_purges_tags_and_changes_visibility(name):
+    url = aws("create-queue", "--queue-name", name, "--attributes", "VisibilityTimeout=30",
+              "--tags", "team=payments")["QueueUrl"]
+    assert aws("list-queue-tags", "--queue-url", url)["Tags"] == {"team": "payments"}
+    entries = json.dumps([{"Id": str(i), "MessageBody": f"m{i}"} for i in range(3)])
+    sent = aws("send-message-batch", "--queue-url", url, "--entries", entries)
+    assert len(sent["Successful"]) == 3
+    got = aws("receive-message", "--queue-url", url, "--wait-time-seconds", "2")["Messages"][0]
+    aws("change-message-visibility", "--queue-url", url, "--receipt-handle", got["ReceiptHandle"],
+        "--visibility-timeout", "0")
+    aws("set-queue-attributes", "--queue-url", url, "--attributes", "DelaySeconds=1")
+    attrs = aws("get-queue-attributes", "--queue-url", url, "--attribute-names",
+                "DelaySeconds", "ApproximateNumberOfMessages")["Attributes"]
+    assert attrs == {"DelaySeconds": "1", "ApproximateNumberOfMessages": "3"}
+    aws("purge-queue", "--queue-url", url)
+    attrs = aws("get-queue-attributes", "--queue-url", url, "--attribute-names",
+                "ApproximateNumberOfMessages")["Attributes"]
+    assert attrs["ApproximateNumberOfMessages"] == "0"
+    assert aws("get-queue-url", "--queue-name", name)["QueueUrl"] == url
+    aws("delete-queue", "--queue-url", url)
