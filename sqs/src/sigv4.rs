@@ -57,7 +57,7 @@ pub fn identity(req: &Request) -> Option<Identity> {
 }
 
 /// `%2F` and friends decoded; a bad escape is kept as it is.
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

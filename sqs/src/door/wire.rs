@@ -33,6 +33,17 @@ impl Input {
         }
     }
 
+    /// An input of these members (the query protocol's, made JSON).
+    pub fn from_map(map: Map<String, Value>) -> Input {
+        Input { map }
+    }
+
+    /// The members as one JSON object.
+    #[cfg(test)]
+    pub fn to_value(&self) -> Value {
+        Value::Object(self.map.clone())
+    }
+
     /// An object read as an input (a batch entry).
     pub fn from_value(member: &str, v: &Value) -> Result<Input, SqsError> {
         match v {
