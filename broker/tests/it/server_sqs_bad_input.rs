@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use sluice_broker::server::config::IoChoice;
 
-use crate::server_util::{READ_TIMEOUT, TestServer, start};
+use crate::server_util::{CredentialsFile, READ_TIMEOUT, TestServer, start};
 
 fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).expect("connect to the SQS door");
@@ -210,18 +210,17 @@ fn a_byte_a_second_is_cut_off(io: IoChoice) {
 /// headers without `host`, no signature) are each answered with SQS's
 /// error on a connection that stays open, and the server goes on.
 fn bad_signatures_are_answered(io: IoChoice) {
-    let dir = std::env::temp_dir().join(format!("sluice-sigv4-bad-{}-{io:?}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("credentials");
-    std::fs::write(&file, "AKIDBAD secret 111122223333\n").unwrap();
-    let file_arg = file.display().to_string();
+    let credentials = CredentialsFile::new(
+        &format!("sigv4-bad-{io:?}"),
+        "AKIDBAD secret 111122223333\n",
+    );
     let Some(server) = start(
         io,
         &[
             "--sqs-listen",
             "127.0.0.1:0",
             "--sqs-credentials",
-            &file_arg,
+            &credentials.path,
         ],
     ) else {
         return;
@@ -277,7 +276,6 @@ fn bad_signatures_are_answered(io: IoChoice) {
     let r = read_to_close(&mut raw);
     assert!(r.starts_with("HTTP/1.1 400 "), "{r:.300}");
     server.client().ping();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 crate::both_backends!(

@@ -15,7 +15,7 @@ use std::process::Command;
 
 use sluice_broker::server::config::IoChoice;
 
-use crate::server_util::start;
+use crate::server_util::{CredentialsFile, start};
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -64,22 +64,17 @@ fn boto3_and_the_aws_cli_pass_the_client_suite(io: IoChoice) {
 /// With `--sqs-credentials`, signatures are checked (`sqs/tests/sigv4`).
 fn signatures_are_checked_with_credentials(io: IoChoice) {
     let Some(python) = python() else { return };
-    let dir = std::env::temp_dir().join(format!("sluice-sigv4-{}-{io:?}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("credentials");
-    std::fs::write(
-        &file,
+    let credentials = CredentialsFile::new(
+        &format!("sigv4-{io:?}"),
         "# access key, secret, account\nAKIDSLUICETEST s3cr3t-f0r-tests 111122223333\n",
-    )
-    .unwrap();
-    let file_arg = file.display().to_string();
+    );
     let Some(server) = start(
         io,
         &[
             "--sqs-listen",
             "127.0.0.1:0",
             "--sqs-credentials",
-            &file_arg,
+            &credentials.path,
         ],
     ) else {
         return;
@@ -95,7 +90,6 @@ fn signatures_are_checked_with_credentials(io: IoChoice) {
             ("SLUICE_SQS_ACCOUNT", "111122223333".to_owned()),
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// With `--tls-cert`, the door is HTTPS with the binary port's certificate

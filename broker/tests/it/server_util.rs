@@ -416,3 +416,30 @@ pub fn rss_bytes() -> u64 {
 pub fn attrs() -> AttributeUpdate {
     AttributeUpdate::default()
 }
+
+/// A `--sqs-credentials` file in a folder of its own, removed on drop.
+pub struct CredentialsFile {
+    dir: std::path::PathBuf,
+    /// Its path, as the flag takes it.
+    pub path: String,
+}
+
+impl CredentialsFile {
+    /// A file holding `text`, named after `tag` (the test, the backend).
+    pub fn new(tag: &str, text: &str) -> CredentialsFile {
+        let dir = std::env::temp_dir().join(format!("sluice-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        let file = dir.join("credentials");
+        std::fs::write(&file, text).expect("the credentials file");
+        CredentialsFile {
+            path: file.display().to_string(),
+            dir,
+        }
+    }
+}
+
+impl Drop for CredentialsFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
