@@ -278,9 +278,90 @@ fn bad_signatures_are_answered(io: IoChoice) {
     server.client().ping();
 }
 
+fn form(body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// Bad query-protocol requests get SQS's XML `ErrorResponse`, on a
+/// connection that goes on serving.
+fn query_protocol_errors_are_xml(io: IoChoice) {
+    let Some(server) = start(io, &["--sqs-listen", "127.0.0.1:0"]) else {
+        return;
+    };
+    let sqs = server.handle().sqs_addr().expect("the SQS door");
+    let mut s = connect(sqs);
+    let gap = "Action=GetQueueAttributes&Version=2012-11-05&QueueUrl=http%3A%2F%2Fx%2F000000000000%2Fq\
+               &AttributeName.1=All&AttributeName.3=QueueArn";
+    for (what, bytes, code) in [
+        (
+            "malformed form encoding",
+            form(b"Action=ListQueues&Version=2012-11-05&QueueNamePrefix=%g1"),
+            "MalformedQueryString",
+        ),
+        (
+            "escapes that are no UTF-8",
+            form(b"Action=ListQueues&Version=2012-11-05&QueueNamePrefix=%ff"),
+            "MalformedQueryString",
+        ),
+        (
+            "bytes that are no UTF-8",
+            form(b"Action=ListQueues&Version=2012-11-05&QueueNamePrefix=\xff\xfe"),
+            "MalformedQueryString",
+        ),
+        (
+            "an unknown Version",
+            form(b"Action=ListQueues&Version=2008-01-01"),
+            "NoSuchVersion",
+        ),
+        ("no Version", form(b"Action=ListQueues"), "MissingParameter"),
+        ("no Action", form(b"Version=2012-11-05"), "MissingAction"),
+        (
+            "an unknown action",
+            form(b"Action=FlyToTheMoon&Version=2012-11-05"),
+            "InvalidAction",
+        ),
+        (
+            "a numbered list with a gap",
+            form(gap.as_bytes()),
+            "InvalidParameterValue",
+        ),
+        (
+            "a missing queue, by GET",
+            b"GET /?Action=GetQueueUrl&Version=2012-11-05&QueueName=nope HTTP/1.1\r\nHost: x\r\n\r\n"
+                .to_vec(),
+            "AWS.SimpleQueueService.NonExistentQueue",
+        ),
+    ] {
+        s.write_all(&bytes).unwrap();
+        let r = read_response(&mut s);
+        assert!(r.starts_with("HTTP/1.1 400 "), "{what}: {r}");
+        assert!(r.contains("Content-Type: text/xml\r\n"), "{what}: {r}");
+        assert!(
+            r.contains("<ErrorResponse") && r.contains(&format!("<Code>{code}</Code>")),
+            "{what}: {r}"
+        );
+    }
+    s.write_all(&form(b"Action=ListQueues&Version=2012-11-05"))
+        .unwrap();
+    let r = read_response(&mut s);
+    assert!(
+        r.starts_with("HTTP/1.1 200 OK\r\n") && r.contains("<ListQueuesResponse"),
+        "{r}"
+    );
+    still_serving(&server, sqs);
+}
+
 crate::both_backends!(
     closing_cases,
     sqs_errors_keep_the_connection,
+    query_protocol_errors_are_xml,
     a_byte_a_second_is_cut_off,
     bad_signatures_are_answered
 );

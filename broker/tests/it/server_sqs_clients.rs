@@ -5,10 +5,16 @@
 //! signatures with `--sqs-credentials`, `sqs/tests/tls` the door over
 //! HTTPS, and `sqs/tests/node` the AWS SDK for JavaScript v3.
 //!
-//! The clients live in a virtualenv, `target/venv-sqs` (`.ci/run`
-//! installs them from `sqs/tests/clients/requirements.txt`), or the Python
-//! named by `SLUICE_SQS_PYTHON`. Without it the test says so and skips,
-//! except under `CI=true`, where it fails.
+//! The client suite runs twice: with current boto3 and aws CLI, which speak
+//! the AWS JSON 1.0 protocol, and with botocore 1.33 and its aws CLI, which
+//! speak the query protocol (form posts, XML replies).
+//!
+//! The clients live in virtualenvs, `target/venv-sqs` and
+//! `target/venv-sqs-query` (`.ci/run` installs them from
+//! `sqs/tests/clients/requirements.txt` and `requirements-query.txt`), or
+//! the Pythons named by `SLUICE_SQS_PYTHON` and `SLUICE_SQS_QUERY_PYTHON`.
+//! Without them the tests say so and skip, except under `CI=true`, where
+//! they fail.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -21,10 +27,26 @@ fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The Python with boto3, the aws CLI and pytest, or `None` (skip).
+/// The Python with boto3, the aws CLI and pytest (JSON protocol), or
+/// `None` (skip).
 fn python() -> Option<PathBuf> {
-    let python = std::env::var_os("SLUICE_SQS_PYTHON").map_or_else(
-        || workspace().join("target/venv-sqs/bin/python"),
+    python_in("SLUICE_SQS_PYTHON", "venv-sqs", "requirements.txt")
+}
+
+/// The Python with botocore 1.33 (query protocol), or `None` (skip).
+fn query_python() -> Option<PathBuf> {
+    python_in(
+        "SLUICE_SQS_QUERY_PYTHON",
+        "venv-sqs-query",
+        "requirements-query.txt",
+    )
+}
+
+/// The Python named by `variable`, else `target/VENV`'s, if it has boto3,
+/// pytest and awscli; else `None` (skip), or under `CI=true` a failure.
+fn python_in(variable: &str, venv: &str, requirements: &str) -> Option<PathBuf> {
+    let python = std::env::var_os(variable).map_or_else(
+        || workspace().join(format!("target/{venv}/bin/python")),
         PathBuf::from,
     );
     let ok = Command::new(&python)
@@ -37,12 +59,12 @@ fn python() -> Option<PathBuf> {
     assert!(
         std::env::var("CI").map_or(true, |v| v != "true"),
         "{} has no boto3, pytest and awscli: under CI=true .ci/run installs them \
-         (sqs/tests/clients/requirements.txt)",
+         (sqs/tests/clients/{requirements})",
         python.display()
     );
     eprintln!(
-        "SKIP: no boto3/pytest/awscli at {} (python3 -m venv target/venv-sqs && \
-         target/venv-sqs/bin/pip install -r sqs/tests/clients/requirements.txt)",
+        "SKIP: no boto3/pytest/awscli at {} (python3 -m venv target/{venv} && \
+         target/{venv}/bin/pip install -r sqs/tests/clients/{requirements})",
         python.display()
     );
     None
@@ -57,15 +79,47 @@ fn boto3_and_the_aws_cli_pass_the_client_suite(io: IoChoice) {
     run_pytest(
         &python,
         "sqs/tests/clients",
-        &[("SLUICE_SQS_ENDPOINT", format!("http://{sqs}"))],
+        &[
+            ("SLUICE_SQS_ENDPOINT", format!("http://{sqs}")),
+            ("SLUICE_SQS_PROTOCOL", "json".to_owned()),
+        ],
     );
 }
 
-/// With `--sqs-credentials`, signatures are checked (`sqs/tests/sigv4`).
+/// The same suite through botocore 1.33 and its aws CLI: every action over
+/// the query protocol.
+fn botocore_1_33_passes_the_client_suite_over_the_query_protocol(io: IoChoice) {
+    let Some(python) = query_python() else { return };
+    let Some(server) = start(io, &["--sqs-listen", "127.0.0.1:0", "--shards", "2"]) else {
+        return;
+    };
+    let sqs = server.handle().sqs_addr().expect("the SQS door is open");
+    run_pytest(
+        &python,
+        "sqs/tests/clients",
+        &[
+            ("SLUICE_SQS_ENDPOINT", format!("http://{sqs}")),
+            ("SLUICE_SQS_PROTOCOL", "query".to_owned()),
+        ],
+    );
+}
+
+/// With `--sqs-credentials`, signatures are checked (`sqs/tests/sigv4`),
+/// over the JSON protocol.
 fn signatures_are_checked_with_credentials(io: IoChoice) {
     let Some(python) = python() else { return };
+    run_sigv4_suite(io, &python, "json");
+}
+
+/// The same over the query protocol: signed form posts and presigned GETs.
+fn signatures_are_checked_over_the_query_protocol(io: IoChoice) {
+    let Some(python) = query_python() else { return };
+    run_sigv4_suite(io, &python, "query");
+}
+
+fn run_sigv4_suite(io: IoChoice, python: &std::path::Path, protocol: &str) {
     let credentials = CredentialsFile::new(
-        &format!("sigv4-{io:?}"),
+        &format!("sigv4-{protocol}-{io:?}"),
         "# access key, secret, account\nAKIDSLUICETEST s3cr3t-f0r-tests 111122223333\n",
     );
     let Some(server) = start(
@@ -81,7 +135,7 @@ fn signatures_are_checked_with_credentials(io: IoChoice) {
     };
     let sqs = server.handle().sqs_addr().expect("the SQS door is open");
     run_pytest(
-        &python,
+        python,
         "sqs/tests/sigv4",
         &[
             ("SLUICE_SQS_ENDPOINT", format!("http://{sqs}")),
@@ -213,7 +267,9 @@ fn run_pytest(python: &std::path::Path, tests: &str, env: &[(&str, String)]) {
 
 crate::both_backends!(
     boto3_and_the_aws_cli_pass_the_client_suite,
+    botocore_1_33_passes_the_client_suite_over_the_query_protocol,
     signatures_are_checked_with_credentials,
+    signatures_are_checked_over_the_query_protocol,
     the_door_serves_https_with_the_servers_certificate,
     the_javascript_sdk_passes_its_suite,
 );

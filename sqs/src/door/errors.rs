@@ -139,6 +139,11 @@ impl SqsError {
         self.entry().2
     }
 
+    /// The query protocol's code (`AWS.SimpleQueueService.NonExistentQueue`).
+    pub fn query_code(&self) -> &'static str {
+        self.entry().0
+    }
+
     /// The `x-amzn-query-error` header's value.
     pub fn query_error(&self) -> String {
         let (code, _, sender) = self.entry();

@@ -6,16 +6,16 @@ mod errors;
 mod md5;
 mod messages;
 mod names;
-// The query protocol's reading, with its tests; it is wired to the door
-// with the XML replies (SQS.md, "Not served yet").
-#[cfg_attr(not(test), allow(dead_code))]
 mod query;
+#[cfg(test)]
+mod query_tests;
 mod queues;
 mod sources;
 mod tags;
 #[cfg(test)]
 mod tests;
 mod wire;
+mod xml;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,10 +156,40 @@ actions! {
     CancelMessageMoveTask, AddPermission, RemovePermission,
 }
 
+/// The protocol a request came in, which its reply speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// AWS JSON 1.0: `X-Amz-Target: AmazonSQS.<Action>`, JSON replies.
+    Json,
+    /// The query protocol: `Action=...` form-encoded, XML replies.
+    Query,
+}
+
+impl Protocol {
+    /// The protocol of `req`: the query protocol for a request without
+    /// `X-Amz-Target` that is a form post or has `Action=` in its query.
+    #[must_use]
+    pub fn of(req: &http::Request) -> Protocol {
+        if req.header("x-amz-target").is_some() {
+            return Protocol::Json;
+        }
+        let form = req
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded"));
+        let action_in_query = req.query.split('&').any(|p| p.starts_with("Action="));
+        if form || action_in_query {
+            Protocol::Query
+        } else {
+            Protocol::Json
+        }
+    }
+}
+
 /// One SQS call in progress.
 #[derive(Debug)]
 pub struct Call {
     action: Action,
+    protocol: Protocol,
     request_id: String,
     pending: Pending,
 }
@@ -248,31 +278,48 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The success response with `body`.
-fn ok_response(request_id: &str, body: &Value, stale_deletes: u32) -> Response {
+/// The success response with `body` (its JSON form), in `protocol`.
+fn ok_response(
+    protocol: Protocol,
+    action: Action,
+    request_id: &str,
+    body: &Value,
+    stale_deletes: u32,
+) -> Response {
+    let (content_type, body) = match protocol {
+        Protocol::Json => ("application/x-amz-json-1.0", body.to_string()),
+        Protocol::Query => ("text/xml", xml::reply(action, body, request_id)),
+    };
     Response {
         status: 200,
         headers: vec![
             ("x-amzn-RequestId", request_id.to_owned()),
-            ("Content-Type", "application/x-amz-json-1.0".to_owned()),
+            ("Content-Type", content_type.to_owned()),
         ],
-        body: Bytes::from(body.to_string()),
+        body: Bytes::from(body),
         error: None,
         stale_deletes,
     }
 }
 
-/// The error response for `e`.
-fn error_response(request_id: &str, e: &SqsError) -> Response {
-    let body = serde_json::json!({ "__type": e.json_type(), "message": e.message });
+/// The error response for `e`, in `protocol`.
+fn error_response(protocol: Protocol, request_id: &str, e: &SqsError) -> Response {
+    let mut headers = vec![("x-amzn-RequestId", request_id.to_owned())];
+    let body = match protocol {
+        Protocol::Json => {
+            headers.push(("Content-Type", "application/x-amz-json-1.0".to_owned()));
+            headers.push(("x-amzn-query-error", e.query_error()));
+            serde_json::json!({ "__type": e.json_type(), "message": e.message }).to_string()
+        }
+        Protocol::Query => {
+            headers.push(("Content-Type", "text/xml".to_owned()));
+            xml::error(e, request_id)
+        }
+    };
     Response {
         status: e.status(),
-        headers: vec![
-            ("x-amzn-RequestId", request_id.to_owned()),
-            ("Content-Type", "application/x-amz-json-1.0".to_owned()),
-            ("x-amzn-query-error", e.query_error()),
-        ],
-        body: Bytes::from(body.to_string()),
+        headers,
+        body: Bytes::from(body),
         error: Some(e.name),
         stale_deletes: 0,
     }
@@ -338,24 +385,50 @@ impl Door {
     #[must_use]
     pub fn call(&self, req: &http::Request, now_unix_ms: u64) -> (Call, Step) {
         let request_id = self.request_id(now_unix_ms);
-        let target = req.header("x-amz-target");
-        let action = target
-            .and_then(|t| t.strip_prefix("AmazonSQS."))
-            .map_or(Action::Unknown, Action::from_name);
+        let protocol = Protocol::of(req);
+        // The action, its name and the input, or why it cannot be read.
+        let (action, name, input) = match protocol {
+            Protocol::Json => match req.header("x-amz-target") {
+                Some(target) => (
+                    target
+                        .strip_prefix("AmazonSQS.")
+                        .map_or(Action::Unknown, Action::from_name),
+                    target.to_owned(),
+                    Input::parse(&req.body),
+                ),
+                None => (
+                    Action::Unknown,
+                    String::new(),
+                    Err(SqsError::new(
+                        "InvalidAction",
+                        "The request names no action: it needs the header X-Amz-Target: AmazonSQS.<Action> (or, in the query protocol, the parameter Action).",
+                    )),
+                ),
+            },
+            Protocol::Query => match query::read(req) {
+                Ok((name, input)) => (Action::from_name(&name), name, Ok(input)),
+                Err(e) => (Action::Unknown, String::new(), Err(e)),
+            },
+        };
         let mut call = Call {
             action,
+            protocol,
             request_id,
             pending: Pending::Over,
         };
-        let step = match self.start(req, target, action, now_unix_ms) {
+        let step = match self.start(req, &name, action, input, now_unix_ms) {
             Ok(Started::Engine(pending, request)) => {
                 call.pending = pending;
                 Step::Engine(request)
             }
-            Ok(Started::Reply(body, stale)) => {
-                Step::Done(ok_response(&call.request_id, &body, stale))
-            }
-            Err(e) => Step::Done(error_response(&call.request_id, &e)),
+            Ok(Started::Reply(body, stale)) => Step::Done(ok_response(
+                protocol,
+                action,
+                &call.request_id,
+                &body,
+                stale,
+            )),
+            Err(e) => Step::Done(error_response(protocol, &call.request_id, &e)),
         };
         (call, step)
     }
@@ -363,26 +436,26 @@ impl Door {
     fn start(
         &self,
         req: &http::Request,
-        target: Option<&str>,
+        name: &str,
         action: Action,
+        input: Result<Input, SqsError>,
         now_unix_ms: u64,
     ) -> Result<Started, SqsError> {
-        if target.is_none() {
-            let form = req
-                .header("content-type")
-                .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded"));
-            if form || req.query.contains("Action=") {
-                return Err(SqsError::new(
-                    "UnsupportedOperation",
-                    "The SQS query protocol (Action=...) is not supported by sluice's SQS door yet; use the AWS JSON 1.0 protocol (X-Amz-Target: AmazonSQS.<Action>).",
-                ));
-            }
-            return Err(SqsError::new(
-                "InvalidAction",
-                "The request names no action: it needs the header X-Amz-Target: AmazonSQS.<Action>.",
-            ));
-        }
+        // The signature first: an unsigned caller learns nothing of the
+        // request's other faults.
         let ns = self.namespace(req, now_unix_ms)?;
+        // Then what the action is (an empty name: the request names none),
+        // then its input.
+        let unsupported = || {
+            SqsError::new(
+                "InvalidAction",
+                format!("The action {name} is not valid for this endpoint."),
+            )
+        };
+        if action == Action::Unknown && !name.is_empty() {
+            return Err(unsupported());
+        }
+        let input = input?;
         let ctx = Ctx {
             ns,
             host: format!(
@@ -396,19 +469,6 @@ impl Door {
             ),
             config: &self.inner.config,
         };
-        let unsupported = || {
-            SqsError::new(
-                "InvalidAction",
-                format!(
-                    "The action {} is not valid for this endpoint.",
-                    target.unwrap_or("")
-                ),
-            )
-        };
-        if action == Action::Unknown {
-            return Err(unsupported());
-        }
-        let input = Input::parse(&req.body)?;
         match action {
             Action::CreateQueue
             | Action::GetQueueUrl
@@ -470,8 +530,14 @@ impl Call {
             },
         };
         match result {
-            Ok((body, stale)) => Step::Done(ok_response(&self.request_id, &body, stale)),
-            Err(e) => Step::Done(error_response(&self.request_id, &e)),
+            Ok((body, stale)) => Step::Done(ok_response(
+                self.protocol,
+                self.action,
+                &self.request_id,
+                &body,
+                stale,
+            )),
+            Err(e) => Step::Done(error_response(self.protocol, &self.request_id, &e)),
         }
     }
 }

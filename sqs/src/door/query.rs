@@ -24,19 +24,80 @@ const NUMBERS: &[&str] = &[
 ];
 
 /// `application/x-www-form-urlencoded` pairs, `+` a space.
-pub(crate) fn form_pairs(text: &str) -> Vec<(String, String)> {
+///
+/// # Errors
+/// `MalformedQueryString` for a `%` not followed by two hex digits, or
+/// escapes that decode to no UTF-8.
+pub(crate) fn form_pairs(text: &str) -> Result<Vec<(String, String)>, SqsError> {
     text.split('&')
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            let decode = |s: &str| crate::sigv4::percent_decode(&s.replace('+', " "));
-            (decode(k), decode(v))
+            Ok((form_decode(k)?, form_decode(v)?))
         })
         .collect()
 }
 
+fn form_decode(s: &str) -> Result<String, SqsError> {
+    let malformed = || {
+        SqsError::new(
+            "MalformedQueryString",
+            format!(
+                "The form encoding of {s:?} is malformed: every % takes two hex digits, and the bytes they give must be UTF-8."
+            ),
+        )
+    };
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = |j: usize| {
+                    bytes
+                        .get(j)
+                        .and_then(|&b| char::from(b).to_digit(16))
+                        .ok_or_else(malformed)
+                };
+                let (h, l) = (hex(i + 1)?, hex(i + 2)?);
+                // Two hex digits: at most 255.
+                out.push(u8::try_from(h * 16 + l).map_err(|_| malformed())?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| malformed())
+}
+
 fn invalid(message: String) -> SqsError {
     SqsError::new("InvalidParameterValue", message)
+}
+
+/// The action's name and the input of a query-protocol request: the
+/// parameters of its query string and, for a form post, of its body.
+///
+/// # Errors
+/// As [`input`]; a body that is not UTF-8 is `MalformedQueryString`.
+pub(crate) fn read(req: &crate::http::Request) -> Result<(String, Input), SqsError> {
+    let mut pairs = form_pairs(&req.query)?;
+    if !req.body.is_empty() {
+        let body = core::str::from_utf8(&req.body).map_err(|_| {
+            SqsError::new(
+                "MalformedQueryString",
+                "The request body is not UTF-8 form encoding.",
+            )
+        })?;
+        pairs.extend(form_pairs(body)?);
+    }
+    input(&pairs)
 }
 
 /// The action and the input the pairs describe.
@@ -251,7 +312,7 @@ mod tests {
     use super::*;
 
     fn pairs(text: &str) -> Vec<(String, String)> {
-        form_pairs(text)
+        form_pairs(text).expect("well-formed")
     }
 
     fn json_of(text: &str) -> (String, Value) {
@@ -262,7 +323,7 @@ mod tests {
     #[test]
     fn forms_decode_plus_and_escapes() {
         assert_eq!(
-            form_pairs("a=b+c&d=%41%2B&e&=x"),
+            pairs("a=b+c&d=%41%2B&e&=x"),
             vec![
                 ("a".into(), "b c".into()),
                 ("d".into(), "A+".into()),
@@ -371,5 +432,14 @@ mod tests {
             let e = input(&pairs(text)).unwrap_err();
             assert_eq!(e.name, name, "{text}: {e:?}");
         }
+    }
+
+    #[test]
+    fn malformed_form_encoding_is_refused() {
+        for text in ["a=%zz", "a=%4", "a=%", "%C3=x", "a=%FF%FE", "a=b&c=%e2%82"] {
+            let e = form_pairs(text).unwrap_err();
+            assert_eq!(e.name, "MalformedQueryString", "{text}");
+        }
+        assert_eq!(pairs("a=%e2%82%ac")[0].1, "\u{20AC}");
     }
 }

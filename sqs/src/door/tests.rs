@@ -88,16 +88,6 @@ fn door_unknown_action_and_missing_target() {
         "InvalidAction",
         400,
     );
-    let mut q = req(None, "Action=ListQueues");
-    q.headers[1].1 = "application/x-www-form-urlencoded".to_owned();
-    let r = done(door.call(&q, 1).1);
-    assert_error(&r, "UnsupportedOperation", 400);
-    assert!(
-        json(&r)["message"]
-            .as_str()
-            .unwrap()
-            .contains("query protocol")
-    );
 }
 
 #[test]

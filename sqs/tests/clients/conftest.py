@@ -35,6 +35,15 @@ def make_client(access_key="test", region="us-east-1"):
     )
 
 
+def system_names(sqs, names):
+    """ReceiveMessage's system attribute names, in the member the client's
+    model has: MessageSystemAttributeNames since botocore 1.34.x, the older
+    AttributeNames before (the query-protocol run, botocore 1.33)."""
+    members = sqs.meta.service_model.operation_model("ReceiveMessage").input_shape.members
+    key = "MessageSystemAttributeNames" if "MessageSystemAttributeNames" in members else "AttributeNames"
+    return {key: names}
+
+
 @pytest.fixture
 def sqs():
     return make_client()

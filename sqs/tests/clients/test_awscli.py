@@ -11,7 +11,9 @@ ENDPOINT = os.environ["SLUICE_SQS_ENDPOINT"]
 
 
 def aws(*args):
-    exe = shutil.which("aws") or str(pathlib.Path(sys.executable).parent / "aws")
+    # The aws CLI beside this Python (the run's pinned one), else on PATH.
+    beside = pathlib.Path(sys.executable).parent / "aws"
+    exe = str(beside) if beside.exists() else shutil.which("aws")
     env = dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
                AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=os.devnull,
                AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_PAGER="")

@@ -9,6 +9,8 @@ import threading
 import botocore.exceptions
 import pytest
 
+from conftest import system_names
+
 
 def code(e):
     return e.value.response["Error"]["Code"]
@@ -62,7 +64,7 @@ def test_binary_attributes_and_filters(sqs, queue):
     )
     got = sqs.receive_message(
         QueueUrl=queue, MessageAttributeNames=["app.*"], WaitTimeSeconds=2,
-        MessageSystemAttributeNames=["All"], VisibilityTimeout=0,
+        VisibilityTimeout=0, **system_names(sqs, ["All"]),
     )["Messages"][0]
     assert set(got["MessageAttributes"]) == {"app.kind", "app.blob"}
     assert got["MessageAttributes"]["app.blob"]["BinaryValue"] == b"\x00\x01\xff"
@@ -156,8 +158,8 @@ def test_a_dead_letter_names_its_source_queue(sqs, name):
     # The second receive would pass maxReceiveCount 1: the message moves.
     assert "Messages" not in sqs.receive_message(QueueUrl=source)
     dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=2, VisibilityTimeout=0,
-                               MessageSystemAttributeNames=["DeadLetterQueueSourceArn"],
-                               MessageAttributeNames=["All"])["Messages"][0]
+                               MessageAttributeNames=["All"],
+                               **system_names(sqs, ["DeadLetterQueueSourceArn"]))["Messages"][0]
     assert dead["Attributes"] == {"DeadLetterQueueSourceArn": source_arn}
     # botocore checks MD5OfMessageAttributes; the source is not among them.
     assert list(dead["MessageAttributes"]) == ["k"]
