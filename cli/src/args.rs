@@ -313,4 +313,8 @@ pub struct RedriveArgs {
     /// Most messages to move, at least 1 [default: all].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max: Option<u32>,
+    /// Move them to this queue instead of back to the queues they were
+    /// dead-lettered from (on the same broker).
+    #[arg(long, value_name = "QUEUE")]
+    pub to: Option<String>,
 }

@@ -57,7 +57,10 @@ pub fn redrive(client: &crate::Client, a: &RedriveArgs, json: bool) -> Result<Ou
     }
     // All: as many as the wire's field holds.
     let max = usize::try_from(a.max.unwrap_or(u32::MAX)).unwrap_or(usize::MAX);
-    let r = client.redrive(&a.queue, max)?;
+    let r = match &a.to {
+        Some(to) => client.redrive_to(&a.queue, to, max)?,
+        None => client.redrive(&a.queue, max)?,
+    };
     if json {
         print_json(&json!({"moved": r.moved, "stayed": r.stayed}));
     } else {

@@ -1142,6 +1142,17 @@ fn dead_letter_queues_show_their_sources_and_only_they_redrive() {
     let moved = cli.json(&["redrive", "jobs.dlq"]);
     assert_eq!(moved["moved"], 1, "{moved}");
     assert_eq!(c.queue_info("jobs").unwrap().stats.visible, 1);
+    // --to: every message to one queue, even one sent straight to the DLQ.
+    c.send("jobs.dlq", "by hand").unwrap();
+    let out = cli.run(&["redrive", "jobs.dlq", "--to", "jobs.dlq"]);
+    assert!(
+        stderr(&out).starts_with("InvalidArgument: "),
+        "{}",
+        stderr(&out)
+    );
+    let moved = cli.json(&["redrive", "jobs.dlq", "--to", "other"]);
+    assert_eq!(moved["moved"], 1, "{moved}");
+    assert_eq!(c.queue_info("other").unwrap().stats.visible, 2);
 }
 
 #[test]

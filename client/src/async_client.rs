@@ -570,7 +570,20 @@ impl AsyncClient {
     /// # Errors
     /// `QueueNotFound`.
     pub async fn redrive(&self, queue: &str, max_messages: usize) -> Result<RedriveOutcome> {
-        self.run(&ops::Redrive(queue, max_messages)).await
+        self.run(&ops::Redrive(queue, max_messages, None)).await
+    }
+
+    /// Moves up to `max_messages` visible messages of `queue` to `to`.
+    ///
+    /// # Errors
+    /// `QueueNotFound` (either queue), `InvalidArgument` (`to` is `queue`).
+    pub async fn redrive_to(
+        &self,
+        queue: &str,
+        to: &str,
+        max_messages: usize,
+    ) -> Result<RedriveOutcome> {
+        self.run(&ops::Redrive(queue, max_messages, Some(to))).await
     }
 
     /// Reads up to `max_messages` visible messages without leasing them.

@@ -560,7 +560,17 @@ impl Client {
     /// # Errors
     /// `QueueNotFound`.
     pub fn redrive(&self, queue: &str, max_messages: usize) -> Result<RedriveOutcome> {
-        self.run(&ops::Redrive(queue, max_messages))
+        self.run(&ops::Redrive(queue, max_messages, None))
+    }
+
+    /// Moves up to `max_messages` visible messages of `queue` to the queue
+    /// `to` (on the same broker); those that do not fit `to`'s maximum
+    /// depth stay.
+    ///
+    /// # Errors
+    /// `QueueNotFound` (either queue), `InvalidArgument` (`to` is `queue`).
+    pub fn redrive_to(&self, queue: &str, to: &str, max_messages: usize) -> Result<RedriveOutcome> {
+        self.run(&ops::Redrive(queue, max_messages, Some(to)))
     }
 
     /// Reads up to `max_messages` visible messages without leasing them.

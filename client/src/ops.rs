@@ -547,13 +547,16 @@ impl Operation for ChangeVisibility<'_> {
     }
 }
 
-pub(crate) struct Redrive<'a>(pub &'a str, pub usize);
+/// A REDRIVE of queue `.0`, at most `.1` messages, to `.2` or (`None`)
+/// back to their source queues.
+pub(crate) struct Redrive<'a>(pub &'a str, pub usize, pub Option<&'a str>);
 impl Operation for Redrive<'_> {
     type Output = RedriveOutcome;
     fn request(&self) -> Result<Request> {
         Ok(Request::Redrive {
             queue: queue_name(self.0)?,
             max_messages: wire_count(self.1, "max messages")?,
+            to: self.2.map(queue_name).transpose()?,
         })
     }
     fn output(reply: Reply) -> Result<RedriveOutcome> {

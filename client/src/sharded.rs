@@ -418,6 +418,21 @@ macro_rules! sharded_ops {
                 self.client_for(queue).redrive(queue, max_messages) $($aw)*
             }
 
+            /// Moves messages of `queue` to `to`, which must be on the
+            /// same broker (else `InvalidArgument`: a redrive never
+            /// crosses brokers).
+            ///
+            /// # Errors
+            /// As the single client's.
+            pub $($async_)? fn redrive_to(&self, queue: &str, to: &str, max_messages: usize) -> Result<RedriveOutcome> {
+                if self.broker_of(queue) != self.broker_of(to) {
+                    return Err(Error::InvalidArgument(format!(
+                        "{queue} and {to} live on different brokers: a redrive moves messages within one broker"
+                    )));
+                }
+                self.client_for(queue).redrive_to(queue, to, max_messages) $($aw)*
+            }
+
             /// Reads visible messages without leasing them.
             ///
             /// # Errors

@@ -201,12 +201,17 @@ pub mod flags {
     /// more queues follow (protocol version 3).
     pub const LIST_QUEUES_PAGED: u8 = 0x01;
 
+    /// REDRIVE: move the messages to the queue named after `max` instead of
+    /// back to the queues they were dead-lettered from (protocol version 4).
+    pub const REDRIVE_TO: u8 = 0x01;
+
     /// The flag bits request `op` defines.
     #[must_use]
     pub const fn defined(op: u8) -> u8 {
         match op {
             super::opcode::RECEIVE => RECEIVE_BIND_LEASES | RECEIVE_WITH_SOURCE,
             super::opcode::LIST_QUEUES => LIST_QUEUES_PAGED,
+            super::opcode::REDRIVE => REDRIVE_TO,
             _ => 0,
         }
     }

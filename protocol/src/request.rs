@@ -217,12 +217,15 @@ pub enum Request {
     /// `0x23` `CHANGE_VISIBILITY`.
     ChangeVisibility(ChangeVisibilityRequest),
     /// `0x24` REDRIVE: move up to `max_messages` visible messages of a
-    /// dead-letter queue back to their source queues.
+    /// dead-letter queue back to their source queues, or to `to`.
     Redrive {
         /// The dead-letter queue.
         queue: QueueName,
         /// How many messages to move at most.
         max_messages: u32,
+        /// The queue to move them to (flag [`flags::REDRIVE_TO`]); `None`:
+        /// each back to the queue it was dead-lettered from.
+        to: Option<QueueName>,
     },
     /// `0x25` PEEK.
     Peek {
@@ -287,6 +290,7 @@ impl Request {
                 bind | source
             }
             Request::ListQueues { after: Some(_), .. } => flags::LIST_QUEUES_PAGED,
+            Request::Redrive { to: Some(_), .. } => flags::REDRIVE_TO,
             _ => 0,
         }
     }
@@ -336,7 +340,9 @@ impl Request {
             Request::ChangeVisibility(r) => {
                 r.queue.encoded_len() + 2 + VISIBILITY_CHANGE_BYTES * r.entries.len()
             }
-            Request::Redrive { queue, .. } => queue.encoded_len() + 4,
+            Request::Redrive { queue, to, .. } => {
+                queue.encoded_len() + 4 + to.as_ref().map_or(0, QueueName::encoded_len)
+            }
             Request::Peek { queue, .. } => queue.encoded_len() + 2,
             Request::ServerStats => 0,
         }
@@ -428,9 +434,13 @@ impl Request {
             Request::Redrive {
                 queue,
                 max_messages,
+                to,
             } => {
                 queue.encode(buf);
                 buf.put_u32_le(*max_messages);
+                if let Some(to) = to {
+                    to.encode(buf);
+                }
             }
             Request::Peek {
                 queue,
@@ -495,6 +505,11 @@ impl Request {
             opcode::REDRIVE => Request::Redrive {
                 queue: QueueName::decode(&mut r, "queue")?,
                 max_messages: r.u32("max_messages")?,
+                to: if frame_flags & flags::REDRIVE_TO != 0 {
+                    Some(QueueName::decode(&mut r, "to")?)
+                } else {
+                    None
+                },
             },
             opcode::PEEK => {
                 let queue = QueueName::decode(&mut r, "queue")?;

@@ -72,6 +72,9 @@ pub enum EngineError {
     /// A REDRIVE of no message.
     #[error("max: must be at least 1")]
     RedriveMaxZero,
+    /// A REDRIVE to the queue it moves from.
+    #[error("to: a redrive moves messages to another queue than the one they are in")]
+    RedriveToItself,
     /// A RECEIVE's visibility timeout above [`VISIBILITY_TIMEOUT_MS_MAX`].
     #[error("visibility_timeout_ms: {0} is outside 0 ..= {VISIBILITY_TIMEOUT_MS_MAX}")]
     VisibilityTimeoutOutOfRange(u32),
@@ -101,6 +104,7 @@ impl EngineError {
             | EngineError::EmptyBatch
             | EngineError::MaxOutOfRange(_)
             | EngineError::RedriveMaxZero
+            | EngineError::RedriveToItself
             | EngineError::VisibilityTimeoutOutOfRange(_)
             | EngineError::WaitOutOfRange(_) => ErrorCode::InvalidArgument,
         }

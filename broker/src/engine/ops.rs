@@ -77,6 +77,8 @@ pub enum Op {
         queue: QueueName,
         /// At most this many messages are considered (moved or stayed).
         max_messages: u32,
+        /// The queue they move to; `None`: each back to its source queue.
+        to: Option<QueueName>,
     },
     /// Read up to `max_messages` (1 ..= 1024) visible messages without
     /// leasing them.

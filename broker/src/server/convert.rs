@@ -45,9 +45,11 @@ pub fn route(request: Request) -> Route {
         Request::Redrive {
             queue,
             max_messages,
+            to,
         } => Op::Redrive {
             queue,
             max_messages,
+            to,
         },
         Request::Peek {
             queue,

@@ -204,10 +204,85 @@ fn redrive_moves_back_resets_receive_count_and_keeps_what_cannot_move() {
             Op::Redrive {
                 queue: qn("nope"),
                 max_messages: 1,
+                to: None,
             },
         );
         assert_eq!(error_code(r), ErrorCode::QueueNotFound);
     }
+}
+
+fn redrive_to(c: &mut Cluster, shard: usize, queue: &str, to: &str, max: u32) -> OpResult {
+    call(
+        c,
+        shard,
+        Op::Redrive {
+            queue: qn(queue),
+            max_messages: max,
+            to: Some(qn(to)),
+        },
+    )
+}
+
+#[test]
+fn redrive_to_a_queue_moves_every_message_there_even_without_a_source() {
+    for shards in [1u16, 2] {
+        let mut c = setup(shards, 1);
+        create(&mut c, "retry", AttributeUpdate::default());
+        for s in 0..shards as usize {
+            send(&mut c, s, "q", "a");
+        }
+        let n = u64::from(shards);
+        assert_eq!(receive(&mut c, 0, "q", 100).len() as u64, n);
+        c.advance_ms(1000);
+        assert!(receive(&mut c, 0, "q", 100).is_empty());
+        // One more with no source: a destination takes it too.
+        send(&mut c, 0, "dlq", "native");
+        let r = redrive_to(&mut c, shards as usize - 1, "dlq", "retry", 100);
+        assert_eq!(
+            r,
+            OpResult::Redriven {
+                moved: n + 1,
+                stayed: 0
+            }
+        );
+        let d = stats(&mut c, "dlq");
+        assert_eq!((d.redriven, d.visible), (n + 1, 0));
+        let r = stats(&mut c, "retry");
+        assert_eq!((r.moved_in, r.visible), (n + 1, n + 1));
+        assert_eq!(stats(&mut c, "q").visible, 0);
+        let m = receive(&mut c, 0, "retry", 100);
+        assert_eq!(m.len() as u64, n + 1);
+        assert!(m.iter().all(|m| m.receive_count == 1));
+    }
+}
+
+#[test]
+fn redrive_to_refuses_itself_and_unknown_queues_and_keeps_what_does_not_fit() {
+    let mut c = setup(1, 1);
+    let itself = redrive_to(&mut c, 0, "dlq", "dlq", 1);
+    assert_eq!(error_code(itself), ErrorCode::InvalidArgument);
+    let unknown = redrive_to(&mut c, 0, "dlq", "nope", 1);
+    assert_eq!(error_code(unknown), ErrorCode::QueueNotFound);
+    create(
+        &mut c,
+        "small",
+        AttributeUpdate {
+            max_depth: Some(1),
+            ..Default::default()
+        },
+    );
+    send(&mut c, 0, "dlq", "a");
+    send(&mut c, 0, "dlq", "b");
+    let r = redrive_to(&mut c, 0, "dlq", "small", 10);
+    assert_eq!(
+        r,
+        OpResult::Redriven {
+            moved: 1,
+            stayed: 1
+        }
+    );
+    // What stayed is still first in line.
+    assert_eq!(peek(&mut c, 0, "dlq", 10)[0].body, "b");
 }
 
 #[test]

@@ -837,6 +837,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 Op::Redrive {
                     queue: qn("dlq"),
                     max_messages: max,
+                    to: None,
                 },
             ) {
                 OpResult::Redriven { moved, stayed } => (moved, stayed),

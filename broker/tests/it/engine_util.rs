@@ -185,6 +185,7 @@ pub fn redrive(c: &mut Cluster, shard: usize, queue: &str, max: u32) -> (u64, u6
         Op::Redrive {
             queue: qn(queue),
             max_messages: max,
+            to: None,
         },
     ) {
         OpResult::Redriven { moved, stayed } => (moved, stayed),

@@ -134,6 +134,7 @@ fn dead_letter_on_the_max_plus_one_delivery_then_redrive(io: IoChoice) {
     match c.call(Request::Redrive {
         queue: name("jobs.dlq"),
         max_messages: 10,
+        to: None,
     }) {
         Reply::Redrive { moved, stayed } => assert_eq!((moved, stayed), (1, 0)),
         other => panic!("{other:?}"),

@@ -140,12 +140,12 @@ fn every_prefix_of_a_valid_frame_needs_more_and_every_payload_prefix_is_an_error
             );
             assert_eq!(buf.len(), cut, "{}: a partial frame consumed bytes", v.name);
         }
-        let op = bytes[4];
+        let (op, flags) = (bytes[4], bytes[5]);
         let payload = Bytes::copy_from_slice(&bytes[FRAME_OVERHEAD_BYTES..]);
         for cut in 0..payload.len() {
             let prefix = payload.slice(..cut);
             let decoded = match &v.message {
-                vectors::Message::Request(_) => Request::decode(op, 0, prefix).err(),
+                vectors::Message::Request(_) => Request::decode(op, flags, prefix).err(),
                 vectors::Message::Reply(_) => Reply::decode(op, prefix).err(),
             };
             let err = decoded.unwrap_or_else(|| panic!("{}: payload cut at {cut} decoded", v.name));

@@ -288,10 +288,16 @@ pub fn request() -> impl Strategy<Value = Request> {
                     .collect(),
             })
         }),
-        (queue_name(), any::<u32>()).prop_map(|(queue, max_messages)| Request::Redrive {
-            queue,
-            max_messages
-        }),
+        (
+            queue_name(),
+            any::<u32>(),
+            proptest::option::of(queue_name())
+        )
+            .prop_map(|(queue, max_messages, to)| Request::Redrive {
+                queue,
+                max_messages,
+                to
+            }),
         (queue_name(), batch_max()).prop_map(|(queue, max_messages)| Request::Peek {
             queue,
             max_messages

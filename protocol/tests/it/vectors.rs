@@ -596,6 +596,21 @@ pub fn all() -> Vec<Vector> {
         Message::Request(Request::Redrive {
             queue: q("orders.dlq"),
             max_messages: 100,
+            to: None,
+        }),
+        p,
+    );
+    let mut p = Dump::new();
+    p.str8("orders.dlq", "queue")
+        .u32(100, "max")
+        .str8("orders.retry", "to (flag bit 0)");
+    add(
+        "redrive_to_request",
+        14,
+        Message::Request(Request::Redrive {
+            queue: q("orders.dlq"),
+            max_messages: 100,
+            to: Some(q("orders.retry")),
         }),
         p,
     );

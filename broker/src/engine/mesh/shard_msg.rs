@@ -51,6 +51,9 @@ pub enum GatherRequest {
     Redrive {
         /// Maximum.
         max: u32,
+        /// The incarnation of the queue they move to; 0: each back to the
+        /// queue it was dead-lettered from.
+        to: u32,
     },
     /// Catch up with the registry (a queue was deleted) and acknowledge.
     Refresh,

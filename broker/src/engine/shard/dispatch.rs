@@ -1,7 +1,7 @@
 //! Operation dispatch: what each [`Op`] a shard is handed starts.
 
 use sluice_protocol::limits::BATCH_ENTRIES_MAX;
-use sluice_protocol::{QueueInfo, QueueStats};
+use sluice_protocol::{QueueInfo, QueueName, QueueStats};
 
 use super::Shard;
 use super::gather::GatherAcc;
@@ -10,6 +10,31 @@ use crate::engine::mesh::shard_msg::{GatherRequest, ReceiptAction};
 use crate::engine::ops::{Op, OpResult};
 
 impl Shard {
+    /// REDRIVE: up to `max` messages of `queue`, to `to` or back to their
+    /// sources, one shard after another.
+    fn op_redrive(&mut self, ticket: u64, queue: &QueueName, max: u32, to: Option<&QueueName>) {
+        let to = to.map(|t| self.partition_of(t)).transpose();
+        match (self.partition_of(queue), to) {
+            (Err(e), _) | (_, Err(e)) => self.finish_ticket(ticket, e.into()),
+            (Ok(_), _) if max == 0 => {
+                self.finish_ticket(ticket, EngineError::RedriveMaxZero.into());
+            }
+            (Ok(p), Ok(Some(t))) if t == p => {
+                self.finish_ticket(ticket, EngineError::RedriveToItself.into());
+            }
+            (Ok(p), Ok(t)) => {
+                let inc = self.part(p).incarnation;
+                let to = t.map_or(0, |t| self.part(t).incarnation);
+                let acc = GatherAcc::Redrive {
+                    moved: 0,
+                    stayed: 0,
+                    max,
+                    to,
+                };
+                self.start_gather(ticket, inc, acc, GatherRequest::Redrive { max, to });
+            }
+        }
+    }
     pub(super) fn handle(&mut self, ticket: u64, op: Op) {
         match op {
             Op::CreateQueue(r) => {
@@ -88,20 +113,9 @@ impl Shard {
             },
             Op::Redrive {
                 queue,
-                max_messages: max,
-            } => match self.partition_of(&queue) {
-                Err(e) => self.finish_ticket(ticket, e.into()),
-                Ok(_) if max == 0 => self.finish_ticket(ticket, EngineError::RedriveMaxZero.into()),
-                Ok(p) => {
-                    let inc = self.part(p).incarnation;
-                    let acc = GatherAcc::Redrive {
-                        moved: 0,
-                        stayed: 0,
-                        max,
-                    };
-                    self.start_gather(ticket, inc, acc, GatherRequest::Redrive { max });
-                }
-            },
+                max_messages,
+                to,
+            } => self.op_redrive(ticket, &queue, max_messages, to.as_ref()),
             Op::Send(r) => self.op_send(ticket, &r.queue, &r.entries),
             Op::Receive(r) => self.op_receive(
                 ticket,

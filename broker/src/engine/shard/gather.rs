@@ -22,6 +22,8 @@ pub(super) enum GatherAcc {
         moved: u64,
         stayed: u64,
         max: u32,
+        /// The destination's incarnation (0: the sources).
+        to: u32,
     },
     Refresh,
 }
@@ -83,9 +85,9 @@ impl Shard {
     pub(super) fn remaining(acc: &GatherAcc) -> u32 {
         match acc {
             GatherAcc::Peek { messages, max } => max.saturating_sub(messages.len() as u32),
-            GatherAcc::Redrive { moved, stayed, max } => {
-                u64::from(*max).saturating_sub(moved + stayed) as u32
-            }
+            GatherAcc::Redrive {
+                moved, stayed, max, ..
+            } => u64::from(*max).saturating_sub(moved + stayed) as u32,
             _ => 0,
         }
     }
@@ -109,7 +111,9 @@ impl Shard {
                 g.outstanding = 1;
                 let request = match g.acc {
                     GatherAcc::Peek { .. } => GatherRequest::Peek { max: want },
-                    _ => GatherRequest::Redrive { max: want },
+                    GatherAcc::Redrive { to, .. } => GatherRequest::Redrive { max: want, to },
+                    // The other kinds are asked all at once, never here.
+                    _ => GatherRequest::Refresh,
                 };
                 let incarnation = g.incarnation;
                 self.send_to(
@@ -196,8 +200,8 @@ impl Shard {
             GatherRequest::Peek { max } => {
                 GatherReply::Peeked(p.map(|p| self.peek_local(p, max)).unwrap_or_default())
             }
-            GatherRequest::Redrive { max } => {
-                let (moved, stayed) = p.map_or((0, 0), |p| self.redrive_local(p, max));
+            GatherRequest::Redrive { max, to } => {
+                let (moved, stayed) = p.map_or((0, 0), |p| self.redrive_local(p, max, to));
                 GatherReply::Redriven { moved, stayed }
             }
             GatherRequest::Refresh => GatherReply::Refreshed,
@@ -284,7 +288,10 @@ impl Shard {
         out
     }
 
-    pub(super) fn redrive_local(&mut self, p: u32, max: u32) -> (u64, u64) {
+    /// Moves up to `max` visible messages of partition `p` to the queue of
+    /// incarnation `to`, or (0) each back to its source queue; those whose
+    /// target is gone or full stay, in their order.
+    pub(super) fn redrive_local(&mut self, p: u32, max: u32, to: u32) -> (u64, u64) {
         let (mut moved, mut stayed) = (0u64, 0u64);
         let mut keep = Vec::new();
         while moved + stayed < u64::from(max) {
@@ -294,10 +301,15 @@ impl Shard {
             let Some(m) = self.messages.get(key) else {
                 continue;
             };
-            let source_inc = self.ext_of(m).map_or(0, |e| e.source);
-            let target = (source_inc != 0)
-                .then(|| self.by_incarnation.get(&source_inc).copied())
-                .flatten();
+            let target_inc = if to == 0 {
+                self.ext_of(m).map_or(0, |e| e.source)
+            } else {
+                to
+            };
+            let target = (target_inc != 0)
+                .then(|| self.by_incarnation.get(&target_inc).copied())
+                .flatten()
+                .filter(|&t| t != p);
             let ok = target.is_some_and(|t| {
                 let part = self.part(t);
                 part.shared.try_reserve_depth(part.attrs.max_depth)

@@ -30,6 +30,7 @@ impl World {
                 Op::Redrive {
                     queue: qn(DLQ),
                     max_messages: 1 + self.rng.below_inclusive(5) as u32,
+                    to: None,
                 },
                 Kind::Redrive,
                 "redrive".to_owned(),
