@@ -22,4 +22,4 @@ pub mod sigv4;
 
 mod door;
 
-pub use door::{Action, Call, Door, DoorConfig, Limits, Response, Step};
+pub use door::{Action, Call, Door, DoorConfig, Limits, MoveStep, Response, Step};

@@ -75,6 +75,12 @@ const TABLE: &[(&str, &str, u16, bool)] = &[
         true,
     ),
     ("OverLimit", "OverLimit", 403, true),
+    (
+        "ResourceNotFoundException",
+        "ResourceNotFoundException",
+        404,
+        true,
+    ),
     ("InternalError", "InternalError", 500, false),
 ];
 

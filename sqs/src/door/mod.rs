@@ -5,6 +5,7 @@
 mod errors;
 mod md5;
 mod messages;
+mod moves;
 mod names;
 mod query;
 #[cfg(test)]
@@ -27,6 +28,7 @@ use sluice_protocol::{QueueName, Reply, Request};
 use crate::http;
 use crate::sigv4::Credentials;
 use errors::SqsError;
+pub use moves::tasks::MoveStep;
 use names::Namespace;
 use wire::Input;
 
@@ -81,6 +83,8 @@ struct DoorInner {
     config: DoorConfig,
     /// Calls so far, for request ids.
     calls: AtomicU64,
+    /// The message-move tasks.
+    tasks: moves::SharedTasks,
 }
 
 /// What the server does next for a call.
@@ -207,6 +211,8 @@ enum Pending {
     Sources(sources::Sources),
     /// A tag action's engine reply.
     Tags(tags::Pending),
+    /// A message-move task action's next engine reply.
+    Moves(moves::Pending),
 }
 
 /// What starting an action gives: an engine request and what to do with
@@ -227,6 +233,8 @@ struct Ctx<'a> {
     host: String,
     /// The door's configuration.
     config: &'a DoorConfig,
+    /// The door's message-move tasks.
+    tasks: &'a moves::SharedTasks,
 }
 
 impl Ctx<'_> {
@@ -333,6 +341,7 @@ impl Door {
             inner: Arc::new(DoorInner {
                 config,
                 calls: AtomicU64::new(0),
+                tasks: moves::SharedTasks::default(),
             }),
         }
     }
@@ -341,6 +350,25 @@ impl Door {
     #[must_use]
     pub fn config(&self) -> &DoorConfig {
         &self.inner.config
+    }
+
+    /// The next due step of a message-move task at `now_unix_ms`, for the
+    /// server to run on the engine and hand back to [`Door::move_done`].
+    #[must_use]
+    pub fn next_move(&self, now_unix_ms: u64) -> Option<MoveStep> {
+        moves::lock(&self.inner.tasks).next_step(now_unix_ms)
+    }
+
+    /// The engine's `reply` to `step`'s request.
+    pub fn move_done(&self, task: u64, asked: u32, reply: &Reply) {
+        moves::lock(&self.inner.tasks).step_done(task, asked, reply);
+    }
+
+    /// When a message-move task's next step is due (wall clock, Unix ms),
+    /// if one waits.
+    #[must_use]
+    pub fn next_move_due_ms(&self) -> Option<u64> {
+        moves::lock(&self.inner.tasks).next_due_ms()
     }
 
     fn request_id(&self, now_unix_ms: u64) -> String {
@@ -468,6 +496,7 @@ impl Door {
                 req.header("host").unwrap_or("localhost")
             ),
             config: &self.inner.config,
+            tasks: &self.inner.tasks,
         };
         match action {
             Action::CreateQueue
@@ -488,6 +517,9 @@ impl Door {
                 tags::start(&ctx, action, &input)
             }
             Action::ListDeadLetterSourceQueues => sources::start(&ctx, &input),
+            Action::StartMessageMoveTask
+            | Action::ListMessageMoveTasks
+            | Action::CancelMessageMoveTask => moves::start(&ctx, action, &input),
             _ => Err(unsupported()),
         }
     }
@@ -511,7 +543,6 @@ impl Call {
     /// ListDeadLetterSourceQueues). A call that is over answers
     /// `InternalError`.
     pub fn resume(&mut self, reply: Reply, now_unix_ms: u64) -> Step {
-        let _ = now_unix_ms;
         let result = match core::mem::replace(&mut self.pending, Pending::Over) {
             Pending::Over => Err(SqsError::new(
                 "InternalError",
@@ -520,6 +551,14 @@ impl Call {
             Pending::Queue(p) => p.finish(reply),
             Pending::Message(p) => p.finish(reply),
             Pending::Tags(p) => p.finish(reply),
+            Pending::Moves(m) => match m.step(reply, now_unix_ms) {
+                Ok(moves::Next::Engine(m, request)) => {
+                    self.pending = Pending::Moves(m);
+                    return Step::Engine(request);
+                }
+                Ok(moves::Next::Done(body)) => Ok((body, 0)),
+                Err(e) => Err(e),
+            },
             Pending::Sources(mut s) => match s.step(reply) {
                 Ok(sources::Next::Engine(request)) => {
                     self.pending = Pending::Sources(s);

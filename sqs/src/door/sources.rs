@@ -75,6 +75,28 @@ pub(crate) fn start(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
 }
 
 impl Sources {
+    /// A walk for the sources of `dlq` in `ns`, stopping once `max` are
+    /// found, and its first request.
+    pub(crate) fn of(
+        ns: Namespace,
+        host: String,
+        dlq: QueueName,
+        max: Option<usize>,
+    ) -> (Sources, Request) {
+        let request = Request::GetQueue { queue: dlq.clone() };
+        let sources = Sources {
+            ns,
+            host,
+            dlq,
+            max,
+            after: None,
+            asked: Asked::Dlq,
+            left: VecDeque::new(),
+            found: Vec::new(),
+        };
+        (sources, request)
+    }
+
     /// The engine's `reply` to the last request: the next one, or SQS's
     /// reply.
     pub(crate) fn step(&mut self, reply: Reply) -> Result<Next, SqsError> {

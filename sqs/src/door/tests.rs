@@ -788,7 +788,7 @@ fn door_resume_after_done_and_wrong_reply_do_not_panic() {
 
 #[test]
 fn door_skipped_actions_are_invalid_action() {
-    for a in ["StartMessageMoveTask", "AddPermission", "RemovePermission"] {
+    for a in ["AddPermission", "RemovePermission"] {
         assert_error(&done(call(a, "{}").1), "InvalidAction", 400);
     }
 }

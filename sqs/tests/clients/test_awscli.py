@@ -56,3 +56,27 @@ def test_the_aws_cli_batches_purges_tags_and_changes_visibility(name):
     assert attrs["ApproximateNumberOfMessages"] == "0"
     assert aws("get-queue-url", "--queue-name", name)["QueueUrl"] == url
     aws("delete-queue", "--queue-url", url)
+
+
+def test_the_aws_cli_starts_lists_and_cancels_a_message_move_task(name):
+    dlq = aws("create-queue", "--queue-name", name + "-dlq")["QueueUrl"]
+    dlq_arn = aws("get-queue-attributes", "--queue-url", dlq, "--attribute-names",
+                  "QueueArn")["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "1"})
+    aws("create-queue", "--queue-name", name, "--attributes",
+        json.dumps({"RedrivePolicy": policy}))
+    aws("send-message", "--queue-url", dlq, "--message-body", "straight to the dlq")
+    retry = aws("create-queue", "--queue-name", name + "-retry")["QueueUrl"]
+    retry_arn = aws("get-queue-attributes", "--queue-url", retry, "--attribute-names",
+                    "QueueArn")["Attributes"]["QueueArn"]
+    handle = aws("start-message-move-task", "--source-arn", dlq_arn, "--destination-arn",
+                 retry_arn)["TaskHandle"]
+    assert handle
+    for _ in range(200):
+        entry = aws("list-message-move-tasks", "--source-arn", dlq_arn)["Results"][0]
+        if entry["Status"] != "RUNNING":
+            break
+    assert entry["Status"] == "COMPLETED", entry
+    assert entry["ApproximateNumberOfMessagesMoved"] == 1
+    got = aws("receive-message", "--queue-url", retry, "--wait-time-seconds", "2")["Messages"][0]
+    assert got["Body"] == "straight to the dlq"

@@ -61,7 +61,10 @@
 //!   the HELLO reply);
 //! - `accept.rs`: admitting, refusing and closing connections, the cap
 //!   before HELLO, the failed accepts, and a HELLO's token check;
-//! - `drain.rs`: shutdown: draining the connections, then the last close.
+//! - `drain.rs`: shutdown: draining the connections, then the last close;
+//! - `engine_link.rs`: the engine as the loop lends it to one session;
+//! - `metrics.rs`: the metrics endpoint's connections and scrapes;
+//! - `moves.rs`: the SQS door's message-move tasks (shard 0 runs them).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -71,24 +74,28 @@ use std::time::Duration;
 use super::clock::{self, Clock, EngineTime, nanos};
 use super::conn::ConnSession;
 use super::limits::{DRAIN_RECHECK, OUTBOUND_RETRY, PAUSED_RECHECK, STATS_PUBLISH_INTERVAL};
-use super::session::{Command, Cx, Engine, Phase, SessionConfig, Submitted};
+use super::session::{Command, Cx, Engine, Phase, SessionConfig};
 use super::shared::{ShardStats, Shared};
 use super::sqs_session::SqsConfig;
 use super::transport::{Inbound, Transport};
 use crate::engine::mesh::doorbell::Doorbell;
-use crate::engine::{Op, OpResult, Shard};
+use crate::engine::{OpResult, Shard};
 use crate::io::{ConnId, Connections, Driver, Event, ListenerId};
 use crate::sync::Arc;
 use crate::sync::Ordering::{Acquire, Release};
 
 mod accept;
 mod drain;
+mod engine_link;
 mod metrics;
+mod moves;
 mod setup;
 
 use accept::auth_outcome;
 pub(crate) use accept::sqs_unavailable;
+use engine_link::EngineLink;
 use metrics::MetricsDoor;
+use moves::Mover;
 
 /// The listener of the SQS door, beside the binary protocol's (0).
 pub const SQS_LISTENER: ListenerId = ListenerId(1);
@@ -200,67 +207,6 @@ struct Conn {
     close_after_handshake: bool,
 }
 
-/// The engine as the loop lends it to one session: tickets come from the
-/// shard's counter, and a request answered later is mapped to the session's
-/// connection.
-struct EngineLink<'a> {
-    shard: &'a mut Shard,
-    tickets: &'a mut HashMap<u64, ConnId>,
-    next_ticket: &'a mut u64,
-    conn: ConnId,
-    /// The engine's time as read after the wait.
-    time: EngineTime,
-    clock: &'a Clock,
-}
-
-impl EngineLink<'_> {
-    fn ticket(&mut self) -> u64 {
-        let t = *self.next_ticket;
-        *self.next_ticket += 1;
-        t
-    }
-
-    /// The engine's time for the next operation: as read after the wait,
-    /// or the manual clock as it stands now (see the module docs).
-    #[inline]
-    fn time(&self) -> EngineTime {
-        match self.clock {
-            Clock::Real => self.time,
-            Clock::Manual(m) => m.now(),
-        }
-    }
-}
-
-impl Engine for EngineLink<'_> {
-    fn submit(&mut self, op: Op) -> Submitted {
-        let ticket = self.ticket();
-        let t = self.time();
-        match self.shard.submit(ticket, op, t.now_ns, t.wall_ms) {
-            Some(result) => Submitted::Done(result),
-            None => {
-                self.tickets.insert(ticket, self.conn);
-                Submitted::Later(ticket)
-            }
-        }
-    }
-
-    fn submit_unanswered(&mut self, op: Op) {
-        // A later result finds no ticket entry and answers no one.
-        let ticket = self.ticket();
-        let t = self.time();
-        let _ = self.shard.submit(ticket, op, t.now_ns, t.wall_ms);
-    }
-
-    fn cancel(&mut self, ticket: u64) {
-        self.shard.cancel(ticket);
-        self.tickets.remove(&ticket);
-    }
-
-    fn recycle(&mut self, result: OpResult) {
-        self.shard.recycle(result);
-    }
-}
-
 struct State {
     index: u16,
     shared: Arc<Shared>,
@@ -271,6 +217,8 @@ struct State {
     sqs: Option<SqsConfig>,
     /// The metrics endpoint's connections, when it is open.
     metrics: Option<MetricsDoor>,
+    /// The SQS door's message-move tasks: shard 0 runs them.
+    mover: Option<Mover>,
     unsent_total_max: u64,
     shutdown_timeout_ns: u64,
     conns: Vec<Option<Conn>>,
@@ -364,6 +312,9 @@ impl State {
         }
         if self.engine.has_outbound() {
             wait = wait.min(OUTBOUND_RETRY);
+        }
+        if let Some(w) = self.move_wait() {
+            wait = wait.min(w);
         }
         let scraping = self.metrics.as_ref().is_some_and(|m| !m.scrapes.is_empty());
         if !self.paused.is_empty() || !self.clock_waiters.is_empty() || scraping {
@@ -593,6 +544,7 @@ impl State {
                 .store(self.engine_time.now_ns, Release);
         }
         self.route_completions(io);
+        self.run_moves();
         if !self.clock_waiters.is_empty() {
             self.answer_clock_waiters(io);
         }
@@ -623,6 +575,8 @@ impl State {
         let mut done = core::mem::take(&mut self.completions);
         for (ticket, result) in done.drain(..) {
             let Some(id) = self.tickets.remove(&ticket) else {
+                // A move step's, or a closed connection's.
+                self.move_result(ticket, result);
                 continue;
             };
             self.with_session(io, id, |s, cx, engine| {

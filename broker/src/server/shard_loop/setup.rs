@@ -7,6 +7,7 @@ use sluice_protocol::limits::{BATCH_ENTRIES_MAX, PROTOCOL_VERSION, RECEIVE_WAIT_
 use sluice_protocol::{HelloReply, ServerLimits};
 
 use super::metrics::MetricsDoor;
+use super::moves::Mover;
 use super::{ShardStart, State, metrics_listener};
 use crate::server::clock::{self, nanos};
 use crate::server::limits::{
@@ -85,6 +86,10 @@ impl State {
             doorbell: start.doorbell,
             shared: start.shared,
             config,
+            mover: sqs
+                .as_ref()
+                .filter(|_| index == 0)
+                .map(|s| Mover::new(s.door.clone())),
             sqs,
             metrics,
             unsent_total_max,
