@@ -95,8 +95,8 @@ struct Task {
     last_step_ms: u64,
 }
 
-/// One REDRIVE for the server to run: its reply goes back to
-/// [`MoveTasks::step_done`] with `task`.
+/// One REDRIVE for the server to run: its reply goes back to the door's
+/// `move_done` with `task` and `asked`.
 #[derive(Debug)]
 pub struct MoveStep {
     /// The task it belongs to.
