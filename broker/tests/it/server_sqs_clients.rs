@@ -3,7 +3,8 @@
 //! test starts on free loopback ports (every action, the README's first
 //! flow, MD5s against values AWS published); `sqs/tests/sigv4` checks
 //! signatures with `--sqs-credentials`, `sqs/tests/tls` the door over
-//! HTTPS, and `sqs/tests/node` the AWS SDK for JavaScript v3.
+//! HTTPS, `sqs/tests/node` the AWS SDK for JavaScript v3, and
+//! `sqs/tests/kombu` kombu's SQS transport (Celery's).
 //!
 //! The client suite runs twice: with current boto3 and aws CLI, which speak
 //! the AWS JSON 1.0 protocol, and with botocore 1.33 and its aws CLI, which
@@ -146,6 +147,29 @@ fn run_sigv4_suite(io: IoChoice, python: &std::path::Path, protocol: &str) {
     );
 }
 
+/// kombu (Celery's messaging library) round-trips over its SQS transport.
+fn kombu_round_trips_over_its_sqs_transport(io: IoChoice) {
+    let Some(python) = python() else { return };
+    let has_kombu = Command::new(&python)
+        .args(["-c", "import kombu, pycurl"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        has_kombu,
+        "{} has no kombu: pip install -r sqs/tests/clients/requirements.txt",
+        python.display()
+    );
+    let Some(server) = start(io, &["--sqs-listen", "127.0.0.1:0"]) else {
+        return;
+    };
+    let sqs = server.handle().sqs_addr().expect("the SQS door is open");
+    run_pytest(
+        &python,
+        "sqs/tests/kombu",
+        &[("SLUICE_SQS_ENDPOINT", format!("http://{sqs}"))],
+    );
+}
+
 /// With `--tls-cert`, the door is HTTPS with the binary port's certificate
 /// (`sqs/tests/tls`).
 fn the_door_serves_https_with_the_servers_certificate(io: IoChoice) {
@@ -272,4 +296,5 @@ crate::both_backends!(
     signatures_are_checked_over_the_query_protocol,
     the_door_serves_https_with_the_servers_certificate,
     the_javascript_sdk_passes_its_suite,
+    kombu_round_trips_over_its_sqs_transport,
 );
