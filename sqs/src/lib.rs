@@ -21,5 +21,6 @@ pub mod http;
 pub mod sigv4;
 
 mod door;
+mod sync;
 
 pub use door::{Action, Call, Door, DoorConfig, Limits, MoveStep, Response, Step};

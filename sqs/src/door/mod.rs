@@ -18,8 +18,7 @@ mod tests;
 mod wire;
 mod xml;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use serde_json::Value;

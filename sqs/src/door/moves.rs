@@ -11,11 +11,13 @@
 //! ListDeadLetterSourceQueues does, stopping at the first): if none,
 //! `InvalidParameterValue`, as SQS answers.
 
+#[cfg(test)]
+mod loom_models;
 pub(crate) mod tasks;
 #[cfg(test)]
 mod tests;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::PoisonError;
 
 use serde_json::{Value, json};
 use sluice_protocol::{QueueName, Reply, Request};
@@ -25,6 +27,7 @@ use super::names::{self, Namespace};
 use super::sources::{self, Sources};
 use super::wire::Input;
 use super::{Ctx, Started, uuid_text};
+use crate::sync::{Arc, Mutex, MutexGuard};
 use tasks::{CancelError, MoveTasks, NewTask};
 
 /// The door's tasks, shared by every shard's calls.
@@ -32,7 +35,7 @@ pub(crate) type SharedTasks = Arc<Mutex<MoveTasks>>;
 
 /// Locks the tasks (a panic elsewhere while holding them leaves them as
 /// they were: each change is one step).
-pub(crate) fn lock(tasks: &SharedTasks) -> std::sync::MutexGuard<'_, MoveTasks> {
+pub(crate) fn lock(tasks: &SharedTasks) -> MutexGuard<'_, MoveTasks> {
     tasks.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
