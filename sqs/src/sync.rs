@@ -30,12 +30,3 @@ where
     #[cfg(not(sluice_loom))]
     f();
 }
-
-/// A thread of a model: loom's under `cfg(sluice_loom)`, std's otherwise.
-#[cfg(test)]
-pub(crate) use self::thread_impl::spawn;
-
-#[cfg(all(test, sluice_loom))]
-use loom::thread as thread_impl;
-#[cfg(all(test, not(sluice_loom)))]
-use std::thread as thread_impl;

@@ -10,7 +10,14 @@ use super::tasks::{CancelError, NewTask};
 use super::{SharedTasks, Starting, lock};
 use crate::door::names::Namespace;
 use crate::door::{Door, DoorConfig};
-use crate::sync::{model, spawn};
+use crate::sync::model;
+
+// A thread of a model: loom's under `cfg(sluice_loom)`, std's otherwise
+// (this file is test code: the door's own code starts no thread).
+#[cfg(sluice_loom)]
+use loom::thread::spawn;
+#[cfg(not(sluice_loom))]
+use std::thread::spawn;
 
 const ARN: &str = "arn:aws:sqs:us-east-1:000000000000:dlq";
 
