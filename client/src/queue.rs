@@ -5,16 +5,8 @@
 //! does not repeat its name. The name is checked at each request, like
 //! the client's own methods do.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use bytes::Bytes;
-use sluice_protocol::{PeekedMessage, Receipt, ReceivedMessage, SendOutcome};
-
-use crate::attributes::{QueueAttributes, QueueInfo, QueueOptions, QueueStats};
-use crate::error::Result;
-use crate::message::SendEntry;
-use crate::ops::{ReceiveOptions, RedriveOutcome};
+// The operations' names are imported where the macro is expanded (each
+// handle's module), so that each module says what it uses.
 
 /// The operations, written once for both handles: `$($aw)*` is `.await`
 /// for the async one and nothing for the blocking one.
@@ -193,7 +185,16 @@ pub use blocking::Queue;
 
 #[cfg(feature = "blocking")]
 mod blocking {
-    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use sluice_protocol::{PeekedMessage, Receipt, ReceivedMessage, SendOutcome};
+
+    use crate::attributes::{QueueAttributes, QueueInfo, QueueOptions, QueueStats};
+    use crate::error::Result;
+    use crate::message::SendEntry;
+    use crate::ops::{ReceiveOptions, RedriveOutcome};
     use crate::{Client, PendingReply};
 
     /// One queue of a blocking [`Client`]: `client.queue("orders")`.
@@ -298,8 +299,17 @@ mod asynchronous {
     use std::pin::Pin;
     use std::task::{Context, Poll};
 
-    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use sluice_protocol::{PeekedMessage, Receipt, ReceivedMessage, SendOutcome};
+
     use crate::AsyncClient;
+    use crate::attributes::{QueueAttributes, QueueInfo, QueueOptions, QueueStats};
+    use crate::error::Result;
+    use crate::message::SendEntry;
+    use crate::ops::{ReceiveOptions, RedriveOutcome};
 
     /// One queue of an [`AsyncClient`]: `client.queue("orders")`. Besides
     /// the single operations it turns the queue into a [`MessageStream`]

@@ -43,21 +43,17 @@ pub use self::token::AuthToken;
 pub use sluice_protocol::units;
 
 use std::ffi::OsString;
-use std::fmt;
-use std::io::Read;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
-use sluice_protocol::limits as wire;
+use clap::{Args, CommandFactory, FromArgMatches, Parser};
 
 pub use self::file::Position;
 use self::memory::MemoryLimit;
-use self::units::{format_bytes, format_duration, parse_bytes, parse_duration};
-use super::limits::MIB;
-use super::tls::{TlsError, TlsSettings};
+use self::units::format_bytes;
+use super::tls::TlsSettings;
 
 pub use super::limits::{
     CONFIG_FILE_BYTES_MAX, CONNECTIONS_BEFORE_HELLO_MAX_DEFAULT, CONNECTIONS_MAX_DEFAULT,

@@ -79,29 +79,19 @@ mod start;
 pub mod tls;
 pub mod transport;
 
-use crate::sync::thread::{self, JoinHandle};
-use crate::sync::{Arc, mpsc};
+use crate::sync::Arc;
+use crate::sync::thread::JoinHandle;
 use std::fmt;
-use std::io::Read;
 use std::net::SocketAddr;
 
 use self::clock::Clock;
 pub use self::clock::{EngineTime, NotManual};
 pub use self::config::Config;
-use self::config::{ClockChoice, CpuPlacement, IoChoice};
-use self::metrics::telemetry::LeaseMetrics;
-use self::shard_loop::ShardStart;
 use self::shared::Shared;
-use crate::engine::mesh::doorbell::Wake;
-use crate::engine::random::splitmix64;
-use crate::engine::shard::{LoadClock, ShardLoad};
-use crate::engine::{Registry, RegistryConfig, Shard};
-use crate::io::{self, Backend, BackendChoice, DriverConfig, ListenerConfig, OpenError, Waker};
+use crate::engine::Shard;
+use crate::io::{Backend, OpenError};
 use crate::snapshot::{self, format::SnapshotError};
-use sluice_protocol::{ErrorCode, Reply};
-use std::sync::OnceLock;
 
-use self::limits::{DESCRIPTORS_BASE, DESCRIPTORS_PER_SHARD};
 pub use self::limits::{REFUSED_CONNECTIONS_MAX, SHARD_RING_CAPACITY};
 
 /// What a shard thread ends with: its engine, to be saved (`None` when it

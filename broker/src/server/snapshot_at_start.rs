@@ -3,7 +3,10 @@
 //! loaded into the engines, then moved aside once every listener is bound,
 //! and the older loaded files pruned.
 
-use super::*;
+use super::{Config, StartError, clock, config, path_lock};
+use crate::engine::Shard;
+use crate::engine::shard::{LoadClock, ShardLoad};
+use crate::snapshot;
 
 /// What was loaded from a snapshot, for the log line once the file is
 /// moved aside.

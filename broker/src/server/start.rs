@@ -5,9 +5,30 @@
 //! start that fails leaves the file where it was.
 
 use super::snapshot_at_start::{Loaded, SnapshotAtStart, load_snapshot, move_aside, prune_loaded};
-use super::*;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+
+use sluice_protocol::{ErrorCode, Reply};
+
+use super::clock::{self, Clock};
+use super::config::{ClockChoice, CpuPlacement, IoChoice};
+use super::limits::{
+    self, DESCRIPTORS_BASE, DESCRIPTORS_PER_SHARD, REFUSED_CONNECTIONS_MAX, SHARD_RING_CAPACITY,
+};
+use super::metrics::telemetry::LeaseMetrics;
+use super::shard_loop::{self, ShardStart};
+use super::shared::Shared;
+use super::{Config, Server, ServerHandle, ShardOutcome, StartError, transport};
+use crate::engine::mesh::doorbell::Wake;
+use crate::engine::random::splitmix64;
+use crate::engine::{Registry, RegistryConfig, Shard};
 use crate::io::ListenerId;
+use crate::io::{self, Backend, BackendChoice, DriverConfig, ListenerConfig, OpenError, Waker};
 use crate::server::limits::METRICS_CONNECTIONS_MAX;
+use crate::snapshot;
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Arc, mpsc};
 
 /// Wakes a shard's io driver when another shard rings its doorbell, once
 /// the driver is open: the engines (and their

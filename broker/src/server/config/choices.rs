@@ -1,7 +1,14 @@
 //! The settings that are choices or addresses, and the parsers clap and the
 //! config file share for them and for counts, sizes and durations.
 
-use super::*;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use clap::ValueEnum;
+
+use crate::server::limits::CPU_INDEX_LIMIT;
+use sluice_protocol::units::{parse_bytes, parse_duration};
 
 /// How the server talks to the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,6 +1,11 @@
 //! The effective configuration, printed as a config file.
 
-use super::*;
+use std::fmt;
+use std::time::Duration;
+
+use super::{Config, MemoryMaxOrigin};
+use crate::server::limits::MIB;
+use sluice_protocol::units::{format_bytes, format_duration};
 
 /// A size for people: exact in the grammar when a whole number of MiB,
 /// else `about 23.5GiB`.

@@ -1,6 +1,10 @@
 //! Why a configuration was refused.
 
-use super::*;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use super::Position;
+use crate::server::tls::TlsError;
 
 /// Why a configuration was refused. Each message names the setting (flag
 /// and config key are the same name) or the file and says what to change.

@@ -7,8 +7,11 @@ use super::*;
 use crate::server::limits::GIB;
 
 use crate::sync::{AtomicU32, Ordering};
+use sluice_protocol::limits as wire;
+use sluice_protocol::units::format_duration;
 use std::collections::HashMap;
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv6Addr};
+use std::path::Path;
 
 const TOKEN: &str = "s3cr3t-t0ken-value";
 

@@ -1,6 +1,12 @@
 //! The auth token file: read once at start, compared in constant time.
 
-use super::*;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sluice_protocol::limits as wire;
+
+use super::ConfigError;
 
 /// Bytes beyond the token an auth token file may hold (its trailing line
 /// ends).

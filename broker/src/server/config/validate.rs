@@ -1,7 +1,27 @@
 //! From merged settings to a validated [`Config`]: defaults, ranges and
 //! the relations between settings, checked once.
 
-use super::*;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use sluice_protocol::limits as wire;
+use sluice_protocol::units::{format_bytes, format_duration};
+
+use super::{
+    AuthToken, Config, ConfigError, CpuPlacement, Host, IoChoice, MemoryMaxOrigin, MetricsAddr,
+    RawArgs, Settings, SqsSettings,
+};
+use crate::server::limits::{
+    CONNECTIONS_BEFORE_HELLO_MAX_DEFAULT, CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT,
+    FRAME_BYTES_MAX_MIN, FRAME_TIMEOUT_DEFAULT, HELLO_FRAME_BYTES_MAX_MIN, HELLO_TIMEOUT_DEFAULT,
+    IDLE_SPIN_DEFAULT, IDLE_SPIN_MAX, LISTEN_DEFAULT, LOG_DEFAULT, MEMORY_MAX_FALLBACK,
+    MEMORY_MAX_LIMIT, MEMORY_MAX_MIN, METRICS_ADDR_DEFAULT, MIB, QUEUES_MAX_DEFAULT,
+    QUEUES_MAX_LIMIT, REQUESTS_IN_FLIGHT_MAX_DEFAULT, REQUESTS_IN_FLIGHT_MAX_LIMIT,
+    SERVER_SHARDS_MAX, SHUTDOWN_TIMEOUT_DEFAULT, SHUTDOWN_TIMEOUT_MAX, SNAPSHOT_KEEP_DEFAULT,
+    SNAPSHOT_KEEP_MAX, SQS_LISTEN_DEFAULT, TIMEOUT_MAX, TIMEOUT_MIN, UNSENT_BYTES_MAX_DEFAULT,
+    UNSENT_BYTES_MAX_LIMIT, UNSENT_BYTES_TOTAL_MAX_DEFAULT, UNSENT_BYTES_TOTAL_MAX_LIMIT,
+};
+use crate::server::tls::TlsSettings;
 
 /// Checks `value` against `min ..= max`.
 fn in_range<T: PartialOrd + Copy>(

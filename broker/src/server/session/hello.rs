@@ -2,7 +2,13 @@
 //! token (a peer that keeps failing waits for its `Unauthorized`, see
 //! `auth_guard.rs`) and the session timeout it asks for.
 
-use super::*;
+use bytes::BytesMut;
+use sluice_protocol::limits::{
+    PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN,
+};
+use sluice_protocol::{ErrorCode, Frame, Reply, Request, WireError, opcode};
+
+use super::{Cx, Engine, Phase, Session, shutting_down};
 
 impl Session {
     pub(super) fn on_hello(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {

@@ -63,14 +63,9 @@
 use std::net::SocketAddr;
 
 use bytes::{Bytes, BytesMut};
-use sluice_protocol::limits::{
-    PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN,
-};
-use sluice_protocol::reply::RECEIVE_REPLY_FIXED_BYTES;
 use sluice_protocol::{
-    ChangeVisibilityRequest, DeleteRequest, ErrorCode, Frame, FrameDecoder, HelloReply, QueueName,
-    ReceiveReplyWriter, ReceivedMessage, Reply, Request, ServerStatsReply, VisibilityChange,
-    WireError, opcode,
+    ErrorCode, Frame, FrameDecoder, HelloReply, QueueName, Reply, Request, ServerStatsReply,
+    WireError,
 };
 
 mod hello;
@@ -79,7 +74,6 @@ mod serve;
 pub use super::bound_leases::BoundLeases;
 use super::clock::{self, EngineTime, NotManual};
 use super::config::AuthToken;
-use super::convert::{self, Route};
 use super::limits::{CLOSE_FLUSH_TIMEOUT_NS, DRAIN_QUIET_NS};
 use super::shared::{ShardStats, error_slot, op_slot};
 use crate::engine::{Op, OpResult};

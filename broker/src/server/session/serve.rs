@@ -2,7 +2,16 @@
 //! answering it here, answering what the engine returns (a RECEIVE's reply
 //! built to fit one frame), and keeping the bound leases in step.
 
-use super::*;
+use sluice_protocol::reply::RECEIVE_REPLY_FIXED_BYTES;
+use sluice_protocol::{
+    ChangeVisibilityRequest, DeleteRequest, ErrorCode, QueueName, ReceiveReplyWriter,
+    ReceivedMessage, Reply, Request, VisibilityChange,
+};
+
+use super::{Cx, Deferred, Engine, Phase, Session, Submitted};
+use crate::engine::{Op, OpResult};
+use crate::server::convert::{self, Route};
+use crate::server::shared::ShardStats;
 use sluice_protocol::Labels;
 
 impl Session {
