@@ -19,7 +19,7 @@ pub enum ConfigError {
         /// What the OS said.
         source: std::io::Error,
     },
-    /// The config file is larger than [`CONFIG_FILE_BYTES_MAX`].
+    /// The config file is larger than [`CONFIG_FILE_BYTES_MAX`](crate::server::limits::CONFIG_FILE_BYTES_MAX).
     #[error("config file {} is larger than {max}: is it the right file?", path.display())]
     ConfigFileTooLarge {
         /// The file.
