@@ -45,6 +45,7 @@ use std::time::Duration;
 
 use sluice_protocol::opcode;
 use sluice_protocol::{ErrorCode, QueueName, QueueStats, ServerStatsReply};
+use sluice_sqs::{Action, Response};
 
 use super::auth_guard::AuthGuard;
 use super::clock::{self, Clock, EngineTime, NotManual};
@@ -54,7 +55,6 @@ use super::limits::STATS_PUBLISH_INTERVAL;
 #[cfg(doc)]
 use super::metrics::REQUEST_BUCKET_BOUNDS_NANOS;
 use super::metrics::{HistogramReader, REQUEST_BUCKETS, request_bucket_of};
-use super::sqs_session::SqsStats;
 use super::transport::REFUSAL_NAMES;
 use crate::engine::{LeaseOutcome, Registry};
 use crate::io::{Backend, Waker};
@@ -605,6 +605,48 @@ impl Shared {
 /// The server's version string, as HELLO and SERVER_STATS give it.
 pub fn server_version() -> String {
     format!("sluice {}", env!("CARGO_PKG_VERSION"))
+}
+
+// ----- the SQS door's counters ---------------------------------------------------
+
+/// Slots of [`SqsStats`]: one per SQS action, `Unknown` last.
+pub const SQS_ACTION_SLOTS: usize = Action::ALL.len();
+
+/// A shard's counters of the SQS door (one writer: the shard).
+#[derive(Debug)]
+pub struct SqsStats {
+    /// Calls answered, by action ([`Action::ALL`] order).
+    pub requests: [OwnedCounter; SQS_ACTION_SLOTS],
+    /// Calls answered with an SQS error, by action.
+    pub errors: [OwnedCounter; SQS_ACTION_SLOTS],
+    /// Deletes with the receipt handle of an older delivery, which succeed
+    /// without deleting (SQS's rule).
+    pub stale_deletes: OwnedCounter,
+}
+
+impl Default for SqsStats {
+    fn default() -> Self {
+        SqsStats {
+            requests: std::array::from_fn(|_| OwnedCounter::default()),
+            errors: std::array::from_fn(|_| OwnedCounter::default()),
+            stale_deletes: OwnedCounter::default(),
+        }
+    }
+}
+
+impl SqsStats {
+    /// Counts the call of `action` answered with `response`.
+    pub fn count(&self, action: Action, response: &Response) {
+        let slot = Action::ALL
+            .iter()
+            .position(|&a| a == action)
+            .unwrap_or(SQS_ACTION_SLOTS - 1);
+        self.requests[slot].add(1);
+        if response.error.is_some() {
+            self.errors[slot].add(1);
+        }
+        self.stale_deletes.add(u64::from(response.stale_deletes));
+    }
 }
 
 #[cfg(test)]

@@ -29,14 +29,13 @@ use std::net::SocketAddr;
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::{ErrorCode, Reply};
 use sluice_sqs::http::{self, HttpLimits, Parsed};
-use sluice_sqs::{Action, Call, Door, Response, Step};
+use sluice_sqs::{Call, Door, Response, Step};
 
 use super::clock;
 use super::convert::{self, Route};
 use super::limits::DRAIN_QUIET_NS;
 use super::outbox::Outbox;
 use super::session::{Command, Cx, Engine, Phase, Submitted};
-use super::shared::OwnedCounter;
 
 /// What every SQS connection of a shard shares.
 #[derive(Clone, Debug)]
@@ -49,46 +48,6 @@ pub struct SqsConfig {
     pub request_timeout_ns: u64,
     /// Time a keep-alive connection may wait for its next request.
     pub idle_timeout_ns: u64,
-}
-
-/// Slots of [`SqsStats`]: one per SQS action, `Unknown` last.
-pub const SQS_ACTION_SLOTS: usize = Action::ALL.len();
-
-/// A shard's counters of the SQS door (one writer: the shard).
-#[derive(Debug)]
-pub struct SqsStats {
-    /// Calls answered, by action ([`Action::ALL`] order).
-    pub requests: [OwnedCounter; SQS_ACTION_SLOTS],
-    /// Calls answered with an SQS error, by action.
-    pub errors: [OwnedCounter; SQS_ACTION_SLOTS],
-    /// Deletes with the receipt handle of an older delivery, which succeed
-    /// without deleting (SQS's rule).
-    pub stale_deletes: OwnedCounter,
-}
-
-impl Default for SqsStats {
-    fn default() -> Self {
-        SqsStats {
-            requests: std::array::from_fn(|_| OwnedCounter::default()),
-            errors: std::array::from_fn(|_| OwnedCounter::default()),
-            stale_deletes: OwnedCounter::default(),
-        }
-    }
-}
-
-impl SqsStats {
-    /// Counts the call of `action` answered with `response`.
-    pub fn count(&self, action: Action, response: &Response) {
-        let slot = Action::ALL
-            .iter()
-            .position(|&a| a == action)
-            .unwrap_or(SQS_ACTION_SLOTS - 1);
-        self.requests[slot].add(1);
-        if response.error.is_some() {
-            self.errors[slot].add(1);
-        }
-        self.stale_deletes.add(u64::from(response.stale_deletes));
-    }
 }
 
 /// A call waiting for the engine.

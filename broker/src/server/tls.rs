@@ -179,7 +179,7 @@ pub(crate) fn cert_warning(chain: &[CertificateDer<'_>], now: UnixTime) -> Optio
 #[cfg(all(test, feature = "test-util"))]
 mod tests {
     use super::*;
-    use crate::testing::{SelfSigned, TestPki};
+    use crate::testing::pki::{SelfSigned, TestPki};
 
     fn chain(path: &Path) -> Vec<CertificateDer<'static>> {
         certs("--tls-cert", path).unwrap()

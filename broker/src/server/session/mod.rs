@@ -68,28 +68,17 @@ use sluice_protocol::{
     WireError,
 };
 
+mod command;
 mod hello;
 mod serve;
 
+pub use self::command::{Command, Phase};
 pub use super::bound_leases::BoundLeases;
 use super::clock::{self, EngineTime, NotManual};
 use super::config::AuthToken;
 use super::limits::{CLOSE_FLUSH_TIMEOUT_NS, DRAIN_QUIET_NS};
 use super::shared::{ShardStats, error_slot, op_slot};
 use crate::engine::{Op, OpResult};
-
-/// What a session asks of the io layer, in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Command {
-    /// Write these bytes after what is queued.
-    Send(Bytes),
-    /// Stop (`false`) or resume (`true`) reading the connection.
-    SetReading(bool),
-    /// Close once everything queued is written.
-    Close,
-    /// Close at once, dropping what is queued.
-    CloseNow,
-}
 
 /// How the engine answered a request.
 #[derive(Debug)]
@@ -173,18 +162,6 @@ impl core::fmt::Debug for Cx<'_> {
             .field("io_unsent", &self.io_unsent)
             .finish_non_exhaustive()
     }
-}
-
-/// Where a connection is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Accepted; the first frame must be a HELLO.
-    Hello,
-    /// HELLO succeeded: requests are served.
-    Ready,
-    /// Closing after its last replies are written: nothing more is read or
-    /// served.
-    Closing,
 }
 
 /// A request the engine answers later.
