@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use bytes::BytesMut;
 use sluice_protocol::{ErrorCode, Reply};
 
-use super::{Conn, EngineLink, State};
+use super::{Conn, Ending, EngineLink, Place, State};
 use crate::io::{ConnId, Connections};
 use crate::server::conn::ConnSession;
 use crate::server::limits::ACCEPT_FAILURE_LOG_NS;
@@ -73,14 +73,7 @@ impl State {
         };
         io.set_reading(id, true);
         let session = Session::refused(peer, &self.config, self.now_ns, &reply);
-        self.install(
-            io,
-            id,
-            ConnSession::Sluice(session),
-            transport,
-            false,
-            false,
-        );
+        self.install(io, id, ConnSession::Sluice(session), transport, Place::None);
     }
 
     /// A new connection's transport, or `None` (closed) when TLS cannot
@@ -105,8 +98,7 @@ impl State {
         id: ConnId,
         session: ConnSession,
         transport: Transport,
-        counted: bool,
-        before_hello: bool,
+        place: Place,
     ) {
         let idx = id.index() as usize;
         if self.conns.len() <= idx {
@@ -116,14 +108,11 @@ impl State {
             id,
             session,
             transport,
-            refused: false,
-            counted,
-            before_hello,
-            metrics: false,
+            place,
+            ending: Ending::Open,
             dirty: false,
-            close_after_handshake: false,
         });
-        if before_hello {
+        if place == Place::BeforeHello {
             self.hello_order.push_back(id);
         }
         self.with_session(io, id, |_, _, _| {});
@@ -159,7 +148,12 @@ impl State {
             Session::refused(peer, &self.config, self.now_ns, &reply)
         };
         let session = ConnSession::Sluice(session);
-        self.install(io, id, session, transport, counted, before_hello);
+        let place = if counted {
+            Place::BeforeHello
+        } else {
+            Place::None
+        };
+        self.install(io, id, session, transport, place);
     }
 
     /// A connection to the SQS door: counted in `--max-connections` (there
@@ -193,7 +187,12 @@ impl State {
             SqsSession::refused(peer, config, self.now_ns, &why)
         };
         let session = ConnSession::Sqs(session);
-        self.install(io, id, session, transport, admitted, false);
+        let place = if admitted {
+            Place::Counted
+        } else {
+            Place::None
+        };
+        self.install(io, id, session, transport, place);
     }
 
     /// An SQS connection the driver refused (it holds its maximum): `503`.
@@ -215,7 +214,7 @@ impl State {
         io.set_reading(id, true);
         let why = "the server holds its maximum of connections; retry later";
         let session = SqsSession::refused(peer, config, self.now_ns, why);
-        self.install(io, id, ConnSession::Sqs(session), transport, false, false);
+        self.install(io, id, ConnSession::Sqs(session), transport, Place::None);
     }
 
     /// Counts a new connection before HELLO. At the limit, the connection
@@ -232,22 +231,19 @@ impl State {
                 .conns
                 .get_mut(old.index() as usize)
                 .and_then(Option::as_mut)
-                .filter(|c| c.id == old && c.before_hello)
+                .filter(|c| c.id == old && c.place == Place::BeforeHello)
             else {
                 continue;
             };
-            c.before_hello = false;
-            c.refused = true;
+            // Its places are free at once, not when the close completes.
+            c.place = Place::None;
+            c.ending = Ending::Refused;
             self.shared.past_hello();
-            // Its slots are free at once, not when the close completes.
+            self.shared.release_connection();
             let stats = &self.shared.shards[usize::from(self.index)].stats;
-            if c.counted {
-                c.counted = false;
-                self.shared.release_connection();
-                stats
-                    .connections
-                    .set(stats.connections.get().saturating_sub(1));
-            }
+            stats
+                .connections
+                .set(stats.connections.get().saturating_sub(1));
             stats.before_hello_evicted.add(1);
             tracing::debug!(
                 peer = %c.session.peer(),
@@ -280,13 +276,13 @@ impl State {
             clock: &self.shared.clock,
         };
         c.session.on_closed(&mut link);
-        if c.before_hello {
+        if c.place == Place::BeforeHello {
             self.shared.past_hello();
         }
-        if c.metrics {
+        if c.place == Place::Metrics {
             self.metrics_closed();
         }
-        if c.counted {
+        if c.place.counted() {
             self.shared.release_connection();
             let stats = self.stats();
             stats

@@ -56,7 +56,7 @@ impl State {
         for slot in &mut self.conns {
             if let Some(c) = slot.take() {
                 io.close_now(c.id);
-                if c.counted {
+                if c.place.counted() {
                     self.shared.release_connection();
                 }
             }

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use super::State;
+use super::{Place, State};
 use crate::io::{ConnId, Connections, ListenerId};
 use crate::server::conn::ConnSession;
 use crate::server::limits::METRICS_CONNECTIONS_MAX;
@@ -80,14 +80,13 @@ impl State {
             id,
             ConnSession::Metrics(session),
             Transport::plain(),
-            false,
-            false,
+            Place::None,
         );
         if let (true, Some(m)) = (admitted, self.metrics.as_mut()) {
             m.order.push_back(id);
             m.open += 1;
             if let Some(c) = self.conns[id.index() as usize].as_mut() {
-                c.metrics = true;
+                c.place = Place::Metrics;
             }
         }
     }
@@ -122,7 +121,7 @@ impl State {
                 .conns
                 .get_mut(old.index() as usize)
                 .and_then(Option::as_mut)
-                .filter(|c| c.id == old && c.metrics);
+                .filter(|c| c.id == old && c.place == Place::Metrics);
             let Some(c) = conn else { continue };
             match &mut c.session {
                 ConnSession::Metrics(s) if !evicted && s.is_reading() => {
@@ -131,7 +130,7 @@ impl State {
                         "closing a metrics connection without a request to make room"
                     );
                     s.evict(self.now_ns);
-                    c.metrics = false;
+                    c.place = Place::None;
                     m.open -= 1;
                     evicted = true;
                     io.close_now(old);

@@ -189,22 +189,49 @@ struct Conn {
     session: ConnSession,
     /// Plain text or TLS, between the driver and the session.
     transport: Transport,
-    /// The transport refused the connection: it is closing, and nothing
-    /// more it sends is read.
-    refused: bool,
-    /// Whether it holds one of `--max-connections`.
-    counted: bool,
-    /// Whether it holds one of `--max-connections-before-hello`: counted,
-    /// and not past HELLO yet.
-    before_hello: bool,
-    /// Whether it holds a place of the metrics endpoint's.
-    metrics: bool,
+    /// The server's connection place it holds.
+    place: Place,
+    /// Whether it is read, or how it ends.
+    ending: Ending,
     /// Whether it is in `State::dirty` (replies to hand over this turn).
     dirty: bool,
-    /// Its session closed it while its TLS handshake, which carries the
-    /// last reply (a refusal), was still going on: closed when it is done
-    /// (or at the session's close deadline).
-    close_after_handshake: bool,
+}
+
+/// Which of the server's connection places a connection holds: given back
+/// when it closes (or sooner, when it is evicted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// None: refused at accept, or its place already given back.
+    None,
+    /// One of `--max-connections` and one of
+    /// `--max-connections-before-hello`: a binary connection before HELLO.
+    BeforeHello,
+    /// One of `--max-connections`: a binary connection past HELLO, or an
+    /// SQS connection.
+    Counted,
+    /// One of the metrics endpoint's places.
+    Metrics,
+}
+
+impl Place {
+    /// Whether it holds one of `--max-connections`.
+    fn counted(self) -> bool {
+        matches!(self, Place::BeforeHello | Place::Counted)
+    }
+}
+
+/// Whether a connection's bytes still go to its session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// Yes (its session may itself be closing it).
+    Open,
+    /// Yes, and its session has closed it while its TLS handshake, which
+    /// carries the last reply (a refusal), was still going on: it is closed
+    /// when the handshake is done (or at the session's close deadline).
+    AfterHandshake,
+    /// No: its transport refused it, or it was evicted to make room; it is
+    /// closing.
+    Refused,
 }
 
 struct State {
@@ -399,7 +426,9 @@ impl State {
                     }
                 }
                 Command::Close if conn.transport.awaits_handshake() => {
-                    conn.close_after_handshake = true;
+                    if conn.ending == Ending::Open {
+                        conn.ending = Ending::AfterHandshake;
+                    }
                 }
                 Command::Close => {
                     if let Some(alert) = conn.transport.close_notify() {
@@ -410,8 +439,8 @@ impl State {
                 Command::CloseNow => io.close_now(id),
             }
         }
-        if conn.before_hello && conn.session.phase() != Phase::Hello {
-            conn.before_hello = false;
+        if conn.place == Place::BeforeHello && conn.session.phase() != Phase::Hello {
+            conn.place = Place::Counted;
             shared.past_hello();
         }
         if !conn.dirty && conn.session.has_output() {
@@ -475,7 +504,7 @@ impl State {
             .conns
             .get_mut(id.index() as usize)
             .and_then(Option::as_mut)
-            .filter(|c| c.id == id && !c.refused)
+            .filter(|c| c.id == id && c.ending != Ending::Refused)
         else {
             return;
         };
@@ -493,9 +522,10 @@ impl State {
                 }
                 if let Some(c) = self.conns[id.index() as usize].as_mut() {
                     c.transport.give_back(plain);
-                    if c.close_after_handshake && !c.transport.awaits_handshake() {
-                        // The refusal went out with the handshake's end.
-                        c.close_after_handshake = false;
+                    if c.ending == Ending::AfterHandshake && !c.transport.awaits_handshake() {
+                        // The refusal went out with the handshake's end;
+                        // the close is under way.
+                        c.ending = Ending::Open;
                         if let Some(alert) = c.transport.close_notify() {
                             io.send(id, alert);
                         }
@@ -504,7 +534,7 @@ impl State {
                 }
             }
             Inbound::Refuse { why, detail, reply } => {
-                conn.refused = true;
+                conn.ending = Ending::Refused;
                 tracing::info!(
                     peer = %conn.session.peer(),
                     shard = self.index,
