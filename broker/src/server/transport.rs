@@ -73,9 +73,15 @@ pub const REFUSAL_NAMES: [&str; 3] = ["tls_on_plain_port", "plain_on_tls_port", 
 pub enum Inbound<'a> {
     /// Plain bytes for the session, borrowed from the driver's buffer.
     Passed(&'a [u8]),
-    /// Decrypted bytes for the session are in the transport's buffer (see
-    /// [`Transport::take_plaintext`]), possibly none.
-    Decrypted,
+    /// TLS records were read: the plaintext for the session is in the
+    /// caller's buffer (possibly none).
+    Decrypted {
+        /// Handshake records to send back.
+        reply: Option<Bytes>,
+        /// The handshake that held sealed bytes (a refusal) ended in this
+        /// read: a close that waited for it may go now.
+        handshake_ended: bool,
+    },
     /// Refuse the connection: send `reply` (if any), then close.
     Refuse {
         /// Why.
@@ -104,8 +110,6 @@ pub enum Transport {
 /// A TLS connection's state.
 pub struct Tls {
     conn: ServerConnection,
-    /// Plaintext for the session, from the last `on_data`.
-    plaintext: Vec<u8>,
     /// Ciphertext to hand to the driver.
     outgoing: Vec<u8>,
     /// Whether the first byte was looked at.
@@ -119,7 +123,6 @@ impl core::fmt::Debug for Tls {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Tls")
             .field("handshaking", &self.conn.is_handshaking())
-            .field("plaintext", &self.plaintext.len())
             .finish_non_exhaustive()
     }
 }
@@ -148,7 +151,6 @@ impl Transport {
                 conn.set_buffer_limit(None);
                 Transport::Tls(Box::new(Tls {
                     conn,
-                    plaintext: Vec::new(),
                     outgoing: Vec::new(),
                     sniffed: false,
                     sealed_early: false,
@@ -169,9 +171,10 @@ impl Transport {
         matches!(self, Transport::Tls(tls) if tls.sealed_early && tls.conn.is_handshaking())
     }
 
-    /// Bytes arrived from the peer. Handshake records to send back are
-    /// queued for [`Transport::take_outgoing`].
-    pub fn on_data<'a>(&mut self, bytes: &'a [u8]) -> Inbound<'a> {
+    /// Bytes arrived from the peer: what the loop does with them, in one
+    /// value. Over TLS the plaintext is appended to `plaintext` (a buffer
+    /// the caller lends, so that connections keep none of their own).
+    pub fn on_data<'a>(&mut self, bytes: &'a [u8], plaintext: &mut Vec<u8>) -> Inbound<'a> {
         match self {
             Transport::Plain { head, seen } => {
                 if *seen < 2 {
@@ -193,25 +196,7 @@ impl Transport {
                 }
                 Inbound::Passed(bytes)
             }
-            Transport::Tls(tls) => tls.on_data(bytes),
-        }
-    }
-
-    /// The plaintext decrypted by the last [`Transport::on_data`] that
-    /// returned [`Inbound::Decrypted`], taken out (hand the buffer back
-    /// with [`Transport::give_back`] to keep its capacity).
-    pub fn take_plaintext(&mut self) -> Vec<u8> {
-        match self {
-            Transport::Plain { .. } => Vec::new(),
-            Transport::Tls(tls) => core::mem::take(&mut tls.plaintext),
-        }
-    }
-
-    /// Returns the buffer [`Transport::take_plaintext`] lent.
-    pub fn give_back(&mut self, mut buffer: Vec<u8>) {
-        if let Transport::Tls(tls) = self {
-            buffer.clear();
-            tls.plaintext = buffer;
+            Transport::Tls(tls) => tls.on_data(bytes, plaintext),
         }
     }
 
@@ -228,14 +213,6 @@ impl Transport {
                 let _ = tls.conn.writer().write_all(&plain);
                 tls.take_outgoing().unwrap_or_default()
             }
-        }
-    }
-
-    /// Encrypted bytes waiting to go out (handshake records), if any.
-    pub fn take_outgoing(&mut self) -> Option<Bytes> {
-        match self {
-            Transport::Plain { .. } => None,
-            Transport::Tls(tls) => tls.take_outgoing(),
         }
     }
 
@@ -256,8 +233,8 @@ impl Transport {
 }
 
 impl Tls {
-    fn on_data<'a>(&mut self, mut bytes: &'a [u8]) -> Inbound<'a> {
-        self.plaintext.clear();
+    fn on_data<'a>(&mut self, mut bytes: &'a [u8], plaintext: &mut Vec<u8>) -> Inbound<'a> {
+        let awaited = self.sealed_early && self.conn.is_handshaking();
         if !self.sniffed && !bytes.is_empty() {
             self.sniffed = true;
             if bytes[0] != TLS_HANDSHAKE_RECORD
@@ -281,24 +258,27 @@ impl Tls {
                 // rustls queued the alert that tells the peer why.
                 return self.failed(&e.to_string());
             }
-            if let Err(e) = self.read_plaintext() {
+            if let Err(e) = self.read_plaintext(plaintext) {
                 return self.failed(&e.to_string());
             }
             if read == 0 {
                 break;
             }
         }
-        Inbound::Decrypted
+        Inbound::Decrypted {
+            reply: self.take_outgoing(),
+            handshake_ended: awaited && !self.conn.is_handshaking(),
+        }
     }
 
-    fn read_plaintext(&mut self) -> io::Result<()> {
+    fn read_plaintext(&mut self, plaintext: &mut Vec<u8>) -> io::Result<()> {
         let mut chunk = [0u8; PLAINTEXT_CHUNK_BYTES];
         loop {
             match self.conn.reader().read(&mut chunk) {
                 // The peer's close_notify: the driver reports its end of
                 // stream next.
                 Ok(0) => return Ok(()),
-                Ok(n) => self.plaintext.extend_from_slice(&chunk[..n]),
+                Ok(n) => plaintext.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(e),
             }
@@ -351,10 +331,14 @@ mod tests {
 
     #[test]
     fn a_plain_port_passes_bytes_and_refuses_a_tls_handshake() {
+        let mut plain = Vec::new();
         let mut t = Transport::new(None).unwrap();
-        assert!(matches!(t.on_data(b"\x16"), Inbound::Passed(b"\x16")));
         assert!(matches!(
-            t.on_data(b"\x03\x01\x02\x00"),
+            t.on_data(b"\x16", &mut plain),
+            Inbound::Passed(b"\x16")
+        ));
+        assert!(matches!(
+            t.on_data(b"\x03\x01\x02\x00", &mut plain),
             Inbound::Refuse {
                 why: Refusal::TlsOnPlainPort,
                 ..
@@ -363,8 +347,15 @@ mod tests {
         // A sluice frame (a small little-endian length) passes, and after
         // the first two bytes nothing is looked at.
         let mut t = Transport::new(None).unwrap();
-        assert!(matches!(t.on_data(b"\x16\x00\x00\x00"), Inbound::Passed(_)));
-        assert!(matches!(t.on_data(b"\x16\x03"), Inbound::Passed(_)));
+        assert!(matches!(
+            t.on_data(b"\x16\x00\x00\x00", &mut plain),
+            Inbound::Passed(_)
+        ));
+        assert!(matches!(
+            t.on_data(b"\x16\x03", &mut plain),
+            Inbound::Passed(_)
+        ));
+        assert!(plain.is_empty(), "plain text is passed, not copied");
         assert_eq!(t.seal(Bytes::from_static(b"x")), Bytes::from_static(b"x"));
         assert!(t.close_notify().is_none());
     }

@@ -285,6 +285,8 @@ struct State {
     spin_until_ns: u64,
     /// Events the driver reported in this turn's poll.
     events: u32,
+    /// Plaintext a TLS read decrypted, lent to the transports in turn.
+    plaintext: Vec<u8>,
 }
 
 impl State {
@@ -508,29 +510,33 @@ impl State {
         else {
             return;
         };
-        match conn.transport.on_data(bytes) {
+        let mut plain = core::mem::take(&mut self.plaintext);
+        plain.clear();
+        match conn.transport.on_data(bytes, &mut plain) {
             Inbound::Passed(bytes) => {
                 self.with_session(io, id, |s, cx, engine| s.on_data(bytes, cx, engine));
             }
-            Inbound::Decrypted => {
-                if let Some(handshake) = conn.transport.take_outgoing() {
+            Inbound::Decrypted {
+                reply,
+                handshake_ended,
+            } => {
+                if let Some(handshake) = reply {
                     io.send(id, handshake);
                 }
-                let plain = conn.transport.take_plaintext();
                 if !plain.is_empty() {
                     self.with_session(io, id, |s, cx, engine| s.on_data(&plain, cx, engine));
                 }
-                if let Some(c) = self.conns[id.index() as usize].as_mut() {
-                    c.transport.give_back(plain);
-                    if c.ending == Ending::AfterHandshake && !c.transport.awaits_handshake() {
-                        // The refusal went out with the handshake's end;
-                        // the close is under way.
-                        c.ending = Ending::Open;
-                        if let Some(alert) = c.transport.close_notify() {
-                            io.send(id, alert);
-                        }
-                        io.close(id);
+                let conn = self.conns[id.index() as usize].as_mut();
+                if let Some(c) =
+                    conn.filter(|c| handshake_ended && c.ending == Ending::AfterHandshake)
+                {
+                    // The refusal went out with the handshake's end; the
+                    // close is under way.
+                    c.ending = Ending::Open;
+                    if let Some(alert) = c.transport.close_notify() {
+                        io.send(id, alert);
                     }
+                    io.close(id);
                 }
             }
             Inbound::Refuse { why, detail, reply } => {

@@ -113,6 +113,7 @@ impl State {
             drain_deadline_ns: None,
             drain_started_ns: 0,
             counted_out: false,
+            plaintext: Vec::new(),
             exit: false,
             accept_failure_logged_ns: None,
             accept_failures_unlogged: (0, 0),
