@@ -4,7 +4,7 @@
 //!
 //! What the door shares between the shards that call it: the request-id
 //! counter (an atomic) and the message-move tasks (a mutex: any shard
-//! starts, lists and cancels them, shard 0 runs their steps).
+//! starts, lists and cancels them and takes their steps).
 
 #[cfg(sluice_loom)]
 pub(crate) use loom::sync::{

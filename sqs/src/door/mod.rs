@@ -355,19 +355,20 @@ impl Door {
     /// server to run on the engine and hand back to [`Door::move_done`].
     #[must_use]
     pub fn next_move(&self, now_unix_ms: u64) -> Option<MoveStep> {
-        moves::lock(&self.inner.tasks).next_step(now_unix_ms)
+        self.inner.tasks.with(|t| t.next_step(now_unix_ms))
     }
 
     /// The engine's `reply` to `step`'s request.
     pub fn move_done(&self, task: u64, asked: u32, reply: &Reply) {
-        moves::lock(&self.inner.tasks).step_done(task, asked, reply);
+        self.inner.tasks.with(|t| t.step_done(task, asked, reply));
     }
 
     /// When a message-move task's next step is due (wall clock, Unix ms),
-    /// if one waits.
+    /// if one waits: one atomic load, cheap enough for every turn of a
+    /// shard's loop.
     #[must_use]
     pub fn next_move_due_ms(&self) -> Option<u64> {
-        moves::lock(&self.inner.tasks).next_due_ms()
+        self.inner.tasks.due_ms()
     }
 
     fn request_id(&self, now_unix_ms: u64) -> String {

@@ -27,16 +27,50 @@ use super::names::{self, Namespace};
 use super::sources::{self, Sources};
 use super::wire::Input;
 use super::{Ctx, Started, uuid_text};
-use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
 use tasks::{CancelError, MoveTasks, NewTask};
 
 /// The door's tasks, shared by every shard's calls.
-pub(crate) type SharedTasks = Arc<Mutex<MoveTasks>>;
+pub(crate) type SharedTasks = Arc<Moves>;
 
-/// Locks the tasks (a panic elsewhere while holding them leaves them as
-/// they were: each change is one step).
-pub(crate) fn lock(tasks: &SharedTasks) -> MutexGuard<'_, MoveTasks> {
-    tasks.lock().unwrap_or_else(PoisonError::into_inner)
+/// The tasks behind their lock, and when the next step is due, readable
+/// without it: a shard's loop looks at that every turn, and takes the lock
+/// only when a step is due.
+#[derive(Debug)]
+pub(crate) struct Moves {
+    tasks: Mutex<MoveTasks>,
+    /// The next step's due time (Unix ms); `u64::MAX`: none. Written with
+    /// the lock held, after every change.
+    due_ms: AtomicU64,
+}
+
+impl Default for Moves {
+    fn default() -> Self {
+        Moves {
+            tasks: Mutex::new(MoveTasks::default()),
+            due_ms: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl Moves {
+    /// Runs `f` on the tasks under their lock, then publishes the next due
+    /// time. (A panic elsewhere while holding the lock leaves the tasks as
+    /// they were: each change is one step.)
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut MoveTasks) -> R) -> R {
+        let mut tasks: MutexGuard<'_, MoveTasks> =
+            self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        let r = f(&mut tasks);
+        let due = tasks.next_due_ms().unwrap_or(u64::MAX);
+        self.due_ms.store(due, Ordering::Release);
+        r
+    }
+
+    /// When the next step is due, as last published.
+    pub(crate) fn due_ms(&self) -> Option<u64> {
+        let due = self.due_ms.load(Ordering::Acquire);
+        (due != u64::MAX).then_some(due)
+    }
 }
 
 /// The highest `MaxNumberOfMessagesPerSecond`, as in SQS.
@@ -111,7 +145,7 @@ pub(crate) fn start(
         }
         _ => {
             let handle = input.str("TaskHandle")?;
-            match lock(ctx.tasks).cancel(handle) {
+            match ctx.tasks.with(|t| t.cancel(handle)) {
                 Ok(moved) => Ok(Started::Reply(
                     json!({ "ApproximateNumberOfMessagesMoved": moved }),
                     0,
@@ -198,7 +232,7 @@ impl Pending {
                 },
                 Reply::GetQueue(_),
             ) => Ok(Next::Done(tasks::results(
-                lock(&tasks).list(&source_arn, max),
+                tasks.with(|t| t.list(&source_arn, max)),
             ))),
             (_, other) => Err(SqsError::new(
                 "InternalError",
@@ -231,16 +265,18 @@ impl Starting {
                 "Source queue must be configured as a Dead Letter Queue.",
             ));
         }
-        let mut tasks = lock(&self.tasks);
-        if tasks.active_on(&self.new.source_arn) {
-            return Err(SqsError::new(
-                "UnsupportedOperation",
-                "There is already a message movement task running on this source queue.",
-            ));
-        }
-        let handle = handle(&self.new.source_arn, now_ms, tasks.next_id());
-        tasks.start(self.new, handle.clone(), now_ms);
-        Ok(json!({ "TaskHandle": handle }))
+        let Starting { tasks, new, .. } = *self;
+        tasks.with(|tasks| {
+            if tasks.active_on(&new.source_arn) {
+                return Err(SqsError::new(
+                    "UnsupportedOperation",
+                    "There is already a message movement task running on this source queue.",
+                ));
+            }
+            let handle = handle(&new.source_arn, now_ms, tasks.next_id());
+            tasks.start(new, handle.clone(), now_ms);
+            Ok(json!({ "TaskHandle": handle }))
+        })
     }
 }
 

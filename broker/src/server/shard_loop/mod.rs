@@ -64,7 +64,7 @@
 //! - `drain.rs`: shutdown: draining the connections, then the last close;
 //! - `engine_link.rs`: the engine as the loop lends it to one session;
 //! - `metrics.rs`: the metrics endpoint's connections and scrapes;
-//! - `moves.rs`: the SQS door's message-move tasks (shard 0 runs them).
+//! - `moves.rs`: the SQS door's message-move tasks' steps.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -244,7 +244,7 @@ struct State {
     sqs: Option<SqsConfig>,
     /// The metrics endpoint's connections, when it is open.
     metrics: Option<MetricsDoor>,
-    /// The SQS door's message-move tasks: shard 0 runs them.
+    /// The SQS door's message-move tasks' steps this shard takes.
     mover: Option<Mover>,
     unsent_total_max: u64,
     shutdown_timeout_ns: u64,

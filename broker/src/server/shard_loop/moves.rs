@@ -1,8 +1,15 @@
-//! The SQS door's message-move tasks, run by shard 0: each due step (a
-//! REDRIVE) goes to the engine like a connection's request, and its reply
-//! back to the door, which paces the next one. The door keeps the tasks
-//! (`sluice_sqs`'s `moves`); this file only carries steps, on the real
-//! wall clock (a manual clock moves leases, not tasks).
+//! The SQS door's message-move tasks, run by the shards' loops: each due
+//! step (a REDRIVE) goes to the engine of the shard that takes it, like a
+//! connection's request, and its reply back to the door, which paces the
+//! next one. The door keeps the tasks (`sluice_sqs`'s `moves`); this file
+//! only carries steps, on the real wall clock (a manual clock moves leases,
+//! not tasks).
+//!
+//! Every shard looks at the door's next due time each turn (one atomic
+//! load; nothing more while no task runs) and bounds its wait by it, so a
+//! task started on any shard takes its first step on that shard at once,
+//! and its later steps on whichever shard wakes first when they are due;
+//! the door hands each step to one shard only.
 
 use std::time::Duration;
 
@@ -13,7 +20,7 @@ use crate::engine::OpResult;
 use crate::server::clock;
 use crate::server::convert::{self, Route};
 
-/// Shard 0's side of the move tasks.
+/// A shard's side of the move tasks.
 #[derive(Debug)]
 pub(super) struct Mover {
     door: Door,
@@ -36,7 +43,15 @@ impl State {
             return;
         };
         while mover.step.is_none() {
-            let Some(step) = mover.door.next_move(clock::wall_ms()) else {
+            // Nothing due: one atomic load, no clock read, no lock.
+            let Some(due) = mover.door.next_move_due_ms() else {
+                return;
+            };
+            let now = clock::wall_ms();
+            if due > now {
+                return;
+            }
+            let Some(step) = mover.door.next_move(now) else {
                 return;
             };
             let Route::Engine(op) = convert::route(step.request) else {

@@ -86,10 +86,7 @@ impl State {
             doorbell: start.doorbell,
             shared: start.shared,
             config,
-            mover: sqs
-                .as_ref()
-                .filter(|_| index == 0)
-                .map(|s| Mover::new(s.door.clone())),
+            mover: sqs.as_ref().map(|s| Mover::new(s.door.clone())),
             sqs,
             metrics,
             unsent_total_max,

@@ -1,5 +1,5 @@
 //! Loom models of the message-move tasks the shards share: a cancel on one
-//! shard racing the step shard 0 runs, and two starts racing on one source.
+//! shard racing the step another shard runs, and two starts racing on one source.
 //! Run under `RUSTFLAGS="--cfg sluice_loom"` (every interleaving); as plain
 //! tests otherwise.
 
@@ -7,7 +7,7 @@ use serde_json::json;
 use sluice_protocol::{QueueName, Reply};
 
 use super::tasks::{CancelError, NewTask};
-use super::{SharedTasks, Starting, lock};
+use super::{SharedTasks, Starting};
 use crate::door::names::Namespace;
 use crate::door::{Door, DoorConfig};
 use crate::sync::model;
@@ -36,7 +36,9 @@ fn new_task(to_move: u64) -> NewTask {
 fn loom_a_cancel_racing_a_step_ends_in_one_consistent_state() {
     model(|| {
         let door = Door::new(DoorConfig::default());
-        lock(&door.inner.tasks).start(new_task(4), "h".into(), 0);
+        door.inner
+            .tasks
+            .with(|t| t.start(new_task(4), "h".into(), 0));
         let runner = {
             let door = door.clone();
             spawn(move || match door.next_move(0) {
@@ -51,9 +53,9 @@ fn loom_a_cancel_racing_a_step_ends_in_one_consistent_state() {
                 None => false,
             })
         };
-        let cancelled = lock(&door.inner.tasks).cancel("h");
+        let cancelled = door.inner.tasks.with(|t| t.cancel("h"));
         let ran = runner.join().unwrap();
-        let entry = lock(&door.inner.tasks).list(ARN, 1).remove(0);
+        let entry = door.inner.tasks.with(|t| t.list(ARN, 1)).remove(0);
         let moved = entry["ApproximateNumberOfMessagesMoved"].as_u64().unwrap();
         match (cancelled, ran) {
             // Cancelled before the step was taken: nothing moved.
@@ -94,6 +96,6 @@ fn loom_two_starts_on_one_source_start_one_task() {
         let here = starting(&tasks).begin(&found, 2).is_ok();
         let there = other.join().unwrap();
         assert!(here ^ there, "exactly one start wins: {here} {there}");
-        assert_eq!(lock(&tasks).list(ARN, 10).len(), 1);
+        assert_eq!(tasks.with(|t| t.list(ARN, 10)).len(), 1);
     });
 }
