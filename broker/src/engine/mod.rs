@@ -28,7 +28,7 @@
 //! | `stored_message.rs` | a message as a shard stores it: its 40-byte record and its side-table entries |
 //! | `bodies.rs` | message data (body and attributes) in shared chunks, their pieces, reuse and compaction |
 //! | `huge_pages.rs` | huge-page advice for the timing wheel's entries (its one `unsafe` call) |
-//! | `fifo.rs` | the partitions' FIFOs, in fixed blocks that go back to a pool |
+//! | `block_deque.rs` | the partitions' ready and age lists, deques in fixed blocks that go back to a pool |
 //! | `slab.rs` | slots reused with generations |
 //! | `wheel.rs` | the hierarchical timing wheel |
 //! | `registry.rs` | queue metadata shared across shards |
@@ -41,13 +41,13 @@
 //! | `races.rs` | loom models of the lease races (tests only) |
 //! | `cluster.rs` | deterministic in-process driver (tests; feature `test-util`) |
 
+mod block_deque;
 mod bodies;
 // The test harness: compiled for the crate's tests and with `test-util`.
 #[cfg(any(test, feature = "test-util"))]
 pub mod cluster;
 pub mod dedup;
 pub mod error;
-mod fifo;
 // The one `madvise` call; see the module's docs.
 #[allow(unsafe_code)]
 mod huge_pages;

@@ -37,7 +37,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use sluice_protocol::{QueueAttributes, QueueName, QueueStats};
 
-use super::fifo::{Fifo, Spare};
+use super::block_deque::{BlockDeque, Spare};
 use super::limits::{FIFO_BLOCK_BYTES, FIFO_SLACK};
 use super::registry::QueueShared;
 use super::slab::SlotKey;
@@ -58,9 +58,9 @@ const READY_BLOCK: usize = FIFO_BLOCK_BYTES / READY_ENTRY_BYTES;
 const AGE_BLOCK: usize = FIFO_BLOCK_BYTES / core::mem::size_of::<SlotKey>();
 
 /// A partition's ready FIFO.
-pub(crate) type ReadyFifo = Fifo<ReadyEntry, READY_BLOCK>;
+pub(crate) type ReadyFifo = BlockDeque<ReadyEntry, READY_BLOCK>;
 /// A partition's age FIFO.
-pub(crate) type AgeFifo = Fifo<SlotKey, AGE_BLOCK>;
+pub(crate) type AgeFifo = BlockDeque<SlotKey, AGE_BLOCK>;
 /// The shard's spare blocks for ready FIFOs.
 pub(crate) type ReadySpare = Spare<ReadyEntry, READY_BLOCK>;
 /// The shard's spare blocks for age FIFOs.

@@ -1,5 +1,6 @@
-//! A FIFO of small `Copy` entries stored in fixed blocks: the partitions'
-//! ready and age FIFOs.
+//! A deque of small `Copy` entries stored in fixed blocks: the partitions'
+//! ready and age lists, used first in, first out. (Named for what it is:
+//! the FIFO queues of message groups are another thing.)
 //!
 //! A `VecDeque` doubles its buffer as it grows and never gives the room
 //! back: a queue that once held ten million messages would keep the
@@ -12,13 +13,13 @@
 //! allocates nothing.
 //!
 //! Every entry has an absolute position that it keeps while it stays in the
-//! FIFO: the front's is [`Fifo::head`], and each push takes the next one.
+//! FIFO: the front's is [`BlockDeque::head`], and each push takes the next one.
 //! A position outlives pops in front of it, so a cursor into the FIFO is a
 //! plain number (the age FIFO's fresh-message cursor, `partition.rs`).
 
 use std::collections::VecDeque;
 
-/// The position of the first push: room in front for [`Fifo::push_front`]
+/// The position of the first push: room in front for [`BlockDeque::push_front`]
 /// without wrapping.
 const FIRST_POSITION: u64 = 1 << 62;
 
@@ -53,7 +54,7 @@ impl<T: Copy + Default, const N: usize> Spare<T, N> {
 
 /// A FIFO of `T` in blocks of `N` entries; see the [module docs](self).
 #[derive(Debug)]
-pub(crate) struct Fifo<T, const N: usize> {
+pub(crate) struct BlockDeque<T, const N: usize> {
     blocks: VecDeque<Box<[T; N]>>,
     /// Index of the front entry in `blocks[0]`.
     first: usize,
@@ -62,16 +63,16 @@ pub(crate) struct Fifo<T, const N: usize> {
     head: u64,
 }
 
-impl<T: Copy + Default, const N: usize> Default for Fifo<T, N> {
+impl<T: Copy + Default, const N: usize> Default for BlockDeque<T, N> {
     fn default() -> Self {
-        Fifo::new()
+        BlockDeque::new()
     }
 }
 
-impl<T: Copy + Default, const N: usize> Fifo<T, N> {
+impl<T: Copy + Default, const N: usize> BlockDeque<T, N> {
     /// An empty FIFO (no block yet).
-    pub fn new() -> Fifo<T, N> {
-        Fifo {
+    pub fn new() -> BlockDeque<T, N> {
+        BlockDeque {
             blocks: VecDeque::new(),
             first: 0,
             len: 0,
@@ -241,7 +242,7 @@ mod tests {
     #[test]
     fn positions_survive_pops_and_blocks_return_to_the_pool() {
         let mut spare = Spare::<u32, 4>::new(8);
-        let mut f = Fifo::<u32, 4>::new();
+        let mut f = BlockDeque::<u32, 4>::new();
         for v in 0..10 {
             f.push_back(v, &mut spare);
         }
@@ -266,7 +267,7 @@ mod tests {
     #[test]
     fn retain_maps_the_mark_and_frees_trailing_blocks() {
         let mut spare = Spare::<u32, 4>::new(1);
-        let mut f = Fifo::<u32, 4>::new();
+        let mut f = BlockDeque::<u32, 4>::new();
         for v in 0..12 {
             f.push_back(v, &mut spare);
         }
@@ -284,7 +285,7 @@ mod tests {
         #[test]
         fn behaves_like_a_vecdeque(ops in prop::collection::vec(0u8..6, 0..300)) {
             let mut spare = Spare::<u32, 3>::new(2);
-            let mut f = Fifo::<u32, 3>::new();
+            let mut f = BlockDeque::<u32, 3>::new();
             let mut model: VecDeque<u32> = VecDeque::new();
             let mut model_head = f.head();
             for (i, op) in ops.into_iter().enumerate() {
