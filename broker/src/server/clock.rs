@@ -22,7 +22,7 @@
 //!
 //! Ground rules of [`ManualClock`]: one atomic, `elapsed_ns`, the only
 //! state that changes. An advance adds to it (`AcqRel`) and then wakes every
-//! shard (the caller does, see `Shared::advance_clock`); a shard loads it
+//! shard (the caller does, see `ServerState::advance_clock`); a shard loads it
 //! (`Acquire`) after each wait and before each operation it hands the
 //! engine. The monotonic and the wall reading derive from the same load,
 //! so they move together. A shard that loads the old value a moment before

@@ -87,7 +87,7 @@ use std::net::SocketAddr;
 use self::clock::Clock;
 pub use self::clock::{EngineTime, NotManual};
 pub use self::config::Config;
-use self::shared::Shared;
+use self::shared::ServerState;
 use crate::engine::Shard;
 use crate::io::{Backend, OpenError};
 use crate::snapshot::{self, format::SnapshotError};
@@ -341,7 +341,7 @@ fn save_snapshot(
 
 /// A running server. Dropping it shuts the server down and waits for it.
 pub struct ServerHandle {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     threads: Vec<JoinHandle<ShardOutcome>>,
     metrics_addr: Option<SocketAddr>,
     sqs_addr: Option<SocketAddr>,
@@ -364,7 +364,7 @@ impl fmt::Debug for ServerHandle {
 
 /// Starts a server's graceful shutdown from anywhere (a signal thread).
 #[derive(Debug, Clone)]
-pub struct ShutdownTrigger(Arc<Shared>);
+pub struct ShutdownTrigger(Arc<ServerState>);
 
 impl ShutdownTrigger {
     /// As [`ServerHandle::shutdown`].

@@ -230,7 +230,7 @@ pub struct ShardStats {
     pub durations: RequestDurations,
     /// The shard's event loop.
     pub event_loop: LoopStats,
-    /// The scrape generation last published (see [`Shared::begin_scrape`]).
+    /// The scrape generation last published (see [`ServerState::begin_scrape`]).
     pub published_generation: AtomicU64,
     /// This shard's per-queue counters, replaced wholesale.
     pub(crate) queues: Mutex<Vec<(QueueName, QueueStats)>>,
@@ -300,7 +300,7 @@ pub const OUTCOME_NAMES: [&str; OUTCOMES] = ["deleted", "released", "expired", "
 
 /// One shard as the others see it.
 #[derive(Debug)]
-pub struct ShardShared {
+pub struct ShardView {
     /// Wakes the shard's driver.
     pub waker: Arc<Waker>,
     /// Its counters.
@@ -313,7 +313,7 @@ pub struct ShardShared {
 
 /// Everything shared, behind one `Arc`.
 #[derive(Debug)]
-pub struct Shared {
+pub struct ServerState {
     /// The configuration.
     pub config: Config,
     /// The engine's queue registry.
@@ -340,7 +340,7 @@ pub struct Shared {
     /// Bumped by a scrape that wants fresh queue snapshots.
     pub scrape_generation: AtomicU64,
     /// The shards, by index.
-    pub shards: Box<[ShardShared]>,
+    pub shards: Box<[ShardView]>,
     /// The engine's clock (`--clock`).
     pub clock: Clock,
     /// The SQS door, when it is open (one for every shard: its request ids
@@ -348,7 +348,7 @@ pub struct Shared {
     pub sqs_door: Option<sluice_sqs::Door>,
 }
 
-impl Shared {
+impl ServerState {
     /// Builds the shared state for shards woken through `wakers`.
     pub fn new(
         config: Config,
@@ -358,7 +358,7 @@ impl Shared {
         local_addr: SocketAddr,
         shards: Vec<(Arc<Waker>, LeaseReaders)>,
         clock: Clock,
-    ) -> Shared {
+    ) -> ServerState {
         let n = shards.len();
         let sqs_door = config.sqs.as_ref().map(|sqs| {
             sluice_sqs::Door::new(sluice_sqs::DoorConfig {
@@ -369,7 +369,7 @@ impl Shared {
                 ..sluice_sqs::DoorConfig::default()
             })
         });
-        Shared {
+        ServerState {
             sqs_door,
             clock,
             config,
@@ -386,7 +386,7 @@ impl Shared {
             scrape_generation: AtomicU64::new(0),
             shards: shards
                 .into_iter()
-                .map(|(waker, lease)| ShardShared {
+                .map(|(waker, lease)| ShardView {
                     waker,
                     stats: ShardStats::new(),
                     lease,

@@ -18,7 +18,7 @@ use super::limits::{
 };
 use super::metrics::telemetry::LeaseMetrics;
 use super::shard_loop::{self, ShardStart};
-use super::shared::Shared;
+use super::shared::ServerState;
 use super::{Config, Server, ServerHandle, ShardOutcome, StartError, transport};
 use crate::engine::mesh::doorbell::Wake;
 use crate::engine::random::splitmix64;
@@ -101,7 +101,7 @@ impl Server {
         }
         let io_fallback = spawned.drivers.first().and_then(|o| o.fallback.clone());
         let lease: Vec<LeaseMetrics> = (0..shards).map(|_| LeaseMetrics::new()).collect();
-        let shared = Arc::new(Shared::new(
+        let shared = Arc::new(ServerState::new(
             config,
             engines.registry.clone(),
             backend,

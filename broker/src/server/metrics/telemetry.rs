@@ -53,7 +53,7 @@ use super::{
 use crate::engine::{LeaseObserver, LeaseOutcome};
 use crate::server::metrics_session::Exposition;
 use crate::server::shared::{
-    ERROR_SLOTS, LeaseReaders, OP_SLOTS, OUTCOME_NAMES, OUTCOMES, ShardStats, Shared,
+    ERROR_SLOTS, LeaseReaders, OP_SLOTS, OUTCOME_NAMES, OUTCOMES, ServerState, ShardStats,
     error_slot_name, op_slot_name, outcome_slot, server_version, snake_case,
 };
 
@@ -152,7 +152,7 @@ fn merged(readers: impl Iterator<Item = HistogramSnapshot>) -> HistogramSnapshot
 /// for its queue counters, `/metrics` is [`render`], `/healthz` answers 503
 /// once the shutdown began.
 #[derive(Debug)]
-pub struct ServerMetrics(pub crate::sync::Arc<Shared>);
+pub struct ServerMetrics(pub crate::sync::Arc<ServerState>);
 
 impl Exposition for ServerMetrics {
     fn begin_scrape(&self) -> u64 {
@@ -174,7 +174,7 @@ impl Exposition for ServerMetrics {
 
 /// Writes every metric of the server into `out`, with the queue counters
 /// the shards last published.
-pub fn render(shared: &Shared, out: &mut String) {
+pub fn render(shared: &ServerState, out: &mut String) {
     let queues = shared.queue_stats();
     let mut w = PromWriter::new(out);
     render_server(shared, &mut w);
@@ -189,7 +189,7 @@ pub fn render(shared: &Shared, out: &mut String) {
 }
 
 /// The server: version, io backend, shards, uptime.
-fn render_server(shared: &Shared, w: &mut PromWriter<'_>) {
+fn render_server(shared: &ServerState, w: &mut PromWriter<'_>) {
     let shards = shared.shards.len().to_string();
     let backend = shared.backend.to_string();
     w.family(
@@ -216,7 +216,7 @@ fn render_server(shared: &Shared, w: &mut PromWriter<'_>) {
 }
 
 /// Connections: open, the limits, accepted, refused, closed.
-fn render_connections(shared: &Shared, w: &mut PromWriter<'_>) {
+fn render_connections(shared: &ServerState, w: &mut PromWriter<'_>) {
     w.family(
         "sluice_connections",
         "Open client connections.",
@@ -274,7 +274,7 @@ fn render_connections(shared: &Shared, w: &mut PromWriter<'_>) {
 }
 
 /// Requests by operation, unsent reply bytes, the message memory budget.
-fn render_load(shared: &Shared, w: &mut PromWriter<'_>) {
+fn render_load(shared: &ServerState, w: &mut PromWriter<'_>) {
     {
         let mut f = w.family(
             "sluice_requests_total",
@@ -307,7 +307,7 @@ fn render_load(shared: &Shared, w: &mut PromWriter<'_>) {
 }
 
 /// The SQS door's calls by action.
-fn render_sqs(shared: &Shared, w: &mut PromWriter<'_>) {
+fn render_sqs(shared: &ServerState, w: &mut PromWriter<'_>) {
     for (name, help, errors) in [
         (
             "sluice_sqs_requests_total",
@@ -377,7 +377,7 @@ fn render_queues(queues: &BTreeMap<QueueName, QueueStats>, w: &mut PromWriter<'_
 }
 
 /// How leases ended and how late redeliveries were, merged over the shards.
-fn render_leases(shared: &Shared, w: &mut PromWriter<'_>) {
+fn render_leases(shared: &ServerState, w: &mut PromWriter<'_>) {
     {
         let mut f = w.family(
             "sluice_lease_hold_seconds",
@@ -399,7 +399,7 @@ fn render_leases(shared: &Shared, w: &mut PromWriter<'_>) {
 }
 
 /// Build, io backend, drain state, request durations and errors.
-fn render_operations(shared: &Shared, w: &mut PromWriter<'_>) {
+fn render_operations(shared: &ServerState, w: &mut PromWriter<'_>) {
     w.family(
         "sluice_build_info",
         "The build: version (always 1).",
@@ -479,7 +479,7 @@ fn render_io(w: &mut PromWriter<'_>, backend: &str, fallback: Option<&str>) {
 }
 
 /// Each shard's event loop, rings and connections.
-fn render_shards(shared: &Shared, w: &mut PromWriter<'_>) {
+fn render_shards(shared: &ServerState, w: &mut PromWriter<'_>) {
     type Get = fn(&ShardStats) -> u64;
     let per_shard: [(&str, &str, MetricType, Get); 5] = [
         (

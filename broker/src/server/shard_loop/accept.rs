@@ -14,7 +14,7 @@ use crate::io::{ConnId, Connections};
 use crate::server::conn::ConnSession;
 use crate::server::limits::ACCEPT_FAILURE_LOG_NS;
 use crate::server::session::{Session, shutting_down};
-use crate::server::shared::Shared;
+use crate::server::shared::ServerState;
 use crate::server::sqs_session::SqsSession;
 use crate::server::transport::Transport;
 
@@ -302,7 +302,7 @@ fn too_many_before_hello(max: u32) -> Reply {
 /// The outcome of a HELLO's token check at `now_ns`, through the server's
 /// [`AuthGuard`](super::auth_guard::AuthGuard): the delay before the
 /// `Unauthorized` reply, and a rate-limited log line for a failure.
-pub(super) fn auth_outcome(shared: &Shared, peer: SocketAddr, ok: bool, now_ns: u64) -> u64 {
+pub(super) fn auth_outcome(shared: &ServerState, peer: SocketAddr, ok: bool, now_ns: u64) -> u64 {
     let addr = peer.ip().to_canonical();
     if ok {
         shared.auth.lock().succeeded(addr);

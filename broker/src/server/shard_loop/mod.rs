@@ -75,7 +75,7 @@ use super::clock::{self, Clock, EngineTime, nanos};
 use super::conn::ConnSession;
 use super::limits::{DRAIN_RECHECK, OUTBOUND_RETRY, PAUSED_RECHECK, STATS_PUBLISH_INTERVAL};
 use super::session::{Command, Cx, Engine, Phase, SessionConfig};
-use super::shared::{ShardStats, Shared};
+use super::shared::{ServerState, ShardStats};
 use super::sqs_session::SqsConfig;
 use super::transport::{Inbound, Transport};
 use crate::engine::mesh::doorbell::Doorbell;
@@ -114,7 +114,7 @@ pub struct ShardStart {
     /// This shard's doorbell (the engine owns the rings).
     pub doorbell: Arc<Doorbell>,
     /// Everything shared.
-    pub shared: Arc<Shared>,
+    pub shared: Arc<ServerState>,
 }
 
 /// Runs shard `index` until shutdown completes, and hands its engine back
@@ -170,7 +170,7 @@ pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Re
 
 /// A shard that panics (a bug) stops the whole server, so that the process
 /// ends and is restarted rather than run on with a shard missing.
-struct StopOnPanic(Arc<Shared>);
+struct StopOnPanic(Arc<ServerState>);
 
 impl Drop for StopOnPanic {
     fn drop(&mut self) {
@@ -236,7 +236,7 @@ enum Ending {
 
 struct State {
     index: u16,
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     engine: Shard,
     doorbell: Arc<Doorbell>,
     config: SessionConfig,
