@@ -7,22 +7,13 @@
 
 use std::time::Duration;
 
+/// A policy in a [`QueueOptions`]: leave it as it is, set it, or remove
+/// it (the protocol's own type, declared once).
+pub use sluice_protocol::Setting;
 use sluice_protocol::{AttributeUpdate, LabelChanges, Labels, LabelsUpdate};
 
 use crate::error::Result;
 use crate::ops::{wire_count, wire_ms};
-
-/// A policy in a [`QueueOptions`]: leave it as it is, set it, or remove it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Setting<T> {
-    /// Leave it as it is (on create: the default, none).
-    #[default]
-    Keep,
-    /// Set it.
-    Set(T),
-    /// Remove it.
-    Clear,
-}
 
 /// Where a queue's messages go after too many deliveries.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -210,27 +201,21 @@ impl QueueOptions {
     /// the attribute, for a value the protocol's field cannot carry.
     pub(crate) fn to_update(&self) -> Result<AttributeUpdate> {
         let ms = |d: Option<Duration>, what: &str| d.map(|d| wire_ms(d, what)).transpose();
-        let (redrive, clear_redrive) = match &self.redrive {
-            Setting::Keep => (None, false),
-            Setting::Clear => (None, true),
-            Setting::Set(r) => {
-                let policy = sluice_protocol::RedrivePolicy {
-                    dead_letter_queue: r.dead_letter_queue.clone(),
-                    max_receives: wire_count(r.max_receives, "redrive max receives")?,
-                };
-                (Some(policy), false)
-            }
+        let redrive = match &self.redrive {
+            Setting::Keep => Setting::Keep,
+            Setting::Clear => Setting::Clear,
+            Setting::Set(r) => Setting::Set(sluice_protocol::RedrivePolicy {
+                dead_letter_queue: r.dead_letter_queue.clone(),
+                max_receives: wire_count(r.max_receives, "redrive max receives")?,
+            }),
         };
-        let (backoff, clear_backoff) = match self.backoff {
-            Setting::Keep => (None, false),
-            Setting::Clear => (None, true),
-            Setting::Set(b) => {
-                let backoff = sluice_protocol::Backoff {
-                    base_ms: wire_ms(b.base, "backoff base")?,
-                    max_ms: wire_ms(b.max, "backoff max")?,
-                };
-                (Some(backoff), false)
-            }
+        let backoff = match self.backoff {
+            Setting::Keep => Setting::Keep,
+            Setting::Clear => Setting::Clear,
+            Setting::Set(b) => Setting::Set(sluice_protocol::Backoff {
+                base_ms: wire_ms(b.base, "backoff base")?,
+                max_ms: wire_ms(b.max, "backoff max")?,
+            }),
         };
         let message_bytes_max = self
             .message_bytes_max
@@ -254,8 +239,6 @@ impl QueueOptions {
                     annotations: self.annotations.clone(),
                 }))
             },
-            clear_redrive,
-            clear_backoff,
         })
     }
 }
@@ -455,25 +438,23 @@ mod tests {
         assert_eq!(update.visibility_timeout_ms, Some(60_000));
         assert_eq!(update.delay_ms, Some(2), "rounded up, never to zero");
         assert_eq!(update.retention_ms, None);
-        let redrive = update.redrive.unwrap();
+        let redrive = update.redrive.as_set().unwrap();
         assert_eq!(
             (redrive.dead_letter_queue.as_str(), redrive.max_receives),
             ("dlq", 4)
         );
-        assert!(!update.clear_redrive);
         assert_eq!(update.max_depth, Some(10));
-        assert_eq!(update.backoff, None);
-        assert!(update.clear_backoff);
+        assert_eq!(update.backoff, Setting::Clear);
 
         let update = QueueOptions::new()
             .clear_redrive()
             .backoff(Duration::from_millis(100), Duration::from_secs(10))
             .to_update()
             .unwrap();
-        assert!(update.clear_redrive && update.redrive.is_none());
+        assert!(update.redrive.is_clear());
         assert_eq!(
             update.backoff,
-            Some(sluice_protocol::Backoff {
+            Setting::Set(sluice_protocol::Backoff {
                 base_ms: 100,
                 max_ms: 10_000
             })

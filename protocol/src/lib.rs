@@ -77,7 +77,7 @@ pub use message::{
 pub use name::{InvalidQueueName, QueueName};
 pub use queue_attribute_block::bits as attribute_bits;
 pub use queue_attributes::{
-    AttributeUpdate, Backoff, LabelChanges, QueueAttributes, QueueStats, RedrivePolicy,
+    AttributeUpdate, Backoff, LabelChanges, QueueAttributes, QueueStats, RedrivePolicy, Setting,
 };
 pub use receipt::{MessageId, RECEIPT_BYTES, Receipt};
 pub use reply::{

@@ -11,7 +11,7 @@ use crate::codec::{DecodeError, EncodeError, Reader, len_u8};
 use crate::labels::LabelsUpdate;
 use crate::name::is_valid_name_bytes;
 use crate::queue_attributes::{
-    AttributeUpdate, Backoff, LabelChanges, QueueAttributes, RedrivePolicy,
+    AttributeUpdate, Backoff, LabelChanges, QueueAttributes, RedrivePolicy, Setting,
 };
 
 /// Bits of the present and clear masks.
@@ -86,18 +86,25 @@ impl AttributeUpdate {
         set(self.retention_ms.is_some(), bits::RETENTION);
         set(self.message_bytes_max.is_some(), bits::MESSAGE_BYTES_MAX);
         set(self.receive_wait_ms.is_some(), bits::RECEIVE_WAIT);
-        set(self.redrive.is_some(), bits::REDRIVE);
+        set(self.redrive.as_set().is_some(), bits::REDRIVE);
         set(self.max_depth.is_some(), bits::MAX_DEPTH);
         set(self.dedup_window_ms.is_some(), bits::DEDUP_WINDOW);
-        set(self.backoff.is_some(), bits::BACKOFF);
+        set(self.backoff.as_set().is_some(), bits::BACKOFF);
         set(!self.tags().is_empty(), bits::TAGS);
         set(!self.annotations().is_empty(), bits::ANNOTATIONS);
         m
     }
 
     fn clear_mask(&self) -> u16 {
-        (if self.clear_redrive { bits::REDRIVE } else { 0 })
-            | (if self.clear_backoff { bits::BACKOFF } else { 0 })
+        (if self.redrive.is_clear() {
+            bits::REDRIVE
+        } else {
+            0
+        }) | (if self.backoff.is_clear() {
+            bits::BACKOFF
+        } else {
+            0
+        })
     }
 
     /// Bytes of the attribute block on the wire.
@@ -118,10 +125,10 @@ impl AttributeUpdate {
             + 4 * u32s
             + self
                 .redrive
-                .as_ref()
+                .as_set()
                 .map_or(0, |r| 1 + r.dead_letter_queue.len() + 2)
             + self.max_depth.map_or(0, |_| 8)
-            + self.backoff.map_or(0, |_| 8)
+            + self.backoff.as_set().map_or(0, |_| 8)
             + labels_len(self.tags())
             + labels_len(self.annotations())
     }
@@ -134,7 +141,7 @@ impl AttributeUpdate {
     /// labels do not fit their `u16` counts and lengths; `buf` is then
     /// unchanged.
     pub fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
-        let dlq_len = match &self.redrive {
+        let dlq_len = match self.redrive.as_set() {
             Some(r) => len_u8(r.dead_letter_queue.len(), "redrive.dead_letter_queue")?,
             None => 0,
         };
@@ -152,7 +159,7 @@ impl AttributeUpdate {
         put(buf, self.retention_ms);
         put(buf, self.message_bytes_max);
         put(buf, self.receive_wait_ms);
-        if let Some(r) = &self.redrive {
+        if let Some(r) = self.redrive.as_set() {
             buf.put_u8(dlq_len);
             buf.put_slice(r.dead_letter_queue.as_bytes());
             buf.put_u16_le(r.max_receives);
@@ -161,7 +168,7 @@ impl AttributeUpdate {
             buf.put_u64_le(d);
         }
         put(buf, self.dedup_window_ms);
-        if let Some(b) = self.backoff {
+        if let Some(b) = self.backoff.as_set() {
             buf.put_u32_le(b.base_ms);
             buf.put_u32_le(b.max_ms);
         }
@@ -221,8 +228,16 @@ impl AttributeUpdate {
             retention_ms: u32_if(bits::RETENTION, "retention_ms")?,
             message_bytes_max: u32_if(bits::MESSAGE_BYTES_MAX, "message_bytes_max")?,
             receive_wait_ms: u32_if(bits::RECEIVE_WAIT, "receive_wait_ms")?,
-            clear_redrive: clear & bits::REDRIVE != 0,
-            clear_backoff: clear & bits::BACKOFF != 0,
+            redrive: if clear & bits::REDRIVE != 0 {
+                Setting::Clear
+            } else {
+                Setting::Keep
+            },
+            backoff: if clear & bits::BACKOFF != 0 {
+                Setting::Clear
+            } else {
+                Setting::Keep
+            },
             ..AttributeUpdate::default()
         };
         if present & bits::REDRIVE != 0 {
@@ -235,7 +250,7 @@ impl AttributeUpdate {
                 Ok(s) if is_valid_name_bytes(&name) => s.to_owned(),
                 _ => return Err(DecodeError::InvalidQueueName { offset, field }),
             };
-            out.redrive = Some(RedrivePolicy {
+            out.redrive = Setting::Set(RedrivePolicy {
                 dead_letter_queue,
                 max_receives: r.u16("redrive.max_receives")?,
             });
@@ -247,7 +262,7 @@ impl AttributeUpdate {
             out.dedup_window_ms = Some(r.u32("dedup_window_ms")?);
         }
         if present & bits::BACKOFF != 0 {
-            out.backoff = Some(Backoff {
+            out.backoff = Setting::Set(Backoff {
                 base_ms: r.u32("backoff.base_ms")?,
                 max_ms: r.u32("backoff.max_ms")?,
             });
@@ -272,10 +287,10 @@ impl From<&QueueAttributes> for AttributeUpdate {
             retention_ms: Some(attrs.retention_ms),
             message_bytes_max: Some(attrs.message_bytes_max),
             receive_wait_ms: Some(attrs.receive_wait_ms),
-            redrive: attrs.redrive.clone(),
+            redrive: attrs.redrive.clone().into(),
             max_depth: attrs.max_depth,
             dedup_window_ms: Some(attrs.dedup_window_ms),
-            backoff: attrs.backoff,
+            backoff: attrs.backoff.into(),
             labels: if attrs.tags.is_empty() && attrs.annotations.is_empty() {
                 None
             } else {
@@ -284,8 +299,6 @@ impl From<&QueueAttributes> for AttributeUpdate {
                     annotations: LabelsUpdate::set_all(&attrs.annotations),
                 }))
             },
-            clear_redrive: false,
-            clear_backoff: false,
         }
     }
 }
@@ -321,8 +334,8 @@ impl QueueAttributes {
             field: "present_mask",
             reason: "a queue's attribute block carries every attribute and clears none",
         };
-        if u.clear_redrive
-            || u.clear_backoff
+        if u.redrive.is_clear()
+            || u.backoff.is_clear()
             || !u.tags().remove.is_empty()
             || !u.annotations().remove.is_empty()
         {
@@ -343,10 +356,10 @@ impl QueueAttributes {
                 retention_ms: ret,
                 message_bytes_max: mbm,
                 receive_wait_ms: rw,
-                redrive: u.redrive,
+                redrive: u.redrive.as_set().cloned(),
                 max_depth: u.max_depth,
                 dedup_window_ms: dw,
-                backoff: u.backoff,
+                backoff: u.backoff.as_set().copied(),
                 tags: labels.tags.set.into_iter().collect(),
                 annotations: labels.annotations.set.into_iter().collect(),
             }),
@@ -371,11 +384,11 @@ mod tests {
     fn fields_follow_bit_order() {
         let u = AttributeUpdate {
             delay_ms: Some(0x0102_0304),
-            backoff: Some(Backoff {
+            backoff: Setting::Set(Backoff {
                 base_ms: 5,
                 max_ms: 6,
             }),
-            redrive: Some(RedrivePolicy {
+            redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "d".into(),
                 max_receives: 3,
             }),
@@ -421,7 +434,7 @@ mod tests {
             })
         ));
         let cleared = decode(&[0, 0, 0x20, 0x01]).unwrap();
-        assert!(cleared.clear_redrive && cleared.clear_backoff);
+        assert!(cleared.redrive.is_clear() && cleared.backoff.is_clear());
         assert!(matches!(
             decode(&[0x20, 0, 0, 0, 1, b' ', 1, 0]),
             Err(DecodeError::InvalidQueueName { offset: 5, .. })

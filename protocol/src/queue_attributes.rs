@@ -79,9 +79,63 @@ impl Default for QueueAttributes {
     }
 }
 
-/// A partial set of attributes, as CREATE and SET carry them: `None` leaves an
-/// attribute at its default (CREATE) or unchanged (SET). `clear_redrive` and
-/// `clear_backoff` remove those policies (SET only).
+/// A policy in an [`AttributeUpdate`] (and in the client's options): leave
+/// it as it is, set it, or remove it. One value, so that "remove the
+/// policy and set one" cannot be written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Setting<T> {
+    /// Leave it as it is (on create: the default, none).
+    #[default]
+    Keep,
+    /// Set it.
+    Set(T),
+    /// Remove it (SET only; a CREATE has nothing to remove).
+    Clear,
+}
+
+impl<T> Setting<T> {
+    /// The value it sets, if it sets one.
+    #[must_use]
+    pub fn as_set(&self) -> Option<&T> {
+        match self {
+            Setting::Set(v) => Some(v),
+            Setting::Keep | Setting::Clear => None,
+        }
+    }
+
+    /// Whether it leaves the policy as it is.
+    #[must_use]
+    pub fn is_keep(&self) -> bool {
+        matches!(self, Setting::Keep)
+    }
+
+    /// Whether it removes the policy.
+    #[must_use]
+    pub fn is_clear(&self) -> bool {
+        matches!(self, Setting::Clear)
+    }
+
+    /// The same setting with its value mapped.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Setting<U> {
+        match self {
+            Setting::Keep => Setting::Keep,
+            Setting::Set(v) => Setting::Set(f(v)),
+            Setting::Clear => Setting::Clear,
+        }
+    }
+}
+
+impl<T> From<Option<T>> for Setting<T> {
+    /// `Some` sets, `None` keeps.
+    fn from(v: Option<T>) -> Setting<T> {
+        v.map_or(Setting::Keep, Setting::Set)
+    }
+}
+
+/// A partial set of attributes, as CREATE and SET carry them: `None` (and
+/// [`Setting::Keep`]) leaves an attribute at its default (CREATE) or
+/// unchanged (SET); [`Setting::Clear`] removes the redrive or backoff policy
+/// (SET only).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AttributeUpdate {
     /// See [`QueueAttributes::visibility_timeout_ms`].
@@ -95,20 +149,16 @@ pub struct AttributeUpdate {
     /// See [`QueueAttributes::receive_wait_ms`].
     pub receive_wait_ms: Option<u32>,
     /// See [`QueueAttributes::redrive`].
-    pub redrive: Option<RedrivePolicy>,
+    pub redrive: Setting<RedrivePolicy>,
     /// See [`QueueAttributes::max_depth`].
     pub max_depth: Option<u64>,
     /// See [`QueueAttributes::dedup_window_ms`].
     pub dedup_window_ms: Option<u32>,
     /// See [`QueueAttributes::backoff`].
-    pub backoff: Option<Backoff>,
+    pub backoff: Setting<Backoff>,
     /// Changes of the tags and annotations, if any: boxed, so that the
     /// requests that carry an update stay small.
     pub labels: Option<Box<LabelChanges>>,
-    /// Remove the redrive policy.
-    pub clear_redrive: bool,
-    /// Remove the backoff.
-    pub clear_backoff: bool,
 }
 
 /// Changes of a queue's tags and annotations (see [`crate::labels`]).
@@ -170,25 +220,13 @@ impl AttributeUpdate {
     /// named dead-letter queue exists is the broker's to check.
     ///
     /// # Errors
-    /// `InvalidArgument`, naming the attribute, when a value is out of range
-    /// or a policy is both set and cleared.
+    /// `InvalidArgument`, naming the attribute, when a value is out of
+    /// range.
     pub fn apply_to(
         &self,
         attrs: &QueueAttributes,
         frame_bytes_max: u32,
     ) -> Result<QueueAttributes, WireError> {
-        if self.clear_redrive && self.redrive.is_some() {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                "redrive: cannot both set and clear the redrive policy",
-            ));
-        }
-        if self.clear_backoff && self.backoff.is_some() {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                "backoff: cannot both set and clear the backoff",
-            ));
-        }
         let mut out = attrs.clone();
         if let Some(v) = self.visibility_timeout_ms {
             check(
@@ -221,7 +259,7 @@ impl AttributeUpdate {
             check("receive_wait_ms", v.into(), 0, RECEIVE_WAIT_MS_MAX.into())?;
             out.receive_wait_ms = v;
         }
-        if let Some(r) = &self.redrive {
+        if let Some(r) = self.redrive.as_set() {
             check(
                 "max_receives",
                 r.max_receives.into(),
@@ -236,7 +274,7 @@ impl AttributeUpdate {
             }
             out.redrive = Some(r.clone());
         }
-        if self.clear_redrive {
+        if self.redrive.is_clear() {
             out.redrive = None;
         }
         if let Some(v) = self.max_depth {
@@ -247,7 +285,7 @@ impl AttributeUpdate {
             check("dedup_window_ms", v.into(), 0, DEDUP_WINDOW_MS_MAX.into())?;
             out.dedup_window_ms = v;
         }
-        if let Some(b) = self.backoff {
+        if let Some(&b) = self.backoff.as_set() {
             check(
                 "backoff_base_ms",
                 b.base_ms.into(),
@@ -262,7 +300,7 @@ impl AttributeUpdate {
             )?;
             out.backoff = Some(b);
         }
-        if self.clear_backoff {
+        if self.backoff.is_clear() {
             out.backoff = None;
         }
         if !self.tags().is_empty() {
@@ -441,7 +479,7 @@ mod tests {
             ),
             (
                 AttributeUpdate {
-                    redrive: Some(RedrivePolicy {
+                    redrive: Setting::Set(RedrivePolicy {
                         dead_letter_queue: "dlq".into(),
                         max_receives: 0,
                     }),
@@ -451,7 +489,7 @@ mod tests {
             ),
             (
                 AttributeUpdate {
-                    redrive: Some(RedrivePolicy {
+                    redrive: Setting::Set(RedrivePolicy {
                         dead_letter_queue: "bad name".into(),
                         max_receives: 3,
                     }),
@@ -461,7 +499,7 @@ mod tests {
             ),
             (
                 AttributeUpdate {
-                    backoff: Some(Backoff {
+                    backoff: Setting::Set(Backoff {
                         base_ms: 0,
                         max_ms: 10,
                     }),
@@ -471,7 +509,7 @@ mod tests {
             ),
             (
                 AttributeUpdate {
-                    backoff: Some(Backoff {
+                    backoff: Setting::Set(Backoff {
                         base_ms: 100,
                         max_ms: 10,
                     }),
@@ -490,11 +528,11 @@ mod tests {
     #[test]
     fn set_and_clear_policies() {
         let a = AttributeUpdate {
-            redrive: Some(RedrivePolicy {
+            redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "dlq".into(),
                 max_receives: 3,
             }),
-            backoff: Some(Backoff {
+            backoff: Setting::Set(Backoff {
                 base_ms: 10,
                 max_ms: 1000,
             }),
@@ -504,8 +542,8 @@ mod tests {
         .unwrap();
         assert_eq!(a.redrive.as_ref().unwrap().max_receives, 3);
         let b = AttributeUpdate {
-            clear_redrive: true,
-            clear_backoff: true,
+            redrive: Setting::Clear,
+            backoff: Setting::Clear,
             ..Default::default()
         }
         .apply_to(&a, 1 << 20)

@@ -33,7 +33,7 @@ pub enum EngineError {
     #[error("{}", .0.message)]
     Attributes(WireError),
     /// CREATE asked to clear a policy.
-    #[error("clear_redrive/clear_backoff: only SET can clear a policy")]
+    #[error("redrive/backoff: only SET can clear a policy")]
     ClearOnCreate,
     /// A queue named as its own dead-letter queue.
     #[error("dead_letter_queue: {0} cannot be its own dead-letter queue")]

@@ -461,7 +461,7 @@ impl Registry {
         update: &AttributeUpdate,
         wall_ms: u64,
     ) -> Result<(u32, bool), EngineError> {
-        if update.clear_redrive || update.clear_backoff {
+        if update.redrive.is_clear() || update.backoff.is_clear() {
             return Err(EngineError::ClearOnCreate);
         }
         let mut attrs = update
@@ -624,11 +624,11 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_protocol::{ErrorCode, RedrivePolicy};
+    use sluice_protocol::{ErrorCode, RedrivePolicy, Setting};
 
     fn dlq(name: &str) -> AttributeUpdate {
         AttributeUpdate {
-            redrive: Some(RedrivePolicy {
+            redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: name.into(),
                 max_receives: 3,
             }),
@@ -827,7 +827,7 @@ mod tests {
         r.set(
             &q("a"),
             &AttributeUpdate {
-                clear_redrive: true,
+                redrive: Setting::Clear,
                 ..none.clone()
             },
             0,

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, DeleteRequest, ErrorCode, QueueAttributesRequest, QueueName,
     RedrivePolicy,
@@ -216,12 +217,12 @@ impl World {
                 message_bytes_max: Some(48),
                 max_depth: Some(40),
                 dedup_window_ms: Some(100),
-                redrive: Some(RedrivePolicy {
+                redrive: Setting::Set(RedrivePolicy {
                     dead_letter_queue: DLQ.into(),
                     // A small constant: fits u16.
                     max_receives: MAX_RECEIVES as u16,
                 }),
-                backoff,
+                backoff: backoff.into(),
                 ..AttributeUpdate::default()
             },
             DLQ => AttributeUpdate {

@@ -2,6 +2,7 @@
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, Op, OpResult};
+use sluice_protocol::Setting;
 use sluice_protocol::message::SOURCE_ATTRIBUTE;
 use sluice_protocol::{AttributeUpdate, ErrorCode, ReceiveRequest, ReceivedMessage, RedrivePolicy};
 
@@ -13,7 +14,7 @@ fn setup(shards: u16, max_receives: u16) -> Cluster {
         "q",
         AttributeUpdate {
             visibility_timeout_ms: Some(1000),
-            redrive: Some(RedrivePolicy {
+            redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "dlq".into(),
                 max_receives,
             }),
@@ -313,7 +314,7 @@ fn redrive_leaves_messages_whose_source_is_full_or_gone() {
         Op::SetQueue(QueueAttributesRequest {
             queue: qn("q"),
             attributes: AttributeUpdate {
-                clear_redrive: true,
+                redrive: Setting::Clear,
                 ..Default::default()
             },
         }),

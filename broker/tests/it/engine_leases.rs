@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use crate::engine_util::*;
+use sluice_protocol::Setting;
 use sluice_protocol::{AttributeUpdate, Backoff};
 
 #[test]
@@ -75,7 +76,7 @@ fn backoff_after_release_and_expiry_with_equal_jitter() {
         "q",
         AttributeUpdate {
             visibility_timeout_ms: Some(1000),
-            backoff: Some(Backoff {
+            backoff: Setting::Set(Backoff {
                 base_ms: 100,
                 max_ms: 300,
             }),
@@ -119,7 +120,7 @@ fn explicit_visibility_ignores_backoff() {
         &mut c,
         "q",
         AttributeUpdate {
-            backoff: Some(Backoff {
+            backoff: Setting::Set(Backoff {
                 base_ms: 60_000,
                 max_ms: 60_000,
             }),

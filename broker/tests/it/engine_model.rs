@@ -31,6 +31,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use sluice_broker::engine::dedup::owner_shard;
 use sluice_broker::engine::{Cluster, MessageState, MessageView, Op, OpResult, RegistryConfig};
+use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, DeleteRequest, ErrorCode, MessageAttributes,
     MessageId, QueueAttributesRequest, QueueStats, Receipt, ReceiveRequest, RedrivePolicy,
@@ -409,11 +410,11 @@ fn setup(shards: u16, backoff: bool, seed: u64) -> (Cluster, Model) {
             message_bytes_max: Some(MESSAGE_BYTES_MAX as u32),
             max_depth: Some(MAX_DEPTH),
             dedup_window_ms: Some(WINDOW_MS as u32),
-            redrive: Some(RedrivePolicy {
+            redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "dlq".into(),
                 max_receives: MAX_RECEIVES as u16,
             }),
-            backoff,
+            backoff: backoff.into(),
             ..Default::default()
         },
     );

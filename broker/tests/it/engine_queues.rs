@@ -3,11 +3,12 @@
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, Op, OpResult, RegistryConfig};
+use sluice_protocol::Setting;
 use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode, LabelsUpdate, RedrivePolicy};
 
 fn dlq_update(dlq: &str, max_receives: u16) -> AttributeUpdate {
     AttributeUpdate {
-        redrive: Some(RedrivePolicy {
+        redrive: Setting::Set(RedrivePolicy {
             dead_letter_queue: dlq.into(),
             max_receives,
         }),
@@ -91,7 +92,7 @@ fn set_changes_and_removes_policies() {
         )
     };
     let mut u = dlq_update("dlq", 3);
-    u.backoff = Some(Backoff {
+    u.backoff = Setting::Set(Backoff {
         base_ms: 10,
         max_ms: 100,
     });
@@ -102,8 +103,8 @@ fn set_changes_and_removes_policies() {
     assert_eq!(i.attributes.redrive.as_ref().unwrap().max_receives, 3);
     assert!(i.attributes.backoff.is_some());
     let clear = AttributeUpdate {
-        clear_redrive: true,
-        clear_backoff: true,
+        redrive: Setting::Clear,
+        backoff: Setting::Clear,
         ..Default::default()
     };
     assert_eq!(set(&mut c, clear), OpResult::QueueUpdated);

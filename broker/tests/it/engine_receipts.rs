@@ -4,6 +4,7 @@
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, RegistryConfig};
+use sluice_protocol::Setting;
 use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode};
 
 fn queue(c: &mut Cluster, vis_ms: u32) {
@@ -167,7 +168,7 @@ fn a_message_in_backoff_can_be_deleted() {
         "q",
         AttributeUpdate {
             visibility_timeout_ms: Some(1000),
-            backoff: Some(Backoff {
+            backoff: Setting::Set(Backoff {
                 base_ms: 60_000,
                 max_ms: 60_000,
             }),
@@ -335,7 +336,7 @@ fn an_abandoned_lease_waits_out_the_queues_backoff_like_a_release() {
             "q",
             AttributeUpdate {
                 visibility_timeout_ms: Some(600_000),
-                backoff: Some(Backoff {
+                backoff: Setting::Set(Backoff {
                     base_ms: 100,
                     max_ms: 100,
                 }),

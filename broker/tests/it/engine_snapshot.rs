@@ -5,6 +5,7 @@
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, RegistryConfig};
 use sluice_broker::snapshot::format::SnapshotError;
+use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ErrorCode, LabelChanges, LabelsUpdate, RedrivePolicy, SendEntry,
 };
@@ -31,11 +32,11 @@ fn populated(shards: u16) -> (Cluster, Vec<sluice_protocol::ReceivedMessage>) {
         AttributeUpdate {
             visibility_timeout_ms: Some(1000),
             dedup_window_ms: Some(600_000),
-            redrive: Some(RedrivePolicy {
+            redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "dlq".into(),
                 max_receives: 1,
             }),
-            backoff: Some(Backoff {
+            backoff: Setting::Set(Backoff {
                 base_ms: 100,
                 max_ms: 400,
             }),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sluice_broker::server::config::IoChoice;
+use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, ErrorCode, QueueStats, RedrivePolicy, Reply, Request, SendEntry,
 };
@@ -97,7 +98,7 @@ fn dead_letter_on_the_max_plus_one_delivery_then_redrive(io: IoChoice) {
     c.create(
         "jobs",
         AttributeUpdate {
-            redrive: Some(RedrivePolicy {
+            redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "jobs.dlq".into(),
                 max_receives: 2,
             }),

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_broker::server::config::IoChoice;
+use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, ErrorCode, MessageAttributes, QueueStats,
     Receipt, RedrivePolicy, Reply, Request, SendEntry, VisibilityChange,
@@ -189,10 +190,12 @@ fn a_restart_with_a_snapshot_keeps_every_queue_and_message() {
         c0.create(
             q,
             AttributeUpdate {
-                backoff: (q == "q3").then_some(Backoff {
-                    base_ms: 100,
-                    max_ms: 1000,
-                }),
+                backoff: (q == "q3")
+                    .then_some(Backoff {
+                        base_ms: 100,
+                        max_ms: 1000,
+                    })
+                    .into(),
                 ..Default::default()
             },
         );
@@ -200,7 +203,7 @@ fn a_restart_with_a_snapshot_keeps_every_queue_and_message() {
     c0.create(
         "poison",
         AttributeUpdate {
-            redrive: Some(RedrivePolicy {
+            redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "dlq".into(),
                 max_receives: 1,
             }),

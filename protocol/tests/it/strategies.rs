@@ -6,6 +6,7 @@ use bytes::Bytes;
 use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
+use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, Counter, DeleteRequest, ErrorCode,
     HelloReply, HelloRequest, LabelChanges, Labels, LabelsUpdate, MessageAttributes, MessageId,
@@ -98,6 +99,15 @@ fn backoff() -> impl Strategy<Value = Backoff> {
     (any::<u32>(), any::<u32>()).prop_map(|(base_ms, max_ms)| Backoff { base_ms, max_ms })
 }
 
+/// Set when `value` is given, else clear or keep.
+fn setting<T>(value: Option<T>, clear: bool) -> Setting<T> {
+    match value {
+        Some(v) => Setting::Set(v),
+        None if clear => Setting::Clear,
+        None => Setting::Keep,
+    }
+}
+
 pub fn attribute_update() -> impl Strategy<Value = AttributeUpdate> {
     (
         (
@@ -128,13 +138,10 @@ pub fn attribute_update() -> impl Strategy<Value = AttributeUpdate> {
                 retention_ms: ret,
                 message_bytes_max: mbm,
                 receive_wait_ms: rw,
-                // A policy cannot be both set and cleared on the wire.
-                clear_redrive: cr && redrive.is_none(),
-                clear_backoff: cb && backoff.is_none(),
-                redrive,
+                redrive: setting(redrive, cr),
                 max_depth,
                 dedup_window_ms: dw,
-                backoff,
+                backoff: setting(backoff, cb),
                 labels: if tags.is_empty() && annotations.is_empty() {
                     None
                 } else {

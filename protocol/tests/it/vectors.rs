@@ -18,7 +18,8 @@ use sluice_protocol::{
     FrameDecoder, HelloReply, HelloRequest, MessageAttributes, MessageId, PeekedMessage,
     QueueAttributes, QueueAttributesRequest, QueueInfo, QueueName, QueueStats, Receipt,
     ReceiveRequest, ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply, Request, SendEntry,
-    SendOutcome, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange, WireError, opcode,
+    SendOutcome, SendRequest, ServerLimits, ServerStatsReply, Setting, VisibilityChange, WireError,
+    opcode,
 };
 
 use crate::dump::{Dump, frame, parse_blocks, rewrite_blocks};
@@ -233,11 +234,11 @@ pub fn all() -> Vec<Vector> {
             queue: q("orders"),
             attributes: AttributeUpdate {
                 visibility_timeout_ms: Some(60_000),
-                redrive: Some(RedrivePolicy {
+                redrive: Setting::Set(RedrivePolicy {
                     dead_letter_queue: "orders.dlq".into(),
                     max_receives: 5,
                 }),
-                backoff: Some(Backoff {
+                backoff: Setting::Set(Backoff {
                     base_ms: 100,
                     max_ms: 60_000,
                 }),
@@ -373,7 +374,7 @@ pub fn all() -> Vec<Vector> {
             queue: q("orders"),
             attributes: AttributeUpdate {
                 delay_ms: Some(1000),
-                clear_backoff: true,
+                backoff: Setting::Clear,
                 ..AttributeUpdate::default()
             },
         })),

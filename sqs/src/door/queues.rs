@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 use sluice_protocol::{
-    AttributeUpdate, QueueAttributesRequest, QueueInfo, RedrivePolicy, Reply, Request,
+    AttributeUpdate, QueueAttributesRequest, QueueInfo, RedrivePolicy, Reply, Request, Setting,
 };
 
 use super::errors::SqsError;
@@ -164,8 +164,8 @@ fn update(
             "ReceiveMessageWaitTimeSeconds" => {
                 u.receive_wait_ms = Some(seconds(name, value, 0, 20)? * 1000);
             }
-            "RedrivePolicy" if value.is_empty() && !create => u.clear_redrive = true,
-            "RedrivePolicy" => u.redrive = Some(redrive(ctx, value)?),
+            "RedrivePolicy" if value.is_empty() && !create => u.redrive = Setting::Clear,
+            "RedrivePolicy" => u.redrive = Setting::Set(redrive(ctx, value)?),
             "FifoQueue" if value.eq_ignore_ascii_case("true") => return Err(SqsError::fifo()),
             "FifoQueue" if value.eq_ignore_ascii_case("false") && create => {}
             "FifoQueue" => return Err(bad_value(name)),

@@ -123,7 +123,7 @@ fn door_create_queue_and_errors() {
     assert_eq!(cq.queue.as_str(), "orders");
     assert_eq!(cq.attributes.visibility_timeout_ms, Some(45_000));
     assert_eq!(cq.attributes.delay_ms, Some(2_000));
-    let rd = cq.attributes.redrive.unwrap();
+    let rd = cq.attributes.redrive.as_set().unwrap();
     assert_eq!((rd.dead_letter_queue.as_str(), rd.max_receives), ("dlq", 3));
     let r = done(c.resume(Reply::CreateQueue { created: true }, 2));
     assert_eq!(r.status, 200);
@@ -326,7 +326,7 @@ fn door_simple_queue_actions() {
     let Request::SetQueue(sq) = engine(s) else {
         panic!()
     };
-    assert!(sq.attributes.clear_redrive);
+    assert!(sq.attributes.redrive.is_clear());
     assert_eq!(done(c.resume(Reply::SetQueue, 1)).status, 200);
     assert_error(&done(call("DeleteQueue", "{}").1), "MissingParameter", 400);
 }
