@@ -207,7 +207,7 @@ pub fn queue_list_table(infos: &[QueueInfo]) -> String {
             if held == 0 {
                 "-".to_owned()
             } else {
-                age(s.oldest_age)
+                age(s.oldest_age())
             },
         ]);
     }
@@ -234,7 +234,7 @@ pub fn queue_list_json(infos: &[QueueInfo]) -> Value {
                     "visible": i.stats.visible,
                     "in_flight": i.stats.in_flight,
                     "delayed": i.stats.delayed,
-                    "oldest_age_ms": ms(i.stats.oldest_age),
+                    "oldest_age_ms": ms(i.stats.oldest_age()),
                 })
             })
             .collect(),
@@ -276,9 +276,9 @@ fn labels_json(labels: &sluice_client::Labels) -> Value {
 
 fn stats_fields(s: &QueueStats) -> [(&'static str, u64); 14] {
     [
-        ("visible", s.visible as u64),
-        ("delayed", s.delayed as u64),
-        ("in_flight", s.in_flight as u64),
+        ("visible", s.visible),
+        ("delayed", s.delayed),
+        ("in_flight", s.in_flight),
         ("sent", s.sent),
         ("moved_in", s.moved_in),
         ("received", s.received),
@@ -289,7 +289,7 @@ fn stats_fields(s: &QueueStats) -> [(&'static str, u64); 14] {
         ("redriven", s.redriven),
         ("dropped", s.dropped),
         ("purged", s.purged),
-        ("oldest_age_ms", ms(s.oldest_age)),
+        ("oldest_age_ms", ms(s.oldest_age())),
     ]
 }
 
@@ -489,7 +489,7 @@ mod tests {
             attributes: QueueAttributes::default(),
             stats: QueueStats {
                 visible: 3,
-                oldest_age: std::time::Duration::from_millis(5),
+                oldest_age_ms: 5,
                 ..QueueStats::default()
             },
         };
@@ -543,7 +543,7 @@ mod tests {
                 visible,
                 in_flight,
                 delayed,
-                oldest_age: std::time::Duration::from_millis(age_ms),
+                oldest_age_ms: age_ms,
                 ..QueueStats::default()
             },
         };

@@ -310,94 +310,10 @@ impl From<sluice_protocol::QueueAttributes> for QueueAttributes {
     }
 }
 
-/// A queue's counters. The messages it holds now are counts (`usize`);
-/// the totals since the queue was created are `u64`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct QueueStats {
-    /// Messages that can be received now.
-    pub visible: usize,
-    /// Messages waiting out a delay or a backoff.
-    pub delayed: usize,
-    /// Messages under a lease.
-    pub in_flight: usize,
-    /// Sends accepted (duplicates excluded).
-    pub sent: u64,
-    /// Messages that arrived from another queue (dead-lettered into it or
-    /// redriven back into it).
-    pub moved_in: u64,
-    /// Deliveries.
-    pub received: u64,
-    /// Deletes.
-    pub deleted: u64,
-    /// Leases that expired.
-    pub redelivered: u64,
-    /// Leases released (visibility set to 0).
-    pub released: u64,
-    /// Messages moved out to the dead-letter queue.
-    pub dead_lettered: u64,
-    /// Messages moved out by a redrive.
-    pub redriven: u64,
-    /// Messages dropped by retention.
-    pub dropped: u64,
-    /// Messages removed by a purge.
-    pub purged: u64,
-    /// Age of the oldest message held (since its original send); zero when
-    /// the queue is empty.
-    pub oldest_age: Duration,
-}
-
-impl QueueStats {
-    /// Whether the accounting identity holds: every message that entered
-    /// the queue (`sent + moved_in`) is held (visible, delayed, in flight)
-    /// or left it (deleted, dead-lettered, redriven, dropped, purged).
-    #[must_use]
-    pub fn identity_holds(&self) -> bool {
-        let held = [self.visible, self.delayed, self.in_flight]
-            .iter()
-            .map(|&n| n as u128)
-            .sum::<u128>();
-        let left = [
-            self.deleted,
-            self.dead_lettered,
-            self.redriven,
-            self.dropped,
-            self.purged,
-        ]
-        .iter()
-        .map(|&n| u128::from(n))
-        .sum::<u128>();
-        u128::from(self.sent) + u128::from(self.moved_in) == held + left
-    }
-
-    /// Messages held: visible, delayed and in flight.
-    #[must_use]
-    pub fn depth(&self) -> usize {
-        self.visible
-            .saturating_add(self.delayed)
-            .saturating_add(self.in_flight)
-    }
-}
-
-impl From<sluice_protocol::QueueStats> for QueueStats {
-    fn from(s: sluice_protocol::QueueStats) -> Self {
-        QueueStats {
-            visible: count(s.visible),
-            delayed: count(s.delayed),
-            in_flight: count(s.in_flight),
-            sent: s.sent,
-            moved_in: s.moved_in,
-            received: s.received,
-            deleted: s.deleted,
-            redelivered: s.redelivered,
-            released: s.released,
-            dead_lettered: s.dead_lettered,
-            redriven: s.redriven,
-            dropped: s.dropped,
-            purged: s.purged,
-            oldest_age: Duration::from_millis(s.oldest_age_ms),
-        }
-    }
-}
+/// A queue's counters, summed over the server's shards: the protocol's own
+/// type (declared once), with [`QueueStats::depth`] and
+/// [`QueueStats::oldest_age`].
+pub use sluice_protocol::QueueStats;
 
 /// A queue's name, attributes and counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -415,7 +331,7 @@ impl From<sluice_protocol::QueueInfo> for QueueInfo {
         QueueInfo {
             name: info.queue.as_str().to_owned(),
             attributes: info.attributes.into(),
-            stats: info.stats.into(),
+            stats: info.stats,
         }
     }
 }
@@ -509,13 +425,13 @@ mod tests {
                 max: Duration::from_millis(50)
             })
         );
-        let s = QueueStats::from(sluice_protocol::QueueStats {
+        let s = QueueStats {
             visible: 2,
             delayed: 3,
             in_flight: 4,
             oldest_age_ms: 1500,
-            ..sluice_protocol::QueueStats::default()
-        });
+            ..QueueStats::default()
+        };
         assert_eq!(s.depth(), 9);
         assert!(!s.identity_holds(), "nine held, none sent");
         let s = QueueStats {
@@ -524,6 +440,6 @@ mod tests {
             ..s
         };
         assert!(s.identity_holds());
-        assert_eq!(s.oldest_age, Duration::from_millis(1500));
+        assert_eq!(s.oldest_age(), Duration::from_millis(1500));
     }
 }

@@ -355,7 +355,23 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
-    /// Whether the accounting identity holds.
+    /// Messages held: visible, delayed and in flight.
+    #[must_use]
+    pub fn depth(&self) -> u64 {
+        self.visible
+            .saturating_add(self.delayed)
+            .saturating_add(self.in_flight)
+    }
+
+    /// Age of the oldest message held (zero when the queue is empty).
+    #[must_use]
+    pub fn oldest_age(&self) -> core::time::Duration {
+        core::time::Duration::from_millis(self.oldest_age_ms)
+    }
+
+    /// Whether the accounting identity holds: every message that entered
+    /// the queue (`sent + moved_in`) is held (visible, delayed, in flight)
+    /// or left it (deleted, dead-lettered, redriven, dropped, purged).
     #[must_use]
     pub fn identity_holds(&self) -> bool {
         let lhs = u128::from(self.sent) + u128::from(self.moved_in);

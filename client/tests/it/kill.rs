@@ -75,7 +75,7 @@ fn a_consumer_killed_holding_bound_leases_gives_every_message_back_at_once() {
         assert!(started.elapsed() < PATIENCE, "the consumer took too long");
     }
     let s = admin.queue_info("work").unwrap().stats;
-    assert_eq!((s.in_flight, s.visible), (MESSAGES, 0), "{s:?}");
+    assert_eq!((s.in_flight, s.visible), (MESSAGES as u64, 0), "{s:?}");
 
     // SIGKILL: no goodbye from the consumer, the kernel closes its socket.
     child.kill().expect("SIGKILL the consumer");

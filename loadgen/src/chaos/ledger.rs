@@ -162,7 +162,7 @@ impl BrokerTotals {
         for s in stats {
             t.sent += s.sent;
             t.deleted += s.deleted;
-            t.held += s.depth() as u64;
+            t.held += s.depth();
             t.dropped_or_purged += s.dropped + s.purged;
         }
         t

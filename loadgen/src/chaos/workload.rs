@@ -344,7 +344,7 @@ pub fn drain(
                 .queue_info(q)
                 .map_err(|e| ChaosError::Client(format!("stats of {q}: {e}")))?
                 .stats;
-            if s.visible + s.delayed == 0 && s.in_flight as u64 == mine {
+            if s.visible + s.delayed == 0 && s.in_flight == mine {
                 break;
             }
             if Instant::now() >= deadline {

@@ -145,7 +145,7 @@ fn fill(
     }
     let used = counter(&h.control, "memory_used_bytes")?;
     t.memory_used_peak = t.memory_used_peak.max(used);
-    let depth = workload::queue_stats(&h.control, &[QUEUE])?[0].visible as u64;
+    let depth = workload::queue_stats(&h.control, &[QUEUE])?[0].visible;
     t.depth_at_full = t.depth_at_full.max(depth);
     ctx.say(format!(
         "cycle {cycle}: full at {} held, {} in use, {busy_this_cycle} entries Busy",
