@@ -255,6 +255,14 @@ impl Ctx<'_> {
         Ok((ns, name.to_owned(), engine))
     }
 
+    /// The engine queue of a queue ARN (`arn:aws:sqs:REGION:ACCOUNT:NAME`,
+    /// its name checked), or `None` when it is no such ARN.
+    fn queue_of_arn(&self, arn: &str) -> Option<QueueName> {
+        let (region, account, name) = names::parse_arn(arn)?;
+        let ns = Namespace::new(account, region, &self.config.account, &self.config.region);
+        ns.engine_name(name).ok()
+    }
+
     /// The largest batch.
     fn batch_max(&self) -> usize {
         match self.config.limits {

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use sluice_protocol::{QueueName, Reply, Request};
 
 use super::errors::SqsError;
-use super::names::{self, Namespace};
+use super::names::Namespace;
 use super::sources::{self, Sources};
 use super::wire::Input;
 use super::{Ctx, Started, uuid_text};
@@ -83,16 +83,13 @@ fn not_found(param: &str) -> SqsError {
     )
 }
 
-/// The engine queue of a queue ARN (checked), with the namespace it is in.
+/// The engine queue of a queue ARN given as `param`.
 fn queue_of(ctx: &Ctx<'_>, arn: &str, param: &str) -> Result<QueueName, SqsError> {
-    let bad = || {
+    ctx.queue_of_arn(arn).ok_or_else(|| {
         SqsError::invalid(format!(
             "Value {arn} for parameter {param} is invalid. Reason: it is not the ARN of an SQS queue."
         ))
-    };
-    let (region, account, name) = names::parse_arn(arn).ok_or_else(bad)?;
-    let ns = Namespace::new(account, region, &ctx.config.account, &ctx.config.region);
-    ns.engine_name(name).map_err(|_| bad())
+    })
 }
 
 /// A call in progress.
@@ -244,13 +241,14 @@ impl Pending {
 
 impl Starting {
     /// Whether a queue names the source: ListDeadLetterSourceQueues's
-    /// walk, stopping at the first.
+    /// walk, stopping at the first (the source's GET is done).
     fn check_sources(self: Box<Self>) -> Next {
         let (sources, request) = Sources::of(
             self.ns.clone(),
             self.host.clone(),
             self.new.source.clone(),
             Some(1),
+            true,
         );
         Next::Engine(Pending::Sources(self, Box::new(sources)), request)
     }

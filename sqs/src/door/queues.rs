@@ -102,9 +102,7 @@ fn redrive(ctx: &Ctx<'_>, value: &str) -> Result<RedrivePolicy, SqsError> {
     }
     .filter(|n| (1..=1000).contains(n))
     .ok_or_else(bad)?;
-    let (region, account, name) = names::parse_arn(arn).ok_or_else(bad)?;
-    let ns = Namespace::new(account, region, &ctx.config.account, &ctx.config.region);
-    let engine = ns.engine_name(name).map_err(|_| bad())?;
+    let engine = ctx.queue_of_arn(arn).ok_or_else(bad)?;
     Ok(RedrivePolicy {
         dead_letter_queue: engine.as_str().to_owned(),
         max_receives: u16::try_from(max).map_err(|_| bad())?,

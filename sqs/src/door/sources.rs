@@ -60,37 +60,42 @@ pub(crate) fn start(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
     let (ns, _, dlq) = ctx.queue(input)?;
     let max = input.opt_int_in("MaxResults", 1, 1000)?.map(|m| m as usize);
     let after = input.opt_str("NextToken")?.map(str::to_owned);
-    let request = Request::GetQueue { queue: dlq.clone() };
-    let sources = Sources {
-        ns,
-        host: ctx.host.clone(),
-        dlq,
-        max,
-        after,
-        asked: Asked::Dlq,
-        left: VecDeque::new(),
-        found: Vec::new(),
-    };
+    let (mut sources, request) = Sources::of(ns, ctx.host.clone(), dlq, max, false);
+    sources.after = after;
     Ok(Started::Engine(super::Pending::Sources(sources), request))
 }
 
 impl Sources {
     /// A walk for the sources of `dlq` in `ns`, stopping once `max` are
-    /// found, and its first request.
+    /// found, and its first request: the GET of `dlq` (a missing one is
+    /// `QueueDoesNotExist`), or, when the caller has just read it
+    /// (`dlq_read`), the namespace's LIST.
     pub(crate) fn of(
         ns: Namespace,
         host: String,
         dlq: QueueName,
         max: Option<usize>,
+        dlq_read: bool,
     ) -> (Sources, Request) {
-        let request = Request::GetQueue { queue: dlq.clone() };
+        let (asked, request) = if dlq_read {
+            let prefix = ns.engine_prefix();
+            (
+                Asked::List,
+                Request::ListQueues {
+                    prefix,
+                    after: None,
+                },
+            )
+        } else {
+            (Asked::Dlq, Request::GetQueue { queue: dlq.clone() })
+        };
         let sources = Sources {
             ns,
             host,
             dlq,
             max,
             after: None,
-            asked: Asked::Dlq,
+            asked,
             left: VecDeque::new(),
             found: Vec::new(),
         };
