@@ -73,34 +73,28 @@ fn python_in(variable: &str, venv: &str, requirements: &str) -> Option<PathBuf> 
 
 fn boto3_and_the_aws_cli_pass_the_client_suite(io: IoChoice) {
     let Some(python) = python() else { return };
-    let Some(server) = start(io, &["--sqs-listen", "127.0.0.1:0", "--shards", "2"]) else {
-        return;
-    };
-    let sqs = server.handle().sqs_addr().expect("the SQS door is open");
-    run_pytest(
-        &python,
-        "sqs/tests/clients",
-        &[
-            ("SLUICE_SQS_ENDPOINT", format!("http://{sqs}")),
-            ("SLUICE_SQS_PROTOCOL", "json".to_owned()),
-        ],
-    );
+    run_client_suite(io, &python, "json");
 }
 
 /// The same suite through botocore 1.33 and its aws CLI: every action over
 /// the query protocol.
 fn botocore_1_33_passes_the_client_suite_over_the_query_protocol(io: IoChoice) {
     let Some(python) = query_python() else { return };
+    run_client_suite(io, &python, "query");
+}
+
+/// `sqs/tests/clients` with `python`'s clients, which speak `protocol`.
+fn run_client_suite(io: IoChoice, python: &std::path::Path, protocol: &str) {
     let Some(server) = start(io, &["--sqs-listen", "127.0.0.1:0", "--shards", "2"]) else {
         return;
     };
     let sqs = server.handle().sqs_addr().expect("the SQS door is open");
     run_pytest(
-        &python,
+        python,
         "sqs/tests/clients",
         &[
             ("SLUICE_SQS_ENDPOINT", format!("http://{sqs}")),
-            ("SLUICE_SQS_PROTOCOL", "query".to_owned()),
+            ("SLUICE_SQS_PROTOCOL", protocol.to_owned()),
         ],
     );
 }

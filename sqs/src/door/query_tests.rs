@@ -7,6 +7,7 @@ use sluice_protocol::{
     SendOutcome,
 };
 
+use super::tests::{done, engine};
 use super::{Action, Door, DoorConfig, Protocol, Response, Step};
 use crate::http;
 
@@ -31,20 +32,6 @@ fn form(query: &str, body: &str) -> http::Request {
 
 fn post(body: &str) -> (super::Call, Step) {
     Door::new(DoorConfig::default()).call(&form("", body), 1)
-}
-
-fn done(step: Step) -> Response {
-    match step {
-        Step::Done(r) => r,
-        Step::Engine(e) => panic!("expected done, got {e:?}"),
-    }
-}
-
-fn engine(step: Step) -> Request {
-    match step {
-        Step::Engine(r) => r,
-        Step::Done(r) => panic!("expected engine, got {r:?}"),
-    }
 }
 
 fn text(r: &Response) -> &str {

@@ -34,14 +34,14 @@ fn call(action: &str, body: &str) -> (super::Call, Step) {
     Door::new(DoorConfig::default()).call(&req(Some(&format!("AmazonSQS.{action}")), body), 1)
 }
 
-fn done(step: Step) -> Response {
+pub(super) fn done(step: Step) -> Response {
     match step {
         Step::Done(r) => r,
         Step::Engine(e) => panic!("expected done, got {e:?}"),
     }
 }
 
-fn engine(step: Step) -> Request {
+pub(super) fn engine(step: Step) -> Request {
     match step {
         Step::Engine(r) => r,
         Step::Done(r) => panic!("expected engine, got {r:?}"),

@@ -7,6 +7,7 @@ use sluice_protocol::{
     ErrorCode, QueueAttributes, QueueInfo, QueueName, QueueStats, Reply, Request, WireError,
 };
 
+use crate::door::tests::{done, engine};
 use crate::door::{Door, DoorConfig, Response, Step};
 use crate::http;
 
@@ -23,20 +24,6 @@ fn req(action: &str, body: &Value) -> http::Request {
         ],
         body: Bytes::from(body.to_string()),
         keep_alive: true,
-    }
-}
-
-fn done(step: Step) -> Response {
-    match step {
-        Step::Done(r) => r,
-        Step::Engine(e) => panic!("expected done, got {e:?}"),
-    }
-}
-
-fn engine(step: Step) -> Request {
-    match step {
-        Step::Engine(r) => r,
-        Step::Done(r) => panic!("expected engine, got {r:?}"),
     }
 }
 
