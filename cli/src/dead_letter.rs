@@ -33,7 +33,7 @@ fn sources(broker: &Client, dlq: &str) -> Result<Option<Vec<String>>, Error> {
                     .as_ref()
                     .is_some_and(|r| r.dead_letter_queue == dlq);
                 if names_it {
-                    sources.push(info.name);
+                    sources.push(info.queue.as_str().to_owned());
                 }
             }
             // Deleted since the listing: it names nothing now.

@@ -19,8 +19,8 @@ use sluice_cli::units::{self, duration_ms};
 use sluice_client::sharded::{BrokerFailure, ShardedClient as Client};
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
-    ClientConfig, Error, LabelsUpdate, MessageAttributes, QueueOptions, Receipt, ReceiveOptions,
-    RedrivePolicy, SendEntry, Setting,
+    AttributeUpdate, Backoff, ClientConfig, Error, MessageAttributes, Millis, QueueOptions,
+    Receipt, ReceiveOptions, RedrivePolicy, SendEntry, Setting,
 };
 
 use crate::args::{AttributeFlags, Cli, Command, QueueCommand};
@@ -262,60 +262,54 @@ fn clock_json(elapsed_ms: u64, wall_ms: u64) -> Value {
 }
 
 /// The queue options the flags describe.
-fn attribute_update(f: &AttributeFlags) -> Result<QueueOptions, Failure> {
+fn attribute_update(f: &AttributeFlags) -> Result<AttributeUpdate, Failure> {
     // The broker counts these in whole milliseconds: a flag with a remainder
     // is a usage error here rather than rounded by the client.
     let whole = |d: Option<std::time::Duration>, what: &str| {
-        if let Some(d) = d {
-            duration_ms(d, what).map_err(Failure::Usage)?;
-        }
-        Ok::<_, Failure>(d)
+        d.map(|d| duration_ms(d, what).map(Millis::new))
+            .transpose()
+            .map_err(Failure::Usage)
     };
     let message_bytes_max = f
         .max_message_size
         .map(|b| {
-            usize::try_from(b)
+            u32::try_from(b)
                 .map_err(|_| Failure::Usage(format!("--max-message-size {b} is too large")))
         })
         .transpose()?;
-    let max_depth = f
-        .max_depth
-        .map(|n| {
-            usize::try_from(n).map_err(|_| Failure::Usage(format!("--max-depth {n} is too large")))
-        })
-        .transpose()?;
-    Ok(QueueOptions {
+    let backoff = match f.backoff {
+        Some((base, max)) => Setting::Set(Backoff::new(
+            Millis::new(duration_ms(base, "backoff base").map_err(Failure::Usage)?),
+            Millis::new(duration_ms(max, "backoff max").map_err(Failure::Usage)?),
+        )),
+        None => Setting::Keep,
+    };
+    let mut update = AttributeUpdate {
         visibility_timeout: whole(f.visibility_timeout, "visibility timeout")?,
         delay: whole(f.delay, "delay")?,
         retention: whole(f.retention, "retention")?,
         message_bytes_max,
         receive_wait: whole(f.wait, "wait")?,
         redrive: match (&f.dead_letter, f.max_receives) {
-            (Some(q), Some(n)) => Setting::Set(RedrivePolicy::new(q.clone(), n.into())),
+            (Some(q), Some(n)) => Setting::Set(RedrivePolicy::new(q.clone(), n)),
             _ => Setting::Keep,
         },
-        max_depth,
+        max_depth: f.max_depth,
         dedup_window: whole(f.dedup_window, "dedup window")?,
-        backoff: match f.backoff {
-            Some((base, max)) => {
-                whole(Some(base), "backoff base")?;
-                whole(Some(max), "backoff max")?;
-                Setting::Set(sluice_client::Backoff { base, max })
-            }
-            None => Setting::Keep,
-        },
-        tags: LabelsUpdate {
-            set: f.tag.clone(),
-            remove: Vec::new(),
-        },
-        annotations: LabelsUpdate::default(),
-    })
+        backoff,
+        labels: None,
+    };
+    if !f.tag.is_empty() {
+        update.tags_mut().set.clone_from(&f.tag);
+    }
+    Ok(update)
 }
 
 fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome, Failure> {
     match command {
         QueueCommand::Create(a) => {
-            let created = client.create_queue(&a.name, &attribute_update(&a.attributes)?)?;
+            let options = QueueOptions::from(attribute_update(&a.attributes)?);
+            let created = client.create_queue(&a.name, &options)?;
             if json {
                 print_json(&json!({"name": a.name, "created": created}));
             } else if created {
@@ -335,8 +329,10 @@ fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome,
             if a.no_backoff {
                 update.backoff = Setting::Clear;
             }
-            update.tags.remove.clone_from(&a.untag);
-            client.set_queue(&a.name, &update)?;
+            if !a.untag.is_empty() {
+                update.tags_mut().remove.clone_from(&a.untag);
+            }
+            client.set_queue(&a.name, &QueueOptions::from(update))?;
             if json {
                 print_json(&json!({"name": a.name, "updated": true}));
             } else {

@@ -200,7 +200,7 @@ pub fn queue_list_table(infos: &[QueueInfo]) -> String {
         let s = &i.stats;
         let held = s.visible + s.in_flight + s.delayed;
         t.row(vec![
-            i.name.clone(),
+            i.queue.as_str().to_owned(),
             s.visible.to_string(),
             s.in_flight.to_string(),
             s.delayed.to_string(),
@@ -230,7 +230,7 @@ pub fn queue_list_json(infos: &[QueueInfo]) -> Value {
             .iter()
             .map(|i| {
                 json!({
-                    "name": i.name,
+                    "name": i.queue.as_str(),
                     "visible": i.stats.visible,
                     "in_flight": i.stats.in_flight,
                     "delayed": i.stats.delayed,
@@ -242,8 +242,8 @@ pub fn queue_list_json(infos: &[QueueInfo]) -> Value {
 }
 
 /// Whole milliseconds, as the JSON fields and `format_ms` show times.
-fn ms(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+fn ms(d: impl Into<std::time::Duration>) -> u64 {
+    u64::try_from(d.into().as_millis()).unwrap_or(u64::MAX)
 }
 
 pub fn attributes_json_of(a: &QueueAttributes) -> Value {
@@ -299,7 +299,7 @@ pub fn queue_json(info: &QueueInfo) -> Value {
         .map(|(k, v)| (k.to_owned(), json!(v)))
         .collect();
     json!({
-        "name": info.name,
+        "name": info.queue.as_str(),
         "attributes": attributes_json_of(&info.attributes),
         "stats": stats,
     })
@@ -309,13 +309,13 @@ pub fn queue_table(info: &QueueInfo) -> String {
     let a = &info.attributes;
     let mut t = Table::new(&["ATTRIBUTE", "VALUE"]);
     let mut put = |k: &str, v: String| t.row(vec![k.to_owned(), v]);
-    put("name", info.name.clone());
+    put("name", info.queue.as_str().to_owned());
     put("visibility_timeout", format_ms(ms(a.visibility_timeout)));
     put("delay", format_ms(ms(a.delay)));
     put("retention", format_ms(ms(a.retention)));
     put(
         "max_message_size",
-        format_bytes(u64::try_from(a.message_bytes_max).unwrap_or(u64::MAX)),
+        format_bytes(u64::from(a.message_bytes_max)),
     );
     put("receive_wait", format_ms(ms(a.receive_wait)));
     put(
@@ -395,7 +395,7 @@ pub fn entry_error_line(err: &Error, what: &str) -> String {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use sluice_client::{MessageId, Receipt};
+    use sluice_client::{MessageId, QueueName, Receipt};
 
     use super::*;
 
@@ -485,13 +485,14 @@ mod tests {
     #[test]
     fn queue_info_in_json_has_every_stat() {
         let info = QueueInfo {
-            name: "orders".into(),
+            queue: QueueName::new("orders").unwrap(),
             attributes: QueueAttributes::default(),
             stats: QueueStats {
                 visible: 3,
                 oldest_age_ms: 5,
                 ..QueueStats::default()
             },
+            times: None,
         };
         let v = queue_json(&info);
         assert_eq!(v["name"], "orders");
@@ -537,7 +538,7 @@ mod tests {
     #[test]
     fn queue_lists_show_depths_and_the_oldest_age() {
         let info = |name: &str, visible, in_flight, delayed, age_ms| QueueInfo {
-            name: name.into(),
+            queue: QueueName::new(name).unwrap(),
             attributes: QueueAttributes::default(),
             stats: QueueStats {
                 visible,
@@ -546,6 +547,7 @@ mod tests {
                 oldest_age_ms: age_ms,
                 ..QueueStats::default()
             },
+            times: None,
         };
         let infos = [
             info("a", 3, 1, 2, 125_400),

@@ -234,10 +234,7 @@ async fn run(args: Args) -> Result<bool, String> {
         .await
         .map_err(|e| e.to_string())?;
     let queue = format!("orders.demo-{}", std::process::id());
-    let attrs = QueueOptions {
-        visibility_timeout: Some(Duration::from_millis(1_000)),
-        ..QueueOptions::default()
-    };
+    let attrs = QueueOptions::new().visibility_timeout(Duration::from_millis(1_000));
     client
         .create_queue(&queue, &attrs)
         .await

@@ -265,7 +265,8 @@ mod tls;
 #[cfg(feature = "async")]
 pub use async_client::AsyncClient;
 pub use attributes::{
-    Backoff, QueueAttributes, QueueInfo, QueueOptions, QueueStats, RedrivePolicy, Setting,
+    AttributeUpdate, Backoff, Millis, QueueAttributes, QueueInfo, QueueOptions, QueueStats,
+    RedrivePolicy, Setting,
 };
 #[cfg(feature = "blocking")]
 pub use blocking::{Client, PendingReply};
@@ -286,8 +287,8 @@ pub use sharded::AsyncShardedClient;
 #[cfg(feature = "blocking")]
 pub use sharded::ShardedClient;
 pub use sluice_protocol::{
-    ErrorCode, HelloReply, MessageAttributes, MessageId, PeekedMessage, Receipt, ReceivedMessage,
-    Reply, Request, SendOutcome, ServerLimits, ServerStatsReply,
+    ErrorCode, HelloReply, MessageAttributes, MessageId, PeekedMessage, QueueName, QueueTimes,
+    Receipt, ReceivedMessage, Reply, Request, SendOutcome, ServerLimits, ServerStatsReply,
 };
 pub use sluice_protocol::{Labels, LabelsUpdate};
 

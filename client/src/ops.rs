@@ -410,7 +410,7 @@ impl Operation for GetQueue<'_> {
         })
     }
     fn output(reply: Reply) -> Result<QueueInfo> {
-        expect!(reply, "GET_QUEUE", Reply::GetQueue(info) => (*info).into())
+        expect!(reply, "GET_QUEUE", Reply::GetQueue(info) => *info)
     }
 }
 

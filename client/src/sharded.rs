@@ -223,7 +223,7 @@ impl<C> Sharded<C> {
     /// Refuses a redrive policy whose dead-letter queue is placed on
     /// another broker than `queue`.
     fn check_redrive(&self, queue: &str, options: &QueueOptions) -> Result<()> {
-        let Setting::Set(redrive) = &options.redrive else {
+        let Setting::Set(redrive) = &options.update().redrive else {
             return Ok(());
         };
         let dlq = redrive.dead_letter_queue.as_str();

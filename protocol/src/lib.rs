@@ -56,6 +56,7 @@ pub mod labels;
 pub mod limits;
 pub mod message;
 pub mod message_attributes;
+pub mod millis;
 pub mod name;
 mod queue_attribute_block;
 pub mod queue_attributes;
@@ -74,6 +75,7 @@ pub use message::{
     ReceivedMessageRef, SendBatch, SendEntry, SendEntryRef, SendOutcome, VisibilityChange,
     received_message_encoded_len,
 };
+pub use millis::{Millis, MillisOutOfRange};
 pub use name::{InvalidQueueName, QueueName};
 pub use queue_attribute_block::bits as attribute_bits;
 pub use queue_attributes::{

@@ -9,6 +9,7 @@ use bytes::{BufMut, BytesMut};
 
 use crate::codec::{DecodeError, EncodeError, Reader, len_u8};
 use crate::labels::LabelsUpdate;
+use crate::millis::Millis;
 use crate::name::is_valid_name_bytes;
 use crate::queue_attributes::{
     AttributeUpdate, Backoff, LabelChanges, QueueAttributes, RedrivePolicy, Setting,
@@ -78,17 +79,14 @@ impl AttributeUpdate {
                 m |= bit;
             }
         };
-        set(
-            self.visibility_timeout_ms.is_some(),
-            bits::VISIBILITY_TIMEOUT,
-        );
-        set(self.delay_ms.is_some(), bits::DELAY);
-        set(self.retention_ms.is_some(), bits::RETENTION);
+        set(self.visibility_timeout.is_some(), bits::VISIBILITY_TIMEOUT);
+        set(self.delay.is_some(), bits::DELAY);
+        set(self.retention.is_some(), bits::RETENTION);
         set(self.message_bytes_max.is_some(), bits::MESSAGE_BYTES_MAX);
-        set(self.receive_wait_ms.is_some(), bits::RECEIVE_WAIT);
+        set(self.receive_wait.is_some(), bits::RECEIVE_WAIT);
         set(self.redrive.as_set().is_some(), bits::REDRIVE);
         set(self.max_depth.is_some(), bits::MAX_DEPTH);
-        set(self.dedup_window_ms.is_some(), bits::DEDUP_WINDOW);
+        set(self.dedup_window.is_some(), bits::DEDUP_WINDOW);
         set(self.backoff.as_set().is_some(), bits::BACKOFF);
         set(!self.tags().is_empty(), bits::TAGS);
         set(!self.annotations().is_empty(), bits::ANNOTATIONS);
@@ -111,15 +109,15 @@ impl AttributeUpdate {
     #[must_use]
     pub fn encoded_len(&self) -> usize {
         let u32s = [
-            self.visibility_timeout_ms,
-            self.delay_ms,
-            self.retention_ms,
-            self.message_bytes_max,
-            self.receive_wait_ms,
-            self.dedup_window_ms,
+            self.visibility_timeout.is_some(),
+            self.delay.is_some(),
+            self.retention.is_some(),
+            self.message_bytes_max.is_some(),
+            self.receive_wait.is_some(),
+            self.dedup_window.is_some(),
         ]
         .iter()
-        .filter(|v| v.is_some())
+        .filter(|&&present| present)
         .count();
         MASKS_BYTES
             + 4 * u32s
@@ -154,11 +152,11 @@ impl AttributeUpdate {
                 buf.put_u32_le(v);
             }
         };
-        put(buf, self.visibility_timeout_ms);
-        put(buf, self.delay_ms);
-        put(buf, self.retention_ms);
+        put(buf, self.visibility_timeout.map(Millis::get));
+        put(buf, self.delay.map(Millis::get));
+        put(buf, self.retention.map(Millis::get));
         put(buf, self.message_bytes_max);
-        put(buf, self.receive_wait_ms);
+        put(buf, self.receive_wait.map(Millis::get));
         if let Some(r) = self.redrive.as_set() {
             buf.put_u8(dlq_len);
             buf.put_slice(r.dead_letter_queue.as_bytes());
@@ -167,10 +165,10 @@ impl AttributeUpdate {
         if let Some(d) = self.max_depth {
             buf.put_u64_le(d);
         }
-        put(buf, self.dedup_window_ms);
+        put(buf, self.dedup_window.map(Millis::get));
         if let Some(b) = self.backoff.as_set() {
-            buf.put_u32_le(b.base_ms);
-            buf.put_u32_le(b.max_ms);
+            buf.put_u32_le(b.base.get());
+            buf.put_u32_le(b.max.get());
         }
         for labels in [self.tags(), self.annotations()] {
             if !labels.is_empty() {
@@ -223,11 +221,12 @@ impl AttributeUpdate {
             }
         };
         let mut out = AttributeUpdate {
-            visibility_timeout_ms: u32_if(bits::VISIBILITY_TIMEOUT, "visibility_timeout_ms")?,
-            delay_ms: u32_if(bits::DELAY, "delay_ms")?,
-            retention_ms: u32_if(bits::RETENTION, "retention_ms")?,
+            visibility_timeout: u32_if(bits::VISIBILITY_TIMEOUT, "visibility_timeout_ms")?
+                .map(Millis::new),
+            delay: u32_if(bits::DELAY, "delay_ms")?.map(Millis::new),
+            retention: u32_if(bits::RETENTION, "retention_ms")?.map(Millis::new),
             message_bytes_max: u32_if(bits::MESSAGE_BYTES_MAX, "message_bytes_max")?,
-            receive_wait_ms: u32_if(bits::RECEIVE_WAIT, "receive_wait_ms")?,
+            receive_wait: u32_if(bits::RECEIVE_WAIT, "receive_wait_ms")?.map(Millis::new),
             redrive: if clear & bits::REDRIVE != 0 {
                 Setting::Clear
             } else {
@@ -259,12 +258,12 @@ impl AttributeUpdate {
             out.max_depth = Some(r.u64("max_depth")?);
         }
         if present & bits::DEDUP_WINDOW != 0 {
-            out.dedup_window_ms = Some(r.u32("dedup_window_ms")?);
+            out.dedup_window = Some(Millis::new(r.u32("dedup_window_ms")?));
         }
         if present & bits::BACKOFF != 0 {
             out.backoff = Setting::Set(Backoff {
-                base_ms: r.u32("backoff.base_ms")?,
-                max_ms: r.u32("backoff.max_ms")?,
+                base: Millis::new(r.u32("backoff.base_ms")?),
+                max: Millis::new(r.u32("backoff.max_ms")?),
             });
         }
         if present & bits::TAGS != 0 {
@@ -282,14 +281,14 @@ impl From<&QueueAttributes> for AttributeUpdate {
     /// optional ones that are unset absent).
     fn from(attrs: &QueueAttributes) -> AttributeUpdate {
         AttributeUpdate {
-            visibility_timeout_ms: Some(attrs.visibility_timeout_ms),
-            delay_ms: Some(attrs.delay_ms),
-            retention_ms: Some(attrs.retention_ms),
+            visibility_timeout: Some(attrs.visibility_timeout),
+            delay: Some(attrs.delay),
+            retention: Some(attrs.retention),
             message_bytes_max: Some(attrs.message_bytes_max),
-            receive_wait_ms: Some(attrs.receive_wait_ms),
+            receive_wait: Some(attrs.receive_wait),
             redrive: attrs.redrive.clone().into(),
             max_depth: attrs.max_depth,
-            dedup_window_ms: Some(attrs.dedup_window_ms),
+            dedup_window: Some(attrs.dedup_window),
             backoff: attrs.backoff.into(),
             labels: if attrs.tags.is_empty() && attrs.annotations.is_empty() {
                 None
@@ -343,22 +342,22 @@ impl QueueAttributes {
         }
         let labels = u.labels.map(|l| *l).unwrap_or_default();
         match (
-            u.visibility_timeout_ms,
-            u.delay_ms,
-            u.retention_ms,
+            u.visibility_timeout,
+            u.delay,
+            u.retention,
             u.message_bytes_max,
-            u.receive_wait_ms,
-            u.dedup_window_ms,
+            u.receive_wait,
+            u.dedup_window,
         ) {
             (Some(vt), Some(d), Some(ret), Some(mbm), Some(rw), Some(dw)) => Ok(QueueAttributes {
-                visibility_timeout_ms: vt,
-                delay_ms: d,
-                retention_ms: ret,
+                visibility_timeout: vt,
+                delay: d,
+                retention: ret,
                 message_bytes_max: mbm,
-                receive_wait_ms: rw,
+                receive_wait: rw,
                 redrive: u.redrive.as_set().cloned(),
                 max_depth: u.max_depth,
-                dedup_window_ms: dw,
+                dedup_window: dw,
                 backoff: u.backoff.as_set().copied(),
                 tags: labels.tags.set.into_iter().collect(),
                 annotations: labels.annotations.set.into_iter().collect(),
@@ -383,11 +382,8 @@ mod tests {
     #[test]
     fn fields_follow_bit_order() {
         let u = AttributeUpdate {
-            delay_ms: Some(0x0102_0304),
-            backoff: Setting::Set(Backoff {
-                base_ms: 5,
-                max_ms: 6,
-            }),
+            delay: Some(Millis::new(0x0102_0304)),
+            backoff: Setting::Set(Backoff::new(Millis::new(5), Millis::new(6))),
             redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "d".into(),
                 max_receives: 3,
@@ -453,7 +449,7 @@ mod tests {
         let mut r = Reader::new(buf.freeze());
         assert_eq!(QueueAttributes::decode(&mut r), Ok(a));
         let partial = AttributeUpdate {
-            delay_ms: Some(1),
+            delay: Some(Millis::new(1)),
             ..AttributeUpdate::default()
         };
         let mut buf = BytesMut::new();

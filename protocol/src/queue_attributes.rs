@@ -4,6 +4,7 @@
 use crate::error::{ErrorCode, WireError};
 use crate::labels::{ANNOTATION_LIMITS, Labels, LabelsUpdate, TAG_LIMITS};
 use crate::limits::FRAME_RESERVED_BYTES;
+use crate::millis::Millis;
 
 pub use crate::limits::{
     BACKOFF_BASE_MS_MAX, BACKOFF_BASE_MS_MIN, BACKOFF_MAX_MS_MAX, DEDUP_WINDOW_MS_DEFAULT,
@@ -22,37 +23,57 @@ pub struct RedrivePolicy {
     pub max_receives: u16,
 }
 
+impl RedrivePolicy {
+    /// Dead-letters into `dead_letter_queue` after `max_receives`
+    /// deliveries.
+    #[must_use]
+    pub fn new(dead_letter_queue: impl Into<String>, max_receives: u16) -> RedrivePolicy {
+        RedrivePolicy {
+            dead_letter_queue: dead_letter_queue.into(),
+            max_receives,
+        }
+    }
+}
+
 /// Exponential retry backoff after a release or an expired lease:
 /// `min(base * 2^(n-1), max)` with jitter, n the receive count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Backoff {
     /// Base delay, 1 ms ..= 15 min.
-    pub base_ms: u32,
+    pub base: Millis,
     /// Cap, base ..= 12 h.
-    pub max_ms: u32,
+    pub max: Millis,
+}
+
+impl Backoff {
+    /// A backoff from `base` up to `max`.
+    #[must_use]
+    pub fn new(base: Millis, max: Millis) -> Backoff {
+        Backoff { base, max }
+    }
 }
 
 /// A queue's complete attributes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct QueueAttributes {
     /// Lease length of a receive that does not override it (0 ..= 12 h).
-    pub visibility_timeout_ms: u32,
+    pub visibility_timeout: Millis,
     /// Delay of a send that does not set one (0 ..= 15 min).
-    pub delay_ms: u32,
+    pub delay: Millis,
     /// Age since the original send at which an undeleted message is dropped
     /// (60 s ..= 14 days).
-    pub retention_ms: u32,
+    pub retention: Millis,
     /// Largest body plus attributes (1 ..= frame limit - 256 B).
     pub message_bytes_max: u32,
     /// Wait of a receive that does not set one (0 ..= 20 s).
-    pub receive_wait_ms: u32,
+    pub receive_wait: Millis,
     /// Dead-letter policy, if any.
     pub redrive: Option<RedrivePolicy>,
     /// Largest number of messages held (visible + delayed + in flight);
     /// `None` is unbounded.
     pub max_depth: Option<u64>,
     /// How long an accepted dedup key suppresses repeats (0 ..= 1 h).
-    pub dedup_window_ms: u32,
+    pub dedup_window: Millis,
     /// Retry backoff, if any.
     pub backoff: Option<Backoff>,
     /// The user's tags (see [`crate::labels`]).
@@ -64,14 +85,14 @@ pub struct QueueAttributes {
 impl Default for QueueAttributes {
     fn default() -> Self {
         QueueAttributes {
-            visibility_timeout_ms: VISIBILITY_TIMEOUT_MS_DEFAULT,
-            delay_ms: 0,
-            retention_ms: RETENTION_MS_DEFAULT,
+            visibility_timeout: Millis::new(VISIBILITY_TIMEOUT_MS_DEFAULT),
+            delay: Millis::ZERO,
+            retention: Millis::new(RETENTION_MS_DEFAULT),
             message_bytes_max: MESSAGE_BYTES_MAX_DEFAULT,
-            receive_wait_ms: 0,
+            receive_wait: Millis::ZERO,
             redrive: None,
             max_depth: None,
-            dedup_window_ms: DEDUP_WINDOW_MS_DEFAULT,
+            dedup_window: Millis::new(DEDUP_WINDOW_MS_DEFAULT),
             backoff: None,
             tags: Labels::new(),
             annotations: Labels::new(),
@@ -138,22 +159,22 @@ impl<T> From<Option<T>> for Setting<T> {
 /// (SET only).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AttributeUpdate {
-    /// See [`QueueAttributes::visibility_timeout_ms`].
-    pub visibility_timeout_ms: Option<u32>,
-    /// See [`QueueAttributes::delay_ms`].
-    pub delay_ms: Option<u32>,
-    /// See [`QueueAttributes::retention_ms`].
-    pub retention_ms: Option<u32>,
+    /// See [`QueueAttributes::visibility_timeout`].
+    pub visibility_timeout: Option<Millis>,
+    /// See [`QueueAttributes::delay`].
+    pub delay: Option<Millis>,
+    /// See [`QueueAttributes::retention`].
+    pub retention: Option<Millis>,
     /// See [`QueueAttributes::message_bytes_max`].
     pub message_bytes_max: Option<u32>,
-    /// See [`QueueAttributes::receive_wait_ms`].
-    pub receive_wait_ms: Option<u32>,
+    /// See [`QueueAttributes::receive_wait`].
+    pub receive_wait: Option<Millis>,
     /// See [`QueueAttributes::redrive`].
     pub redrive: Setting<RedrivePolicy>,
     /// See [`QueueAttributes::max_depth`].
     pub max_depth: Option<u64>,
-    /// See [`QueueAttributes::dedup_window_ms`].
-    pub dedup_window_ms: Option<u32>,
+    /// See [`QueueAttributes::dedup_window`].
+    pub dedup_window: Option<Millis>,
     /// See [`QueueAttributes::backoff`].
     pub backoff: Setting<Backoff>,
     /// Changes of the tags and annotations, if any: boxed, so that the
@@ -228,36 +249,36 @@ impl AttributeUpdate {
         frame_bytes_max: u32,
     ) -> Result<QueueAttributes, WireError> {
         let mut out = attrs.clone();
-        if let Some(v) = self.visibility_timeout_ms {
+        if let Some(v) = self.visibility_timeout {
             check(
                 "visibility_timeout_ms",
                 v.into(),
                 0,
                 VISIBILITY_TIMEOUT_MS_MAX.into(),
             )?;
-            out.visibility_timeout_ms = v;
+            out.visibility_timeout = v;
         }
-        if let Some(v) = self.delay_ms {
+        if let Some(v) = self.delay {
             check("delay_ms", v.into(), 0, DELAY_MS_MAX.into())?;
-            out.delay_ms = v;
+            out.delay = v;
         }
-        if let Some(v) = self.retention_ms {
+        if let Some(v) = self.retention {
             check(
                 "retention_ms",
                 v.into(),
                 RETENTION_MS_MIN.into(),
                 RETENTION_MS_MAX.into(),
             )?;
-            out.retention_ms = v;
+            out.retention = v;
         }
         if let Some(v) = self.message_bytes_max {
             let max = frame_bytes_max.saturating_sub(FRAME_RESERVED_BYTES);
             check("message_bytes_max", v.into(), 1, max.into())?;
             out.message_bytes_max = v;
         }
-        if let Some(v) = self.receive_wait_ms {
+        if let Some(v) = self.receive_wait {
             check("receive_wait_ms", v.into(), 0, RECEIVE_WAIT_MS_MAX.into())?;
-            out.receive_wait_ms = v;
+            out.receive_wait = v;
         }
         if let Some(r) = self.redrive.as_set() {
             check(
@@ -281,21 +302,21 @@ impl AttributeUpdate {
             check("max_depth", v, 1, MAX_DEPTH_MAX)?;
             out.max_depth = Some(v);
         }
-        if let Some(v) = self.dedup_window_ms {
+        if let Some(v) = self.dedup_window {
             check("dedup_window_ms", v.into(), 0, DEDUP_WINDOW_MS_MAX.into())?;
-            out.dedup_window_ms = v;
+            out.dedup_window = v;
         }
         if let Some(&b) = self.backoff.as_set() {
             check(
                 "backoff_base_ms",
-                b.base_ms.into(),
+                b.base.into(),
                 BACKOFF_BASE_MS_MIN.into(),
                 BACKOFF_BASE_MS_MAX.into(),
             )?;
             check(
                 "backoff_max_ms",
-                b.max_ms.into(),
-                b.base_ms.into(),
+                b.max.into(),
+                b.base.into(),
                 BACKOFF_MAX_MS_MAX.into(),
             )?;
             out.backoff = Some(b);
@@ -418,10 +439,10 @@ mod tests {
     #[test]
     fn defaults_match_design() {
         let a = QueueAttributes::default();
-        assert_eq!(a.visibility_timeout_ms, 30_000);
-        assert_eq!(a.retention_ms, 4 * 86_400_000);
+        assert_eq!(a.visibility_timeout.get(), 30_000);
+        assert_eq!(a.retention.get(), 4 * 86_400_000);
         assert_eq!(a.message_bytes_max, 262_144);
-        assert_eq!(a.dedup_window_ms, 300_000);
+        assert_eq!(a.dedup_window.get(), 300_000);
         assert!(a.redrive.is_none() && a.backoff.is_none() && a.max_depth.is_none());
     }
 
@@ -432,21 +453,21 @@ mod tests {
         let cases: Vec<(AttributeUpdate, &str)> = vec![
             (
                 AttributeUpdate {
-                    visibility_timeout_ms: Some(VISIBILITY_TIMEOUT_MS_MAX + 1),
+                    visibility_timeout: Some(Millis::new(VISIBILITY_TIMEOUT_MS_MAX + 1)),
                     ..Default::default()
                 },
                 "visibility_timeout_ms",
             ),
             (
                 AttributeUpdate {
-                    delay_ms: Some(DELAY_MS_MAX + 1),
+                    delay: Some(Millis::new(DELAY_MS_MAX + 1)),
                     ..Default::default()
                 },
                 "delay_ms",
             ),
             (
                 AttributeUpdate {
-                    retention_ms: Some(59_999),
+                    retention: Some(Millis::new(59_999)),
                     ..Default::default()
                 },
                 "retention_ms",
@@ -467,7 +488,7 @@ mod tests {
             ),
             (
                 AttributeUpdate {
-                    receive_wait_ms: Some(20_001),
+                    receive_wait: Some(Millis::new(20_001)),
                     ..Default::default()
                 },
                 "receive_wait_ms",
@@ -488,7 +509,7 @@ mod tests {
             ),
             (
                 AttributeUpdate {
-                    dedup_window_ms: Some(3_600_001),
+                    dedup_window: Some(Millis::new(3_600_001)),
                     ..Default::default()
                 },
                 "dedup_window_ms",
@@ -516,8 +537,8 @@ mod tests {
             (
                 AttributeUpdate {
                     backoff: Setting::Set(Backoff {
-                        base_ms: 0,
-                        max_ms: 10,
+                        base: Millis::ZERO,
+                        max: Millis::new(10),
                     }),
                     ..Default::default()
                 },
@@ -526,8 +547,8 @@ mod tests {
             (
                 AttributeUpdate {
                     backoff: Setting::Set(Backoff {
-                        base_ms: 100,
-                        max_ms: 10,
+                        base: Millis::new(100),
+                        max: Millis::new(10),
                     }),
                     ..Default::default()
                 },
@@ -549,8 +570,8 @@ mod tests {
                 max_receives: 3,
             }),
             backoff: Setting::Set(Backoff {
-                base_ms: 10,
-                max_ms: 1000,
+                base: Millis::new(10),
+                max: Millis::new(1000),
             }),
             ..Default::default()
         }
@@ -565,7 +586,7 @@ mod tests {
         .apply_to(&a, 1 << 20)
         .unwrap();
         assert!(b.redrive.is_none() && b.backoff.is_none());
-        assert_eq!(b.visibility_timeout_ms, a.visibility_timeout_ms);
+        assert_eq!(b.visibility_timeout, a.visibility_timeout);
     }
 
     #[test]

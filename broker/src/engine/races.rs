@@ -30,8 +30,8 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use sluice_protocol::{
-    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, ErrorCode, QueueName, QueueStats,
-    Receipt, ReceiveRequest, ReceivedMessage, SendEntry, SendRequest, VisibilityChange,
+    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, ErrorCode, Millis, QueueName,
+    QueueStats, Receipt, ReceiveRequest, ReceivedMessage, SendEntry, SendRequest, VisibilityChange,
 };
 
 use super::limits::LINK_CAPACITY_DEFAULT;
@@ -268,7 +268,7 @@ fn loom_forwarded_delete_vs_expiry_and_redelivery() {
     let seen = outcomes.clone();
     run(move || {
         let attrs = AttributeUpdate {
-            visibility_timeout_ms: Some(1000),
+            visibility_timeout: Some(Millis::new(1000)),
             ..AttributeUpdate::default()
         };
         let (mut a, mut b) = two_shards(&attrs);
@@ -349,7 +349,7 @@ fn loom_forwarded_change_visibility_vs_expiry() {
     let seen = outcomes.clone();
     run(move || {
         let attrs = AttributeUpdate {
-            visibility_timeout_ms: Some(1000),
+            visibility_timeout: Some(Millis::new(1000)),
             ..AttributeUpdate::default()
         };
         let (mut a, mut b) = two_shards(&attrs);
@@ -434,7 +434,7 @@ fn loom_bound_release_vs_forwarded_delete() {
     let seen = outcomes.clone();
     run(move || {
         let attrs = AttributeUpdate {
-            visibility_timeout_ms: Some(60_000),
+            visibility_timeout: Some(Millis::new(60_000)),
             ..AttributeUpdate::default()
         };
         let (mut a, mut b) = two_shards(&attrs);
@@ -516,7 +516,7 @@ fn loom_bound_release_vs_expiry_on_the_owner() {
     let seen = outcomes.clone();
     run(move || {
         let attrs = AttributeUpdate {
-            visibility_timeout_ms: Some(1000),
+            visibility_timeout: Some(Millis::new(1000)),
             ..AttributeUpdate::default()
         };
         let (mut a, mut b) = two_shards(&attrs);
@@ -730,7 +730,7 @@ fn loom_old_receipt_after_slot_reuse() {
     let seen = outcomes.clone();
     run(move || {
         let attrs = AttributeUpdate {
-            retention_ms: Some(60_000),
+            retention: Some(Millis::new(60_000)),
             ..AttributeUpdate::default()
         };
         let (mut a, mut b) = two_shards(&attrs);

@@ -624,7 +624,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_protocol::{ErrorCode, RedrivePolicy, Setting};
+    use sluice_protocol::{ErrorCode, Millis, RedrivePolicy, Setting};
 
     fn dlq(name: &str) -> AttributeUpdate {
         AttributeUpdate {
@@ -652,7 +652,7 @@ mod tests {
             (inc, false)
         );
         let other = AttributeUpdate {
-            delay_ms: Some(5),
+            delay: Some(Millis::new(5)),
             message_bytes_max: Some(1024),
             ..Default::default()
         };
@@ -737,7 +737,7 @@ mod tests {
         r.set(
             &q("a"),
             &AttributeUpdate {
-                delay_ms: Some(5),
+                delay: Some(Millis::new(5)),
                 ..none.clone()
             },
             0,

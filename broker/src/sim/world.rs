@@ -4,11 +4,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, DeleteRequest, ErrorCode, QueueAttributesRequest, QueueName,
     RedrivePolicy,
 };
+use sluice_protocol::{Millis, Setting};
 
 use super::oracle::{Counts, Held, Oracle, Snap};
 use crate::engine::cluster::check_shards;
@@ -189,14 +189,16 @@ impl World {
             bind_rng,
         };
         let backoff = (w.rng.below_inclusive(1) == 0).then_some(Backoff {
-            base_ms: 3,
-            max_ms: 40,
+            base: Millis::new(3),
+            max: Millis::new(40),
         });
         for q in [DLQ, WORK, SIDE] {
             w.visibility_ms.insert(q, 0);
             let attrs = w.attributes(q, backoff);
-            w.visibility_ms
-                .insert(q, u64::from(attrs.visibility_timeout_ms.unwrap_or(30_000)));
+            w.visibility_ms.insert(
+                q,
+                u64::from(attrs.visibility_timeout.map_or(30_000, Millis::get)),
+            );
             let r = w.call_settled(Op::CreateQueue(QueueAttributesRequest {
                 queue: qn(q),
                 attributes: attrs,
@@ -212,11 +214,11 @@ impl World {
     fn attributes(&self, queue: &str, backoff: Option<Backoff>) -> AttributeUpdate {
         match queue {
             WORK => AttributeUpdate {
-                visibility_timeout_ms: Some(50),
-                retention_ms: Some(60_000),
+                visibility_timeout: Some(Millis::new(50)),
+                retention: Some(Millis::new(60_000)),
                 message_bytes_max: Some(48),
                 max_depth: Some(40),
-                dedup_window_ms: Some(100),
+                dedup_window: Some(Millis::new(100)),
                 redrive: Setting::Set(RedrivePolicy {
                     dead_letter_queue: DLQ.into(),
                     // A small constant: fits u16.
@@ -226,14 +228,14 @@ impl World {
                 ..AttributeUpdate::default()
             },
             DLQ => AttributeUpdate {
-                visibility_timeout_ms: Some(30),
-                retention_ms: Some(120_000),
+                visibility_timeout: Some(Millis::new(30)),
+                retention: Some(Millis::new(120_000)),
                 ..AttributeUpdate::default()
             },
             _ => AttributeUpdate {
-                visibility_timeout_ms: Some(20),
-                retention_ms: Some(60_000),
-                dedup_window_ms: Some(50),
+                visibility_timeout: Some(Millis::new(20)),
+                retention: Some(Millis::new(60_000)),
+                dedup_window: Some(Millis::new(50)),
                 ..AttributeUpdate::default()
             },
         }

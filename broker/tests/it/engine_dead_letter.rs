@@ -2,6 +2,7 @@
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, Op, OpResult};
+use sluice_protocol::Millis;
 use sluice_protocol::Setting;
 use sluice_protocol::message::SOURCE_ATTRIBUTE;
 use sluice_protocol::{AttributeUpdate, ErrorCode, ReceiveRequest, ReceivedMessage, RedrivePolicy};
@@ -13,7 +14,7 @@ fn setup(shards: u16, max_receives: u16) -> Cluster {
         &mut c,
         "q",
         AttributeUpdate {
-            visibility_timeout_ms: Some(1000),
+            visibility_timeout: Some(Millis::new(1000)),
             redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "dlq".into(),
                 max_receives,
@@ -160,7 +161,7 @@ fn retention_in_the_dlq_counts_from_the_original_send() {
         Op::SetQueue(QueueAttributesRequest {
             queue: qn("dlq"),
             attributes: AttributeUpdate {
-                retention_ms: Some(60_000),
+                retention: Some(Millis::new(60_000)),
                 ..Default::default()
             },
         }),

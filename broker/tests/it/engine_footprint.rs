@@ -5,6 +5,7 @@
 
 use sluice_broker::engine::shard::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES};
 use sluice_broker::engine::{Cluster, Op, OpResult};
+use sluice_protocol::Millis;
 use sluice_protocol::{AttributeUpdate, ReceiveRequest};
 
 use crate::engine_util::*;
@@ -20,7 +21,7 @@ fn the_budget_charges_what_a_message_holds_in_each_state() {
         &mut c,
         "q",
         AttributeUpdate {
-            visibility_timeout_ms: Some(100),
+            visibility_timeout: Some(Millis::new(100)),
             ..Default::default()
         },
     );
@@ -48,7 +49,7 @@ fn messages_are_received_in_the_order_they_became_visible() {
             &mut c,
             "q",
             AttributeUpdate {
-                visibility_timeout_ms: Some(10),
+                visibility_timeout: Some(Millis::new(10)),
                 ..Default::default()
             },
         );
@@ -75,7 +76,7 @@ fn leases_of_one_receive_end_together_unless_changed_or_deleted() {
         &mut c,
         "q",
         AttributeUpdate {
-            visibility_timeout_ms: Some(50),
+            visibility_timeout: Some(Millis::new(50)),
             ..Default::default()
         },
     );

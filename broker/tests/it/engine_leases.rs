@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use crate::engine_util::*;
+use sluice_protocol::Millis;
 use sluice_protocol::Setting;
 use sluice_protocol::{AttributeUpdate, Backoff};
 
@@ -14,7 +15,7 @@ fn expired_lease_redelivers_with_counters() {
             &mut c,
             "q",
             AttributeUpdate {
-                visibility_timeout_ms: Some(1000),
+                visibility_timeout: Some(Millis::new(1000)),
                 ..Default::default()
             },
         );
@@ -75,10 +76,10 @@ fn backoff_after_release_and_expiry_with_equal_jitter() {
         &mut c,
         "q",
         AttributeUpdate {
-            visibility_timeout_ms: Some(1000),
+            visibility_timeout: Some(Millis::new(1000)),
             backoff: Setting::Set(Backoff {
-                base_ms: 100,
-                max_ms: 300,
+                base: Millis::new(100),
+                max: Millis::new(300),
             }),
             ..Default::default()
         },
@@ -121,8 +122,8 @@ fn explicit_visibility_ignores_backoff() {
         "q",
         AttributeUpdate {
             backoff: Setting::Set(Backoff {
-                base_ms: 60_000,
-                max_ms: 60_000,
+                base: Millis::new(60_000),
+                max: Millis::new(60_000),
             }),
             ..Default::default()
         },
@@ -144,8 +145,8 @@ fn retention_drops_in_every_state() {
             &mut c,
             "q",
             AttributeUpdate {
-                retention_ms: Some(60_000),
-                visibility_timeout_ms: Some(120_000),
+                retention: Some(Millis::new(60_000)),
+                visibility_timeout: Some(Millis::new(120_000)),
                 ..Default::default()
             },
         );

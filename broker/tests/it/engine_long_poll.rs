@@ -3,6 +3,7 @@
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, Op, OpResult};
+use sluice_protocol::Millis;
 use sluice_protocol::{AttributeUpdate, ErrorCode};
 
 fn waiting(c: &mut Cluster, shard: usize, queue: &str, wait_ms: u32) -> u64 {
@@ -48,7 +49,7 @@ fn queue_default_wait_and_empty_batch_when_it_ends() {
         &mut c,
         "q",
         AttributeUpdate {
-            receive_wait_ms: Some(1000),
+            receive_wait: Some(Millis::new(1000)),
             ..Default::default()
         },
     );
@@ -102,7 +103,7 @@ fn a_message_made_visible_by_expiry_wakes_a_waiter() {
         &mut c,
         "q",
         AttributeUpdate {
-            visibility_timeout_ms: Some(1000),
+            visibility_timeout: Some(Millis::new(1000)),
             ..Default::default()
         },
     );

@@ -31,6 +31,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use sluice_broker::engine::dedup::owner_shard;
 use sluice_broker::engine::{Cluster, MessageState, MessageView, Op, OpResult, RegistryConfig};
+use sluice_protocol::Millis;
 use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, DeleteRequest, ErrorCode, MessageAttributes,
@@ -230,9 +231,9 @@ impl Model {
             (Q, Some(b)) => {
                 let n = m.rc.max(1);
                 let d = if n > 32 {
-                    u64::from(b.max_ms)
+                    u64::from(b.max.get())
                 } else {
-                    (u64::from(b.base_ms) << (n - 1)).min(u64::from(b.max_ms))
+                    (u64::from(b.base.get()) << (n - 1)).min(u64::from(b.max.get()))
                 };
                 St::Backoff {
                     at,
@@ -378,8 +379,8 @@ fn setup(shards: u16, backoff: bool, seed: u64) -> (Cluster, Model) {
         ..Default::default()
     });
     let backoff = backoff.then_some(Backoff {
-        base_ms: 5,
-        max_ms: 20,
+        base: Millis::new(5),
+        max: Millis::new(20),
     });
     let create = |c: &mut Cluster, name: &str, a: AttributeUpdate| {
         let r = c.call(
@@ -395,9 +396,9 @@ fn setup(shards: u16, backoff: bool, seed: u64) -> (Cluster, Model) {
         &mut c,
         "dlq",
         AttributeUpdate {
-            visibility_timeout_ms: Some(VISIBILITY_MS[DLQ] as u32),
-            retention_ms: Some(RETENTION_MS[DLQ] as u32),
-            dedup_window_ms: Some(WINDOW_MS as u32),
+            visibility_timeout: Some(Millis::new(VISIBILITY_MS[DLQ] as u32)),
+            retention: Some(Millis::new(RETENTION_MS[DLQ] as u32)),
+            dedup_window: Some(Millis::new(WINDOW_MS as u32)),
             ..Default::default()
         },
     );
@@ -405,11 +406,11 @@ fn setup(shards: u16, backoff: bool, seed: u64) -> (Cluster, Model) {
         &mut c,
         "q",
         AttributeUpdate {
-            visibility_timeout_ms: Some(VISIBILITY_MS[Q] as u32),
-            retention_ms: Some(RETENTION_MS[Q] as u32),
+            visibility_timeout: Some(Millis::new(VISIBILITY_MS[Q] as u32)),
+            retention: Some(Millis::new(RETENTION_MS[Q] as u32)),
             message_bytes_max: Some(MESSAGE_BYTES_MAX as u32),
             max_depth: Some(MAX_DEPTH),
-            dedup_window_ms: Some(WINDOW_MS as u32),
+            dedup_window: Some(Millis::new(WINDOW_MS as u32)),
             redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "dlq".into(),
                 max_receives: MAX_RECEIVES as u16,

@@ -3,6 +3,7 @@
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, Op, OpResult, RegistryConfig};
+use sluice_protocol::Millis;
 use sluice_protocol::Setting;
 use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode, LabelsUpdate, RedrivePolicy};
 
@@ -37,7 +38,7 @@ fn create_is_idempotent_and_refuses_other_attributes() {
             }
         );
         let other = AttributeUpdate {
-            visibility_timeout_ms: Some(5),
+            visibility_timeout: Some(Millis::new(5)),
             ..Default::default()
         };
         let r = call(
@@ -61,7 +62,7 @@ fn create_is_idempotent_and_refuses_other_attributes() {
             Op::CreateQueue(QueueAttributesRequest {
                 queue: qn("r"),
                 attributes: AttributeUpdate {
-                    delay_ms: Some(15 * 60 * 1000 + 1),
+                    delay: Some(Millis::new(15 * 60 * 1000 + 1)),
                     ..Default::default()
                 },
             }),
@@ -93,13 +94,13 @@ fn set_changes_and_removes_policies() {
     };
     let mut u = dlq_update("dlq", 3);
     u.backoff = Setting::Set(Backoff {
-        base_ms: 10,
-        max_ms: 100,
+        base: Millis::new(10),
+        max: Millis::new(100),
     });
-    u.visibility_timeout_ms = Some(1000);
+    u.visibility_timeout = Some(Millis::new(1000));
     assert_eq!(set(&mut c, u), OpResult::QueueUpdated);
     let i = info(&mut c, 0, "q");
-    assert_eq!(i.attributes.visibility_timeout_ms, 1000);
+    assert_eq!(i.attributes.visibility_timeout.get(), 1000);
     assert_eq!(i.attributes.redrive.as_ref().unwrap().max_receives, 3);
     assert!(i.attributes.backoff.is_some());
     let clear = AttributeUpdate {
@@ -110,7 +111,7 @@ fn set_changes_and_removes_policies() {
     assert_eq!(set(&mut c, clear), OpResult::QueueUpdated);
     let i = info(&mut c, 1, "q");
     assert!(i.attributes.redrive.is_none() && i.attributes.backoff.is_none());
-    assert_eq!(i.attributes.visibility_timeout_ms, 1000);
+    assert_eq!(i.attributes.visibility_timeout.get(), 1000);
     let r = call(
         &mut c,
         0,
@@ -210,7 +211,7 @@ fn a_queue_knows_when_it_was_created_and_last_changed() {
         Op::SetQueue(QueueAttributesRequest {
             queue: qn("q"),
             attributes: AttributeUpdate {
-                delay_ms: Some(10),
+                delay: Some(Millis::new(10)),
                 ..Default::default()
             },
         }),

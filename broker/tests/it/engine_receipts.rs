@@ -4,6 +4,7 @@
 
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, RegistryConfig};
+use sluice_protocol::Millis;
 use sluice_protocol::Setting;
 use sluice_protocol::{AttributeUpdate, Backoff, ErrorCode};
 
@@ -12,7 +13,7 @@ fn queue(c: &mut Cluster, vis_ms: u32) {
         c,
         "q",
         AttributeUpdate {
-            visibility_timeout_ms: Some(vis_ms),
+            visibility_timeout: Some(Millis::new(vis_ms)),
             ..Default::default()
         },
     );
@@ -167,10 +168,10 @@ fn a_message_in_backoff_can_be_deleted() {
         &mut c,
         "q",
         AttributeUpdate {
-            visibility_timeout_ms: Some(1000),
+            visibility_timeout: Some(Millis::new(1000)),
             backoff: Setting::Set(Backoff {
-                base_ms: 60_000,
-                max_ms: 60_000,
+                base: Millis::new(60_000),
+                max: Millis::new(60_000),
             }),
             ..Default::default()
         },
@@ -335,10 +336,10 @@ fn an_abandoned_lease_waits_out_the_queues_backoff_like_a_release() {
             &mut c,
             "q",
             AttributeUpdate {
-                visibility_timeout_ms: Some(600_000),
+                visibility_timeout: Some(Millis::new(600_000)),
                 backoff: Setting::Set(Backoff {
-                    base_ms: 100,
-                    max_ms: 100,
+                    base: Millis::new(100),
+                    max: Millis::new(100),
                 }),
                 ..Default::default()
             },

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use crate::engine_util::*;
 use bytes::Bytes;
 use sluice_broker::engine::{Cluster, RegistryConfig};
+use sluice_protocol::Millis;
 use sluice_protocol::{AttributeUpdate, ErrorCode, SendBatch};
 
 #[test]
@@ -151,7 +152,7 @@ fn delay_per_message_and_queue_default() {
             &mut c,
             "q",
             AttributeUpdate {
-                delay_ms: Some(1000),
+                delay: Some(Millis::new(1000)),
                 ..Default::default()
             },
         );
@@ -187,7 +188,7 @@ fn dedup_within_batch_across_shards_and_window() {
         &mut c,
         "q",
         AttributeUpdate {
-            dedup_window_ms: Some(10_000),
+            dedup_window: Some(Millis::new(10_000)),
             ..Default::default()
         },
     );
@@ -225,7 +226,7 @@ fn dedup_within_batch_across_shards_and_window() {
         &mut c,
         "nodedup",
         AttributeUpdate {
-            dedup_window_ms: Some(0),
+            dedup_window: Some(Millis::new(0)),
             ..Default::default()
         },
     );

@@ -5,6 +5,7 @@
 use crate::engine_util::*;
 use sluice_broker::engine::{Cluster, RegistryConfig};
 use sluice_broker::snapshot::format::SnapshotError;
+use sluice_protocol::Millis;
 use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ErrorCode, LabelChanges, LabelsUpdate, RedrivePolicy, SendEntry,
@@ -30,15 +31,15 @@ fn populated(shards: u16) -> (Cluster, Vec<sluice_protocol::ReceivedMessage>) {
         &mut c,
         "work",
         AttributeUpdate {
-            visibility_timeout_ms: Some(1000),
-            dedup_window_ms: Some(600_000),
+            visibility_timeout: Some(Millis::new(1000)),
+            dedup_window: Some(Millis::new(600_000)),
             redrive: Setting::Set(RedrivePolicy {
                 dead_letter_queue: "dlq".into(),
                 max_receives: 1,
             }),
             backoff: Setting::Set(Backoff {
-                base_ms: 100,
-                max_ms: 400,
+                base: Millis::new(100),
+                max: Millis::new(400),
             }),
             labels: Some(Box::new(LabelChanges {
                 tags: LabelsUpdate {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_broker::server::config::IoChoice;
+use sluice_protocol::Millis;
 use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, ErrorCode, MessageAttributes, QueueStats,
@@ -182,7 +183,7 @@ fn a_restart_with_a_snapshot_keeps_every_queue_and_message() {
     c0.create(
         "q0",
         AttributeUpdate {
-            dedup_window_ms: Some(3_600_000),
+            dedup_window: Some(Millis::new(3_600_000)),
             ..Default::default()
         },
     );
@@ -192,8 +193,8 @@ fn a_restart_with_a_snapshot_keeps_every_queue_and_message() {
             AttributeUpdate {
                 backoff: (q == "q3")
                     .then_some(Backoff {
-                        base_ms: 100,
-                        max_ms: 1000,
+                        base: Millis::new(100),
+                        max: Millis::new(1000),
                     })
                     .into(),
                 ..Default::default()

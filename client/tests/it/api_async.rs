@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_client::{Error, QueueOptions, ReceiveOptions, RedrivePolicy, SendEntry, Setting};
+use sluice_client::{Error, QueueOptions, ReceiveOptions, RedrivePolicy, SendEntry};
 
 use crate::util::{TestServer, runtime};
 
@@ -15,13 +15,10 @@ fn every_operation() {
         c.ping().await.unwrap();
 
         assert!(c.create_queue("a.dlq", &QueueOptions::new()).await.unwrap());
-        let attrs = QueueOptions {
-            redrive: Setting::Set(RedrivePolicy {
-                dead_letter_queue: "a.dlq".into(),
-                max_receives: 1,
-            }),
-            ..QueueOptions::default()
-        };
+        let attrs = QueueOptions::new().redrive(RedrivePolicy {
+            dead_letter_queue: "a.dlq".into(),
+            max_receives: 1,
+        });
         assert!(c.create_queue("a", &attrs).await.unwrap());
         assert!(!c.create_queue("a", &attrs).await.unwrap());
         let mut names = c.list_queues("a").await.unwrap();
@@ -29,10 +26,7 @@ fn every_operation() {
         assert_eq!(names, ["a", "a.dlq"]);
         c.set_queue(
             "a",
-            &QueueOptions {
-                visibility_timeout: Some(Duration::from_millis(60_000)),
-                ..QueueOptions::default()
-            },
+            &QueueOptions::new().visibility_timeout(Duration::from_millis(60_000)),
         )
         .await
         .unwrap();
@@ -99,15 +93,9 @@ fn every_operation() {
         assert_eq!(c.purge_queue("a.dlq").await.unwrap(), 1);
         let stats = c.server_stats().await.unwrap();
         assert_eq!(stats.counter("queues"), Some(2));
-        c.set_queue(
-            "a",
-            &QueueOptions {
-                redrive: Setting::Clear,
-                ..QueueOptions::default()
-            },
-        )
-        .await
-        .unwrap();
+        c.set_queue("a", &QueueOptions::new().clear_redrive())
+            .await
+            .unwrap();
         c.delete_queue("a.dlq").await.unwrap();
         c.delete_queue("a").await.unwrap();
         assert!(matches!(

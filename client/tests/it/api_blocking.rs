@@ -5,7 +5,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use sluice_client::{
     Error, MessageAttributes, QueueOptions, Receipt, ReceiveOptions, RedrivePolicy, SendEntry,
-    Setting,
 };
 
 use crate::util::TestServer;
@@ -22,16 +21,10 @@ fn queue_management() {
     assert!(info.server_version.starts_with("sluice"), "{info:?}");
     c.ping().expect("ping");
 
-    let attrs = QueueOptions {
-        visibility_timeout: Some(Duration::from_millis(5_000)),
-        ..QueueOptions::default()
-    };
+    let attrs = QueueOptions::new().visibility_timeout(Duration::from_millis(5_000));
     assert!(c.create_queue("orders", &attrs).unwrap(), "created");
     assert!(!c.create_queue("orders", &attrs).unwrap(), "idempotent");
-    let other = QueueOptions {
-        visibility_timeout: Some(Duration::from_millis(6_000)),
-        ..QueueOptions::default()
-    };
+    let other = QueueOptions::new().visibility_timeout(Duration::from_millis(6_000));
     assert!(matches!(
         c.create_queue("orders", &other),
         Err(Error::QueueExists(_))
@@ -44,17 +37,15 @@ fn queue_management() {
     assert_eq!(names, ["orders", "orders.dlq"]);
     assert_eq!(c.list_queues("").unwrap().len(), 3);
 
-    let update = QueueOptions {
-        redrive: Setting::Set(RedrivePolicy {
+    let update = QueueOptions::new()
+        .redrive(RedrivePolicy {
             dead_letter_queue: "orders.dlq".into(),
             max_receives: 3,
-        }),
-        delay: Some(Duration::from_millis(0)),
-        ..QueueOptions::default()
-    };
+        })
+        .delay(Duration::from_millis(0));
     c.set_queue("orders", &update).unwrap();
     let info = c.queue_info("orders").unwrap();
-    assert_eq!(info.name.as_str(), "orders");
+    assert_eq!(info.queue.as_str(), "orders");
     assert_eq!(info.attributes.visibility_timeout, Duration::from_secs(5));
     assert_eq!(info.attributes.redrive.as_ref().unwrap().max_receives, 3);
     assert!(info.stats.identity_holds());
@@ -64,14 +55,8 @@ fn queue_management() {
         c.delete_queue("orders.dlq"),
         Err(Error::InvalidArgument(_))
     ));
-    c.set_queue(
-        "orders",
-        &QueueOptions {
-            redrive: Setting::Clear,
-            ..QueueOptions::default()
-        },
-    )
-    .unwrap();
+    c.set_queue("orders", &QueueOptions::new().clear_redrive())
+        .unwrap();
     assert_eq!(c.queue_info("orders").unwrap().attributes.redrive, None);
 
     c.send("orders", "a").unwrap();
@@ -117,14 +102,8 @@ fn messages_send_receive_delete_and_visibility() {
     assert_eq!(again.id, first.id);
 
     // A batch with one entry too large for the queue: per-entry results.
-    c.set_queue(
-        "q",
-        &QueueOptions {
-            message_bytes_max: Some(64),
-            ..QueueOptions::default()
-        },
-    )
-    .unwrap();
+    c.set_queue("q", &QueueOptions::new().message_bytes_max(64))
+        .unwrap();
     let batch = [
         SendEntry::new("small"),
         SendEntry::new(vec![b'x'; 100]),
@@ -217,13 +196,10 @@ fn dead_letters_and_redrive() {
     c.create_queue("jobs.dlq", &QueueOptions::new()).unwrap();
     c.create_queue(
         "jobs",
-        &QueueOptions {
-            redrive: Setting::Set(RedrivePolicy {
-                dead_letter_queue: "jobs.dlq".into(),
-                max_receives: 1,
-            }),
-            ..QueueOptions::default()
-        },
+        &QueueOptions::new().redrive(RedrivePolicy {
+            dead_letter_queue: "jobs.dlq".into(),
+            max_receives: 1,
+        }),
     )
     .unwrap();
     let sent = c.send("jobs", "poison").unwrap();
@@ -248,14 +224,8 @@ fn dead_letters_and_redrive() {
 fn bare_bodies_are_sent_borrowed() {
     let server = TestServer::start();
     let c = server.client();
-    c.create_queue(
-        "bodies",
-        &QueueOptions {
-            message_bytes_max: Some(64),
-            ..QueueOptions::default()
-        },
-    )
-    .unwrap();
+    c.create_queue("bodies", &QueueOptions::new().message_bytes_max(64))
+        .unwrap();
     // The bodies live in the caller's own buffer.
     let mut buffer = b"one".to_vec();
     buffer.extend_from_slice(&[b'x'; 100]);

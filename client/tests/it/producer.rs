@@ -12,14 +12,8 @@ use crate::util::{TestServer, runtime};
 fn async_producer_batches_and_answers_each_caller() {
     let server = TestServer::start();
     let c = server.client();
-    c.create_queue(
-        "events",
-        &QueueOptions {
-            message_bytes_max: Some(100),
-            ..QueueOptions::default()
-        },
-    )
-    .unwrap();
+    c.create_queue("events", &QueueOptions::new().message_bytes_max(100))
+        .unwrap();
     runtime().block_on(async {
         let producer = Producer::start(
             server.async_client().await,

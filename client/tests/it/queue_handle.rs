@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use sluice_client::{
-    Error, QueueOptions, ReceiveOptions, RedrivePolicy, SendEntry, Setting, sharded::ShardedClient,
+    Error, QueueOptions, ReceiveOptions, RedrivePolicy, SendEntry, sharded::ShardedClient,
 };
 
 use crate::util::TestServer;
@@ -34,7 +34,10 @@ fn every_queue_operation_through_a_blocking_handle() {
     assert_eq!(a.visibility_timeout, Duration::from_secs(45));
     assert_eq!(a.redrive, Some(RedrivePolicy::new("jobs.dlq", 5)));
     assert_eq!(a.max_depth, Some(1000));
-    assert_eq!(a.backoff.map(|b| b.max), Some(Duration::from_secs(1)));
+    assert_eq!(
+        a.backoff.map(|b| Duration::from(b.max)),
+        Some(Duration::from_secs(1))
+    );
 
     // Clearing a policy leaves the others as they are.
     jobs.update(&QueueOptions::new().clear_backoff()).unwrap();
@@ -78,7 +81,7 @@ fn every_queue_operation_through_a_blocking_handle() {
     assert_eq!(jobs.purge().unwrap(), 1, "the delayed one");
     assert_ne!(delayed.id, first.id);
     let info = jobs.info().unwrap();
-    assert_eq!(info.name, "jobs");
+    assert_eq!(info.queue.as_str(), "jobs");
     assert_eq!(info.stats.depth(), 0);
     assert!(info.stats.identity_holds(), "{:?}", info.stats);
 
@@ -149,10 +152,7 @@ fn values_the_wire_cannot_carry_are_refused_before_sending() {
     assert_eq!(q.stats().unwrap().sent, 0);
     // The server's own range checks still apply.
     let err = q
-        .update(&QueueOptions {
-            redrive: Setting::Set(RedrivePolicy::new("missing.dlq", 3)),
-            ..QueueOptions::default()
-        })
+        .update(&QueueOptions::new().redrive(RedrivePolicy::new("missing.dlq", 3)))
         .unwrap_err();
     assert!(!err.is_retryable(), "{err}");
 }

@@ -4,9 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use sluice_client::sharded::{AsyncShardedClient, ShardedClient};
-use sluice_client::{
-    Client, ClientConfig, Error, QueueOptions, ReceiveOptions, RedrivePolicy, Setting,
-};
+use sluice_client::{Client, ClientConfig, Error, QueueOptions, ReceiveOptions, RedrivePolicy};
 
 use crate::util::{TestServer, runtime};
 
@@ -23,13 +21,7 @@ fn names(client: &Client) -> BTreeSet<String> {
 }
 
 fn with_dlq(dlq: &str) -> QueueOptions {
-    QueueOptions {
-        redrive: Setting::Set(RedrivePolicy {
-            dead_letter_queue: dlq.into(),
-            max_receives: 1,
-        }),
-        ..QueueOptions::default()
-    }
+    QueueOptions::new().redrive(RedrivePolicy::new(dlq, 1))
 }
 
 #[test]

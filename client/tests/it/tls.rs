@@ -13,7 +13,7 @@ use sluice_broker::testing::{SelfSigned, TestPki, TestServer};
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
     AsyncClient, Client, ClientConfig, Error, QueueOptions, ReceiveOptions, RedrivePolicy,
-    SendEntry, Setting,
+    SendEntry,
 };
 
 use crate::util::runtime;
@@ -84,7 +84,7 @@ macro_rules! every_operation {
         assert_eq!(c.redrive("t.dlq", 10) $($aw)* .unwrap().moved, 1);
         assert_eq!(c.purge_queue("t") $($aw)* .unwrap(), 1);
         assert!(c.server_stats() $($aw)* .unwrap().server_version.starts_with("sluice"));
-        c.set_queue("t", &QueueOptions { redrive: Setting::Clear, ..QueueOptions::default() }) $($aw)* .unwrap();
+        c.set_queue("t", &QueueOptions::new().clear_redrive()) $($aw)* .unwrap();
         c.delete_queue("t.dlq") $($aw)* .unwrap();
         c.delete_queue("t") $($aw)* .unwrap();
     }};

@@ -6,7 +6,6 @@ use bytes::Bytes;
 use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
-use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, Counter, DeleteRequest, ErrorCode,
     HelloReply, HelloRequest, LabelChanges, Labels, LabelsUpdate, MessageAttributes, MessageId,
@@ -15,6 +14,7 @@ use sluice_protocol::{
     Request, SendEntry, SendOutcome, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange,
     WireError,
 };
+use sluice_protocol::{Millis, Setting};
 
 /// Largest batch generated: enough to cover multi-entry layouts while
 /// keeping cases fast. (Full-size batches are covered by the limit tests.)
@@ -96,7 +96,7 @@ fn redrive() -> impl Strategy<Value = RedrivePolicy> {
 }
 
 fn backoff() -> impl Strategy<Value = Backoff> {
-    (any::<u32>(), any::<u32>()).prop_map(|(base_ms, max_ms)| Backoff { base_ms, max_ms })
+    (any::<u32>(), any::<u32>()).prop_map(|(base, max)| Backoff::new(base.into(), max.into()))
 }
 
 /// Set when `value` is given, else clear or keep.
@@ -133,14 +133,14 @@ pub fn attribute_update() -> impl Strategy<Value = AttributeUpdate> {
                 (redrive, max_depth, dw, backoff, cr, cb),
                 (tags, annotations),
             )| AttributeUpdate {
-                visibility_timeout_ms: vt,
-                delay_ms: d,
-                retention_ms: ret,
+                visibility_timeout: vt.map(Millis::new),
+                delay: d.map(Millis::new),
+                retention: ret.map(Millis::new),
                 message_bytes_max: mbm,
-                receive_wait_ms: rw,
+                receive_wait: rw.map(Millis::new),
                 redrive: setting(redrive, cr),
                 max_depth,
-                dedup_window_ms: dw,
+                dedup_window: dw.map(Millis::new),
                 backoff: setting(backoff, cb),
                 labels: if tags.is_empty() && annotations.is_empty() {
                     None
@@ -183,14 +183,14 @@ pub fn queue_attributes() -> impl Strategy<Value = QueueAttributes> {
         .prop_map(
             |((vt, d, ret, mbm, rw), (redrive, max_depth, dw, backoff), (tags, annotations))| {
                 QueueAttributes {
-                    visibility_timeout_ms: vt,
-                    delay_ms: d,
-                    retention_ms: ret,
+                    visibility_timeout: vt.into(),
+                    delay: d.into(),
+                    retention: ret.into(),
                     message_bytes_max: mbm,
-                    receive_wait_ms: rw,
+                    receive_wait: rw.into(),
                     redrive,
                     max_depth,
-                    dedup_window_ms: dw,
+                    dedup_window: dw.into(),
                     backoff,
                     tags,
                     annotations,

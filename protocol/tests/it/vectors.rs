@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, Counter, DeleteRequest, ErrorCode,
-    FrameDecoder, HelloReply, HelloRequest, MessageAttributes, MessageId, PeekedMessage,
+    FrameDecoder, HelloReply, HelloRequest, MessageAttributes, MessageId, Millis, PeekedMessage,
     QueueAttributes, QueueAttributesRequest, QueueInfo, QueueName, QueueStats, Receipt,
     ReceiveRequest, ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply, Request, SendEntry,
     SendOutcome, SendRequest, ServerLimits, ServerStatsReply, Setting, VisibilityChange, WireError,
@@ -105,10 +105,7 @@ fn get_queue_attributes() -> QueueAttributes {
             dead_letter_queue: "orders.dlq".into(),
             max_receives: 5,
         }),
-        backoff: Some(Backoff {
-            base_ms: 100,
-            max_ms: 60_000,
-        }),
+        backoff: Some(Backoff::new(Millis::new(100), Millis::new(60_000))),
         ..QueueAttributes::default()
     }
 }
@@ -233,15 +230,12 @@ pub fn all() -> Vec<Vector> {
         Message::Request(Request::CreateQueue(QueueAttributesRequest {
             queue: q("orders"),
             attributes: AttributeUpdate {
-                visibility_timeout_ms: Some(60_000),
+                visibility_timeout: Some(Millis::new(60_000)),
                 redrive: Setting::Set(RedrivePolicy {
                     dead_letter_queue: "orders.dlq".into(),
                     max_receives: 5,
                 }),
-                backoff: Setting::Set(Backoff {
-                    base_ms: 100,
-                    max_ms: 60_000,
-                }),
+                backoff: Setting::Set(Backoff::new(Millis::new(100), Millis::new(60_000))),
                 ..AttributeUpdate::default()
             },
         })),
@@ -318,14 +312,14 @@ pub fn all() -> Vec<Vector> {
             "present_mask = 0x01bf (all but bit 6: no max depth)",
         )
         .raw(&0u16.to_le_bytes(), "clear_mask = 0")
-        .u32(a.visibility_timeout_ms, "bit 0: visibility_timeout_ms")
-        .u32(a.delay_ms, "bit 1: delay_ms")
-        .u32(a.retention_ms, "bit 2: retention_ms")
+        .u32(a.visibility_timeout.get(), "bit 0: visibility_timeout_ms")
+        .u32(a.delay.get(), "bit 1: delay_ms")
+        .u32(a.retention.get(), "bit 2: retention_ms")
         .u32(a.message_bytes_max, "bit 3: message_bytes_max")
-        .u32(a.receive_wait_ms, "bit 4: receive_wait_ms")
+        .u32(a.receive_wait.get(), "bit 4: receive_wait_ms")
         .str8("orders.dlq", "bit 5: redrive.dead_letter_queue")
         .u16(5, "bit 5: redrive.max_receives")
-        .u32(a.dedup_window_ms, "bit 7: dedup_window_ms")
+        .u32(a.dedup_window.get(), "bit 7: dedup_window_ms")
         .u32(100, "bit 8: backoff.base_ms")
         .u32(60_000, "bit 8: backoff.max_ms");
     for (value, name) in [
@@ -373,7 +367,7 @@ pub fn all() -> Vec<Vector> {
         Message::Request(Request::SetQueue(QueueAttributesRequest {
             queue: q("orders"),
             attributes: AttributeUpdate {
-                delay_ms: Some(1000),
+                delay: Some(Millis::new(1000)),
                 backoff: Setting::Clear,
                 ..AttributeUpdate::default()
             },

@@ -22,6 +22,7 @@ use sluice_protocol::{
 use super::errors::SqsError;
 use super::md5::{SqsAttribute, md5_attributes, md5_hex};
 use super::names::{self, Namespace};
+use super::seconds;
 use super::wire::Input;
 use super::{Action, Ctx, Limits, Started, uuid_text};
 
@@ -277,7 +278,7 @@ fn send_entry(input: &Input) -> Result<(SendEntry, Sent, usize), SqsError> {
         ))
     })?;
     let mut entry = SendEntry::new(Bytes::copy_from_slice(body.as_bytes()));
-    entry.delay_ms = delay.map(|d| d * 1000);
+    entry.delay_ms = delay.map(seconds::ms);
     entry.attributes = attributes;
     let sent = Sent {
         id: String::new(),
@@ -425,8 +426,8 @@ fn start_receive(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
         Request::Receive(ReceiveRequest {
             queue,
             max_messages: u16::try_from(max).unwrap_or(1),
-            visibility_timeout_ms: visibility.map(|v| v * 1000),
-            wait_ms: wait.map(|w| w * 1000),
+            visibility_timeout_ms: visibility.map(seconds::ms),
+            wait_ms: wait.map(seconds::ms),
             bind_leases: false,
             with_source,
         }),
@@ -446,9 +447,10 @@ fn start_receipts(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Starte
         let timeout = if delete {
             0
         } else {
-            e.opt_int_in("VisibilityTimeout", 0, 43_200)?
-                .ok_or_else(|| SqsError::missing("VisibilityTimeout"))?
-                * 1000
+            seconds::ms(
+                e.opt_int_in("VisibilityTimeout", 0, 43_200)?
+                    .ok_or_else(|| SqsError::missing("VisibilityTimeout"))?,
+            )
         };
         Ok((receipt, timeout))
     };

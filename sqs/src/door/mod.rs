@@ -11,6 +11,7 @@ mod query;
 #[cfg(test)]
 mod query_tests;
 mod queues;
+mod seconds;
 mod sources;
 mod tags;
 #[cfg(test)]

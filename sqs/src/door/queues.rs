@@ -9,6 +9,7 @@ use sluice_protocol::{
 
 use super::errors::SqsError;
 use super::names::{self, Namespace};
+use super::seconds;
 use super::wire::Input;
 use super::{Action, Ctx, Started};
 
@@ -80,7 +81,8 @@ fn bad_value(name: &str) -> SqsError {
     )
 }
 
-fn seconds(name: &str, value: &str, min: u32, max: u32) -> Result<u32, SqsError> {
+/// A whole number attribute value in `min ..= max`.
+fn whole(name: &str, value: &str, min: u32, max: u32) -> Result<u32, SqsError> {
     match value.trim().parse::<u32>() {
         Ok(v) if (min..=max).contains(&v) => Ok(v),
         _ => Err(bad_value(name)),
@@ -127,7 +129,7 @@ fn keep(u: &mut AttributeUpdate, name: &str, value: &str, create: bool) -> Resul
                 Some("allowAll" | "denyAll" | "byQueue")
             )
         }),
-        "KmsDataKeyReusePeriodSeconds" => seconds(name, value, 60, 86_400).is_ok(),
+        "KmsDataKeyReusePeriodSeconds" => whole(name, value, 60, 86_400).is_ok(),
         "SqsManagedSseEnabled" => value == "true" || value == "false",
         _ => true,
     };
@@ -150,17 +152,17 @@ fn update(
     for &(name, value) in attrs {
         match name {
             "VisibilityTimeout" => {
-                u.visibility_timeout_ms = Some(seconds(name, value, 0, 43_200)? * 1000);
+                u.visibility_timeout = Some(seconds::millis(whole(name, value, 0, 43_200)?));
             }
-            "DelaySeconds" => u.delay_ms = Some(seconds(name, value, 0, 900)? * 1000),
+            "DelaySeconds" => u.delay = Some(seconds::millis(whole(name, value, 0, 900)?)),
             "MessageRetentionPeriod" => {
-                u.retention_ms = Some(seconds(name, value, 60, 1_209_600)? * 1000);
+                u.retention = Some(seconds::millis(whole(name, value, 60, 1_209_600)?));
             }
             "MaximumMessageSize" => {
-                u.message_bytes_max = Some(seconds(name, value, 1024, 1_048_576)?);
+                u.message_bytes_max = Some(whole(name, value, 1024, 1_048_576)?);
             }
             "ReceiveMessageWaitTimeSeconds" => {
-                u.receive_wait_ms = Some(seconds(name, value, 0, 20)? * 1000);
+                u.receive_wait = Some(seconds::millis(whole(name, value, 0, 20)?));
             }
             "RedrivePolicy" if value.is_empty() && !create => u.redrive = Setting::Clear,
             "RedrivePolicy" => u.redrive = Setting::Set(redrive(ctx, value)?),
@@ -305,11 +307,11 @@ fn attributes(info: &QueueInfo, ns: &Namespace, name: &str, wanted: &[&str]) -> 
     let mut out = Map::new();
     for &w in wanted {
         let v = match w {
-            "VisibilityTimeout" => (a.visibility_timeout_ms / 1000).to_string(),
-            "DelaySeconds" => (a.delay_ms / 1000).to_string(),
-            "MessageRetentionPeriod" => (a.retention_ms / 1000).to_string(),
+            "VisibilityTimeout" => seconds::of(a.visibility_timeout).to_string(),
+            "DelaySeconds" => seconds::of(a.delay).to_string(),
+            "MessageRetentionPeriod" => seconds::of(a.retention).to_string(),
             "MaximumMessageSize" => a.message_bytes_max.to_string(),
-            "ReceiveMessageWaitTimeSeconds" => (a.receive_wait_ms / 1000).to_string(),
+            "ReceiveMessageWaitTimeSeconds" => seconds::of(a.receive_wait).to_string(),
             "ApproximateNumberOfMessages" => s.visible.to_string(),
             "ApproximateNumberOfMessagesNotVisible" => s.in_flight.to_string(),
             "ApproximateNumberOfMessagesDelayed" => s.delayed.to_string(),

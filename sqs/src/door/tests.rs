@@ -1,8 +1,8 @@
 use bytes::Bytes;
 use serde_json::Value;
 use sluice_protocol::{
-    ErrorCode, MessageAttributes, MessageId, QueueAttributes, QueueInfo, QueueName, QueueStats,
-    Receipt, ReceivedBatch, ReceivedMessage, Reply, Request, SendOutcome,
+    ErrorCode, MessageAttributes, MessageId, Millis, QueueAttributes, QueueInfo, QueueName,
+    QueueStats, Receipt, ReceivedBatch, ReceivedMessage, Reply, Request, SendOutcome,
 };
 
 use super::md5::{SqsAttribute, md5_attributes};
@@ -121,8 +121,11 @@ fn door_create_queue_and_errors() {
         panic!()
     };
     assert_eq!(cq.queue.as_str(), "orders");
-    assert_eq!(cq.attributes.visibility_timeout_ms, Some(45_000));
-    assert_eq!(cq.attributes.delay_ms, Some(2_000));
+    assert_eq!(
+        cq.attributes.visibility_timeout.map(Millis::get),
+        Some(45_000)
+    );
+    assert_eq!(cq.attributes.delay.map(Millis::get), Some(2_000));
     let rd = cq.attributes.redrive.as_set().unwrap();
     assert_eq!((rd.dead_letter_queue.as_str(), rd.max_receives), ("dlq", 3));
     let r = done(c.resume(Reply::CreateQueue { created: true }, 2));
@@ -921,7 +924,7 @@ fn door_tag_actions_become_the_queues_tags() {
             ("team".to_owned(), "payments".to_owned())
         ]
     );
-    assert!(u.annotations().is_empty() && u.visibility_timeout_ms.is_none());
+    assert!(u.annotations().is_empty() && u.visibility_timeout.is_none());
     assert_eq!(
         json(&done(c.resume(Reply::SetQueue, 1))),
         serde_json::json!({})

@@ -17,11 +17,11 @@ pub(super) fn queue_exists(
     let ms = |v: u32| format_duration(std::time::Duration::from_millis(v.into()));
     let show = |a: &QueueAttributes| -> [(&'static str, String); 9] {
         [
-            ("visibility_timeout", ms(a.visibility_timeout_ms)),
-            ("delay", ms(a.delay_ms)),
-            ("retention", ms(a.retention_ms)),
+            ("visibility_timeout", ms(a.visibility_timeout.get())),
+            ("delay", ms(a.delay.get())),
+            ("retention", ms(a.retention.get())),
             ("max_message_size", format_bytes(a.message_bytes_max.into())),
-            ("receive_wait", ms(a.receive_wait_ms)),
+            ("receive_wait", ms(a.receive_wait.get())),
             (
                 "dead_letter",
                 a.redrive.as_ref().map_or_else(
@@ -34,12 +34,12 @@ pub(super) fn queue_exists(
                 a.max_depth
                     .map_or_else(|| "unbounded".to_owned(), |d| d.to_string()),
             ),
-            ("dedup_window", ms(a.dedup_window_ms)),
+            ("dedup_window", ms(a.dedup_window.get())),
             (
                 "backoff",
                 a.backoff.map_or_else(
                     || "off".to_owned(),
-                    |b| format!("{}:{}", ms(b.base_ms), ms(b.max_ms)),
+                    |b| format!("{}:{}", ms(b.base.get()), ms(b.max.get())),
                 ),
             ),
         ]

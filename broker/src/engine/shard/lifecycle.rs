@@ -169,9 +169,9 @@ impl Shard {
             Some(b) => {
                 let n = receive_count.max(1);
                 let d = if n > 32 {
-                    u64::from(b.max_ms)
+                    u64::from(b.max.get())
                 } else {
-                    (u64::from(b.base_ms) << (n - 1)).min(u64::from(b.max_ms))
+                    (u64::from(b.base.get()) << (n - 1)).min(u64::from(b.max.get()))
                 };
                 d / 2 + self.rng.below_inclusive(d - d / 2)
             }
@@ -341,7 +341,7 @@ impl Shard {
         if !old_timer.is_none() {
             self.wheel.cancel(old_timer);
         }
-        let retention_ms = self.part(to).attrs.retention_ms;
+        let retention_ms = self.part(to).attrs.retention.get();
         let m = self.messages.get_mut(new_key)?;
         m.set_partition(to);
         m.set_in_ready(false);

@@ -200,7 +200,7 @@ impl Shard {
                     .map(|&d| (d, u32::from(r.max_receives)))
             });
             (
-                visibility_timeout_ms.unwrap_or(part.attrs.visibility_timeout_ms),
+                visibility_timeout_ms.unwrap_or(part.attrs.visibility_timeout.get()),
                 dlq,
                 part.incarnation,
             )
@@ -386,7 +386,7 @@ impl Shard {
         let wait = if self.shut_down {
             0
         } else {
-            wait_ms.unwrap_or(part.attrs.receive_wait_ms)
+            wait_ms.unwrap_or(part.attrs.receive_wait.get())
         };
         let frame = self.registry.config().frame_bytes_max;
         let mut pr = PendingReceive {
@@ -408,7 +408,7 @@ impl Shard {
             queue_gone: false,
             budget_full: false,
             started_ns: self.now_ns,
-            lease_ms: visibility_timeout_ms.unwrap_or(part.attrs.visibility_timeout_ms),
+            lease_ms: visibility_timeout_ms.unwrap_or(part.attrs.visibility_timeout.get()),
         };
         let visible = usize::try_from(self.part(p).stats.visible).unwrap_or(usize::MAX);
         let mut got = self.received_vec();

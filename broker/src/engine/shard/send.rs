@@ -24,7 +24,7 @@ impl Shard {
         }
         let (inc, window) = {
             let part = self.part(p);
-            (part.incarnation, part.attrs.dedup_window_ms)
+            (part.incarnation, part.attrs.dedup_window.get())
         };
         // The common case, no entry another shard must dedup: the results
         // go straight into a vector of the result pool.
@@ -100,7 +100,7 @@ impl Shard {
     ) -> Result<SendOutcome, EntryError> {
         let part = self.part(p);
         let inc = part.incarnation;
-        let delay_ms = entry.delay_ms.unwrap_or(part.attrs.delay_ms);
+        let delay_ms = entry.delay_ms.unwrap_or(part.attrs.delay.get());
         if delay_ms > DELAY_MS_MAX {
             return Err(EntryError::DelayOutOfRange);
         }
@@ -108,7 +108,7 @@ impl Shard {
         if size > part.attrs.message_bytes_max as usize {
             return Err(EntryError::MessageTooLarge);
         }
-        let window_ms = part.attrs.dedup_window_ms;
+        let window_ms = part.attrs.dedup_window.get();
         let dedup_key = entry.dedup_key.filter(|_| window_ms > 0);
         if let Some(key) = dedup_key {
             if let Some(id) = self.dedup.lookup(inc, key) {
@@ -121,7 +121,7 @@ impl Shard {
         if !part.shared.try_reserve_depth(part.attrs.max_depth) {
             return Err(EntryError::QueueFull);
         }
-        let retention_ms = part.attrs.retention_ms;
+        let retention_ms = part.attrs.retention.get();
         let shared = part.shared.clone();
         let attributes = entry.attributes.wire_bytes();
         let data_len = entry.body.len() + attributes.len();
