@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::{
-    ChangeVisibilityRequest, DeleteRequest, EncodeError, HelloReply, PeekedMessage,
+    ChangeVisibilityRequest, DeleteRequest, EncodeError, HelloReply, Millis, PeekedMessage,
     QueueAttributesRequest, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply, Request,
     SendBatch, SendEntryRef, SendOutcome, SendRequest, ServerStatsReply, VisibilityChange,
 };
@@ -24,9 +24,9 @@ use crate::message::SendEntry;
 /// `InvalidArgument` naming `what` when it does not fit below the field's
 /// "queue default" marker (`u32::MAX`).
 pub(crate) fn wire_ms(d: Duration, what: &str) -> Result<u32> {
-    let ms = d.as_nanos().div_ceil(1_000_000);
-    u32::try_from(ms)
+    Millis::try_from(d)
         .ok()
+        .map(Millis::get)
         .filter(|&ms| ms < u32::MAX)
         .ok_or_else(|| {
             Error::InvalidArgument(format!(
