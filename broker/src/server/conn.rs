@@ -14,7 +14,7 @@
 use std::net::SocketAddr;
 
 use super::metrics_session::MetricsSession;
-use super::session::{Command, Cx, Engine, Phase, Session};
+use super::session::{Answer, Command, Cx, Engine, Phase, Session};
 use super::sqs_session::SqsSession;
 use crate::engine::OpResult;
 
@@ -133,6 +133,14 @@ impl ConnSession {
     #[must_use]
     pub fn awaits_scrape(&self) -> bool {
         matches!(self, ConnSession::Metrics(s) if s.awaits_scrape())
+    }
+
+    /// The server answers a session's [`Command::Ask`] (only the binary
+    /// protocol's sessions ask).
+    pub fn on_answer(&mut self, answer: Answer, cx: &Cx<'_>, engine: &mut dyn Engine) {
+        if let ConnSession::Sluice(s) = self {
+            s.on_answer(answer, cx, engine);
+        }
     }
 
     /// Every shard reached the time of [`ConnSession::clock_wait`].

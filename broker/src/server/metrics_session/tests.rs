@@ -6,12 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
-use sluice_protocol::{HelloReply, ServerLimits, ServerStatsReply};
+use sluice_protocol::{HelloReply, ServerLimits};
 use sluice_sqs::http::HttpLimits;
 
 use super::{EXPOSITION_CONTENT_TYPE, Exposition, MetricsConfig, MetricsSession};
 use crate::engine::{Op, OpResult};
-use crate::server::clock::{EngineTime, NotManual};
 use crate::server::session::{Command, Cx, Engine, Phase, SessionConfig, Submitted};
 use crate::server::shared::ShardStats;
 
@@ -128,14 +127,6 @@ impl Harness {
     }
 
     fn with<R>(&mut self, f: impl FnOnce(&mut MetricsSession, &Cx<'_>, &mut NoEngine) -> R) -> R {
-        let server_stats = || ServerStatsReply {
-            server_version: "sluice test".into(),
-            io_backend: "none".into(),
-            shards: 1,
-            counters: Vec::new(),
-        };
-        let advance = |_| Err::<(u64, EngineTime), _>(NotManual);
-        let auth = |_, _| 0;
         let cx = Cx {
             now_ns: self.now_ns,
             draining: false,
@@ -143,9 +134,6 @@ impl Harness {
             io_unsent: 0,
             config: &self.config,
             stats: &self.stats,
-            server_stats: &server_stats,
-            advance_clock: &advance,
-            auth_outcome: &auth,
         };
         let r = f(&mut self.session, &cx, &mut NoEngine);
         self.session.flush();

@@ -1,5 +1,6 @@
 //! What every kind of session (binary, SQS, metrics) tells the shard loop:
-//! its commands for the io layer and its phase. A leaf: it names nothing of
+//! its commands for the io layer, the questions it asks the server, and its
+//! phase. A leaf: it names nothing of
 //! the server, so the sessions' shared parts (the outbox) depend on it
 //! without depending on the binary protocol's session.
 
@@ -16,6 +17,29 @@ pub enum Command {
     Close,
     /// Close at once, dropping what is queued.
     CloseNow,
+    /// Answer this question through the session's `on_answer`: nothing
+    /// more of the connection is served until it is answered.
+    Ask(Question),
+}
+
+/// What a session needs of the server beyond its shard: the shard loop
+/// answers at once, after carrying out the commands before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Question {
+    /// The `SERVER_STATS` reply.
+    ServerStats,
+    /// Move the server's manual clock by this many ms (`ADVANCE_CLOCK`).
+    AdvanceClock {
+        /// How far.
+        by_ms: u64,
+    },
+    /// A HELLO from this peer presented the configured token (`ok`) or
+    /// not: how long to hold its `Unauthorized` reply (see
+    /// `auth_guard.rs`; 0 after a success).
+    AuthOutcome {
+        /// Whether the token matched.
+        ok: bool,
+    },
 }
 
 /// Where a connection is in its life.

@@ -6,9 +6,9 @@ use bytes::BytesMut;
 use sluice_protocol::limits::{
     PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN,
 };
-use sluice_protocol::{ErrorCode, Frame, Reply, Request, WireError, opcode};
+use sluice_protocol::{ErrorCode, Frame, HelloRequest, Reply, Request, WireError, opcode};
 
-use super::{Cx, Engine, Phase, Session, shutting_down};
+use super::{Asked, Cx, Engine, Phase, Question, Session, shutting_down};
 
 impl Session {
     pub(super) fn on_hello(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
@@ -53,27 +53,62 @@ impl Session {
         };
         if let Some(token) = &cx.config.auth_token {
             let ok = token.matches(&hello.token);
-            let delay_ns = (cx.auth_outcome)(self.peer, ok);
-            if !ok {
-                let e = WireError::new(
-                    ErrorCode::Unauthorized,
-                    if hello.token.is_empty() {
-                        "this server requires an auth token in HELLO"
-                    } else {
-                        "wrong auth token"
-                    },
-                );
-                if delay_ns == 0 {
-                    return self.protocol_error(frame.request_id, e, cx, engine);
-                }
-                // Held: nothing more is read, and the reply and close come
-                // at the first tick after the delay.
-                self.inbuf = BytesMut::new();
-                self.partial_since_ns = None;
-                self.held = Some((cx.now_ns.saturating_add(delay_ns), frame.request_id, e));
-                return;
-            }
+            let request_id = frame.request_id;
+            self.ask(
+                Question::AuthOutcome { ok },
+                Asked::Auth {
+                    request_id,
+                    hello,
+                    ok,
+                },
+            );
+            return;
         }
+        self.accept_hello(frame.request_id, &hello, cx, engine);
+    }
+
+    /// The server counted a HELLO's token check: a wrong token is answered
+    /// `Unauthorized`, held `delay_ns` first (a peer that keeps failing is
+    /// slowed down).
+    pub(super) fn on_auth_outcome(
+        &mut self,
+        request_id: u32,
+        hello: HelloRequest,
+        ok: bool,
+        delay_ns: u64,
+        cx: &Cx<'_>,
+        engine: &mut dyn Engine,
+    ) {
+        if ok {
+            return self.accept_hello(request_id, &hello, cx, engine);
+        }
+        let e = WireError::new(
+            ErrorCode::Unauthorized,
+            if hello.token.is_empty() {
+                "this server requires an auth token in HELLO"
+            } else {
+                "wrong auth token"
+            },
+        );
+        if delay_ns == 0 {
+            return self.protocol_error(request_id, e, cx, engine);
+        }
+        // Held: nothing more is read, and the reply and close come at the
+        // first tick after the delay.
+        self.inbuf = BytesMut::new();
+        self.partial_since_ns = None;
+        self.held = Some((cx.now_ns.saturating_add(delay_ns), request_id, e));
+    }
+
+    /// A HELLO whose token is good (or not needed): its session timeout is
+    /// checked and the session becomes ready.
+    fn accept_hello(
+        &mut self,
+        request_id: u32,
+        hello: &HelloRequest,
+        cx: &Cx<'_>,
+        engine: &mut dyn Engine,
+    ) {
         let timeout_ms = hello.session_timeout_ms;
         if timeout_ms != 0
             && !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&timeout_ms)
@@ -85,7 +120,7 @@ impl Session {
                      {SESSION_TIMEOUT_MS_MIN} to {SESSION_TIMEOUT_MS_MAX}"
                 ),
             );
-            return self.protocol_error(frame.request_id, e, cx, engine);
+            return self.protocol_error(request_id, e, cx, engine);
         }
         self.session_timeout_ns = (timeout_ms != 0).then(|| u64::from(timeout_ms) * 1_000_000);
         self.version = hello.version;
@@ -95,6 +130,6 @@ impl Session {
         // The version the client asked for: a version-1 client gets the
         // version-1 protocol.
         reply.version = hello.version;
-        self.reply(frame.request_id, &Reply::Hello(reply), cx.stats);
+        self.reply(request_id, &Reply::Hello(reply), cx.stats);
     }
 }

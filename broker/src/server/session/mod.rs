@@ -21,9 +21,15 @@
 //! input buffer; reading pauses once a frame's worth waits). Only RECEIVE
 //! replies may overtake: a RECEIVE that waits or steals holds nothing up.
 //!
-//! `ADVANCE_CLOCK` is a barrier too: it moves the manual clock at once, but
-//! its reply, and the frames behind it, wait until every shard has caught
-//! up with the new time ([`Session::clock_wait`], [`Session::on_clock_caught_up`]),
+//! What a session needs of the whole server (the `SERVER_STATS` reply, a
+//! move of the manual clock, the auth guard's verdict on a HELLO's token) it
+//! asks with [`Command::Ask`]; the shard loop answers through
+//! [`Session::on_answer`] before anything else of the connection is
+//! served, so a question is a barrier too.
+//!
+//! `ADVANCE_CLOCK` is a barrier twice over: the server moves the manual
+//! clock when asked, but its reply, and the frames behind it, wait until
+//! every shard has caught up with the new time ([`Session::clock_wait`], [`Session::on_clock_caught_up`]),
 //! so what a client sends after the reply sees the clock moved everywhere
 //! (a lease that ran out on another shard is receivable from this one).
 //!
@@ -64,17 +70,19 @@ use std::net::SocketAddr;
 
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::{
-    ErrorCode, Frame, FrameDecoder, HelloReply, QueueName, Reply, Request, ServerStatsReply,
-    WireError,
+    ErrorCode, Frame, FrameDecoder, HelloReply, QueueName, Reply, Request, WireError,
 };
 
+mod ask;
 mod command;
 mod hello;
 mod serve;
 
-pub use self::command::{Command, Phase};
+pub use self::ask::Answer;
+use self::ask::Asked;
+pub use self::command::{Command, Phase, Question};
 pub use super::bound_leases::BoundLeases;
-use super::clock::{self, EngineTime, NotManual};
+use super::clock;
 use super::config::AuthToken;
 use super::limits::{CLOSE_FLUSH_TIMEOUT_NS, DRAIN_QUIET_NS};
 use super::shared::{ShardStats, error_slot, op_slot};
@@ -129,6 +137,7 @@ pub struct SessionConfig {
 }
 
 /// The shard's view of the moment, for one call into a session.
+#[derive(Debug)]
 pub struct Cx<'a> {
     /// Monotonic nanoseconds, read after the last wait returned.
     pub now_ns: u64,
@@ -142,26 +151,6 @@ pub struct Cx<'a> {
     pub config: &'a SessionConfig,
     /// The shard's counters.
     pub stats: &'a ShardStats,
-    /// The `SERVER_STATS` reply.
-    pub server_stats: &'a dyn Fn() -> ServerStatsReply,
-    /// Moves the server's manual clock by this many ms (`ADVANCE_CLOCK`):
-    /// the manual time since the start (ms) and the time after the move.
-    pub advance_clock: &'a dyn Fn(u64) -> Result<(u64, EngineTime), NotManual>,
-    /// A HELLO from this peer presented the configured token (`true`) or
-    /// not (`false`): how many nanoseconds to hold the `Unauthorized` reply
-    /// (see `auth_guard.rs`; 0 after a success).
-    pub auth_outcome: &'a dyn Fn(SocketAddr, bool) -> u64,
-}
-
-impl core::fmt::Debug for Cx<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Cx")
-            .field("now_ns", &self.now_ns)
-            .field("draining", &self.draining)
-            .field("unsent_over", &self.unsent_over)
-            .field("io_unsent", &self.io_unsent)
-            .finish_non_exhaustive()
-    }
 }
 
 /// A request the engine answers later.
@@ -209,6 +198,10 @@ pub struct Session {
     /// An `ADVANCE_CLOCK` answered once every shard reached this engine
     /// time: its request id, the time and the reply.
     clock_wait: Option<(u32, u64, Reply)>,
+    /// The question asked of the server, with the operation slot and start
+    /// of the request that asked it; it holds the connection up until
+    /// [`Session::on_answer`].
+    asked: Option<(Asked, Option<(usize, u64)>)>,
     paused: bool,
     commands: Vec<Command>,
     /// Bytes in the `Send`s of `commands`.
@@ -241,6 +234,7 @@ impl Session {
             deferred: Vec::new(),
             barrier: None,
             clock_wait: None,
+            asked: None,
             paused: false,
             commands: Vec::new(),
             commanded_bytes: 0,
@@ -439,7 +433,7 @@ impl Session {
 
     /// Whether a request holds the connection up (module docs: order).
     fn held_up(&self) -> bool {
-        self.barrier.is_some() || self.clock_wait.is_some()
+        self.barrier.is_some() || self.clock_wait.is_some() || self.asked.is_some()
     }
 
     /// Shutdown began: a connection still waiting for its HELLO is told and
@@ -629,6 +623,7 @@ impl Session {
         self.closing_since_ns = now_ns;
         self.barrier = None;
         self.clock_wait = None;
+        self.asked = None;
         self.inbuf = BytesMut::new();
         self.partial_since_ns = None;
         self.flush();

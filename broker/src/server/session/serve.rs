@@ -8,8 +8,9 @@ use sluice_protocol::{
     ReceivedMessage, Reply, Request, VisibilityChange,
 };
 
-use super::{Cx, Deferred, Engine, Phase, Session, Submitted};
+use super::{Asked, Cx, Deferred, Engine, Phase, Question, Session, Submitted};
 use crate::engine::{Op, OpResult};
+use crate::server::clock::{EngineTime, NotManual};
 use crate::server::convert::{self, Route};
 use crate::server::shared::ShardStats;
 use sluice_protocol::Labels;
@@ -48,31 +49,43 @@ impl Session {
                 }
             },
             Route::Ping { nonce } => self.reply(request_id, &Reply::Pong { nonce }, cx.stats),
-            Route::ServerStats => self.reply(
-                request_id,
-                &Reply::ServerStats((cx.server_stats)()),
-                cx.stats,
+            Route::ServerStats => {
+                self.ask(Question::ServerStats, Asked::ServerStats { request_id });
+            }
+            Route::AdvanceClock { by_ms } => self.ask(
+                Question::AdvanceClock { by_ms },
+                Asked::AdvanceClock { request_id },
             ),
-            Route::AdvanceClock { by_ms } => match (cx.advance_clock)(by_ms) {
-                Ok((elapsed_ms, now)) => {
-                    let reply = Reply::AdvanceClock {
-                        elapsed_ms,
-                        wall_ms: now.wall_ms,
-                    };
-                    self.clock_wait = Some((request_id, now.now_ns, reply));
-                }
-                Err(e) => self.reply(
-                    request_id,
-                    &Reply::error(ErrorCode::Unsupported, e.to_string()),
-                    cx.stats,
-                ),
-            },
             Route::Hello => self.reply(
                 request_id,
                 &Reply::error(
                     ErrorCode::InvalidArgument,
                     "HELLO was already answered on this connection",
                 ),
+                cx.stats,
+            ),
+        }
+    }
+
+    /// The server moved its manual clock for an `ADVANCE_CLOCK` (or could
+    /// not): the reply waits until every shard reached the new time.
+    pub(super) fn on_clock_advanced(
+        &mut self,
+        request_id: u32,
+        moved: Result<(u64, EngineTime), NotManual>,
+        cx: &Cx<'_>,
+    ) {
+        match moved {
+            Ok((elapsed_ms, now)) => {
+                let reply = Reply::AdvanceClock {
+                    elapsed_ms,
+                    wall_ms: now.wall_ms,
+                };
+                self.clock_wait = Some((request_id, now.now_ns, reply));
+            }
+            Err(e) => self.reply(
+                request_id,
+                &Reply::error(ErrorCode::Unsupported, e.to_string()),
                 cx.stats,
             ),
         }

@@ -11,7 +11,7 @@ use sluice_protocol::{
     Request, SendEntry, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange,
 };
 
-use super::{Command, Cx, Engine, Phase, Session, SessionConfig, Submitted};
+use super::{Answer, Command, Cx, Engine, Phase, Question, Session, SessionConfig, Submitted};
 use crate::engine::{EntryError, Op, OpResult};
 use crate::server::clock::{EngineTime, NotManual};
 use crate::server::config::AuthToken;
@@ -90,8 +90,11 @@ struct Harness {
     replies: Vec<(u32, Reply)>,
     reply_bytes: BytesMut,
     reply_decoder: FrameDecoder,
-    /// What `Cx::auth_outcome` answers for a wrong token.
+    /// What the server answers a wrong token's `AuthOutcome` with.
     auth_delay_ns: u64,
+    /// Whether questions are answered at once (as the shard loop does) or
+    /// left for the test to answer.
+    answers: bool,
 }
 
 fn config() -> SessionConfig {
@@ -171,6 +174,7 @@ impl Harness {
             reply_bytes: BytesMut::new(),
             reply_decoder: FrameDecoder::new(sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT),
             auth_delay_ns: 0,
+            answers: true,
         }
     }
 
@@ -183,25 +187,6 @@ impl Harness {
     }
 
     fn call(&mut self, f: impl FnOnce(&mut Session, &Cx<'_>, &mut FakeEngine)) {
-        let server_stats = || ServerStatsReply {
-            server_version: "sluice test".into(),
-            io_backend: "none".into(),
-            shards: 2,
-            counters: Vec::new(),
-        };
-        let auth_delay_ns = self.auth_delay_ns;
-        let manual = std::cell::Cell::new(self.manual_clock);
-        let advance_clock = |by_ms: u64| {
-            let elapsed = manual.get().ok_or(NotManual)? + by_ms;
-            manual.set(Some(elapsed));
-            Ok((
-                elapsed,
-                EngineTime {
-                    now_ns: T0 + elapsed * MS,
-                    wall_ms: 1_700_000_000_000 + elapsed,
-                },
-            ))
-        };
         let cx = Cx {
             now_ns: self.now_ns,
             draining: self.draining,
@@ -209,23 +194,59 @@ impl Harness {
             io_unsent: self.io_unsent,
             config: &self.config,
             stats: &self.stats,
-            server_stats: &server_stats,
-            advance_clock: &advance_clock,
-            auth_outcome: &|_, ok| if ok { 0 } else { auth_delay_ns },
         };
         f(&mut self.session, &cx, &mut self.engine);
-        self.manual_clock = manual.get();
-        self.session.flush();
-        for c in self.session.commands() {
-            if let Command::Send(bytes) = &c {
-                self.reply_bytes.extend_from_slice(bytes);
-                while let Some(f) = self.reply_decoder.decode(&mut self.reply_bytes).unwrap() {
-                    let reply = Reply::decode(f.opcode, f.payload).expect("a valid reply");
-                    self.replies.push((f.request_id, reply));
+        // Questions are answered at once, as the shard loop does.
+        loop {
+            self.session.flush();
+            let mut asked = None;
+            for c in self.session.commands() {
+                match c {
+                    Command::Send(bytes) => {
+                        self.reply_bytes.extend_from_slice(&bytes);
+                        while let Some(f) =
+                            self.reply_decoder.decode(&mut self.reply_bytes).unwrap()
+                        {
+                            let reply = Reply::decode(f.opcode, f.payload).expect("a valid reply");
+                            self.replies.push((f.request_id, reply));
+                        }
+                    }
+                    Command::Ask(q) => {
+                        assert!(asked.is_none(), "one question at a time");
+                        asked = Some(q);
+                        self.commands.push(c);
+                    }
+                    c => self.commands.push(c),
                 }
-            } else {
-                self.commands.push(c);
             }
+            let Some(question) = asked.filter(|_| self.answers) else {
+                break;
+            };
+            let answer = match question {
+                Question::ServerStats => Answer::ServerStats(ServerStatsReply {
+                    server_version: "sluice test".into(),
+                    io_backend: "none".into(),
+                    shards: 2,
+                    counters: Vec::new(),
+                }),
+                Question::AdvanceClock { by_ms } => {
+                    Answer::ClockAdvanced(self.manual_clock.ok_or(NotManual).map(|since| {
+                        let elapsed = since + by_ms;
+                        self.manual_clock = Some(elapsed);
+                        (
+                            elapsed,
+                            EngineTime {
+                                now_ns: T0 + elapsed * MS,
+                                wall_ms: 1_700_000_000_000 + elapsed,
+                            },
+                        )
+                    }))
+                }
+                Question::AuthOutcome { ok } => {
+                    Answer::AuthDelay(if ok { 0 } else { self.auth_delay_ns })
+                }
+            };
+            self.session.on_answer(answer, &cx, &mut self.engine);
         }
     }
 
@@ -576,6 +597,46 @@ fn advance_clock_moves_a_manual_clock_and_is_refused_on_the_real_one() {
         ]
     );
     assert!(h.engine.submitted.is_empty(), "answered by the session");
+}
+
+/// A question to the server holds the connection up: the frames behind it
+/// are served only once it is answered, and in order.
+#[test]
+fn a_question_holds_the_frames_behind_it_until_answered() {
+    let mut h = Harness::ready();
+    h.answers = false;
+    let mut both = BytesMut::new();
+    both.extend_from_slice(&frame(4, &Request::ServerStats));
+    both.extend_from_slice(&frame(5, &Request::Ping { nonce: 9 }));
+    h.data(&both);
+    assert_eq!(h.commands, [Command::Ask(Question::ServerStats)]);
+    assert!(h.replies.is_empty(), "{:?}", h.replies);
+    // An answer to another question is a server bug: the connection
+    // closes with an internal error rather than answering wrongly.
+    let stats = ServerStatsReply {
+        server_version: "sluice test".into(),
+        io_backend: "none".into(),
+        shards: 2,
+        counters: Vec::new(),
+    };
+    h.call(|s, cx, e| s.on_answer(Answer::ServerStats(stats.clone()), cx, e));
+    assert_eq!(
+        h.replies,
+        [
+            (4, Reply::ServerStats(stats.clone())),
+            (5, Reply::Pong { nonce: 9 })
+        ]
+    );
+    h.call(|s, cx, e| s.on_answer(Answer::AuthDelay(0), cx, e));
+    assert_eq!(h.replies.len(), 2, "an answer nobody asked for is dropped");
+    assert!(!h.closed());
+
+    let mut h = Harness::ready();
+    h.answers = false;
+    h.data(&frame(6, &Request::ServerStats));
+    h.call(|s, cx, e| s.on_answer(Answer::AuthDelay(0), cx, e));
+    assert_eq!(h.error_codes(), [(0, ErrorCode::Internal)]);
+    assert!(h.closed());
 }
 
 #[test]

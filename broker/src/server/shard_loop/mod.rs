@@ -68,13 +68,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::clock::{self, Clock, EngineTime, nanos};
 use super::conn::ConnSession;
 use super::limits::{DRAIN_RECHECK, OUTBOUND_RETRY, PAUSED_RECHECK, STATS_PUBLISH_INTERVAL};
-use super::session::{Command, Cx, Engine, Phase, SessionConfig};
+use super::session::{Answer, Cx, Engine, Phase, Question, SessionConfig};
 use super::shared::{ServerState, ShardStats};
 use super::sqs_session::SqsConfig;
 use super::transport::{Inbound, Transport};
@@ -85,6 +84,7 @@ use crate::sync::Arc;
 use crate::sync::Ordering::{Acquire, Release};
 
 mod accept;
+mod commands;
 mod drain;
 mod engine_link;
 mod metrics;
@@ -93,6 +93,7 @@ mod setup;
 
 use accept::auth_outcome;
 pub(crate) use accept::sqs_unavailable;
+use commands::carry_out;
 use engine_link::EngineLink;
 use metrics::MetricsDoor;
 use moves::Mover;
@@ -389,10 +390,6 @@ impl State {
         else {
             return false;
         };
-        let server_stats = || shared.server_stats();
-        let advance_clock = |by_ms| shared.advance_clock(by_ms);
-        let auth_now_ns = *now_ns;
-        let auth_outcome = |peer: SocketAddr, ok: bool| auth_outcome(shared, peer, ok, auth_now_ns);
         let cx = Cx {
             now_ns: *now_ns,
             draining: drain_deadline_ns.is_some(),
@@ -400,9 +397,6 @@ impl State {
             io_unsent: io.unsent_bytes(id),
             config,
             stats: &shared.shards[usize::from(*index)].stats,
-            server_stats: &server_stats,
-            advance_clock: &advance_clock,
-            auth_outcome: &auth_outcome,
         };
         let mut link = EngineLink {
             shard: engine,
@@ -413,33 +407,19 @@ impl State {
             clock: &shared.clock,
         };
         f(&mut conn.session, &cx, &mut link);
-        for command in conn.session.commands() {
-            match command {
-                Command::Send(bytes) => {
-                    let bytes = conn.transport.seal(bytes);
-                    if !bytes.is_empty() {
-                        io.send(id, bytes);
-                    }
+        // A session that asks the server something is answered at once, and
+        // what it does then is carried out in turn.
+        while let Some(question) = carry_out(conn, io, id, paused) {
+            let answer = match question {
+                Question::ServerStats => Answer::ServerStats(shared.server_stats()),
+                Question::AdvanceClock { by_ms } => {
+                    Answer::ClockAdvanced(shared.advance_clock(by_ms))
                 }
-                Command::SetReading(on) => {
-                    io.set_reading(id, on);
-                    if !on {
-                        paused.push(id);
-                    }
+                Question::AuthOutcome { ok } => {
+                    Answer::AuthDelay(auth_outcome(shared, conn.session.peer(), ok, *now_ns))
                 }
-                Command::Close if conn.transport.awaits_handshake() => {
-                    if conn.ending == Ending::Open {
-                        conn.ending = Ending::AfterHandshake;
-                    }
-                }
-                Command::Close => {
-                    if let Some(alert) = conn.transport.close_notify() {
-                        io.send(id, alert);
-                    }
-                    io.close(id);
-                }
-                Command::CloseNow => io.close_now(id),
-            }
+            };
+            conn.session.on_answer(answer, &cx, &mut link);
         }
         if conn.place == Place::BeforeHello && conn.session.phase() != Phase::Hello {
             conn.place = Place::Counted;

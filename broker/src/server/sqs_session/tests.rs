@@ -4,13 +4,12 @@
 use std::collections::VecDeque;
 
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
-use sluice_protocol::{HelloReply, QueueName, ServerLimits, ServerStatsReply};
+use sluice_protocol::{HelloReply, QueueName, ServerLimits};
 use sluice_sqs::http::HttpLimits;
 use sluice_sqs::{Door, DoorConfig};
 
 use super::{SqsConfig, SqsSession};
 use crate::engine::{Op, OpResult};
-use crate::server::clock::{EngineTime, NotManual};
 use crate::server::limits::CLOSE_FLUSH_TIMEOUT_NS;
 use crate::server::session::{Command, Cx, Engine, Phase, SessionConfig, Submitted};
 use crate::server::shared::ShardStats;
@@ -125,14 +124,6 @@ impl Harness {
     }
 
     fn with<R>(&mut self, f: impl FnOnce(&mut SqsSession, &Cx<'_>, &mut FakeEngine) -> R) -> R {
-        let server_stats = || ServerStatsReply {
-            server_version: "sluice test".into(),
-            io_backend: "none".into(),
-            shards: 1,
-            counters: Vec::new(),
-        };
-        let advance = |_| Err::<(u64, EngineTime), _>(NotManual);
-        let auth = |_, _| 0;
         let cx = Cx {
             now_ns: self.now_ns,
             draining: self.draining,
@@ -140,9 +131,6 @@ impl Harness {
             io_unsent: 0,
             config: &self.config,
             stats: &self.stats,
-            server_stats: &server_stats,
-            advance_clock: &advance,
-            auth_outcome: &auth,
         };
         let r = f(&mut self.session, &cx, &mut self.engine);
         self.session.flush();
