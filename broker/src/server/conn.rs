@@ -14,7 +14,7 @@
 use std::net::SocketAddr;
 
 use super::metrics_session::MetricsSession;
-use super::session::{Answer, Command, Cx, Engine, Phase, Session};
+use super::session::{Answer, Command, Engine, Phase, Session, SessionContext};
 use super::sqs_session::SqsSession;
 use crate::engine::OpResult;
 
@@ -46,7 +46,7 @@ macro_rules! each {
 
 impl ConnSession {
     /// Bytes arrived.
-    pub fn on_data(&mut self, bytes: &[u8], cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn on_data(&mut self, bytes: &[u8], cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         each!(self, s => s.on_data(bytes, cx, engine));
     }
 
@@ -55,14 +55,14 @@ impl ConnSession {
         &mut self,
         ticket: u64,
         result: OpResult,
-        cx: &Cx<'_>,
+        cx: &SessionContext<'_>,
         engine: &mut dyn Engine,
     ) -> bool {
         each!(self, s => s.on_result(ticket, result, cx, engine))
     }
 
     /// Reads again if back-pressure allows; false while still paused.
-    pub fn resume(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) -> bool {
+    pub fn resume(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) -> bool {
         each!(self, s => s.resume(cx, engine))
     }
 
@@ -84,17 +84,22 @@ impl ConnSession {
     }
 
     /// Deadlines.
-    pub fn tick(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn tick(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         each!(self, s => s.tick(cx, engine));
     }
 
     /// Shutdown began.
-    pub fn begin_drain(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn begin_drain(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         each!(self, s => s.begin_drain(cx, engine));
     }
 
     /// While shutting down: closes once quiet.
-    pub fn drain(&mut self, drain_started_ns: u64, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn drain(
+        &mut self,
+        drain_started_ns: u64,
+        cx: &SessionContext<'_>,
+        engine: &mut dyn Engine,
+    ) {
         each!(self, s => s.drain(drain_started_ns, cx, engine));
     }
 
@@ -137,14 +142,14 @@ impl ConnSession {
 
     /// The server answers a session's [`Command::Ask`] (only the binary
     /// protocol's sessions ask).
-    pub fn on_answer(&mut self, answer: Answer, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn on_answer(&mut self, answer: Answer, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         if let ConnSession::Sluice(s) = self {
             s.on_answer(answer, cx, engine);
         }
     }
 
     /// Every shard reached the time of [`ConnSession::clock_wait`].
-    pub fn on_clock_caught_up(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn on_clock_caught_up(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         if let ConnSession::Sluice(s) = self {
             s.on_clock_caught_up(cx, engine);
         }

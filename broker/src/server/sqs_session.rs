@@ -35,7 +35,7 @@ use super::clock;
 use super::convert::{self, Route};
 use super::limits::DRAIN_QUIET_NS;
 use super::outbox::Outbox;
-use super::session::{Command, Cx, Engine, Phase, Submitted};
+use super::session::{Command, Engine, Phase, SessionContext, Submitted};
 
 /// What every SQS connection of a shard shares.
 #[derive(Clone, Debug)]
@@ -142,7 +142,7 @@ impl SqsSession {
     }
 
     /// Bytes arrived.
-    pub fn on_data(&mut self, bytes: &[u8], cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn on_data(&mut self, bytes: &[u8], cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         if self.outbox.is_closing() {
             return;
         }
@@ -156,7 +156,7 @@ impl SqsSession {
         &mut self,
         ticket: u64,
         result: crate::engine::OpResult,
-        cx: &Cx<'_>,
+        cx: &SessionContext<'_>,
         engine: &mut dyn Engine,
     ) -> bool {
         if self.waiting.as_ref().is_none_or(|w| w.ticket != ticket) {
@@ -179,7 +179,7 @@ impl SqsSession {
     }
 
     /// Reads again if back-pressure allows; false while still paused.
-    pub fn resume(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) -> bool {
+    pub fn resume(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) -> bool {
         if !self.paused || self.outbox.is_closing() {
             return true;
         }
@@ -194,7 +194,7 @@ impl SqsSession {
 
     /// Deadlines: a request left unfinished, an idle keep-alive
     /// connection, a closing connection whose peer does not read.
-    pub fn tick(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn tick(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         let now = cx.now_ns;
         if self.outbox.tick_closing(now) {
             return;
@@ -225,7 +225,7 @@ impl SqsSession {
 
     /// Shutdown began: an idle connection closes now; one with a call in
     /// the engine is answered first.
-    pub fn begin_drain(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn begin_drain(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         if self.waiting.is_none() && self.inbuf.is_empty() {
             self.begin_close(cx.now_ns, engine);
         }
@@ -233,7 +233,12 @@ impl SqsSession {
 
     /// While shutting down: closes the connection once nothing of it is in
     /// the engine and no bytes arrived for a moment.
-    pub fn drain(&mut self, drain_started_ns: u64, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn drain(
+        &mut self,
+        drain_started_ns: u64,
+        cx: &SessionContext<'_>,
+        engine: &mut dyn Engine,
+    ) {
         let quiet_since = self.last_data_ns.max(drain_started_ns);
         if !self.outbox.is_closing()
             && self.waiting.is_none()
@@ -256,7 +261,7 @@ impl SqsSession {
 
     /// Whether the connection must not be read: `resume` asks with the
     /// lower threshold that lets a paused connection go on.
-    fn blocked(&self, cx: &Cx<'_>, resume: bool) -> bool {
+    fn blocked(&self, cx: &SessionContext<'_>, resume: bool) -> bool {
         let unsent = cx.io_unsent + self.outbox.pending_bytes();
         let unsent_max = if resume {
             cx.config.unsent_max / 2
@@ -267,7 +272,7 @@ impl SqsSession {
     }
 
     /// Serves the whole requests buffered, one at a time.
-    fn process(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    fn process(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         while !self.outbox.is_closing() && self.waiting.is_none() {
             if self.blocked(cx, false) {
                 self.partial_since_ns = None;
@@ -309,7 +314,7 @@ impl SqsSession {
         }
     }
 
-    fn serve(&mut self, req: &http::Request, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    fn serve(&mut self, req: &http::Request, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         if cx.draining {
             write_unavailable(self.outbox.buf(), "the server is shutting down");
             self.begin_close(cx.now_ns, engine);
@@ -331,7 +336,7 @@ impl SqsSession {
         mut call: Call,
         mut step: Step,
         keep_alive: bool,
-        cx: &Cx<'_>,
+        cx: &SessionContext<'_>,
         engine: &mut dyn Engine,
     ) {
         loop {

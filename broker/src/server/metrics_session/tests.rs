@@ -11,7 +11,7 @@ use sluice_sqs::http::HttpLimits;
 
 use super::{EXPOSITION_CONTENT_TYPE, Exposition, MetricsConfig, MetricsSession};
 use crate::engine::{Op, OpResult};
-use crate::server::session::{Command, Cx, Engine, Phase, SessionConfig, Submitted};
+use crate::server::session::{Command, Engine, Phase, SessionConfig, SessionContext, Submitted};
 use crate::server::shared::ShardStats;
 
 const MS: u64 = 1_000_000;
@@ -126,8 +126,11 @@ impl Harness {
         }
     }
 
-    fn with<R>(&mut self, f: impl FnOnce(&mut MetricsSession, &Cx<'_>, &mut NoEngine) -> R) -> R {
-        let cx = Cx {
+    fn with<R>(
+        &mut self,
+        f: impl FnOnce(&mut MetricsSession, &SessionContext<'_>, &mut NoEngine) -> R,
+    ) -> R {
+        let cx = SessionContext {
             now_ns: self.now_ns,
             draining: false,
             unsent_over: false,

@@ -8,10 +8,15 @@ use sluice_protocol::limits::{
 };
 use sluice_protocol::{ErrorCode, Frame, HelloRequest, Reply, Request, WireError, opcode};
 
-use super::{Asked, Cx, Engine, Phase, Question, Session, shutting_down};
+use super::{Asked, Engine, Phase, Question, Session, SessionContext, shutting_down};
 
 impl Session {
-    pub(super) fn on_hello(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub(super) fn on_hello(
+        &mut self,
+        frame: Frame,
+        cx: &SessionContext<'_>,
+        engine: &mut dyn Engine,
+    ) {
         if cx.draining {
             self.reply(frame.request_id, &shutting_down(), cx.stats);
             self.begin_close(cx.now_ns, engine);
@@ -76,7 +81,7 @@ impl Session {
         hello: HelloRequest,
         ok: bool,
         delay_ns: u64,
-        cx: &Cx<'_>,
+        cx: &SessionContext<'_>,
         engine: &mut dyn Engine,
     ) {
         if ok {
@@ -106,7 +111,7 @@ impl Session {
         &mut self,
         request_id: u32,
         hello: &HelloRequest,
-        cx: &Cx<'_>,
+        cx: &SessionContext<'_>,
         engine: &mut dyn Engine,
     ) {
         let timeout_ms = hello.session_timeout_ms;

@@ -138,7 +138,7 @@ pub struct SessionConfig {
 
 /// The shard's view of the moment, for one call into a session.
 #[derive(Debug)]
-pub struct Cx<'a> {
+pub struct SessionContext<'a> {
     /// Monotonic nanoseconds, read after the last wait returned.
     pub now_ns: u64,
     /// The server is shutting down: nothing new starts.
@@ -300,7 +300,7 @@ impl Session {
     }
 
     /// Bytes arrived.
-    pub fn on_data(&mut self, bytes: &[u8], cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn on_data(&mut self, bytes: &[u8], cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         if self.phase == Phase::Closing || self.held.is_some() {
             return;
         }
@@ -314,7 +314,7 @@ impl Session {
         &mut self,
         ticket: u64,
         result: OpResult,
-        cx: &Cx<'_>,
+        cx: &SessionContext<'_>,
         engine: &mut dyn Engine,
     ) -> bool {
         let Some(i) = self.deferred.iter().position(|d| d.ticket == ticket) else {
@@ -344,7 +344,7 @@ impl Session {
     }
 
     /// Reads again if back-pressure allows; false while still paused.
-    pub fn resume(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) -> bool {
+    pub fn resume(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) -> bool {
         if !self.paused || self.phase == Phase::Closing {
             return true;
         }
@@ -367,7 +367,7 @@ impl Session {
 
     /// Deadlines: HELLO, a frame left unfinished, the session timeout, a
     /// closing connection whose peer does not read.
-    pub fn tick(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn tick(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         let now = cx.now_ns;
         if let Some((until, _, _)) = &self.held {
             if now >= *until {
@@ -421,7 +421,7 @@ impl Session {
 
     /// Every shard reached the time of [`Session::clock_wait`]: the reply
     /// goes out and the frames behind it are served.
-    pub fn on_clock_caught_up(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn on_clock_caught_up(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         let Some((request_id, _, reply)) = self.clock_wait.take() else {
             return;
         };
@@ -438,7 +438,7 @@ impl Session {
 
     /// Shutdown began: a connection still waiting for its HELLO is told and
     /// closed; the others are served until [`Session::drain`] closes them.
-    pub fn begin_drain(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn begin_drain(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         if let Some((_, request_id, e)) = self.held.take() {
             return self.protocol_error(request_id, e, cx, engine);
         }
@@ -451,7 +451,12 @@ impl Session {
     /// While shutting down: closes the connection once nothing of it is in
     /// flight and no bytes arrived for a moment (so requests the client had
     /// already sent are read and answered rather than cut off).
-    pub fn drain(&mut self, drain_started_ns: u64, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    pub fn drain(
+        &mut self,
+        drain_started_ns: u64,
+        cx: &SessionContext<'_>,
+        engine: &mut dyn Engine,
+    ) {
         let quiet_since = self.last_data_ns.max(drain_started_ns);
         if self.phase != Phase::Closing
             && self.deferred.is_empty()
@@ -476,7 +481,7 @@ impl Session {
 
     /// Whether the connection must not be read: `resume` asks with the lower
     /// threshold that lets a paused connection go on.
-    fn blocked(&self, cx: &Cx<'_>, resume: bool) -> bool {
+    fn blocked(&self, cx: &SessionContext<'_>, resume: bool) -> bool {
         let unsent = cx.io_unsent + self.commanded_bytes + self.out.len();
         let unsent_max = if resume {
             cx.config.unsent_max / 2
@@ -490,7 +495,7 @@ impl Session {
     }
 
     /// Serves the whole frames buffered, as far as back-pressure and the barrier allow.
-    fn process(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    fn process(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         loop {
             if self.phase == Phase::Closing || self.held.is_some() {
                 return;
@@ -530,7 +535,7 @@ impl Session {
         }
     }
 
-    fn on_frame(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    fn on_frame(&mut self, frame: Frame, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         let slot = op_slot(frame.opcode);
         cx.stats.requests[slot].add(1);
         self.serving = Some((slot, clock::now_ns()));
@@ -539,7 +544,7 @@ impl Session {
         self.serving = None;
     }
 
-    fn on_frame_inner(&mut self, frame: Frame, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    fn on_frame_inner(&mut self, frame: Frame, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         match self.phase {
             Phase::Closing => {}
             Phase::Hello => self.on_hello(frame, cx, engine),
@@ -590,7 +595,7 @@ impl Session {
         &mut self,
         request_id: u32,
         e: WireError,
-        cx: &Cx<'_>,
+        cx: &SessionContext<'_>,
         engine: &mut dyn Engine,
     ) {
         tracing::debug!(peer = %self.peer, code = %e.code, message = %e.message, "closing connection");
@@ -598,7 +603,7 @@ impl Session {
         self.close_bad_input(cx, engine);
     }
 
-    fn close_bad_input(&mut self, cx: &Cx<'_>, engine: &mut dyn Engine) {
+    fn close_bad_input(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
         if self.phase != Phase::Closing {
             cx.stats.closed_bad_input.add(1);
         }

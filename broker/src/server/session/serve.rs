@@ -8,7 +8,7 @@ use sluice_protocol::{
     ReceivedMessage, Reply, Request, VisibilityChange,
 };
 
-use super::{Asked, Cx, Deferred, Engine, Phase, Question, Session, Submitted};
+use super::{Asked, Deferred, Engine, Phase, Question, Session, SessionContext, Submitted};
 use crate::engine::{Op, OpResult};
 use crate::server::clock::{EngineTime, NotManual};
 use crate::server::convert::{self, Route};
@@ -20,7 +20,7 @@ impl Session {
         &mut self,
         request_id: u32,
         request: Request,
-        cx: &Cx<'_>,
+        cx: &SessionContext<'_>,
         engine: &mut dyn Engine,
     ) {
         let (receive_queue, bind) = match &request {
@@ -73,7 +73,7 @@ impl Session {
         &mut self,
         request_id: u32,
         moved: Result<(u64, EngineTime), NotManual>,
-        cx: &Cx<'_>,
+        cx: &SessionContext<'_>,
     ) {
         match moved {
             Ok((elapsed_ms, now)) => {

@@ -11,7 +11,9 @@ use sluice_protocol::{
     Request, SendEntry, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange,
 };
 
-use super::{Answer, Command, Cx, Engine, Phase, Question, Session, SessionConfig, Submitted};
+use super::{
+    Answer, Command, Engine, Phase, Question, Session, SessionConfig, SessionContext, Submitted,
+};
 use crate::engine::{EntryError, Op, OpResult};
 use crate::server::clock::{EngineTime, NotManual};
 use crate::server::config::AuthToken;
@@ -186,8 +188,8 @@ impl Harness {
         h
     }
 
-    fn call(&mut self, f: impl FnOnce(&mut Session, &Cx<'_>, &mut FakeEngine)) {
-        let cx = Cx {
+    fn call(&mut self, f: impl FnOnce(&mut Session, &SessionContext<'_>, &mut FakeEngine)) {
+        let cx = SessionContext {
             now_ns: self.now_ns,
             draining: self.draining,
             unsent_over: false,

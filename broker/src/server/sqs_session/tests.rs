@@ -11,7 +11,7 @@ use sluice_sqs::{Door, DoorConfig};
 use super::{SqsConfig, SqsSession};
 use crate::engine::{Op, OpResult};
 use crate::server::limits::CLOSE_FLUSH_TIMEOUT_NS;
-use crate::server::session::{Command, Cx, Engine, Phase, SessionConfig, Submitted};
+use crate::server::session::{Command, Engine, Phase, SessionConfig, SessionContext, Submitted};
 use crate::server::shared::ShardStats;
 
 const MS: u64 = 1_000_000;
@@ -123,8 +123,11 @@ impl Harness {
         }
     }
 
-    fn with<R>(&mut self, f: impl FnOnce(&mut SqsSession, &Cx<'_>, &mut FakeEngine) -> R) -> R {
-        let cx = Cx {
+    fn with<R>(
+        &mut self,
+        f: impl FnOnce(&mut SqsSession, &SessionContext<'_>, &mut FakeEngine) -> R,
+    ) -> R {
+        let cx = SessionContext {
             now_ns: self.now_ns,
             draining: self.draining,
             unsent_over: false,
