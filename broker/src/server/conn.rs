@@ -7,14 +7,14 @@
 //! - [`MetricsSession`]: the metrics endpoint (`/metrics`, `/healthz`).
 //!
 //! Each takes bytes and the time in and gives [`Command`]s for the io layer
-//! out, lent the engine through [`Engine`]; none knows a socket. The
+//! out, lent the engine through [`EngineAccess`]; none knows a socket. The
 //! calls below are the contract; what only the binary protocol has (the
 //! manual clock's `ADVANCE_CLOCK` wait) answers "nothing" for the SQS door.
 
 use std::net::SocketAddr;
 
 use super::metrics_session::MetricsSession;
-use super::session::{Answer, Command, Engine, Phase, Session, SessionContext};
+use super::session::{Answer, Command, EngineAccess, Phase, Session, SessionContext};
 use super::sqs_session::SqsSession;
 use crate::engine::OpResult;
 
@@ -46,7 +46,12 @@ macro_rules! each {
 
 impl ConnSession {
     /// Bytes arrived.
-    pub fn on_data(&mut self, bytes: &[u8], cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn on_data(
+        &mut self,
+        bytes: &[u8],
+        cx: &SessionContext<'_>,
+        engine: &mut dyn EngineAccess,
+    ) {
         each!(self, s => s.on_data(bytes, cx, engine));
     }
 
@@ -56,13 +61,13 @@ impl ConnSession {
         ticket: u64,
         result: OpResult,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) -> bool {
         each!(self, s => s.on_result(ticket, result, cx, engine))
     }
 
     /// Reads again if back-pressure allows; false while still paused.
-    pub fn resume(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) -> bool {
+    pub fn resume(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) -> bool {
         each!(self, s => s.resume(cx, engine))
     }
 
@@ -84,12 +89,12 @@ impl ConnSession {
     }
 
     /// Deadlines.
-    pub fn tick(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn tick(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         each!(self, s => s.tick(cx, engine));
     }
 
     /// Shutdown began.
-    pub fn begin_drain(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn begin_drain(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         each!(self, s => s.begin_drain(cx, engine));
     }
 
@@ -98,13 +103,13 @@ impl ConnSession {
         &mut self,
         drain_started_ns: u64,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         each!(self, s => s.drain(drain_started_ns, cx, engine));
     }
 
     /// The io layer reports the connection gone.
-    pub fn on_closed(&mut self, engine: &mut dyn Engine) {
+    pub fn on_closed(&mut self, engine: &mut dyn EngineAccess) {
         each!(self, s => s.on_closed(engine));
     }
 
@@ -142,14 +147,19 @@ impl ConnSession {
 
     /// The server answers a session's [`Command::Ask`] (only the binary
     /// protocol's sessions ask).
-    pub fn on_answer(&mut self, answer: Answer, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn on_answer(
+        &mut self,
+        answer: Answer,
+        cx: &SessionContext<'_>,
+        engine: &mut dyn EngineAccess,
+    ) {
         if let ConnSession::Sluice(s) = self {
             s.on_answer(answer, cx, engine);
         }
     }
 
     /// Every shard reached the time of [`ConnSession::clock_wait`].
-    pub fn on_clock_caught_up(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn on_clock_caught_up(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         if let ConnSession::Sluice(s) = self {
             s.on_clock_caught_up(cx, engine);
         }

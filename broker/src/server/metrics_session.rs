@@ -37,7 +37,7 @@ use bytes::BytesMut;
 use sluice_sqs::http::{self, HttpLimits, Parsed};
 
 use super::outbox::Outbox;
-use super::session::{Command, Engine, Phase, SessionContext};
+use super::session::{Command, EngineAccess, Phase, SessionContext};
 
 /// What the endpoint serves: the exposition and the server's health.
 pub trait Exposition: Send + Sync + core::fmt::Debug {
@@ -173,7 +173,12 @@ impl MetricsSession {
     }
 
     /// Bytes arrived.
-    pub fn on_data(&mut self, bytes: &[u8], cx: &SessionContext<'_>, _engine: &mut dyn Engine) {
+    pub fn on_data(
+        &mut self,
+        bytes: &[u8],
+        cx: &SessionContext<'_>,
+        _engine: &mut dyn EngineAccess,
+    ) {
         if self.state != State::Reading || self.outbox.is_closing() {
             return;
         }
@@ -200,13 +205,13 @@ impl MetricsSession {
         _ticket: u64,
         _result: crate::engine::OpResult,
         _cx: &SessionContext<'_>,
-        _engine: &mut dyn Engine,
+        _engine: &mut dyn EngineAccess,
     ) -> bool {
         false
     }
 
     /// Never paused, so always reading.
-    pub fn resume(&mut self, _cx: &SessionContext<'_>, _engine: &mut dyn Engine) -> bool {
+    pub fn resume(&mut self, _cx: &SessionContext<'_>, _engine: &mut dyn EngineAccess) -> bool {
         true
     }
 
@@ -248,7 +253,7 @@ impl MetricsSession {
     }
 
     /// Deadlines: the request head and the whole exchange.
-    pub fn tick(&mut self, cx: &SessionContext<'_>, _engine: &mut dyn Engine) {
+    pub fn tick(&mut self, cx: &SessionContext<'_>, _engine: &mut dyn EngineAccess) {
         let now = cx.now_ns;
         let age = now.saturating_sub(self.accepted_ns);
         if age >= self.config.exchange_timeout_ns {
@@ -272,19 +277,19 @@ impl MetricsSession {
     /// Shutdown began: nothing changes. The endpoint answers until the
     /// shards are done (`/healthz` then says the server is draining), and
     /// its connections end within their own deadlines.
-    pub fn begin_drain(&mut self, _cx: &SessionContext<'_>, _engine: &mut dyn Engine) {}
+    pub fn begin_drain(&mut self, _cx: &SessionContext<'_>, _engine: &mut dyn EngineAccess) {}
 
     /// While shutting down: as [`MetricsSession::begin_drain`].
     pub fn drain(
         &mut self,
         _drain_started_ns: u64,
         _cx: &SessionContext<'_>,
-        _engine: &mut dyn Engine,
+        _engine: &mut dyn EngineAccess,
     ) {
     }
 
     /// The io layer reports the connection gone.
-    pub fn on_closed(&mut self, _engine: &mut dyn Engine) {
+    pub fn on_closed(&mut self, _engine: &mut dyn EngineAccess) {
         self.outbox.closed();
         self.state = State::Answered;
     }

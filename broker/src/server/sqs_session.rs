@@ -35,7 +35,7 @@ use super::clock;
 use super::convert::{self, Route};
 use super::limits::DRAIN_QUIET_NS;
 use super::outbox::Outbox;
-use super::session::{Command, Engine, Phase, SessionContext, Submitted};
+use super::session::{Command, EngineAccess, Phase, SessionContext, Submitted};
 
 /// What every SQS connection of a shard shares.
 #[derive(Clone, Debug)]
@@ -142,7 +142,12 @@ impl SqsSession {
     }
 
     /// Bytes arrived.
-    pub fn on_data(&mut self, bytes: &[u8], cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn on_data(
+        &mut self,
+        bytes: &[u8],
+        cx: &SessionContext<'_>,
+        engine: &mut dyn EngineAccess,
+    ) {
         if self.outbox.is_closing() {
             return;
         }
@@ -157,7 +162,7 @@ impl SqsSession {
         ticket: u64,
         result: crate::engine::OpResult,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) -> bool {
         if self.waiting.as_ref().is_none_or(|w| w.ticket != ticket) {
             return false;
@@ -179,7 +184,7 @@ impl SqsSession {
     }
 
     /// Reads again if back-pressure allows; false while still paused.
-    pub fn resume(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) -> bool {
+    pub fn resume(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) -> bool {
         if !self.paused || self.outbox.is_closing() {
             return true;
         }
@@ -194,7 +199,7 @@ impl SqsSession {
 
     /// Deadlines: a request left unfinished, an idle keep-alive
     /// connection, a closing connection whose peer does not read.
-    pub fn tick(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn tick(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         let now = cx.now_ns;
         if self.outbox.tick_closing(now) {
             return;
@@ -225,7 +230,7 @@ impl SqsSession {
 
     /// Shutdown began: an idle connection closes now; one with a call in
     /// the engine is answered first.
-    pub fn begin_drain(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn begin_drain(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         if self.waiting.is_none() && self.inbuf.is_empty() {
             self.begin_close(cx.now_ns, engine);
         }
@@ -237,7 +242,7 @@ impl SqsSession {
         &mut self,
         drain_started_ns: u64,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         let quiet_since = self.last_data_ns.max(drain_started_ns);
         if !self.outbox.is_closing()
@@ -250,7 +255,7 @@ impl SqsSession {
 
     /// The io layer reports the connection gone: its call in the engine is
     /// cancelled.
-    pub fn on_closed(&mut self, engine: &mut dyn Engine) {
+    pub fn on_closed(&mut self, engine: &mut dyn EngineAccess) {
         if let Some(w) = self.waiting.take() {
             engine.cancel(w.ticket);
         }
@@ -272,7 +277,7 @@ impl SqsSession {
     }
 
     /// Serves the whole requests buffered, one at a time.
-    fn process(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    fn process(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         while !self.outbox.is_closing() && self.waiting.is_none() {
             if self.blocked(cx, false) {
                 self.partial_since_ns = None;
@@ -314,7 +319,12 @@ impl SqsSession {
         }
     }
 
-    fn serve(&mut self, req: &http::Request, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    fn serve(
+        &mut self,
+        req: &http::Request,
+        cx: &SessionContext<'_>,
+        engine: &mut dyn EngineAccess,
+    ) {
         if cx.draining {
             write_unavailable(self.outbox.buf(), "the server is shutting down");
             self.begin_close(cx.now_ns, engine);
@@ -337,7 +347,7 @@ impl SqsSession {
         mut step: Step,
         keep_alive: bool,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         loop {
             match step {
@@ -377,7 +387,7 @@ impl SqsSession {
         response: &Response,
         keep_alive: bool,
         now_ns: u64,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         let headers: Vec<(&str, &str)> = response
             .headers
@@ -398,7 +408,7 @@ impl SqsSession {
     }
 
     /// Closes after what is written; a call in the engine is cancelled.
-    fn begin_close(&mut self, now_ns: u64, engine: &mut dyn Engine) {
+    fn begin_close(&mut self, now_ns: u64, engine: &mut dyn EngineAccess) {
         if let Some(w) = self.waiting.take() {
             engine.cancel(w.ticket);
         }

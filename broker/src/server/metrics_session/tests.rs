@@ -11,7 +11,9 @@ use sluice_sqs::http::HttpLimits;
 
 use super::{EXPOSITION_CONTENT_TYPE, Exposition, MetricsConfig, MetricsSession};
 use crate::engine::{Op, OpResult};
-use crate::server::session::{Command, Engine, Phase, SessionConfig, SessionContext, Submitted};
+use crate::server::session::{
+    Command, EngineAccess, Phase, SessionConfig, SessionContext, Submitted,
+};
 use crate::server::shared::ShardStats;
 
 const MS: u64 = 1_000_000;
@@ -49,7 +51,7 @@ impl Exposition for FakeExposition {
 /// The session never asks the engine anything.
 struct NoEngine;
 
-impl Engine for NoEngine {
+impl EngineAccess for NoEngine {
     fn submit(&mut self, op: Op) -> Submitted {
         panic!("the metrics session submitted {op:?}")
     }

@@ -6,7 +6,7 @@
 
 use sluice_protocol::{ErrorCode, HelloRequest, Reply, ServerStatsReply, WireError};
 
-use super::{Command, Engine, Question, Session, SessionContext};
+use super::{Command, EngineAccess, Question, Session, SessionContext};
 use crate::server::clock::{EngineTime, NotManual};
 
 /// The server's answer to a session's [`Question`].
@@ -49,7 +49,12 @@ impl Session {
     /// The server answers the session's [`Command::Ask`]: the request that
     /// asked is answered (or, for HELLO, goes on) and the frames behind it
     /// are served.
-    pub fn on_answer(&mut self, answer: Answer, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn on_answer(
+        &mut self,
+        answer: Answer,
+        cx: &SessionContext<'_>,
+        engine: &mut dyn EngineAccess,
+    ) {
         let Some((asked, started)) = self.asked.take() else {
             return;
         };

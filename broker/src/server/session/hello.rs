@@ -8,14 +8,14 @@ use sluice_protocol::limits::{
 };
 use sluice_protocol::{ErrorCode, Frame, HelloRequest, Reply, Request, WireError, opcode};
 
-use super::{Asked, Engine, Phase, Question, Session, SessionContext, shutting_down};
+use super::{Asked, EngineAccess, Phase, Question, Session, SessionContext, shutting_down};
 
 impl Session {
     pub(super) fn on_hello(
         &mut self,
         frame: Frame,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         if cx.draining {
             self.reply(frame.request_id, &shutting_down(), cx.stats);
@@ -82,7 +82,7 @@ impl Session {
         ok: bool,
         delay_ns: u64,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         if ok {
             return self.accept_hello(request_id, &hello, cx, engine);
@@ -112,7 +112,7 @@ impl Session {
         request_id: u32,
         hello: &HelloRequest,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         let timeout_ms = hello.session_timeout_ms;
         if timeout_ms != 0

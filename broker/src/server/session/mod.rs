@@ -8,7 +8,7 @@
 //! requests, back-pressure, and how a connection closes. It knows nothing
 //! of sockets or threads: the shard loop (`shard_loop/`) feeds it what
 //! the driver reports and carries out its [`Command`]s, and lends it the
-//! engine through the [`Engine`] trait. The unit tests (`tests.rs`) drive
+//! engine through the [`EngineAccess`] trait. The unit tests (`tests.rs`) drive
 //! it without a socket; HELLO is in `hello.rs`, serving requests in
 //! `serve.rs`.
 //!
@@ -101,8 +101,11 @@ pub enum Submitted {
     Later(u64),
 }
 
-/// The engine, as the shard loop lends it to a session.
-pub trait Engine {
+/// What a session may do with the engine, as the shard loop lends it
+/// (`EngineLink`): start operations, forget those of a connection gone,
+/// and hand results back for reuse. Not the engine itself (that is
+/// `engine::Shard`).
+pub trait EngineAccess {
     /// Starts `op`.
     fn submit(&mut self, op: Op) -> Submitted;
     /// Starts `op` whose result answers no one (a release).
@@ -300,7 +303,12 @@ impl Session {
     }
 
     /// Bytes arrived.
-    pub fn on_data(&mut self, bytes: &[u8], cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn on_data(
+        &mut self,
+        bytes: &[u8],
+        cx: &SessionContext<'_>,
+        engine: &mut dyn EngineAccess,
+    ) {
         if self.phase == Phase::Closing || self.held.is_some() {
             return;
         }
@@ -315,7 +323,7 @@ impl Session {
         ticket: u64,
         result: OpResult,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) -> bool {
         let Some(i) = self.deferred.iter().position(|d| d.ticket == ticket) else {
             return false;
@@ -344,7 +352,7 @@ impl Session {
     }
 
     /// Reads again if back-pressure allows; false while still paused.
-    pub fn resume(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) -> bool {
+    pub fn resume(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) -> bool {
         if !self.paused || self.phase == Phase::Closing {
             return true;
         }
@@ -367,7 +375,7 @@ impl Session {
 
     /// Deadlines: HELLO, a frame left unfinished, the session timeout, a
     /// closing connection whose peer does not read.
-    pub fn tick(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn tick(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         let now = cx.now_ns;
         if let Some((until, _, _)) = &self.held {
             if now >= *until {
@@ -421,7 +429,7 @@ impl Session {
 
     /// Every shard reached the time of [`Session::clock_wait`]: the reply
     /// goes out and the frames behind it are served.
-    pub fn on_clock_caught_up(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn on_clock_caught_up(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         let Some((request_id, _, reply)) = self.clock_wait.take() else {
             return;
         };
@@ -438,7 +446,7 @@ impl Session {
 
     /// Shutdown began: a connection still waiting for its HELLO is told and
     /// closed; the others are served until [`Session::drain`] closes them.
-    pub fn begin_drain(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    pub fn begin_drain(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         if let Some((_, request_id, e)) = self.held.take() {
             return self.protocol_error(request_id, e, cx, engine);
         }
@@ -455,7 +463,7 @@ impl Session {
         &mut self,
         drain_started_ns: u64,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         let quiet_since = self.last_data_ns.max(drain_started_ns);
         if self.phase != Phase::Closing
@@ -469,7 +477,7 @@ impl Session {
 
     /// The io layer reports the connection gone: its requests still in the
     /// engine are cancelled and its bound leases released.
-    pub fn on_closed(&mut self, engine: &mut dyn Engine) {
+    pub fn on_closed(&mut self, engine: &mut dyn EngineAccess) {
         for d in self.deferred.drain(..) {
             engine.cancel(d.ticket);
         }
@@ -495,7 +503,7 @@ impl Session {
     }
 
     /// Serves the whole frames buffered, as far as back-pressure and the barrier allow.
-    fn process(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    fn process(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         loop {
             if self.phase == Phase::Closing || self.held.is_some() {
                 return;
@@ -535,7 +543,7 @@ impl Session {
         }
     }
 
-    fn on_frame(&mut self, frame: Frame, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    fn on_frame(&mut self, frame: Frame, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         let slot = op_slot(frame.opcode);
         cx.stats.requests[slot].add(1);
         self.serving = Some((slot, clock::now_ns()));
@@ -544,7 +552,12 @@ impl Session {
         self.serving = None;
     }
 
-    fn on_frame_inner(&mut self, frame: Frame, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    fn on_frame_inner(
+        &mut self,
+        frame: Frame,
+        cx: &SessionContext<'_>,
+        engine: &mut dyn EngineAccess,
+    ) {
         match self.phase {
             Phase::Closing => {}
             Phase::Hello => self.on_hello(frame, cx, engine),
@@ -596,14 +609,14 @@ impl Session {
         request_id: u32,
         e: WireError,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         tracing::debug!(peer = %self.peer, code = %e.code, message = %e.message, "closing connection");
         self.reply(request_id, &Reply::Error(e), cx.stats);
         self.close_bad_input(cx, engine);
     }
 
-    fn close_bad_input(&mut self, cx: &SessionContext<'_>, engine: &mut dyn Engine) {
+    fn close_bad_input(&mut self, cx: &SessionContext<'_>, engine: &mut dyn EngineAccess) {
         if self.phase != Phase::Closing {
             cx.stats.closed_bad_input.add(1);
         }
@@ -612,7 +625,7 @@ impl Session {
 
     /// Closes after what is written; requests still in the engine are
     /// cancelled, bound leases released.
-    fn begin_close(&mut self, now_ns: u64, engine: &mut dyn Engine) {
+    fn begin_close(&mut self, now_ns: u64, engine: &mut dyn EngineAccess) {
         for d in self.deferred.drain(..) {
             engine.cancel(d.ticket);
         }

@@ -8,7 +8,7 @@ use sluice_protocol::{
     ReceivedMessage, Reply, Request, VisibilityChange,
 };
 
-use super::{Asked, Deferred, Engine, Phase, Question, Session, SessionContext, Submitted};
+use super::{Asked, Deferred, EngineAccess, Phase, Question, Session, SessionContext, Submitted};
 use crate::engine::{Op, OpResult};
 use crate::server::clock::{EngineTime, NotManual};
 use crate::server::convert::{self, Route};
@@ -21,7 +21,7 @@ impl Session {
         request_id: u32,
         request: Request,
         cx: &SessionContext<'_>,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         let (receive_queue, bind) = match &request {
             Request::Receive(r) => (Some(r.queue.clone()), r.bind_leases),
@@ -111,7 +111,7 @@ impl Session {
 
     /// Hands the bound leases to the engine to release (those still
     /// current): the connection is closing.
-    pub(super) fn release_bound(&mut self, engine: &mut dyn Engine) {
+    pub(super) fn release_bound(&mut self, engine: &mut dyn EngineAccess) {
         if self.bound.is_empty() {
             return;
         }
@@ -132,7 +132,7 @@ impl Session {
         bind: bool,
         result: OpResult,
         stats: &ShardStats,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         if let OpResult::Received(messages) = result {
             self.answer_receive(request_id, receive_queue, bind, &messages, stats, engine);
@@ -176,7 +176,7 @@ impl Session {
         bind: bool,
         messages: &[ReceivedMessage],
         stats: &ShardStats,
-        engine: &mut dyn Engine,
+        engine: &mut dyn EngineAccess,
     ) {
         let mut undelivered = Vec::new();
         if self.phase == Phase::Closing {

@@ -12,7 +12,8 @@ use sluice_protocol::{
 };
 
 use super::{
-    Answer, Command, Engine, Phase, Question, Session, SessionConfig, SessionContext, Submitted,
+    Answer, Command, EngineAccess, Phase, Question, Session, SessionConfig, SessionContext,
+    Submitted,
 };
 use crate::engine::{EntryError, Op, OpResult};
 use crate::server::clock::{EngineTime, NotManual};
@@ -42,7 +43,7 @@ impl FakeEngine {
     }
 }
 
-impl Engine for FakeEngine {
+impl EngineAccess for FakeEngine {
     fn submit(&mut self, op: Op) -> Submitted {
         let answer = self.script.pop_front().unwrap_or_else(|| {
             Some(match &op {

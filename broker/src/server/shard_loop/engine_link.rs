@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use crate::engine::{Op, OpResult, Shard};
 use crate::io::ConnId;
 use crate::server::clock::{Clock, EngineTime};
-use crate::server::session::{Engine, Submitted};
+use crate::server::session::{EngineAccess, Submitted};
 
 /// The engine as the loop lends it to one session: tickets come from the
 /// shard's counter, and a request answered later is mapped to the session's
@@ -38,7 +38,7 @@ impl EngineLink<'_> {
     }
 }
 
-impl Engine for EngineLink<'_> {
+impl EngineAccess for EngineLink<'_> {
     fn submit(&mut self, op: Op) -> Submitted {
         let ticket = self.ticket();
         let t = self.time();

@@ -73,7 +73,7 @@ use std::time::Duration;
 use super::clock::{self, Clock, EngineTime, nanos};
 use super::conn::ConnSession;
 use super::limits::{DRAIN_RECHECK, OUTBOUND_RETRY, PAUSED_RECHECK, STATS_PUBLISH_INTERVAL};
-use super::session::{Answer, Engine, Phase, Question, SessionConfig, SessionContext};
+use super::session::{Answer, EngineAccess, Phase, Question, SessionConfig, SessionContext};
 use super::shared::{ServerState, ShardStats};
 use super::sqs_session::SqsConfig;
 use super::transport::{Inbound, Transport};
@@ -363,7 +363,7 @@ impl State {
         &mut self,
         io: &mut Connections,
         id: ConnId,
-        f: impl FnOnce(&mut ConnSession, &SessionContext<'_>, &mut dyn Engine),
+        f: impl FnOnce(&mut ConnSession, &SessionContext<'_>, &mut dyn EngineAccess),
     ) -> bool {
         let State {
             index,

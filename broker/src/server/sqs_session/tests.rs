@@ -11,7 +11,9 @@ use sluice_sqs::{Door, DoorConfig};
 use super::{SqsConfig, SqsSession};
 use crate::engine::{Op, OpResult};
 use crate::server::limits::CLOSE_FLUSH_TIMEOUT_NS;
-use crate::server::session::{Command, Engine, Phase, SessionConfig, SessionContext, Submitted};
+use crate::server::session::{
+    Command, EngineAccess, Phase, SessionConfig, SessionContext, Submitted,
+};
 use crate::server::shared::ShardStats;
 
 const MS: u64 = 1_000_000;
@@ -27,7 +29,7 @@ struct FakeEngine {
     next_ticket: u64,
 }
 
-impl Engine for FakeEngine {
+impl EngineAccess for FakeEngine {
     fn submit(&mut self, op: Op) -> Submitted {
         let answer = self
             .script
