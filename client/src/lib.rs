@@ -246,6 +246,7 @@ mod blocking;
 pub mod config;
 pub mod consumer;
 mod error;
+mod fields;
 mod hello;
 pub mod limits;
 mod listing;

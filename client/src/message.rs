@@ -6,7 +6,7 @@ use bytes::Bytes;
 use sluice_protocol::{MessageAttributes, SendEntryRef};
 
 use crate::error::Result;
-use crate::ops::wire_ms;
+use crate::fields::wire_ms;
 
 /// One message to send: a body and, optionally, a delivery delay, a dedup
 /// key and attributes.

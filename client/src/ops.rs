@@ -7,44 +7,16 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::{
-    ChangeVisibilityRequest, DeleteRequest, EncodeError, HelloReply, Millis, PeekedMessage,
+    ChangeVisibilityRequest, DeleteRequest, EncodeError, HelloReply, PeekedMessage,
     QueueAttributesRequest, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply, Request,
     SendBatch, SendEntryRef, SendOutcome, SendRequest, ServerStatsReply, VisibilityChange,
 };
 
 use crate::attributes::{QueueInfo, QueueOptions};
 use crate::error::{Error, Result};
+use crate::fields::{wire_count, wire_ms};
 use crate::limits::RECEIVE_WAIT_MAX;
 use crate::message::SendEntry;
-
-/// Milliseconds of `d` for a protocol field, rounded up (so a tiny
-/// non-zero time never becomes 0, which would release a message).
-///
-/// # Errors
-/// `InvalidArgument` naming `what` when it does not fit below the field's
-/// "queue default" marker (`u32::MAX`).
-pub(crate) fn wire_ms(d: Duration, what: &str) -> Result<u32> {
-    Millis::try_from(d)
-        .ok()
-        .map(Millis::get)
-        .filter(|&ms| ms < u32::MAX)
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{what}: {d:?} does not fit the protocol's millisecond field (at most {} ms)",
-                u32::MAX - 1
-            ))
-        })
-}
-
-/// A count for a protocol field of type `T`.
-///
-/// # Errors
-/// `InvalidArgument` naming `what` when it does not fit.
-pub(crate) fn wire_count<T: TryFrom<usize>>(n: usize, what: &str) -> Result<T> {
-    T::try_from(n).map_err(|_| {
-        Error::InvalidArgument(format!("{what}: {n} does not fit the protocol's field"))
-    })
-}
 
 /// One request as a connection writes it into its write buffer.
 pub(crate) enum Outgoing<'a> {
