@@ -297,7 +297,7 @@ fn attribute_update(f: &AttributeFlags) -> Result<AttributeUpdate, Failure> {
         max_depth: f.max_depth,
         dedup_window: whole(f.dedup_window, "dedup window")?,
         backoff,
-        labels: None,
+        ..AttributeUpdate::default()
     };
     if !f.tag.is_empty() {
         update.tags_mut().set.clone_from(&f.tag);
