@@ -1,0 +1,252 @@
+//! Message groups of one queue: each group's waiting messages in send
+//! order, how many of its messages are in flight, and the turn in which
+//! groups deliver. Plain single-threaded data, like a partition; the shard
+//! holds the logic that calls it. Two orders:
+//!
+//! - [`GroupOrder::Fifo`] (a FIFO queue): a group delivers only while none
+//!   of its messages is in flight, and then its messages in send order, as
+//!   many consecutive ones as the receive takes. A message that comes back
+//!   (its lease released or expired) goes back among the group's waiting
+//!   messages in send order, ahead of every message never delivered, so
+//!   order holds across redelivery, whatever order the returns come in.
+//! - [`GroupOrder::Fair`] (a standard queue whose messages carry group
+//!   ids): no order and no lock; groups take turns, one message each per
+//!   turn, so a group with a large backlog delays the others by at most
+//!   one message per group and turn.
+//!
+//! A group exists while it holds a waiting or in-flight message. Waiting
+//! messages are removed lazily: a message dropped while waiting (retention,
+//! purge) stays in its group until a [`Groups::take`] meets it and the
+//! caller's `live` check says it is gone, as in the partition's FIFOs.
+//!
+//! `K` is what names a message for the caller (the shard's slot key); `seq`
+//! is its place in the queue's send order, increasing per queue.
+
+use std::collections::{HashMap, VecDeque};
+
+/// How the groups of a queue deliver (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GroupOrder {
+    /// In send order within a group, one delivery in flight per group.
+    Fifo,
+    /// In turns across groups, without order or lock.
+    Fair,
+}
+
+/// A group's index among the queue's groups, stable while the group exists
+/// (a message's record keeps it, to report its return or its end).
+pub(crate) type GroupIndex = u32;
+
+#[derive(Debug)]
+struct Group<K> {
+    name: Box<str>,
+    /// Waiting messages by `seq`, lowest first.
+    waiting: VecDeque<(u64, K)>,
+    in_flight: u32,
+    /// Whether the group is in `turn`.
+    in_turn: bool,
+}
+
+/// The groups of one queue (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Groups<K> {
+    order: GroupOrder,
+    index: HashMap<Box<str>, GroupIndex>,
+    groups: Vec<Option<Group<K>>>,
+    free: Vec<GroupIndex>,
+    /// Groups that can deliver now, in turn order; each at most once.
+    turn: VecDeque<GroupIndex>,
+    /// Groups with a message in flight.
+    groups_in_flight: usize,
+}
+
+impl<K: Copy> Groups<K> {
+    /// No groups yet.
+    pub fn new(order: GroupOrder) -> Groups<K> {
+        Groups {
+            order,
+            index: HashMap::new(),
+            groups: Vec::new(),
+            free: Vec::new(),
+            turn: VecDeque::new(),
+            groups_in_flight: 0,
+        }
+    }
+
+    /// Groups that hold a waiting or in-flight message.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether no group holds a message.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Groups with a message in flight (a FIFO queue's locked groups).
+    pub fn groups_in_flight(&self) -> usize {
+        self.groups_in_flight
+    }
+
+    /// The index of group `name`, if it exists.
+    pub fn find(&self, name: &str) -> Option<GroupIndex> {
+        self.index.get(name).copied()
+    }
+
+    /// The name of group `g`.
+    pub fn name(&self, g: GroupIndex) -> Option<&str> {
+        self.group(g).map(|group| &*group.name)
+    }
+
+    fn group(&self, g: GroupIndex) -> Option<&Group<K>> {
+        self.groups.get(g as usize).and_then(Option::as_ref)
+    }
+
+    fn group_mut(&mut self, g: GroupIndex) -> Option<&mut Group<K>> {
+        self.groups.get_mut(g as usize).and_then(Option::as_mut)
+    }
+
+    /// A message sent to group `name`, after every message sent before it:
+    /// its group, created if new.
+    pub fn push(&mut self, name: &str, seq: u64, key: K) -> GroupIndex {
+        let g = match self.index.get(name) {
+            Some(&g) => g,
+            None => self.create(name),
+        };
+        if let Some(group) = self.group_mut(g) {
+            debug_assert!(group.waiting.back().is_none_or(|&(s, _)| s < seq));
+            group.waiting.push_back((seq, key));
+        }
+        self.offer(g);
+        g
+    }
+
+    fn create(&mut self, name: &str) -> GroupIndex {
+        let group = Group {
+            name: name.into(),
+            waiting: VecDeque::new(),
+            in_flight: 0,
+            in_turn: false,
+        };
+        let g = match self.free.pop() {
+            Some(g) => {
+                self.groups[g as usize] = Some(group);
+                g
+            }
+            None => {
+                // A queue holds fewer messages than u32::MAX, so fewer groups.
+                let g = u32::try_from(self.groups.len()).unwrap_or(u32::MAX);
+                self.groups.push(Some(group));
+                g
+            }
+        };
+        self.index.insert(name.into(), g);
+        g
+    }
+
+    /// Puts group `g` in the turn if it can deliver and is not there yet.
+    fn offer(&mut self, g: GroupIndex) {
+        let order = self.order;
+        let Some(group) = self.group_mut(g) else {
+            return;
+        };
+        let can = !group.waiting.is_empty() && (order == GroupOrder::Fair || group.in_flight == 0);
+        if can && !group.in_turn {
+            group.in_turn = true;
+            self.turn.push_back(g);
+        }
+    }
+
+    /// Takes up to `max` messages to deliver into `out` (group, seq, key),
+    /// which then count as in flight. `live` says whether a waiting
+    /// message still exists; those that do not are forgotten on the way.
+    pub fn take(
+        &mut self,
+        max: usize,
+        mut live: impl FnMut(K) -> bool,
+        out: &mut Vec<(GroupIndex, u64, K)>,
+    ) {
+        let mut taken = 0;
+        while taken < max {
+            let Some(g) = self.turn.pop_front() else {
+                return;
+            };
+            let order = self.order;
+            let Some(group) = self.group_mut(g) else {
+                continue;
+            };
+            group.in_turn = false;
+            let was_idle = group.in_flight == 0;
+            let mut took = 0;
+            // FIFO: consecutive messages of the group; fair: one.
+            let want = match order {
+                GroupOrder::Fifo => max - taken,
+                GroupOrder::Fair => 1,
+            };
+            while took < want {
+                let Some((seq, key)) = group.waiting.pop_front() else {
+                    break;
+                };
+                if live(key) {
+                    out.push((g, seq, key));
+                    took += 1;
+                }
+            }
+            group.in_flight += u32::try_from(took).unwrap_or(u32::MAX);
+            if was_idle && took > 0 {
+                self.groups_in_flight += 1;
+            }
+            taken += took;
+            self.offer(g);
+            self.forget_if_empty(g);
+        }
+    }
+
+    /// A message of group `g` taken by [`Groups::take`] is waiting again
+    /// (its lease was released or expired): it goes back in send order.
+    pub fn returned(&mut self, g: GroupIndex, seq: u64, key: K) {
+        let Some(group) = self.group_mut(g) else {
+            return;
+        };
+        let at = group.waiting.partition_point(|&(s, _)| s < seq);
+        group.waiting.insert(at, (seq, key));
+        self.leave_flight(g);
+        self.offer(g);
+    }
+
+    /// A message of group `g` taken by [`Groups::take`] is gone for good
+    /// (deleted, dead-lettered, dropped in flight).
+    pub fn settled(&mut self, g: GroupIndex) {
+        self.leave_flight(g);
+        self.offer(g);
+        self.forget_if_empty(g);
+    }
+
+    fn leave_flight(&mut self, g: GroupIndex) {
+        let Some(group) = self.group_mut(g) else {
+            return;
+        };
+        debug_assert!(group.in_flight > 0, "a group's message left flight twice");
+        group.in_flight = group.in_flight.saturating_sub(1);
+        if group.in_flight == 0 {
+            self.groups_in_flight = self.groups_in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Frees group `g` once it holds nothing.
+    fn forget_if_empty(&mut self, g: GroupIndex) {
+        let empty = self
+            .group(g)
+            .is_some_and(|group| group.waiting.is_empty() && group.in_flight == 0);
+        if !empty {
+            return;
+        }
+        if let Some(group) = self.groups[g as usize].take() {
+            self.index.remove(&group.name);
+            self.free.push(g);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
