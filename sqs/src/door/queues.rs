@@ -317,11 +317,11 @@ fn attributes(info: &QueueInfo, ns: &Namespace, name: &str, wanted: &[&str]) -> 
             "ApproximateNumberOfMessagesDelayed" => s.delayed.to_string(),
             "QueueArn" => ns.arn(name),
             "CreatedTimestamp" => match info.times.filter(|t| t.created_ms > 0) {
-                Some(t) => (t.created_ms / 1000).to_string(),
+                Some(t) => seconds::of_unix_ms(t.created_ms).to_string(),
                 None => continue,
             },
             "LastModifiedTimestamp" => match info.times.filter(|t| t.modified_ms > 0) {
-                Some(t) => (t.modified_ms / 1000).to_string(),
+                Some(t) => seconds::of_unix_ms(t.modified_ms).to_string(),
                 None => continue,
             },
             "RedrivePolicy" => match &a.redrive {

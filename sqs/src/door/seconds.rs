@@ -20,6 +20,12 @@ pub(crate) fn of(m: Millis) -> u32 {
     m.get() / 1000
 }
 
+/// Whole seconds of a Unix time in ms, as SQS reports a queue's
+/// timestamps.
+pub(crate) fn of_unix_ms(ms: u64) -> u64 {
+    ms / 1000
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,5 +41,6 @@ mod tests {
         );
         assert_eq!(of(Millis::new(1_999)), 1);
         assert_eq!(of(millis(43_200)), 43_200);
+        assert_eq!(of_unix_ms(1_700_000_000_999), 1_700_000_000);
     }
 }
