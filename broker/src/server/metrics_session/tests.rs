@@ -5,19 +5,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
-use sluice_protocol::{HelloReply, ServerLimits};
 use sluice_sqs::http::HttpLimits;
 
 use super::{EXPOSITION_CONTENT_TYPE, Exposition, MetricsConfig, MetricsSession};
 use crate::engine::{Op, OpResult};
+use crate::server::session::testing::{MS, T0, config as session_config};
 use crate::server::session::{
     Command, EngineAccess, Phase, SessionConfig, SessionContext, Submitted,
 };
 use crate::server::shared::ShardStats;
-
-const MS: u64 = 1_000_000;
-const T0: u64 = 1_000 * MS;
 
 /// Shards publish when `published` is set; `render` says how many scrapes
 /// began.
@@ -70,30 +66,6 @@ struct Harness {
     now_ns: u64,
     commands: Vec<Command>,
     sent: String,
-}
-
-fn session_config() -> SessionConfig {
-    SessionConfig {
-        frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
-        hello_frame_bytes_max: 4096,
-        hello_timeout_ns: 10_000 * MS,
-        frame_timeout_ns: 30_000 * MS,
-        in_flight_max: 4,
-        unsent_max: 64 * 1024,
-        auth_token: None,
-        hello: HelloReply {
-            version: 1,
-            server_version: "sluice test".into(),
-            shard: 0,
-            shards: 1,
-            limits: ServerLimits {
-                frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
-                batch_entries_max: 1024,
-                requests_in_flight_max: 4,
-                receive_wait_ms_max: 20_000,
-            },
-        },
-    }
 }
 
 fn config(source: Arc<FakeExposition>) -> MetricsConfig {

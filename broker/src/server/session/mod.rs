@@ -679,4 +679,6 @@ pub fn shutting_down() -> Reply {
 }
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

@@ -1,79 +1,20 @@
 //! The session driven by hand: bytes in, commands and replies out, an
 //! engine that answers as each test says. No socket anywhere.
 
-use std::collections::VecDeque;
-
 use bytes::{Bytes, BytesMut};
-use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
 use sluice_protocol::{
-    ChangeVisibilityRequest, DeleteRequest, ErrorCode, FrameDecoder, HelloReply, HelloRequest,
+    ChangeVisibilityRequest, DeleteRequest, ErrorCode, FrameDecoder, HelloRequest,
     MessageAttributes, MessageId, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply,
-    Request, SendEntry, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange,
+    Request, SendEntry, SendRequest, ServerStatsReply, VisibilityChange,
 };
 
-use super::{
-    Answer, Command, EngineAccess, Phase, Question, Session, SessionConfig, SessionContext,
-    Submitted,
-};
+use super::testing::{FakeEngine, MS, T0, config};
+use super::{Answer, Command, Phase, Question, Session, SessionConfig, SessionContext};
 use crate::engine::{EntryError, Op, OpResult};
 use crate::server::clock::{EngineTime, NotManual};
 use crate::server::config::AuthToken;
 use crate::server::limits::CLOSE_FLUSH_TIMEOUT_NS;
 use crate::server::shared::ShardStats;
-
-const MS: u64 = 1_000_000;
-const T0: u64 = 1_000 * MS;
-
-/// An engine that answers what it is told to: each submit takes the
-/// next scripted answer (`None`: later, under a new ticket), or answers
-/// at once with a fitting empty result when nothing is scripted.
-#[derive(Default)]
-struct FakeEngine {
-    script: VecDeque<Option<OpResult>>,
-    submitted: Vec<Op>,
-    unanswered: Vec<Op>,
-    cancelled: Vec<u64>,
-    recycled: Vec<OpResult>,
-    next_ticket: u64,
-}
-
-impl FakeEngine {
-    fn later(&mut self) {
-        self.script.push_back(None);
-    }
-}
-
-impl EngineAccess for FakeEngine {
-    fn submit(&mut self, op: Op) -> Submitted {
-        let answer = self.script.pop_front().unwrap_or_else(|| {
-            Some(match &op {
-                Op::Delete(r) => OpResult::Deleted(vec![Ok(()); r.receipts.len()]),
-                Op::Receive(_) => OpResult::Received(Vec::new()),
-                _ => OpResult::QueueUpdated,
-            })
-        });
-        self.submitted.push(op);
-        match answer {
-            Some(result) => Submitted::Done(result),
-            None => {
-                self.next_ticket += 1;
-                Submitted::Later(self.next_ticket)
-            }
-        }
-    }
-
-    fn submit_unanswered(&mut self, op: Op) {
-        self.unanswered.push(op);
-    }
-
-    fn cancel(&mut self, ticket: u64) {
-        self.cancelled.push(ticket);
-    }
-
-    fn recycle(&mut self, result: OpResult) {
-        self.recycled.push(result);
-    }
-}
 
 /// A session with its shard around it: the config, counters and the
 /// io layer's unsent bytes as a test sets them.
@@ -98,30 +39,6 @@ struct Harness {
     /// Whether questions are answered at once (as the shard loop does) or
     /// left for the test to answer.
     answers: bool,
-}
-
-fn config() -> SessionConfig {
-    SessionConfig {
-        frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
-        hello_frame_bytes_max: 4096,
-        hello_timeout_ns: 10_000 * MS,
-        frame_timeout_ns: 30_000 * MS,
-        in_flight_max: 4,
-        unsent_max: 64 * 1024,
-        auth_token: None,
-        hello: HelloReply {
-            version: 1,
-            server_version: "sluice test".into(),
-            shard: 1,
-            shards: 2,
-            limits: ServerLimits {
-                frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
-                batch_entries_max: 1024,
-                requests_in_flight_max: 4,
-                receive_wait_ms_max: 20_000,
-            },
-        },
-    }
 }
 
 fn q() -> QueueName {

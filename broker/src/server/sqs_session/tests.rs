@@ -1,58 +1,16 @@
 //! The SQS session driven by hand: HTTP bytes in, commands and responses
 //! out, an engine that answers as each test says. No socket anywhere.
 
-use std::collections::VecDeque;
-
-use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
-use sluice_protocol::{HelloReply, QueueName, ServerLimits};
+use sluice_protocol::QueueName;
 use sluice_sqs::http::HttpLimits;
 use sluice_sqs::{Door, DoorConfig};
 
 use super::{SqsConfig, SqsSession};
 use crate::engine::{Op, OpResult};
 use crate::server::limits::CLOSE_FLUSH_TIMEOUT_NS;
-use crate::server::session::{
-    Command, EngineAccess, Phase, SessionConfig, SessionContext, Submitted,
-};
+use crate::server::session::testing::{FakeEngine, MS, T0, config};
+use crate::server::session::{Command, Phase, SessionConfig, SessionContext};
 use crate::server::shared::ShardStats;
-
-const MS: u64 = 1_000_000;
-const T0: u64 = 1_000 * MS;
-
-/// Each submit takes the next scripted answer (`None`: later, under a new
-/// ticket), or answers at once with an empty queue list.
-#[derive(Default)]
-struct FakeEngine {
-    script: VecDeque<Option<OpResult>>,
-    submitted: Vec<Op>,
-    cancelled: Vec<u64>,
-    next_ticket: u64,
-}
-
-impl EngineAccess for FakeEngine {
-    fn submit(&mut self, op: Op) -> Submitted {
-        let answer = self
-            .script
-            .pop_front()
-            .unwrap_or_else(|| Some(OpResult::Queues(Vec::new())));
-        self.submitted.push(op);
-        match answer {
-            Some(result) => Submitted::Done(result),
-            None => {
-                self.next_ticket += 1;
-                Submitted::Later(self.next_ticket)
-            }
-        }
-    }
-
-    fn submit_unanswered(&mut self, _op: Op) {}
-
-    fn cancel(&mut self, ticket: u64) {
-        self.cancelled.push(ticket);
-    }
-
-    fn recycle(&mut self, _result: OpResult) {}
-}
 
 struct Harness {
     config: SessionConfig,
@@ -64,30 +22,6 @@ struct Harness {
     commands: Vec<Command>,
     /// Everything sent, as text.
     sent: String,
-}
-
-fn session_config() -> SessionConfig {
-    SessionConfig {
-        frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
-        hello_frame_bytes_max: 4096,
-        hello_timeout_ns: 10_000 * MS,
-        frame_timeout_ns: 30_000 * MS,
-        in_flight_max: 4,
-        unsent_max: 64 * 1024,
-        auth_token: None,
-        hello: HelloReply {
-            version: 1,
-            server_version: "sluice test".into(),
-            shard: 0,
-            shards: 1,
-            limits: ServerLimits {
-                frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
-                batch_entries_max: 1024,
-                requests_in_flight_max: 4,
-                receive_wait_ms_max: 20_000,
-            },
-        },
-    }
 }
 
 fn sqs_config() -> SqsConfig {
@@ -114,7 +48,7 @@ fn request(action: &str, body: &str, extra: &str) -> Vec<u8> {
 impl Harness {
     fn new() -> Harness {
         Harness {
-            config: session_config(),
+            config: config(),
             stats: ShardStats::new(),
             engine: FakeEngine::default(),
             session: SqsSession::new("127.0.0.1:5000".parse().unwrap(), sqs_config(), T0),
