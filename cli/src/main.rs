@@ -390,9 +390,14 @@ fn send(client: &Client, a: &args::SendArgs, json: bool) -> Result<Outcome, Fail
     };
     let attributes = MessageAttributes::from_pairs(a.attrs.iter().map(|(k, v)| (k, v)))
         .map_err(|e| Failure::Client(e.into()))?;
+    let delay = a
+        .delay
+        .map(|d| duration_ms(d, "delay").map(Millis::new))
+        .transpose()
+        .map_err(Failure::Usage)?;
     let entry = SendEntry {
         body,
-        delay: a.delay,
+        delay,
         dedup_key: a
             .dedup_key
             .as_ref()

@@ -6,8 +6,10 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use sluice_protocol::limits::DELAY_MS_MAX;
+use sluice_protocol::message::USE_QUEUE_DEFAULT;
 use sluice_protocol::{
-    ChangeVisibilityRequest, DeleteRequest, EncodeError, HelloReply, PeekedMessage,
+    ChangeVisibilityRequest, DeleteRequest, EncodeError, HelloReply, Millis, PeekedMessage,
     QueueAttributesRequest, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply, Request,
     SendBatch, SendEntryRef, SendOutcome, SendRequest, ServerStatsReply, VisibilityChange,
 };
@@ -409,8 +411,21 @@ pub(crate) trait WireEntry {
 }
 
 impl WireEntry for SendEntry {
+    /// The entry's view, once its delay is known to be one the broker
+    /// takes: a longer one (say a `Duration` the builder had to cut to the
+    /// field) is refused here, naming the delay, rather than sent to be
+    /// refused without a name.
     fn wire(&self) -> Result<SendEntryRef<'_>> {
-        SendEntry::wire(self)
+        if let Some(d) = self
+            .delay
+            .filter(|d| d.get() > DELAY_MS_MAX && d.get() != USE_QUEUE_DEFAULT)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "delay: {d} is above the longest delivery delay, {}",
+                Millis::new(DELAY_MS_MAX)
+            )));
+        }
+        Ok(self.as_view())
     }
 }
 

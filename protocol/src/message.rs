@@ -13,8 +13,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::batch::{Batch, BatchEntry, BatchIter, share_slice};
-use crate::codec::{DecodeError, EncodeError, Reader, SliceReader, len_u8, len_u32};
-use crate::limits::{DEDUP_KEY_BYTES_MAX, RECEIVE_ENTRY_OVERHEAD_BYTES, SEND_ENTRY_OVERHEAD_BYTES};
+use crate::codec::{DecodeError, EncodeError, Reader, SliceReader, len_u32};
+use crate::limits::{RECEIVE_ENTRY_OVERHEAD_BYTES, SEND_ENTRY_OVERHEAD_BYTES};
 use crate::receipt::{MessageId, RECEIPT_BYTES, Receipt};
 
 pub use crate::message_attributes::{AttributeIter, AttributesRef, MessageAttributes};
@@ -61,220 +61,9 @@ const fn head_bytes(fields: &[(&str, usize)]) -> usize {
 const _: () = assert!(head_bytes(&SEND_ENTRY_HEAD) == SEND_ENTRY_OVERHEAD_BYTES);
 const _: () = assert!(head_bytes(&RECEIVED_MESSAGE_HEAD) == RECEIVE_ENTRY_OVERHEAD_BYTES);
 
-/// One message of a SEND, owned: what a client builds a batch from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SendEntry {
-    /// The body.
-    pub body: Bytes,
-    /// Delivery delay; `None` uses the queue's. `Some(0xFFFF_FFFF)` goes on
-    /// the wire as "queue default" too.
-    pub delay_ms: Option<u32>,
-    /// Dedup key (1 to 128 bytes); `None` for no deduplication. An empty key
-    /// goes on the wire as "none".
-    pub dedup_key: Option<Bytes>,
-    /// Attributes.
-    pub attributes: MessageAttributes,
-}
+mod send;
 
-impl SendEntry {
-    /// An entry with just a body.
-    #[must_use]
-    pub fn new(body: impl Into<Bytes>) -> SendEntry {
-        SendEntry {
-            body: body.into(),
-            ..SendEntry::default()
-        }
-    }
-
-    /// A borrowed view.
-    #[must_use]
-    pub fn as_view(&self) -> SendEntryRef<'_> {
-        SendEntryRef {
-            body: &self.body,
-            delay_ms: self.delay_ms,
-            dedup_key: self.dedup_key.as_deref().filter(|k| !k.is_empty()),
-            attributes: self.attributes.as_view(),
-        }
-    }
-
-    /// Bytes on the wire.
-    #[must_use]
-    pub fn encoded_len(&self) -> usize {
-        self.as_view().encoded_len()
-    }
-}
-
-/// One message of a SEND, borrowed from the frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SendEntryRef<'a> {
-    /// The body.
-    pub body: &'a [u8],
-    /// Delivery delay; `None` uses the queue's.
-    pub delay_ms: Option<u32>,
-    /// Dedup key (1 to 128 bytes), if any.
-    pub dedup_key: Option<&'a [u8]>,
-    /// Attributes.
-    pub attributes: AttributesRef<'a>,
-}
-
-impl<'a> SendEntryRef<'a> {
-    /// An entry from its wire fields: `delay_ms` [`USE_QUEUE_DEFAULT`] and an
-    /// empty dedup key mean none.
-    #[inline]
-    fn from_parts(
-        body: &'a [u8],
-        delay_ms: u32,
-        dedup_key: &'a [u8],
-        attributes: AttributesRef<'a>,
-    ) -> SendEntryRef<'a> {
-        SendEntryRef {
-            body,
-            delay_ms: (delay_ms != USE_QUEUE_DEFAULT).then_some(delay_ms),
-            dedup_key: (!dedup_key.is_empty()).then_some(dedup_key),
-            attributes,
-        }
-    }
-}
-
-impl SendEntryRef<'_> {
-    /// Bytes on the wire: [`SEND_ENTRY_OVERHEAD_BYTES`] plus dedup key,
-    /// attributes and body.
-    #[must_use]
-    pub fn encoded_len(&self) -> usize {
-        SEND_ENTRY_OVERHEAD_BYTES
-            + self.dedup_key.map_or(0, <[u8]>::len)
-            + self.attributes.wire_bytes().len()
-            + self.body.len()
-    }
-
-    pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
-        let dedup = self.dedup_key.unwrap_or_default();
-        // Every batch, decoded or built, is one the parser accepts.
-        if dedup.len() > DEDUP_KEY_BYTES_MAX {
-            return Err(EncodeError::TooLong {
-                field: "dedup key",
-                len: dedup.len(),
-                max: DEDUP_KEY_BYTES_MAX,
-            });
-        }
-        let mut head = [0u8; SEND_ENTRY_OVERHEAD_BYTES];
-        head[0..4].copy_from_slice(&len_u32(self.body.len(), "body")?.to_le_bytes());
-        head[4..8].copy_from_slice(&self.delay_ms.unwrap_or(USE_QUEUE_DEFAULT).to_le_bytes());
-        head[8] = len_u8(dedup.len(), "dedup key")?;
-        head[9] = self.attributes.count();
-        buf.put_slice(&head);
-        buf.put_slice(dedup);
-        buf.put_slice(self.attributes.wire_bytes());
-        buf.put_slice(self.body);
-        Ok(())
-    }
-}
-
-/// The SEND entry layout: its one parser, used to check a batch when it is
-/// decoded and to read its entries after. See PROTOCOL.md for the bytes.
-impl BatchEntry for SendEntry {
-    type Ref<'a> = SendEntryRef<'a>;
-    const COUNT_FIELD: &'static str = "entry count";
-
-    fn parse<'a>(r: &mut SliceReader<'a>) -> Result<SendEntryRef<'a>, DecodeError> {
-        let at = r.offset();
-        // SEND_ENTRY_HEAD's fields: body_len at +0, delay_ms at +4,
-        // dedup_len at +8, attr_count at +9 (the offsets errors name).
-        let [b0, b1, b2, b3, d0, d1, d2, d3, dedup_len, attr_count] =
-            r.head::<SEND_ENTRY_OVERHEAD_BYTES>(&SEND_ENTRY_HEAD)?;
-        if usize::from(dedup_len) > DEDUP_KEY_BYTES_MAX {
-            return Err(DecodeError::TooLong {
-                offset: at + 8,
-                field: "dedup key",
-                len: dedup_len.into(),
-                max: DEDUP_KEY_BYTES_MAX,
-            });
-        }
-        let dedup_key = r.take(dedup_len.into(), "dedup key")?;
-        let attributes = if attr_count == 0 {
-            AttributesRef::default()
-        } else {
-            parse_attributes(r, attr_count, at + 9)?
-        };
-        let body = r.take(wire_len(u32::from_le_bytes([b0, b1, b2, b3])), "body")?;
-        Ok(SendEntryRef::from_parts(
-            body,
-            u32::from_le_bytes([d0, d1, d2, d3]),
-            dedup_key,
-            attributes,
-        ))
-    }
-
-    #[inline]
-    fn read<'a>(r: &mut SliceReader<'a>) -> Option<SendEntryRef<'a>> {
-        // The same layout as `parse`, on bytes `parse` accepted: no limit is
-        // checked again and no error is built, only the bounds.
-        let [b0, b1, b2, b3, d0, d1, d2, d3, dedup_len, attr_count] =
-            r.next_array::<SEND_ENTRY_OVERHEAD_BYTES>()?;
-        let dedup_key = r.next_slice(dedup_len.into())?;
-        let attributes = if attr_count == 0 {
-            AttributesRef::default()
-        } else {
-            read_attributes(r, attr_count)?
-        };
-        let body = r.next_slice(wire_len(u32::from_le_bytes([b0, b1, b2, b3])))?;
-        Some(SendEntryRef::from_parts(
-            body,
-            u32::from_le_bytes([d0, d1, d2, d3]),
-            dedup_key,
-            attributes,
-        ))
-    }
-
-    fn encoded_len(entry: &SendEntryRef<'_>) -> usize {
-        entry.encoded_len()
-    }
-
-    fn encode(entry: &SendEntryRef<'_>, buf: &mut BytesMut) -> Result<(), EncodeError> {
-        entry.encode(buf)
-    }
-
-    fn share(buf: &Bytes, entry: SendEntryRef<'_>) -> SendEntry {
-        SendEntry {
-            body: share_slice(buf, entry.body),
-            delay_ms: entry.delay_ms,
-            dedup_key: entry.dedup_key.map(|k| share_slice(buf, k)),
-            attributes: MessageAttributes {
-                count: entry.attributes.count(),
-                raw: share_slice(buf, entry.attributes.wire_bytes()),
-            },
-        }
-    }
-}
-
-/// The entries of a SEND, in wire form: one slice of the frame, checked
-/// when decoded. Iterate with [`Batch::iter`]; build with
-/// [`SendBatch::from_entries`].
-pub type SendBatch = Batch<SendEntry>;
-
-/// Iterator over a [`SendBatch`].
-pub type SendBatchIter<'a> = BatchIter<'a, SendEntry>;
-
-impl Batch<SendEntry> {
-    /// A batch holding `entries`, in order (their bytes are copied once).
-    ///
-    /// # Errors
-    /// `TooLong` for more than 65,535 entries, a body above 4 GiB or a dedup
-    /// key above 128 bytes (so every batch is one a receiver's parser
-    /// accepts; the protocol's 1,024 entries are the receiver's to enforce).
-    pub fn from_entries<'a>(
-        entries: impl IntoIterator<Item = &'a SendEntry>,
-    ) -> Result<SendBatch, EncodeError> {
-        Batch::from_views(entries.into_iter().map(SendEntry::as_view))
-    }
-
-    /// The entries as owned values whose bodies, keys and attributes share
-    /// this batch's buffer (no copy).
-    #[must_use]
-    pub fn to_entries(&self) -> Vec<SendEntry> {
-        self.to_owned_entries()
-    }
-}
+pub use self::send::{SendBatch, SendBatchIter, SendEntry, SendEntryRef};
 
 /// The result of one accepted SEND entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -669,6 +458,7 @@ mod tests {
     use super::*;
     use crate::error::ErrorCode;
     use crate::limits::MESSAGE_ATTRIBUTES_BYTES_MAX;
+    use crate::millis::Millis;
 
     /// The same of a received message.
     #[test]
@@ -709,12 +499,30 @@ mod tests {
     /// gives on whole entries, and `None` (never a panic, never an entry) on
     /// every cut of one.
     #[test]
+    fn a_delay_goes_as_whole_milliseconds_and_an_empty_key_as_none() {
+        let entry = SendEntry::new("x")
+            .delay(std::time::Duration::from_micros(2500))
+            .dedup_key("");
+        let wire = entry.as_view();
+        assert_eq!(wire.delay_ms, Some(3), "rounded up");
+        assert_eq!(wire.dedup_key, None, "an empty key is no key");
+        assert_eq!(entry.encoded_len(), wire.encoded_len());
+        assert_eq!(SendEntry::new("x").as_view().delay_ms, None);
+        // Too long for the field: the longest it carries (not the "queue
+        // default" marker), which the broker refuses as out of range.
+        let long = SendEntry::new("x").delay(std::time::Duration::from_secs(u64::MAX));
+        assert_eq!(long.as_view().delay_ms, Some(u32::MAX - 1));
+        let marker = SendEntry::new("x").delay(Millis::new(u32::MAX));
+        assert_eq!(marker.as_view().delay_ms, Some(u32::MAX - 1));
+    }
+
+    #[test]
     fn a_send_entry_reads_as_it_parses_and_a_cut_one_not_at_all() {
         let entries = [
             SendEntry::new("plain"),
             SendEntry {
                 body: Bytes::from_static(b"with everything"),
-                delay_ms: Some(250),
+                delay: Some(Millis::new(250)),
                 dedup_key: Some(Bytes::from_static(b"key-1")),
                 attributes: MessageAttributes::from_pairs([("k", "v"), ("trace", "")]).unwrap(),
             },
@@ -882,7 +690,7 @@ mod tests {
             SendEntry::new(Bytes::from_static(b"a")),
             SendEntry {
                 body: Bytes::from_static(b"bb"),
-                delay_ms: Some(5),
+                delay: Some(Millis::new(5)),
                 dedup_key: Some(Bytes::from_static(b"k")),
                 attributes: MessageAttributes::from_pairs([("x", "y")]).unwrap(),
             },

@@ -701,7 +701,7 @@ mod tests {
         let mut entries: Vec<SendEntry> = (0..40u8)
             .map(|i| SendEntry::new(vec![i; usize::from(i) * 5]))
             .collect();
-        entries[3].delay_ms = Some(1_500);
+        entries[3].delay = Some(crate::millis::Millis::new(1_500));
         entries[7].dedup_key = Some(Bytes::from_static(b"order-7"));
         entries[9].attributes =
             crate::message::MessageAttributes::from_pairs([("trace", "abc")]).unwrap();

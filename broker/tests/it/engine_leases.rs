@@ -153,7 +153,7 @@ fn retention_drops_in_every_state() {
         send(&mut c, 0, "q", "visible");
         send(&mut c, shards as usize - 1, "q", "in flight");
         let mut d = entry("delayed");
-        d.delay_ms = Some(15 * 60 * 1000);
+        d.delay = Some(Millis::new(15 * 60 * 1000));
         send_entries(&mut c, 0, "q", vec![d]);
         let got = receive(&mut c, 0, "q", 1);
         assert_eq!(got.len(), 1);

@@ -511,7 +511,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 .iter()
                 .map(|&(len, delay, key, with_attrs)| SendEntry {
                     body: Bytes::from(vec![b'a' + (len % 26) as u8; len]),
-                    delay_ms: delay,
+                    delay: delay.map(Millis::new),
                     attributes: if with_attrs {
                         MessageAttributes::from_pairs([("k", "v")]).unwrap()
                     } else {
@@ -565,7 +565,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 if let Some(k) = key {
                     m.dedup[queue].insert(k, (ok.id, now + WINDOW_MS * NS));
                 }
-                let delay = u64::from(e.delay_ms.unwrap_or(0));
+                let delay = u64::from(e.delay.map(Millis::get).unwrap_or(0));
                 let st = if delay > 0 {
                     St::Delayed(now + delay * NS)
                 } else {

@@ -439,7 +439,7 @@ fn purge_removes_every_state_and_receipts_then_give_gone() {
         send(&mut c, 0, "q", "visible");
         send(&mut c, shards as usize - 1, "q", "in flight");
         let mut delayed = entry("delayed");
-        delayed.delay_ms = Some(60_000);
+        delayed.delay = Some(Millis::new(60_000));
         send_entries(&mut c, 0, "q", vec![delayed]);
         let got = receive(&mut c, 0, "q", 1);
         assert_eq!(got.len(), 1);

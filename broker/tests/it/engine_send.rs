@@ -64,7 +64,7 @@ fn per_entry_argument_errors() {
     let mut c = cluster(1);
     create(&mut c, "q", AttributeUpdate::default());
     let mut long_delay = entry("a");
-    long_delay.delay_ms = Some(15 * 60 * 1000 + 1);
+    long_delay.delay = Some(Millis::new(15 * 60 * 1000 + 1));
     // A key above 128 bytes cannot even be put in a batch: the engine never
     // sees one.
     let mut long_key = entry("b");
@@ -103,7 +103,7 @@ fn queue_full_counts_every_state_across_shards() {
     );
     send(&mut c, 0, "q", "a");
     let mut d = entry("delayed");
-    d.delay_ms = Some(1000);
+    d.delay = Some(Millis::new(1000));
     assert!(send_entries(&mut c, 1, "q", vec![d])[0].is_ok());
     send(&mut c, 1, "q", "b");
     let got = receive(&mut c, 1, "q", 1);
@@ -157,9 +157,9 @@ fn delay_per_message_and_queue_default() {
             },
         );
         let mut now = entry("now");
-        now.delay_ms = Some(0);
+        now.delay = Some(Millis::new(0));
         let mut later = entry("later");
-        later.delay_ms = Some(3000);
+        later.delay = Some(Millis::new(3000));
         send_entries(&mut c, 0, "q", vec![entry("default"), now, later]);
         let s = stats(&mut c, "q");
         assert_eq!((s.visible, s.delayed), (1, 2));

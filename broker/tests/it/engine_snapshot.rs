@@ -64,7 +64,7 @@ fn populated(shards: u16) -> (Cluster, Vec<sluice_protocol::ReceivedMessage>) {
             e.dedup_key = Some(bytes::Bytes::from(format!("key-{i}")));
         }
         if i % 5 == 0 {
-            e.delay_ms = Some(30_000);
+            e.delay = Some(Millis::new(30_000));
         }
         let r = send_entries(&mut c, i % usize::from(shards), "work", vec![e]);
         assert!(r[0].is_ok());

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_broker::server::config::IoChoice;
+use sluice_protocol::Millis;
 use sluice_protocol::{
     ChangeVisibilityRequest, ErrorCode, HelloRequest, MessageId, Reply, Request, SendEntry,
     VisibilityChange,
@@ -308,7 +309,7 @@ fn a_manual_clock_ends_leases_delays_and_long_polls_when_moved(io: IoChoice) {
 
     // A delay ends when the clock passes it.
     let delayed = SendEntry {
-        delay_ms: Some(5_000),
+        delay: Some(Millis::new(5_000)),
         ..SendEntry::new(Bytes::from_static(b"later"))
     };
     a.send_entries("jobs", &[delayed]);

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sluice_broker::server::config::IoChoice;
+use sluice_protocol::Millis;
 use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, ErrorCode, QueueStats, RedrivePolicy, Reply, Request, SendEntry,
@@ -150,10 +151,10 @@ fn delay_hides_a_message_until_it_is_due(io: IoChoice) {
     c.create("later", attrs());
     // A minute away: hidden for the whole test.
     let mut far = SendEntry::new(Bytes::from_static(b"far"));
-    far.delay_ms = Some(60_000);
+    far.delay = Some(Millis::new(60_000));
     // Soon: hidden, then received.
     let mut soon = SendEntry::new(Bytes::from_static(b"soon"));
-    soon.delay_ms = Some(200);
+    soon.delay = Some(Millis::new(200));
     assert!(
         c.send_entries("later", &[far, soon])
             .iter()

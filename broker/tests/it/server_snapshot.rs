@@ -135,7 +135,7 @@ fn special_send(
     let entries: Vec<SendEntry> = (0..count)
         .map(|i| {
             let mut e = SendEntry::new(Bytes::from(format!("{queue} {i}")));
-            e.delay_ms = delay;
+            e.delay = delay.map(Millis::new);
             e
         })
         .collect();

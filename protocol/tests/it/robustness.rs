@@ -5,6 +5,7 @@
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
+use sluice_protocol::Millis;
 use sluice_protocol::frame::FRAME_OVERHEAD_BYTES;
 use sluice_protocol::fuzz_harness::{check_payload, decode_all};
 use sluice_protocol::limits::{FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MAX_LIMIT};
@@ -242,7 +243,7 @@ fn hot_batches_decode_and_iterate_without_allocating() {
     let entries: Vec<SendEntry> = (0..64u8)
         .map(|i| SendEntry {
             body: Bytes::from(vec![i; 100]),
-            delay_ms: Some(u32::from(i)),
+            delay: Some(Millis::new(u32::from(i))),
             dedup_key: (i % 2 == 0).then(|| Bytes::from(vec![i; 8])),
             attributes: MessageAttributes::from_pairs([("k", "v")]).unwrap(),
         })

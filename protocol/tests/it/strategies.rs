@@ -82,7 +82,7 @@ pub fn send_entry() -> impl Strategy<Value = SendEntry> {
     )
         .prop_map(|(body, delay_ms, dedup_key, attributes)| SendEntry {
             body,
-            delay_ms,
+            delay: delay_ms.map(Millis::new),
             dedup_key,
             attributes,
         })

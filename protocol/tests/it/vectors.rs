@@ -427,7 +427,7 @@ pub fn all() -> Vec<Vector> {
                     SendEntry::new(Bytes::from_static(b"hello")),
                     SendEntry {
                         body: Bytes::from_static(b"world"),
-                        delay_ms: Some(5000),
+                        delay: Some(Millis::new(5000)),
                         dedup_key: Some(Bytes::from_static(b"order-17")),
                         attributes: attribute_pairs(&[("type", "order")]),
                     },

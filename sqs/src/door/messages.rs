@@ -278,7 +278,7 @@ fn send_entry(input: &Input) -> Result<(SendEntry, Sent, usize), SqsError> {
         ))
     })?;
     let mut entry = SendEntry::new(Bytes::copy_from_slice(body.as_bytes()));
-    entry.delay_ms = delay.map(seconds::ms);
+    entry.delay = delay.map(seconds::millis);
     entry.attributes = attributes;
     let sent = Sent {
         id: String::new(),

@@ -84,7 +84,10 @@ fn a_send_by_form_post_is_the_json_protocols_send_with_an_xml_reply() {
     };
     let entries = send.entries.to_entries();
     assert_eq!(entries[0].body, "hello <world>");
-    assert_eq!(entries[0].delay_ms, Some(3000));
+    assert_eq!(
+        entries[0].delay.map(sluice_protocol::Millis::get),
+        Some(3000)
+    );
     assert_eq!(entries[0].attributes.get("s"), Some("v"));
     let r = done(c.resume(
         Reply::Send {

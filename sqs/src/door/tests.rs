@@ -400,7 +400,7 @@ fn door_send_message_round_trip() {
     assert_eq!(entries.len(), 1);
     let e = &entries[0];
     assert_eq!(e.body, "hello");
-    assert_eq!(e.delay_ms, Some(3000));
+    assert_eq!(e.delay.map(Millis::get), Some(3000));
     assert_eq!(e.attributes.get("s"), Some("v"));
     assert_eq!(e.attributes.get("n"), Some("\0Number.int\x0042"));
     assert_eq!(e.attributes.get("b"), Some("\0Binary\0AAEC"));

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use sluice_protocol::{
-    ChangeVisibilityRequest, DeleteRequest, MessageAttributes, QueueAttributesRequest,
+    ChangeVisibilityRequest, DeleteRequest, MessageAttributes, Millis, QueueAttributesRequest,
     ReceiveRequest, SendEntry, SendRequest, VisibilityChange,
 };
 
@@ -118,7 +118,7 @@ impl World {
             };
             entries.push(SendEntry {
                 body: Bytes::from(vec![b'm'; len]),
-                delay_ms,
+                delay: delay_ms.map(Millis::new),
                 attributes,
                 dedup_key,
             });
