@@ -52,6 +52,7 @@ pub mod codec;
 pub mod error;
 pub mod frame;
 pub mod fuzz_harness;
+pub mod group_id;
 pub mod labels;
 pub mod limits;
 pub mod message;
@@ -69,6 +70,7 @@ pub use batch::{Batch, BatchEntry, BatchIter};
 pub use codec::{DecodeError, EncodeError, Reader, SliceReader};
 pub use error::{ErrorCode, WireError};
 pub use frame::{Frame, FrameDecoder, FrameError, flags, opcode};
+pub use group_id::{InvalidGroupId, MessageGroupId};
 pub use labels::{Labels, LabelsUpdate};
 pub use message::{
     AttributesRef, MessageAttributes, PeekedMessage, ReceivedBatch, ReceivedMessage,
