@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use clap_complete::Shell;
 
 use sluice_cli::units::{
     parse_addrs, parse_attr, parse_backoff, parse_bytes, parse_ms_duration, parse_wait,
@@ -129,9 +130,9 @@ pub enum Command {
     /// Round-trip times of PINGs to the brokers, in microseconds.
     Ping(crate::ping::PingArgs),
     /// Print a shell completion script.
-    Completions(crate::meta::CompletionsArgs),
+    Completions(CompletionsArgs),
     /// Print the man page (or write one per subcommand into a directory).
-    Man(crate::meta::ManArgs),
+    Man(ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -317,4 +318,20 @@ pub struct RedriveArgs {
     /// dead-lettered from (on the same broker).
     #[arg(long, value_name = "QUEUE")]
     pub to: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write sluice.1 and one page per subcommand (sluice-queue-create.1,
+    /// ...) into this directory, made if need be, instead of printing
+    /// sluice.1.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
 }

@@ -4,35 +4,18 @@
 //! same definition, so they never drift from it.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::{Args, CommandFactory, FromArgMatches};
-use clap_complete::Shell;
+use clap::{CommandFactory, FromArgMatches};
 
-use crate::args::Cli;
+use crate::args::{Cli, CompletionsArgs, ManArgs};
 use crate::report::{ERROR_FORMAT_HELP, EXIT_STATUSES, EXIT_USAGE, error_json, exit_status_help};
 use crate::{Failure, Outcome, print};
 
 /// The name the completions and the man pages are generated for.
 const BIN_NAME: &str = "sluice";
-
-#[derive(Debug, Args)]
-pub struct CompletionsArgs {
-    /// The shell to complete for.
-    #[arg(value_enum)]
-    pub shell: Shell,
-}
-
-#[derive(Debug, Args)]
-pub struct ManArgs {
-    /// Write sluice.1 and one page per subcommand (sluice-queue-create.1,
-    /// ...) into this directory, made if need be, instead of printing
-    /// sluice.1.
-    #[arg(long, value_name = "DIR")]
-    pub out_dir: Option<PathBuf>,
-}
 
 /// The whole command line: the derived definition, with the exit statuses
 /// and the error format after the long help (`--help`, not `-h`).

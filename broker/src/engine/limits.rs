@@ -6,10 +6,7 @@
 //! lengths) are the protocol's, in `sluice_protocol::limits`; the engine
 //! enforces them and restates none.
 
-use sluice_protocol::limits::{
-    BACKOFF_MAX_MS_MAX, DEDUP_WINDOW_MS_MAX, DELAY_MS_MAX, FRAME_BYTES_MAX_LIMIT,
-    MESSAGE_ATTRIBUTES_BYTES_MAX, RECEIVE_WAIT_MS_MAX, RETENTION_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX,
-};
+use sluice_protocol::limits::{FRAME_BYTES_MAX_LIMIT, MESSAGE_ATTRIBUTES_BYTES_MAX};
 
 /// Most shards a registry (and so a mesh) takes. Shard indices travel as
 /// `u16` in receipts and ring messages, and per-shard arrays are sized by
@@ -88,22 +85,3 @@ const _: () = assert!(QUEUES_MAX_DEFAULT <= PARTITIONS_MAX);
 const _: () = assert!(FRAME_BYTES_MAX_LIMIT as u64 <= u32::MAX as u64);
 // A chunk holds at least one message's attributes next to a small body.
 const _: () = assert!(MESSAGE_ATTRIBUTES_BYTES_MAX < CHUNKED_BYTES_MAX);
-// The wheel's top level reaches past every deadline the engine sets, so
-// its overflow list stays empty: retention (the longest), leases, delays,
-// backoff, dedup windows and long-poll waits.
-const _: () = {
-    let reach_ms = super::wheel::WHEEL_REACH_NS / NS_PER_MS;
-    let longest = [
-        RETENTION_MS_MAX,
-        VISIBILITY_TIMEOUT_MS_MAX,
-        DELAY_MS_MAX,
-        BACKOFF_MAX_MS_MAX,
-        DEDUP_WINDOW_MS_MAX,
-        RECEIVE_WAIT_MS_MAX,
-    ];
-    let mut i = 0;
-    while i < longest.len() {
-        assert!(reach_ms > longest[i] as u64);
-        i += 1;
-    }
-};

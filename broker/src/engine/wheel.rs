@@ -74,6 +74,11 @@ use std::fmt;
 
 use super::huge_pages;
 pub use super::limits::TICK_NS;
+use sluice_protocol::limits::{
+    BACKOFF_MAX_MS_MAX, DEDUP_WINDOW_MS_MAX, DELAY_MS_MAX, RECEIVE_WAIT_MS_MAX, RETENTION_MS_MAX,
+    VISIBILITY_TIMEOUT_MS_MAX,
+};
+
 use super::limits::{LIST_RETAIN_MAX, LIST_STALE_SLACK};
 
 /// Bits of tick per level: each level has `2^SLOT_BITS` slots.
@@ -112,10 +117,30 @@ const _: () = assert!(
     "every tick fits in a key"
 );
 /// How far ahead of `now` the wheel's levels reach, in nanoseconds; a later
-/// deadline waits in the overflow list. `engine/limits.rs` checks that this
-/// is beyond every deadline the engine sets, so overflow is for callers with
+/// deadline waits in the overflow list. A check below holds it beyond
+/// every deadline the engine sets, so overflow is for callers with
 /// unusual needs only.
 pub const WHEEL_REACH_NS: u64 = WHEEL_TICKS * TICK_NS;
+
+// The wheel's top level reaches past every deadline the engine sets, so
+// its overflow list stays empty: retention (the longest), leases, delays,
+// backoff, dedup windows and long-poll waits.
+const _: () = {
+    let reach_ms = WHEEL_REACH_NS / 1_000_000; // ns to ms
+    let longest = [
+        RETENTION_MS_MAX,
+        VISIBILITY_TIMEOUT_MS_MAX,
+        DELAY_MS_MAX,
+        BACKOFF_MAX_MS_MAX,
+        DEDUP_WINDOW_MS_MAX,
+        RECEIVE_WAIT_MS_MAX,
+    ];
+    let mut i = 0;
+    while i < longest.len() {
+        assert!(reach_ms > longest[i] as u64);
+        i += 1;
+    }
+};
 
 /// Handle to a timer in a [`TimerWheel`], for [`TimerWheel::cancel`]. Ids are
 /// small and `Copy`; an id whose timer fired or was cancelled is stale and

@@ -32,6 +32,7 @@
 //! and step count replay it exactly (`sluice-sim --seed S --steps N`).
 
 mod oracle;
+mod queues;
 mod world;
 
 use std::fmt;

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 
 use sluice_protocol::{ErrorCode, MessageId, Receipt};
 
-use super::world::{DLQ, Kind, Pending, RETENTION_MS_MIN, SIDE};
+use super::queues::{DLQ, RETENTION_MS_MIN, SIDE};
 use crate::engine::{MessageState, MessageView};
 
 mod completed;
@@ -19,6 +19,57 @@ mod completed;
 const NS_PER_MS: u64 = 1_000_000;
 /// Receipts kept for later deletes and visibility changes.
 const HELD_MAX: usize = 96;
+
+/// A request in flight.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) client: usize,
+    pub(super) submitted_ns: u64,
+    pub(super) submitted_step: u64,
+    pub(super) kind: Kind,
+}
+
+/// What a request was, for checking its result.
+#[derive(Debug)]
+pub(super) enum Kind {
+    Send {
+        queue: &'static str,
+        incarnation: u32,
+    },
+    Receive {
+        queue: &'static str,
+        visibility_ms: u64,
+        /// Its leases bind to the client's connection.
+        bind: bool,
+    },
+    Delete(Vec<(Held, Snap)>),
+    /// A disconnected client's bound leases, released if still current.
+    Abandon(Vec<(Held, Snap)>),
+    ChangeVisibility(Vec<(Held, u32, Snap)>),
+    Purge(&'static str),
+    /// Side, at this incarnation when submitted.
+    DeleteQueue {
+        incarnation: u32,
+    },
+    CreateQueue(&'static str),
+    Redrive,
+    Peek(&'static str),
+    Stats(&'static str),
+}
+
+impl Kind {
+    /// The queue the request names, where it names one.
+    pub(super) fn queue(&self) -> Option<&'static str> {
+        match self {
+            Kind::Send { queue, .. } | Kind::Receive { queue, .. } => Some(queue),
+            Kind::Delete(h) | Kind::Abandon(h) => h.first().map(|(h, _)| h.queue),
+            Kind::ChangeVisibility(h) => h.first().map(|(h, _, _)| h.queue),
+            Kind::Purge(q) | Kind::CreateQueue(q) | Kind::Peek(q) | Kind::Stats(q) => Some(q),
+            Kind::DeleteQueue { .. } => Some(SIDE),
+            Kind::Redrive => Some(DLQ),
+        }
+    }
+}
 
 /// What the oracle knew of a message when a request naming it was
 /// submitted: only what was known then can prove a later result wrong.

@@ -5,12 +5,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use sluice_protocol::{
-    AttributeUpdate, Backoff, DeleteRequest, ErrorCode, QueueAttributesRequest, QueueName,
-    RedrivePolicy,
+    AttributeUpdate, Backoff, DeleteRequest, QueueAttributesRequest, RedrivePolicy,
 };
 use sluice_protocol::{Millis, Setting};
 
-use super::oracle::{Counts, Held, Oracle, Snap};
+use super::oracle::{Counts, Held, Kind, Oracle, Pending};
+use super::queues::{DLQ, MAX_RECEIVES, QUEUES, RETENTION_MS_MIN, SIDE, WORK, qn};
 use crate::engine::cluster::check_shards;
 use crate::engine::mesh::doorbell::{self, NoWake, Wake};
 use crate::engine::random::{Rng, splitmix64};
@@ -34,15 +34,6 @@ const RECENT_MAX: usize = 400;
 /// release stays one batch per queue.
 const BOUND_MAX: usize = 64;
 
-/// The queues. `work` dead-letters into `dlq`; `side` has no redrive
-/// policy, so it can be deleted and created again with leases out.
-pub(super) const WORK: &str = "work";
-pub(super) const DLQ: &str = "dlq";
-pub(super) const SIDE: &str = "side";
-const QUEUES: [&str; 3] = [WORK, DLQ, SIDE];
-pub(super) const MAX_RECEIVES: u32 = 2;
-pub(super) const RETENTION_MS_MIN: u64 = 60_000;
-
 /// One connection: its shard, its requests in flight and the receipts it
 /// bound to itself.
 #[derive(Debug)]
@@ -50,57 +41,6 @@ struct Client {
     shard: usize,
     tickets: Vec<u64>,
     bound: Vec<Held>,
-}
-
-/// A request in flight.
-#[derive(Debug)]
-pub(super) struct Pending {
-    client: usize,
-    pub(super) submitted_ns: u64,
-    pub(super) submitted_step: u64,
-    pub(super) kind: Kind,
-}
-
-/// What a request was, for checking its result.
-#[derive(Debug)]
-pub(super) enum Kind {
-    Send {
-        queue: &'static str,
-        incarnation: u32,
-    },
-    Receive {
-        queue: &'static str,
-        visibility_ms: u64,
-        /// Its leases bind to the client's connection.
-        bind: bool,
-    },
-    Delete(Vec<(Held, Snap)>),
-    /// A disconnected client's bound leases, released if still current.
-    Abandon(Vec<(Held, Snap)>),
-    ChangeVisibility(Vec<(Held, u32, Snap)>),
-    Purge(&'static str),
-    /// Side, at this incarnation when submitted.
-    DeleteQueue {
-        incarnation: u32,
-    },
-    CreateQueue(&'static str),
-    Redrive,
-    Peek(&'static str),
-    Stats(&'static str),
-}
-
-impl Kind {
-    /// The queue the request names, where it names one.
-    pub(super) fn queue(&self) -> Option<&'static str> {
-        match self {
-            Kind::Send { queue, .. } | Kind::Receive { queue, .. } => Some(queue),
-            Kind::Delete(h) | Kind::Abandon(h) => h.first().map(|(h, _)| h.queue),
-            Kind::ChangeVisibility(h) => h.first().map(|(h, _, _)| h.queue),
-            Kind::Purge(q) | Kind::CreateQueue(q) | Kind::Peek(q) | Kind::Stats(q) => Some(q),
-            Kind::DeleteQueue { .. } => Some(SIDE),
-            Kind::Redrive => Some(DLQ),
-        }
-    }
 }
 
 pub(super) struct World {
@@ -516,17 +456,4 @@ impl World {
         let views: Vec<_> = self.shards.iter().flat_map(Shard::messages).collect();
         self.oracle.checkpoint(&views, self.now_ns, self.step)
     }
-}
-
-/// Codes a send entry may fail with in this world.
-pub(super) fn send_error_expected(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::Busy | ErrorCode::QueueFull | ErrorCode::MessageTooLarge
-    )
-}
-
-/// A queue name of this world (all valid).
-pub(super) fn qn(name: &str) -> QueueName {
-    QueueName::new(name).unwrap_or_else(|_| unreachable!("the simulation's names are valid"))
 }

@@ -5,10 +5,10 @@ use std::collections::HashSet;
 
 use sluice_protocol::{ErrorCode, QueueInfo, ReceivedMessage, SendOutcome};
 
-use super::{HELD_MAX, Held, NS_PER_MS, Oracle, Snap, Track, family, watched};
+use super::{HELD_MAX, Held, Kind, NS_PER_MS, Oracle, Pending, Snap, Track, family, watched};
 use crate::engine::OpResult;
 use crate::engine::error::{EngineError, EntryError};
-use crate::sim::world::{Kind, MAX_RECEIVES, Pending, SIDE, WORK, send_error_expected};
+use crate::sim::queues::{MAX_RECEIVES, SIDE, WORK, send_error_expected};
 
 impl Oracle {
     /// Checks a result; returns a one-line summary.

@@ -7,9 +7,10 @@ use sluice_protocol::{
     ReceiveRequest, SendEntry, SendRequest, VisibilityChange,
 };
 
-use super::{DLQ, Kind, Pending, SIDE, WORK, World, qn};
+use super::World;
 use crate::engine::Op;
-use crate::sim::oracle::{Held, Snap};
+use crate::sim::oracle::{Held, Kind, Pending, Snap};
+use crate::sim::queues::{DLQ, SIDE, WORK, qn};
 
 impl World {
     pub(super) fn submit_random(&mut self) {
