@@ -85,12 +85,12 @@ impl QueueOptions {
         T::Error: fmt::Display,
     {
         match field(value, option) {
-            Ok(v) => f(&mut self.update, v),
-            Err(why) => {
-                self.refused.get_or_insert(why);
+            Ok(v) => {
+                f(&mut self.update, v);
+                self
             }
+            Err(why) => self.refuse(why),
         }
-        self
     }
 
     /// Sets the default lease length (0 ..= 12 h).
@@ -222,6 +222,7 @@ impl QueueOptions {
         self
     }
 
+    /// Records why an option was refused (the first reason is kept).
     fn refuse(mut self, why: String) -> QueueOptions {
         self.refused.get_or_insert(why);
         self

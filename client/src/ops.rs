@@ -6,10 +6,8 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use sluice_protocol::limits::DELAY_MS_MAX;
-use sluice_protocol::message::USE_QUEUE_DEFAULT;
 use sluice_protocol::{
-    ChangeVisibilityRequest, DeleteRequest, EncodeError, HelloReply, Millis, PeekedMessage,
+    ChangeVisibilityRequest, DeleteRequest, EncodeError, HelloReply, PeekedMessage,
     QueueAttributesRequest, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply, Request,
     SendBatch, SendEntryRef, SendOutcome, SendRequest, ServerStatsReply, VisibilityChange,
 };
@@ -411,18 +409,16 @@ pub(crate) trait WireEntry {
 }
 
 impl WireEntry for SendEntry {
-    /// The entry's view, once its delay is known to be one the broker
-    /// takes: a longer one (say a `Duration` the builder had to cut to the
-    /// field) is refused here, naming the delay, rather than sent to be
-    /// refused without a name.
+    /// The entry's view, once its delay fits the protocol's field: a delay
+    /// the builder had to cut ([`SendEntry::DELAY_CUT`]), or the field's
+    /// "queue default" marker, is refused here, naming the delay. A delay
+    /// that fits goes out, and the server checks its range for that entry
+    /// alone.
     fn wire(&self) -> Result<SendEntryRef<'_>> {
-        if let Some(d) = self
-            .delay
-            .filter(|d| d.get() > DELAY_MS_MAX && d.get() != USE_QUEUE_DEFAULT)
-        {
+        if self.delay.is_some_and(|d| d >= SendEntry::DELAY_CUT) {
             return Err(Error::InvalidArgument(format!(
-                "delay: {d} is above the longest delivery delay, {}",
-                Millis::new(DELAY_MS_MAX)
+                "delay: longer than the protocol's millisecond field carries (at most {} ms)",
+                SendEntry::DELAY_CUT.get() - 1
             )));
         }
         Ok(self.as_view())

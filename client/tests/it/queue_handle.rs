@@ -150,6 +150,23 @@ fn values_the_wire_cannot_carry_are_refused_before_sending() {
     );
     assert!(!err.is_retryable());
     assert_eq!(q.stats().unwrap().sent, 0);
+    // A delay the field carries but the broker does not take fails its
+    // entry alone; the rest of the batch is sent.
+    let results = client
+        .send_batch(
+            "q",
+            &[
+                SendEntry::new("late").delay(Duration::from_secs(20 * 60)),
+                SendEntry::new("on time"),
+            ],
+        )
+        .unwrap();
+    assert!(
+        matches!(&results[0], Err(Error::InvalidArgument(_))),
+        "{results:?}"
+    );
+    assert!(results[1].is_ok(), "{results:?}");
+    assert_eq!(q.stats().unwrap().sent, 1);
     // The server's own range checks still apply.
     let err = q
         .update(&QueueOptions::new().redrive(RedrivePolicy::new("missing.dlq", 3)))

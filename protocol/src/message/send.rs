@@ -41,6 +41,12 @@ pub struct SendEntry {
 }
 
 impl SendEntry {
+    /// What [`SendEntry::delay`] sets for a delay longer than the field
+    /// can carry: the longest value it carries below the "queue default"
+    /// marker. No broker takes it as a delay (delays are at most 15 min),
+    /// and a client can tell it from any delay it can send.
+    pub const DELAY_CUT: Millis = Millis::new(u32::MAX - 1);
+
     /// An entry with just a body.
     #[must_use]
     pub fn new(body: impl Into<Bytes>) -> SendEntry {
@@ -52,12 +58,13 @@ impl SendEntry {
 
     /// Sets the delivery delay: a [`Duration`](std::time::Duration) (rounded
     /// up to whole milliseconds) or a [`Millis`]. A delay longer than the
-    /// protocol's field can carry is sent as the longest it can, which the
-    /// broker refuses like any delay above 15 min (`InvalidArgument`).
+    /// protocol's field can carry becomes [`SendEntry::DELAY_CUT`], which
+    /// the broker refuses like any delay above 15 min (`InvalidArgument`)
+    /// and the client library refuses before sending.
     #[must_use]
     pub fn delay<T: TryInto<Millis>>(mut self, delay: T) -> SendEntry {
-        let longest = Millis::new(u32::MAX - 1);
-        self.delay = Some(delay.try_into().map_or(longest, |d| d.min(longest)));
+        let cut = SendEntry::DELAY_CUT;
+        self.delay = Some(delay.try_into().map_or(cut, |d| d.min(cut)));
         self
     }
 
