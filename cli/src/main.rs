@@ -390,20 +390,15 @@ fn send(client: &Client, a: &args::SendArgs, json: bool) -> Result<Outcome, Fail
     };
     let attributes = MessageAttributes::from_pairs(a.attrs.iter().map(|(k, v)| (k, v)))
         .map_err(|e| Failure::Client(e.into()))?;
-    let delay = a
-        .delay
-        .map(|d| duration_ms(d, "delay").map(Millis::new))
-        .transpose()
-        .map_err(Failure::Usage)?;
-    let entry = SendEntry {
-        body,
-        delay,
-        dedup_key: a
-            .dedup_key
-            .as_ref()
-            .map(|k| Bytes::from(k.clone().into_bytes())),
-        attributes,
-    };
+    let mut entry = SendEntry::new(body).attributes(attributes);
+    if let Some(delay) = a.delay {
+        // A delay the protocol's field cannot carry is refused by name when
+        // the entry is sent.
+        entry = entry.delay(delay);
+    }
+    if let Some(key) = &a.dedup_key {
+        entry = entry.dedup_key(key.clone().into_bytes());
+    }
     // Batches within the server's limits: 1,024 entries and the frame size.
     let frame_max = client
         .client_for(&a.queue)
