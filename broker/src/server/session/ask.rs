@@ -4,6 +4,8 @@
 //! [`Command::Ask`], the shard loop answers through
 //! [`Session::on_answer`], and until then the connection is held up.
 
+use core::fmt;
+
 use sluice_protocol::{ErrorCode, HelloRequest, Reply, ServerStatsReply, WireError};
 
 use super::{Command, EngineAccess, Question, Session, SessionContext};
@@ -23,13 +25,12 @@ pub enum Answer {
 }
 
 /// What a session asked and waits to be answered, with what it needs to
-/// go on.
-#[derive(Debug)]
+/// go on; the question itself follows from it ([`Asked::question`]).
 pub(super) enum Asked {
     /// A `SERVER_STATS` request.
     ServerStats { request_id: u32 },
     /// An `ADVANCE_CLOCK` request.
-    AdvanceClock { request_id: u32 },
+    AdvanceClock { request_id: u32, by_ms: u64 },
     /// A HELLO whose token was checked.
     Auth {
         request_id: u32,
@@ -38,10 +39,33 @@ pub(super) enum Asked {
     },
 }
 
+impl Asked {
+    /// The question to put to the server.
+    fn question(&self) -> Question {
+        match *self {
+            Asked::ServerStats { .. } => Question::ServerStats,
+            Asked::AdvanceClock { by_ms, .. } => Question::AdvanceClock { by_ms },
+            Asked::Auth { ok, .. } => Question::AuthOutcome { ok },
+        }
+    }
+}
+
+impl fmt::Debug for Asked {
+    /// The question and its request, without the HELLO (whose token must
+    /// not reach a log).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (Asked::ServerStats { request_id }
+        | Asked::AdvanceClock { request_id, .. }
+        | Asked::Auth { request_id, .. }) = self;
+        write!(f, "{:?} for request {request_id}", self.question())
+    }
+}
+
 impl Session {
-    /// Asks the server `question` for the request being served, which then
-    /// holds the connection up until [`Session::on_answer`].
-    pub(super) fn ask(&mut self, question: Question, asked: Asked) {
+    /// Asks the server what `asked` needs, for the request being served,
+    /// which then holds the connection up until [`Session::on_answer`].
+    pub(super) fn ask(&mut self, asked: Asked) {
+        let question = asked.question();
         self.asked = Some((asked, self.serving.take()));
         self.commands.push(Command::Ask(question));
     }
@@ -63,7 +87,7 @@ impl Session {
             (Asked::ServerStats { request_id }, Answer::ServerStats(stats)) => {
                 self.reply(request_id, &Reply::ServerStats(stats), cx.stats);
             }
-            (Asked::AdvanceClock { request_id }, Answer::ClockAdvanced(moved)) => {
+            (Asked::AdvanceClock { request_id, .. }, Answer::ClockAdvanced(moved)) => {
                 self.on_clock_advanced(request_id, moved, cx);
             }
             (

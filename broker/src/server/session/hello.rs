@@ -8,7 +8,7 @@ use sluice_protocol::limits::{
 };
 use sluice_protocol::{ErrorCode, Frame, HelloRequest, Reply, Request, WireError, opcode};
 
-use super::{Asked, EngineAccess, Phase, Question, Session, SessionContext, shutting_down};
+use super::{Asked, EngineAccess, Phase, Session, SessionContext, shutting_down};
 
 impl Session {
     pub(super) fn on_hello(
@@ -59,14 +59,11 @@ impl Session {
         if let Some(token) = &cx.config.auth_token {
             let ok = token.matches(&hello.token);
             let request_id = frame.request_id;
-            self.ask(
-                Question::AuthOutcome { ok },
-                Asked::Auth {
-                    request_id,
-                    hello,
-                    ok,
-                },
-            );
+            self.ask(Asked::Auth {
+                request_id,
+                hello,
+                ok,
+            });
             return;
         }
         self.accept_hello(frame.request_id, &hello, cx, engine);

@@ -8,7 +8,7 @@ use sluice_protocol::{
     ReceivedMessage, Reply, Request, VisibilityChange,
 };
 
-use super::{Asked, Deferred, EngineAccess, Phase, Question, Session, SessionContext, Submitted};
+use super::{Asked, Deferred, EngineAccess, Phase, Session, SessionContext, Submitted};
 use crate::engine::{Op, OpResult};
 use crate::server::clock::{EngineTime, NotManual};
 use crate::server::convert::{self, Route};
@@ -50,12 +50,11 @@ impl Session {
             },
             Route::Ping { nonce } => self.reply(request_id, &Reply::Pong { nonce }, cx.stats),
             Route::ServerStats => {
-                self.ask(Question::ServerStats, Asked::ServerStats { request_id });
+                self.ask(Asked::ServerStats { request_id });
             }
-            Route::AdvanceClock { by_ms } => self.ask(
-                Question::AdvanceClock { by_ms },
-                Asked::AdvanceClock { request_id },
-            ),
+            Route::AdvanceClock { by_ms } => {
+                self.ask(Asked::AdvanceClock { request_id, by_ms });
+            }
             Route::Hello => self.reply(
                 request_id,
                 &Reply::error(

@@ -861,3 +861,20 @@ fn a_draining_server_answers_shutting_down_and_closes_quiet_connections() {
     assert!(h.closed());
     assert_eq!(h.error_codes().len(), 2);
 }
+
+/// A question's log line names it and its request, never the HELLO's
+/// token.
+#[test]
+fn a_question_in_a_log_leaves_the_token_out() {
+    let asked = super::Asked::Auth {
+        request_id: 7,
+        hello: HelloRequest {
+            version: 1,
+            token: Bytes::from_static(b"s3cret-token"),
+            session_timeout_ms: 0,
+        },
+        ok: false,
+    };
+    let line = format!("{asked:?}");
+    assert_eq!(line, "AuthOutcome { ok: false } for request 7");
+}
