@@ -31,15 +31,6 @@ impl Millis {
         Millis(ms)
     }
 
-    /// `s` seconds, or `None` when they do not fit.
-    #[must_use]
-    pub const fn from_secs(s: u32) -> Option<Millis> {
-        match s.checked_mul(1000) {
-            Some(ms) => Some(Millis(ms)),
-            None => None,
-        }
-    }
-
     /// The milliseconds, for arithmetic.
     #[must_use]
     pub const fn get(self) -> u32 {
@@ -151,8 +142,6 @@ mod tests {
         assert_eq!(Duration::from(m), Duration::from_millis(1500));
         assert_eq!(m, Duration::from_millis(1500));
         assert_ne!(m, Duration::from_millis(1501));
-        assert_eq!(Millis::from_secs(30), Some(Millis::new(30_000)));
-        assert_eq!(Millis::from_secs(u32::MAX), None);
         assert_eq!(m.to_string(), "1s500ms");
         assert_eq!(Millis::new(90_000).to_string(), "1m30s");
     }
