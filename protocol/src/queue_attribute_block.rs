@@ -341,6 +341,16 @@ impl QueueAttributes {
             return Err(missing);
         }
         let labels = u.labels.map(|l| *l).unwrap_or_default();
+        // A queue's labels are a map: one encoding each, in key order with
+        // every key once, so that a block decodes to what re-encodes to it.
+        let in_order = |pairs: &[(String, String)]| pairs.windows(2).all(|w| w[0].0 < w[1].0);
+        if !in_order(&labels.tags.set) || !in_order(&labels.annotations.set) {
+            return Err(DecodeError::InvalidValue {
+                offset,
+                field: "tags",
+                reason: "a queue's tags and annotations come in key order, each key once",
+            });
+        }
         match (
             u.visibility_timeout,
             u.delay,
@@ -455,6 +465,21 @@ mod tests {
         let mut buf = BytesMut::new();
         partial.encode(&mut buf).unwrap();
         assert!(QueueAttributes::decode(&mut Reader::new(buf.freeze())).is_err());
+    }
+
+    #[test]
+    fn a_queues_labels_come_in_key_order_each_key_once() {
+        for pairs in [[("b", "1"), ("a", "2")], [("a", "1"), ("a", "2")]] {
+            let mut u = AttributeUpdate::from(&QueueAttributes::default());
+            u.tags_mut().set = pairs.map(|(k, v)| (k.to_owned(), v.to_owned())).to_vec();
+            let mut buf = BytesMut::new();
+            u.encode(&mut buf).unwrap();
+            let err = QueueAttributes::decode(&mut Reader::new(buf.freeze())).unwrap_err();
+            assert!(
+                matches!(err, DecodeError::InvalidValue { field: "tags", .. }),
+                "{pairs:?}: {err:?}"
+            );
+        }
     }
 
     #[test]

@@ -171,6 +171,19 @@ fn the_fuzzers_finds_stay_fixed() {
         let e = Request::decode(opcode::CREATE_QUEUE, 0, Bytes::copy_from_slice(data)).unwrap_err();
         assert_eq!(e.code(), ErrorCode::Malformed, "{e}");
     }
+    // A GET_QUEUE reply whose tags came out of key order (and with a key
+    // twice): it decoded into the sorted map, which encodes otherwise.
+    let get_queue_reply: &[u8] = &[
+        6, 111, 114, 100, 101, 114, 115, 255, 6, 0, 0, 0, 40, 0, 2, 1, 0, 0, 6, 0, 0, 0, 255, 255,
+        255, 255, 247, 255, 255, 0, 0, 10, 111, 114, 100, 101, 114, 115, 46, 100, 108, 113, 5, 0,
+        224, 147, 4, 7, 101, 1, 1, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+        0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 209, 209, 209, 209, 1, 0, 0, 0, 1, 0, 144, 0, 42, 0, 0, 0, 3, 0, 0,
+        0, 7, 0, 0, 0, 0, 0, 0, 13, 0, 37, 0, 0, 0, 240, 34, 0, 11, 0, 0, 0, 6, 111, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 18, 0, 0, 0, 0, 0, 0, 0, 39, 12, 0, 61, 0, 0, 0, 4, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 251, 0, 0, 0, 0, 0, 0, 0, 0, 194, 0, 0, 0,
+    ];
+    decode_all(get_queue_reply);
 }
 
 #[test]
