@@ -60,6 +60,7 @@ fn received_messages() -> Vec<ReceivedMessage> {
             first_received_delta_ms: 3,
             attributes: MessageAttributes::new(),
             body: body.clone(),
+            group: None,
         })
         .collect()
 }

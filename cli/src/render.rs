@@ -415,6 +415,7 @@ mod tests {
             first_received_delta_ms: 250,
             attributes: MessageAttributes::from_pairs([("type", "order")]).unwrap(),
             body: Bytes::from_static(body),
+            group: None,
         }
     }
 

@@ -187,6 +187,7 @@ mod tests {
             first_received_delta_ms: 0,
             attributes: MessageAttributes::new(),
             body: Bytes::from_static(b"two\nlines"),
+            group: None,
         };
         assert_eq!(
             line(&m),

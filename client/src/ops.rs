@@ -433,6 +433,7 @@ impl WireEntry for &[u8] {
             delay_ms: None,
             dedup_key: None,
             attributes: sluice_protocol::AttributesRef::default(),
+            group: None,
         })
     }
 }

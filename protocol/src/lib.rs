@@ -81,7 +81,8 @@ pub use millis::{Millis, MillisOutOfRange};
 pub use name::{InvalidQueueName, QueueName};
 pub use queue_attribute_block::bits as attribute_bits;
 pub use queue_attributes::{
-    AttributeUpdate, Backoff, LabelChanges, QueueAttributes, QueueStats, RedrivePolicy, Setting,
+    AttributeUpdate, Backoff, LabelChanges, QueueAttributes, QueueKind, QueueStats, RedrivePolicy,
+    Setting,
 };
 pub use receipt::{MessageId, RECEIPT_BYTES, Receipt};
 pub use reply::{

@@ -8,8 +8,11 @@
 /// HELLO's session timeout, RECEIVE's flag that binds leases to the
 /// connection, and `ADVANCE_CLOCK`; version 3, `LIST_QUEUES` in pages
 /// ([`crate::frame::flags::LIST_QUEUES_PAGED`]); version 4, a queue's tags
-/// and annotations (see [`crate::labels`]).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// and annotations (see [`crate::labels`]); version 5, FIFO queues: a
+/// queue's kind and content-based dedup (attribute bits 11 and 12), and a
+/// message group id on a SEND entry and on a received message
+/// ([`crate::message::GROUP_FLAG`]).
+pub const PROTOCOL_VERSION: u16 = 5;
 /// The oldest protocol version a server of this crate still speaks: a
 /// version-1 HELLO (no session timeout) is answered as before.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;

@@ -13,7 +13,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::batch::{Batch, BatchEntry, BatchIter, share_slice};
-use crate::codec::{DecodeError, EncodeError, Reader, SliceReader, len_u32};
+use crate::codec::{DecodeError, EncodeError, Reader, SliceReader, len_u8, len_u32};
+use crate::group_id::{GROUP_ID_BYTES_MAX, MessageGroupId, is_valid_group_id};
 use crate::limits::{RECEIVE_ENTRY_OVERHEAD_BYTES, SEND_ENTRY_OVERHEAD_BYTES};
 use crate::receipt::{MessageId, RECEIPT_BYTES, Receipt};
 
@@ -47,6 +48,53 @@ const RECEIVED_MESSAGE_HEAD: [(&str, usize); 7] = [
     ("body_len", 4),
     ("attr_count", 1),
 ];
+
+/// Bit 7 of a SEND entry's or a received message's `attr_count` byte: a
+/// group id follows (protocol version 5). The count itself is at most 16,
+/// so the bit was never set before.
+pub const GROUP_FLAG: u8 = 0x80;
+
+/// A group id at the reader's position: its length (u8), then 1 to 128 of
+/// `!` to `~`.
+pub(crate) fn parse_group<'a>(r: &mut SliceReader<'a>) -> Result<&'a str, DecodeError> {
+    let len = r.u8("group id length")?;
+    let offset = r.offset();
+    let g = r.take(len.into(), "group id")?;
+    if !is_valid_group_id(g) {
+        return Err(DecodeError::InvalidValue {
+            offset,
+            field: "group id",
+            reason: "a group id is 1 to 128 printable ASCII characters ('!' to '~')",
+        });
+    }
+    // Checked ASCII just above.
+    Ok(core::str::from_utf8(g).unwrap_or_default())
+}
+
+/// A group id's wire form: its length byte and its bytes, or `TooLong` when
+/// it is not a valid id (so every frame built is one a parser accepts).
+/// Out of line: most messages have no group, and their encoding stays lean.
+#[cold]
+#[inline(never)]
+pub(crate) fn group_wire(g: &str) -> Result<(u8, &[u8]), EncodeError> {
+    let field = "group id (1 to 128 of '!' to '~')";
+    if !is_valid_group_id(g.as_bytes()) {
+        return Err(EncodeError::TooLong {
+            field,
+            len: g.len(),
+            max: GROUP_ID_BYTES_MAX,
+        });
+    }
+    Ok((len_u8(g.len(), field)?, g.as_bytes()))
+}
+
+/// [`parse_group`] on bytes it accepted before.
+#[inline]
+pub(crate) fn read_group<'a>(r: &mut SliceReader<'a>) -> Option<&'a str> {
+    let [len] = r.next_array::<1>()?;
+    let g = r.next_slice(len.into())?;
+    core::str::from_utf8(g).ok()
+}
 
 const fn head_bytes(fields: &[(&str, usize)]) -> usize {
     let mut n = 0;
@@ -135,6 +183,8 @@ pub struct ReceivedMessage {
     pub attributes: MessageAttributes,
     /// The body.
     pub body: Bytes,
+    /// Its message group, on a FIFO queue (protocol version 5).
+    pub group: Option<MessageGroupId>,
 }
 
 impl ReceivedMessage {
@@ -149,6 +199,7 @@ impl ReceivedMessage {
             first_received_delta_ms: self.first_received_delta_ms,
             attributes: self.attributes.as_view(),
             body: &self.body,
+            group: self.group.as_ref().map(MessageGroupId::as_str),
         }
     }
 
@@ -167,7 +218,8 @@ impl ReceivedMessage {
     /// Bytes on the wire; see [`received_message_encoded_len`].
     #[must_use]
     pub fn encoded_len(&self) -> usize {
-        self.as_view().encoded_len()
+        received_message_encoded_len(self.attributes.wire_bytes().len(), self.body.len())
+            + self.group.as_ref().map_or(0, |g| 1 + g.as_bytes().len())
     }
 }
 
@@ -191,6 +243,8 @@ pub struct ReceivedMessageRef<'a> {
     pub attributes: AttributesRef<'a>,
     /// The body.
     pub body: &'a [u8],
+    /// Its message group (1 to 128 of `!` to `~`), if any.
+    pub group: Option<&'a str>,
 }
 
 impl ReceivedMessageRef<'_> {
@@ -211,10 +265,12 @@ impl ReceivedMessageRef<'_> {
     #[must_use]
     pub fn encoded_len(&self) -> usize {
         received_message_encoded_len(self.attributes.wire_bytes().len(), self.body.len())
+            + self.group.map_or(0, |g| 1 + g.len())
     }
 
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         let body_len = len_u32(self.body.len(), "body")?;
+        let group = self.group.map(group_wire).transpose()?;
         // The fixed part is assembled on the stack and written at once: one
         // capacity check instead of eight.
         let mut head = [0u8; RECEIVE_ENTRY_OVERHEAD_BYTES];
@@ -227,8 +283,12 @@ impl ReceivedMessageRef<'_> {
             .min(FIRST_RECEIVED_DELTA_MS_MAX);
         head[54..58].copy_from_slice(&delta.to_le_bytes());
         head[58..62].copy_from_slice(&body_len.to_le_bytes());
-        head[62] = self.attributes.count();
+        head[62] = self.attributes.count() | if group.is_some() { GROUP_FLAG } else { 0 };
         buf.put_slice(&head);
+        if let Some((len, g)) = group {
+            buf.put_u8(len);
+            buf.put_slice(g);
+        }
         buf.put_slice(self.attributes.wire_bytes());
         buf.put_slice(self.body);
         Ok(())
@@ -245,6 +305,7 @@ impl ReceivedMessageRef<'_> {
             first_received_delta_ms: self.first_received_delta_ms,
             attributes: self.attributes.to_owned(),
             body: Bytes::copy_from_slice(self.body),
+            group: self.group.and_then(|g| MessageGroupId::new(g).ok()),
         }
     }
 }
@@ -275,6 +336,12 @@ impl BatchEntry for ReceivedMessage {
         let body_len = h.u32("body_len")?;
         let attr_offset = h.offset();
         let attr_count = h.u8("attr_count")?;
+        let group = if attr_count & GROUP_FLAG == 0 {
+            None
+        } else {
+            Some(parse_group(r)?)
+        };
+        let attr_count = attr_count & !GROUP_FLAG;
         let attributes = if attr_count == 0 {
             AttributesRef::default()
         } else {
@@ -289,6 +356,7 @@ impl BatchEntry for ReceivedMessage {
             first_received_delta_ms,
             attributes,
             body,
+            group,
         })
     }
 
@@ -306,6 +374,12 @@ impl BatchEntry for ReceivedMessage {
         let first_received_delta_ms = u32::from_le_bytes(h.next_array()?);
         let body_len = u32::from_le_bytes(h.next_array()?);
         let [attr_count] = h.next_array()?;
+        let group = if attr_count & GROUP_FLAG == 0 {
+            None
+        } else {
+            Some(read_group(r)?)
+        };
+        let attr_count = attr_count & !GROUP_FLAG;
         let attributes = if attr_count == 0 {
             AttributesRef::default()
         } else {
@@ -320,6 +394,7 @@ impl BatchEntry for ReceivedMessage {
             first_received_delta_ms,
             attributes,
             body,
+            group,
         })
     }
 
@@ -343,6 +418,10 @@ impl BatchEntry for ReceivedMessage {
                 raw: share_slice(buf, m.attributes.wire_bytes()),
             },
             body: share_slice(buf, m.body),
+            // The view's id was checked when it was made.
+            group: m
+                .group
+                .and_then(|g| MessageGroupId::from_bytes(share_slice(buf, g.as_bytes())).ok()),
         }
     }
 }
@@ -471,6 +550,7 @@ mod tests {
             first_received_delta_ms: 12,
             attributes: MessageAttributes::from_pairs([("k", "v")]).unwrap(),
             body: Bytes::from_static(b"body"),
+            group: None,
         };
         for m in [
             message.clone(),
@@ -525,6 +605,7 @@ mod tests {
                 delay: Some(Millis::new(250)),
                 dedup_key: Some(Bytes::from_static(b"key-1")),
                 attributes: MessageAttributes::from_pairs([("k", "v"), ("trace", "")]).unwrap(),
+                group: Some(crate::MessageGroupId::new("account-7").unwrap()),
             },
             SendEntry::new(""),
         ];
@@ -678,6 +759,7 @@ mod tests {
             first_received_delta_ms: 3,
             attributes: MessageAttributes::new(),
             body: Bytes::from_static(b"body"),
+            group: None,
         };
         let batch = ReceivedBatch::from_messages([msg.as_view()]).unwrap();
         assert_eq!(batch.wire_bytes().len(), RECEIVE_ENTRY_OVERHEAD_BYTES + 4);
@@ -693,6 +775,7 @@ mod tests {
                 delay: Some(Millis::new(5)),
                 dedup_key: Some(Bytes::from_static(b"k")),
                 attributes: MessageAttributes::from_pairs([("x", "y")]).unwrap(),
+                group: None,
             },
         ];
         let batch = SendBatch::from_entries(&entries).unwrap();
@@ -713,5 +796,73 @@ mod tests {
         assert_eq!(SendBatch::decode(&mut r, 2).as_ref(), Ok(&batch));
         let mut r = Reader::new(batch.wire_bytes().clone());
         assert!(SendBatch::decode(&mut r, 3).is_err());
+    }
+
+    #[test]
+    fn a_group_id_on_the_wire_is_checked_both_ways() {
+        fn parse(w: &[u8]) -> Result<SendEntryRef<'_>, DecodeError> {
+            SendEntry::parse(&mut SliceReader::new(w, 0))
+        }
+        let grouped = SendEntry::new("b").group(MessageGroupId::new("g-1").unwrap());
+        let mut wire = BytesMut::new();
+        grouped.as_view().encode(&mut wire).unwrap();
+        assert_eq!(wire[9], GROUP_FLAG, "no attributes, and the group flag");
+        assert_eq!(&wire[10..14], b"\x03g-1");
+        assert_eq!(parse(&wire).unwrap().group, Some("g-1"));
+        // Empty, a space, a byte above '~', 129 bytes: each refused, at the id.
+        let mut long = wire[..10].to_vec();
+        long.push(129);
+        long.extend([b'a'; 129]);
+        long.push(b'b');
+        for bad in [&b"\x00"[..], b"\x03g 1", b"\x03g\x7f1"] {
+            let mut w = wire[..10].to_vec();
+            w.extend_from_slice(bad);
+            w.push(b'b');
+            assert!(
+                matches!(
+                    parse(&w),
+                    Err(DecodeError::InvalidValue {
+                        field: "group id",
+                        offset: 11,
+                        ..
+                    })
+                ),
+                "{bad:?}: {:?}",
+                parse(&w)
+            );
+        }
+        assert!(matches!(
+            parse(&long),
+            Err(DecodeError::InvalidValue {
+                field: "group id",
+                ..
+            })
+        ));
+        // Cut inside the id: truncated, never a panic.
+        assert!(parse(&wire[..12]).is_err());
+        // The encoder refuses an id no parser accepts.
+        let bad = SendEntryRef {
+            group: Some("no spaces"),
+            ..grouped.as_view()
+        };
+        assert!(bad.encode(&mut BytesMut::new()).is_err());
+        // A received message's id, the same way.
+        let m = ReceivedMessage {
+            id: MessageId(1),
+            receipt: Receipt::default(),
+            receive_count: 1,
+            sent_at_ms: 0,
+            first_received_delta_ms: 0,
+            attributes: MessageAttributes::new(),
+            body: Bytes::from_static(b"x"),
+            group: Some(MessageGroupId::new("account-7").unwrap()),
+        };
+        let mut wire = BytesMut::new();
+        m.as_view().encode(&mut wire).unwrap();
+        assert_eq!(wire.len(), m.encoded_len());
+        let back = ReceivedMessage::parse(&mut SliceReader::new(&wire, 0)).unwrap();
+        assert_eq!(back.group, Some("account-7"));
+        wire[RECEIVE_ENTRY_OVERHEAD_BYTES + 1] = b' ';
+        assert!(ReceivedMessage::parse(&mut SliceReader::new(&wire, 0)).is_err());
     }
 }

@@ -12,7 +12,7 @@ use crate::labels::LabelsUpdate;
 use crate::millis::Millis;
 use crate::name::is_valid_name_bytes;
 use crate::queue_attributes::{
-    AttributeUpdate, Backoff, LabelChanges, QueueAttributes, RedrivePolicy, Setting,
+    AttributeUpdate, Backoff, LabelChanges, QueueAttributes, QueueKind, RedrivePolicy, Setting,
 };
 
 /// Bits of the present and clear masks.
@@ -39,8 +39,12 @@ pub mod bits {
     pub const TAGS: u16 = 1 << 9;
     /// `annotations`: a change of labels; version 4.
     pub const ANNOTATIONS: u16 = 1 << 10;
+    /// `kind: u8`, 0 standard or 1 FIFO; version 5.
+    pub const KIND: u16 = 1 << 11;
+    /// `content_based_dedup: u8`, 0 or 1; version 5.
+    pub const CONTENT_BASED_DEDUP: u16 = 1 << 12;
     /// Every defined bit.
-    pub const ALL: u16 = (1 << 11) - 1;
+    pub const ALL: u16 = (1 << 13) - 1;
     /// Bits `clear_mask` may carry.
     pub const CLEARABLE: u16 = REDRIVE | BACKOFF;
     /// Bits every `GET_QUEUE` reply carries (the others are optional
@@ -90,6 +94,11 @@ impl AttributeUpdate {
         set(self.backoff.as_set().is_some(), bits::BACKOFF);
         set(!self.tags().is_empty(), bits::TAGS);
         set(!self.annotations().is_empty(), bits::ANNOTATIONS);
+        set(self.kind.is_some(), bits::KIND);
+        set(
+            self.content_based_dedup.is_some(),
+            bits::CONTENT_BASED_DEDUP,
+        );
         m
     }
 
@@ -129,6 +138,8 @@ impl AttributeUpdate {
             + self.backoff.as_set().map_or(0, |_| 8)
             + labels_len(self.tags())
             + labels_len(self.annotations())
+            + usize::from(self.kind.is_some())
+            + usize::from(self.content_based_dedup.is_some())
     }
 
     /// Writes the attribute block. An update that both sets and clears a
@@ -177,6 +188,12 @@ impl AttributeUpdate {
                     return Err(e);
                 }
             }
+        }
+        if let Some(k) = self.kind {
+            buf.put_u8(k.code());
+        }
+        if let Some(c) = self.content_based_dedup {
+            buf.put_u8(u8::from(c));
         }
         Ok(())
     }
@@ -272,8 +289,39 @@ impl AttributeUpdate {
         if present & bits::ANNOTATIONS != 0 {
             *out.annotations_mut() = labels_change(r, "annotations")?;
         }
+        decode_kind(r, present, &mut out)?;
         Ok(out)
     }
+}
+
+/// Bits 11 and 12 (version 5): the kind and the content-based dedup flag,
+/// one byte each, 0 or 1.
+fn decode_kind(r: &mut Reader, present: u16, out: &mut AttributeUpdate) -> Result<(), DecodeError> {
+    if present & bits::KIND != 0 {
+        let offset = r.offset();
+        out.kind = Some(
+            QueueKind::from_code(r.u8("kind")?).ok_or(DecodeError::InvalidValue {
+                offset,
+                field: "kind",
+                reason: "a queue's kind is 0 (standard) or 1 (FIFO)",
+            })?,
+        );
+    }
+    if present & bits::CONTENT_BASED_DEDUP != 0 {
+        let offset = r.offset();
+        out.content_based_dedup = Some(match r.u8("content_based_dedup")? {
+            0 => false,
+            1 => true,
+            _ => {
+                return Err(DecodeError::InvalidValue {
+                    offset,
+                    field: "content_based_dedup",
+                    reason: "a flag is 0 or 1",
+                });
+            }
+        });
+    }
+    Ok(())
 }
 
 impl From<&QueueAttributes> for AttributeUpdate {
@@ -298,6 +346,10 @@ impl From<&QueueAttributes> for AttributeUpdate {
                     annotations: LabelsUpdate::set_all(&attrs.annotations),
                 }))
             },
+            // Absent when standard and not set: a standard queue's block
+            // is the one versions before 5 know.
+            kind: (attrs.kind != QueueKind::Standard).then_some(attrs.kind),
+            content_based_dedup: attrs.content_based_dedup.then_some(true),
         }
     }
 }
@@ -340,6 +392,14 @@ impl QueueAttributes {
         {
             return Err(missing);
         }
+        if u.kind == Some(QueueKind::Standard) || u.content_based_dedup == Some(false) {
+            return Err(DecodeError::InvalidValue {
+                offset,
+                field: "kind",
+                reason: "a queue's block leaves out a standard kind and a content-based \
+                         dedup that is off, so that each queue has one encoding",
+            });
+        }
         let labels = u.labels.map(|l| *l).unwrap_or_default();
         // A queue's labels are a map: one encoding each, in key order with
         // every key once, so that a block decodes to what re-encodes to it.
@@ -371,6 +431,8 @@ impl QueueAttributes {
                 backoff: u.backoff.as_set().copied(),
                 tags: labels.tags.set.into_iter().collect(),
                 annotations: labels.annotations.set.into_iter().collect(),
+                kind: u.kind.unwrap_or_default(),
+                content_based_dedup: u.content_based_dedup.unwrap_or(false),
             }),
             _ => Err(missing),
         }
@@ -418,7 +480,7 @@ mod tests {
     #[test]
     fn masks_are_strict() {
         assert!(matches!(
-            decode(&[0, 0x08, 0, 0]),
+            decode(&[0, 0x20, 0, 0]),
             Err(DecodeError::InvalidValue {
                 field: "present_mask",
                 ..
@@ -445,6 +507,51 @@ mod tests {
             decode(&[0x20, 0, 0, 0, 1, b' ', 1, 0]),
             Err(DecodeError::InvalidQueueName { offset: 5, .. })
         ));
+    }
+
+    #[test]
+    fn kind_and_content_dedup_are_one_byte_each_and_strict() {
+        let fifo = decode(&[0, 0x18, 0, 0, 1, 1]).unwrap();
+        assert_eq!(fifo.kind, Some(QueueKind::Fifo));
+        assert_eq!(fifo.content_based_dedup, Some(true));
+        assert!(matches!(
+            decode(&[0, 0x08, 0, 0, 2]),
+            Err(DecodeError::InvalidValue {
+                offset: 4,
+                field: "kind",
+                ..
+            })
+        ));
+        assert!(matches!(
+            decode(&[0, 0x10, 0, 0, 7]),
+            Err(DecodeError::InvalidValue {
+                field: "content_based_dedup",
+                ..
+            })
+        ));
+        // A queue's block has one encoding: a standard kind is left out.
+        let mut buf = BytesMut::new();
+        QueueAttributes::default().encode(&mut buf).unwrap();
+        let mask = u16::from_le_bytes([buf[0], buf[1]]);
+        assert_eq!(mask & (bits::KIND | bits::CONTENT_BASED_DEDUP), 0);
+        let mut with_standard = buf.to_vec();
+        with_standard[1] |= 0x08;
+        with_standard.push(0);
+        let mut r = Reader::new(Bytes::from(with_standard));
+        assert!(matches!(
+            QueueAttributes::decode(&mut r),
+            Err(DecodeError::InvalidValue { field: "kind", .. })
+        ));
+        let fifo = QueueAttributes {
+            kind: QueueKind::Fifo,
+            content_based_dedup: true,
+            ..QueueAttributes::default()
+        };
+        let mut buf = BytesMut::new();
+        fifo.encode(&mut buf).unwrap();
+        assert_eq!(buf.len(), fifo.encoded_len());
+        let mut r = Reader::new(buf.freeze());
+        assert_eq!(QueueAttributes::decode(&mut r), Ok(fifo));
     }
 
     #[test]

@@ -53,6 +53,41 @@ impl Backoff {
     }
 }
 
+/// A queue's kind, set when it is created and fixed from then on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QueueKind {
+    /// Messages in no particular order; a message's group id, if any, only
+    /// takes turns with the other groups (a fair queue).
+    #[default]
+    Standard,
+    /// Every message has a group id; a group's messages are delivered in
+    /// send order, and none while an earlier one of the group is in flight.
+    /// Every send is deduplicated (a dedup key, or the body's SHA-256 with
+    /// content-based deduplication), and per-message delays are refused.
+    Fifo,
+}
+
+impl QueueKind {
+    /// Its wire value (attribute bit 11).
+    #[must_use]
+    pub fn code(self) -> u8 {
+        match self {
+            QueueKind::Standard => 0,
+            QueueKind::Fifo => 1,
+        }
+    }
+
+    /// The kind of a wire value.
+    #[must_use]
+    pub fn from_code(code: u8) -> Option<QueueKind> {
+        match code {
+            0 => Some(QueueKind::Standard),
+            1 => Some(QueueKind::Fifo),
+            _ => None,
+        }
+    }
+}
+
 /// A queue's complete attributes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct QueueAttributes {
@@ -80,6 +115,11 @@ pub struct QueueAttributes {
     pub tags: Labels,
     /// Attributes another door keeps with the queue, uninterpreted here.
     pub annotations: Labels,
+    /// Standard or FIFO; fixed at creation.
+    pub kind: QueueKind,
+    /// A send without a dedup key is deduplicated by the SHA-256 of its body
+    /// (FIFO queues only).
+    pub content_based_dedup: bool,
 }
 
 impl Default for QueueAttributes {
@@ -96,6 +136,8 @@ impl Default for QueueAttributes {
             backoff: None,
             tags: Labels::new(),
             annotations: Labels::new(),
+            kind: QueueKind::Standard,
+            content_based_dedup: false,
         }
     }
 }
@@ -180,6 +222,11 @@ pub struct AttributeUpdate {
     /// Changes of the tags and annotations, if any: boxed, so that the
     /// requests that carry an update stay small.
     pub labels: Option<Box<LabelChanges>>,
+    /// See [`QueueAttributes::kind`]: CREATE only (a SET that names another
+    /// kind than the queue's is refused).
+    pub kind: Option<QueueKind>,
+    /// See [`QueueAttributes::content_based_dedup`].
+    pub content_based_dedup: Option<bool>,
 }
 
 /// Changes of a queue's tags and annotations (see [`crate::labels`]).
@@ -331,6 +378,18 @@ impl AttributeUpdate {
             out.annotations = self
                 .annotations()
                 .apply_to(&attrs.annotations, &ANNOTATION_LIMITS)?;
+        }
+        if let Some(k) = self.kind {
+            out.kind = k;
+        }
+        if let Some(c) = self.content_based_dedup {
+            out.content_based_dedup = c;
+        }
+        if out.content_based_dedup && out.kind != QueueKind::Fifo {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                "content_based_dedup: only a FIFO queue deduplicates by content",
+            ));
         }
         Ok(out)
     }

@@ -37,6 +37,7 @@ pub const RECEIVE_REPLY_FIXED_BYTES: usize = FRAME_OVERHEAD_BYTES + 2;
 ///     first_received_delta_ms: 0,
 ///     attributes: MessageAttributes::new(),
 ///     body: Bytes::from_static(&[0; 100]),
+///     group: None,
 /// };
 /// let mut out = BytesMut::new();
 /// // A frame limit with room for two such messages only.
@@ -715,6 +716,7 @@ mod tests {
             first_received_delta_ms: 0,
             attributes: MessageAttributes::from_pairs([("a", "b")]).unwrap(),
             body: Bytes::from_static(&[7; 100]),
+            group: None,
         };
         let reply = Reply::Receive {
             messages: ReceivedBatch::from_messages([msg.as_view(), msg.as_view()]).unwrap(),
@@ -738,6 +740,7 @@ mod tests {
                 first_received_delta_ms: u32::MAX,
                 attributes: MessageAttributes::from_pairs([("k", "v")]).unwrap(),
                 body: Bytes::from(vec![i; usize::from(i) * 10]),
+                group: None,
             })
             .collect();
         let mut expected = BytesMut::new();

@@ -49,6 +49,21 @@ pub enum EngineError {
         /// The dead-letter queue it names.
         dead_letter_queue: String,
     },
+    /// A dead-letter queue of another kind than the queue (FIFO and
+    /// standard).
+    #[error(
+        "dead_letter_queue: {dead_letter_queue} is not of the kind of {queue}: \
+         a FIFO queue's dead-letter queue is FIFO, a standard queue's standard"
+    )]
+    DeadLetterKind {
+        /// The queue being created or changed.
+        queue: QueueName,
+        /// The dead-letter queue it names.
+        dead_letter_queue: String,
+    },
+    /// SET of another kind than the queue's.
+    #[error("kind: queue {0} keeps the kind it was created with (FIFO or standard)")]
+    KindIsFixed(QueueName),
     /// DELETE of a queue that another names as its dead-letter queue.
     #[error("queue {user} uses {queue} as its dead-letter queue")]
     DeadLetterQueueInUse {
@@ -75,6 +90,9 @@ pub enum EngineError {
     /// A REDRIVE to the queue it moves from.
     #[error("to: a redrive moves messages to another queue than the one they are in")]
     RedriveToItself,
+    /// A REDRIVE between a FIFO and a standard queue.
+    #[error("to: a redrive moves messages between queues of one kind (FIFO or standard)")]
+    RedriveKind,
     /// A RECEIVE's visibility timeout above [`VISIBILITY_TIMEOUT_MS_MAX`].
     #[error("visibility_timeout_ms: {0} is outside 0 ..= {VISIBILITY_TIMEOUT_MS_MAX}")]
     VisibilityTimeoutOutOfRange(u32),
@@ -100,11 +118,14 @@ impl EngineError {
             | EngineError::OwnDeadLetterQueue(_)
             | EngineError::DeadLetterQueueNotFound(_)
             | EngineError::DeadLetterCycle { .. }
+            | EngineError::DeadLetterKind { .. }
+            | EngineError::KindIsFixed(_)
             | EngineError::DeadLetterQueueInUse { .. }
             | EngineError::EmptyBatch
             | EngineError::MaxOutOfRange(_)
             | EngineError::RedriveMaxZero
             | EngineError::RedriveToItself
+            | EngineError::RedriveKind
             | EngineError::VisibilityTimeoutOutOfRange(_)
             | EngineError::WaitOutOfRange(_) => ErrorCode::InvalidArgument,
         }
@@ -160,6 +181,19 @@ pub enum EntryError {
     /// The message no longer exists.
     #[error("the message no longer exists")]
     Gone,
+    /// A FIFO queue's message without a group id.
+    #[error("group: a FIFO queue's messages carry a group id")]
+    GroupRequired,
+    /// A FIFO queue's message without a dedup key, on a queue without
+    /// content-based deduplication.
+    #[error(
+        "dedup_key: a FIFO queue's messages carry a dedup key, unless the queue \
+         deduplicates by content"
+    )]
+    DedupKeyRequired,
+    /// A per-message delay on a FIFO queue (its delay is the queue's).
+    #[error("delay_ms: a FIFO queue's messages take the queue's delay, not their own")]
+    DelayOnFifo,
 }
 
 impl EntryError {
@@ -167,9 +201,11 @@ impl EntryError {
     #[must_use]
     pub fn code(self) -> ErrorCode {
         match self {
-            EntryError::DelayOutOfRange | EntryError::VisibilityTimeoutOutOfRange => {
-                ErrorCode::InvalidArgument
-            }
+            EntryError::DelayOutOfRange
+            | EntryError::VisibilityTimeoutOutOfRange
+            | EntryError::GroupRequired
+            | EntryError::DedupKeyRequired
+            | EntryError::DelayOnFifo => ErrorCode::InvalidArgument,
             EntryError::MessageTooLarge => ErrorCode::MessageTooLarge,
             EntryError::QueueFull => ErrorCode::QueueFull,
             EntryError::MemoryFull | EntryError::SlotsFull => ErrorCode::Busy,

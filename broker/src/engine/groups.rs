@@ -17,12 +17,21 @@
 //! A group exists while it holds a waiting or in-flight message. Waiting
 //! messages are removed lazily: a message dropped while waiting (retention,
 //! purge) stays in its group until a [`Groups::take`] meets it and the
-//! caller's `live` check says it is gone, as in the partition's FIFOs.
+//! caller's check says it is gone, as in the partition's FIFOs. A waiting
+//! message that cannot be delivered yet (a delay, a retry backoff) puts its
+//! group to sleep when a take meets it first in its group: the group
+//! delivers nothing until [`Groups::wake`] (or a return into it), since in
+//! a FIFO group nothing may overtake it. So the caller wakes a message's
+//! group when the message becomes deliverable, and when it goes while
+//! waiting.
 //!
 //! `K` is what names a message for the caller (the shard's slot key); `seq`
 //! is its place in the queue's send order, increasing per queue.
 
 use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
+use sluice_protocol::MessageGroupId;
 
 /// How the groups of a queue deliver (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,25 +42,40 @@ pub(crate) enum GroupOrder {
     Fair,
 }
 
+/// Where a waiting message stands, as a [`Groups::take`] asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// It can be delivered now.
+    Ready,
+    /// It exists, but cannot be delivered yet: its group sleeps.
+    Later,
+    /// It no longer exists: it is forgotten.
+    Gone,
+}
+
 /// A group's index among the queue's groups, stable while the group exists
 /// (a message's record keeps it, to report its return or its end).
 pub(crate) type GroupIndex = u32;
 
 #[derive(Debug)]
 struct Group<K> {
-    name: Box<str>,
+    /// Its name's bytes (UTF-8: a `&str` made them), shared with every
+    /// delivery that names the group.
+    name: Bytes,
     /// Waiting messages by `seq`, lowest first.
     waiting: VecDeque<(u64, K)>,
     in_flight: u32,
     /// Whether the group is in `turn`.
     in_turn: bool,
+    /// Whether its first waiting message cannot be delivered yet.
+    asleep: bool,
 }
 
 /// The groups of one queue (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Groups<K> {
     order: GroupOrder,
-    index: HashMap<Box<str>, GroupIndex>,
+    index: HashMap<Bytes, GroupIndex>,
     groups: Vec<Option<Group<K>>>,
     free: Vec<GroupIndex>,
     /// Groups that can deliver now, in turn order; each at most once.
@@ -74,28 +98,40 @@ impl<K: Copy> Groups<K> {
     }
 
     /// Groups that hold a waiting or in-flight message.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.index.len()
     }
 
     /// Whether no group holds a message.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
     }
 
     /// Groups with a message in flight (a FIFO queue's locked groups).
+    #[cfg(test)]
     pub fn groups_in_flight(&self) -> usize {
         self.groups_in_flight
     }
 
     /// The index of group `name`, if it exists.
+    #[cfg(test)]
     pub fn find(&self, name: &str) -> Option<GroupIndex> {
-        self.index.get(name).copied()
+        self.index.get(name.as_bytes()).copied()
     }
 
     /// The name of group `g`.
     pub fn name(&self, g: GroupIndex) -> Option<&str> {
-        self.group(g).map(|group| &*group.name)
+        self.group(g)
+            .and_then(|group| core::str::from_utf8(&group.name).ok())
+    }
+
+    /// The name of group `g` as a message group id sharing the group's
+    /// bytes (no copy), when it is a valid one.
+    pub fn id(&self, g: GroupIndex) -> Option<MessageGroupId> {
+        self.group(g)
+            .and_then(|group| MessageGroupId::from_bytes(group.name.clone()).ok())
     }
 
     fn group(&self, g: GroupIndex) -> Option<&Group<K>> {
@@ -106,27 +142,55 @@ impl<K: Copy> Groups<K> {
         self.groups.get_mut(g as usize).and_then(Option::as_mut)
     }
 
-    /// A message sent to group `name`, after every message sent before it:
-    /// its group, created if new.
+    /// A message that joins group `name` (created if new) among its
+    /// waiting messages, in send order: at the back when sent after every
+    /// other (a send), in its place otherwise (a message moved in from
+    /// another queue, or loaded from a snapshot). Returns its group.
     pub fn push(&mut self, name: &str, seq: u64, key: K) -> GroupIndex {
-        let g = match self.index.get(name) {
+        let g = match self.index.get(name.as_bytes()) {
             Some(&g) => g,
             None => self.create(name),
         };
         if let Some(group) = self.group_mut(g) {
-            debug_assert!(group.waiting.back().is_none_or(|&(s, _)| s < seq));
-            group.waiting.push_back((seq, key));
+            if group.waiting.back().is_none_or(|&(s, _)| s < seq) {
+                group.waiting.push_back((seq, key));
+            } else {
+                let at = group.waiting.partition_point(|&(s, _)| s < seq);
+                group.waiting.insert(at, (seq, key));
+                // It may be the new first one: let a take look.
+                group.asleep = false;
+            }
         }
         self.offer(g);
         g
     }
 
+    /// A message of group `name` (created if new) that is in flight
+    /// already, as if a take had handed it out: a message loaded from a
+    /// snapshot in flight, or waiting out the backoff after a lease.
+    /// Returns its group.
+    pub fn push_taken(&mut self, name: &str) -> GroupIndex {
+        let g = match self.index.get(name.as_bytes()) {
+            Some(&g) => g,
+            None => self.create(name),
+        };
+        if let Some(group) = self.group_mut(g) {
+            group.in_flight += 1;
+            if group.in_flight == 1 {
+                self.groups_in_flight += 1;
+            }
+        }
+        g
+    }
+
     fn create(&mut self, name: &str) -> GroupIndex {
+        let name = Bytes::copy_from_slice(name.as_bytes());
         let group = Group {
-            name: name.into(),
+            name: name.clone(),
             waiting: VecDeque::new(),
             in_flight: 0,
             in_turn: false,
+            asleep: false,
         };
         let g = match self.free.pop() {
             Some(g) => {
@@ -140,7 +204,7 @@ impl<K: Copy> Groups<K> {
                 g
             }
         };
-        self.index.insert(name.into(), g);
+        self.index.insert(name, g);
         g
     }
 
@@ -150,20 +214,28 @@ impl<K: Copy> Groups<K> {
         let Some(group) = self.group_mut(g) else {
             return;
         };
-        let can = !group.waiting.is_empty() && (order == GroupOrder::Fair || group.in_flight == 0);
+        let can = !group.waiting.is_empty()
+            && !group.asleep
+            && (order == GroupOrder::Fair || group.in_flight == 0);
         if can && !group.in_turn {
             group.in_turn = true;
             self.turn.push_back(g);
         }
     }
 
+    /// Whether some group can deliver now (as far as the groups know: its
+    /// first waiting message may turn out gone or not ready).
+    pub fn can_deliver(&self) -> bool {
+        !self.turn.is_empty()
+    }
+
     /// Takes up to `max` messages to deliver into `out` (group, seq, key),
-    /// which then count as in flight. `live` says whether a waiting
-    /// message still exists; those that do not are forgotten on the way.
+    /// which then count as in flight. `check` says where a waiting message
+    /// stands (see [`Readiness`]).
     pub fn take(
         &mut self,
         max: usize,
-        mut live: impl FnMut(K) -> bool,
+        mut check: impl FnMut(K) -> Readiness,
         out: &mut Vec<(GroupIndex, u64, K)>,
     ) {
         let mut taken = 0;
@@ -187,9 +259,17 @@ impl<K: Copy> Groups<K> {
                 let Some((seq, key)) = group.waiting.pop_front() else {
                     break;
                 };
-                if live(key) {
-                    out.push((g, seq, key));
-                    took += 1;
+                match check(key) {
+                    Readiness::Ready => {
+                        out.push((g, seq, key));
+                        took += 1;
+                    }
+                    Readiness::Later => {
+                        group.waiting.push_front((seq, key));
+                        group.asleep = true;
+                        break;
+                    }
+                    Readiness::Gone => {}
                 }
             }
             group.in_flight += u32::try_from(took).unwrap_or(u32::MAX);
@@ -210,7 +290,18 @@ impl<K: Copy> Groups<K> {
         };
         let at = group.waiting.partition_point(|&(s, _)| s < seq);
         group.waiting.insert(at, (seq, key));
+        group.asleep = false;
         self.leave_flight(g);
+        self.offer(g);
+    }
+
+    /// A waiting message of group `g` that could not be delivered yet now
+    /// can: the group delivers again if it slept.
+    pub fn wake(&mut self, g: GroupIndex) {
+        let Some(group) = self.group_mut(g) else {
+            return;
+        };
+        group.asleep = false;
         self.offer(g);
     }
 

@@ -49,12 +49,6 @@ mod bodies;
 pub mod cluster;
 pub mod dedup;
 pub mod error;
-// Message groups, tested on their own; the partitions take them up next
-// (FIFO and fair queues), until then nothing outside the tests calls them.
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "wired into the partitions in the next step")
-)]
 mod groups;
 // The one `madvise` call; see the module's docs.
 #[allow(unsafe_code)]

@@ -33,11 +33,12 @@
 //!   messages, stale ones aside, and those are compacted away when they
 //!   outnumber the live ones.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use sluice_protocol::{QueueAttributes, QueueName, QueueStats};
+use sluice_protocol::{QueueAttributes, QueueKind, QueueName, QueueStats};
 
 use super::block_deque::{BlockDeque, Spare};
+use super::groups::{GroupIndex, GroupOrder, Groups};
 use super::limits::{FIFO_BLOCK_BYTES, FIFO_SLACK};
 use super::registry::QueueShared;
 use super::slab::SlotKey;
@@ -91,10 +92,51 @@ pub(crate) struct Partition {
     pub touched: bool,
     /// Whether messages became visible since waiters were last served.
     pub gained: bool,
+    /// A FIFO queue's groups: `Some` when it delivers through them.
+    pub grouping: Option<Box<Grouping>>,
+}
+
+/// Where one message of a grouped partition stands in its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Member {
+    /// The generation of the message's slot (the key's other half).
+    pub generation: u32,
+    pub group: GroupIndex,
+    /// Whether its group counts it in flight (taken, and not yet back or
+    /// settled).
+    pub taken: bool,
+}
+
+/// The groups of a partition that delivers through them, and each of its
+/// messages' place there. Every message of such a partition is a member,
+/// from its send (or move in) until it leaves.
+#[derive(Debug)]
+pub(crate) struct Grouping {
+    pub groups: Groups<SlotKey>,
+    /// By slot.
+    pub members: HashMap<u32, Member>,
+}
+
+impl Grouping {
+    pub fn new(order: GroupOrder) -> Grouping {
+        Grouping {
+            groups: Groups::new(order),
+            members: HashMap::new(),
+        }
+    }
+
+    /// The member at `key`, if it is one.
+    pub fn member(&self, key: SlotKey) -> Option<Member> {
+        self.members
+            .get(&key.slot)
+            .copied()
+            .filter(|m| m.generation == key.generation)
+    }
 }
 
 impl Partition {
     pub fn new(name: QueueName, attrs: QueueAttributes, shared: Arc<QueueShared>) -> Partition {
+        let attrs_kind = attrs.kind;
         Partition {
             incarnation: shared.incarnation(),
             name,
@@ -110,6 +152,8 @@ impl Partition {
             waiters: VecDeque::new(),
             touched: false,
             gained: false,
+            grouping: (attrs_kind == QueueKind::Fifo)
+                .then(|| Box::new(Grouping::new(GroupOrder::Fifo))),
         }
     }
 

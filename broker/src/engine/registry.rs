@@ -423,8 +423,16 @@ impl Registry {
         if dlq == name.as_str() {
             return Err(EngineError::OwnDeadLetterQueue(name.clone()));
         }
-        if !queues.contains_key(dlq) {
+        let Some(target) = queues.get(dlq) else {
             return Err(EngineError::DeadLetterQueueNotFound(dlq.to_owned()));
+        };
+        // A FIFO queue's dead letters keep their groups, and a standard
+        // queue's have none to keep: both queues are of one kind.
+        if target.attributes.kind != attrs.kind {
+            return Err(EngineError::DeadLetterKind {
+                queue: name.clone(),
+                dead_letter_queue: dlq.to_owned(),
+            });
         }
         // Follow the chain from the dead-letter queue: reaching `name` again
         // would close a cycle. The chain is at most as long as the map.
@@ -524,6 +532,9 @@ impl Registry {
         let Some(existing) = inner.queues.get(name) else {
             return Err(EngineError::QueueNotFound(name.clone()));
         };
+        if update.kind.is_some_and(|k| k != existing.attributes.kind) {
+            return Err(EngineError::KindIsFixed(name.clone()));
+        }
         let attrs = update
             .apply_to(&existing.attributes, self.config.frame_bytes_max)
             .map_err(EngineError::Attributes)?;

@@ -18,8 +18,10 @@ pub use crate::engine::section::{Counter, Out, SectionRead};
 pub const MAGIC: [u8; 8] = *b"SLUICESN";
 /// The format version this broker writes. Version 2 gave each queue's
 /// attribute block a `u32` length (a queue's tags and annotations can pass
-/// 64 KiB); version 1 is still read.
-pub const VERSION: u32 = 2;
+/// 64 KiB); version 3 added FIFO queues (a queue's kind in its attribute
+/// block, a message's group in its record). Versions 1 and 2 are still
+/// read.
+pub const VERSION: u32 = 3;
 /// The oldest format version this broker reads.
 pub const VERSION_OLDEST: u32 = 1;
 /// Bytes of the header before its section table.

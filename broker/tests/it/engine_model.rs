@@ -518,6 +518,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                         MessageAttributes::new()
                     },
                     dedup_key: key.map(|k| Bytes::from(vec![b'a' + k])),
+                    group: None,
                 })
                 .collect();
             let r = match c.call(shard, send_op(NAMES[queue], &built)) {

@@ -11,7 +11,7 @@ use sluice_protocol::{
     AttributeUpdate, Backoff, ErrorCode, LabelChanges, LabelsUpdate, RedrivePolicy, SendEntry,
 };
 
-const QUEUES: [&str; 3] = ["dlq", "work", "quiet"];
+const QUEUES: [&str; 4] = ["dlq", "work", "quiet", "fifo"];
 
 fn config(shards: u16) -> RegistryConfig {
     RegistryConfig {
@@ -72,6 +72,23 @@ fn populated(shards: u16) -> (Cluster, Vec<sluice_protocol::ReceivedMessage>) {
     for i in 0..10 {
         send(&mut c, 0, "quiet", &format!("q{i}"));
     }
+    // A FIFO queue: two groups, one of them locked by a message in flight.
+    create(
+        &mut c,
+        "fifo",
+        AttributeUpdate {
+            kind: Some(sluice_protocol::QueueKind::Fifo),
+            ..Default::default()
+        },
+    );
+    for i in 0..6 {
+        let group = if i % 2 == 0 { "even" } else { "odd" };
+        let e = entry(&format!("f{i}"))
+            .group(sluice_protocol::MessageGroupId::new(group).unwrap())
+            .dedup_key(format!("f{i}"));
+        assert!(send_entries(&mut c, 0, "fifo", vec![e])[0].is_ok());
+    }
+    assert_eq!(receive_vis(&mut c, 0, "fifo", 1, Some(60_000)).len(), 1);
     // Leased for a minute: their receipts must work after the restart.
     let long = receive_vis(&mut c, 0, "work", 6, Some(60_000));
     // Received, then the lease expired: dead-lettered on the next receive
@@ -244,7 +261,7 @@ fn every_bit_flip_is_refused() {
 #[test]
 fn another_version_limits_or_shard_count_is_refused() {
     let file = small_file();
-    for version in [0, 3] {
+    for version in [0, 4] {
         let mut other = file.clone();
         other[8] = version;
         let e = load(&other).unwrap_err();
@@ -283,8 +300,8 @@ fn another_version_limits_or_shard_count_is_refused() {
 
 /// The fuzz target's seeds (`broker/fuzz/seeds`) are snapshots this engine
 /// writes and loads; `SLUICE_WRITE_FUZZ_SEEDS=1` writes them again. The
-/// `v1-` ones were written in format version 1 and are kept as they are:
-/// a broker of today still loads them.
+/// `v1-` and `v2-` ones were written in format versions 1 and 2 and are
+/// kept as they are: a broker of today still loads them.
 #[test]
 fn the_fuzz_seeds_load() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
@@ -296,7 +313,14 @@ fn the_fuzz_seeds_load() {
             std::fs::write(dir.join(format!("shards-{shards}.snapshot")), c.snapshot()).unwrap();
         }
     }
-    for (shards, prefix) in [(1u16, ""), (2, ""), (1, "v1-"), (2, "v1-")] {
+    for (shards, prefix) in [
+        (1u16, ""),
+        (2, ""),
+        (1, "v1-"),
+        (2, "v1-"),
+        (1, "v2-"),
+        (2, "v2-"),
+    ] {
         let path = dir.join(format!("{prefix}shards-{shards}.snapshot"));
         let file = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let report = sluice_broker::snapshot::check(

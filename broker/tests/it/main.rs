@@ -7,6 +7,7 @@
 mod engine_util;
 
 mod engine_dead_letter;
+mod engine_fifo;
 mod engine_footprint;
 mod engine_leases;
 mod engine_long_poll;
@@ -39,6 +40,8 @@ mod server_auth;
 mod server_bad_input;
 #[cfg(not(sluice_loom))]
 mod server_bound_leases;
+#[cfg(not(sluice_loom))]
+mod server_fifo;
 #[cfg(not(sluice_loom))]
 mod server_labels;
 #[cfg(not(sluice_loom))]

@@ -3,9 +3,10 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{SEND_ENTRY_HEAD, USE_QUEUE_DEFAULT};
+use super::{GROUP_FLAG, SEND_ENTRY_HEAD, USE_QUEUE_DEFAULT, group_wire, parse_group, read_group};
 use crate::batch::{Batch, BatchEntry, BatchIter, share_slice};
 use crate::codec::{DecodeError, EncodeError, SliceReader, len_u8, len_u32};
+use crate::group_id::MessageGroupId;
 use crate::limits::{DEDUP_KEY_BYTES_MAX, SEND_ENTRY_OVERHEAD_BYTES};
 use crate::message_attributes::{
     AttributesRef, MessageAttributes, parse_attributes, read_attributes, wire_len,
@@ -38,6 +39,9 @@ pub struct SendEntry {
     pub dedup_key: Option<Bytes>,
     /// The message's attributes.
     pub attributes: MessageAttributes,
+    /// Its message group (protocol version 5): its place in its group's
+    /// order on a FIFO queue, its group's turn on a standard one.
+    pub group: Option<MessageGroupId>,
 }
 
 impl SendEntry {
@@ -82,6 +86,13 @@ impl SendEntry {
         self
     }
 
+    /// Sets the message group.
+    #[must_use]
+    pub fn group(mut self, group: MessageGroupId) -> SendEntry {
+        self.group = Some(group);
+        self
+    }
+
     /// A borrowed view.
     #[must_use]
     pub fn as_view(&self) -> SendEntryRef<'_> {
@@ -90,6 +101,7 @@ impl SendEntry {
             delay_ms: self.delay.map(Millis::get),
             dedup_key: self.dedup_key.as_deref().filter(|k| !k.is_empty()),
             attributes: self.attributes.as_view(),
+            group: self.group.as_ref().map(MessageGroupId::as_str),
         }
     }
 
@@ -129,6 +141,8 @@ pub struct SendEntryRef<'a> {
     pub dedup_key: Option<&'a [u8]>,
     /// Attributes.
     pub attributes: AttributesRef<'a>,
+    /// Message group id (1 to 128 of `!` to `~`), if any.
+    pub group: Option<&'a str>,
 }
 
 impl<'a> SendEntryRef<'a> {
@@ -140,12 +154,14 @@ impl<'a> SendEntryRef<'a> {
         delay_ms: u32,
         dedup_key: &'a [u8],
         attributes: AttributesRef<'a>,
+        group: Option<&'a str>,
     ) -> SendEntryRef<'a> {
         SendEntryRef {
             body,
             delay_ms: (delay_ms != USE_QUEUE_DEFAULT).then_some(delay_ms),
             dedup_key: (!dedup_key.is_empty()).then_some(dedup_key),
             attributes,
+            group,
         }
     }
 }
@@ -157,6 +173,7 @@ impl SendEntryRef<'_> {
     pub fn encoded_len(&self) -> usize {
         SEND_ENTRY_OVERHEAD_BYTES
             + self.dedup_key.map_or(0, <[u8]>::len)
+            + self.group.map_or(0, |g| 1 + g.len())
             + self.attributes.wire_bytes().len()
             + self.body.len()
     }
@@ -171,13 +188,18 @@ impl SendEntryRef<'_> {
                 max: DEDUP_KEY_BYTES_MAX,
             });
         }
+        let group = self.group.map(group_wire).transpose()?;
         let mut head = [0u8; SEND_ENTRY_OVERHEAD_BYTES];
         head[0..4].copy_from_slice(&len_u32(self.body.len(), "body")?.to_le_bytes());
         head[4..8].copy_from_slice(&self.delay_ms.unwrap_or(USE_QUEUE_DEFAULT).to_le_bytes());
         head[8] = len_u8(dedup.len(), "dedup key")?;
-        head[9] = self.attributes.count();
+        head[9] = self.attributes.count() | if group.is_some() { GROUP_FLAG } else { 0 };
         buf.put_slice(&head);
         buf.put_slice(dedup);
+        if let Some((len, g)) = group {
+            buf.put_u8(len);
+            buf.put_slice(g);
+        }
         buf.put_slice(self.attributes.wire_bytes());
         buf.put_slice(self.body);
         Ok(())
@@ -205,6 +227,12 @@ impl BatchEntry for SendEntry {
             });
         }
         let dedup_key = r.take(dedup_len.into(), "dedup key")?;
+        let group = if attr_count & GROUP_FLAG == 0 {
+            None
+        } else {
+            Some(parse_group(r)?)
+        };
+        let attr_count = attr_count & !GROUP_FLAG;
         let attributes = if attr_count == 0 {
             AttributesRef::default()
         } else {
@@ -216,6 +244,7 @@ impl BatchEntry for SendEntry {
             u32::from_le_bytes([d0, d1, d2, d3]),
             dedup_key,
             attributes,
+            group,
         ))
     }
 
@@ -226,6 +255,12 @@ impl BatchEntry for SendEntry {
         let [b0, b1, b2, b3, d0, d1, d2, d3, dedup_len, attr_count] =
             r.next_array::<SEND_ENTRY_OVERHEAD_BYTES>()?;
         let dedup_key = r.next_slice(dedup_len.into())?;
+        let group = if attr_count & GROUP_FLAG == 0 {
+            None
+        } else {
+            Some(read_group(r)?)
+        };
+        let attr_count = attr_count & !GROUP_FLAG;
         let attributes = if attr_count == 0 {
             AttributesRef::default()
         } else {
@@ -237,6 +272,7 @@ impl BatchEntry for SendEntry {
             u32::from_le_bytes([d0, d1, d2, d3]),
             dedup_key,
             attributes,
+            group,
         ))
     }
 
@@ -257,6 +293,10 @@ impl BatchEntry for SendEntry {
                 count: entry.attributes.count(),
                 raw: share_slice(buf, entry.attributes.wire_bytes()),
             },
+            // The view's id was checked when it was made.
+            group: entry
+                .group
+                .and_then(|g| MessageGroupId::from_bytes(share_slice(buf, g.as_bytes())).ok()),
         }
     }
 }

@@ -259,6 +259,7 @@ fn hot_batches_decode_and_iterate_without_allocating() {
             delay: Some(Millis::new(u32::from(i))),
             dedup_key: (i % 2 == 0).then(|| Bytes::from(vec![i; 8])),
             attributes: MessageAttributes::from_pairs([("k", "v")]).unwrap(),
+            group: (i % 3 == 0).then(|| sluice_protocol::MessageGroupId::new("g-1").unwrap()),
         })
         .collect();
     let messages: Vec<ReceivedMessage> = (0..64u8)
@@ -270,6 +271,7 @@ fn hot_batches_decode_and_iterate_without_allocating() {
             first_received_delta_ms: 2,
             attributes: MessageAttributes::from_pairs([("k", "v")]).unwrap(),
             body: Bytes::from(vec![i; 100]),
+            group: None,
         })
         .collect();
     let mut wire = BytesMut::new();

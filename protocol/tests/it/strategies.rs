@@ -14,7 +14,7 @@ use sluice_protocol::{
     Request, SendEntry, SendOutcome, SendRequest, ServerLimits, ServerStatsReply, VisibilityChange,
     WireError,
 };
-use sluice_protocol::{Millis, Setting};
+use sluice_protocol::{MessageGroupId, Millis, QueueKind, Setting};
 
 /// Largest batch generated: enough to cover multi-entry layouts while
 /// keeping cases fast. (Full-size batches are covered by the limit tests.)
@@ -79,12 +79,14 @@ pub fn send_entry() -> impl Strategy<Value = SendEntry> {
         opt_u32_not_max(),
         option::of(vec(any::<u8>(), 1..=128).prop_map(Bytes::from)),
         attributes(),
+        option::of("[!-~]{1,128}"),
     )
-        .prop_map(|(body, delay_ms, dedup_key, attributes)| SendEntry {
+        .prop_map(|(body, delay_ms, dedup_key, attributes, group)| SendEntry {
             body,
             delay: delay_ms.map(Millis::new),
             dedup_key,
             attributes,
+            group: group.map(|g| MessageGroupId::new(&g).expect("the pattern is a valid id")),
         })
 }
 
@@ -125,13 +127,18 @@ pub fn attribute_update() -> impl Strategy<Value = AttributeUpdate> {
             any::<bool>(),
             any::<bool>(),
         ),
-        (labels_update(), labels_update()),
+        (
+            labels_update(),
+            labels_update(),
+            option::of(kind()),
+            option::of(any::<bool>()),
+        ),
     )
         .prop_map(
             |(
                 (vt, d, ret, mbm, rw),
                 (redrive, max_depth, dw, backoff, cr, cb),
-                (tags, annotations),
+                (tags, annotations, kind, content_based_dedup),
             )| AttributeUpdate {
                 visibility_timeout: vt.map(Millis::new),
                 delay: d.map(Millis::new),
@@ -147,8 +154,14 @@ pub fn attribute_update() -> impl Strategy<Value = AttributeUpdate> {
                 } else {
                     Some(Box::new(LabelChanges { tags, annotations }))
                 },
+                kind,
+                content_based_dedup,
             },
         )
+}
+
+fn kind() -> impl Strategy<Value = QueueKind> {
+    prop_oneof![Just(QueueKind::Standard), Just(QueueKind::Fifo)]
 }
 
 fn labels_update() -> impl Strategy<Value = LabelsUpdate> {
@@ -178,10 +191,14 @@ pub fn queue_attributes() -> impl Strategy<Value = QueueAttributes> {
             any::<u32>(),
             option::of(backoff()),
         ),
-        (labels(), labels()),
+        (labels(), labels(), kind(), any::<bool>()),
     )
         .prop_map(
-            |((vt, d, ret, mbm, rw), (redrive, max_depth, dw, backoff), (tags, annotations))| {
+            |(
+                (vt, d, ret, mbm, rw),
+                (redrive, max_depth, dw, backoff),
+                (tags, annotations, kind, content_based_dedup),
+            )| {
                 QueueAttributes {
                     visibility_timeout: vt.into(),
                     delay: d.into(),
@@ -194,6 +211,8 @@ pub fn queue_attributes() -> impl Strategy<Value = QueueAttributes> {
                     backoff,
                     tags,
                     annotations,
+                    kind,
+                    content_based_dedup,
                 }
             },
         )
@@ -324,6 +343,7 @@ pub fn received_message() -> impl Strategy<Value = ReceivedMessage> {
         0..u32::MAX,
         attributes(),
         bytes(64),
+        option::of("[!-~]{1,128}"),
     )
         .prop_map(
             |(
@@ -334,6 +354,7 @@ pub fn received_message() -> impl Strategy<Value = ReceivedMessage> {
                 first_received_delta_ms,
                 attributes,
                 body,
+                group,
             )| ReceivedMessage {
                 id,
                 receipt,
@@ -342,6 +363,7 @@ pub fn received_message() -> impl Strategy<Value = ReceivedMessage> {
                 first_received_delta_ms,
                 attributes,
                 body,
+                group: group.map(|g| MessageGroupId::new(&g).expect("the pattern is a valid id")),
             },
         )
 }

@@ -15,11 +15,11 @@ use bytes::{Bytes, BytesMut};
 use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, Counter, DeleteRequest, ErrorCode,
-    FrameDecoder, HelloReply, HelloRequest, MessageAttributes, MessageId, Millis, PeekedMessage,
-    QueueAttributes, QueueAttributesRequest, QueueInfo, QueueName, QueueStats, Receipt,
-    ReceiveRequest, ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply, Request, SendEntry,
-    SendOutcome, SendRequest, ServerLimits, ServerStatsReply, Setting, VisibilityChange, WireError,
-    opcode,
+    FrameDecoder, HelloReply, HelloRequest, MessageAttributes, MessageGroupId, MessageId, Millis,
+    PeekedMessage, QueueAttributes, QueueAttributesRequest, QueueInfo, QueueName, QueueStats,
+    Receipt, ReceiveRequest, ReceivedBatch, ReceivedMessage, RedrivePolicy, Reply, Request,
+    SendEntry, SendOutcome, SendRequest, ServerLimits, ServerStatsReply, Setting, VisibilityChange,
+    WireError, opcode,
 };
 
 use crate::dump::{Dump, frame, parse_blocks, rewrite_blocks};
@@ -430,8 +430,40 @@ pub fn all() -> Vec<Vector> {
                         delay: Some(Millis::new(5000)),
                         dedup_key: Some(Bytes::from_static(b"order-17")),
                         attributes: attribute_pairs(&[("type", "order")]),
+                        group: None,
                     },
                 ],
+            )
+            .unwrap(),
+        )),
+        p,
+    );
+    // SEND to a FIFO queue (version 5): the group id follows the dedup key.
+    let mut p = Dump::new();
+    p.str8("ledger.fifo", "queue").u16(1, "count");
+    p.u32(5, "entry 0: body_len")
+        .raw(
+            &u32::MAX.to_le_bytes(),
+            "entry 0: delay_ms = 0xffffffff (queue default)",
+        )
+        .u8(6, "entry 0: dedup_len")
+        .raw(
+            &[0x80],
+            "entry 0: attr_count = 0, bit 7: a group id follows",
+        )
+        .raw(b"txn-41", "entry 0: dedup key = \"txn-41\"")
+        .u8(9, "entry 0: group id length")
+        .raw(b"account-7", "entry 0: group id = \"account-7\"")
+        .raw(b"debit", "entry 0: body = \"debit\"");
+    add(
+        "send_group_request",
+        17,
+        Message::Request(Request::Send(
+            SendRequest::new(
+                q("ledger.fifo"),
+                &[SendEntry::new(Bytes::from_static(b"debit"))
+                    .dedup_key("txn-41")
+                    .group(MessageGroupId::new("account-7").unwrap())],
             )
             .unwrap(),
         )),
@@ -519,6 +551,39 @@ pub fn all() -> Vec<Vector> {
                 first_received_delta_ms: 250,
                 attributes: attribute_pairs(&[("type", "order")]),
                 body: Bytes::from_static(b"world"),
+                group: None,
+            }
+            .as_view()])
+            .unwrap(),
+        }),
+        p,
+    );
+
+    let mut p = Dump::new();
+    p.u16(1, "count");
+    id(&mut p, ID_A);
+    receipt(&mut p, &RECEIPT_B, "receipt");
+    p.u32(1, "receive_count")
+        .u64(1_735_689_600_000, "sent_at_ms (2025-01-01T00:00:00Z)")
+        .u32(12, "first_received_delta_ms")
+        .u32(5, "body_len")
+        .raw(&[0x80], "attr_count = 0, bit 7: a group id follows")
+        .u8(9, "group id length")
+        .raw(b"account-7", "group id = \"account-7\"")
+        .raw(b"debit", "body = \"debit\"");
+    add(
+        "receive_group_reply",
+        18,
+        Message::Reply(Reply::Receive {
+            messages: ReceivedBatch::from_messages([ReceivedMessage {
+                id: ID_A,
+                receipt: RECEIPT_B,
+                receive_count: 1,
+                sent_at_ms: 1_735_689_600_000,
+                first_received_delta_ms: 12,
+                attributes: MessageAttributes::new(),
+                body: Bytes::from_static(b"debit"),
+                group: Some(MessageGroupId::new("account-7").unwrap()),
             }
             .as_view()])
             .unwrap(),

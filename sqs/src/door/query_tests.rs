@@ -135,6 +135,7 @@ fn a_receive_by_get_answers_its_messages_in_xml() {
         first_received_delta_ms: 5,
         attributes: MessageAttributes::default(),
         body: Bytes::from_static(b"a\r\nb & c"),
+        group: None,
     };
     let messages = ReceivedBatch::from_messages([m.as_view()]).unwrap();
     let r = done(c.resume(Reply::Receive { messages }, 1));

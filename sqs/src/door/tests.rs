@@ -630,6 +630,7 @@ fn door_receive_message() {
         first_received_delta_ms: 5,
         attributes,
         body: Bytes::from_static(b"hello"),
+        group: None,
     };
     let messages = ReceivedBatch::from_messages([m.as_view()]).unwrap();
     let r = done(c.resume(Reply::Receive { messages }, 1));

@@ -5,13 +5,24 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
-use super::{GroupIndex, GroupOrder, Groups};
+use super::{GroupIndex, GroupOrder, Groups, Readiness};
 
-/// Takes up to `max` with every message live.
+/// Takes up to `max` with every message ready.
 fn take(g: &mut Groups<u64>, max: usize) -> Vec<(GroupIndex, u64, u64)> {
     let mut out = Vec::new();
-    g.take(max, |_| true, &mut out);
+    g.take(max, |_| Readiness::Ready, &mut out);
     out
+}
+
+/// What the model says of message `k`.
+fn readiness(k: u64, dropped: &BTreeSet<u64>, later: &BTreeSet<u64>) -> Readiness {
+    if dropped.contains(&k) {
+        Readiness::Gone
+    } else if later.contains(&k) {
+        Readiness::Later
+    } else {
+        Readiness::Ready
+    }
 }
 
 fn names(g: &Groups<u64>, taken: &[(GroupIndex, u64, u64)]) -> Vec<String> {
@@ -80,7 +91,17 @@ fn gone_messages_are_skipped_and_empty_groups_forgotten() {
     g.push("a", 1, 1);
     g.push("b", 2, 2);
     let mut out = Vec::new();
-    g.take(10, |k| k != 0, &mut out);
+    g.take(
+        10,
+        |k| {
+            if k == 0 {
+                Readiness::Gone
+            } else {
+                Readiness::Ready
+            }
+        },
+        &mut out,
+    );
     assert_eq!(out.iter().map(|t| t.2).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(g.len(), 2);
     g.settled(out[0].0);
@@ -93,6 +114,44 @@ fn gone_messages_are_skipped_and_empty_groups_forgotten() {
     assert_eq!(g.name(c), Some("c"));
 }
 
+#[test]
+fn a_message_not_ready_holds_its_group_until_woken() {
+    let mut g = Groups::new(GroupOrder::Fifo);
+    g.push("a", 0, 0);
+    g.push("a", 1, 1);
+    g.push("b", 2, 2);
+    let mut out = Vec::new();
+    let not_yet = |k| {
+        if k == 0 {
+            Readiness::Later
+        } else {
+            Readiness::Ready
+        }
+    };
+    g.take(10, not_yet, &mut out);
+    assert_eq!(
+        out.iter().map(|t| t.2).collect::<Vec<_>>(),
+        [2],
+        "1 waits behind 0"
+    );
+    assert!(!g.can_deliver());
+    out.clear();
+    g.take(10, |_| Readiness::Ready, &mut out);
+    assert!(out.is_empty(), "a sleeps until woken");
+    g.wake(g.find("a").unwrap());
+    assert!(g.can_deliver());
+    g.take(10, |_| Readiness::Ready, &mut out);
+    assert_eq!(out.iter().map(|t| t.2).collect::<Vec<_>>(), [0, 1]);
+    // A message moved in with an earlier seq goes before the rest.
+    let mut g = Groups::new(GroupOrder::Fifo);
+    g.push("a", 5, 5);
+    g.push("a", 3, 3);
+    assert_eq!(
+        take(&mut g, 10).iter().map(|t| t.2).collect::<Vec<_>>(),
+        [3, 5]
+    );
+}
+
 #[derive(Clone, Debug)]
 enum Step {
     Push(u8),
@@ -100,6 +159,10 @@ enum Step {
     Return(usize),
     Settle(usize),
     Drop(usize),
+    /// A waiting message cannot be delivered for now (FIFO only).
+    Delay(usize),
+    /// A delayed message can again, and its group is woken.
+    Undelay(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -109,7 +172,40 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<usize>().prop_map(Step::Return),
         1 => any::<usize>().prop_map(Step::Settle),
         1 => any::<usize>().prop_map(Step::Drop),
+        1 => any::<usize>().prop_map(Step::Delay),
+        1 => any::<usize>().prop_map(Step::Undelay),
     ]
+}
+
+/// Messages a take can deliver: per group that is not locked, its live
+/// waiting messages up to the first one not ready (FIFO); every live
+/// waiting message that is ready (fair).
+fn ready_count(
+    order: GroupOrder,
+    group_of: &BTreeMap<u64, String>,
+    waiting: &BTreeSet<u64>,
+    flying: &BTreeMap<u64, GroupIndex>,
+    dropped: &BTreeSet<u64>,
+    later: &BTreeSet<u64>,
+) -> usize {
+    let live = waiting.iter().filter(|s| !dropped.contains(*s));
+    if order == GroupOrder::Fair {
+        return live.filter(|s| !later.contains(*s)).count();
+    }
+    let mut blocked: BTreeSet<&String> = flying.keys().map(|s| &group_of[s]).collect();
+    let mut n = 0;
+    for s in live {
+        let name = &group_of[s];
+        if blocked.contains(name) {
+            continue;
+        }
+        if later.contains(s) {
+            blocked.insert(name);
+        } else {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Runs `steps` on the groups and a model, checking each take.
@@ -121,6 +217,7 @@ fn run(order: GroupOrder, steps: &[Step]) {
     let mut waiting: BTreeSet<u64> = BTreeSet::new();
     let mut flying: BTreeMap<u64, GroupIndex> = BTreeMap::new();
     let mut dropped: BTreeSet<u64> = BTreeSet::new();
+    let mut later: BTreeSet<u64> = BTreeSet::new();
     for s in steps {
         match *s {
             Step::Push(n) => {
@@ -132,16 +229,9 @@ fn run(order: GroupOrder, steps: &[Step]) {
             }
             Step::Take(max) => {
                 let mut out = Vec::new();
-                g.take(max, |k| !dropped.contains(&k), &mut out);
+                g.take(max, |k| readiness(k, &dropped, &later), &mut out);
                 assert!(out.len() <= max);
-                let ready = waiting
-                    .iter()
-                    .filter(|s| !dropped.contains(*s))
-                    .filter(|s| {
-                        order == GroupOrder::Fair
-                            || !flying.keys().any(|f| group_of[f] == group_of[*s])
-                    })
-                    .count();
+                let ready = ready_count(order, &group_of, &waiting, &flying, &dropped, &later);
                 assert!(
                     out.len() == max || out.len() == ready,
                     "took {} of {ready} ready, max {max}",
@@ -183,23 +273,49 @@ fn run(order: GroupOrder, steps: &[Step]) {
                 g.settled(gi);
             }
             Step::Drop(i) if !waiting.is_empty() => {
+                // As the shard does: a waiting message that goes wakes its
+                // group, which may have slept on it.
                 let seq = *waiting.iter().nth(i % waiting.len()).unwrap();
                 waiting.remove(&seq);
                 dropped.insert(seq);
+                if let Some(gi) = g.find(&group_of[&seq]) {
+                    g.wake(gi);
+                }
             }
-            Step::Return(_) | Step::Settle(_) | Step::Drop(_) => {}
+            Step::Delay(i) if order == GroupOrder::Fifo && !waiting.is_empty() => {
+                let seq = *waiting.iter().nth(i % waiting.len()).unwrap();
+                later.insert(seq);
+            }
+            Step::Undelay(i) if !later.is_empty() => {
+                let seq = *later.iter().nth(i % later.len()).unwrap();
+                later.remove(&seq);
+                if let Some(gi) = g.find(&group_of[&seq]) {
+                    g.wake(gi);
+                }
+            }
+            Step::Return(_)
+            | Step::Settle(_)
+            | Step::Drop(_)
+            | Step::Delay(_)
+            | Step::Undelay(_) => {}
         }
         let groups_flying: BTreeSet<&String> = flying.keys().map(|s| &group_of[s]).collect();
         assert_eq!(g.groups_in_flight(), groups_flying.len());
     }
-    // Nothing lost: settle what flies, then every waiting message comes out.
+    // Nothing lost: settle what flies, wake what waits, then every waiting
+    // message comes out.
     for (_, gi) in std::mem::take(&mut flying) {
         g.settled(gi);
+    }
+    for seq in std::mem::take(&mut later) {
+        if let Some(gi) = g.find(&group_of[&seq]) {
+            g.wake(gi);
+        }
     }
     let mut out = Vec::new();
     while !waiting.is_empty() {
         out.clear();
-        g.take(usize::MAX, |k| !dropped.contains(&k), &mut out);
+        g.take(usize::MAX, |k| readiness(k, &dropped, &later), &mut out);
         assert!(!out.is_empty(), "waiting {waiting:?} never delivered");
         for &(gi, seq, _) in &out {
             assert!(waiting.remove(&seq));
@@ -207,7 +323,7 @@ fn run(order: GroupOrder, steps: &[Step]) {
         }
     }
     out.clear();
-    g.take(usize::MAX, |k| !dropped.contains(&k), &mut out);
+    g.take(usize::MAX, |k| readiness(k, &dropped, &later), &mut out);
     assert!(out.is_empty());
     assert!(g.is_empty(), "every group forgotten once empty");
 }
@@ -222,4 +338,18 @@ proptest! {
     fn fair_groups_match_the_model(steps in proptest::collection::vec(step(), 0..120)) {
         run(GroupOrder::Fair, &steps);
     }
+}
+
+#[test]
+fn a_message_pushed_in_flight_locks_its_group_until_back() {
+    let mut g = Groups::new(GroupOrder::Fifo);
+    let a = g.push_taken("a");
+    g.push("a", 5, 5);
+    assert_eq!(g.groups_in_flight(), 1);
+    assert!(take(&mut g, 10).is_empty(), "a flies");
+    g.returned(a, 2, 2);
+    assert_eq!(
+        take(&mut g, 10).iter().map(|t| t.2).collect::<Vec<_>>(),
+        [2, 5]
+    );
 }

@@ -22,6 +22,9 @@ impl Shard {
             (Ok(p), Ok(Some(t))) if t == p => {
                 self.finish_ticket(ticket, EngineError::RedriveToItself.into());
             }
+            (Ok(p), Ok(Some(t))) if self.part(p).attrs.kind != self.part(t).attrs.kind => {
+                self.finish_ticket(ticket, EngineError::RedriveKind.into());
+            }
             (Ok(p), Ok(t)) => {
                 let inc = self.part(p).incarnation;
                 let to = t.map_or(0, |t| self.part(t).incarnation);

@@ -2,7 +2,7 @@
 
 use sluice_protocol::{ReceivedMessage, SendEntry, SendOutcome};
 
-use super::receive::ReplyBudget;
+use super::lease::ReplyBudget;
 use super::{PendingKind, Shard};
 use crate::engine::error::EntryError;
 use crate::engine::mesh::shard_msg::{ForwardEntry, GatherReply, ReceiptAction, ShardMsg};

@@ -234,7 +234,46 @@ impl Shard {
             if part.moved.len() as u64 > part.live() {
                 return Err(format!("moved index of {} has stale entries", part.name));
             }
+            self.check_grouping(i as u32, part)?;
             self.check_waiters(part)?;
+        }
+        Ok(())
+    }
+
+    /// A FIFO queue's partition: every message is a member of a group, and
+    /// a taken one is never visible (it is back in its group when it is).
+    fn check_grouping(&self, p: u32, part: &Partition) -> Result<(), String> {
+        let Some(grouping) = &part.grouping else {
+            return Ok(());
+        };
+        if grouping.members.len() as u64 != part.live() {
+            return Err(format!(
+                "{} holds {} messages on shard {} but {} group members",
+                part.name,
+                part.live(),
+                self.id,
+                grouping.members.len()
+            ));
+        }
+        for (&slot, member) in &grouping.members {
+            let key = SlotKey {
+                slot,
+                generation: member.generation,
+            };
+            let m = self
+                .messages
+                .get(key)
+                .filter(|m| m.partition() == p)
+                .ok_or_else(|| format!("group member {key:?} of {} is gone", part.name))?;
+            if member.taken && m.state == MessageState::Visible {
+                return Err(format!(
+                    "{key:?} of {} is visible but its group counts it in flight",
+                    part.name
+                ));
+            }
+            if grouping.groups.name(member.group).is_none() {
+                return Err(format!("{key:?} of {} names no group", part.name));
+            }
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ use crate::engine::stored_message::{Ext, MessageState, NONE, StoredMessage};
 use crate::engine::wheel::TimerId;
 
 impl Shard {
+    #[inline]
     pub(super) fn mark_touched(&mut self, p: u32, gained: bool) {
         let part = self.part_mut(p);
         part.gained |= gained;
@@ -39,6 +40,9 @@ impl Shard {
                 .as_mut()
                 .expect("live partition index");
             part.ready.push_back(entry, &mut self.ready_spare);
+        }
+        if self.part(p).grouping.is_some() {
+            self.group_visible(p, key);
         }
         self.mark_touched(p, true);
     }
@@ -229,8 +233,8 @@ impl Shard {
             }
             self.exts.remove(m.ext);
         }
-        self.messages.remove(key);
         let p = m.partition();
+        self.messages.remove(key);
         self.memory.release(self.registry.memory(), cost);
         self.bodies.release(m.chunk, data_len);
         if self.bodies.needs_compaction() {
@@ -247,6 +251,9 @@ impl Shard {
         part.shared.release_depth();
         if !m.in_age_fifo() {
             part.moved.remove(&(m.sent_ns(), key.slot));
+        }
+        if part.grouping.is_some() {
+            self.leave_grouping(p, key);
         }
         if m.state == MessageState::Visible {
             self.mark_touched(p, false);
@@ -320,6 +327,10 @@ impl Shard {
         let (from, sent_ns) = (m.partition(), m.sent_ns());
         debug_assert_eq!(m.state, MessageState::Visible);
         let from_inc = self.part(from).incarnation;
+        let group = self.group_name(from, key);
+        if self.part(from).grouping.is_some() {
+            self.leave_grouping(from, key);
+        }
         {
             let part = self.part_mut(from);
             part.stats.visible -= 1;
@@ -357,6 +368,11 @@ impl Shard {
         part.stats.visible += 1;
         part.shared.add_depth();
         part.moved.insert((sent_ns, new_key.slot));
+        if self.part(to).grouping.is_some() {
+            // Queues of one kind only (dead-letter and redrive rules): a
+            // FIFO queue's message has its group.
+            self.enter_group(to, new_key, group.as_deref().unwrap_or_default());
+        }
         self.push_ready(to, new_key);
         self.arm_timer(new_key);
         self.maybe_compact(from);

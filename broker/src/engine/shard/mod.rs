@@ -47,10 +47,12 @@
 //! | `mod.rs` | the `Shard` struct, entry points, request bookkeeping |
 //! | `dispatch.rs` | operation dispatch: what each `Op` starts |
 //! | `queues.rs` | catching up with the registry: partitions created and dropped |
+//! | `lease.rs` | leasing one message: receipt, lease and counters, or its move to the dead-letter queue |
 //! | `lease_groups.rs` | one timer for the leases of one receive |
 //! | `records.rs` | a message's record and side-table entries: reading them, creating and freeing them, what they cost |
 //! | `lifecycle.rs` | a message's life in its shard: state, timer, ready-FIFO and membership, removal, moves; timers firing |
 //! | `send.rs` | send, dedup-key forwarding, message ids |
+//! | `grouped.rs` | FIFO queues: messages in their groups, receives through the groups |
 //! | `receive.rs` | leasing, receive, steals, long-poll waiters, hints and wake-ups |
 //! | `receipts.rs` | delete and change visibility by receipt, forwarded or local |
 //! | `gather.rs` | fan-out operations: stats, purge, peek, redrive, delete-queue |
@@ -60,11 +62,13 @@
 
 mod dispatch;
 mod gather;
+mod grouped;
 mod inbound;
 // The invariants checker, for tests: the crate's and, with `test-util`,
 // the integration tests' and the simulation's.
 #[cfg(any(test, feature = "test-util"))]
 mod invariants;
+mod lease;
 mod lease_groups;
 mod lifecycle;
 mod queues;
@@ -85,12 +89,13 @@ use self::receive::PendingReceive;
 use super::bodies::Bodies;
 use super::dedup::DedupTable;
 use super::error::{EngineError, EntryError};
+use super::groups::GroupIndex;
 use super::limits::{FIFO_SPARE_BLOCKS_MAX, RESULT_POOL_MAX};
 use super::memory::ShardMemory;
 use super::mesh::doorbell::ShardLinks;
 use super::mesh::shard_msg::{ReceiptAction, ShardMsg};
 use super::ops::{LeaseObserver, Op, OpResult};
-use super::partition::{AgeSpare, Partition, READY_ENTRY_BYTES, ReadySpare};
+use super::partition::{AgeSpare, Member, Partition, READY_ENTRY_BYTES, ReadySpare};
 use super::random::Rng;
 use super::registry::Registry;
 use super::slab::{Slab, SlotKey};
@@ -115,6 +120,10 @@ pub const EXT_BYTES: u64 =
 /// Bytes charged on top while a message is in flight or delayed: its
 /// `Lease` entry.
 pub const LEASE_BYTES: u64 = size_of::<Lease>() as u64;
+/// Bytes charged on top for each message of a FIFO queue: its place among
+/// its group's waiting messages and its membership entry (`grouped.rs`).
+pub const GROUP_MEMBER_BYTES: u64 =
+    (size_of::<(u64, SlotKey)>() + size_of::<(u32, Member)>() + size_of::<u64>()) as u64;
 
 /// How one shard is set up. The number of shards, the memory budget and the
 /// run's keys come from the [`Registry`].
@@ -241,6 +250,8 @@ pub struct Shard {
     results: ResultPool,
     /// Scratch list of requests (waiters to serve), reused.
     scratch_reqs: Vec<u64>,
+    /// What a grouped partition's groups hand a receive (`grouped.rs`).
+    scratch_taken: Vec<(GroupIndex, u64, SlotKey)>,
     wheel: TimerWheel<TimerEvent>,
     dedup: DedupTable,
     rng: Rng,
@@ -334,6 +345,7 @@ impl Shard {
             age_spare: AgeSpare::new(FIFO_SPARE_BLOCKS_MAX),
             results: ResultPool::new(),
             scratch_reqs: Vec::new(),
+            scratch_taken: Vec::new(),
             wheel: TimerWheel::new(now_ns),
             dedup: DedupTable::default(),
             rng: Rng::new(config.seed),
@@ -546,6 +558,7 @@ impl Shard {
         self.flush_overflow()
     }
 
+    #[inline(always)]
     fn part(&self, p: u32) -> &Partition {
         // Partition indices come from `names`/`by_incarnation` or from a
         // message of a live partition: always occupied.
@@ -554,6 +567,7 @@ impl Shard {
             .expect("live partition index")
     }
 
+    #[inline(always)]
     fn part_mut(&mut self, p: u32) -> &mut Partition {
         self.partitions[p as usize]
             .as_mut()

@@ -1,57 +1,21 @@
-//! Receive: leasing visible messages, steals from other shards, long-poll
-//! waiters (park, wake, time out), and publishing the visible hints that
-//! drive steals and wake-ups (see the registry's ground rules).
+//! Receive: taking visible messages to lease (`lease.rs` leases each one),
+//! steals from other shards, long-poll waiters (park, wake, time out), and
+//! publishing the visible hints that drive steals and wake-ups (see the
+//! registry's ground rules).
 
 use sluice_protocol::limits::{BATCH_ENTRIES_MAX, FRAME_RESERVED_BYTES};
-use sluice_protocol::message::SOURCE_ATTRIBUTE;
-use sluice_protocol::message::first_received_delta_ms as first_received_delta_ms_of;
 use sluice_protocol::queue_attributes::{RECEIVE_WAIT_MS_MAX, VISIBILITY_TIMEOUT_MS_MAX};
-use sluice_protocol::{
-    MessageAttributes, QueueName, Receipt, ReceivedMessage, received_message_encoded_len,
-};
+use sluice_protocol::{QueueName, ReceivedMessage};
 
-use super::{EXT_BYTES, LEASE_BYTES, NS_PER_MS, PendingKind, Shard, TimerEvent};
+use super::lease::{ReplyBudget, Source, Take, Took};
+use super::{NS_PER_MS, PendingKind, Shard, TimerEvent};
 use crate::engine::error::EngineError;
 use crate::engine::mesh::shard_msg::ShardMsg;
 use crate::engine::ops::OpResult;
 use crate::engine::partition::ReadyEntry;
 use crate::engine::slab::SlotKey;
-use crate::engine::stored_message::{Ext, Lease, MessageState, NONE, StoredMessage};
+use crate::engine::stored_message::MessageState;
 use crate::engine::wheel::TimerId;
-
-/// Reply-frame room left for a receive, and what its messages carry.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct ReplyBudget {
-    pub(super) bytes_left: usize,
-    pub(super) holds_any: bool,
-    /// A dead-lettered message carries its source queue's name
-    /// ([`SOURCE_ATTRIBUTE`]).
-    pub(super) with_source: bool,
-}
-
-/// `attributes` and [`SOURCE_ATTRIBUTE`] naming `source`; unchanged when
-/// they have that key already or no room left for it.
-fn with_source_attribute(attributes: MessageAttributes, source: &QueueName) -> MessageAttributes {
-    if attributes.get(SOURCE_ATTRIBUTE).is_some() {
-        return attributes;
-    }
-    let pairs = attributes
-        .iter()
-        .chain(core::iter::once((SOURCE_ATTRIBUTE, source.as_str())));
-    MessageAttributes::from_pairs(pairs).unwrap_or(attributes)
-}
-
-impl ReplyBudget {
-    /// Takes room for a message of `cost` bytes; the first one always fits.
-    pub(super) fn take(&mut self, cost: usize) -> bool {
-        if self.holds_any && cost > self.bytes_left {
-            return false;
-        }
-        self.bytes_left = self.bytes_left.saturating_sub(cost);
-        self.holds_any = true;
-        true
-    }
-}
 
 /// A receive in progress: what it got, whom it still asks, whether it waits.
 #[derive(Debug)]
@@ -75,15 +39,6 @@ pub(super) struct PendingReceive {
     /// The shortest lease it hands out: its override, else the queue's
     /// visibility timeout when it began.
     pub(super) lease_ms: u32,
-}
-
-/// Where the next visible message of a partition comes from.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Source {
-    /// The ready FIFO's front.
-    Ready,
-    /// The age FIFO at the fresh cursor.
-    Fresh,
 }
 
 impl Shard {
@@ -183,7 +138,8 @@ impl Shard {
     /// Leases up to `max` visible messages of `p` into `out`, dead-lettering
     /// those whose next delivery would exceed the redrive policy. The
     /// messages leased here share a deadline, and a lease group's timer
-    /// (`lease_groups.rs`).
+    /// (`lease_groups.rs`). A grouped partition (a FIFO queue) delivers
+    /// through its groups (`grouped.rs`).
     pub(super) fn take_visible(
         &mut self,
         p: u32,
@@ -192,168 +148,27 @@ impl Shard {
         budget: &mut ReplyBudget,
         out: &mut Vec<ReceivedMessage>,
     ) {
-        let (vis_ms, dlq, inc) = {
-            let part = self.part(p);
-            let dlq = part.attrs.redrive.as_ref().and_then(|r| {
-                self.names
-                    .get(r.dead_letter_queue.as_str())
-                    .map(|&d| (d, u32::from(r.max_receives)))
-            });
-            (
-                visibility_timeout_ms.unwrap_or(part.attrs.visibility_timeout.get()),
-                dlq,
-                part.incarnation,
-            )
-        };
-        let now = self.now_ns;
-        let due = now.saturating_add(u64::from(vis_ms) * NS_PER_MS);
-        let mut group = NONE;
-        let mut leased = 0u64;
-        let mut charge = 0u64;
-        let start = out.len();
-        while out.len() - start < max {
-            let Some((key, source)) = self.next_visible(p) else {
-                break;
-            };
-            let Some(m) = self.messages.get(key).copied() else {
-                // next_visible names only messages it found.
-                break;
-            };
-            let (receive_count, delivery) = self.counters(&m);
-            if let Some((d, max_receives)) = dlq {
-                if receive_count >= max_receives && d != p {
-                    self.take_next(p, key, source);
-                    self.move_message(key, d, false);
-                    continue;
-                }
-            }
-            // Body and attributes go on the wire as they are stored, with
-            // the source's name when asked for.
-            let source_name = if budget.with_source {
-                self.source_name(&m)
-            } else {
-                None
-            };
-            let extra = source_name
-                .as_ref()
-                .map_or(0, |n| 4 + SOURCE_ATTRIBUTE.len() + n.len());
-            let data_len = self.data_len(&m);
-            let cost =
-                received_message_encoded_len(m.attrs_len() + extra, data_len - m.attrs_len());
-            if !budget.take(cost) {
-                // Left in place: it is the next one to go.
-                break;
-            }
-            self.take_next(p, key, source);
-            let delivery = delivery + 1;
-            let receive_count = receive_count.saturating_add(1);
-            let sent_at_ms = m.sent_at_ms.get();
-            let receipt = self.registry.receipt_key().sign(Receipt {
-                incarnation: inc,
-                shard: self.id,
-                slot: key.slot,
-                generation: key.generation,
-                delivery,
-                check: 0,
-            });
-            // The lease and the counters, each written once. A visible
-            // message has no lease entry.
-            let lease = Lease {
-                due_ns: due,
-                leased_ns: now,
-                check: receipt.check,
-                group: NONE,
-            };
-            let (lease, first_received_delta_ms, cost) =
-                self.write_lease(key, &m, lease, delivery, receive_count);
-            charge += cost;
-            if m.in_age_fifo() {
-                if group == NONE {
-                    group = self.groups.open();
-                }
-                self.join_group(group, key, lease);
-            } else {
-                // Its own timer covers its retention too.
-                self.arm_timer(key);
-            }
-            let mut payload = self.payload_of(&m);
-            if let Some(name) = source_name {
-                payload.attributes = with_source_attribute(payload.attributes, &name);
-            }
-            out.push(ReceivedMessage {
-                id: self.message_id(m.seq.get()),
-                receipt,
-                receive_count,
-                sent_at_ms,
-                first_received_delta_ms,
-                attributes: payload.attributes,
-                body: payload.body,
-            });
-            leased += 1;
-        }
-        if group != NONE {
-            self.arm_group(group, due);
-        }
-        if leased > 0 {
-            self.memory.charge(self.registry.memory(), charge);
-            let stats = &mut self.part_mut(p).stats;
-            stats.visible -= leased;
-            stats.in_flight += leased;
-            stats.received += leased;
-            self.mark_touched(p, false);
-        }
-    }
-
-    /// Writes a leased message's lease entry and counters (each once) and
-    /// marks it in flight. Returns the lease's index, the message's
-    /// first-received delta and the bytes the new entries cost.
-    #[inline]
-    fn write_lease(
-        &mut self,
-        key: SlotKey,
-        m: &StoredMessage,
-        lease: Lease,
-        delivery: u64,
-        receive_count: u32,
-    ) -> (u32, u32, u64) {
-        let wall = self.wall_ms;
-        let sent_at_ms = m.sent_at_ms.get();
-        let mut charge = 0u64;
-        let lease = self
-            .leases
-            .insert(lease)
-            .expect("a lease entry per message at most");
-        charge += LEASE_BYTES;
-        let first_received_delta_ms;
-        let ext = if m.ext == NONE {
-            first_received_delta_ms = first_received_delta_ms_of(sent_at_ms, wall);
-            charge += EXT_BYTES;
-            self.exts
-                .insert(Ext {
-                    delivery,
-                    receive_count,
-                    first_received_delta_ms,
-                    lease,
-                    ..Ext::default()
-                })
-                .expect("an ext entry per message at most")
+        let mut batch = self.lease_batch(p, visibility_timeout_ms);
+        if self.part(p).grouping.is_some() {
+            self.take_grouped(max, &mut batch, budget, out);
         } else {
-            let e = self.exts.get_mut(m.ext);
-            debug_assert_eq!(e.lease, NONE, "a visible message has no lease");
-            e.delivery = delivery;
-            e.receive_count = receive_count;
-            if delivery == 1 {
-                e.first_received_delta_ms = first_received_delta_ms_of(sent_at_ms, wall);
+            let start = out.len();
+            while out.len() - start < max {
+                let Some((key, source)) = self.next_visible(p) else {
+                    break;
+                };
+                let Some(m) = self.messages.get(key).copied() else {
+                    // next_visible names only messages it found.
+                    break;
+                };
+                if self.lease_one(key, &m, Take::Fifo(source), &mut batch, budget, out)
+                    == Took::NoRoom
+                {
+                    break;
+                }
             }
-            first_received_delta_ms = e.first_received_delta_ms;
-            e.lease = lease;
-            m.ext
-        };
-        if let Some(m) = self.messages.get_mut(key) {
-            m.state = MessageState::InFlight;
-            m.ext = ext;
         }
-        (lease, first_received_delta_ms, charge)
+        self.close_lease_batch(p, &batch);
     }
 
     pub(super) fn op_receive(
@@ -414,7 +229,7 @@ impl Shard {
         let mut got = self.received_vec();
         got.reserve(pr.max.min(visible));
         self.take_visible(p, pr.max, visibility_timeout_ms, &mut pr.budget, &mut got);
-        pr.budget_full = got.len() < pr.max && self.part(p).stats.visible > 0;
+        pr.budget_full = got.len() < pr.max && self.deliverable(p) > 0;
         pr.got = got;
         if pr.got.len() < pr.max && !pr.budget_full {
             pr.candidates = self.steal_candidates(p);
@@ -583,7 +398,7 @@ impl Shard {
         waiters.clear();
         waiters.extend(self.part(p).waiters.iter().copied());
         for &req in &waiters {
-            if self.part(p).stats.visible == 0 {
+            if self.deliverable(p) == 0 {
                 break;
             }
             let Some(r) = self.receive_mut(req) else {
@@ -622,8 +437,10 @@ impl Shard {
                 };
                 part.touched = false;
             }
+            // A FIFO queue's messages that its locked groups hold back are
+            // not worth a steal or a wake-up.
+            let visible = self.deliverable(p);
             let part = self.part(p);
-            let visible = part.stats.visible;
             part.shared.store_visible_hint(self.id, visible);
             if gained && visible > 0 {
                 let shared = part.shared.clone();

@@ -30,6 +30,9 @@ impl Shard {
     #[cfg(any(test, feature = "test-util"))]
     pub(super) fn message_cost(&self, m: &StoredMessage) -> u64 {
         let mut cost = self.data_len(m) as u64 + super::MESSAGE_BYTES;
+        if self.part(m.partition()).grouping.is_some() {
+            cost += super::GROUP_MEMBER_BYTES;
+        }
         if m.ext != NONE {
             cost += EXT_BYTES;
             if self.exts.get(m.ext).lease != NONE {

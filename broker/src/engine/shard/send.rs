@@ -4,7 +4,10 @@
 use sluice_protocol::queue_attributes::DELAY_MS_MAX;
 use sluice_protocol::{MessageId, QueueName, SendBatch, SendEntry, SendEntryRef, SendOutcome};
 
-use super::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard, TimerEvent};
+use super::{
+    EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard,
+    TimerEvent,
+};
 use crate::engine::dedup::owner_shard;
 use crate::engine::error::EntryError;
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
@@ -22,14 +25,23 @@ impl Shard {
         if let Some(e) = Self::batch_error(entries.len()) {
             return self.finish_ticket(ticket, e.into());
         }
-        let (inc, window) = {
+        let (inc, window, fifo) = {
             let part = self.part(p);
-            (part.incarnation, part.attrs.dedup_window.get())
+            (
+                part.incarnation,
+                part.attrs.dedup_window.get(),
+                part.grouping.is_some(),
+            )
         };
-        // The common case, no entry another shard must dedup: the results
+        // A FIFO queue's messages all go to its home shard (`grouped.rs`).
+        let home = if fifo { self.fifo_home(inc) } else { self.id };
+        // The common case, no entry another shard must take: the results
         // go straight into a vector of the result pool.
-        let may_forward =
-            window > 0 && self.shards > 1 && entries.iter().any(|e| e.dedup_key.is_some());
+        let may_forward = home != self.id
+            || (!fifo
+                && window > 0
+                && self.shards > 1
+                && entries.iter().any(|e| e.dedup_key.is_some()));
         if !may_forward {
             let mut results = self.sent_vec();
             results.reserve(entries.len());
@@ -42,8 +54,12 @@ impl Shard {
         let mut results: Vec<Option<Result<SendOutcome, EntryError>>> = vec![None; entries.len()];
         let mut forwards: Vec<(u16, Vec<(u16, SendEntry)>)> = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
-            if let Some(key) = entry.dedup_key {
-                let owner = owner_shard(inc, key, self.shards);
+            let owner = match entry.dedup_key {
+                _ if fifo => Some(home),
+                Some(key) => Some(owner_shard(inc, key, self.shards)),
+                None => None,
+            };
+            if let Some(owner) = owner {
                 if owner != self.id {
                     // Batches hold at most BATCH_ENTRIES_MAX (1024) entries.
                     // The entry travels as values sharing the frame's bytes.
@@ -109,7 +125,16 @@ impl Shard {
             return Err(EntryError::MessageTooLarge);
         }
         let window_ms = part.attrs.dedup_window.get();
-        let dedup_key = entry.dedup_key.filter(|_| window_ms > 0);
+        let content_key;
+        let (dedup_key, group) = if part.grouping.is_some() {
+            content_key = (entry.dedup_key.is_none() && part.attrs.content_based_dedup)
+                .then(|| content_dedup_key(entry.body));
+            let (key, group) = fifo_entry(&entry, content_key.as_ref(), window_ms)?;
+            (key, Some(group))
+        } else {
+            (entry.dedup_key, None)
+        };
+        let dedup_key = dedup_key.filter(|_| window_ms > 0);
         if let Some(key) = dedup_key {
             if let Some(id) = self.dedup.lookup(inc, key) {
                 return Ok(SendOutcome {
@@ -137,6 +162,10 @@ impl Shard {
             (false, true) => 0,
             (false, false) => EXT_BYTES,
             (true, _) => EXT_BYTES + LEASE_BYTES,
+        } + if group.is_some() {
+            GROUP_MEMBER_BYTES
+        } else {
+            0
         };
         let msg_cost = data_len as u64 + MESSAGE_BYTES;
         let dedup_cost = dedup_key.map_or(0, |k| k.len() as u64 + DEDUP_ENTRY_BYTES);
@@ -177,6 +206,9 @@ impl Shard {
         };
         self.next_seq += 1;
         let id = self.message_id(seq);
+        if let Some(group) = group {
+            self.enter_group(p, key, group);
+        }
         self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
         if let Some(k) = dedup_key {
             let until = now.saturating_add(u64::from(window_ms) * NS_PER_MS);
@@ -196,7 +228,7 @@ impl Shard {
     /// Counts a message just stored in partition `p` as sent and puts it in
     /// its indexes: the age FIFO (or the moved index, with a timer of its
     /// own), and, as its state says, the ready FIFO or its delay's lease.
-    #[inline]
+    #[inline(always)]
     fn place_new(
         &mut self,
         p: u32,
@@ -244,4 +276,30 @@ impl Shard {
             self.arm_timer(key);
         }
     }
+}
+
+/// The dedup key of a FIFO queue's entry that has none, on a queue that
+/// deduplicates by content: the SHA-256 of its body (as SQS's content-based
+/// deduplication; the attributes do not count).
+fn content_dedup_key(body: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(body).into()
+}
+
+/// A FIFO queue's entry: its group, no delay of its own, and a dedup key
+/// (its own, or the `content` key) unless dedup is off (a window of 0).
+fn fifo_entry<'a>(
+    entry: &SendEntryRef<'a>,
+    content: Option<&'a [u8; 32]>,
+    window_ms: u32,
+) -> Result<(Option<&'a [u8]>, &'a str), EntryError> {
+    let group = entry.group.ok_or(EntryError::GroupRequired)?;
+    if entry.delay_ms.is_some() {
+        return Err(EntryError::DelayOnFifo);
+    }
+    let key = entry.dedup_key.or(content.map(|k| &k[..]));
+    if key.is_none() && window_ms > 0 {
+        return Err(EntryError::DedupKeyRequired);
+    }
+    Ok((key, group))
 }

@@ -1,6 +1,7 @@
 //! A shard's part of a snapshot: writing its section (its messages, in
 //! each partition's age order then its `moved` index, and its dedup
-//! entries) and loading one back into a fresh shard. The layout is
+//! entries; a FIFO queue's message carries its group) and loading one back
+//! into a fresh shard. The layout is
 //! ARCHITECTURE.md's "Snapshot file format". The bytes go through the
 //! engine's own traits (`engine/section.rs`): the file around them, its
 //! checksums, threads and writes, is the snapshot module's.
@@ -31,7 +32,10 @@ const STATE_MASK: u8 = 0b11;
 const FLAG_IN_AGE_FIFO: u8 = 1 << 2;
 const FLAG_EXT: u8 = 1 << 3;
 const FLAG_LEASE: u8 = 1 << 4;
-const FLAGS_KNOWN: u8 = STATE_MASK | FLAG_IN_AGE_FIFO | FLAG_EXT | FLAG_LEASE;
+/// A FIFO queue's message: its group's name follows its data (format
+/// version 3; earlier writers never set it).
+const FLAG_GROUP: u8 = 1 << 5;
+const FLAGS_KNOWN: u8 = STATE_MASK | FLAG_IN_AGE_FIFO | FLAG_EXT | FLAG_LEASE | FLAG_GROUP;
 
 /// A message record's fixed part without a side entry or a lease: 37
 /// bytes, and the two lengths (6).
@@ -174,6 +178,18 @@ impl Shard {
     pub fn snapshot_len(&self, now_ns: u64) -> u64 {
         let now_ns = now_ns.max(self.now_ns);
         let partitions = self.partitions.iter().filter(|p| p.is_some()).count() as u64;
+        // A FIFO queue's message: its group's name and its length.
+        let groups: u64 = self
+            .partitions
+            .iter()
+            .flatten()
+            .filter_map(|p| p.grouping.as_ref())
+            .flat_map(|g| {
+                g.members
+                    .values()
+                    .map(|m| 1 + g.groups.name(m.group).map_or(0, str::len) as u64)
+            })
+            .sum();
         let dedup: u64 = self
             .dedup
             .entries()
@@ -188,6 +204,7 @@ impl Shard {
             + self.exts.len() as u64 * RECORD_EXT_BYTES as u64
             + self.leases.len() as u64 * RECORD_LEASE_BYTES as u64
             + self.bodies.live_total()
+            + groups
             + 8
             + dedup
     }
@@ -284,12 +301,17 @@ impl Shard {
         if lease.is_some() {
             flags |= FLAG_LEASE;
         }
+        let group = self.group_name(m.partition(), key);
+        if group.is_some() {
+            flags |= FLAG_GROUP;
+        }
         let data_len = self.data_len(m);
+        let group_bytes = group.as_ref().map_or(0, |g| 1 + g.len());
         if out.counting() {
             let fixed = RECORD_BASE_BYTES
                 + RECORD_EXT_BYTES * usize::from(ext.is_some())
                 + RECORD_LEASE_BYTES * usize::from(lease.is_some());
-            out.skip((fixed + data_len) as u64);
+            out.skip((fixed + data_len + group_bytes) as u64);
             return;
         }
         // The record's fixed part gathered on the stack, handed over in one
@@ -326,5 +348,10 @@ impl Shard {
         );
         out.put(rec.bytes());
         out.put(self.bodies.borrow(m.chunk, u32::from(m.offset), data_len));
+        if let Some(g) = group {
+            // A group id is at most 128 bytes.
+            out.u8(g.len() as u8);
+            out.put(g.as_bytes());
+        }
     }
 }

@@ -13,7 +13,7 @@ use crate::engine::{Op, OpResult};
 use crate::server::clock::{EngineTime, NotManual};
 use crate::server::convert::{self, Route};
 use crate::server::shared::ShardStats;
-use sluice_protocol::Labels;
+use sluice_protocol::{Labels, QueueKind};
 
 impl Session {
     pub(super) fn dispatch(
@@ -148,6 +148,13 @@ impl Session {
                 info.attributes.tags = Labels::new();
                 info.attributes.annotations = Labels::new();
                 info.times = None;
+                info.attributes.kind = QueueKind::Standard;
+                info.attributes.content_based_dedup = false;
+            }
+            // A queue's kind is version 5's (attribute bits 11 and 12).
+            Reply::GetQueue(info) if self.version < 5 => {
+                info.attributes.kind = QueueKind::Standard;
+                info.attributes.content_based_dedup = false;
             }
             _ => {}
         }
@@ -199,8 +206,19 @@ impl Session {
             self.out.reserve(reply_bytes);
             let mut w = ReceiveReplyWriter::begin(&mut self.out, request_id, frame_bytes_max);
             let mut delivered = 0;
+            // Groups are version 5's: an older client's decoder refuses
+            // the flag that announces one.
+            let with_groups = self.version >= 5;
             for m in messages {
-                if !undelivered.is_empty() || !w.push(&mut self.out, &m.as_view()) {
+                let pushed = undelivered.is_empty()
+                    && if with_groups || m.group.is_none() {
+                        w.push(&mut self.out, &m.as_view())
+                    } else {
+                        let mut view = m.as_view();
+                        view.group = None;
+                        w.push(&mut self.out, &view)
+                    };
+                if !pushed {
                     undelivered.push(m.receipt);
                 } else {
                     delivered += 1;

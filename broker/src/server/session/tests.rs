@@ -234,7 +234,8 @@ fn the_first_frame_must_be_hello() {
 
 #[test]
 fn a_hello_of_another_version_is_refused() {
-    for version in [0, 5, 0xffff] {
+    let next = sluice_protocol::limits::PROTOCOL_VERSION + 1;
+    for version in [0, next, 0xffff] {
         let mut h = Harness::new(config());
         let hello = Request::Hello(HelloRequest {
             version,
@@ -352,6 +353,7 @@ fn delivered(i: u8) -> ReceivedMessage {
         first_received_delta_ms: 0,
         attributes: MessageAttributes::new(),
         body: Bytes::from_static(b"m"),
+        group: None,
     }
 }
 
@@ -808,6 +810,7 @@ fn received_messages_a_reply_cannot_carry_are_released() {
         first_received_delta_ms: 0,
         attributes: MessageAttributes::new(),
         body: Bytes::from(vec![i; 3000]),
+        group: None,
     };
     // Two messages of 3,000 bytes: a 4 KiB reply holds the first.
     assert!(h.result(1, OpResult::Received(vec![message(1), message(2)])));

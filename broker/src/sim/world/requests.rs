@@ -122,6 +122,7 @@ impl World {
                 delay: delay_ms.map(Millis::new),
                 attributes,
                 dedup_key,
+                group: None,
             });
         }
         let what = format!("send {n} to {queue}");

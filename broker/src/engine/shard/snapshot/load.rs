@@ -1,15 +1,19 @@
 //! Loading a shard's section of a snapshot back into a fresh shard.
 
+use sluice_protocol::group_id::GROUP_ID_BYTES_MAX;
 use sluice_protocol::limits::{DEDUP_KEY_BYTES_MAX, FRAME_BYTES_MAX_LIMIT};
 use sluice_protocol::{AttributesRef, MessageId};
 
 use super::{
-    COUNTERS, FLAG_EXT, FLAG_IN_AGE_FIFO, FLAG_LEASE, FLAGS_KNOWN, LoadClock, STATE_MASK,
-    ShardLoad, invalid,
+    COUNTERS, FLAG_EXT, FLAG_GROUP, FLAG_IN_AGE_FIFO, FLAG_LEASE, FLAGS_KNOWN, LoadClock,
+    STATE_MASK, ShardLoad, invalid,
 };
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
+use crate::engine::partition::Member;
 use crate::engine::section::{SectionError, SectionRead};
-use crate::engine::shard::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Shard, TimerEvent};
+use crate::engine::shard::{
+    EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Shard, TimerEvent,
+};
 use crate::engine::slab::{Slab, SlotKey};
 use crate::engine::stored_message::{self, MessageState, NONE, NewMessage, StoredMessage, U48};
 
@@ -29,6 +33,8 @@ struct RecordHead {
     ext: Option<(u64, u32, u32, u32)>,
     /// Lease end, lease start (both relative to the save), receipt check.
     lease: Option<(u64, u64, u32)>,
+    /// Its group's name follows its data.
+    grouped: bool,
 }
 
 impl Shard {
@@ -177,9 +183,8 @@ impl Shard {
             in_age,
             ext,
             lease,
+            grouped,
         } = self.read_record_head(r, slots)?;
-        let has_ext = ext.is_some();
-        let has_lease = lease.is_some();
         let at = r.offset();
         let attrs_len = usize::from(r.u16("attributes length")?);
         let data_len = r.u32("data length")? as usize;
@@ -204,11 +209,8 @@ impl Shard {
             }
         }
         // What the message holds of the budget, side entries included.
-        let side = match (has_ext, has_lease) {
-            (false, _) => 0,
-            (true, false) => EXT_BYTES,
-            (true, true) => EXT_BYTES + LEASE_BYTES,
-        };
+        // (A lease comes with a side entry: read_record_head checks.)
+        let side = u64::from(ext.is_some()) * EXT_BYTES + u64::from(lease.is_some()) * LEASE_BYTES;
         let cost = data_len as u64 + MESSAGE_BYTES;
         let budget = self.registry.memory();
         if !self.memory.reserve(budget, cost + side) {
@@ -221,6 +223,14 @@ impl Shard {
         }
         self.memory.release(self.registry.memory(), side);
         let (chunk, offset) = self.bodies.store(body, attrs);
+        let group = match grouped.then(|| read_group(r)).transpose() {
+            Ok(g) => g,
+            Err(e) => {
+                self.bodies.release(chunk, data_len);
+                self.memory.release(self.registry.memory(), cost);
+                return Err(e);
+            }
+        };
         let elapsed = clock.elapsed_ms();
         let now_ms = clock.now_ns / NS_PER_MS;
         let sent_ms = now_ms.saturating_sub(age_ms.saturating_add(elapsed));
@@ -263,8 +273,43 @@ impl Shard {
         load.data_bytes += data_len as u64;
         self.restore_side(key, state, in_age, ext, lease, clock, load);
         self.place_loaded(p, key, state, in_age, retain_until_ns, sent_ms);
+        if self.part(p).grouping.is_some() {
+            self.regroup_loaded(p, key, state, group.as_deref().unwrap_or_default());
+        }
         self.arm_timer(key);
         Ok(())
+    }
+
+    /// Puts a message loaded into a FIFO queue back in its group: waiting
+    /// when visible or delayed since its send, in flight (its group locked)
+    /// when leased or waiting out the backoff after a lease.
+    fn regroup_loaded(&mut self, p: u32, key: SlotKey, state: MessageState, name: &str) {
+        let delivered = self
+            .messages
+            .get(key)
+            .and_then(|m| self.ext_of(m))
+            .is_some_and(|e| e.delivery > 0);
+        if state == MessageState::Visible || !delivered {
+            self.enter_group(p, key, name);
+            return;
+        }
+        let Some(grouping) = self.partitions[p as usize]
+            .as_mut()
+            .and_then(|part| part.grouping.as_mut())
+        else {
+            return;
+        };
+        let group = grouping.groups.push_taken(name);
+        grouping.members.insert(
+            key.slot,
+            Member {
+                generation: key.generation,
+                group,
+                taken: true,
+            },
+        );
+        self.memory
+            .charge(self.registry.memory(), GROUP_MEMBER_BYTES);
     }
 
     /// Reads a message record up to its data: where it goes, its sequence
@@ -353,6 +398,7 @@ impl Shard {
             in_age,
             ext,
             lease,
+            grouped: flags & FLAG_GROUP != 0,
         })
     }
 
@@ -494,7 +540,12 @@ impl Shard {
                 format!("queue incarnation {inc} is not in the registry section"),
             ));
         };
-        let owner = crate::engine::dedup::owner_shard(inc, &key, self.shards);
+        // A FIFO queue's keys live on its home shard, with its messages.
+        let owner = if self.part(p).grouping.is_some() {
+            self.fifo_home(inc)
+        } else {
+            crate::engine::dedup::owner_shard(inc, &key, self.shards)
+        };
         if owner != self.id {
             return Err(invalid(
                 at,
@@ -532,4 +583,21 @@ impl Shard {
         }
         Ok(())
     }
+}
+
+/// A FIFO queue's message's group name, after its data: length u8, then
+/// 0 to 128 of `!` to `~` (empty for a message that came without one).
+fn read_group<R: SectionRead>(r: &mut R) -> Result<Box<str>, R::Error> {
+    let len = r.u8("group length")?;
+    let at = r.offset();
+    let name = r.bytes(len.into(), "group")?;
+    if name.len() > GROUP_ID_BYTES_MAX || !name.iter().all(|b| (b'!'..=b'~').contains(b)) {
+        return Err(invalid(
+            at,
+            "group",
+            "not a message group id (at most 128 of '!' to '~')",
+        ));
+    }
+    // Checked ASCII just above.
+    Ok(core::str::from_utf8(name).unwrap_or_default().into())
 }

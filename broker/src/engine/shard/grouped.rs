@@ -1,0 +1,210 @@
+//! Grouped partitions (a FIFO queue's): each message is a member of its
+//! group (`partition.rs`, [`crate::engine::groups`]) from its send or move
+//! in until it leaves, and a receive takes from the groups instead of the
+//! partition's FIFOs.
+//!
+//! A group learns:
+//! - when a receive takes its messages ([`Shard::take_grouped`]): they count
+//!   in flight, and a FIFO group delivers nothing more until they are back
+//!   or settled;
+//! - when a taken message is visible again (its lease released or expired,
+//!   and any backoff waited out): it is back, in its place in send order
+//!   ([`Shard::group_visible`], from `push_ready`);
+//! - when a waiting message becomes visible (a delay ended): the group may
+//!   deliver again if it slept on it;
+//! - when a message leaves the partition ([`Shard::leave_grouping`]: deleted,
+//!   dead-lettered, dropped, purged, redriven): settled if taken, and its
+//!   group woken if it was waiting.
+//!
+//! The partition's ready and age FIFOs keep their entries as for any
+//! partition (retention, peek and redrive walk them), but a receive does not
+//! serve from them.
+//!
+//! A FIFO queue's sends all go to one shard, the queue's home
+//! ([`Shard::fifo_home`]): its groups, their order and its dedup keys live
+//! there, and receives elsewhere steal from it as from any shard.
+
+use sluice_protocol::ReceivedMessage;
+
+use super::lease::{LeaseBatch, ReplyBudget, Take, Took};
+use super::{GROUP_MEMBER_BYTES, Shard};
+use crate::engine::dedup::owner_shard;
+use crate::engine::groups::{GroupIndex, Readiness};
+use crate::engine::partition::Member;
+use crate::engine::slab::SlotKey;
+use crate::engine::stored_message::MessageState;
+
+impl Shard {
+    /// The shard that holds the messages of FIFO queue `incarnation`.
+    pub(super) fn fifo_home(&self, incarnation: u32) -> u16 {
+        owner_shard(incarnation, b"", self.shards)
+    }
+
+    /// Makes the message at `key`, just stored in or moved into grouped
+    /// partition `p`, a member of group `name`. Charges its membership.
+    pub(super) fn enter_group(&mut self, p: u32, key: SlotKey, name: &str) {
+        let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
+            return;
+        };
+        let part = self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index");
+        let Some(grouping) = part.grouping.as_mut() else {
+            return;
+        };
+        let group = grouping.groups.push(name, seq, key);
+        grouping.members.insert(
+            key.slot,
+            Member {
+                generation: key.generation,
+                group,
+                taken: false,
+            },
+        );
+        self.memory
+            .charge(self.registry.memory(), GROUP_MEMBER_BYTES);
+    }
+
+    /// The message at `key` leaves grouped partition `p`: a taken one is
+    /// settled (its group may deliver again), a waiting one wakes its group
+    /// (which may have slept on it). Releases its membership.
+    pub(super) fn leave_grouping(&mut self, p: u32, key: SlotKey) {
+        let part = self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index");
+        let Some(grouping) = part.grouping.as_mut() else {
+            return;
+        };
+        let Some(member) = grouping.member(key) else {
+            return;
+        };
+        grouping.members.remove(&key.slot);
+        if member.taken {
+            grouping.groups.settled(member.group);
+        } else {
+            grouping.groups.wake(member.group);
+        }
+        self.memory
+            .release(self.registry.memory(), GROUP_MEMBER_BYTES);
+        self.mark_touched(p, true);
+    }
+
+    /// The message at `key` of grouped partition `p` became visible: back in
+    /// its group if taken, else its group may deliver it now.
+    pub(super) fn group_visible(&mut self, p: u32, key: SlotKey) {
+        let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
+            return;
+        };
+        let part = self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index");
+        let Some(grouping) = part.grouping.as_mut() else {
+            return;
+        };
+        let Some(member) = grouping.member(key) else {
+            return;
+        };
+        if member.taken {
+            grouping.groups.returned(member.group, seq, key);
+            set_taken(grouping, key, false);
+        } else {
+            grouping.groups.wake(member.group);
+        }
+    }
+
+    /// The name of the group of the message at `key` in grouped partition
+    /// `p`.
+    pub(super) fn group_name(&self, p: u32, key: SlotKey) -> Option<Box<str>> {
+        let grouping = self.part(p).grouping.as_ref()?;
+        let member = grouping.member(key)?;
+        grouping.groups.name(member.group).map(Box::from)
+    }
+
+    /// Visible messages of `p` a receive could take now: all of them, but
+    /// none in a grouped partition whose groups are all locked or asleep.
+    pub(super) fn deliverable(&self, p: u32) -> u64 {
+        let part = self.part(p);
+        match &part.grouping {
+            Some(g) if !g.groups.can_deliver() => 0,
+            _ => part.stats.visible,
+        }
+    }
+
+    /// [`Shard::take_visible`] for grouped partition `batch.p`: up to `max`
+    /// messages as its groups hand them out.
+    pub(super) fn take_grouped(
+        &mut self,
+        max: usize,
+        batch: &mut LeaseBatch,
+        budget: &mut ReplyBudget,
+        out: &mut Vec<ReceivedMessage>,
+    ) {
+        let p = batch.p;
+        let mut taken = core::mem::take(&mut self.scratch_taken);
+        taken.clear();
+        {
+            let part = self.partitions[p as usize]
+                .as_mut()
+                .expect("live partition index");
+            let Some(grouping) = part.grouping.as_mut() else {
+                return;
+            };
+            let messages = &self.messages;
+            grouping.groups.take(
+                max,
+                |key| match messages.get(key) {
+                    Some(m) if m.partition() == p => match m.state {
+                        MessageState::Visible => Readiness::Ready,
+                        MessageState::Delayed | MessageState::InFlight => Readiness::Later,
+                    },
+                    _ => Readiness::Gone,
+                },
+                &mut taken,
+            );
+            for &(_, _, key) in &taken {
+                set_taken(grouping, key, true);
+            }
+        }
+        let mut at = 0;
+        while at < taken.len() {
+            let (g, _, key) = taken[at];
+            let Some(m) = self.messages.get(key).copied() else {
+                at += 1;
+                continue;
+            };
+            let id = self
+                .part(p)
+                .grouping
+                .as_ref()
+                .and_then(|grouping| grouping.groups.id(g));
+            if self.lease_one(key, &m, Take::Group(id), batch, budget, out) == Took::NoRoom {
+                break;
+            }
+            at += 1;
+        }
+        // What did not fit the reply goes back to its group.
+        self.give_back(p, &taken[at..]);
+        self.scratch_taken = taken;
+    }
+
+    fn give_back(&mut self, p: u32, taken: &[(GroupIndex, u64, SlotKey)]) {
+        let Some(grouping) = self.partitions[p as usize]
+            .as_mut()
+            .and_then(|part| part.grouping.as_mut())
+        else {
+            return;
+        };
+        for &(g, seq, key) in taken {
+            grouping.groups.returned(g, seq, key);
+            set_taken(grouping, key, false);
+        }
+    }
+}
+
+fn set_taken(grouping: &mut crate::engine::partition::Grouping, key: SlotKey, taken: bool) {
+    if let Some(m) = grouping.members.get_mut(&key.slot) {
+        if m.generation == key.generation {
+            m.taken = taken;
+        }
+    }
+}
