@@ -120,14 +120,6 @@ impl SqsError {
         )
     }
 
-    /// FIFO queues, which the door does not serve yet.
-    pub fn fifo() -> SqsError {
-        SqsError::new(
-            "UnsupportedOperation",
-            "FIFO queues are not supported by sluice's SQS door yet; use a standard queue.",
-        )
-    }
-
     fn entry(&self) -> (&'static str, u16, bool) {
         TABLE
             .iter()

@@ -1,13 +1,6 @@
 //! The message actions: SendMessage(Batch), ReceiveMessage,
-//! DeleteMessage(Batch), ChangeMessageVisibility(Batch).
-//!
-//! An SQS message attribute is stored as one engine attribute pair: the key
-//! is its name; the value is the string itself for DataType `String`, else
-//! `"\0" + DataType + "\0" + payload` (a Number's text, a Binary's base64).
-//! A String value cannot begin with NUL (SQS refuses that character), so
-//! the forms never meet, and a pair sent through the native door reads as a
-//! String attribute. The `AWSTraceHeader` system attribute is kept under
-//! the reserved key `AWS.TraceHeader` (SQS names cannot begin with `AWS.`).
+//! DeleteMessage(Batch), ChangeMessageVisibility(Batch). How a message's
+//! SQS attributes are stored is `message_attributes.rs`'s.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -20,14 +13,15 @@ use sluice_protocol::{
 };
 
 use super::errors::SqsError;
+use super::fifo;
 use super::md5::{SqsAttribute, md5_attributes, md5_hex};
+use super::message_attributes::{
+    TRACE_KEY, allowed_char, attribute, check_attribute_name, engine_value, from_engine,
+};
 use super::names::{self, Namespace};
 use super::seconds;
 use super::wire::Input;
 use super::{Action, Ctx, Limits, Started, uuid_text};
-
-/// The engine key of the `AWSTraceHeader` system attribute.
-pub(crate) const TRACE_KEY: &str = "AWS.TraceHeader";
 
 /// SQS's largest message, and a batch's largest total.
 const MESSAGE_BYTES_MAX: usize = 1_048_576;
@@ -45,15 +39,14 @@ const SYSTEM: &[&str] = &[
     "DeadLetterQueueSourceArn",
 ];
 
-/// FIFO's system attributes: accepted in a receive, never present.
-const SYSTEM_FIFO: &[&str] = &["MessageDeduplicationId", "MessageGroupId", "SequenceNumber"];
-
 /// A message action waiting for the engine.
 #[derive(Debug)]
 pub(crate) enum Pending {
     /// SendMessage or SendMessageBatch.
     Send {
         batch: bool,
+        /// To a FIFO queue: the replies carry sequence numbers.
+        fifo: bool,
         sent: Vec<Sent>,
         failed: Vec<Value>,
     },
@@ -81,132 +74,10 @@ pub(crate) struct Sent {
     md5_system: Option<String>,
 }
 
-/// Whether `c` may appear in a message (SQS's set).
-fn allowed_char(c: char) -> bool {
-    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}')
-}
-
-fn check_attribute_name(name: &str) -> Result<(), SqsError> {
-    let lower = name.to_ascii_lowercase();
-    let ok = (1..=256).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
-        && !name.starts_with('.')
-        && !name.ends_with('.')
-        && !name.contains("..")
-        && !lower.starts_with("aws.")
-        && !lower.starts_with("amazon.");
-    if ok {
-        Ok(())
-    } else {
-        Err(SqsError::invalid(format!(
-            "Message attribute name '{name}' is invalid."
-        )))
-    }
-}
-
-/// One `MessageAttributeValue` object read.
-fn attribute(name: &str, v: &Input) -> Result<SqsAttribute, SqsError> {
-    let data_type = v.opt_str("DataType")?.ok_or_else(|| {
-        SqsError::invalid(format!(
-            "The message attribute '{name}' must contain non-empty message attribute type."
-        ))
-    })?;
-    let base = ["String", "Number", "Binary"].into_iter().find(|b| {
-        data_type == *b
-            || data_type
-                .strip_prefix(b)
-                .is_some_and(|r| r.starts_with('.') && r.len() > 1)
-    });
-    let Some(base) = base.filter(|_| data_type.len() <= 256) else {
-        return Err(SqsError::invalid(format!(
-            "The type of message attribute '{name}' is invalid. You must use only the following supported type prefixes: Binary, Number, String."
-        )));
-    };
-    let empty = || {
-        SqsError::invalid(format!(
-            "The message attribute '{name}' must contain non-empty message attribute value for message attribute type '{data_type}'."
-        ))
-    };
-    let value = if base == "Binary" {
-        let b64 = v.opt_str("BinaryValue")?.ok_or_else(empty)?;
-        let bytes = BASE64.decode(b64).map_err(|_| {
-            SqsError::serialization(format!("BinaryValue of '{name}' is not base64."))
-        })?;
-        if bytes.is_empty() {
-            return Err(empty());
-        }
-        bytes
-    } else {
-        let s = v
-            .opt_str("StringValue")?
-            .filter(|s| !s.is_empty())
-            .ok_or_else(empty)?;
-        if !s.chars().all(allowed_char) {
-            return Err(SqsError::new(
-                "InvalidMessageContents",
-                format!(
-                    "The message attribute '{name}' contains characters outside the allowed set."
-                ),
-            ));
-        }
-        if base == "Number" && s.trim().parse::<f64>().is_err() {
-            return Err(SqsError::invalid(format!(
-                "Can't cast the value of message (user) attribute '{name}' to a number."
-            )));
-        }
-        s.as_bytes().to_vec()
-    };
-    Ok(SqsAttribute {
-        name: name.to_owned(),
-        data_type: data_type.to_owned(),
-        value,
-    })
-}
-
-/// The engine value of `a` (see the module's documentation).
-fn engine_value(a: &SqsAttribute) -> String {
-    if a.data_type == "String" {
-        String::from_utf8_lossy(&a.value).into_owned()
-    } else if a.is_binary() {
-        format!("\0{}\0{}", a.data_type, BASE64.encode(&a.value))
-    } else {
-        format!("\0{}\0{}", a.data_type, String::from_utf8_lossy(&a.value))
-    }
-}
-
-/// The SQS attribute an engine pair stores; `None` for the trace header.
-pub(crate) fn from_engine(key: &str, value: &str) -> Option<SqsAttribute> {
-    if key == TRACE_KEY || key == SOURCE_ATTRIBUTE {
-        return None;
-    }
-    let plain = || SqsAttribute {
-        name: key.to_owned(),
-        data_type: "String".to_owned(),
-        value: value.as_bytes().to_vec(),
-    };
-    let Some(rest) = value.strip_prefix('\0') else {
-        return Some(plain());
-    };
-    let Some((data_type, payload)) = rest.split_once('\0') else {
-        return Some(plain());
-    };
-    let value = if data_type.starts_with("Binary") {
-        BASE64.decode(payload).ok()?
-    } else {
-        payload.as_bytes().to_vec()
-    };
-    Some(SqsAttribute {
-        name: key.to_owned(),
-        data_type: data_type.to_owned(),
-        value,
-    })
-}
-
-/// A parsed send entry: the engine's entry, its reply fields (id not
-/// set) and its size by SQS's count.
-fn send_entry(input: &Input) -> Result<(SendEntry, Sent, usize), SqsError> {
+/// A parsed send entry for a queue that is FIFO (`fifo`) or not: the
+/// engine's entry, its reply fields (id not set) and its size by SQS's
+/// count.
+fn send_entry(input: &Input, fifo: bool) -> Result<(SendEntry, Sent, usize), SqsError> {
     let body = input.str("MessageBody")?;
     if body.is_empty() {
         return Err(SqsError::invalid(
@@ -220,11 +91,7 @@ fn send_entry(input: &Input) -> Result<(SendEntry, Sent, usize), SqsError> {
         ));
     }
     let delay = input.opt_int_in("DelaySeconds", 0, 900)?;
-    if input.opt_str("MessageDeduplicationId")?.is_some() {
-        return Err(SqsError::invalid(
-            "The request includes parameter MessageDeduplicationId, which is not valid for this queue type (standard).",
-        ));
-    }
+    let (group, dedup) = fifo::send_fields(input, fifo, delay)?;
     let mut attrs = Vec::new();
     for (name, v) in input.obj_map("MessageAttributes")? {
         check_attribute_name(name)?;
@@ -271,6 +138,9 @@ fn send_entry(input: &Input) -> Result<(SendEntry, Sent, usize), SqsError> {
             String::from_utf8_lossy(&s.value).into_owned(),
         ));
     }
+    if let Some(d) = &dedup {
+        pairs.push((fifo::DEDUP_KEY.to_owned(), d.clone()));
+    }
     let attributes = MessageAttributes::from_pairs(pairs).map_err(|e| {
         SqsError::invalid(format!(
             "Message attributes are above what sluice stores ({}).",
@@ -280,6 +150,8 @@ fn send_entry(input: &Input) -> Result<(SendEntry, Sent, usize), SqsError> {
     let mut entry = SendEntry::new(Bytes::copy_from_slice(body.as_bytes()));
     entry.delay = delay.map(seconds::millis);
     entry.attributes = attributes;
+    entry.group = group;
+    entry.dedup_key = dedup.map(Bytes::from);
     let sent = Sent {
         id: String::new(),
         md5_body: md5_hex(body.as_bytes()),
@@ -342,7 +214,8 @@ fn bad_receipt(handle: &str) -> SqsError {
 }
 
 fn start_send(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, SqsError> {
-    let (_, _, queue) = ctx.queue(input)?;
+    let (_, name, queue) = ctx.queue(input)?;
+    let fifo = names::is_fifo_name(&name);
     let batch_call = action == Action::SendMessageBatch;
     let mut entries = Vec::new();
     let mut sent = Vec::new();
@@ -350,7 +223,7 @@ fn start_send(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, S
     if batch_call {
         let mut total = 0;
         for (id, e) in batch(ctx, input)? {
-            match send_entry(&e) {
+            match send_entry(&e, fifo) {
                 Ok((entry, s, size)) => {
                     total += size;
                     entries.push(entry);
@@ -374,7 +247,7 @@ fn start_send(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, S
             ));
         }
     } else {
-        let (entry, s, _) = send_entry(input)?;
+        let (entry, s, _) = send_entry(input, fifo)?;
         entries.push(entry);
         sent.push(s);
     }
@@ -383,6 +256,7 @@ fn start_send(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, S
     Ok(Started::Engine(
         super::Pending::Message(Pending::Send {
             batch: batch_call,
+            fifo,
             sent,
             failed: failures,
         }),
@@ -404,9 +278,10 @@ fn start_receive(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
     for n in asked {
         if n == "All" {
             system.extend_from_slice(SYSTEM);
-        } else if let Some(s) = SYSTEM.iter().find(|s| **s == n) {
+            system.extend_from_slice(fifo::SYSTEM);
+        } else if let Some(s) = SYSTEM.iter().chain(fifo::SYSTEM).find(|s| **s == n) {
             system.push(*s);
-        } else if !SYSTEM_FIFO.contains(&n) {
+        } else {
             return Err(SqsError::new(
                 "InvalidAttributeName",
                 format!("Unknown Attribute {n}."),
@@ -558,6 +433,7 @@ fn received(
         };
         sys.insert(s.to_owned(), Value::String(v));
     }
+    fifo::system_attributes(m, system, &mut sys);
     if !sys.is_empty() {
         out.insert("Attributes".into(), Value::Object(sys));
     }
@@ -583,7 +459,7 @@ fn received(
     Value::Object(out)
 }
 
-fn sent_json(s: &Sent, outcome: &SendOutcome, batch: bool) -> Value {
+fn sent_json(s: &Sent, outcome: &SendOutcome, batch: bool, fifo: bool) -> Value {
     let mut out = Map::new();
     if batch {
         out.insert("Id".into(), s.id.clone().into());
@@ -595,6 +471,12 @@ fn sent_json(s: &Sent, outcome: &SendOutcome, batch: bool) -> Value {
     }
     if let Some(m) = &s.md5_system {
         out.insert("MD5OfMessageSystemAttributes".into(), m.clone().into());
+    }
+    if fifo {
+        out.insert(
+            "SequenceNumber".into(),
+            fifo::sequence_number(outcome.id).into(),
+        );
     }
     Value::Object(out)
 }
@@ -614,6 +496,7 @@ impl Pending {
             (
                 Pending::Send {
                     batch,
+                    fifo,
                     sent,
                     mut failed,
                 },
@@ -622,19 +505,21 @@ impl Pending {
                 if results.len() != sent.len() {
                     return Err(mismatch());
                 }
+                let error = |code: ErrorCode| match code {
+                    ErrorCode::InvalidArgument if fifo => fifo::dedup_required(),
+                    code => SqsError::from_code(code, "", false),
+                };
                 if !batch {
                     return match &results[0] {
-                        Ok(o) => Ok((sent_json(&sent[0], o, false), 0)),
-                        Err(code) => Err(SqsError::from_code(*code, "", false)),
+                        Ok(o) => Ok((sent_json(&sent[0], o, false, fifo), 0)),
+                        Err(code) => Err(error(*code)),
                     };
                 }
                 let mut ok = Vec::new();
                 for (s, r) in sent.iter().zip(&results) {
                     match r {
-                        Ok(o) => ok.push(sent_json(s, o, true)),
-                        Err(code) => {
-                            failed.push(self::failed(&s.id, &SqsError::from_code(*code, "", false)))
-                        }
+                        Ok(o) => ok.push(sent_json(s, o, true, fifo)),
+                        Err(code) => failed.push(self::failed(&s.id, &error(*code))),
                     }
                 }
                 Ok((json!({ "Successful": ok, "Failed": failed }), 0))

@@ -3,7 +3,11 @@
 //! in ([`Call::resume`]), and SQS's reply at the end ([`Step::Done`]).
 
 mod errors;
+mod fifo;
+#[cfg(test)]
+mod fifo_tests;
 mod md5;
+mod message_attributes;
 mod messages;
 mod moves;
 mod names;
@@ -249,7 +253,7 @@ impl Ctx<'_> {
             &self.config.account,
             &self.config.region,
         );
-        if names::check_sqs_name(name).is_err() && !name.ends_with(".fifo") {
+        if names::check_sqs_name(name).is_err() {
             return Err(SqsError::no_queue());
         }
         let engine = ns.engine_name(name)?;

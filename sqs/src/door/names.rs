@@ -31,14 +31,20 @@ pub(crate) fn is_sqs_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// Checks an SQS queue name: FIFO names are refused as not supported yet.
+/// Whether `name` is an SQS FIFO queue name: a standard name and the
+/// `.fifo` suffix, 80 characters in all.
+pub(crate) fn is_fifo_name(name: &str) -> bool {
+    name.len() <= 80 && name.strip_suffix(".fifo").is_some_and(is_sqs_name)
+}
+
+/// Whether `name` is an SQS queue name, standard or FIFO.
+pub(crate) fn is_queue_name(name: &str) -> bool {
+    is_sqs_name(name) || is_fifo_name(name)
+}
+
+/// Checks an SQS queue name, standard or FIFO.
 pub(crate) fn check_sqs_name(name: &str) -> Result<(), SqsError> {
-    if let Some(base) = name.strip_suffix(".fifo") {
-        if is_sqs_name(base) {
-            return Err(SqsError::fifo());
-        }
-    }
-    if is_sqs_name(name) {
+    if is_queue_name(name) {
         Ok(())
     } else {
         Err(SqsError::invalid(
@@ -84,7 +90,7 @@ impl Namespace {
     /// namespace.
     pub fn sqs_name<'a>(&self, engine: &'a str) -> Option<&'a str> {
         let rest = engine.strip_prefix(&self.engine_prefix())?;
-        is_sqs_name(rest).then_some(rest)
+        is_queue_name(rest).then_some(rest)
     }
 
     /// The URL of the queue `name`.

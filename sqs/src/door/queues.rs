@@ -8,6 +8,7 @@ use sluice_protocol::{
 };
 
 use super::errors::SqsError;
+use super::fifo;
 use super::names::{self, Namespace};
 use super::seconds;
 use super::wire::Input;
@@ -43,13 +44,6 @@ const KEPT: &[&str] = &[
 /// SQS's read-only attributes, which CreateQueue and SetQueueAttributes
 /// refuse.
 const READ_ONLY: &[&str] = &["CreatedTimestamp", "LastModifiedTimestamp"];
-
-/// FIFO queues' attributes.
-const FIFO_ONLY: &[&str] = &[
-    "ContentBasedDeduplication",
-    "DeduplicationScope",
-    "FifoThroughputLimit",
-];
 
 /// A queue action waiting for the engine.
 #[derive(Debug)]
@@ -142,10 +136,12 @@ fn keep(u: &mut AttributeUpdate, name: &str, value: &str, create: bool) -> Resul
     Ok(())
 }
 
-/// The engine's update for SQS `attributes` (`create`: of CreateQueue).
+/// The engine's update for SQS `attributes` of a queue that is FIFO
+/// (`fifo`) or not (`create`: of CreateQueue).
 fn update(
     ctx: &Ctx<'_>,
     attrs: &[(&str, &str)],
+    fifo: bool,
     create: bool,
 ) -> Result<AttributeUpdate, SqsError> {
     let mut u = AttributeUpdate::default();
@@ -166,22 +162,12 @@ fn update(
             }
             "RedrivePolicy" if value.is_empty() && !create => u.redrive = Setting::Clear,
             "RedrivePolicy" => u.redrive = Setting::Set(redrive(ctx, value)?),
-            "FifoQueue" if value.eq_ignore_ascii_case("true") => return Err(SqsError::fifo()),
-            "FifoQueue" if value.eq_ignore_ascii_case("false") && create => {}
-            "FifoQueue" => return Err(bad_value(name)),
+            n if fifo::ATTRIBUTES.contains(&n) => fifo::attribute(&mut u, n, value, fifo, create)?,
             n if KEPT.contains(&n) => keep(&mut u, n, value, create)?,
             n if READ_ONLY.contains(&n) => {
                 return Err(SqsError::new(
                     "InvalidAttributeName",
                     format!("Attribute {n} is read only."),
-                ));
-            }
-            n if FIFO_ONLY.contains(&n) => {
-                return Err(SqsError::new(
-                    "InvalidAttributeName",
-                    format!(
-                        "Attribute {n} is only for FIFO queues, which sluice does not support yet."
-                    ),
                 ));
             }
             n => {
@@ -203,7 +189,8 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
             let name = input.str("QueueName")?;
             let attrs = input.str_map("Attributes")?;
             let queue = ctx.ns.engine_name(name)?;
-            let mut attributes = update(ctx, &attrs, true)?;
+            fifo::check_create(name, &attrs)?;
+            let mut attributes = update(ctx, &attrs, names::is_fifo_name(name), true)?;
             super::tags::of_create(input, &mut attributes)?;
             let url = ctx.ns.url(&ctx.host, name);
             engine(
@@ -222,7 +209,7 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
                 ),
                 None => ctx.ns.clone(),
             };
-            if names::check_sqs_name(name).is_err() && !name.ends_with(".fifo") {
+            if names::check_sqs_name(name).is_err() {
                 return Err(SqsError::no_queue());
             }
             let queue = ns.engine_name(name)?;
@@ -265,12 +252,12 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
             engine(Pending::Empty(action), Request::PurgeQueue { queue })
         }
         Action::SetQueueAttributes => {
-            let (_, _, queue) = ctx.queue(input)?;
+            let (_, name, queue) = ctx.queue(input)?;
             let attrs = input.str_map("Attributes")?;
             if attrs.is_empty() {
                 return Err(SqsError::missing("Attributes"));
             }
-            let attributes = update(ctx, &attrs, false)?;
+            let attributes = update(ctx, &attrs, names::is_fifo_name(&name), false)?;
             engine(
                 Pending::Empty(action),
                 Request::SetQueue(QueueAttributesRequest { queue, attributes }),
@@ -283,9 +270,15 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
                 if n == "All" {
                     wanted.extend_from_slice(SERVED);
                     wanted.extend_from_slice(KEPT);
-                } else if let Some(s) = SERVED.iter().chain(KEPT).find(|s| **s == n) {
+                    wanted.extend_from_slice(fifo::ATTRIBUTES);
+                } else if let Some(s) = SERVED
+                    .iter()
+                    .chain(KEPT)
+                    .chain(fifo::ATTRIBUTES)
+                    .find(|s| **s == n)
+                {
                     wanted.push(*s);
-                } else if !FIFO_ONLY.contains(&n) && n != "FifoQueue" {
+                } else {
                     return Err(SqsError::new(
                         "InvalidAttributeName",
                         format!("Unknown Attribute {n}."),
@@ -330,6 +323,10 @@ fn attributes(info: &QueueInfo, ns: &Namespace, name: &str, wanted: &[&str]) -> 
                     "maxReceiveCount": r.max_receives,
                 })
                 .to_string(),
+                None => continue,
+            },
+            f if fifo::ATTRIBUTES.contains(&f) => match fifo::attribute_value(a, f) {
+                Some(v) => v,
                 None => continue,
             },
             kept => match a.annotations.get(kept) {

@@ -33,12 +33,6 @@ def test_bad_names_and_attributes_are_refused(sqs):
     assert code(e) == "InvalidAttributeValue"
 
 
-def test_fifo_queues_are_refused_saying_so(sqs):
-    with pytest.raises(botocore.exceptions.ClientError) as e:
-        sqs.create_queue(QueueName="orders.fifo", Attributes={"FifoQueue": "true"})
-    assert "FIFO" in e.value.response["Error"]["Message"]
-
-
 def test_get_queue_url_and_a_missing_queue(sqs, queue, name):
     assert sqs.get_queue_url(QueueName=name)["QueueUrl"] == queue
     with pytest.raises(sqs.exceptions.QueueDoesNotExist):

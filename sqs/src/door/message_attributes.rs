@@ -1,0 +1,143 @@
+//! SQS message attributes at the door: checked as SQS checks them, and
+//! stored as one engine attribute pair each: the key is its name; the value
+//! is the string itself for DataType `String`, else
+//! `"\0" + DataType + "\0" + payload` (a Number's text, a Binary's base64).
+//! A String value cannot begin with NUL (SQS refuses that character), so
+//! the forms never meet, and a pair sent through the native door reads as a
+//! String attribute. The `AWSTraceHeader` system attribute is kept under
+//! the reserved key `AWS.TraceHeader` (SQS names cannot begin with `AWS.`).
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use sluice_protocol::message::SOURCE_ATTRIBUTE;
+
+use super::errors::SqsError;
+use super::fifo;
+use super::md5::SqsAttribute;
+use super::wire::Input;
+
+/// The engine key of the `AWSTraceHeader` system attribute.
+pub(crate) const TRACE_KEY: &str = "AWS.TraceHeader";
+
+/// Whether `c` may appear in a message (SQS's set).
+pub(crate) fn allowed_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}')
+}
+
+pub(crate) fn check_attribute_name(name: &str) -> Result<(), SqsError> {
+    let lower = name.to_ascii_lowercase();
+    let ok = (1..=256).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..")
+        && !lower.starts_with("aws.")
+        && !lower.starts_with("amazon.");
+    if ok {
+        Ok(())
+    } else {
+        Err(SqsError::invalid(format!(
+            "Message attribute name '{name}' is invalid."
+        )))
+    }
+}
+
+/// One `MessageAttributeValue` object read.
+pub(crate) fn attribute(name: &str, v: &Input) -> Result<SqsAttribute, SqsError> {
+    let data_type = v.opt_str("DataType")?.ok_or_else(|| {
+        SqsError::invalid(format!(
+            "The message attribute '{name}' must contain non-empty message attribute type."
+        ))
+    })?;
+    let base = ["String", "Number", "Binary"].into_iter().find(|b| {
+        data_type == *b
+            || data_type
+                .strip_prefix(b)
+                .is_some_and(|r| r.starts_with('.') && r.len() > 1)
+    });
+    let Some(base) = base.filter(|_| data_type.len() <= 256) else {
+        return Err(SqsError::invalid(format!(
+            "The type of message attribute '{name}' is invalid. You must use only the following supported type prefixes: Binary, Number, String."
+        )));
+    };
+    let empty = || {
+        SqsError::invalid(format!(
+            "The message attribute '{name}' must contain non-empty message attribute value for message attribute type '{data_type}'."
+        ))
+    };
+    let value = if base == "Binary" {
+        let b64 = v.opt_str("BinaryValue")?.ok_or_else(empty)?;
+        let bytes = BASE64.decode(b64).map_err(|_| {
+            SqsError::serialization(format!("BinaryValue of '{name}' is not base64."))
+        })?;
+        if bytes.is_empty() {
+            return Err(empty());
+        }
+        bytes
+    } else {
+        let s = v
+            .opt_str("StringValue")?
+            .filter(|s| !s.is_empty())
+            .ok_or_else(empty)?;
+        if !s.chars().all(allowed_char) {
+            return Err(SqsError::new(
+                "InvalidMessageContents",
+                format!(
+                    "The message attribute '{name}' contains characters outside the allowed set."
+                ),
+            ));
+        }
+        if base == "Number" && s.trim().parse::<f64>().is_err() {
+            return Err(SqsError::invalid(format!(
+                "Can't cast the value of message (user) attribute '{name}' to a number."
+            )));
+        }
+        s.as_bytes().to_vec()
+    };
+    Ok(SqsAttribute {
+        name: name.to_owned(),
+        data_type: data_type.to_owned(),
+        value,
+    })
+}
+
+/// The engine value of `a` (see the module's documentation).
+pub(crate) fn engine_value(a: &SqsAttribute) -> String {
+    if a.data_type == "String" {
+        String::from_utf8_lossy(&a.value).into_owned()
+    } else if a.is_binary() {
+        format!("\0{}\0{}", a.data_type, BASE64.encode(&a.value))
+    } else {
+        format!("\0{}\0{}", a.data_type, String::from_utf8_lossy(&a.value))
+    }
+}
+
+/// The SQS attribute an engine pair stores; `None` for the trace header.
+pub(crate) fn from_engine(key: &str, value: &str) -> Option<SqsAttribute> {
+    if key == TRACE_KEY || key == SOURCE_ATTRIBUTE || key == fifo::DEDUP_KEY {
+        return None;
+    }
+    let plain = || SqsAttribute {
+        name: key.to_owned(),
+        data_type: "String".to_owned(),
+        value: value.as_bytes().to_vec(),
+    };
+    let Some(rest) = value.strip_prefix('\0') else {
+        return Some(plain());
+    };
+    let Some((data_type, payload)) = rest.split_once('\0') else {
+        return Some(plain());
+    };
+    let value = if data_type.starts_with("Binary") {
+        BASE64.decode(payload).ok()?
+    } else {
+        payload.as_bytes().to_vec()
+    };
+    Some(SqsAttribute {
+        name: key.to_owned(),
+        data_type: data_type.to_owned(),
+        value,
+    })
+}
