@@ -8,6 +8,7 @@ mod engine_util;
 
 mod engine_dead_letter;
 mod engine_fifo;
+mod engine_fifo_consumers;
 mod engine_footprint;
 mod engine_leases;
 mod engine_long_poll;
