@@ -208,12 +208,22 @@ pub struct AttributeFlags {
     /// A tag, KEY=VALUE (repeatable; at most 50 on a queue).
     #[arg(long, value_name = "KEY=VALUE", value_parser = parse_attr)]
     pub tag: Vec<(String, String)>,
+    /// A FIFO queue: deduplicate a send without a dedup key by the SHA-256 of
+    /// its body.
+    #[arg(long)]
+    pub content_based_dedup: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
     /// The queue.
     pub name: String,
+    /// A FIFO queue: each message group's messages in send order, one batch
+    /// of a group in flight at a time, every send deduplicated (sends then
+    /// need --group, and --dedup-id unless --content-based-dedup). Set at
+    /// creation only.
+    #[arg(long)]
+    pub fifo: bool,
     #[command(flatten)]
     pub attributes: AttributeFlags,
 }
@@ -230,6 +240,9 @@ pub struct SetArgs {
     /// Remove the retry backoff.
     #[arg(long, conflicts_with = "backoff")]
     pub no_backoff: bool,
+    /// Stop deduplicating a FIFO queue's sends by content.
+    #[arg(long, conflicts_with = "content_based_dedup")]
+    pub no_content_based_dedup: bool,
     /// Remove a tag (repeatable; removed before --tag sets any).
     #[arg(long, value_name = "KEY")]
     pub untag: Vec<String>,
@@ -244,9 +257,14 @@ pub struct SendArgs {
     /// Delivery delay [default: the queue's].
     #[arg(long, value_name = "DUR", value_parser = parse_ms_duration)]
     pub delay: Option<Duration>,
-    /// Dedup key: a repeat within the queue's dedup window is not enqueued.
-    #[arg(long, value_name = "KEY")]
+    /// Dedup key: a repeat within the queue's dedup window is not enqueued
+    /// (a FIFO queue's deduplication id).
+    #[arg(long, visible_alias = "dedup-id", value_name = "KEY")]
     pub dedup_key: Option<String>,
+    /// Message group (1 to 128 of '!' to '~'): its place in its group's order
+    /// on a FIFO queue.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
     /// A message attribute (repeatable).
     #[arg(long = "attr", value_name = "K=V", value_parser = parse_attr)]
     pub attrs: Vec<(String, String)>,

@@ -19,8 +19,8 @@ use sluice_cli::units::{self, duration_ms};
 use sluice_client::sharded::{BrokerFailure, ShardedClient as Client};
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
-    AttributeUpdate, Backoff, ClientConfig, Error, MessageAttributes, Millis, QueueOptions,
-    Receipt, ReceiveOptions, RedrivePolicy, SendEntry, Setting,
+    AttributeUpdate, Backoff, ClientConfig, Error, MessageAttributes, MessageGroupId, Millis,
+    QueueOptions, Receipt, ReceiveOptions, RedrivePolicy, SendEntry, Setting,
 };
 
 use crate::args::{AttributeFlags, Cli, Command, QueueCommand};
@@ -302,13 +302,19 @@ fn attribute_update(f: &AttributeFlags) -> Result<AttributeUpdate, Failure> {
     if !f.tag.is_empty() {
         update.tags_mut().set.clone_from(&f.tag);
     }
+    if f.content_based_dedup {
+        update.content_based_dedup = Some(true);
+    }
     Ok(update)
 }
 
 fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome, Failure> {
     match command {
         QueueCommand::Create(a) => {
-            let options = QueueOptions::from(attribute_update(&a.attributes)?);
+            let mut options = QueueOptions::from(attribute_update(&a.attributes)?);
+            if a.fifo {
+                options = options.fifo();
+            }
             let created = client.create_queue(&a.name, &options)?;
             if json {
                 print_json(&json!({"name": a.name, "created": created}));
@@ -328,6 +334,9 @@ fn queue(client: &Client, command: &QueueCommand, json: bool) -> Result<Outcome,
             }
             if a.no_backoff {
                 update.backoff = Setting::Clear;
+            }
+            if a.no_content_based_dedup {
+                update.content_based_dedup = Some(false);
             }
             if !a.untag.is_empty() {
                 update.tags_mut().remove.clone_from(&a.untag);
@@ -398,6 +407,11 @@ fn send(client: &Client, a: &args::SendArgs, json: bool) -> Result<Outcome, Fail
     }
     if let Some(key) = &a.dedup_key {
         entry = entry.dedup_key(key.clone().into_bytes());
+    }
+    if let Some(group) = &a.group {
+        let group = MessageGroupId::new(group)
+            .map_err(|e| Failure::Usage(format!("--group {group:?}: {e}")))?;
+        entry = entry.group(group);
     }
     // Batches within the server's limits: 1,024 entries and the frame size.
     let frame_max = client

@@ -105,6 +105,10 @@ pub fn received_json(m: &ReceivedMessage) -> Value {
     o.insert("delivery".into(), json!(m.delivery()));
     put_times(&mut o, m.sent_at_ms, Some(m.first_received_at_ms()));
     o.insert("attributes".into(), attributes_json(&m.attributes));
+    o.insert(
+        "group".into(),
+        json!(m.group.as_ref().map(sluice_client::MessageGroupId::as_str)),
+    );
     Value::Object(o)
 }
 
@@ -262,6 +266,8 @@ pub fn attributes_json_of(a: &QueueAttributes) -> Value {
         "backoff": a.backoff.map(|b| json!({"base_ms": ms(b.base), "max_ms": ms(b.max)})),
         "tags": labels_json(&a.tags),
         "annotations": labels_json(&a.annotations),
+        "fifo": a.kind == sluice_client::QueueKind::Fifo,
+        "content_based_dedup": a.content_based_dedup,
     })
 }
 
@@ -310,6 +316,16 @@ pub fn queue_table(info: &QueueInfo) -> String {
     let mut t = Table::new(&["ATTRIBUTE", "VALUE"]);
     let mut put = |k: &str, v: String| t.row(vec![k.to_owned(), v]);
     put("name", info.queue.as_str().to_owned());
+    put(
+        "kind",
+        match a.kind {
+            sluice_client::QueueKind::Fifo if a.content_based_dedup => {
+                "fifo, deduplicated by content".to_owned()
+            }
+            sluice_client::QueueKind::Fifo => "fifo".to_owned(),
+            sluice_client::QueueKind::Standard => "standard".to_owned(),
+        },
+    );
     put("visibility_timeout", format_ms(ms(a.visibility_timeout)));
     put("delay", format_ms(ms(a.delay)));
     put("retention", format_ms(ms(a.retention)));

@@ -1370,3 +1370,69 @@ fn a_peek_cut_at_the_frame_limit_says_so() {
     let out = cli.run(&["peek", "big", "--max", "2"]);
     assert!(!stderr(&out).contains("did not fit"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_fifo_queue_from_the_command_line_keeps_each_group_in_order() {
+    let server = TestServer::start();
+    let cli = Cli::new(&server);
+    cli.ok(&[
+        "queue",
+        "create",
+        "ledger",
+        "--fifo",
+        "--content-based-dedup",
+    ]);
+    let table = cli.ok(&["queue", "show", "ledger"]);
+    assert!(
+        table.contains("kind                fifo, deduplicated by content\n"),
+        "{table}"
+    );
+    let shown = cli.json(&["queue", "show", "ledger"]);
+    assert_eq!(shown["attributes"]["fifo"], true);
+    for (group, body) in [("a", "a1"), ("b", "b1"), ("a", "a2")] {
+        cli.ok(&["send", "ledger", body, "--group", group]);
+    }
+    // The same body again: deduplicated by content; an own id wins.
+    let dup = cli.json(&["send", "ledger", "a1", "--group", "a"]);
+    assert_eq!(dup["duplicate"], true);
+    let own = cli.json(&[
+        "send",
+        "ledger",
+        "a1",
+        "--group",
+        "a",
+        "--dedup-id",
+        "again",
+    ]);
+    assert_eq!(own["duplicate"], false);
+    let got = cli.json(&["recv", "ledger", "--max", "10"]);
+    let got: Vec<(String, String)> = got
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["group"].as_str().unwrap().to_owned(),
+                m["body"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let a: Vec<&str> = got
+        .iter()
+        .filter(|(g, _)| g == "a")
+        .map(|(_, b)| b.as_str())
+        .collect();
+    assert_eq!(a, ["a1", "a2", "a1"]);
+    assert_eq!(got.len(), 4);
+    // A send without a group, and a bad group, are refused by name.
+    let out = cli.run(&["send", "ledger", "x"]);
+    assert!(!out.status.success());
+    let out = cli.run(&["send", "ledger", "x", "--group", "has space"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--group"), "{}", stderr(&out));
+    // The kind is set at creation only.
+    let out = cli.run(&["queue", "set", "ledger", "--no-content-based-dedup"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = cli.json(&["queue", "show", "ledger"]);
+    assert_eq!(shown["attributes"]["content_based_dedup"], false);
+}

@@ -15,7 +15,8 @@ use std::time::Duration;
 /// it (the protocol's own type, declared once).
 pub use sluice_protocol::Setting;
 pub use sluice_protocol::{
-    AttributeUpdate, Backoff, Millis, QueueAttributes, QueueInfo, QueueStats, RedrivePolicy,
+    AttributeUpdate, Backoff, Millis, QueueAttributes, QueueInfo, QueueKind, QueueStats,
+    RedrivePolicy,
 };
 
 use crate::error::{Error, Result};
@@ -212,6 +213,26 @@ impl QueueOptions {
     #[must_use]
     pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> QueueOptions {
         self.update.tags_mut().set.push((key.into(), value.into()));
+        self
+    }
+
+    /// Makes the queue a FIFO queue (at creation; a server older than
+    /// protocol version 5 refuses it): each message group's messages in
+    /// send order, one batch of a group in flight at a time, every send
+    /// deduplicated (PROTOCOL.md §8.16). Its sends carry a group
+    /// ([`SendEntry::group`](crate::SendEntry::group)) and a dedup key, or
+    /// the queue deduplicates by content.
+    #[must_use]
+    pub fn fifo(mut self) -> QueueOptions {
+        self.update.kind = Some(QueueKind::Fifo);
+        self
+    }
+
+    /// Whether a FIFO queue's send without a dedup key is deduplicated by
+    /// the SHA-256 of its body.
+    #[must_use]
+    pub fn content_based_dedup(mut self, on: bool) -> QueueOptions {
+        self.update.content_based_dedup = Some(on);
         self
     }
 

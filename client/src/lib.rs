@@ -266,8 +266,8 @@ mod tls;
 #[cfg(feature = "async")]
 pub use async_client::AsyncClient;
 pub use attributes::{
-    AttributeUpdate, Backoff, Millis, QueueAttributes, QueueInfo, QueueOptions, QueueStats,
-    RedrivePolicy, Setting,
+    AttributeUpdate, Backoff, Millis, QueueAttributes, QueueInfo, QueueKind, QueueOptions,
+    QueueStats, RedrivePolicy, Setting,
 };
 #[cfg(feature = "blocking")]
 pub use blocking::{Client, PendingReply};
@@ -288,8 +288,9 @@ pub use sharded::AsyncShardedClient;
 #[cfg(feature = "blocking")]
 pub use sharded::ShardedClient;
 pub use sluice_protocol::{
-    ErrorCode, HelloReply, MessageAttributes, MessageId, PeekedMessage, QueueName, QueueTimes,
-    Receipt, ReceivedMessage, Reply, Request, SendOutcome, ServerLimits, ServerStatsReply,
+    ErrorCode, HelloReply, MessageAttributes, MessageGroupId, MessageId, PeekedMessage, QueueName,
+    QueueTimes, Receipt, ReceivedMessage, Reply, Request, SendOutcome, ServerLimits,
+    ServerStatsReply,
 };
 pub use sluice_protocol::{Labels, LabelsUpdate};
 

@@ -277,3 +277,48 @@ fn bare_bodies_are_sent_borrowed() {
     // The connection is still good.
     c.ping().unwrap();
 }
+
+#[test]
+fn a_fifo_queue_delivers_each_group_in_order_with_its_group() {
+    use sluice_client::{MessageGroupId, QueueKind};
+    let server = TestServer::start();
+    let c = server.client();
+    let options = QueueOptions::new().fifo().content_based_dedup(true);
+    assert!(c.create_queue("ledger", &options).unwrap());
+    assert_eq!(
+        c.queue_info("ledger").unwrap().attributes.kind,
+        QueueKind::Fifo
+    );
+    let entry =
+        |g: &str, body: &'static str| SendEntry::new(body).group(MessageGroupId::new(g).unwrap());
+    let sent = c
+        .send_batch(
+            "ledger",
+            &[
+                entry("a", "a1"),
+                entry("b", "b1"),
+                entry("a", "a2"),
+                entry("a", "a1"),
+            ],
+        )
+        .unwrap();
+    assert!(sent[3].as_ref().unwrap().duplicate, "the same body");
+    let got = c.receive("ledger", now_options(10)).unwrap();
+    let seen: Vec<(&str, &[u8])> = got
+        .iter()
+        .map(|m| (m.group.as_ref().unwrap().as_str(), &m.body[..]))
+        .collect();
+    assert_eq!(seen, [("a", &b"a1"[..]), ("a", b"a2"), ("b", b"b1")]);
+    assert!(
+        c.receive("ledger", now_options(10)).unwrap().is_empty(),
+        "both groups fly"
+    );
+    // A FIFO send needs its group.
+    let refused = c
+        .send_batch("ledger", &[SendEntry::new("no group")])
+        .unwrap();
+    assert!(
+        matches!(refused[0], Err(Error::InvalidArgument(_))),
+        "{refused:?}"
+    );
+}
