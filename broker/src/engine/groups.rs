@@ -97,6 +97,11 @@ impl<K: Copy> Groups<K> {
         }
     }
 
+    /// How the groups deliver.
+    pub fn order(&self) -> GroupOrder {
+        self.order
+    }
+
     /// Groups that hold a waiting or in-flight message.
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -231,12 +236,16 @@ impl<K: Copy> Groups<K> {
 
     /// Takes up to `max` messages to deliver into `out` (group, seq, key),
     /// which then count as in flight. `check` says where a waiting message
-    /// stands (see [`Readiness`]).
+    /// stands (see [`Readiness`]). In a fair order, a waiting message that
+    /// cannot be delivered yet does not hold its group: it is set aside
+    /// into `aside`, counted in flight like a delivered one, until the
+    /// caller reports it back ([`Groups::returned`]) when it can be.
     pub fn take(
         &mut self,
         max: usize,
         mut check: impl FnMut(K) -> Readiness,
         out: &mut Vec<(GroupIndex, u64, K)>,
+        aside: &mut Vec<(GroupIndex, K)>,
     ) {
         let mut taken = 0;
         while taken < max {
@@ -250,6 +259,7 @@ impl<K: Copy> Groups<K> {
             group.in_turn = false;
             let was_idle = group.in_flight == 0;
             let mut took = 0;
+            let mut set_aside = 0u32;
             // FIFO: consecutive messages of the group; fair: one.
             let want = match order {
                 GroupOrder::Fifo => max - taken,
@@ -264,6 +274,10 @@ impl<K: Copy> Groups<K> {
                         out.push((g, seq, key));
                         took += 1;
                     }
+                    Readiness::Later if order == GroupOrder::Fair => {
+                        aside.push((g, key));
+                        set_aside += 1;
+                    }
                     Readiness::Later => {
                         group.waiting.push_front((seq, key));
                         group.asleep = true;
@@ -272,8 +286,8 @@ impl<K: Copy> Groups<K> {
                     Readiness::Gone => {}
                 }
             }
-            group.in_flight += u32::try_from(took).unwrap_or(u32::MAX);
-            if was_idle && took > 0 {
+            group.in_flight += u32::try_from(took).unwrap_or(u32::MAX) + set_aside;
+            if was_idle && (took > 0 || set_aside > 0) {
                 self.groups_in_flight += 1;
             }
             taken += took;

@@ -7,6 +7,7 @@
 mod engine_util;
 
 mod engine_dead_letter;
+mod engine_fair;
 mod engine_fifo;
 mod engine_fifo_consumers;
 mod engine_footprint;

@@ -10,7 +10,7 @@ use super::{GroupIndex, GroupOrder, Groups, Readiness};
 /// Takes up to `max` with every message ready.
 fn take(g: &mut Groups<u64>, max: usize) -> Vec<(GroupIndex, u64, u64)> {
     let mut out = Vec::new();
-    g.take(max, |_| Readiness::Ready, &mut out);
+    g.take(max, |_| Readiness::Ready, &mut out, &mut Vec::new());
     out
 }
 
@@ -101,6 +101,7 @@ fn gone_messages_are_skipped_and_empty_groups_forgotten() {
             }
         },
         &mut out,
+        &mut Vec::new(),
     );
     assert_eq!(out.iter().map(|t| t.2).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(g.len(), 2);
@@ -128,7 +129,7 @@ fn a_message_not_ready_holds_its_group_until_woken() {
             Readiness::Ready
         }
     };
-    g.take(10, not_yet, &mut out);
+    g.take(10, not_yet, &mut out, &mut Vec::new());
     assert_eq!(
         out.iter().map(|t| t.2).collect::<Vec<_>>(),
         [2],
@@ -136,11 +137,11 @@ fn a_message_not_ready_holds_its_group_until_woken() {
     );
     assert!(!g.can_deliver());
     out.clear();
-    g.take(10, |_| Readiness::Ready, &mut out);
+    g.take(10, |_| Readiness::Ready, &mut out, &mut Vec::new());
     assert!(out.is_empty(), "a sleeps until woken");
     g.wake(g.find("a").unwrap());
     assert!(g.can_deliver());
-    g.take(10, |_| Readiness::Ready, &mut out);
+    g.take(10, |_| Readiness::Ready, &mut out, &mut Vec::new());
     assert_eq!(out.iter().map(|t| t.2).collect::<Vec<_>>(), [0, 1]);
     // A message moved in with an earlier seq goes before the rest.
     let mut g = Groups::new(GroupOrder::Fifo);
@@ -218,6 +219,8 @@ fn run(order: GroupOrder, steps: &[Step]) {
     let mut flying: BTreeMap<u64, GroupIndex> = BTreeMap::new();
     let mut dropped: BTreeSet<u64> = BTreeSet::new();
     let mut later: BTreeSet<u64> = BTreeSet::new();
+    // Fair: messages set aside by a take (not ready), until undelayed.
+    let mut aside: BTreeMap<u64, GroupIndex> = BTreeMap::new();
     for s in steps {
         match *s {
             Step::Push(n) => {
@@ -229,9 +232,26 @@ fn run(order: GroupOrder, steps: &[Step]) {
             }
             Step::Take(max) => {
                 let mut out = Vec::new();
-                g.take(max, |k| readiness(k, &dropped, &later), &mut out);
+                let mut set_aside = Vec::new();
+                g.take(
+                    max,
+                    |k| readiness(k, &dropped, &later),
+                    &mut out,
+                    &mut set_aside,
+                );
                 assert!(out.len() <= max);
-                let ready = ready_count(order, &group_of, &waiting, &flying, &dropped, &later);
+                assert!(order == GroupOrder::Fair || set_aside.is_empty());
+                for &(gi, key) in &set_aside {
+                    assert!(
+                        later.contains(&key) && waiting.remove(&key),
+                        "{key} set aside"
+                    );
+                    aside.insert(key, gi);
+                }
+                // What was set aside was waiting before the take.
+                let mut before = waiting.clone();
+                before.extend(set_aside.iter().map(|&(_, k)| k));
+                let ready = ready_count(order, &group_of, &before, &flying, &dropped, &later);
                 assert!(
                     out.len() == max || out.len() == ready,
                     "took {} of {ready} ready, max {max}",
@@ -282,14 +302,19 @@ fn run(order: GroupOrder, steps: &[Step]) {
                     g.wake(gi);
                 }
             }
-            Step::Delay(i) if order == GroupOrder::Fifo && !waiting.is_empty() => {
+            Step::Delay(i) if !waiting.is_empty() => {
                 let seq = *waiting.iter().nth(i % waiting.len()).unwrap();
                 later.insert(seq);
             }
             Step::Undelay(i) if !later.is_empty() => {
                 let seq = *later.iter().nth(i % later.len()).unwrap();
                 later.remove(&seq);
-                if let Some(gi) = g.find(&group_of[&seq]) {
+                if let Some(gi) = aside.remove(&seq) {
+                    // As the shard does: a message set aside is back once
+                    // it can be delivered.
+                    g.returned(gi, seq, seq);
+                    waiting.insert(seq);
+                } else if let Some(gi) = g.find(&group_of[&seq]) {
                     g.wake(gi);
                 }
             }
@@ -299,7 +324,11 @@ fn run(order: GroupOrder, steps: &[Step]) {
             | Step::Delay(_)
             | Step::Undelay(_) => {}
         }
-        let groups_flying: BTreeSet<&String> = flying.keys().map(|s| &group_of[s]).collect();
+        let groups_flying: BTreeSet<&String> = flying
+            .keys()
+            .chain(aside.keys())
+            .map(|s| &group_of[s])
+            .collect();
         assert_eq!(g.groups_in_flight(), groups_flying.len());
     }
     // Nothing lost: settle what flies, wake what waits, then every waiting
@@ -308,14 +337,22 @@ fn run(order: GroupOrder, steps: &[Step]) {
         g.settled(gi);
     }
     for seq in std::mem::take(&mut later) {
-        if let Some(gi) = g.find(&group_of[&seq]) {
+        if let Some(gi) = aside.remove(&seq) {
+            g.returned(gi, seq, seq);
+            waiting.insert(seq);
+        } else if let Some(gi) = g.find(&group_of[&seq]) {
             g.wake(gi);
         }
     }
     let mut out = Vec::new();
     while !waiting.is_empty() {
         out.clear();
-        g.take(usize::MAX, |k| readiness(k, &dropped, &later), &mut out);
+        g.take(
+            usize::MAX,
+            |k| readiness(k, &dropped, &later),
+            &mut out,
+            &mut Vec::new(),
+        );
         assert!(!out.is_empty(), "waiting {waiting:?} never delivered");
         for &(gi, seq, _) in &out {
             assert!(waiting.remove(&seq));
@@ -323,7 +360,12 @@ fn run(order: GroupOrder, steps: &[Step]) {
         }
     }
     out.clear();
-    g.take(usize::MAX, |k| readiness(k, &dropped, &later), &mut out);
+    g.take(
+        usize::MAX,
+        |k| readiness(k, &dropped, &later),
+        &mut out,
+        &mut Vec::new(),
+    );
     assert!(out.is_empty());
     assert!(g.is_empty(), "every group forgotten once empty");
 }

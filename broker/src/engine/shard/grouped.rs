@@ -29,8 +29,8 @@ use sluice_protocol::ReceivedMessage;
 use super::lease::{LeaseBatch, ReplyBudget, Take, Took};
 use super::{GROUP_MEMBER_BYTES, Shard};
 use crate::engine::dedup::owner_shard;
-use crate::engine::groups::{GroupIndex, Readiness};
-use crate::engine::partition::Member;
+use crate::engine::groups::{GroupIndex, GroupOrder, Readiness};
+use crate::engine::partition::{Grouping, Member};
 use crate::engine::slab::SlotKey;
 use crate::engine::stored_message::MessageState;
 
@@ -41,9 +41,15 @@ impl Shard {
     }
 
     /// Makes the message at `key`, just stored in or moved into grouped
-    /// partition `p`, a member of group `name`. Charges its membership.
+    /// partition `p`, a member of group `name`: waiting in its group, or, on
+    /// a fair queue, set aside until it is visible (a delayed send).
+    /// Charges its membership.
     pub(super) fn enter_group(&mut self, p: u32, key: SlotKey, name: &str) {
-        let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
+        let Some((seq, visible)) = self
+            .messages
+            .get(key)
+            .map(|m| (m.seq.get(), m.state == MessageState::Visible))
+        else {
             return;
         };
         let part = self.partitions[p as usize]
@@ -52,17 +58,43 @@ impl Shard {
         let Some(grouping) = part.grouping.as_mut() else {
             return;
         };
-        let group = grouping.groups.push(name, seq, key);
+        let aside = !visible && grouping.groups.order() == GroupOrder::Fair;
+        let group = if aside {
+            grouping.groups.push_taken(name)
+        } else {
+            grouping.groups.push(name, seq, key)
+        };
         grouping.members.insert(
             key.slot,
             Member {
                 generation: key.generation,
                 group,
-                taken: false,
+                taken: aside,
             },
         );
         self.memory
             .charge(self.registry.memory(), GROUP_MEMBER_BYTES);
+    }
+
+    /// Makes standard partition `p` a fair one, for its first message with a
+    /// group: its messages so far (but `except`, the one that asks, if it
+    /// is stored already) join the group "" (the messages without a group),
+    /// in send order, waiting or set aside as they stand.
+    pub(super) fn make_fair(&mut self, p: u32, except: Option<SlotKey>) {
+        if self.part(p).grouping.is_some() {
+            return;
+        }
+        self.part_mut(p).grouping = Some(Box::new(Grouping::new(GroupOrder::Fair)));
+        let mut held: Vec<(u64, SlotKey)> = self
+            .members(p)
+            .into_iter()
+            .filter(|&k| Some(k) != except)
+            .filter_map(|k| self.messages.get(k).map(|m| (m.seq.get(), k)))
+            .collect();
+        held.sort_unstable_by_key(|&(seq, _)| seq);
+        for (_, key) in held {
+            self.enter_group(p, key, "");
+        }
     }
 
     /// The message at `key` leaves grouped partition `p`: a taken one is
@@ -142,6 +174,7 @@ impl Shard {
         let p = batch.p;
         let mut taken = core::mem::take(&mut self.scratch_taken);
         taken.clear();
+        let mut aside = Vec::new();
         {
             let part = self.partitions[p as usize]
                 .as_mut()
@@ -160,8 +193,14 @@ impl Shard {
                     _ => Readiness::Gone,
                 },
                 &mut taken,
+                &mut aside,
             );
             for &(_, _, key) in &taken {
+                set_taken(grouping, key, true);
+            }
+            // A fair queue's message that is not visible is set aside, and
+            // back in its group when it is (`group_visible`).
+            for &(_, key) in &aside {
                 set_taken(grouping, key, true);
             }
         }

@@ -368,9 +368,12 @@ impl Shard {
         part.stats.visible += 1;
         part.shared.add_depth();
         part.moved.insert((sent_ns, new_key.slot));
+        if group.as_deref().is_some_and(|g| !g.is_empty()) && self.part(to).grouping.is_none() {
+            // A fair queue's message with a group makes a standard queue
+            // fair (queues of one kind only: a FIFO queue's has its groups).
+            self.make_fair(to, Some(new_key));
+        }
         if self.part(to).grouping.is_some() {
-            // Queues of one kind only (dead-letter and redrive rules): a
-            // FIFO queue's message has its group.
             self.enter_group(to, new_key, group.as_deref().unwrap_or_default());
         }
         self.push_ready(to, new_key);

@@ -2,7 +2,9 @@
 //! forwarding of entries whose dedup key another shard owns.
 
 use sluice_protocol::queue_attributes::DELAY_MS_MAX;
-use sluice_protocol::{MessageId, QueueName, SendBatch, SendEntry, SendEntryRef, SendOutcome};
+use sluice_protocol::{
+    MessageId, QueueKind, QueueName, SendBatch, SendEntry, SendEntryRef, SendOutcome,
+};
 
 use super::{
     EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard,
@@ -30,7 +32,7 @@ impl Shard {
             (
                 part.incarnation,
                 part.attrs.dedup_window.get(),
-                part.grouping.is_some(),
+                part.attrs.kind == QueueKind::Fifo,
             )
         };
         // A FIFO queue's messages all go to its home shard (`grouped.rs`).
@@ -114,6 +116,11 @@ impl Shard {
         p: u32,
         entry: SendEntryRef<'_>,
     ) -> Result<SendOutcome, EntryError> {
+        if entry.group.is_some() && self.part(p).grouping.is_none() {
+            // A standard queue's first message with a group: the queue
+            // becomes fair (a FIFO queue has its groups from the start).
+            self.make_fair(p, None);
+        }
         let part = self.part(p);
         let inc = part.incarnation;
         let delay_ms = entry.delay_ms.unwrap_or(part.attrs.delay.get());
@@ -126,13 +133,14 @@ impl Shard {
         }
         let window_ms = part.attrs.dedup_window.get();
         let content_key;
-        let (dedup_key, group) = if part.grouping.is_some() {
+        let grouped = part.grouping.is_some();
+        let (dedup_key, group) = if part.attrs.kind == QueueKind::Fifo {
             content_key = (entry.dedup_key.is_none() && part.attrs.content_based_dedup)
                 .then(|| content_dedup_key(entry.body));
             let (key, group) = fifo_entry(&entry, content_key.as_ref(), window_ms)?;
             (key, Some(group))
         } else {
-            (entry.dedup_key, None)
+            (entry.dedup_key, entry.group)
         };
         let dedup_key = dedup_key.filter(|_| window_ms > 0);
         if let Some(key) = dedup_key {
@@ -162,11 +170,7 @@ impl Shard {
             (false, true) => 0,
             (false, false) => EXT_BYTES,
             (true, _) => EXT_BYTES + LEASE_BYTES,
-        } + if group.is_some() {
-            GROUP_MEMBER_BYTES
-        } else {
-            0
-        };
+        } + if grouped { GROUP_MEMBER_BYTES } else { 0 };
         let msg_cost = data_len as u64 + MESSAGE_BYTES;
         let dedup_cost = dedup_key.map_or(0, |k| k.len() as u64 + DEDUP_ENTRY_BYTES);
         if !self
@@ -206,8 +210,9 @@ impl Shard {
         };
         self.next_seq += 1;
         let id = self.message_id(seq);
-        if let Some(group) = group {
-            self.enter_group(p, key, group);
+        if grouped {
+            // A fair queue's message without a group is in the group "".
+            self.enter_group(p, key, group.unwrap_or_default());
         }
         self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
         if let Some(k) = dedup_key {

@@ -273,23 +273,31 @@ impl Shard {
         load.data_bytes += data_len as u64;
         self.restore_side(key, state, in_age, ext, lease, clock, load);
         self.place_loaded(p, key, state, in_age, retain_until_ns, sent_ms);
-        if self.part(p).grouping.is_some() {
-            self.regroup_loaded(p, key, state, group.as_deref().unwrap_or_default());
-        }
+        self.regroup_loaded(p, key, state, group.as_deref());
         self.arm_timer(key);
         Ok(())
     }
 
-    /// Puts a message loaded into a FIFO queue back in its group: waiting
-    /// when visible or delayed since its send, in flight (its group locked)
-    /// when leased or waiting out the backoff after a lease.
-    fn regroup_loaded(&mut self, p: u32, key: SlotKey, state: MessageState, name: &str) {
+    /// Puts a message loaded into a grouped queue back in its group: on a
+    /// FIFO queue, waiting when visible or delayed since its send, in
+    /// flight (its group locked) when leased or waiting out the backoff
+    /// after a lease; on a fair queue, as a send puts it (`enter_group`).
+    fn regroup_loaded(&mut self, p: u32, key: SlotKey, state: MessageState, name: Option<&str>) {
+        if name.is_some() && self.part(p).grouping.is_none() {
+            // A fair queue's: its first message with a group makes it fair.
+            self.make_fair(p, Some(key));
+        }
+        if self.part(p).grouping.is_none() {
+            return;
+        }
+        let name = name.unwrap_or_default();
         let delivered = self
             .messages
             .get(key)
             .and_then(|m| self.ext_of(m))
             .is_some_and(|e| e.delivery > 0);
-        if state == MessageState::Visible || !delivered {
+        let fair = self.part(p).attrs.kind != sluice_protocol::QueueKind::Fifo;
+        if fair || state == MessageState::Visible || !delivered {
             self.enter_group(p, key, name);
             return;
         }
@@ -541,7 +549,7 @@ impl Shard {
             ));
         };
         // A FIFO queue's keys live on its home shard, with its messages.
-        let owner = if self.part(p).grouping.is_some() {
+        let owner = if self.part(p).attrs.kind == sluice_protocol::QueueKind::Fifo {
             self.fifo_home(inc)
         } else {
             crate::engine::dedup::owner_shard(inc, &key, self.shards)
