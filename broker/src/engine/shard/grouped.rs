@@ -44,6 +44,9 @@ impl Shard {
     /// partition `p`, a member of group `name`: waiting in its group, or, on
     /// a fair queue, set aside until it is visible (a delayed send).
     /// Charges its membership.
+    // Out of line: a standard queue never calls it, and its callers on
+    // the hot paths stay lean.
+    #[inline(never)]
     pub(super) fn enter_group(&mut self, p: u32, key: SlotKey, name: &str) {
         let Some((seq, visible)) = self
             .messages
@@ -80,6 +83,10 @@ impl Shard {
     /// group: its messages so far (but `except`, the one that asks, if it
     /// is stored already) join the group "" (the messages without a group),
     /// in send order, waiting or set aside as they stand.
+    #[cold]
+    // Out of line: a standard queue never calls it, and its callers on
+    // the hot paths stay lean.
+    #[inline(never)]
     pub(super) fn make_fair(&mut self, p: u32, except: Option<SlotKey>) {
         if self.part(p).grouping.is_some() {
             return;
@@ -100,6 +107,9 @@ impl Shard {
     /// The message at `key` leaves grouped partition `p`: a taken one is
     /// settled (its group may deliver again), a waiting one wakes its group
     /// (which may have slept on it). Releases its membership.
+    // Out of line: a standard queue never calls it, and its callers on
+    // the hot paths stay lean.
+    #[inline(never)]
     pub(super) fn leave_grouping(&mut self, p: u32, key: SlotKey) {
         let part = self.partitions[p as usize]
             .as_mut()
@@ -123,6 +133,9 @@ impl Shard {
 
     /// The message at `key` of grouped partition `p` became visible: back in
     /// its group if taken, else its group may deliver it now.
+    // Out of line: a standard queue never calls it, and its callers on
+    // the hot paths stay lean.
+    #[inline(never)]
     pub(super) fn group_visible(&mut self, p: u32, key: SlotKey) {
         let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
             return;

@@ -121,6 +121,23 @@ impl Shard {
             // becomes fair (a FIFO queue has its groups from the start).
             self.make_fair(p, None);
         }
+        // A FIFO queue's entry: checked, and its dedup key made its own or
+        // its body's hash (the standard path is left as it was).
+        let content_key;
+        let entry = if self.part(p).attrs.kind == QueueKind::Fifo {
+            let part = self.part(p);
+            content_key = (entry.dedup_key.is_none() && part.attrs.content_based_dedup)
+                .then(|| content_dedup_key(entry.body));
+            let window_ms = part.attrs.dedup_window.get();
+            let (key, group) = fifo_entry(&entry, content_key.as_ref(), window_ms)?;
+            SendEntryRef {
+                dedup_key: key,
+                group: Some(group),
+                ..entry
+            }
+        } else {
+            entry
+        };
         let part = self.part(p);
         let inc = part.incarnation;
         let delay_ms = entry.delay_ms.unwrap_or(part.attrs.delay.get());
@@ -132,17 +149,8 @@ impl Shard {
             return Err(EntryError::MessageTooLarge);
         }
         let window_ms = part.attrs.dedup_window.get();
-        let content_key;
         let grouped = part.grouping.is_some();
-        let (dedup_key, group) = if part.attrs.kind == QueueKind::Fifo {
-            content_key = (entry.dedup_key.is_none() && part.attrs.content_based_dedup)
-                .then(|| content_dedup_key(entry.body));
-            let (key, group) = fifo_entry(&entry, content_key.as_ref(), window_ms)?;
-            (key, Some(group))
-        } else {
-            (entry.dedup_key, entry.group)
-        };
-        let dedup_key = dedup_key.filter(|_| window_ms > 0);
+        let dedup_key = entry.dedup_key.filter(|_| window_ms > 0);
         if let Some(key) = dedup_key {
             if let Some(id) = self.dedup.lookup(inc, key) {
                 return Ok(SendOutcome {
@@ -212,7 +220,7 @@ impl Shard {
         let id = self.message_id(seq);
         if grouped {
             // A fair queue's message without a group is in the group "".
-            self.enter_group(p, key, group.unwrap_or_default());
+            self.enter_group(p, key, entry.group.unwrap_or_default());
         }
         self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
         if let Some(k) = dedup_key {
@@ -286,6 +294,7 @@ impl Shard {
 /// The dedup key of a FIFO queue's entry that has none, on a queue that
 /// deduplicates by content: the SHA-256 of its body (as SQS's content-based
 /// deduplication; the attributes do not count).
+#[inline(never)]
 fn content_dedup_key(body: &[u8]) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(body).into()
@@ -293,6 +302,7 @@ fn content_dedup_key(body: &[u8]) -> [u8; 32] {
 
 /// A FIFO queue's entry: its group, no delay of its own, and a dedup key
 /// (its own, or the `content` key) unless dedup is off (a window of 0).
+#[inline(never)]
 fn fifo_entry<'a>(
     entry: &SendEntryRef<'a>,
     content: Option<&'a [u8; 32]>,
