@@ -116,28 +116,8 @@ impl Shard {
         p: u32,
         entry: SendEntryRef<'_>,
     ) -> Result<SendOutcome, EntryError> {
-        if entry.group.is_some() && self.part(p).grouping.is_none() {
-            // A standard queue's first message with a group: the queue
-            // becomes fair (a FIFO queue has its groups from the start).
-            self.make_fair(p, None);
-        }
-        // A FIFO queue's entry: checked, and its dedup key made its own or
-        // its body's hash (the standard path is left as it was).
-        let content_key;
-        let entry = if self.part(p).attrs.kind == QueueKind::Fifo {
-            let part = self.part(p);
-            content_key = (entry.dedup_key.is_none() && part.attrs.content_based_dedup)
-                .then(|| content_dedup_key(entry.body));
-            let window_ms = part.attrs.dedup_window.get();
-            let (key, group) = fifo_entry(&entry, content_key.as_ref(), window_ms)?;
-            SendEntryRef {
-                dedup_key: key,
-                group: Some(group),
-                ..entry
-            }
-        } else {
-            entry
-        };
+        let mut content_key = None;
+        let entry = self.grouped_entry(p, entry, &mut content_key)?;
         let part = self.part(p);
         let inc = part.incarnation;
         let delay_ms = entry.delay_ms.unwrap_or(part.attrs.delay.get());
@@ -235,6 +215,35 @@ impl Shard {
         Ok(SendOutcome {
             id,
             duplicate: false,
+        })
+    }
+
+    /// What a grouped queue does with an entry before the send's common
+    /// path: a standard queue's first entry with a group makes the queue
+    /// fair (a FIFO queue has its groups from the start); a FIFO queue's
+    /// entry is checked and gets its dedup key, its own or its body's hash
+    /// (kept in `content`). A standard queue's entry is returned as it is.
+    fn grouped_entry<'a>(
+        &mut self,
+        p: u32,
+        entry: SendEntryRef<'a>,
+        content: &'a mut Option<[u8; 32]>,
+    ) -> Result<SendEntryRef<'a>, EntryError> {
+        if entry.group.is_some() && self.part(p).grouping.is_none() {
+            self.make_fair(p, None);
+        }
+        let part = self.part(p);
+        if part.attrs.kind != QueueKind::Fifo {
+            return Ok(entry);
+        }
+        *content = (entry.dedup_key.is_none() && part.attrs.content_based_dedup)
+            .then(|| content_dedup_key(entry.body));
+        let window_ms = part.attrs.dedup_window.get();
+        let (key, group) = fifo_entry(&entry, content.as_ref(), window_ms)?;
+        Ok(SendEntryRef {
+            dedup_key: key,
+            group: Some(group),
+            ..entry
         })
     }
 
