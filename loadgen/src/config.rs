@@ -58,6 +58,8 @@ pub mod limits {
     /// How long consumers keep receiving after the last message is deleted,
     /// to catch late duplicates.
     pub const LINGER: Duration = Duration::from_millis(250);
+    /// Most message groups (`--groups`).
+    pub const GROUPS_MAX: usize = 100_000;
     /// The longest a receive waits for a first message (the long poll).
     pub const RECEIVE_WAIT: Duration = Duration::from_millis(100);
 }
@@ -136,6 +138,10 @@ pub struct RunSpec {
     pub sluice_tls_ca: Option<std::path::PathBuf>,
     /// `--sluice-tls-server-name`.
     pub sluice_tls_server_name: Option<String>,
+    /// `--groups`.
+    pub groups: Option<usize>,
+    /// `--fifo`.
+    pub fifo: bool,
 }
 
 /// A setting that cannot run.
@@ -185,6 +191,10 @@ pub struct RunConfig {
     pub read_spin: Duration,
     /// TLS for sluice targets (`--sluice-tls-ca`).
     pub sluice_tls: Option<sluice_client::tls::TlsConfig>,
+    /// Message groups the sends take in turn (0: none).
+    pub groups: usize,
+    /// A FIFO queue (sluice targets; with `groups`).
+    pub fifo: bool,
 }
 
 /// `--messages` when neither it nor `--duration` is given.
@@ -257,7 +267,16 @@ impl RunConfig {
             ));
         }
         let sluice_tls = check_sluice_tls(spec.sluice_tls_ca, spec.sluice_tls_server_name)?;
+        let groups = spec.groups.unwrap_or(0);
+        if groups > GROUPS_MAX {
+            return fail(format!("--groups must be at most {GROUPS_MAX}"));
+        }
+        if spec.fifo && groups == 0 {
+            return fail("--fifo needs --groups: a FIFO queue's messages carry a group".into());
+        }
         Ok(RunConfig {
+            groups,
+            fifo: spec.fifo,
             in_flight_max,
             read_spin,
             sluice_tls,
@@ -469,6 +488,28 @@ mod tests {
             targets: vec![TargetUrl::parse("redis://127.0.0.1:6379").unwrap()],
             ..RunSpec::default()
         }
+    }
+
+    #[test]
+    fn fifo_needs_groups_and_groups_are_bounded() {
+        let fifo = RunConfig::new(RunSpec {
+            fifo: true,
+            ..spec()
+        });
+        assert!(fifo.unwrap_err().0.contains("--groups"));
+        let many = RunConfig::new(RunSpec {
+            groups: Some(limits::GROUPS_MAX + 1),
+            ..spec()
+        });
+        assert!(many.unwrap_err().0.contains("--groups"));
+        let c = RunConfig::new(RunSpec {
+            groups: Some(1_000),
+            fifo: true,
+            ..spec()
+        })
+        .unwrap();
+        assert_eq!((c.groups, c.fifo), (1_000, true));
+        assert_eq!(RunConfig::new(spec()).unwrap().groups, 0);
     }
 
     #[test]

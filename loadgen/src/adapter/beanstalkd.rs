@@ -139,6 +139,7 @@ impl Target for BeanstalkdTarget {
     }
 
     fn setup(&mut self, spec: &QueueSpec) -> Result<(), AdapterError> {
+        super::refuse_groups(spec, "beanstalkd")?;
         let mut c = Conn::connect(&self.url)?;
         let (line, stats) = c.call_with_body("stats")?;
         if !line.starts_with("OK") {

@@ -110,6 +110,20 @@ pub struct QueueSpec {
     pub producers: usize,
     /// Consumer connections that will be opened.
     pub consumers: usize,
+    /// Message groups the sends take in turn (0: none).
+    pub groups: usize,
+    /// A FIFO queue (with `groups`).
+    pub fifo: bool,
+}
+
+/// Refuses a queue with message groups for a peer that has none.
+pub(crate) fn refuse_groups(spec: &QueueSpec, peer: &str) -> Result<(), AdapterError> {
+    if spec.groups > 0 || spec.fifo {
+        return Err(AdapterError::Unsupported(format!(
+            "{peer}: message groups (--groups, --fifo) are sluice's"
+        )));
+    }
+    Ok(())
 }
 
 /// What a target's `setup` left for its connections, or, before `setup`

@@ -97,6 +97,7 @@ impl Target for NatsTarget {
     }
 
     fn setup(&mut self, spec: &QueueSpec) -> Result<(), AdapterError> {
+        super::refuse_groups(spec, "nats")?;
         let mut c = NatsConn::connect(&self.url, self.token.as_deref())?;
         if spec.body_bytes > c.max_payload {
             return Err(AdapterError::Unsupported(format!(

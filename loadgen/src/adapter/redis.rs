@@ -110,6 +110,7 @@ impl Target for RedisTarget {
     }
 
     fn setup(&mut self, spec: &QueueSpec) -> Result<(), AdapterError> {
+        super::refuse_groups(spec, "redis")?;
         let visibility_ms = u64::try_from(spec.visibility_timeout.as_millis()).unwrap_or(u64::MAX);
         if visibility_ms == 0 {
             return Err(AdapterError::Unsupported(

@@ -32,8 +32,8 @@ use bytes::Bytes;
 use sluice_client::sharded::ShardedClient;
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
-    Client, ClientConfig, Error, PendingReply, QueueOptions, ReceiveOptions, ReceivedMessage,
-    SendOutcome,
+    Client, ClientConfig, Error, MessageGroupId, PendingReply, QueueOptions, ReceiveOptions,
+    ReceivedMessage, SendEntry, SendOutcome,
 };
 
 use super::{
@@ -82,6 +82,8 @@ struct Queue {
     name: String,
     visibility: Duration,
     batch_max: usize,
+    groups: usize,
+    fifo: bool,
 }
 
 /// The queues of a pass, one per broker, and where each lives.
@@ -91,6 +93,50 @@ struct Queues {
     each: Vec<(String, String)>,
     visibility: Duration,
     batch_max: usize,
+    groups: usize,
+    fifo: bool,
+}
+
+/// A producer's message groups: the sends take the group ids in turn, and
+/// on a FIFO queue each message gets a dedup key of its own (the
+/// connection and a counter).
+struct Grouped {
+    ids: Vec<MessageGroupId>,
+    fifo: bool,
+    connection: usize,
+    next: u64,
+}
+
+impl Grouped {
+    fn new(groups: usize, fifo: bool, connection: usize) -> Option<Grouped> {
+        (groups > 0).then(|| Grouped {
+            ids: (0..groups)
+                .map(|g| MessageGroupId::new(&format!("g{g}")).expect("a valid id"))
+                .collect(),
+            fifo,
+            connection,
+            next: 0,
+        })
+    }
+
+    /// The entries of a send of `bodies`, each with its group (and key).
+    fn entries(&mut self, bodies: &[&[u8]]) -> Vec<SendEntry> {
+        bodies
+            .iter()
+            .map(|b| {
+                let n = self.next;
+                self.next += 1;
+                // Below `ids.len()`, which is a usize.
+                let group = self.ids[(n % self.ids.len() as u64) as usize].clone();
+                let e = SendEntry::new(Bytes::copy_from_slice(b)).group(group);
+                if self.fifo {
+                    e.dedup_key(format!("{}-{n}", self.connection))
+                } else {
+                    e
+                }
+            })
+            .collect()
+    }
 }
 
 impl Queues {
@@ -101,6 +147,8 @@ impl Queues {
             name: name.clone(),
             visibility: self.visibility,
             batch_max: self.batch_max,
+            groups: self.groups,
+            fifo: self.fifo,
         };
         (q, addr)
     }
@@ -233,12 +281,13 @@ impl Target for SluiceTarget {
             names_per_broker(&spec.name, &addrs)
         };
         for (name, addr) in &each {
+            let mut options =
+                QueueOptions::new().visibility_timeout(Duration::from_millis(visibility_ms.into()));
+            if spec.fifo {
+                options = options.fifo();
+            }
             admin
-                .create_queue(
-                    name,
-                    &QueueOptions::new()
-                        .visibility_timeout(Duration::from_millis(visibility_ms.into())),
-                )
+                .create_queue(name, &options)
                 .map_err(|e| adapter_error(addr, e))?;
         }
         let mut server = Vec::new();
@@ -267,6 +316,8 @@ impl Target for SluiceTarget {
             each,
             visibility: Duration::from_millis(visibility_ms.into()),
             batch_max: batch_max.into(),
+            groups: spec.groups,
+            fifo: spec.fifo,
         });
         Ok(())
     }
@@ -281,6 +332,7 @@ impl Target for SluiceTarget {
             addr: addr.to_owned(),
             receipts: Vec::with_capacity(queue.batch_max),
             in_flight: VecDeque::new(),
+            grouped: Grouped::new(queue.groups, queue.fifo, n),
             queue,
         }))
     }
@@ -309,6 +361,20 @@ impl Target for SluiceTarget {
             ));
             s.push(super::read_spin_setting(self.read_spin));
             s.push(Setting::new("send", "one SEND request per batch"));
+            if q.groups > 0 {
+                s.push(Setting::new(
+                    "groups",
+                    format!(
+                        "{} message groups taken in turn by each producer's sends{}",
+                        q.groups,
+                        if q.fifo {
+                            "; a FIFO queue, each message with a dedup key of its own"
+                        } else {
+                            " (a fair queue)"
+                        }
+                    ),
+                ));
+            }
             s.push(Setting::new(
                 "receive",
                 "one RECEIVE per batch, max <batch>, long-poll wait 100 ms",
@@ -352,6 +418,8 @@ struct SluiceAdapter {
     queue: Queue,
     receipts: Vec<sluice_client::Receipt>,
     in_flight: VecDeque<InFlight>,
+    /// The message groups of a producer's sends, if any.
+    grouped: Option<Grouped>,
 }
 
 impl SluiceAdapter {
@@ -436,10 +504,14 @@ impl Adapter for SluiceAdapter {
         if bodies.is_empty() {
             return Ok(());
         }
-        let results = self
-            .client
-            .send_bodies(&self.queue.name, bodies)
-            .map_err(|e| self.err(e))?;
+        let results = match self.grouped.as_mut() {
+            Some(g) => {
+                let entries = g.entries(bodies);
+                self.client.send_batch(&self.queue.name, &entries)
+            }
+            None => self.client.send_bodies(&self.queue.name, bodies),
+        }
+        .map_err(|e| self.err(e))?;
         check_sent(results, bodies.len())
     }
 
@@ -477,10 +549,14 @@ impl Adapter for SluiceAdapter {
     }
 
     fn start_send(&mut self, bodies: &[&[u8]]) -> Result<(), AdapterError> {
-        let pending = self
-            .client
-            .start_send_bodies(&self.queue.name, bodies)
-            .map_err(|e| self.err(e))?;
+        let pending = match self.grouped.as_mut() {
+            Some(g) => {
+                let entries = g.entries(bodies);
+                self.client.start_send_batch(&self.queue.name, &entries)
+            }
+            None => self.client.start_send_bodies(&self.queue.name, bodies),
+        }
+        .map_err(|e| self.err(e))?;
         self.in_flight
             .push_back(InFlight::Send(pending, bodies.len()));
         Ok(())
@@ -538,6 +614,25 @@ impl Adapter for SluiceAdapter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grouped_sends_take_the_groups_in_turn_and_fifo_ones_a_key_each() {
+        assert!(Grouped::new(0, false, 0).is_none());
+        let mut g = Grouped::new(3, true, 7).unwrap();
+        let entries = g.entries(&[b"a", b"b", b"c", b"d"]);
+        let groups: Vec<&str> = entries
+            .iter()
+            .map(|e| e.group.as_ref().unwrap().as_str())
+            .collect();
+        assert_eq!(groups, ["g0", "g1", "g2", "g0"]);
+        let keys: Vec<&[u8]> = entries
+            .iter()
+            .map(|e| e.dedup_key.as_deref().unwrap())
+            .collect();
+        assert_eq!(keys, [&b"7-0"[..], b"7-1", b"7-2", b"7-3"]);
+        let fair = Grouped::new(2, false, 0).unwrap().entries(&[b"x"]);
+        assert!(fair[0].dedup_key.is_none());
+    }
 
     #[test]
     fn visibility_rounds_up_to_whole_milliseconds() {

@@ -178,6 +178,17 @@ struct Args {
           env = "SLUICE_LOADGEN_VISIBILITY_TIMEOUT")]
     visibility_timeout: Option<Duration>,
 
+    /// Message groups: the sends take N group ids in turn (sluice targets;
+    /// default none). On a standard queue the groups take turns (a fair
+    /// queue); with --fifo each group's messages keep their order.
+    #[arg(long, value_name = "N", env = "SLUICE_LOADGEN_GROUPS")]
+    groups: Option<usize>,
+
+    /// A FIFO queue (sluice targets, with --groups): each message also
+    /// carries a dedup key of its own.
+    #[arg(long, env = "SLUICE_LOADGEN_FIFO")]
+    fifo: bool,
+
     /// Share of first deliveries left undeleted, so they come back after the
     /// visibility timeout (default 1 for redelivery, 0 otherwise).
     #[arg(long, value_name = "F", env = "SLUICE_LOADGEN_FAIL_RATIO")]
@@ -270,6 +281,8 @@ fn main_inner() -> Result<ExitCode> {
         visibility_timeout: args.visibility_timeout,
         fail_ratio: args.fail_ratio,
         token,
+        groups: args.groups,
+        fifo: args.fifo,
     });
     let cfg = match cfg {
         Ok(cfg) => cfg,

@@ -223,6 +223,8 @@ pub fn run_pass(
         body_bytes: cfg.size,
         producers: cfg.producers,
         consumers: cfg.consumers,
+        groups: cfg.groups,
+        fifo: cfg.fifo,
     };
     target.setup(&spec).map_err(RunError::Setup)?;
     let result = workers::run_set_up(cfg, url, target, pass, out);
