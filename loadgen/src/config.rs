@@ -142,6 +142,8 @@ pub struct RunSpec {
     pub groups: Option<usize>,
     /// `--fifo`.
     pub fifo: bool,
+    /// `--dedup-keys`.
+    pub dedup_keys: bool,
 }
 
 /// A setting that cannot run.
@@ -195,6 +197,9 @@ pub struct RunConfig {
     pub groups: usize,
     /// A FIFO queue (sluice targets; with `groups`).
     pub fifo: bool,
+    /// Every message with a dedup key of its own (sluice targets): what a
+    /// FIFO queue's sends carry, on any queue.
+    pub dedup_keys: bool,
 }
 
 /// `--messages` when neither it nor `--duration` is given.
@@ -277,6 +282,7 @@ impl RunConfig {
         Ok(RunConfig {
             groups,
             fifo: spec.fifo,
+            dedup_keys: spec.dedup_keys,
             in_flight_max,
             read_spin,
             sluice_tls,

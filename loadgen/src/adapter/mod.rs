@@ -114,13 +114,15 @@ pub struct QueueSpec {
     pub groups: usize,
     /// A FIFO queue (with `groups`).
     pub fifo: bool,
+    /// Every message with a dedup key of its own.
+    pub dedup_keys: bool,
 }
 
 /// Refuses a queue with message groups for a peer that has none.
 pub(crate) fn refuse_groups(spec: &QueueSpec, peer: &str) -> Result<(), AdapterError> {
-    if spec.groups > 0 || spec.fifo {
+    if spec.groups > 0 || spec.fifo || spec.dedup_keys {
         return Err(AdapterError::Unsupported(format!(
-            "{peer}: message groups (--groups, --fifo) are sluice's"
+            "{peer}: message groups and dedup keys (--groups, --fifo, --dedup-keys) are sluice's"
         )));
     }
     Ok(())

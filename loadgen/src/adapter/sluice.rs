@@ -84,6 +84,7 @@ struct Queue {
     batch_max: usize,
     groups: usize,
     fifo: bool,
+    dedup_keys: bool,
 }
 
 /// The queues of a pass, one per broker, and where each lives.
@@ -95,11 +96,12 @@ struct Queues {
     batch_max: usize,
     groups: usize,
     fifo: bool,
+    dedup_keys: bool,
 }
 
-/// A producer's message groups: the sends take the group ids in turn, and
-/// on a FIFO queue each message gets a dedup key of its own (the
-/// connection and a counter).
+/// A producer's message groups and keys: the sends take the group ids in
+/// turn, and on a FIFO queue (or with `--dedup-keys`) each message gets a
+/// dedup key of its own (the connection and a counter).
 struct Grouped {
     ids: Vec<MessageGroupId>,
     fifo: bool,
@@ -109,7 +111,7 @@ struct Grouped {
 
 impl Grouped {
     fn new(groups: usize, fifo: bool, connection: usize) -> Option<Grouped> {
-        (groups > 0).then(|| Grouped {
+        (groups > 0 || fifo).then(|| Grouped {
             ids: (0..groups)
                 .map(|g| MessageGroupId::new(&format!("g{g}")).expect("a valid id"))
                 .collect(),
@@ -126,9 +128,11 @@ impl Grouped {
             .map(|b| {
                 let n = self.next;
                 self.next += 1;
-                // Below `ids.len()`, which is a usize.
-                let group = self.ids[(n % self.ids.len() as u64) as usize].clone();
-                let e = SendEntry::new(Bytes::copy_from_slice(b)).group(group);
+                let mut e = SendEntry::new(Bytes::copy_from_slice(b));
+                if !self.ids.is_empty() {
+                    // Below `ids.len()`, which is a usize.
+                    e = e.group(self.ids[(n % self.ids.len() as u64) as usize].clone());
+                }
                 if self.fifo {
                     e.dedup_key(format!("{}-{n}", self.connection))
                 } else {
@@ -149,6 +153,7 @@ impl Queues {
             batch_max: self.batch_max,
             groups: self.groups,
             fifo: self.fifo,
+            dedup_keys: self.dedup_keys,
         };
         (q, addr)
     }
@@ -318,6 +323,7 @@ impl Target for SluiceTarget {
             batch_max: batch_max.into(),
             groups: spec.groups,
             fifo: spec.fifo,
+            dedup_keys: spec.dedup_keys,
         });
         Ok(())
     }
@@ -332,7 +338,7 @@ impl Target for SluiceTarget {
             addr: addr.to_owned(),
             receipts: Vec::with_capacity(queue.batch_max),
             in_flight: VecDeque::new(),
-            grouped: Grouped::new(queue.groups, queue.fifo, n),
+            grouped: Grouped::new(queue.groups, queue.fifo || queue.dedup_keys, n),
             queue,
         }))
     }
@@ -361,6 +367,12 @@ impl Target for SluiceTarget {
             ));
             s.push(super::read_spin_setting(self.read_spin));
             s.push(Setting::new("send", "one SEND request per batch"));
+            if q.dedup_keys && !q.fifo {
+                s.push(Setting::new(
+                    "dedup keys",
+                    "each message with a dedup key of its own (--dedup-keys)",
+                ));
+            }
             if q.groups > 0 {
                 s.push(Setting::new(
                     "groups",
@@ -632,6 +644,8 @@ mod tests {
         assert_eq!(keys, [&b"7-0"[..], b"7-1", b"7-2", b"7-3"]);
         let fair = Grouped::new(2, false, 0).unwrap().entries(&[b"x"]);
         assert!(fair[0].dedup_key.is_none());
+        let keyed = Grouped::new(0, true, 1).unwrap().entries(&[b"x"]);
+        assert!(keyed[0].group.is_none() && keyed[0].dedup_key.is_some());
     }
 
     #[test]

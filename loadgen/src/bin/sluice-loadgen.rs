@@ -189,6 +189,11 @@ struct Args {
     #[arg(long, env = "SLUICE_LOADGEN_FIFO")]
     fifo: bool,
 
+    /// Every message with a dedup key of its own (sluice targets): what a
+    /// FIFO queue's sends carry, to measure on a standard queue too.
+    #[arg(long, env = "SLUICE_LOADGEN_DEDUP_KEYS")]
+    dedup_keys: bool,
+
     /// Share of first deliveries left undeleted, so they come back after the
     /// visibility timeout (default 1 for redelivery, 0 otherwise).
     #[arg(long, value_name = "F", env = "SLUICE_LOADGEN_FAIL_RATIO")]
@@ -283,6 +288,7 @@ fn main_inner() -> Result<ExitCode> {
         token,
         groups: args.groups,
         fifo: args.fifo,
+        dedup_keys: args.dedup_keys,
     });
     let cfg = match cfg {
         Ok(cfg) => cfg,

@@ -225,6 +225,7 @@ pub fn run_pass(
         consumers: cfg.consumers,
         groups: cfg.groups,
         fifo: cfg.fifo,
+        dedup_keys: cfg.dedup_keys,
     };
     target.setup(&spec).map_err(RunError::Setup)?;
     let result = workers::run_set_up(cfg, url, target, pass, out);
