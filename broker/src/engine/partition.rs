@@ -157,6 +157,16 @@ impl Grouping {
             .copied()
             .filter(|m| m.generation == key.generation)
     }
+
+    /// Records whether the member at `key` (if it is one) counts in flight
+    /// in its group.
+    pub fn set_taken(&mut self, key: SlotKey, taken: bool) {
+        if let Some(m) = self.members.get_mut(&key.slot) {
+            if m.generation == key.generation {
+                m.taken = taken;
+            }
+        }
+    }
 }
 
 impl Partition {

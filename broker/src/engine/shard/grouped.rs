@@ -30,7 +30,7 @@ use super::lease::{LeaseBatch, ReplyBudget, Take, Took};
 use super::{GROUP_MEMBER_BYTES, Shard};
 use crate::engine::dedup::owner_shard;
 use crate::engine::groups::{GroupIndex, GroupOrder, Readiness};
-use crate::engine::partition::{Grouping, Member};
+use crate::engine::partition::{Grouping, Member, Partition};
 use crate::engine::slab::SlotKey;
 use crate::engine::stored_message::MessageState;
 
@@ -48,21 +48,29 @@ impl Shard {
     // the hot paths stay lean.
     #[inline(never)]
     pub(super) fn enter_group(&mut self, p: u32, key: SlotKey, name: &str) {
-        let Some((seq, visible)) = self
+        let visible = self
             .messages
             .get(key)
-            .map(|m| (m.seq.get(), m.state == MessageState::Visible))
-        else {
+            .is_some_and(|m| m.state == MessageState::Visible);
+        let fair = self
+            .part(p)
+            .grouping
+            .as_ref()
+            .is_some_and(|g| g.groups.order() == GroupOrder::Fair);
+        self.add_member(p, key, name, fair && !visible);
+    }
+
+    /// Makes the message at `key` of grouped partition `p` a member of
+    /// group `name`: counted in flight by its group (`taken`), or waiting
+    /// in it in send order. Charges its membership.
+    pub(super) fn add_member(&mut self, p: u32, key: SlotKey, name: &str, taken: bool) {
+        let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
             return;
         };
-        let part = self.partitions[p as usize]
-            .as_mut()
-            .expect("live partition index");
-        let Some(grouping) = part.grouping.as_mut() else {
+        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
             return;
         };
-        let aside = !visible && grouping.groups.order() == GroupOrder::Fair;
-        let group = if aside {
+        let group = if taken {
             grouping.groups.push_taken(name)
         } else {
             grouping.groups.push(name, seq, key)
@@ -72,7 +80,7 @@ impl Shard {
             Member {
                 generation: key.generation,
                 group,
-                taken: aside,
+                taken,
             },
         );
         self.memory
@@ -111,10 +119,7 @@ impl Shard {
     // the hot paths stay lean.
     #[inline(never)]
     pub(super) fn leave_grouping(&mut self, p: u32, key: SlotKey) {
-        let part = self.partitions[p as usize]
-            .as_mut()
-            .expect("live partition index");
-        let Some(grouping) = part.grouping.as_mut() else {
+        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
             return;
         };
         let Some(member) = grouping.member(key) else {
@@ -140,10 +145,7 @@ impl Shard {
         let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
             return;
         };
-        let part = self.partitions[p as usize]
-            .as_mut()
-            .expect("live partition index");
-        let Some(grouping) = part.grouping.as_mut() else {
+        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
             return;
         };
         let Some(member) = grouping.member(key) else {
@@ -151,7 +153,7 @@ impl Shard {
         };
         if member.taken {
             grouping.groups.returned(member.group, seq, key);
-            set_taken(grouping, key, false);
+            grouping.set_taken(key, false);
         } else {
             grouping.groups.wake(member.group);
         }
@@ -189,10 +191,7 @@ impl Shard {
         taken.clear();
         let mut aside = Vec::new();
         {
-            let part = self.partitions[p as usize]
-                .as_mut()
-                .expect("live partition index");
-            let Some(grouping) = part.grouping.as_mut() else {
+            let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
                 return;
             };
             let messages = &self.messages;
@@ -209,12 +208,12 @@ impl Shard {
                 &mut aside,
             );
             for &(_, _, key) in &taken {
-                set_taken(grouping, key, true);
+                grouping.set_taken(key, true);
             }
             // A fair queue's message that is not visible is set aside, and
             // back in its group when it is (`group_visible`).
             for &(_, key) in &aside {
-                set_taken(grouping, key, true);
+                grouping.set_taken(key, true);
             }
         }
         let mut at = 0;
@@ -240,23 +239,22 @@ impl Shard {
     }
 
     fn give_back(&mut self, p: u32, taken: &[(GroupIndex, u64, SlotKey)]) {
-        let Some(grouping) = self.partitions[p as usize]
-            .as_mut()
-            .and_then(|part| part.grouping.as_mut())
-        else {
+        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
             return;
         };
         for &(g, seq, key) in taken {
             grouping.groups.returned(g, seq, key);
-            set_taken(grouping, key, false);
+            grouping.set_taken(key, false);
         }
     }
 }
 
-fn set_taken(grouping: &mut crate::engine::partition::Grouping, key: SlotKey, taken: bool) {
-    if let Some(m) = grouping.members.get_mut(&key.slot) {
-        if m.generation == key.generation {
-            m.taken = taken;
-        }
-    }
+/// The groups of partition `p`, when it has them. A function of the
+/// partitions alone, so that the messages can be read beside it.
+fn grouping_mut(partitions: &mut [Option<Box<Partition>>], p: u32) -> Option<&mut Grouping> {
+    partitions[p as usize]
+        .as_mut()
+        .expect("live partition index")
+        .grouping
+        .as_deref_mut()
 }

@@ -9,11 +9,8 @@ use super::{
     STATE_MASK, ShardLoad, invalid,
 };
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
-use crate::engine::partition::Member;
 use crate::engine::section::{SectionError, SectionRead};
-use crate::engine::shard::{
-    EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Shard, TimerEvent,
-};
+use crate::engine::shard::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Shard, TimerEvent};
 use crate::engine::slab::{Slab, SlotKey};
 use crate::engine::stored_message::{self, MessageState, NONE, NewMessage, StoredMessage, U48};
 
@@ -299,25 +296,9 @@ impl Shard {
         let fair = self.part(p).attrs.kind != sluice_protocol::QueueKind::Fifo;
         if fair || state == MessageState::Visible || !delivered {
             self.enter_group(p, key, name);
-            return;
+        } else {
+            self.add_member(p, key, name, true);
         }
-        let Some(grouping) = self.partitions[p as usize]
-            .as_mut()
-            .and_then(|part| part.grouping.as_mut())
-        else {
-            return;
-        };
-        let group = grouping.groups.push_taken(name);
-        grouping.members.insert(
-            key.slot,
-            Member {
-                generation: key.generation,
-                group,
-                taken: true,
-            },
-        );
-        self.memory
-            .charge(self.registry.memory(), GROUP_MEMBER_BYTES);
     }
 
     /// Reads a message record up to its data: where it goes, its sequence
