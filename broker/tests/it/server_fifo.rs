@@ -3,11 +3,9 @@
 //! a version-4 client reads the same queue as a standard one and its
 //! messages without groups, since its decoder knows neither.
 
-use bytes::Bytes;
 use sluice_broker::server::config::IoChoice;
 use sluice_protocol::{
-    AttributeUpdate, HelloRequest, MessageGroupId, QueueKind, Reply, Request, SendEntry,
-    attribute_bits, frame::opcode,
+    AttributeUpdate, MessageGroupId, QueueKind, Reply, Request, SendEntry, attribute_bits,
 };
 
 use crate::both_backends;
@@ -20,7 +18,7 @@ fn fifo_queues_reach_version_5_clients_whole(io: IoChoice) {
         return;
     };
     let mut c = Client::connect(server.addr);
-    hello(&mut c, 5);
+    c.hello_version(5);
     c.create(
         "orders.fifo",
         AttributeUpdate {
@@ -80,32 +78,14 @@ fn fifo_queues_reach_version_5_clients_whole(io: IoChoice) {
     });
     assert!(matches!(c.call(release), Reply::ChangeVisibility { .. }));
     let mut old = Client::connect(server.addr);
-    hello(&mut old, 4);
+    old.hello_version(4);
     let again = old.receive("orders.fifo", 10, None, 0);
     assert_eq!(again.len(), 3);
     assert!(again.iter().all(|m| m.group.is_none()));
-    old.send(&Request::GetQueue {
-        queue: name("orders.fifo"),
-    });
-    let frame = old.read_frame().expect("a GET_QUEUE reply");
-    assert_eq!(frame.opcode, opcode::GET_QUEUE_REPLY);
-    let payload = &frame.payload[..];
-    let at = 1 + usize::from(payload[0]);
-    let present = u16::from_le_bytes([payload[at], payload[at + 1]]);
+    let present = old.get_queue_present_mask("orders.fifo");
     assert_eq!(
         present & (attribute_bits::KIND | attribute_bits::CONTENT_BASED_DEDUP),
         0,
         "present mask {present:#x}"
     );
-}
-
-fn hello(c: &mut Client, version: u16) {
-    let reply = c
-        .hello_with(HelloRequest {
-            version,
-            token: Bytes::new(),
-            session_timeout_ms: 0,
-        })
-        .expect("HELLO accepted");
-    assert_eq!(reply.version, version);
 }

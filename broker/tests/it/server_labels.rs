@@ -2,12 +2,8 @@
 //! read back by a version-4 client; left out of the `GET_QUEUE` reply of an
 //! older client, whose decoder does not know their bits.
 
-use bytes::Bytes;
 use sluice_broker::server::config::IoChoice;
-use sluice_protocol::{
-    AttributeUpdate, HelloRequest, QueueAttributesRequest, Reply, Request, attribute_bits,
-    frame::opcode,
-};
+use sluice_protocol::{AttributeUpdate, QueueAttributesRequest, Reply, Request, attribute_bits};
 
 use crate::both_backends;
 use crate::server_util::{Client, name, start};
@@ -20,7 +16,7 @@ fn labels_reach_version_4_clients_only(io: IoChoice) {
     };
     // The test client says version 1 unless told otherwise.
     let mut c = Client::connect(server.addr);
-    hello(&mut c, 4);
+    c.hello_version(4);
     let mut update = AttributeUpdate::default();
     update.tags_mut().set = vec![
         ("team".into(), "payments".into()),
@@ -45,14 +41,8 @@ fn labels_reach_version_4_clients_only(io: IoChoice) {
 
     // A version-3 client reads the queue without them.
     let mut old = Client::connect(server.addr);
-    hello(&mut old, 3);
-    old.send(&Request::GetQueue { queue: name("q") });
-    let frame = old.read_frame().expect("a GET_QUEUE reply");
-    assert_eq!(frame.opcode, opcode::GET_QUEUE_REPLY);
-    // The attribute block follows the queue name (u8 length, then bytes).
-    let payload = &frame.payload[..];
-    let at = 1 + usize::from(payload[0]);
-    let present = u16::from_le_bytes([payload[at], payload[at + 1]]);
+    old.hello_version(3);
+    let present = old.get_queue_present_mask("q");
     assert_eq!(
         present & (attribute_bits::TAGS | attribute_bits::ANNOTATIONS),
         0,
@@ -62,15 +52,4 @@ fn labels_reach_version_4_clients_only(io: IoChoice) {
         Reply::GetQueue(info) => assert!(info.attributes.tags.is_empty()),
         other => panic!("GET_QUEUE answered {other:?}"),
     }
-}
-
-fn hello(c: &mut Client, version: u16) {
-    let reply = c
-        .hello_with(HelloRequest {
-            version,
-            token: Bytes::new(),
-            session_timeout_ms: 0,
-        })
-        .expect("HELLO accepted");
-    assert_eq!(reply.version, version);
 }

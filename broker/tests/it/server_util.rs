@@ -148,6 +148,35 @@ impl Client {
         })
     }
 
+    /// Sends a HELLO of protocol `version` without a token; panics unless it
+    /// is accepted at that version.
+    pub fn hello_version(&mut self, version: u16) {
+        let reply = self
+            .hello_with(HelloRequest {
+                version,
+                token: Bytes::new(),
+                session_timeout_ms: 0,
+            })
+            .expect("HELLO accepted");
+        assert_eq!(reply.version, version);
+    }
+
+    /// GET_QUEUE of `queue`, read as raw bytes: the attribute block's
+    /// present mask (a version's decoder would refuse a bit it does not
+    /// know, so a test of what an older client receives reads the bits).
+    pub fn get_queue_present_mask(&mut self, queue: &str) -> u16 {
+        self.send(&Request::GetQueue { queue: name(queue) });
+        let frame = self.read_frame().expect("a GET_QUEUE reply");
+        assert_eq!(
+            frame.opcode,
+            sluice_protocol::frame::opcode::GET_QUEUE_REPLY
+        );
+        // The attribute block follows the queue name (u8 length, then bytes).
+        let payload = &frame.payload[..];
+        let at = 1 + usize::from(payload[0]);
+        u16::from_le_bytes([payload[at], payload[at + 1]])
+    }
+
     /// Sends this HELLO; as [`Client::hello`].
     pub fn hello_with(&mut self, hello: HelloRequest) -> Result<HelloReply, WireError> {
         let id = self.send(&Request::Hello(hello));
