@@ -258,6 +258,10 @@ impl<K: Copy> Groups<K> {
             };
             group.in_turn = false;
             let was_idle = group.in_flight == 0;
+            if order == GroupOrder::Fifo && !was_idle {
+                // Locked since it was offered (a message leased again).
+                continue;
+            }
             let mut took = 0;
             let mut set_aside = 0u32;
             // FIFO: consecutive messages of the group; fair: one.
@@ -307,6 +311,24 @@ impl<K: Copy> Groups<K> {
         group.asleep = false;
         self.leave_flight(g);
         self.offer(g);
+    }
+
+    /// The waiting message `seq` of group `g` is in flight again without a
+    /// take (a change of visibility leased it again after its lease ran
+    /// out): it leaves the waiting messages and counts in flight, so that a
+    /// FIFO group is locked until it is back or settled.
+    pub fn retaken(&mut self, g: GroupIndex, seq: u64) {
+        let Some(group) = self.group_mut(g) else {
+            return;
+        };
+        let at = group.waiting.partition_point(|&(s, _)| s < seq);
+        if group.waiting.get(at).is_some_and(|&(s, _)| s == seq) {
+            group.waiting.remove(at);
+        }
+        group.in_flight += 1;
+        if group.in_flight == 1 {
+            self.groups_in_flight += 1;
+        }
     }
 
     /// A waiting message of group `g` that could not be delivered yet now

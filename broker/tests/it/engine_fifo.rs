@@ -146,8 +146,9 @@ fn a_dead_lettered_message_unblocks_its_group_and_keeps_its_group() {
     assert_eq!(bodies(&receive(&mut c, 0, "f", 1)), ["poison"]);
     c.advance_ms(101);
     // Its second delivery would exceed max receives: dead-lettered, and the
-    // next of its group goes.
-    assert_eq!(bodies(&receive(&mut c, 0, "f", 10)), ["next"]);
+    // next of its group goes, in the same receive of one: the message that
+    // went to the dead-letter queue took no room in the reply.
+    assert_eq!(bodies(&receive(&mut c, 0, "f", 1)), ["next"]);
     assert_eq!(bodies(&receive(&mut c, 0, "dlq", 10)), ["poison"]);
     let s = stats(&mut c, "dlq");
     assert_eq!((s.moved_in, s.in_flight), (1, 1));

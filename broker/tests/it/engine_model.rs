@@ -12,6 +12,18 @@
 //! connection asks for (`Op::Abandon`), and the model releases those
 //! leases that are still current and running.
 //!
+//! A run plays one kind of queues ([`Kind`]): standard queues whose sends
+//! carry no group, standard queues whose sends may carry groups (fair,
+//! PROTOCOL.md §8.17: the same checks, and every delivery names its group),
+//! or FIFO queues (§8.16). On FIFO queues the model checks each receive
+//! against the groups: a group delivers only while none of its messages is
+//! in flight or waiting out a backoff (the lock), what a receive takes from
+//! a group (delivered or dead-lettered) is the group's first messages in
+//! send order, and a receive that returns fewer than it asked for leaves
+//! no group that could deliver. Sends check the FIFO rules (a group, no
+//! delay of the entry's own, a dedup key or content-based dedup) and dedup
+//! by key and by content, and a FIFO queue's ids rise with its sends.
+//!
 //! Where the semantics leave a choice to the engine (which visible messages a
 //! receive, peek or redrive takes when it cannot take them all; the jitter
 //! of a backoff) the model checks that the engine's choice is allowed and
@@ -25,7 +37,7 @@
 //! `broker/tests/proptest-regressions/engine_model.txt`, which every run
 //! replays first.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -35,8 +47,8 @@ use sluice_protocol::Millis;
 use sluice_protocol::Setting;
 use sluice_protocol::{
     AttributeUpdate, Backoff, ChangeVisibilityRequest, DeleteRequest, ErrorCode, MessageAttributes,
-    MessageId, QueueAttributesRequest, QueueStats, Receipt, ReceiveRequest, RedrivePolicy,
-    SendEntry, VisibilityChange,
+    MessageGroupId, MessageId, QueueAttributesRequest, QueueKind, QueueStats, Receipt,
+    ReceiveRequest, RedrivePolicy, SendEntry, VisibilityChange,
 };
 
 use crate::engine_util::{qn, send_op};
@@ -54,12 +66,39 @@ const VISIBILITY_MS: [u64; 2] = [50, 30];
 /// Connections a receive may bind its leases to.
 const CONNS: usize = 2;
 
+/// The kind of queues a run plays (both of its queues are of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Standard queues; the sends' groups are left out.
+    Plain,
+    /// Standard queues whose sends may carry groups: fair ones.
+    Fair,
+    /// FIFO queues: q deduplicates by content, dlq by the entries' keys
+    /// only.
+    Fifo,
+}
+
+/// One SEND entry: body length, delay, dedup key, with attributes, group.
+type Entry = (usize, Option<u32>, Option<u8>, bool, Option<u8>);
+
+/// A dedup key as the engine sees it: the entry's own, or its body's
+/// (content-based dedup on a FIFO queue).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum DKey {
+    Key(u8),
+    Content(Bytes),
+}
+
+fn group_name(g: u8) -> String {
+    format!("group-{g}")
+}
+
 #[derive(Clone, Debug)]
 enum Step {
     Send {
         shard: usize,
         queue: usize,
-        entries: Vec<(usize, Option<u32>, Option<u8>, bool)>,
+        entries: Vec<Entry>,
     },
     Receive {
         shard: usize,
@@ -116,7 +155,8 @@ fn step() -> impl Strategy<Value = Step> {
                     0usize..20,
                     prop_oneof![3 => Just(None), 1 => Just(Some(0u32)), 1 => Just(Some(5)), 1 => Just(Some(20))],
                     prop_oneof![2 => Just(None), 1 => (0u8..3).prop_map(Some)],
-                    any::<bool>()
+                    any::<bool>(),
+                    prop_oneof![1 => Just(None), 3 => (0u8..3).prop_map(Some)]
                 ),
                 1..5
             )
@@ -182,6 +222,7 @@ struct MMsg {
     source: Option<usize>,
     /// Moves between queues so far: receipts taken before a move are Gone.
     moves: u32,
+    group: Option<u8>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -194,10 +235,13 @@ struct MReceipt {
 }
 
 struct Model {
+    kind: Kind,
     backoff: Option<Backoff>,
     msgs: BTreeMap<MessageId, MMsg>,
     stats: [QueueStats; 2],
-    dedup: [HashMap<u8, (MessageId, u64)>; 2],
+    dedup: [HashMap<DKey, (MessageId, u64)>; 2],
+    /// The id of the last message sent to each queue.
+    last_sent: [Option<MessageId>; 2],
     receipts: Vec<MReceipt>,
     /// Receipts bound to each connection, in the order received.
     bound: [Vec<MReceipt>; CONNS],
@@ -317,6 +361,34 @@ impl Model {
             .collect()
     }
 
+    /// The messages of group `g` of queue `q`, in send order (a FIFO
+    /// queue's ids rise with its sends: one shard accepts them all).
+    fn group_members(&self, q: usize, g: Option<u8>) -> Vec<MessageId> {
+        self.msgs
+            .iter()
+            .filter(|(_, m)| m.queue == q && m.group == g)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    fn groups_of(&self, q: usize) -> BTreeSet<Option<u8>> {
+        self.msgs
+            .values()
+            .filter(|m| m.queue == q)
+            .map(|m| m.group)
+            .collect()
+    }
+
+    /// Whether FIFO group `g` of `q` may deliver: none of its messages is
+    /// in flight or waiting out a backoff (on a FIFO queue, the only ways
+    /// a message is not visible).
+    fn unlocked(&self, q: usize, g: Option<u8>) -> bool {
+        self.msgs
+            .values()
+            .filter(|m| m.queue == q && m.group == g)
+            .all(|m| m.st == St::Visible)
+    }
+
     fn depth(&self, q: usize) -> u64 {
         self.msgs.values().filter(|m| m.queue == q).count() as u64
     }
@@ -372,7 +444,7 @@ fn engine_stats(c: &mut Cluster, shard: usize, q: usize) -> QueueStats {
     }
 }
 
-fn setup(shards: u16, backoff: bool, seed: u64) -> (Cluster, Model) {
+fn setup(shards: u16, backoff: bool, seed: u64, kind: Kind) -> (Cluster, Model) {
     let mut c = Cluster::new(RegistryConfig {
         shards,
         seed,
@@ -392,6 +464,7 @@ fn setup(shards: u16, backoff: bool, seed: u64) -> (Cluster, Model) {
         );
         assert!(matches!(r, OpResult::QueueCreated { .. }), "{r:?}");
     };
+    let fifo = kind == Kind::Fifo;
     create(
         &mut c,
         "dlq",
@@ -399,27 +472,40 @@ fn setup(shards: u16, backoff: bool, seed: u64) -> (Cluster, Model) {
             visibility_timeout: Some(Millis::new(VISIBILITY_MS[DLQ] as u32)),
             retention: Some(Millis::new(RETENTION_MS[DLQ] as u32)),
             dedup_window: Some(Millis::new(WINDOW_MS as u32)),
+            kind: fifo.then_some(QueueKind::Fifo),
             ..Default::default()
         },
     );
-    create(
-        &mut c,
-        "q",
-        AttributeUpdate {
-            visibility_timeout: Some(Millis::new(VISIBILITY_MS[Q] as u32)),
-            retention: Some(Millis::new(RETENTION_MS[Q] as u32)),
-            message_bytes_max: Some(MESSAGE_BYTES_MAX as u32),
-            max_depth: Some(MAX_DEPTH),
-            dedup_window: Some(Millis::new(WINDOW_MS as u32)),
-            redrive: Setting::Set(RedrivePolicy {
-                dead_letter_queue: "dlq".into(),
-                max_receives: MAX_RECEIVES as u16,
-            }),
-            backoff: backoff.into(),
-            ..Default::default()
-        },
-    );
+    let q = AttributeUpdate {
+        visibility_timeout: Some(Millis::new(VISIBILITY_MS[Q] as u32)),
+        retention: Some(Millis::new(RETENTION_MS[Q] as u32)),
+        message_bytes_max: Some(MESSAGE_BYTES_MAX as u32),
+        max_depth: Some(MAX_DEPTH),
+        dedup_window: Some(Millis::new(WINDOW_MS as u32)),
+        redrive: Setting::Set(RedrivePolicy {
+            dead_letter_queue: "dlq".into(),
+            max_receives: MAX_RECEIVES as u16,
+        }),
+        backoff: backoff.into(),
+        kind: fifo.then_some(QueueKind::Fifo),
+        content_based_dedup: fifo.then_some(true),
+        ..Default::default()
+    };
+    create(&mut c, "q", q.clone());
+    // A FIFO queue's messages live on its home shard, and a message
+    // dead-lettered or redriven moves on the shard that holds it: the
+    // FIFO runs use queues of one home, so that each queue's messages
+    // are all on one shard and its groups are the queue's (a queue is
+    // made again, a new incarnation, until the homes agree).
+    let home = |c: &Cluster, q: usize| owner_shard(incarnation(c, q), b"", shards);
+    while fifo && home(&c, Q) != home(&c, DLQ) {
+        let r = c.call(0, Op::DeleteQueue { queue: qn("q") });
+        assert_eq!(r, OpResult::QueueDeleted);
+        create(&mut c, "q", q.clone());
+    }
     let model = Model {
+        kind,
+        last_sent: [None, None],
         backoff,
         msgs: BTreeMap::new(),
         stats: [QueueStats::default(); 2],
@@ -448,9 +534,9 @@ fn say_seed() {
     });
 }
 
-fn run(shards: u16, backoff: bool, seed: u64, steps: Vec<Step>) {
+fn run(shards: u16, backoff: bool, seed: u64, kind: Kind, steps: Vec<Step>) {
     say_seed();
-    let (mut c, mut m) = setup(shards, backoff, seed);
+    let (mut c, mut m) = setup(shards, backoff, seed, kind);
     let n = usize::from(shards);
     for step in steps {
         apply(&mut c, &mut m, n, step);
@@ -507,9 +593,20 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
         } => {
             let shard = shard % shards;
             let inc = incarnation(c, queue);
+            let fifo = m.kind == Kind::Fifo;
+            let entries: Vec<Entry> = entries
+                .into_iter()
+                .map(|(len, delay, key, attrs, group)| match m.kind {
+                    Kind::Plain => (len, delay, key, attrs, None),
+                    Kind::Fair => (len, delay, key, attrs, group),
+                    // A delay of 0 stays: the delay of an entry's own
+                    // that a FIFO queue refuses.
+                    Kind::Fifo => (len, delay.filter(|&d| d == 0), key, attrs, group),
+                })
+                .collect();
             let built: Vec<SendEntry> = entries
                 .iter()
-                .map(|&(len, delay, key, with_attrs)| SendEntry {
+                .map(|&(len, delay, key, with_attrs, group)| SendEntry {
                     body: Bytes::from(vec![b'a' + (len % 26) as u8; len]),
                     delay: delay.map(Millis::new),
                     attributes: if with_attrs {
@@ -518,7 +615,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                         MessageAttributes::new()
                     },
                     dedup_key: key.map(|k| Bytes::from(vec![b'a' + k])),
-                    group: None,
+                    group: group.map(|g| MessageGroupId::new(&group_name(g)).unwrap()),
                 })
                 .collect();
             let r = match c.call(shard, send_op(NAMES[queue], &built)) {
@@ -527,8 +624,11 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             };
             assert_eq!(r.len(), built.len());
             // The engine's order: entries it handles itself in batch order,
-            // then those forwarded to dedup-key owners, by owner index.
+            // then those forwarded to dedup-key owners, by owner index. A
+            // FIFO queue's entries all go to its home.
+            let home = owner_shard(inc, b"", shards as u16) as usize;
             let owner = |e: &SendEntry| match &e.dedup_key {
+                _ if fifo => home,
                 Some(k) if shards > 1 => owner_shard(inc, k, shards as u16) as usize,
                 _ => shard,
             };
@@ -542,17 +642,29 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             }
             for i in order {
                 let e = &built[i];
-                let key = entries[i].2;
+                let (_, _, key, _, group) = entries[i];
                 let size = e.body.len() + e.attributes.content_bytes();
                 let got = &r[i];
+                // A FIFO entry needs a group, no delay of its own, and a
+                // dedup key unless its queue deduplicates by content.
+                if fifo && (group.is_none() || e.delay.is_some() || (key.is_none() && queue == DLQ))
+                {
+                    assert_eq!(got.as_ref().unwrap_err().code(), ErrorCode::InvalidArgument);
+                    continue;
+                }
                 if queue == Q && size > MESSAGE_BYTES_MAX {
                     assert_eq!(got.as_ref().unwrap_err().code(), ErrorCode::MessageTooLarge);
                     continue;
                 }
-                if let Some(k) = key {
-                    if let Some((id, _)) = m.dedup[queue].get(&k) {
+                let dkey = match key {
+                    Some(k) => Some(DKey::Key(k)),
+                    None if fifo => Some(DKey::Content(e.body.clone())),
+                    None => None,
+                };
+                if let Some(k) = &dkey {
+                    if let Some((id, _)) = m.dedup[queue].get(k) {
                         let ok = got.as_ref().unwrap();
-                        assert!(ok.duplicate && ok.id == *id, "duplicate of {k}: {ok:?}");
+                        assert!(ok.duplicate && ok.id == *id, "duplicate of {k:?}: {ok:?}");
                         continue;
                     }
                 }
@@ -563,7 +675,16 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 let ok = got.as_ref().unwrap_or_else(|e| panic!("entry {i}: {e}"));
                 assert!(!ok.duplicate);
                 assert!(!m.msgs.contains_key(&ok.id), "id reused");
-                if let Some(k) = key {
+                if fifo {
+                    assert!(
+                        m.last_sent[queue].is_none_or(|last| ok.id > last),
+                        "a FIFO queue's ids rise with its sends: {:?} after {:?}",
+                        ok.id,
+                        m.last_sent[queue]
+                    );
+                }
+                m.last_sent[queue] = Some(ok.id);
+                if let Some(k) = dkey {
                     m.dedup[queue].insert(k, (ok.id, now + WINDOW_MS * NS));
                 }
                 let delay = u64::from(e.delay.map(Millis::get).unwrap_or(0));
@@ -589,6 +710,7 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                         first_recv: None,
                         source: None,
                         moves: 0,
+                        group,
                     },
                 );
             }
@@ -622,11 +744,17 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
             let (eligible, ineligible): (Vec<_>, Vec<_>) = visible
                 .iter()
                 .partition(|id| !dead_letters || m.msgs[id].rc < MAX_RECEIVES);
-            assert_eq!(
-                got.len(),
-                (max as usize).min(eligible.len()),
-                "receive size"
-            );
+            let fifo = m.kind == Kind::Fifo;
+            if fifo {
+                // Locked groups hold messages back: checked below.
+                assert!(got.len() <= max as usize, "receive size");
+            } else {
+                assert_eq!(
+                    got.len(),
+                    (max as usize).min(eligible.len()),
+                    "receive size"
+                );
+            }
             let mut seen = HashSet::new();
             for d in &got {
                 assert!(seen.insert(d.id), "twice in one receive");
@@ -639,12 +767,17 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 .copied()
                 .filter(|id| vs.get(id).is_some_and(|v| &*v.queue == "dlq"))
                 .collect();
-            if got.len() < max as usize {
+            if got.len() < max as usize && !fifo {
                 assert_eq!(
                     moved.len(),
                     ineligible.len(),
                     "all ineligible dead-lettered"
                 );
+            }
+            let short = got.len() < max as usize;
+            if fifo {
+                let delivered: Vec<MessageId> = got.iter().map(|d| d.id).collect();
+                check_fifo_take(m, queue, &delivered, &moved);
             }
             for id in moved {
                 m.move_to(id, DLQ, false);
@@ -669,6 +802,12 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 );
                 assert_eq!(d.body, mm.body);
                 assert_eq!(d.attributes, mm.attributes);
+                assert_eq!(
+                    d.group.as_ref().map(MessageGroupId::as_str),
+                    mm.group.map(group_name).as_deref(),
+                    "{:?}'s group",
+                    d.id
+                );
                 let rec = MReceipt {
                     receipt: d.receipt,
                     queue,
@@ -679,6 +818,15 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
                 m.receipts.push(rec);
                 if let Some(conn) = bind {
                     m.bound[conn].push(rec);
+                }
+            }
+            if fifo && short {
+                for g in m.groups_of(queue) {
+                    assert!(
+                        !m.unlocked(queue, g),
+                        "a receive short of {max} left group {g:?} of {} able to deliver",
+                        NAMES[queue]
+                    );
                 }
             }
         }
@@ -886,6 +1034,43 @@ fn apply(c: &mut Cluster, m: &mut Model, shards: usize, step: Step) {
     }
 }
 
+/// A FIFO queue's receive: it took (delivered, or moved to the dead-letter
+/// queue) only from groups that could deliver, each group's first messages
+/// in send order, and delivered them in that order.
+fn check_fifo_take(m: &Model, queue: usize, delivered: &[MessageId], moved: &[MessageId]) {
+    for g in m.groups_of(queue) {
+        let members = m.group_members(queue, g);
+        let taken: Vec<MessageId> = members
+            .iter()
+            .copied()
+            .filter(|id| delivered.contains(id) || moved.contains(id))
+            .collect();
+        if taken.is_empty() {
+            continue;
+        }
+        assert!(
+            m.unlocked(queue, g),
+            "group {g:?} of {} delivered while locked",
+            NAMES[queue]
+        );
+        assert_eq!(
+            taken[..],
+            members[..taken.len()],
+            "group {g:?} of {}: a take that is not the group's first messages",
+            NAMES[queue]
+        );
+        let in_reply: Vec<MessageId> = delivered
+            .iter()
+            .copied()
+            .filter(|id| m.msgs[id].group == g)
+            .collect();
+        assert!(
+            in_reply.windows(2).all(|w| w[0] < w[1]),
+            "group {g:?} out of order in the reply: {in_reply:?}"
+        );
+    }
+}
+
 /// What a delete, change of visibility or abandon of `rec` on `queue` must
 /// answer: the message's id when the receipt is its current delivery's.
 fn expect_receipt(
@@ -922,9 +1107,10 @@ proptest! {
         shards in 2u16..=3,
         backoff in any::<bool>(),
         seed in any::<u64>(),
+        kind in prop_oneof![Just(Kind::Plain), Just(Kind::Fair), Just(Kind::Fifo)],
         steps in prop::collection::vec(step(), 1..60),
     ) {
-        run(shards, backoff, seed, steps);
+        run(shards, backoff, seed, kind, steps);
     }
 }
 
@@ -937,9 +1123,12 @@ fn the_model_run_covers_a_fixed_scenario_on_one_shard_too() {
             shard: 0,
             queue: Q,
             entries: vec![
-                (3, None, Some(0), false),
-                (4, None, Some(0), true),
-                (2, Some(5), None, false),
+                (3, None, Some(0), false, Some(0)),
+                (4, None, Some(0), true, Some(1)),
+                (2, Some(5), None, false, Some(0)),
+                (5, None, None, false, Some(1)),
+                (6, Some(0), None, false, Some(2)),
+                (7, None, None, false, None),
             ],
         },
         Step::Receive {
@@ -1001,6 +1190,8 @@ fn the_model_run_covers_a_fixed_scenario_on_one_shard_too() {
             queue: DLQ,
         },
     ];
-    run(1, true, 3, steps.clone());
-    run(1, false, 4, steps);
+    for kind in [Kind::Plain, Kind::Fair, Kind::Fifo] {
+        run(1, true, 3, kind, steps.clone());
+        run(1, false, 4, kind, steps.clone());
+    }
 }

@@ -159,6 +159,28 @@ impl Shard {
         }
     }
 
+    /// The visible message at `key` of grouped partition `p` was leased
+    /// again by a change of visibility (its lease had run out): it counts
+    /// in flight in its group again, as if a receive had taken it, so a
+    /// FIFO group stays locked while it is in flight.
+    // Out of line: a standard queue never calls it.
+    #[inline(never)]
+    pub(super) fn group_leased_again(&mut self, p: u32, key: SlotKey) {
+        let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
+            return;
+        };
+        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
+            return;
+        };
+        let Some(member) = grouping.member(key) else {
+            return;
+        };
+        if !member.taken {
+            grouping.groups.retaken(member.group, seq);
+            grouping.set_taken(key, true);
+        }
+    }
+
     /// The name of the group of the message at `key` in grouped partition
     /// `p`.
     pub(super) fn group_name(&self, p: u32, key: SlotKey) -> Option<Box<str>> {
@@ -178,7 +200,11 @@ impl Shard {
     }
 
     /// [`Shard::take_visible`] for grouped partition `batch.p`: up to `max`
-    /// messages as its groups hand them out.
+    /// messages as its groups hand them out. A message a take hands out
+    /// that goes to the dead-letter queue instead takes no room in the
+    /// reply: the groups are asked again for what is left (its group, once
+    /// its messages in flight allow, may deliver the next one), until the
+    /// reply is full or they have nothing more.
     pub(super) fn take_grouped(
         &mut self,
         max: usize,
@@ -186,13 +212,32 @@ impl Shard {
         budget: &mut ReplyBudget,
         out: &mut Vec<ReceivedMessage>,
     ) {
+        let start = out.len();
+        loop {
+            let want = max - (out.len() - start);
+            if want == 0 || !self.take_grouped_once(want, batch, budget, out) {
+                return;
+            }
+        }
+    }
+
+    /// One take from the groups of `batch.p`, of up to `max` messages.
+    /// Returns whether the groups may have more to give: some message
+    /// went to the dead-letter queue, and all else fitted the reply.
+    fn take_grouped_once(
+        &mut self,
+        max: usize,
+        batch: &mut LeaseBatch,
+        budget: &mut ReplyBudget,
+        out: &mut Vec<ReceivedMessage>,
+    ) -> bool {
         let p = batch.p;
         let mut taken = core::mem::take(&mut self.scratch_taken);
         taken.clear();
         let mut aside = Vec::new();
         {
             let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
-                return;
+                return false;
             };
             let messages = &self.messages;
             grouping.groups.take(
@@ -217,6 +262,7 @@ impl Shard {
             }
         }
         let mut at = 0;
+        let mut dead_lettered = false;
         while at < taken.len() {
             let (g, _, key) = taken[at];
             let Some(m) = self.messages.get(key).copied() else {
@@ -228,14 +274,18 @@ impl Shard {
                 .grouping
                 .as_ref()
                 .and_then(|grouping| grouping.groups.id(g));
-            if self.lease_one(key, &m, Take::Group(id), batch, budget, out) == Took::NoRoom {
-                break;
+            match self.lease_one(key, &m, Take::Group(id), batch, budget, out) {
+                Took::NoRoom => break,
+                Took::DeadLettered => dead_lettered = true,
+                Took::Leased => {}
             }
             at += 1;
         }
+        let all_fitted = at == taken.len();
         // What did not fit the reply goes back to its group.
         self.give_back(p, &taken[at..]);
         self.scratch_taken = taken;
+        dead_lettered && all_fitted
     }
 
     fn give_back(&mut self, p: u32, taken: &[(GroupIndex, u64, SlotKey)]) {

@@ -239,6 +239,9 @@ impl Shard {
                     // Leased again after its lease ended: a new lease.
                     let lease = self.ensure_lease(key);
                     self.leases.get_mut(lease).leased_ns = self.now_ns;
+                    if state == MessageState::Visible && self.part(p).grouping.is_some() {
+                        self.group_leased_again(p, key);
+                    }
                 }
             }
         }
