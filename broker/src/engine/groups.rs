@@ -360,6 +360,48 @@ impl<K: Copy> Groups<K> {
         }
     }
 
+    /// Checks the groups against their members, given as (group, seq,
+    /// key, taken): each group counts in flight exactly its taken members,
+    /// a member not taken waits in its group, and the groups with a message
+    /// in flight are counted. For the shard's invariant checks.
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn check(&self, members: &[(GroupIndex, u64, K, bool)]) -> Result<(), String>
+    where
+        K: PartialEq + core::fmt::Debug,
+    {
+        let mut taken = vec![0u32; self.groups.len()];
+        for &(g, seq, key, is_taken) in members {
+            let group = self
+                .group(g)
+                .ok_or_else(|| format!("a member of group {g}, which does not exist"))?;
+            if is_taken {
+                taken[g as usize] += 1;
+            } else if !group.waiting.iter().any(|&(s, k)| s == seq && k == key) {
+                return Err(format!(
+                    "{key:?} (seq {seq}) is not taken but does not wait in its group {g}"
+                ));
+            }
+        }
+        let mut busy = 0;
+        for (g, group) in self.groups.iter().enumerate() {
+            let Some(group) = group else { continue };
+            if group.in_flight != taken[g] {
+                return Err(format!(
+                    "group {g} counts {} in flight, its members {}",
+                    group.in_flight, taken[g]
+                ));
+            }
+            busy += usize::from(group.in_flight > 0);
+        }
+        if busy != self.groups_in_flight {
+            return Err(format!(
+                "{} groups have a message in flight, the groups count {}",
+                busy, self.groups_in_flight
+            ));
+        }
+        Ok(())
+    }
+
     /// Frees group `g` once it holds nothing.
     fn forget_if_empty(&mut self, g: GroupIndex) {
         let empty = self

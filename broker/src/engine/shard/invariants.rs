@@ -240,8 +240,10 @@ impl Shard {
         Ok(())
     }
 
-    /// A FIFO queue's partition: every message is a member of a group, and
-    /// a taken one is never visible (it is back in its group when it is).
+    /// A grouped partition: every message is a member of a group; a taken
+    /// one is never visible (it is back in its group when it is), one not
+    /// taken never in flight (a lease counts in its group) and waits in
+    /// its group; the groups count their taken members.
     fn check_grouping(&self, p: u32, part: &Partition) -> Result<(), String> {
         let Some(grouping) = &part.grouping else {
             return Ok(());
@@ -255,6 +257,7 @@ impl Shard {
                 grouping.members.len()
             ));
         }
+        let mut listed = Vec::with_capacity(grouping.members.len());
         for (&slot, member) in &grouping.members {
             let key = SlotKey {
                 slot,
@@ -271,11 +274,21 @@ impl Shard {
                     part.name
                 ));
             }
+            if !member.taken && m.state == MessageState::InFlight {
+                return Err(format!(
+                    "{key:?} of {} is in flight but its group does not count it",
+                    part.name
+                ));
+            }
             if grouping.groups.name(member.group).is_none() {
                 return Err(format!("{key:?} of {} names no group", part.name));
             }
+            listed.push((member.group, m.seq.get(), key, member.taken));
         }
-        Ok(())
+        grouping
+            .groups
+            .check(&listed)
+            .map_err(|e| format!("groups of {} on shard {}: {e}", part.name, self.id))
     }
 
     /// A partition's waiters are parked receives of it, as many as its queue
