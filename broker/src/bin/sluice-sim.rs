@@ -62,6 +62,10 @@ struct Args {
     /// them when they disconnect.
     #[arg(long)]
     bound_leases: bool,
+    /// work and its dead-letter queue are FIFO queues, and sends to them
+    /// carry message groups; the oracle checks each group's order.
+    #[arg(long)]
+    fifo: bool,
 }
 
 #[cfg(not(sluice_loom))]
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
                 shards,
                 steps: args.steps,
                 bound_leases: args.bound_leases,
+                fifo: args.fifo,
             };
             let t = Instant::now();
             match sim::run(&config) {

@@ -28,6 +28,10 @@
 //! message is held, or was deleted, dropped by retention, purged, or went
 //! with its queue.
 //!
+//! With [`SimConfig::fifo`], work and its dead-letter queue are FIFO
+//! queues: sends carry message groups, and the oracle checks that no
+//! message of a group was delivered while an earlier one of it waited.
+//!
 //! Everything follows from the seed: a failure prints it, and the same seed
 //! and step count replay it exactly (`sluice-sim --seed S --steps N`).
 
@@ -52,6 +56,11 @@ pub struct SimConfig {
     /// Clients bind leases to their connections and release them when
     /// they disconnect.
     pub bound_leases: bool,
+    /// work and dlq are FIFO queues (work deduplicates by content): every
+    /// send to them carries one of a few groups, and the oracle checks each
+    /// group's order (`oracle/fifo.rs`). Its choices come from a stream of
+    /// their own, like bound leases'.
+    pub fifo: bool,
 }
 
 /// A run that found nothing wrong.
@@ -91,7 +100,7 @@ impl fmt::Display for SimFailure {
         }
         write!(
             f,
-            "replay: cargo run --release -p sluice-broker --features test-util --bin sluice-sim -- --seed {} --shards {} --steps {}{}",
+            "replay: cargo run --release -p sluice-broker --features test-util --bin sluice-sim -- --seed {} --shards {} --steps {}{}{}",
             self.config.seed,
             self.config.shards,
             self.step + 1,
@@ -99,7 +108,8 @@ impl fmt::Display for SimFailure {
                 " --bound-leases"
             } else {
                 ""
-            }
+            },
+            if self.config.fifo { " --fifo" } else { "" }
         )
     }
 }
@@ -121,7 +131,7 @@ pub fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         (1..=SIM_SHARDS_MAX).contains(&config.shards),
         "shards must be 1 ..= {SIM_SHARDS_MAX}"
     );
-    let mut world = World::new(config.seed, config.shards, config.bound_leases);
+    let mut world = World::new(config.seed, config.shards, config.bound_leases, config.fifo);
     for step in 0..config.steps {
         if let Err(message) = world.step() {
             return Err(SimFailure {

@@ -15,6 +15,7 @@ use super::queues::{DLQ, RETENTION_MS_MIN, SIDE};
 use crate::engine::{MessageState, MessageView};
 
 mod completed;
+mod fifo;
 
 const NS_PER_MS: u64 = 1_000_000;
 /// Receipts kept for later deletes and visibility changes.
@@ -163,6 +164,9 @@ struct Track {
     /// A change naming it was cancelled: the engine still applies it, at a
     /// moment no result tells, until the next settled checkpoint.
     cv_cancelled: bool,
+    /// Its group, once it was seen delivered from work with one (a FIFO
+    /// work queue: `fifo.rs`).
+    work_group: Option<Box<str>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -360,6 +364,7 @@ impl Oracle {
                 cv_in_flight: 0,
                 cv_alone: false,
                 cv_cancelled: false,
+                work_group: None,
             },
         );
         Ok(())
@@ -431,6 +436,9 @@ impl Oracle {
         now_ns: u64,
         step: u64,
     ) -> Result<(), String> {
+        // Before the messages gone since are forgotten: their deliveries
+        // count too.
+        self.check_fifo_order(views)?;
         let mut present = HashSet::with_capacity(views.len());
         if let Some(w) = watched() {
             let v = views.iter().find(|v| v.id == w);

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use sluice_protocol::{
-    AttributeUpdate, Backoff, DeleteRequest, QueueAttributesRequest, RedrivePolicy,
+    AttributeUpdate, Backoff, DeleteRequest, QueueAttributesRequest, QueueKind, RedrivePolicy,
 };
 use sluice_protocol::{Millis, Setting};
 
@@ -61,12 +61,17 @@ pub(super) struct World {
     /// Whether receives may bind (see [`super::SimConfig::bound_leases`]),
     /// and the stream of those choices, apart from the scheduler's.
     bind_rng: Option<Rng>,
+    /// Whether work and dlq are FIFO queues (see [`super::SimConfig::fifo`]),
+    /// and the stream of the sends' groups and keys, apart from the
+    /// scheduler's.
+    fifo_rng: Option<Rng>,
 }
 
 impl World {
-    pub(super) fn new(seed: u64, shards: u16, bound_leases: bool) -> World {
+    pub(super) fn new(seed: u64, shards: u16, bound_leases: bool, fifo: bool) -> World {
         let mut rng = Rng::new(seed);
         let bind_rng = bound_leases.then(|| Rng::new(splitmix64(&mut (seed ^ 0xb0_7d))));
+        let fifo_rng = fifo.then(|| Rng::new(splitmix64(&mut (seed ^ 0xf1_f0))));
         let mut derive = seed ^ 0x51_u64;
         // Tight budgets make sends meet Busy; loose ones let depth limits
         // and retention do the limiting.
@@ -127,6 +132,7 @@ impl World {
             completions: Vec::new(),
             visibility_ms: HashMap::new(),
             bind_rng,
+            fifo_rng,
         };
         let backoff = (w.rng.below_inclusive(1) == 0).then_some(Backoff {
             base: Millis::new(3),
@@ -152,6 +158,7 @@ impl World {
     }
 
     fn attributes(&self, queue: &str, backoff: Option<Backoff>) -> AttributeUpdate {
+        let fifo = (self.fifo_rng.is_some() && queue != SIDE).then_some(QueueKind::Fifo);
         match queue {
             WORK => AttributeUpdate {
                 visibility_timeout: Some(Millis::new(50)),
@@ -165,11 +172,14 @@ impl World {
                     max_receives: MAX_RECEIVES as u16,
                 }),
                 backoff: backoff.into(),
+                kind: fifo,
+                content_based_dedup: fifo.map(|_| true),
                 ..AttributeUpdate::default()
             },
             DLQ => AttributeUpdate {
                 visibility_timeout: Some(Millis::new(30)),
                 retention: Some(Millis::new(120_000)),
+                kind: fifo,
                 ..AttributeUpdate::default()
             },
             _ => AttributeUpdate {

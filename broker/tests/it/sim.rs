@@ -3,7 +3,8 @@
 //! and once with clients that bind leases to their connections and
 //! disconnect holding them, then every seed that once found a bug
 //! (`broker/tests/sim-regressions/seeds.txt`, without bound leases: the
-//! runs they were found in). Longer runs and new seeds: `sluice-sim`
+//! runs they were found in), and the fixed seeds once more with FIFO
+//! queues (work and its dead-letter queue). Longer runs and new seeds: `sluice-sim`
 //! (RELIABILITY.md).
 
 use sluice_broker::sim::{SimConfig, run};
@@ -15,8 +16,8 @@ const SEEDS: [u64; 2] = [20_261_201, 7];
 
 fn check(config: SimConfig) {
     eprintln!(
-        "sim: seed {} shards {} steps {} bound leases {}",
-        config.seed, config.shards, config.steps, config.bound_leases
+        "sim: seed {} shards {} steps {} bound leases {} fifo {}",
+        config.seed, config.shards, config.steps, config.bound_leases, config.fifo
     );
     let bound = config.bound_leases;
     match run(&config) {
@@ -43,6 +44,7 @@ fn fixed_seeds_on_two_shards() {
                 shards: 2,
                 steps: STEPS,
                 bound_leases,
+                fifo: false,
             });
         }
     }
@@ -57,6 +59,22 @@ fn fixed_seeds_on_three_shards() {
                 shards: 3,
                 steps: STEPS,
                 bound_leases,
+                fifo: false,
+            });
+        }
+    }
+}
+
+#[test]
+fn fixed_seeds_with_fifo_queues() {
+    for (seed, shards) in [(SEEDS[0], 2), (SEEDS[1], 3)] {
+        for bound_leases in [false, true] {
+            check(SimConfig {
+                seed,
+                shards,
+                steps: STEPS,
+                bound_leases,
+                fifo: true,
             });
         }
     }
@@ -81,6 +99,7 @@ fn seeds_that_found_bugs() {
             shards: u16::try_from(v[1]).expect("shards"),
             steps: v[2],
             bound_leases: false,
+            fifo: false,
         });
         n += 1;
     }

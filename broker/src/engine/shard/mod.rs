@@ -152,6 +152,8 @@ pub struct MessageView {
     pub delivery: u64,
     /// When retention drops it.
     pub retain_until_ns: u64,
+    /// Its message group, in a grouped (FIFO or fair) queue.
+    pub group: Option<Box<str>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -668,6 +670,7 @@ impl Shard {
                     receive_count,
                     delivery,
                     retain_until_ns: m.retain_until_ns(),
+                    group: self.group_name(m.partition(), k),
                 })
             })
             .collect()

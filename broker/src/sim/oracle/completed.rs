@@ -149,6 +149,7 @@ impl Oracle {
                             cv_in_flight: 0,
                             cv_alone: false,
                             cv_cancelled: false,
+                            work_group: None,
                         },
                     );
                 }
@@ -212,6 +213,9 @@ impl Oracle {
                 ));
             }
             t.deliveries.push(m.delivery());
+            if let (WORK, Some(g)) = (queue, &m.group) {
+                t.work_group = Some(g.as_str().into());
+            }
             if let Some(d) = t.deleted {
                 if m.delivery() > d {
                     return Err(format!(

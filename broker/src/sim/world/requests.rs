@@ -3,14 +3,34 @@
 
 use bytes::Bytes;
 use sluice_protocol::{
-    ChangeVisibilityRequest, DeleteRequest, MessageAttributes, Millis, QueueAttributesRequest,
-    ReceiveRequest, SendEntry, SendRequest, VisibilityChange,
+    ChangeVisibilityRequest, DeleteRequest, MessageAttributes, MessageGroupId, Millis,
+    QueueAttributesRequest, ReceiveRequest, SendEntry, SendRequest, VisibilityChange,
 };
 
 use super::World;
 use crate::engine::Op;
+use crate::engine::random::Rng;
 use crate::sim::oracle::{Held, Kind, Pending, Snap};
 use crate::sim::queues::{DLQ, SIDE, WORK, qn};
+
+/// Groups a FIFO queue's sends spread over.
+const FIFO_GROUPS: u64 = 4;
+
+/// Makes `entry` one a FIFO queue takes: one of a few groups, no delay of
+/// its own, and a dedup key of its own where the queue does not
+/// deduplicate by content (dlq; work does, by the body, and bodies of one
+/// length are one body there: duplicates within its window).
+fn fifo_entry(entry: &mut SendEntry, queue: &str, rng: &mut Rng) {
+    let g = rng.below_inclusive(FIFO_GROUPS - 1);
+    entry.group = Some(
+        MessageGroupId::new(&format!("group-{g}"))
+            .unwrap_or_else(|_| unreachable!("a short printable group id is valid")),
+    );
+    entry.delay = None;
+    if queue == DLQ && entry.dedup_key.is_none() {
+        entry.dedup_key = Some(Bytes::from(rng.next_u64().to_le_bytes().to_vec()));
+    }
+}
 
 impl World {
     pub(super) fn submit_random(&mut self) {
@@ -117,13 +137,19 @@ impl World {
             } else {
                 MessageAttributes::new()
             };
-            entries.push(SendEntry {
+            let mut entry = SendEntry {
                 body: Bytes::from(vec![b'm'; len]),
                 delay: delay_ms.map(Millis::new),
                 attributes,
                 dedup_key,
                 group: None,
-            });
+            };
+            if queue != SIDE {
+                if let Some(rng) = self.fifo_rng.as_mut() {
+                    fifo_entry(&mut entry, queue, rng);
+                }
+            }
+            entries.push(entry);
         }
         let what = format!("send {n} to {queue}");
         let request = SendRequest::new(qn(queue), &entries)
