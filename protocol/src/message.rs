@@ -88,6 +88,25 @@ pub(crate) fn group_wire(g: &str) -> Result<(u8, &[u8]), EncodeError> {
     Ok((len_u8(g.len(), field)?, g.as_bytes()))
 }
 
+/// A received message's fixed part when the message has a group: the flag
+/// on its `attr_count` (the last byte), then the group id. Nothing is
+/// written when the id is not a valid one. Out of line, like
+/// [`group_wire`].
+#[cold]
+#[inline(never)]
+fn put_grouped_head(
+    buf: &mut BytesMut,
+    head: &mut [u8; RECEIVE_ENTRY_OVERHEAD_BYTES],
+    g: &str,
+) -> Result<(), EncodeError> {
+    let (len, g) = group_wire(g)?;
+    head[RECEIVE_ENTRY_OVERHEAD_BYTES - 1] |= GROUP_FLAG;
+    buf.put_slice(head);
+    buf.put_u8(len);
+    buf.put_slice(g);
+    Ok(())
+}
+
 /// [`parse_group`] on bytes it accepted before.
 #[inline]
 pub(crate) fn read_group<'a>(r: &mut SliceReader<'a>) -> Option<&'a str> {
@@ -270,7 +289,6 @@ impl ReceivedMessageRef<'_> {
 
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         let body_len = len_u32(self.body.len(), "body")?;
-        let group = self.group.map(group_wire).transpose()?;
         // The fixed part is assembled on the stack and written at once: one
         // capacity check instead of eight.
         let mut head = [0u8; RECEIVE_ENTRY_OVERHEAD_BYTES];
@@ -283,11 +301,10 @@ impl ReceivedMessageRef<'_> {
             .min(FIRST_RECEIVED_DELTA_MS_MAX);
         head[54..58].copy_from_slice(&delta.to_le_bytes());
         head[58..62].copy_from_slice(&body_len.to_le_bytes());
-        head[62] = self.attributes.count() | if group.is_some() { GROUP_FLAG } else { 0 };
-        buf.put_slice(&head);
-        if let Some((len, g)) = group {
-            buf.put_u8(len);
-            buf.put_slice(g);
+        head[62] = self.attributes.count();
+        match self.group {
+            None => buf.put_slice(&head),
+            Some(g) => put_grouped_head(buf, &mut head, g)?,
         }
         buf.put_slice(self.attributes.wire_bytes());
         buf.put_slice(self.body);

@@ -117,7 +117,14 @@ impl Shard {
         entry: SendEntryRef<'_>,
     ) -> Result<SendOutcome, EntryError> {
         let mut content_key = None;
-        let entry = self.grouped_entry(p, entry, &mut content_key)?;
+        // A FIFO queue's partition has its groups from the start: an entry
+        // without a group, to a partition without groups, is a standard
+        // queue's as it stands (and is not copied).
+        let fifo_key = if entry.group.is_none() && self.part(p).grouping.is_none() {
+            None
+        } else {
+            self.grouped_entry(p, &entry, &mut content_key)?
+        };
         let part = self.part(p);
         let inc = part.incarnation;
         let delay_ms = entry.delay_ms.unwrap_or(part.attrs.delay.get());
@@ -130,7 +137,9 @@ impl Shard {
         }
         let window_ms = part.attrs.dedup_window.get();
         let grouped = part.grouping.is_some();
-        let dedup_key = entry.dedup_key.filter(|_| window_ms > 0);
+        let dedup_key = fifo_key
+            .unwrap_or(entry.dedup_key)
+            .filter(|_| window_ms > 0);
         if let Some(key) = dedup_key {
             if let Some(id) = self.dedup.lookup(inc, key) {
                 return Ok(SendOutcome {
@@ -221,30 +230,29 @@ impl Shard {
     /// What a grouped queue does with an entry before the send's common
     /// path: a standard queue's first entry with a group makes the queue
     /// fair (a FIFO queue has its groups from the start); a FIFO queue's
-    /// entry is checked and gets its dedup key, its own or its body's hash
-    /// (kept in `content`). A standard queue's entry is returned as it is.
+    /// entry is checked (it has a group) and gets its dedup key, its own or
+    /// its body's hash (kept in `content`): `Some(key)`. `None` for a
+    /// standard queue's entry, whose key is its own.
+    // Out of line: a standard queue's entry without a group never comes
+    // here, and the send's hot path stays lean.
+    #[inline(never)]
     fn grouped_entry<'a>(
         &mut self,
         p: u32,
-        entry: SendEntryRef<'a>,
+        entry: &SendEntryRef<'a>,
         content: &'a mut Option<[u8; 32]>,
-    ) -> Result<SendEntryRef<'a>, EntryError> {
+    ) -> Result<Option<Option<&'a [u8]>>, EntryError> {
         if entry.group.is_some() && self.part(p).grouping.is_none() {
             self.make_fair(p, None);
         }
         let part = self.part(p);
         if part.attrs.kind != QueueKind::Fifo {
-            return Ok(entry);
+            return Ok(None);
         }
         *content = (entry.dedup_key.is_none() && part.attrs.content_based_dedup)
             .then(|| content_dedup_key(entry.body));
         let window_ms = part.attrs.dedup_window.get();
-        let (key, group) = fifo_entry(&entry, content.as_ref(), window_ms)?;
-        Ok(SendEntryRef {
-            dedup_key: key,
-            group: Some(group),
-            ..entry
-        })
+        fifo_entry(entry, content.as_ref(), window_ms).map(Some)
     }
 
     /// Counts a message just stored in partition `p` as sent and puts it in
@@ -309,15 +317,18 @@ fn content_dedup_key(body: &[u8]) -> [u8; 32] {
     sha2::Sha256::digest(body).into()
 }
 
-/// A FIFO queue's entry: its group, no delay of its own, and a dedup key
+/// A FIFO queue's entry: a group, no delay of its own, and a dedup key
 /// (its own, or the `content` key) unless dedup is off (a window of 0).
+/// Returns the key.
 #[inline(never)]
 fn fifo_entry<'a>(
     entry: &SendEntryRef<'a>,
     content: Option<&'a [u8; 32]>,
     window_ms: u32,
-) -> Result<(Option<&'a [u8]>, &'a str), EntryError> {
-    let group = entry.group.ok_or(EntryError::GroupRequired)?;
+) -> Result<Option<&'a [u8]>, EntryError> {
+    if entry.group.is_none() {
+        return Err(EntryError::GroupRequired);
+    }
     if entry.delay_ms.is_some() {
         return Err(EntryError::DelayOnFifo);
     }
@@ -325,5 +336,5 @@ fn fifo_entry<'a>(
     if key.is_none() && window_ms > 0 {
         return Err(EntryError::DedupKeyRequired);
     }
-    Ok((key, group))
+    Ok(key)
 }

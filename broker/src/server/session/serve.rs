@@ -210,18 +210,14 @@ impl Session {
             // the flag that announces one.
             let with_groups = self.version >= 5;
             for m in messages {
-                let pushed = undelivered.is_empty()
-                    && if with_groups || m.group.is_none() {
-                        w.push(&mut self.out, &m.as_view())
-                    } else {
-                        let mut view = m.as_view();
-                        view.group = None;
-                        w.push(&mut self.out, &view)
-                    };
-                if !pushed {
-                    undelivered.push(m.receipt);
-                } else {
+                let mut view = m.as_view();
+                if !with_groups {
+                    view.group = None;
+                }
+                if undelivered.is_empty() && w.push(&mut self.out, &view) {
                     delivered += 1;
+                } else {
+                    undelivered.push(m.receipt);
                 }
             }
             w.finish(&mut self.out);
