@@ -4,13 +4,14 @@
 //! incarnation, key) ([`owner_shard`]); sends carrying a key are handled by
 //! that owner, so the window holds across shards and within one batch (the
 //! owner processes a batch's entries in order). An entry expires `window`
-//! after the send it recorded; duplicates do not refresh it. Expiry is a
-//! timer on the owner's wheel.
+//! after the send it recorded; duplicates do not refresh it. Expiry is one
+//! timer per queue on the owner's wheel, for the first of the queue's
+//! entries, which end in the order they were recorded.
 
 use core::hash::Hasher;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
-use bytes::Bytes;
 use siphasher::sip::SipHasher13;
 use sluice_protocol::MessageId;
 use sluice_protocol::limits::DEDUP_KEY_BYTES_MAX;
@@ -49,34 +50,75 @@ fn table_key<'b>(
 
 #[derive(Debug)]
 struct Entry {
-    /// The table key (incarnation, then dedup key), copied when recorded.
-    key: Bytes,
+    /// The table key (incarnation, then dedup key), copied when recorded
+    /// and shared with the map.
+    key: Arc<[u8]>,
     id: MessageId,
-    timer: Option<TimerId>,
     cost: u64,
-    /// When the window ends (monotonic ns), for snapshots.
+    /// When the window ends (monotonic ns).
     until_ns: u64,
 }
 
+/// One queue's entries in the order they were recorded, and the timer that
+/// ends the window of the first.
+#[derive(Debug, Default)]
+struct QueueKeys {
+    order: VecDeque<SlotKey>,
+    timer: Option<TimerId>,
+}
+
+/// What [`DedupTable::insert`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Recorded {
+    /// The memory of an entry of the same key past its window that it
+    /// replaced, to release.
+    pub freed: u64,
+    /// The queue had no entry: the caller arms its timer for this time
+    /// ([`DedupTable::set_timer`]).
+    pub arm_at: Option<u64>,
+}
+
+/// What [`DedupTable::expire_due`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Expired {
+    /// The memory of the entries it removed, to release.
+    pub freed: u64,
+    /// When the window of the queue's next entry ends: the caller arms the
+    /// queue's timer again for it ([`DedupTable::set_timer`]).
+    pub next_at: Option<u64>,
+}
+
 /// One shard's dedup entries.
+///
+/// Each queue's entries expire in the order they were recorded (its window
+/// is the same for all of them, like retention for its messages), so a
+/// queue has one timer, for its first entry's end, rather than one per key.
+/// Should a queue's window shrink, a later entry can end before an earlier
+/// one: it is no longer found ([`DedupTable::lookup`] looks at the end) and
+/// goes when the entries before it have.
 #[derive(Debug, Default)]
 pub(crate) struct DedupTable {
-    map: HashMap<Bytes, SlotKey>,
+    map: HashMap<Arc<[u8]>, SlotKey>,
     entries: Slab<Entry>,
+    queues: HashMap<u32, QueueKeys>,
 }
 
 impl DedupTable {
-    /// The id recorded for `key`, if it is within its window.
-    pub fn lookup(&self, incarnation: u32, key: &[u8]) -> Option<MessageId> {
+    /// The id recorded for `key`, if it is within its window at `now_ns`.
+    pub fn lookup(&self, incarnation: u32, key: &[u8], now_ns: u64) -> Option<MessageId> {
         let mut buf = [0; TABLE_KEY_BYTES_MAX];
         let k = table_key(incarnation, key, &mut buf)?;
         let slot = self.map.get(k)?;
-        self.entries.get(*slot).map(|e| e.id)
+        self.entries
+            .get(*slot)
+            .filter(|e| e.until_ns > now_ns)
+            .map(|e| e.id)
     }
 
     /// Records `key` (its bytes are copied, so the caller's buffer can go)
-    /// until `until_ns`, and returns the slot whose expiry the caller
-    /// schedules.
+    /// until `until_ns`, after any entry of the queue recorded before.
+    /// `None` when the key is longer than a dedup key can be, or the table
+    /// is full (nothing recorded).
     pub fn insert(
         &mut self,
         incarnation: u32,
@@ -84,61 +126,98 @@ impl DedupTable {
         id: MessageId,
         cost: u64,
         until_ns: u64,
-    ) -> Option<SlotKey> {
+    ) -> Option<Recorded> {
         let mut buf = [0; TABLE_KEY_BYTES_MAX];
-        let k = Bytes::copy_from_slice(table_key(incarnation, key, &mut buf)?);
+        let k: Arc<[u8]> = Arc::from(table_key(incarnation, key, &mut buf)?);
         let slot = self.entries.insert(Entry {
             key: k.clone(),
             id,
-            timer: None,
             cost,
             until_ns,
         })?;
-        self.map.insert(k, slot);
-        Some(slot)
+        // A key still here past its window (see the type's docs) gives
+        // way; its place in the queue's order is skipped when reached.
+        let freed = self
+            .map
+            .insert(k, slot)
+            .and_then(|old| self.entries.remove(old))
+            .map_or(0, |e| e.cost);
+        let q = self.queues.entry(incarnation).or_default();
+        // A queue's timer runs while it has entries.
+        let arm_at = q.order.is_empty().then_some(until_ns);
+        q.order.push_back(slot);
+        Some(Recorded { freed, arm_at })
     }
 
-    /// Remembers the expiry timer of an entry.
-    pub fn set_timer(&mut self, slot: SlotKey, timer: TimerId) {
-        if let Some(e) = self.entries.get_mut(slot) {
-            e.timer = Some(timer);
+    /// Remembers queue `incarnation`'s timer.
+    pub fn set_timer(&mut self, incarnation: u32, timer: TimerId) {
+        if let Some(q) = self.queues.get_mut(&incarnation) {
+            q.timer = Some(timer);
         }
     }
 
-    /// Removes an entry (its window ended); returns its memory cost.
-    pub fn expire(&mut self, slot: SlotKey) -> Option<u64> {
-        let e = self.entries.remove(slot)?;
-        self.map.remove(&e.key);
-        Some(e.cost)
+    /// Queue `incarnation`'s timer fired at `now_ns`: removes its entries
+    /// from the first on, while their windows have ended.
+    pub fn expire_due(&mut self, incarnation: u32, now_ns: u64) -> Expired {
+        let mut freed = 0;
+        let Some(q) = self.queues.get_mut(&incarnation) else {
+            return Expired {
+                freed,
+                next_at: None,
+            };
+        };
+        q.timer = None;
+        while let Some(&slot) = q.order.front() {
+            match self.entries.get(slot) {
+                Some(e) if e.until_ns > now_ns => {
+                    return Expired {
+                        freed,
+                        next_at: Some(e.until_ns),
+                    };
+                }
+                Some(_) => {
+                    if let Some(e) = self.entries.remove(slot) {
+                        self.map.remove(&e.key);
+                        freed += e.cost;
+                    }
+                }
+                // Replaced by a later entry of its key.
+                None => {}
+            }
+            q.order.pop_front();
+        }
+        self.queues.remove(&incarnation);
+        Expired {
+            freed,
+            next_at: None,
+        }
     }
 
-    /// Removes every entry of a deleted queue; returns their timers and
+    /// Removes every entry of a deleted queue; returns its timer and their
     /// total cost.
-    pub fn remove_queue(&mut self, incarnation: u32) -> (Vec<TimerId>, u64) {
-        let slots: Vec<SlotKey> = self
-            .map
-            .iter()
-            .filter(|(k, _)| k.starts_with(&incarnation.to_le_bytes()))
-            .map(|(_, s)| *s)
-            .collect();
-        let mut timers = Vec::with_capacity(slots.len());
+    pub fn remove_queue(&mut self, incarnation: u32) -> (Option<TimerId>, u64) {
+        let Some(q) = self.queues.remove(&incarnation) else {
+            return (None, 0);
+        };
         let mut cost = 0;
-        for slot in slots {
+        for slot in q.order {
             if let Some(e) = self.entries.remove(slot) {
                 self.map.remove(&e.key);
-                timers.extend(e.timer);
                 cost += e.cost;
             }
         }
-        (timers, cost)
+        (q.timer, cost)
     }
 
-    /// Every entry: `(incarnation, dedup key, id, end of its window)`.
+    /// Every entry, each queue's in the order they were recorded:
+    /// `(incarnation, dedup key, id, end of its window)`.
     pub fn entries(&self) -> impl Iterator<Item = (u32, &[u8], MessageId, u64)> + '_ {
-        self.map.values().filter_map(|slot| {
-            let e = self.entries.get(*slot)?;
-            let (inc, key) = e.key.split_first_chunk::<4>()?;
-            Some((u32::from_le_bytes(*inc), key, e.id, e.until_ns))
+        self.queues.values().flat_map(|q| {
+            q.order.iter().filter_map(|slot| {
+                let e = self.entries.get(*slot)?;
+                let (inc, key) = e.key.split_first_chunk::<4>()?;
+                Some((u32::from_le_bytes(*inc), key, e.id, e.until_ns))
+            })
         })
     }
 
@@ -146,6 +225,12 @@ impl DedupTable {
     #[cfg(any(test, feature = "test-util"))]
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Timers the table's queues hold.
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn timers(&self) -> usize {
+        self.queues.values().filter(|q| q.timer.is_some()).count()
     }
 }
 
@@ -168,15 +253,86 @@ mod tests {
     #[test]
     fn insert_lookup_expire() {
         let mut t = DedupTable::default();
-        let key = Bytes::from_static(b"k");
-        let slot = t.insert(1, &key, MessageId(5), 10, 0).unwrap();
-        assert_eq!(t.lookup(1, &key), Some(MessageId(5)));
-        assert_eq!(t.lookup(2, &key), None);
-        assert_eq!(t.expire(slot), Some(10));
-        assert_eq!(t.lookup(1, &key), None);
-        t.insert(2, &key, MessageId(6), 10, 0).unwrap();
+        let key = b"k";
+        let r = t.insert(1, key, MessageId(5), 10, 100).unwrap();
+        assert_eq!(
+            r,
+            Recorded {
+                freed: 0,
+                arm_at: Some(100)
+            }
+        );
+        assert_eq!(t.lookup(1, key, 99), Some(MessageId(5)));
+        assert_eq!(t.lookup(1, key, 100), None, "the window ended");
+        assert_eq!(t.lookup(2, key, 0), None);
+        let r = t.insert(1, b"l", MessageId(6), 10, 150).unwrap();
+        assert_eq!(r.arm_at, None, "the queue's timer is armed already");
+        assert_eq!(
+            t.expire_due(1, 120),
+            Expired {
+                freed: 10,
+                next_at: Some(150)
+            }
+        );
+        assert_eq!(t.lookup(1, b"l", 120), Some(MessageId(6)));
+        assert_eq!(
+            t.expire_due(1, 150),
+            Expired {
+                freed: 10,
+                next_at: None
+            }
+        );
+        assert_eq!(t.len(), 0);
+        t.insert(2, key, MessageId(7), 10, 0).unwrap();
         let (_, cost) = t.remove_queue(2);
         assert_eq!(cost, 10);
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn a_window_shrunk_ends_later_entries_first_and_keeps_their_order() {
+        let mut t = DedupTable::default();
+        // A 100 ns window, then a 10 ns one: b ends before a.
+        t.insert(1, b"a", MessageId(1), 10, 100).unwrap();
+        t.insert(1, b"b", MessageId(2), 10, 20).unwrap();
+        assert_eq!(t.lookup(1, b"b", 20), None);
+        // b again, past its window: it replaces the old entry, whose
+        // memory is freed, and keeps the queue's one timer.
+        let r = t.insert(1, b"b", MessageId(3), 10, 60).unwrap();
+        assert_eq!(
+            r,
+            Recorded {
+                freed: 10,
+                arm_at: None
+            }
+        );
+        assert_eq!(t.lookup(1, b"b", 30), Some(MessageId(3)));
+        assert_eq!(
+            t.expire_due(1, 100),
+            Expired {
+                freed: 20,
+                next_at: None
+            }
+        );
+        assert_eq!((t.len(), t.timers()), (0, 0));
+    }
+
+    #[test]
+    fn entries_list_each_queue_in_order() {
+        let mut t = DedupTable::default();
+        for (i, k) in [b"x", b"y", b"z"].iter().enumerate() {
+            t.insert(4, *k, MessageId(i as u128), 1, 10 + i as u64)
+                .unwrap();
+        }
+        let got: Vec<(u32, Vec<u8>, u64)> =
+            t.entries().map(|(q, k, _, u)| (q, k.to_vec(), u)).collect();
+        assert_eq!(
+            got,
+            [
+                (4, b"x".to_vec(), 10),
+                (4, b"y".to_vec(), 11),
+                (4, b"z".to_vec(), 12)
+            ]
+        );
     }
 }

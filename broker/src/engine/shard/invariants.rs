@@ -347,10 +347,10 @@ impl Shard {
             .flatten()
             .filter(|p| p.retention_timer.is_some())
             .count();
-        let expect = timers + group_timers + retention_timers + self.dedup.len() + waiter_timers;
+        let expect = timers + group_timers + retention_timers + self.dedup.timers() + waiter_timers;
         if self.wheel.len() != expect {
             return Err(format!(
-                "wheel holds {} timers, expected {expect} (messages, lease groups, partitions' retention, dedup entries, waiters)",
+                "wheel holds {} timers, expected {expect} (messages, lease groups, partitions' retention, queues' dedup entries, waiters)",
                 self.wheel.len()
             ));
         }

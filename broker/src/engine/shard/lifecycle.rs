@@ -398,15 +398,24 @@ impl Shard {
                     TimerEvent::Message(key) => self.on_message_timer(key),
                     TimerEvent::LeaseGroup(g) => self.on_group_timer(g, id),
                     TimerEvent::Retention(p) => self.on_retention_timer(p),
-                    TimerEvent::Dedup(slot) => {
-                        if let Some(cost) = self.dedup.expire(slot) {
-                            self.memory.release(self.registry.memory(), cost);
-                        }
-                    }
+                    TimerEvent::Dedup(inc) => self.on_dedup_timer(inc),
                     TimerEvent::Waiter(req) => self.on_waiter_timeout(req),
                 }
             }
             self.fired = fired;
+        }
+    }
+
+    /// Queue `inc`'s dedup entries whose window ended go; the timer is
+    /// armed again for the next one's end.
+    fn on_dedup_timer(&mut self, inc: u32) {
+        let done = self.dedup.expire_due(inc, self.now_ns);
+        if done.freed > 0 {
+            self.memory.release(self.registry.memory(), done.freed);
+        }
+        if let Some(at) = done.next_at {
+            let t = self.wheel.insert(at, TimerEvent::Dedup(inc));
+            self.dedup.set_timer(inc, t);
         }
     }
 

@@ -163,7 +163,9 @@ enum TimerEvent {
     LeaseGroup(u32),
     /// The retention of a partition's age FIFO front.
     Retention(u32),
-    Dedup(SlotKey),
+    /// The end of the window of a queue's first dedup entry (`dedup.rs`),
+    /// by incarnation.
+    Dedup(u32),
     Waiter(u64),
 }
 

@@ -100,8 +100,8 @@ impl Shard {
         if let Some(t) = self.part_mut(p).retention_timer.take() {
             self.wheel.cancel(t);
         }
-        let (timers, cost) = self.dedup.remove_queue(inc);
-        for t in timers {
+        let (timer, cost) = self.dedup.remove_queue(inc);
+        if let Some(t) = timer {
             self.wheel.cancel(t);
         }
         self.memory.release(self.registry.memory(), cost);

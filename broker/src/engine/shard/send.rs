@@ -141,7 +141,7 @@ impl Shard {
             .unwrap_or(entry.dedup_key)
             .filter(|_| window_ms > 0);
         if let Some(key) = dedup_key {
-            if let Some(id) = self.dedup.lookup(inc, key) {
+            if let Some(id) = self.dedup.lookup(inc, key, self.now_ns) {
                 return Ok(SendOutcome {
                     id,
                     duplicate: true,
@@ -214,17 +214,38 @@ impl Shard {
         self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
         if let Some(k) = dedup_key {
             let until = now.saturating_add(u64::from(window_ms) * NS_PER_MS);
-            if let Some(slot) = self.dedup.insert(inc, k, id, dedup_cost, until) {
-                let t = self.wheel.insert(until, TimerEvent::Dedup(slot));
-                self.dedup.set_timer(slot, t);
-            } else {
-                self.memory.release(self.registry.memory(), dedup_cost);
-            }
+            self.record_dedup(inc, k, id, dedup_cost, until);
         }
         Ok(SendOutcome {
             id,
             duplicate: false,
         })
+    }
+
+    /// Records dedup key `key` of queue `inc` for message `id` until
+    /// `until`, its memory (`cost`) reserved already: released again when
+    /// the table cannot hold it. Arms the queue's dedup timer when it has
+    /// none. Returns whether it was recorded.
+    pub(super) fn record_dedup(
+        &mut self,
+        inc: u32,
+        key: &[u8],
+        id: MessageId,
+        cost: u64,
+        until: u64,
+    ) -> bool {
+        let Some(r) = self.dedup.insert(inc, key, id, cost, until) else {
+            self.memory.release(self.registry.memory(), cost);
+            return false;
+        };
+        if r.freed > 0 {
+            self.memory.release(self.registry.memory(), r.freed);
+        }
+        if let Some(at) = r.arm_at {
+            let t = self.wheel.insert(at, TimerEvent::Dedup(inc));
+            self.dedup.set_timer(inc, t);
+        }
+        true
     }
 
     /// What a grouped queue does with an entry before the send's common

@@ -542,7 +542,7 @@ impl Shard {
                 format!("belongs to shard {owner}, found in shard {}", self.id),
             ));
         }
-        if self.dedup.lookup(inc, &key).is_some() {
+        if self.dedup.lookup(inc, &key, clock.now_ns).is_some() {
             return Err(invalid(at, "dedup key", "appears twice"));
         }
         let _ = p;
@@ -563,12 +563,8 @@ impl Shard {
         let until = clock
             .now_ns
             .saturating_add(left_ms.saturating_mul(NS_PER_MS));
-        if let Some(slot) = self.dedup.insert(inc, &key, id, cost, until) {
-            let t = self.wheel.insert(until, TimerEvent::Dedup(slot));
-            self.dedup.set_timer(slot, t);
+        if self.record_dedup(inc, &key, id, cost, until) {
             load.dedup += 1;
-        } else {
-            self.memory.release(self.registry.memory(), cost);
         }
         Ok(())
     }
