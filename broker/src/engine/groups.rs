@@ -115,7 +115,6 @@ impl<K: Copy> Groups<K> {
     }
 
     /// Groups with a message in flight (a FIFO queue's locked groups).
-    #[cfg(test)]
     pub fn groups_in_flight(&self) -> usize {
         self.groups_in_flight
     }

@@ -233,8 +233,12 @@ pub struct ShardStats {
     /// The scrape generation last published (see [`ServerState::begin_scrape`]).
     pub published_generation: AtomicU64,
     /// This shard's per-queue counters, replaced wholesale.
-    pub(crate) queues: Mutex<Vec<(QueueName, QueueStats)>>,
+    pub(crate) queues: Mutex<Vec<QueueSnapshot>>,
 }
+
+/// One queue as a shard publishes it for the metrics: its counters and its
+/// groups with a message in flight.
+pub type QueueSnapshot = (QueueName, QueueStats, u64);
 
 impl ShardStats {
     pub(crate) fn new() -> ShardStats {
@@ -260,7 +264,7 @@ impl ShardStats {
 
     /// Replaces the queue snapshot unless the metrics thread holds it now
     /// (then the next turn does).
-    pub fn publish_queues(&self, snapshot: Vec<(QueueName, QueueStats)>, generation: u64) -> bool {
+    pub fn publish_queues(&self, snapshot: Vec<QueueSnapshot>, generation: u64) -> bool {
         match self.queues.try_lock() {
             Some(mut q) => {
                 *q = snapshot;
@@ -509,15 +513,18 @@ impl ServerState {
             .all(|s| s.stats.published_generation.load(Acquire) >= generation)
     }
 
-    /// The per-queue counters summed over shards, by name.
-    pub fn queue_stats(&self) -> std::collections::BTreeMap<QueueName, QueueStats> {
+    /// The per-queue counters and groups in flight, summed over shards, by
+    /// name.
+    pub fn queue_stats(&self) -> std::collections::BTreeMap<QueueName, (QueueStats, u64)> {
         let mut all = std::collections::BTreeMap::new();
         for s in &*self.shards {
             let q = s.stats.queues.lock();
-            for (name, stats) in q.iter() {
-                all.entry(name.clone())
-                    .or_insert_with(QueueStats::default)
-                    .merge(stats);
+            for (name, stats, groups) in q.iter() {
+                let (sum, groups_sum) = all
+                    .entry(name.clone())
+                    .or_insert_with(|| (QueueStats::default(), 0));
+                sum.merge(stats);
+                *groups_sum += groups;
             }
         }
         all

@@ -16,19 +16,20 @@ use bytes::Bytes;
 use sluice_broker::engine::{Cluster, LeaseObserver, LeaseOutcome, Op, OpResult, RegistryConfig};
 use sluice_broker::server::config::IoChoice;
 use sluice_protocol::{
-    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, ErrorCode, QueueAttributesRequest,
-    ReceiveRequest, Reply, Request, SendEntry, VisibilityChange,
+    AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, ErrorCode, MessageGroupId,
+    QueueAttributesRequest, QueueKind, ReceiveRequest, Reply, Request, SendEntry, VisibilityChange,
 };
 
 use crate::both_backends;
 use crate::engine_util::{qn, send_op};
-use crate::server_util::{attrs, eventually, start};
+use crate::server_util::{Client, attrs, eventually, start};
 
 both_backends!(
     metrics_show_queues_counters_and_lease_histograms,
     metrics_operators_expect,
     an_idle_connection_does_not_hold_back_a_scrape,
     the_sqs_door_is_counted_by_action,
+    a_fifo_queues_locked_groups_are_a_gauge,
 );
 
 /// An SQS call (AWS JSON) over a connection of its own: the reply's body.
@@ -101,6 +102,70 @@ fn the_sqs_door_is_counted_by_action(io: IoChoice) {
     ] {
         assert_eq!(sample(&text, series), Some(want), "{series}");
     }
+}
+
+/// `sluice_queue_groups_in_flight`: a FIFO queue's groups with a message
+/// in flight (on two shards: its home's), 0 for a queue without groups.
+fn a_fifo_queues_locked_groups_are_a_gauge(io: IoChoice) {
+    let Some(server) = start(io, &["--metrics-addr", "127.0.0.1:0", "--shards", "2"]) else {
+        return;
+    };
+    let addr = server.handle().metrics_addr().expect("metrics on");
+    let mut c = Client::connect(server.addr);
+    c.hello_version(5);
+    c.create(
+        "f",
+        AttributeUpdate {
+            kind: Some(QueueKind::Fifo),
+            content_based_dedup: Some(true),
+            ..AttributeUpdate::default()
+        },
+    );
+    c.create("plain", attrs());
+    let entry = |group: &str, body: &'static str| {
+        SendEntry::new(body).group(MessageGroupId::new(group).unwrap())
+    };
+    let sent = c.send_entries(
+        "f",
+        &[
+            entry("a", "a1"),
+            entry("a", "a2"),
+            entry("b", "b1"),
+            entry("c", "c1"),
+        ],
+    );
+    assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+    let gauge = |text: &str, queue: &str| {
+        sample(
+            text,
+            &format!("sluice_queue_groups_in_flight{{queue=\"{queue}\"}}"),
+        )
+    };
+    let until = |want: f64| {
+        eventually(Duration::from_secs(20), "the gauge", || {
+            let (status, text) = http_get(addr, "/metrics");
+            assert_eq!(status, 200);
+            (gauge(&text, "f") == Some(want)).then_some(text)
+        })
+    };
+    let text = until(0.0);
+    assert_eq!(gauge(&text, "plain"), Some(0.0));
+    // a1 and a2: group a is locked.
+    let mut got = Vec::new();
+    eventually(Duration::from_secs(20), "a's two messages", || {
+        got.extend(c.receive("f", 2, None, 1_000));
+        (got.len() >= 2).then_some(())
+    });
+    until(1.0);
+    // b1 and c1 too: three groups locked; a's deleted: two.
+    eventually(Duration::from_secs(20), "b's and c's", || {
+        got.extend(c.receive("f", 10, None, 1_000));
+        (got.len() >= 4).then_some(())
+    });
+    until(3.0);
+    let a: Vec<_> = got[..2].iter().map(|m| m.receipt).collect();
+    assert_eq!(c.delete("f", &a), vec![Ok(()), Ok(())]);
+    until(2.0);
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {

@@ -181,6 +181,20 @@ impl Shard {
         }
     }
 
+    /// The groups of `queue` on this shard with a message in flight (a
+    /// FIFO queue's locked groups): 0 for a queue without groups, `None`
+    /// when there is no such queue. For the metrics.
+    #[must_use]
+    pub fn local_groups_in_flight(&self, queue: &str) -> Option<u64> {
+        let p = *self.names.get(queue)?;
+        Some(
+            self.part(p)
+                .grouping
+                .as_ref()
+                .map_or(0, |g| g.groups.groups_in_flight() as u64),
+        )
+    }
+
     /// The name of the group of the message at `key` in grouped partition
     /// `p`.
     pub(super) fn group_name(&self, p: u32, key: SlotKey) -> Option<Box<str>> {

@@ -25,6 +25,7 @@
 //! | `sluice_queues` | | |
 //! | `sluice_queue_messages` | `queue`, `state` | visible, delayed, in_flight |
 //! | `sluice_queue_oldest_message_age_seconds` | `queue` | |
+//! | `sluice_queue_groups_in_flight` | `queue` | message groups with a message in flight: a FIFO queue's locked groups |
 //! | `sluice_queue_<counter>_total` | `queue` | the per-queue counters: sent, moved in, received, deleted, redelivered, released, dead-lettered, redriven, dropped, purged |
 //! | `sluice_lease_hold_seconds` | `outcome` | histogram: deleted, released, expired, abandoned (released because the connection it was bound to closed; the queue's `released` counter counts these too) |
 //! | `sluice_redelivery_lateness_seconds` | | histogram: lease end to receivable again |
@@ -342,7 +343,7 @@ fn render_sqs(shared: &ServerState, w: &mut PromWriter<'_>) {
 
 /// The queues: how many, their messages by state, the oldest age, the
 /// per-queue counters.
-fn render_queues(queues: &BTreeMap<QueueName, QueueStats>, w: &mut PromWriter<'_>) {
+fn render_queues(queues: &BTreeMap<QueueName, (QueueStats, u64)>, w: &mut PromWriter<'_>) {
     w.family("sluice_queues", "Queues.", MetricType::Gauge)
         .sample_u64(&[], queues.len() as u64);
     {
@@ -351,7 +352,7 @@ fn render_queues(queues: &BTreeMap<QueueName, QueueStats>, w: &mut PromWriter<'_
             "Messages held, by queue and state.",
             MetricType::Gauge,
         );
-        for (q, s) in queues {
+        for (q, (s, _)) in queues {
             f.sample_u64(&[("queue", q), ("state", "visible")], s.visible);
             f.sample_u64(&[("queue", q), ("state", "delayed")], s.delayed);
             f.sample_u64(&[("queue", q), ("state", "in_flight")], s.in_flight);
@@ -363,14 +364,24 @@ fn render_queues(queues: &BTreeMap<QueueName, QueueStats>, w: &mut PromWriter<'_
             "Age of the oldest message held, since its original send.",
             MetricType::Gauge,
         );
-        for (q, s) in queues {
+        for (q, (s, _)) in queues {
             #[allow(clippy::cast_precision_loss, reason = "milliseconds to seconds")]
             f.sample(&[("queue", q)], s.oldest_age_ms as f64 / 1000.0);
         }
     }
+    {
+        let mut f = w.family(
+            "sluice_queue_groups_in_flight",
+            "Message groups with a message in flight (a FIFO queue's locked groups); 0 for a queue without groups.",
+            MetricType::Gauge,
+        );
+        for (q, (_, groups)) in queues {
+            f.sample_u64(&[("queue", q)], *groups);
+        }
+    }
     for (name, help, get) in QUEUE_COUNTERS {
         let mut f = w.family(name, help, MetricType::Counter);
-        for (q, s) in queues {
+        for (q, (s, _)) in queues {
             f.sample_u64(&[("queue", q)], get(s));
         }
     }

@@ -660,7 +660,10 @@ impl State {
         let names = self.shared.registry.list("");
         let snapshot: Vec<_> = names
             .into_iter()
-            .filter_map(|n| self.engine.local_stats(&n).map(|s| (n, s)))
+            .filter_map(|n| {
+                let groups = self.engine.local_groups_in_flight(&n).unwrap_or(0);
+                self.engine.local_stats(&n).map(|s| (n, s, groups))
+            })
             .collect();
         if self.stats().publish_queues(snapshot, generation) {
             self.published_generation = generation;
