@@ -144,6 +144,8 @@ pub struct RunSpec {
     pub fifo: bool,
     /// `--dedup-keys`.
     pub dedup_keys: bool,
+    /// `--backlog`.
+    pub backlog: Option<u64>,
 }
 
 /// A setting that cannot run.
@@ -200,7 +202,14 @@ pub struct RunConfig {
     /// Every message with a dedup key of its own (sluice targets): what a
     /// FIFO queue's sends carry, on any queue.
     pub dedup_keys: bool,
+    /// Messages of one noisy tenant put in the queue before the pass's
+    /// clock starts (sluice targets): group `noisy` with `groups`, no group
+    /// without. The consumers delete them as bodies not of the pass.
+    pub backlog: u64,
 }
+
+/// The largest `--backlog`: the messages sit in the broker's memory.
+pub const BACKLOG_MAX: u64 = 100_000_000;
 
 /// `--messages` when neither it nor `--duration` is given.
 pub const DEFAULT_MESSAGES: u64 = 100_000;
@@ -279,7 +288,19 @@ impl RunConfig {
         if spec.fifo && groups == 0 {
             return fail("--fifo needs --groups: a FIFO queue's messages carry a group".into());
         }
+        let backlog = spec.backlog.unwrap_or(0);
+        if backlog > BACKLOG_MAX {
+            return fail(format!("--backlog must be at most {BACKLOG_MAX}"));
+        }
+        if backlog > 0 && spec.fifo {
+            return fail(
+                "--backlog is one tenant's backlog on a standard queue (a fair queue with \
+                 --groups, a plain one without); not with --fifo"
+                    .into(),
+            );
+        }
         Ok(RunConfig {
+            backlog,
             groups,
             fifo: spec.fifo,
             dedup_keys: spec.dedup_keys,
@@ -516,6 +537,30 @@ mod tests {
         .unwrap();
         assert_eq!((c.groups, c.fifo), (1_000, true));
         assert_eq!(RunConfig::new(spec()).unwrap().groups, 0);
+    }
+
+    #[test]
+    fn a_backlog_is_bounded_and_not_for_fifo() {
+        let c = RunConfig::new(RunSpec {
+            backlog: Some(1_000_000),
+            groups: Some(99),
+            ..spec()
+        })
+        .unwrap();
+        assert_eq!((c.backlog, c.groups), (1_000_000, 99));
+        let fifo = RunConfig::new(RunSpec {
+            backlog: Some(10),
+            groups: Some(2),
+            fifo: true,
+            ..spec()
+        });
+        assert!(fifo.unwrap_err().0.contains("--fifo"));
+        let huge = RunConfig::new(RunSpec {
+            backlog: Some(BACKLOG_MAX + 1),
+            ..spec()
+        });
+        assert!(huge.unwrap_err().0.contains("--backlog"));
+        assert_eq!(RunConfig::new(spec()).unwrap().backlog, 0);
     }
 
     #[test]

@@ -186,7 +186,10 @@ impl Target for BeanstalkdTarget {
         let mut c = Conn::connect(&self.url)?;
         c.conn = c.conn.with_read_spin(self.read_spin);
         match role {
-            Role::Producer(_) => c.expect(&format!("use {}", tube.name), "USING")?,
+            // A backlog is refused at setup; it would send as a producer.
+            Role::Producer(_) | Role::Backlog => {
+                c.expect(&format!("use {}", tube.name), "USING")?;
+            }
             Role::Consumer(_) => {
                 c.expect(&format!("watch {}", tube.name), "WATCHING")?;
                 c.expect("ignore default", "WATCHING")?;

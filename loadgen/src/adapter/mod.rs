@@ -116,13 +116,17 @@ pub struct QueueSpec {
     pub fifo: bool,
     /// Every message with a dedup key of its own.
     pub dedup_keys: bool,
+    /// A noisy tenant's backlog is put in the queue first
+    /// ([`Role::Backlog`]).
+    pub backlog: bool,
 }
 
 /// Refuses a queue with message groups for a peer that has none.
 pub(crate) fn refuse_groups(spec: &QueueSpec, peer: &str) -> Result<(), AdapterError> {
-    if spec.groups > 0 || spec.fifo || spec.dedup_keys {
+    if spec.groups > 0 || spec.fifo || spec.dedup_keys || spec.backlog {
         return Err(AdapterError::Unsupported(format!(
-            "{peer}: message groups and dedup keys (--groups, --fifo, --dedup-keys) are sluice's"
+            "{peer}: message groups, dedup keys and a tenant's backlog (--groups, --fifo, \
+             --dedup-keys, --backlog) are sluice's"
         )));
     }
     Ok(())
@@ -141,6 +145,9 @@ pub enum Role {
     Producer(usize),
     /// Consumer number `n`.
     Consumer(usize),
+    /// The connection that puts a noisy tenant's backlog in the queue
+    /// before the pass (`--backlog`; sluice targets).
+    Backlog,
 }
 
 /// One line of the printed configuration: `name = value`.

@@ -175,6 +175,8 @@ impl Target for RedisTarget {
         resp.conn = resp.conn.with_read_spin(self.read_spin);
         let index = match role {
             Role::Producer(n) | Role::Consumer(n) => n,
+            // Refused at setup; it would send as the first producer.
+            Role::Backlog => 0,
         };
         // Stagger the consumers' claim scans over one interval.
         let offset = stream.claim_interval * (index as u32 % stream.consumers as u32 + 1)

@@ -121,6 +121,17 @@ impl Grouped {
         })
     }
 
+    /// A noisy tenant's sends (`--backlog`): all in group `noisy` when the
+    /// queue's messages carry groups, none otherwise.
+    fn noisy(groups: usize) -> Option<Grouped> {
+        (groups > 0).then(|| Grouped {
+            ids: vec![MessageGroupId::new("noisy").expect("a valid id")],
+            fifo: false,
+            connection: 0,
+            next: 0,
+        })
+    }
+
     /// The entries of a send of `bodies`, each with its group (and key).
     fn entries(&mut self, bodies: &[&[u8]]) -> Vec<SendEntry> {
         bodies
@@ -330,15 +341,23 @@ impl Target for SluiceTarget {
 
     fn connect(&self, role: Role) -> Result<Box<dyn Adapter>, AdapterError> {
         let queues = super::set_up(self.queue.as_ref(), PEER)?;
-        let (Role::Producer(n) | Role::Consumer(n)) = role;
+        let n = match role {
+            Role::Producer(n) | Role::Consumer(n) => n,
+            Role::Backlog => 0,
+        };
         let (queue, addr) = queues.of(n);
         let client = Client::connect(self.config(addr)).map_err(|e| adapter_error(addr, e))?;
+        let grouped = match role {
+            // The noisy tenant: its own group on a fair queue.
+            Role::Backlog => Grouped::noisy(queue.groups),
+            _ => Grouped::new(queue.groups, queue.fifo || queue.dedup_keys, n),
+        };
         Ok(Box::new(SluiceAdapter {
             client,
             addr: addr.to_owned(),
             receipts: Vec::with_capacity(queue.batch_max),
             in_flight: VecDeque::new(),
-            grouped: Grouped::new(queue.groups, queue.fifo || queue.dedup_keys, n),
+            grouped,
             queue,
         }))
     }

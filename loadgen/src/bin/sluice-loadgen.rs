@@ -194,6 +194,15 @@ struct Args {
     #[arg(long, env = "SLUICE_LOADGEN_DEDUP_KEYS")]
     dedup_keys: bool,
 
+    /// One noisy tenant's backlog (sluice targets; k, M, G suffixes): this
+    /// many messages put in the queue before each pass's clock starts, in
+    /// group "noisy" with --groups (a fair queue: the groups are the quiet
+    /// tenants) and without a group otherwise (a plain queue). The
+    /// consumers drain them beside the pass's own messages, which alone are
+    /// measured (the backlog counts as foreign bodies).
+    #[arg(long, value_name = "N", value_parser = parse_count, env = "SLUICE_LOADGEN_BACKLOG")]
+    backlog: Option<u64>,
+
     /// Share of first deliveries left undeleted, so they come back after the
     /// visibility timeout (default 1 for redelivery, 0 otherwise).
     #[arg(long, value_name = "F", env = "SLUICE_LOADGEN_FAIL_RATIO")]
@@ -289,6 +298,7 @@ fn main_inner() -> Result<ExitCode> {
         groups: args.groups,
         fifo: args.fifo,
         dedup_keys: args.dedup_keys,
+        backlog: args.backlog,
     });
     let cfg = match cfg {
         Ok(cfg) => cfg,

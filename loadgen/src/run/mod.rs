@@ -226,6 +226,7 @@ pub fn run_pass(
         groups: cfg.groups,
         fifo: cfg.fifo,
         dedup_keys: cfg.dedup_keys,
+        backlog: cfg.backlog > 0,
     };
     target.setup(&spec).map_err(RunError::Setup)?;
     let result = workers::run_set_up(cfg, url, target, pass, out);

@@ -26,6 +26,10 @@ pub(super) fn wall_nanos() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// The run tag of a noisy tenant's backlog (`--backlog`), which no pass
+/// has: its messages are not of the pass.
+pub(super) const BACKLOG_RUN_TAG: u32 = 0;
+
 /// State shared by the threads of one pass.
 pub(super) struct Pass<'c> {
     pub(super) cfg: &'c RunConfig,
@@ -71,7 +75,8 @@ impl<'c> Pass<'c> {
             cfg,
             clock,
             tracker: Tracker::new(capacity, cfg.fail_ratio > 0.0),
-            run_tag: splitmix64(wall_nanos() ^ u64::from(pass)) as u32,
+            // Never the backlog's.
+            run_tag: (splitmix64(wall_nanos() ^ u64::from(pass)) as u32).max(BACKLOG_RUN_TAG + 1),
             capacity,
             visibility_ns: u64::try_from(cfg.visibility_timeout.as_nanos()).unwrap_or(u64::MAX),
             schedule,

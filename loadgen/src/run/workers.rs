@@ -6,9 +6,10 @@ use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::pass::Pass;
+use super::pass::{BACKLOG_RUN_TAG, Pass};
 use super::{Output, PassReport, RunError, print_config, progress};
 use crate::adapter::{Adapter, AdapterError, Role, Setting, Target, TargetUrl};
+use crate::body::{Stamp, write_body};
 use crate::config::RunConfig;
 use crate::machine::{self, CpuUse, Steal};
 
@@ -27,6 +28,7 @@ pub(super) fn run_set_up(
     let settings = pass_settings(cfg, target);
     print_config(out.config, cfg, url, pass, &settings)?;
     let (producers, consumers) = connect_all(cfg, target)?;
+    put_backlog(cfg, target)?;
 
     let state = Pass::new(cfg, pass);
 
@@ -64,8 +66,62 @@ fn pass_settings(cfg: &RunConfig, target: &dyn Target) -> Vec<Setting> {
             },
         ),
     ];
+    if cfg.backlog > 0 {
+        settings.push(Setting::new(
+            "backlog",
+            format!(
+                "{} messages of one noisy tenant{}, put in the queue before the clock starts; \
+                 the consumers delete them as foreign bodies, unmeasured",
+                cfg.backlog,
+                if cfg.groups > 0 {
+                    " in group noisy (the pass's groups are the quiet tenants)"
+                } else {
+                    ", without a group (a plain queue)"
+                }
+            ),
+        ));
+    }
     settings.extend(target.settings());
     settings
+}
+
+/// A noisy tenant's backlog (`--backlog`), put in the queue before the
+/// clock starts, in batches of `--batch`: bodies of the load generator's
+/// form with a run tag no pass has ([`BACKLOG_RUN_TAG`]), so the consumers
+/// delete them as bodies not of the pass and measure only the pass's own.
+fn put_backlog(cfg: &RunConfig, target: &mut dyn Target) -> Result<(), RunError> {
+    if cfg.backlog == 0 {
+        return Ok(());
+    }
+    let role = || "backlog".to_owned();
+    let mut a = target
+        .connect(Role::Backlog)
+        .map_err(|source| RunError::Connect {
+            role: role(),
+            source,
+        })?;
+    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); cfg.batch];
+    let mut seq = 0;
+    while seq < cfg.backlog {
+        // At most `--batch`, a usize.
+        let n = (cfg.backlog - seq).min(cfg.batch as u64) as usize;
+        for b in &mut bufs[..n] {
+            let stamp = Stamp {
+                run_tag: BACKLOG_RUN_TAG,
+                seq,
+                intended_ns: 0,
+                sent_ns: 0,
+            };
+            write_body(b, cfg.size, stamp);
+            seq += 1;
+        }
+        let bodies: Vec<&[u8]> = bufs[..n].iter().map(Vec::as_slice).collect();
+        a.send_batch(&bodies).map_err(|source| RunError::Worker {
+            role: role(),
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 /// One connection per producer and per consumer: (producers, consumers).

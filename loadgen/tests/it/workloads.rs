@@ -485,3 +485,55 @@ fn sluice_over_tls() {
     let err = outcomes[0].result.as_ref().err().map(ToString::to_string);
     assert!(err.as_deref().is_some_and(|e| e.contains("TLS")), "{err:?}");
 }
+
+/// A noisy tenant's backlog (`--backlog`): put in the queue before the
+/// clock starts, drained by the consumers beside the pass's own messages
+/// (counted as foreign bodies), which alone are measured. On a plain queue
+/// it is all served first (it is older); on a fair one (`--groups`) it
+/// takes its turns, and the pass may end before it is all drained.
+#[test]
+fn a_backlog_is_drained_beside_the_pass_and_left_out_of_its_measure() {
+    const BACKLOG: u64 = 1_000;
+    let server = SluiceServer::start(&[]);
+    for groups in [None, Some(3)] {
+        let mut s = spec(&server.url(), Workload::Throughput);
+        s.backlog = Some(BACKLOG);
+        s.groups = groups;
+        let r = run_one(s);
+        assert_eq!(
+            (r.tally.sent, r.tally.deleted, r.tally.lost, r.duplicates),
+            (MESSAGES, MESSAGES, 0, 0),
+            "groups {groups:?}"
+        );
+        assert_eq!(r.recorder.send_to_receive.len(), MESSAGES);
+        match groups {
+            None => assert_eq!(r.corrupt, BACKLOG, "the backlog, all of it, first"),
+            Some(_) => assert!(
+                (1..=BACKLOG).contains(&r.corrupt),
+                "the backlog took turns: {}",
+                r.corrupt
+            ),
+        }
+    }
+}
+
+/// Peers without groups refuse a backlog, as they refuse groups.
+#[test]
+fn only_sluice_takes_a_backlog() {
+    let Some(peer) = peers::start(PeerKind::Redis) else {
+        return;
+    };
+    let mut s = spec(&peer.url(), Workload::Throughput);
+    s.backlog = Some(10);
+    let cfg = RunConfig::new(s).unwrap();
+    let mut printed = Vec::new();
+    let outcomes = run::run(
+        &cfg,
+        &mut Output {
+            config: &mut printed,
+            progress: None,
+        },
+    );
+    let err = outcomes[0].result.as_ref().unwrap_err().to_string();
+    assert!(err.contains("--backlog"), "{err}");
+}
