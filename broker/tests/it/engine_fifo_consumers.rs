@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use sluice_broker::engine::random::Rng;
 use sluice_broker::engine::{Cluster, Op, OpResult, RegistryConfig};
 use sluice_protocol::{
     AttributeUpdate, ChangeVisibilityRequest, DeleteRequest, MessageGroupId, QueueKind, QueueName,
@@ -33,20 +34,9 @@ const TICK_MS: u64 = 10;
 /// Rounds at most (bounded: the test fails rather than loops).
 const ROUNDS_MAX: usize = 60_000;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// True with probability `per_mille` / 1000.
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.next() % 1000 < per_mille
-    }
+/// True with probability `per_mille` / 1000.
+fn chance(rng: &mut Rng, per_mille: u64) -> bool {
+    rng.below_inclusive(999) < per_mille
 }
 
 fn queue() -> QueueName {
@@ -87,7 +77,7 @@ struct Consumer {
 #[test]
 fn eight_consumers_keep_every_group_in_order_and_lose_nothing() {
     println!("seed {SEED:#x}");
-    let mut rng = Rng(SEED);
+    let mut rng = Rng::new(SEED);
     let mut c = Cluster::new(RegistryConfig {
         shards: SHARDS,
         seed: 42,
@@ -126,15 +116,15 @@ fn eight_consumers_keep_every_group_in_order_and_lose_nothing() {
         // then resends one it sent within the last minute.
         let mut batch = Vec::new();
         for _ in 0..20 {
-            let g = (rng.next() % GROUPS as u64) as usize;
+            let g = rng.below_inclusive(GROUPS as u64 - 1) as usize;
             if next[g] < PER_GROUP {
                 batch.push(entry(g, next[g]));
                 sent_at.insert((g, next[g]), now_ms);
                 next[g] += 1;
             }
         }
-        let resend = rng.chance(200).then(|| {
-            let g = (rng.next() % GROUPS as u64) as usize;
+        let resend = chance(&mut rng, 200).then(|| {
+            let g = rng.below_inclusive(GROUPS as u64 - 1) as usize;
             (next[g] > 0)
                 .then(|| (g, next[g] - 1))
                 .filter(|k| now_ms - sent_at[k] < 60_000)
@@ -144,7 +134,7 @@ fn eight_consumers_keep_every_group_in_order_and_lose_nothing() {
             batch.push(entry(g, i));
         }
         if !batch.is_empty() {
-            let shard = (rng.next() % u64::from(SHARDS)) as usize;
+            let shard = rng.below_inclusive(u64::from(SHARDS) - 1) as usize;
             let request = SendRequest::new(queue(), &batch).unwrap();
             let OpResult::Sent(results) = c.call(shard, Op::Send(request)) else {
                 panic!("send refused");
@@ -239,7 +229,7 @@ fn consume(c: &mut Cluster, rng: &mut Rng, consumer: &Consumer, ledger: &mut Led
             }
             continue;
         }
-        let fate = match rng.next() % 1000 {
+        let fate = match rng.below_inclusive(999) {
             0..=939 => Fate::Done,
             940..=959 => Fate::Release,
             960..=979 => Fate::Stall,
@@ -305,7 +295,7 @@ fn consume(c: &mut Cluster, rng: &mut Rng, consumer: &Consumer, ledger: &mut Led
     }
     // A dead consumer's leases: released with its connection half the time
     // (bound leases), left to run out otherwise.
-    if !abandons.is_empty() && rng.chance(500) {
+    if !abandons.is_empty() && chance(rng, 500) {
         c.call(
             consumer.shard,
             Op::Abandon(DeleteRequest {

@@ -394,7 +394,13 @@ fn check_auth(url: &str) {
     let r = run_one(s.clone());
     assert_eq!((r.tally.deleted, r.tally.lost), (200, 0));
     s.token = Some("wrong".into());
-    let cfg = RunConfig::new(s).unwrap();
+    let e = run_failure(s);
+    assert!(e.contains("set-up failed"), "{e}");
+}
+
+/// The error of a run of one pass that must fail.
+fn run_failure(spec: RunSpec) -> String {
+    let cfg = RunConfig::new(spec).unwrap();
     let mut printed = Vec::new();
     let outcomes = run::run(
         &cfg,
@@ -404,8 +410,8 @@ fn check_auth(url: &str) {
         },
     );
     match &outcomes[0].result {
-        Ok(_) => panic!("a wrong token was accepted"),
-        Err(e) => assert!(e.to_string().contains("set-up failed"), "{e}"),
+        Ok(_) => panic!("the run was to fail"),
+        Err(e) => e.to_string(),
     }
 }
 
@@ -525,15 +531,6 @@ fn only_sluice_takes_a_backlog() {
     };
     let mut s = spec(&peer.url(), Workload::Throughput);
     s.backlog = Some(10);
-    let cfg = RunConfig::new(s).unwrap();
-    let mut printed = Vec::new();
-    let outcomes = run::run(
-        &cfg,
-        &mut Output {
-            config: &mut printed,
-            progress: None,
-        },
-    );
-    let err = outcomes[0].result.as_ref().unwrap_err().to_string();
+    let err = run_failure(s);
     assert!(err.contains("--backlog"), "{err}");
 }

@@ -142,13 +142,7 @@ impl Shard {
     // the hot paths stay lean.
     #[inline(never)]
     pub(super) fn group_visible(&mut self, p: u32, key: SlotKey) {
-        let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
-            return;
-        };
-        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
-            return;
-        };
-        let Some(member) = grouping.member(key) else {
+        let Some((seq, grouping, member)) = self.grouped_member(p, key) else {
             return;
         };
         if member.taken {
@@ -166,13 +160,7 @@ impl Shard {
     // Out of line: a standard queue never calls it.
     #[inline(never)]
     pub(super) fn group_leased_again(&mut self, p: u32, key: SlotKey) {
-        let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
-            return;
-        };
-        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
-            return;
-        };
-        let Some(member) = grouping.member(key) else {
+        let Some((seq, grouping, member)) = self.grouped_member(p, key) else {
             return;
         };
         if !member.taken {
@@ -310,6 +298,18 @@ impl Shard {
             grouping.groups.returned(g, seq, key);
             grouping.set_taken(key, false);
         }
+    }
+}
+
+impl Shard {
+    /// The message at `key` of grouped partition `p`: its place in the
+    /// queue's send order, the partition's groups and its membership, when
+    /// it is a member.
+    fn grouped_member(&mut self, p: u32, key: SlotKey) -> Option<(u64, &mut Grouping, Member)> {
+        let seq = self.messages.get(key)?.seq.get();
+        let grouping = grouping_mut(&mut self.partitions, p)?;
+        let member = grouping.member(key)?;
+        Some((seq, grouping, member))
     }
 }
 
