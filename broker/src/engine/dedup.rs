@@ -8,9 +8,11 @@
 //! timer per queue on the owner's wheel, for the first of the queue's
 //! entries, which end in the order they were recorded.
 
-use core::hash::Hasher;
+use core::hash::{BuildHasher, Hasher};
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::hash::RandomState;
+
+use hashbrown::HashTable;
 
 use siphasher::sip::SipHasher13;
 use sluice_protocol::MessageId;
@@ -50,9 +52,10 @@ fn table_key<'b>(
 
 #[derive(Debug)]
 struct Entry {
-    /// The table key (incarnation, then dedup key), copied when recorded
-    /// and shared with the map.
-    key: Arc<[u8]>,
+    /// The table key (incarnation, then dedup key), copied when recorded.
+    key: Box<[u8]>,
+    /// Its hash, under which the map finds the entry.
+    hash: u64,
     id: MessageId,
     cost: u64,
     /// When the window ends (monotonic ns).
@@ -66,6 +69,21 @@ struct QueueKeys {
     order: VecDeque<SlotKey>,
     timer: Option<TimerId>,
 }
+
+/// A key looked up ([`DedupTable::probe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// Recorded, within its window: the message it recorded.
+    Found(MessageId),
+    /// Not recorded (or past its window): the hash that records it
+    /// ([`DedupTable::insert`]), or `None` for a key longer than a dedup key
+    /// can be, which is never recorded.
+    Absent(Option<KeyHash>),
+}
+
+/// The hash of a table key, computed once per send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KeyHash(u64);
 
 /// What [`DedupTable::insert`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,50 +116,92 @@ pub(crate) struct Expired {
 /// goes when the entries before it have.
 #[derive(Debug, Default)]
 pub(crate) struct DedupTable {
-    map: HashMap<Arc<[u8]>, SlotKey>,
+    /// Each entry's hash and slot, found by hash and confirmed by the
+    /// entry's key. The hash is kept, so the table grows without hashing a
+    /// key again.
+    map: HashTable<(u64, SlotKey)>,
+    /// SipHash with this process's random keys: the keys are the clients'.
+    hasher: RandomState,
     entries: Slab<Entry>,
     queues: HashMap<u32, QueueKeys>,
 }
 
 impl DedupTable {
-    /// The id recorded for `key`, if it is within its window at `now_ns`.
-    pub fn lookup(&self, incarnation: u32, key: &[u8], now_ns: u64) -> Option<MessageId> {
+    /// Looks `key` up at `now_ns`: the id recorded for it within its
+    /// window, or the hash to record it with.
+    pub fn probe(&self, incarnation: u32, key: &[u8], now_ns: u64) -> Probe {
         let mut buf = [0; TABLE_KEY_BYTES_MAX];
-        let k = table_key(incarnation, key, &mut buf)?;
-        let slot = self.map.get(k)?;
-        self.entries
-            .get(*slot)
-            .filter(|e| e.until_ns > now_ns)
-            .map(|e| e.id)
+        let Some(k) = table_key(incarnation, key, &mut buf) else {
+            return Probe::Absent(None);
+        };
+        let hash = self.hasher.hash_one(k);
+        match self.find(hash, k) {
+            Some(e) if e.until_ns > now_ns => Probe::Found(e.id),
+            _ => Probe::Absent(Some(KeyHash(hash))),
+        }
+    }
+
+    /// The entry of table key `k`, whose hash is `hash`.
+    fn find(&self, hash: u64, k: &[u8]) -> Option<&Entry> {
+        let entries = &self.entries;
+        let &(_, slot) = self.map.find(hash, |&(h, slot)| {
+            h == hash && entries.get(slot).is_some_and(|e| *e.key == *k)
+        })?;
+        entries.get(slot)
+    }
+
+    /// The id recorded for `key`, if it is within its window at `now_ns`.
+    #[cfg(test)]
+    pub fn lookup(&self, incarnation: u32, key: &[u8], now_ns: u64) -> Option<MessageId> {
+        match self.probe(incarnation, key, now_ns) {
+            Probe::Found(id) => Some(id),
+            Probe::Absent(_) => None,
+        }
     }
 
     /// Records `key` (its bytes are copied, so the caller's buffer can go)
-    /// until `until_ns`, after any entry of the queue recorded before.
-    /// `None` when the key is longer than a dedup key can be, or the table
-    /// is full (nothing recorded).
+    /// until `until_ns`, after any entry of the queue recorded before;
+    /// `hash` is what [`DedupTable::probe`] gave for it. `None` when the
+    /// key is longer than a dedup key can be, or the table is full (nothing
+    /// recorded).
     pub fn insert(
         &mut self,
         incarnation: u32,
         key: &[u8],
+        KeyHash(hash): KeyHash,
         id: MessageId,
         cost: u64,
         until_ns: u64,
     ) -> Option<Recorded> {
         let mut buf = [0; TABLE_KEY_BYTES_MAX];
-        let k: Arc<[u8]> = Arc::from(table_key(incarnation, key, &mut buf)?);
+        let k: Box<[u8]> = Box::from(table_key(incarnation, key, &mut buf)?);
         let slot = self.entries.insert(Entry {
-            key: k.clone(),
+            key: k,
+            hash,
             id,
             cost,
             until_ns,
         })?;
         // A key still here past its window (see the type's docs) gives
         // way; its place in the queue's order is skipped when reached.
-        let freed = self
-            .map
-            .insert(k, slot)
-            .and_then(|old| self.entries.remove(old))
-            .map_or(0, |e| e.cost);
+        let entries = &mut self.entries;
+        let freed = match self.map.find_mut(hash, |&(h, s)| {
+            h == hash
+                && s != slot
+                && entries
+                    .get(s)
+                    .zip(entries.get(slot))
+                    .is_some_and(|(old, new)| old.key == new.key)
+        }) {
+            Some(found) => {
+                let old = core::mem::replace(&mut found.1, slot);
+                entries.remove(old).map_or(0, |e| e.cost)
+            }
+            None => {
+                self.map.insert_unique(hash, (hash, slot), |&(h, _)| h);
+                0
+            }
+        };
         let q = self.queues.entry(incarnation).or_default();
         // A queue's timer runs while it has entries.
         let arm_at = q.order.is_empty().then_some(until_ns);
@@ -177,7 +237,7 @@ impl DedupTable {
                 }
                 Some(_) => {
                     if let Some(e) = self.entries.remove(slot) {
-                        self.map.remove(&e.key);
+                        forget(&mut self.map, e.hash, slot);
                         freed += e.cost;
                     }
                 }
@@ -202,7 +262,7 @@ impl DedupTable {
         let mut cost = 0;
         for slot in q.order {
             if let Some(e) = self.entries.remove(slot) {
-                self.map.remove(&e.key);
+                forget(&mut self.map, e.hash, slot);
                 cost += e.cost;
             }
         }
@@ -234,9 +294,31 @@ impl DedupTable {
     }
 }
 
+/// Removes the map's entry for `slot`, recorded under `hash`.
+fn forget(map: &mut HashTable<(u64, SlotKey)>, hash: u64, slot: SlotKey) {
+    if let Ok(found) = map.find_entry(hash, |&(_, s)| s == slot) {
+        found.remove();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records `key` as a send does: probed first, for its hash.
+    fn ins(
+        t: &mut DedupTable,
+        inc: u32,
+        key: &[u8],
+        id: MessageId,
+        cost: u64,
+        until: u64,
+    ) -> Option<Recorded> {
+        let Probe::Absent(Some(hash)) = t.probe(inc, key, u64::MAX) else {
+            panic!("{key:?} is recorded already");
+        };
+        t.insert(inc, key, hash, id, cost, until)
+    }
 
     #[test]
     fn owner_is_stable_and_in_range() {
@@ -254,7 +336,7 @@ mod tests {
     fn insert_lookup_expire() {
         let mut t = DedupTable::default();
         let key = b"k";
-        let r = t.insert(1, key, MessageId(5), 10, 100).unwrap();
+        let r = ins(&mut t, 1, key, MessageId(5), 10, 100).unwrap();
         assert_eq!(
             r,
             Recorded {
@@ -265,7 +347,7 @@ mod tests {
         assert_eq!(t.lookup(1, key, 99), Some(MessageId(5)));
         assert_eq!(t.lookup(1, key, 100), None, "the window ended");
         assert_eq!(t.lookup(2, key, 0), None);
-        let r = t.insert(1, b"l", MessageId(6), 10, 150).unwrap();
+        let r = ins(&mut t, 1, b"l", MessageId(6), 10, 150).unwrap();
         assert_eq!(r.arm_at, None, "the queue's timer is armed already");
         assert_eq!(
             t.expire_due(1, 120),
@@ -283,7 +365,7 @@ mod tests {
             }
         );
         assert_eq!(t.len(), 0);
-        t.insert(2, key, MessageId(7), 10, 0).unwrap();
+        ins(&mut t, 2, key, MessageId(7), 10, 0).unwrap();
         let (_, cost) = t.remove_queue(2);
         assert_eq!(cost, 10);
         assert_eq!(t.len(), 0);
@@ -293,12 +375,12 @@ mod tests {
     fn a_window_shrunk_ends_later_entries_first_and_keeps_their_order() {
         let mut t = DedupTable::default();
         // A 100 ns window, then a 10 ns one: b ends before a.
-        t.insert(1, b"a", MessageId(1), 10, 100).unwrap();
-        t.insert(1, b"b", MessageId(2), 10, 20).unwrap();
+        ins(&mut t, 1, b"a", MessageId(1), 10, 100).unwrap();
+        ins(&mut t, 1, b"b", MessageId(2), 10, 20).unwrap();
         assert_eq!(t.lookup(1, b"b", 20), None);
         // b again, past its window: it replaces the old entry, whose
         // memory is freed, and keeps the queue's one timer.
-        let r = t.insert(1, b"b", MessageId(3), 10, 60).unwrap();
+        let r = ins(&mut t, 1, b"b", MessageId(3), 10, 60).unwrap();
         assert_eq!(
             r,
             Recorded {
@@ -321,8 +403,7 @@ mod tests {
     fn entries_list_each_queue_in_order() {
         let mut t = DedupTable::default();
         for (i, k) in [b"x", b"y", b"z"].iter().enumerate() {
-            t.insert(4, *k, MessageId(i as u128), 1, 10 + i as u64)
-                .unwrap();
+            ins(&mut t, 4, *k, MessageId(i as u128), 1, 10 + i as u64).unwrap();
         }
         let got: Vec<(u32, Vec<u8>, u64)> =
             t.entries().map(|(q, k, _, u)| (q, k.to_vec(), u)).collect();

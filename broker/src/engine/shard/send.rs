@@ -10,7 +10,7 @@ use super::{
     EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard,
     TimerEvent,
 };
-use crate::engine::dedup::owner_shard;
+use crate::engine::dedup::{KeyHash, Probe, owner_shard};
 use crate::engine::error::EntryError;
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
 use crate::engine::mesh::shard_msg::ShardMsg;
@@ -140,12 +140,16 @@ impl Shard {
         let dedup_key = fifo_key
             .unwrap_or(entry.dedup_key)
             .filter(|_| window_ms > 0);
+        let mut key_hash = None;
         if let Some(key) = dedup_key {
-            if let Some(id) = self.dedup.lookup(inc, key, self.now_ns) {
-                return Ok(SendOutcome {
-                    id,
-                    duplicate: true,
-                });
+            match self.dedup.probe(inc, key, self.now_ns) {
+                Probe::Found(id) => {
+                    return Ok(SendOutcome {
+                        id,
+                        duplicate: true,
+                    });
+                }
+                Probe::Absent(hash) => key_hash = hash,
             }
         }
         if !part.shared.try_reserve_depth(part.attrs.max_depth) {
@@ -214,7 +218,7 @@ impl Shard {
         self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
         if let Some(k) = dedup_key {
             let until = now.saturating_add(u64::from(window_ms) * NS_PER_MS);
-            self.record_dedup(inc, k, id, dedup_cost, until);
+            self.record_dedup(inc, k, key_hash, id, dedup_cost, until);
         }
         Ok(SendOutcome {
             id,
@@ -222,19 +226,22 @@ impl Shard {
         })
     }
 
-    /// Records dedup key `key` of queue `inc` for message `id` until
-    /// `until`, its memory (`cost`) reserved already: released again when
-    /// the table cannot hold it. Arms the queue's dedup timer when it has
-    /// none. Returns whether it was recorded.
+    /// Records dedup key `key` of queue `inc` (its `hash` from the probe
+    /// that did not find it) for message `id` until `until`, its memory
+    /// (`cost`) reserved already: released again when the table cannot
+    /// hold it. Arms the queue's dedup timer when it has none. Returns
+    /// whether it was recorded.
     pub(super) fn record_dedup(
         &mut self,
         inc: u32,
         key: &[u8],
+        hash: Option<KeyHash>,
         id: MessageId,
         cost: u64,
         until: u64,
     ) -> bool {
-        let Some(r) = self.dedup.insert(inc, key, id, cost, until) else {
+        let recorded = hash.and_then(|h| self.dedup.insert(inc, key, h, id, cost, until));
+        let Some(r) = recorded else {
             self.memory.release(self.registry.memory(), cost);
             return false;
         };

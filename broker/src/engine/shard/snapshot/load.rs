@@ -8,6 +8,7 @@ use super::{
     COUNTERS, FLAG_EXT, FLAG_GROUP, FLAG_IN_AGE_FIFO, FLAG_LEASE, FLAGS_KNOWN, LoadClock,
     STATE_MASK, ShardLoad, invalid,
 };
+use crate::engine::dedup::Probe;
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
 use crate::engine::section::{SectionError, SectionRead};
 use crate::engine::shard::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Shard, TimerEvent};
@@ -542,9 +543,10 @@ impl Shard {
                 format!("belongs to shard {owner}, found in shard {}", self.id),
             ));
         }
-        if self.dedup.lookup(inc, &key, clock.now_ns).is_some() {
-            return Err(invalid(at, "dedup key", "appears twice"));
-        }
+        let hash = match self.dedup.probe(inc, &key, clock.now_ns) {
+            Probe::Found(_) => return Err(invalid(at, "dedup key", "appears twice")),
+            Probe::Absent(hash) => hash,
+        };
         let _ = p;
         let left_ms = left_ms.saturating_sub(clock.elapsed_ms());
         if left_ms == 0 {
@@ -563,7 +565,7 @@ impl Shard {
         let until = clock
             .now_ns
             .saturating_add(left_ms.saturating_mul(NS_PER_MS));
-        if self.record_dedup(inc, &key, id, cost, until) {
+        if self.record_dedup(inc, &key, hash, id, cost, until) {
             load.dedup += 1;
         }
         Ok(())
