@@ -59,9 +59,12 @@ pub(crate) type GroupIndex = u32;
 
 #[derive(Debug)]
 struct Group<K> {
-    /// Its name's bytes (UTF-8: a `&str` made them), shared with every
-    /// delivery that names the group.
+    /// Its name's bytes (UTF-8: a `&str` made them).
     name: Bytes,
+    /// Its name as a message group id, checked once (`None` for a name
+    /// that is not a valid one: a fair queue's group "" of the messages
+    /// without a group), shared with every delivery that names the group.
+    id: Option<MessageGroupId>,
     /// Waiting messages by `seq`, lowest first.
     waiting: VecDeque<(u64, K)>,
     in_flight: u32,
@@ -134,8 +137,7 @@ impl<K: Copy> Groups<K> {
     /// The name of group `g` as a message group id sharing the group's
     /// bytes (no copy), when it is a valid one.
     pub fn id(&self, g: GroupIndex) -> Option<MessageGroupId> {
-        self.group(g)
-            .and_then(|group| MessageGroupId::from_bytes(group.name.clone()).ok())
+        self.group(g).and_then(|group| group.id.clone())
     }
 
     fn group(&self, g: GroupIndex) -> Option<&Group<K>> {
@@ -190,6 +192,7 @@ impl<K: Copy> Groups<K> {
     fn create(&mut self, name: &str) -> GroupIndex {
         let name = Bytes::copy_from_slice(name.as_bytes());
         let group = Group {
+            id: MessageGroupId::from_bytes(name.clone()).ok(),
             name: name.clone(),
             waiting: VecDeque::new(),
             in_flight: 0,
