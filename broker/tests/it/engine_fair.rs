@@ -4,7 +4,6 @@
 //! lock; messages without a group take their turn as one more group.
 
 use crate::engine_util::*;
-use sluice_broker::engine::{Cluster, RegistryConfig};
 use sluice_protocol::{AttributeUpdate, MessageGroupId, Millis, SendEntry};
 
 fn grouped(group: &str, body: &str) -> SendEntry {
@@ -124,19 +123,7 @@ fn a_fair_queue_over_several_shards_and_a_snapshot_keeps_its_groups() {
             vec![grouped("quiet", &format!("quiet:{shard}"))],
         );
     }
-    c.shutdown();
-    let file = c.snapshot();
-    let (mut d, _) = Cluster::from_snapshot(
-        &file,
-        RegistryConfig {
-            shards: 2,
-            seed: 42,
-            ..Default::default()
-        },
-        5_000_000_000,
-        c.wall_ms(),
-    )
-    .unwrap();
+    let mut d = restarted(&mut c, 2);
     check(&mut d);
     // Each shard serves its groups in turn: a quiet message comes within
     // the first two of each shard.

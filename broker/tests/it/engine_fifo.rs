@@ -419,19 +419,7 @@ fn a_snapshot_keeps_groups_their_order_and_their_locks() {
         // locked1 goes back, but locked0 still flies: the group stays locked.
         let locked1 = got.iter().find(|m| &m.body[..] == b"locked1").unwrap();
         assert_eq!(change_vis(&mut c, 0, "f", locked1.receipt, 0), Ok(()));
-        c.shutdown();
-        let file = c.snapshot();
-        let (mut d, _) = Cluster::from_snapshot(
-            &file,
-            sluice_broker::engine::RegistryConfig {
-                shards,
-                seed: 42,
-                ..Default::default()
-            },
-            5_000_000_000,
-            c.wall_ms(),
-        )
-        .unwrap();
+        let mut d = restarted(&mut c, shards);
         check(&mut d);
         assert_eq!(info(&mut d, 0, "f").attributes.kind, QueueKind::Fifo);
         let after = bodies(&receive(&mut d, 0, "f", 20));

@@ -23,11 +23,26 @@ pub fn send_op(queue: &str, entries: &[SendEntry]) -> Op {
 }
 
 pub fn cluster(shards: u16) -> Cluster {
-    Cluster::new(RegistryConfig {
+    Cluster::new(cluster_config(shards))
+}
+
+fn cluster_config(shards: u16) -> RegistryConfig {
+    RegistryConfig {
         shards,
         seed: 42,
         ..Default::default()
-    })
+    }
+}
+
+/// `c` shut down and started again from its snapshot as [`cluster`] starts
+/// one, on `shards` shards, 5 s into the new process's monotonic clock and
+/// at `c`'s wall time.
+pub fn restarted(c: &mut Cluster, shards: u16) -> Cluster {
+    c.shutdown();
+    let file = c.snapshot();
+    let (d, _) = Cluster::from_snapshot(&file, cluster_config(shards), 5_000_000_000, c.wall_ms())
+        .expect("the snapshot loads");
+    d
 }
 
 pub fn check(c: &mut Cluster) {
