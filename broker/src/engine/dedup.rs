@@ -8,9 +8,8 @@
 //! timer per queue on the owner's wheel, for the first of the queue's
 //! entries, which end in the order they were recorded.
 
-use core::hash::{BuildHasher, Hasher};
-use std::collections::{HashMap, VecDeque};
-use std::hash::RandomState;
+use core::hash::Hasher;
+use std::collections::VecDeque;
 
 use hashbrown::HashTable;
 
@@ -18,6 +17,7 @@ use siphasher::sip::SipHasher13;
 use sluice_protocol::MessageId;
 use sluice_protocol::limits::DEDUP_KEY_BYTES_MAX;
 
+use super::hashing::{IndexMap, KeyedHash};
 use super::slab::{Slab, SlotKey};
 use super::wheel::TimerId;
 
@@ -121,9 +121,9 @@ pub(crate) struct DedupTable {
     /// key again.
     map: HashTable<(u64, SlotKey)>,
     /// SipHash with this process's random keys: the keys are the clients'.
-    hasher: RandomState,
+    hasher: KeyedHash,
     entries: Slab<Entry>,
-    queues: HashMap<u32, QueueKeys>,
+    queues: IndexMap<u32, QueueKeys>,
 }
 
 impl DedupTable {
@@ -134,7 +134,7 @@ impl DedupTable {
         let Some(k) = table_key(incarnation, key, &mut buf) else {
             return Probe::Absent(None);
         };
-        let hash = self.hasher.hash_one(k);
+        let hash = self.hasher.hash(k);
         match self.find(hash, k) {
             Some(e) if e.until_ns > now_ns => Probe::Found(e.id),
             _ => Probe::Absent(Some(KeyHash(hash))),

@@ -28,10 +28,13 @@
 //! `K` is what names a message for the caller (the shard's slot key); `seq`
 //! is its place in the queue's send order, increasing per queue.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::Bytes;
+use hashbrown::HashTable;
 use sluice_protocol::MessageGroupId;
+
+use super::hashing::KeyedHash;
 
 /// How the groups of a queue deliver (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +64,8 @@ pub(crate) type GroupIndex = u32;
 struct Group<K> {
     /// Its name's bytes (UTF-8: a `&str` made them).
     name: Bytes,
+    /// Its name's hash, under which the index finds it.
+    hash: u64,
     /// Its name as a message group id, checked once (`None` for a name
     /// that is not a valid one: a fair queue's group "" of the messages
     /// without a group), shared with every delivery that names the group.
@@ -78,7 +83,10 @@ struct Group<K> {
 #[derive(Debug)]
 pub(crate) struct Groups<K> {
     order: GroupOrder,
-    index: HashMap<Bytes, GroupIndex>,
+    /// Each group by the hash of its name (clients pick names: a keyed
+    /// hash), with the hash kept so the table grows without hashing again.
+    index: HashTable<(u64, GroupIndex)>,
+    hasher: KeyedHash,
     groups: Vec<Option<Group<K>>>,
     free: Vec<GroupIndex>,
     /// Groups that can deliver now, in turn order; each at most once.
@@ -92,7 +100,8 @@ impl<K: Copy> Groups<K> {
     pub fn new(order: GroupOrder) -> Groups<K> {
         Groups {
             order,
-            index: HashMap::new(),
+            index: HashTable::new(),
+            hasher: KeyedHash::new(),
             groups: Vec::new(),
             free: Vec::new(),
             turn: VecDeque::new(),
@@ -125,7 +134,30 @@ impl<K: Copy> Groups<K> {
     /// The index of group `name`, if it exists.
     #[cfg(test)]
     pub fn find(&self, name: &str) -> Option<GroupIndex> {
-        self.index.get(name.as_bytes()).copied()
+        self.lookup(self.hasher.hash(name.as_bytes()), name.as_bytes())
+    }
+
+    /// The group named `name`, whose hash is `hash`.
+    fn lookup(&self, hash: u64, name: &[u8]) -> Option<GroupIndex> {
+        let groups = &self.groups;
+        self.index
+            .find(hash, |&(h, g)| {
+                h == hash
+                    && groups
+                        .get(g as usize)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|group| *group.name == *name)
+            })
+            .map(|&(_, g)| g)
+    }
+
+    /// The group named `name`, created if new.
+    fn find_or_create(&mut self, name: &str) -> GroupIndex {
+        let hash = self.hasher.hash(name.as_bytes());
+        match self.lookup(hash, name.as_bytes()) {
+            Some(g) => g,
+            None => self.create(name, hash),
+        }
     }
 
     /// The name of group `g`.
@@ -153,10 +185,7 @@ impl<K: Copy> Groups<K> {
     /// other (a send), in its place otherwise (a message moved in from
     /// another queue, or loaded from a snapshot). Returns its group.
     pub fn push(&mut self, name: &str, seq: u64, key: K) -> GroupIndex {
-        let g = match self.index.get(name.as_bytes()) {
-            Some(&g) => g,
-            None => self.create(name),
-        };
+        let g = self.find_or_create(name);
         if let Some(group) = self.group_mut(g) {
             if group.waiting.back().is_none_or(|&(s, _)| s < seq) {
                 group.waiting.push_back((seq, key));
@@ -176,10 +205,7 @@ impl<K: Copy> Groups<K> {
     /// snapshot in flight, or waiting out the backoff after a lease.
     /// Returns its group.
     pub fn push_taken(&mut self, name: &str) -> GroupIndex {
-        let g = match self.index.get(name.as_bytes()) {
-            Some(&g) => g,
-            None => self.create(name),
-        };
+        let g = self.find_or_create(name);
         if let Some(group) = self.group_mut(g) {
             group.in_flight += 1;
             if group.in_flight == 1 {
@@ -189,11 +215,12 @@ impl<K: Copy> Groups<K> {
         g
     }
 
-    fn create(&mut self, name: &str) -> GroupIndex {
+    fn create(&mut self, name: &str, hash: u64) -> GroupIndex {
         let name = Bytes::copy_from_slice(name.as_bytes());
         let group = Group {
             id: MessageGroupId::from_bytes(name.clone()).ok(),
-            name: name.clone(),
+            name,
+            hash,
             waiting: VecDeque::new(),
             in_flight: 0,
             in_turn: false,
@@ -211,7 +238,7 @@ impl<K: Copy> Groups<K> {
                 g
             }
         };
-        self.index.insert(name, g);
+        self.index.insert_unique(hash, (hash, g), |&(h, _)| h);
         g
     }
 
@@ -413,7 +440,9 @@ impl<K: Copy> Groups<K> {
             return;
         }
         if let Some(group) = self.groups[g as usize].take() {
-            self.index.remove(&group.name);
+            if let Ok(found) = self.index.find_entry(group.hash, |&(_, i)| i == g) {
+                found.remove();
+            }
             self.free.push(g);
         }
     }

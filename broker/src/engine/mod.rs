@@ -50,6 +50,7 @@ pub mod cluster;
 pub mod dedup;
 pub mod error;
 mod groups;
+mod hashing;
 // The one `madvise` call; see the module's docs.
 #[allow(unsafe_code)]
 mod huge_pages;

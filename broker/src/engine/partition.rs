@@ -33,13 +33,13 @@
 //!   messages, stale ones aside, and those are compacted away when they
 //!   outnumber the live ones.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{BTreeSet, VecDeque};
 
 use sluice_protocol::{QueueAttributes, QueueKind, QueueName, QueueStats};
 
 use super::block_deque::{BlockDeque, Spare};
 use super::groups::{GroupIndex, GroupOrder, Groups};
+use super::hashing::IndexMap;
 use super::limits::{FIFO_BLOCK_BYTES, FIFO_SLACK};
 use super::registry::QueueShared;
 use super::slab::SlotKey;
@@ -97,30 +97,6 @@ pub(crate) struct Partition {
     pub grouping: Option<Box<Grouping>>,
 }
 
-/// The hash of a slot index in a grouped partition's member map: one
-/// multiplication (Fibonacci hashing). Slot indexes are the slab's, not the
-/// client's, so no input can be chosen to collide; SipHash, the standard
-/// map's keyed hash, would cost a FIFO message more than its whole group
-/// bookkeeping.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct SlotHasher(u64);
-
-impl Hasher for SlotHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 /// Where one message of a grouped partition stands in its group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Member {
@@ -139,14 +115,14 @@ pub(crate) struct Member {
 pub(crate) struct Grouping {
     pub groups: Groups<SlotKey>,
     /// By slot.
-    pub members: HashMap<u32, Member, BuildHasherDefault<SlotHasher>>,
+    pub members: IndexMap<u32, Member>,
 }
 
 impl Grouping {
     pub fn new(order: GroupOrder) -> Grouping {
         Grouping {
             groups: Groups::new(order),
-            members: HashMap::default(),
+            members: IndexMap::default(),
         }
     }
 
