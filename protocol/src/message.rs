@@ -89,22 +89,18 @@ pub(crate) fn group_wire(g: &str) -> Result<(u8, &[u8]), EncodeError> {
 }
 
 /// A received message's fixed part when the message has a group: the flag
-/// on its `attr_count` (the last byte), then the group id. Nothing is
-/// written when the id is not a valid one. Out of line, like
+/// on its `attr_count` (the last byte), then the group id, `g`, valid
+/// (checked by the caller, so at most 128 bytes). Out of line, like
 /// [`group_wire`].
 #[cold]
 #[inline(never)]
-fn put_grouped_head(
-    buf: &mut BytesMut,
-    head: &mut [u8; RECEIVE_ENTRY_OVERHEAD_BYTES],
-    g: &str,
-) -> Result<(), EncodeError> {
-    let (len, g) = group_wire(g)?;
+fn put_grouped_head(buf: &mut BytesMut, head: &mut [u8; RECEIVE_ENTRY_OVERHEAD_BYTES], g: &[u8]) {
+    debug_assert!(is_valid_group_id(g));
     head[RECEIVE_ENTRY_OVERHEAD_BYTES - 1] |= GROUP_FLAG;
     buf.put_slice(head);
-    buf.put_u8(len);
+    // A valid id has at most 128 bytes.
+    buf.put_u8(u8::try_from(g.len()).unwrap_or(u8::MAX));
     buf.put_slice(g);
-    Ok(())
 }
 
 /// [`parse_group`] on bytes it accepted before.
@@ -211,6 +207,13 @@ impl ReceivedMessage {
     #[must_use]
     pub fn as_view(&self) -> ReceivedMessageRef<'_> {
         ReceivedMessageRef {
+            group: self.group.as_ref().map(MessageGroupId::as_str),
+            ..self.view_without_group()
+        }
+    }
+
+    fn view_without_group(&self) -> ReceivedMessageRef<'_> {
+        ReceivedMessageRef {
             id: self.id,
             receipt: self.receipt,
             receive_count: self.receive_count,
@@ -218,8 +221,17 @@ impl ReceivedMessage {
             first_received_delta_ms: self.first_received_delta_ms,
             attributes: self.attributes.as_view(),
             body: &self.body,
-            group: self.group.as_ref().map(MessageGroupId::as_str),
+            group: None,
         }
+    }
+
+    /// Encodes the message, with its group when `with_group` (a version 5
+    /// reply) and it has one. Its group id was checked when it was made,
+    /// so it goes out as it is, unchecked again and never converted.
+    pub(crate) fn encode(&self, buf: &mut BytesMut, with_group: bool) -> Result<(), EncodeError> {
+        let group = self.group.as_ref().filter(|_| with_group);
+        self.view_without_group()
+            .encode_with(buf, group.map(|g| &g.as_bytes()[..]))
     }
 
     /// The message's delivery number (its fencing token).
@@ -288,6 +300,15 @@ impl ReceivedMessageRef<'_> {
     }
 
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        match self.group {
+            None => self.encode_with(buf, None),
+            Some(g) => self.encode_with(buf, Some(group_wire(g)?.1)),
+        }
+    }
+
+    /// Encodes the message with `group`, a valid group id's bytes (checked
+    /// by the caller), in place of its own.
+    fn encode_with(&self, buf: &mut BytesMut, group: Option<&[u8]>) -> Result<(), EncodeError> {
         let body_len = len_u32(self.body.len(), "body")?;
         // The fixed part is assembled on the stack and written at once: one
         // capacity check instead of eight.
@@ -302,9 +323,9 @@ impl ReceivedMessageRef<'_> {
         head[54..58].copy_from_slice(&delta.to_le_bytes());
         head[58..62].copy_from_slice(&body_len.to_le_bytes());
         head[62] = self.attributes.count();
-        match self.group {
+        match group {
             None => buf.put_slice(&head),
-            Some(g) => put_grouped_head(buf, &mut head, g)?,
+            Some(g) => put_grouped_head(buf, &mut head, g),
         }
         buf.put_slice(self.attributes.wire_bytes());
         buf.put_slice(self.body);

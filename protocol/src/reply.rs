@@ -9,7 +9,9 @@ use crate::codec::{EncodeError, len_u16, len_u32, put_status, put_string_u8};
 use crate::error::{ErrorCode, WireError};
 use crate::frame::{FRAME_OVERHEAD_BYTES, opcode, put_header};
 use crate::limits::{BATCH_ENTRIES_MAX, ERROR_MESSAGE_BYTES_MAX, FRAME_HEADER_BYTES};
-use crate::message::{PeekedMessage, ReceivedBatch, ReceivedMessageRef, SendOutcome};
+use crate::message::{
+    PeekedMessage, ReceivedBatch, ReceivedMessage, ReceivedMessageRef, SendOutcome,
+};
 use crate::name::QueueName;
 use crate::queue_attributes::{QueueAttributes, QueueStats};
 
@@ -111,6 +113,35 @@ impl ReceiveReplyWriter {
         buf.reserve(len);
         // Fits within the frame limit, so the body length fits a u32.
         if message.encode(buf).is_err() {
+            buf.truncate(before);
+            return false;
+        }
+        self.count += 1;
+        true
+    }
+
+    /// Appends an owned `message` if it [fits](Self::fits), with its group
+    /// when `with_group` (a version 5 reply; earlier decoders refuse the
+    /// flag that announces one); returns whether it did. Nothing is written
+    /// when it does not. Its group id, checked when it was made, goes out
+    /// without a second check.
+    pub fn push_message(
+        &mut self,
+        buf: &mut BytesMut,
+        message: &ReceivedMessage,
+        with_group: bool,
+    ) -> bool {
+        let mut len = message.encoded_len();
+        if !with_group {
+            len -= message.group.as_ref().map_or(0, |g| 1 + g.as_bytes().len());
+        }
+        if !self.fits(buf, len) {
+            return false;
+        }
+        let before = buf.len();
+        buf.reserve(len);
+        // Fits within the frame limit, so the body length fits a u32.
+        if message.encode(buf, with_group).is_err() {
             buf.truncate(before);
             return false;
         }
@@ -773,6 +804,67 @@ mod tests {
                 messages: ReceivedBatch::default()
             })
         );
+    }
+
+    #[test]
+    fn owned_messages_are_written_as_their_views_are() {
+        let msgs: Vec<ReceivedMessage> = (0..4u8)
+            .map(|i| ReceivedMessage {
+                id: MessageId(i.into()),
+                receipt: Receipt::default(),
+                receive_count: 2,
+                sent_at_ms: 7,
+                first_received_delta_ms: 3,
+                attributes: MessageAttributes::from_pairs([("k", "v")]).unwrap(),
+                body: Bytes::from(vec![i; usize::from(i) * 3]),
+                group: (i % 2 == 0).then(|| crate::MessageGroupId::new(&format!("g-{i}")).unwrap()),
+            })
+            .collect();
+        for with_group in [true, false] {
+            let (mut a, mut b) = (BytesMut::new(), BytesMut::new());
+            let mut wa = ReceiveReplyWriter::begin(&mut a, 3, 1 << 20);
+            let mut wb = ReceiveReplyWriter::begin(&mut b, 3, 1 << 20);
+            for m in &msgs {
+                let mut view = m.as_view();
+                if !with_group {
+                    view.group = None;
+                }
+                assert!(wa.push(&mut a, &view));
+                assert!(wb.push_message(&mut b, m, with_group));
+            }
+            wa.finish(&mut a);
+            wb.finish(&mut b);
+            assert_eq!(a, b, "with_group {with_group}");
+            let frame = crate::FrameDecoder::new(1 << 20)
+                .decode(&mut b)
+                .unwrap()
+                .unwrap();
+            let Ok(Reply::Receive { messages }) = Reply::decode(frame.opcode, frame.payload) else {
+                panic!("not a receive reply");
+            };
+            let groups: Vec<Option<&str>> = messages.iter().map(|m| m.group).collect();
+            let want: Vec<Option<&str>> = msgs
+                .iter()
+                .map(|m| {
+                    m.group
+                        .as_ref()
+                        .filter(|_| with_group)
+                        .map(crate::MessageGroupId::as_str)
+                })
+                .collect();
+            assert_eq!(groups, want);
+        }
+        // A message that does not fit is not written, as with a view.
+        let mut out = BytesMut::new();
+        let mut w = ReceiveReplyWriter::begin(&mut out, 3, 100);
+        let before = out.len();
+        let big = ReceivedMessage {
+            body: Bytes::from(vec![0; 200]),
+            ..msgs[0].clone()
+        };
+        assert!(!w.push_message(&mut out, &big, true));
+        assert_eq!(out.len(), before);
+        assert!(w.is_empty());
     }
 
     #[test]

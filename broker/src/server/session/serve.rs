@@ -210,11 +210,7 @@ impl Session {
             // the flag that announces one.
             let with_groups = self.version >= 5;
             for m in messages {
-                let mut view = m.as_view();
-                if !with_groups {
-                    view.group = None;
-                }
-                if undelivered.is_empty() && w.push(&mut self.out, &view) {
+                if undelivered.is_empty() && w.push_message(&mut self.out, m, with_groups) {
                     delivered += 1;
                 } else {
                     undelivered.push(m.receipt);
