@@ -264,8 +264,13 @@ fn start_send(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, S
     ))
 }
 
-fn start_receive(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
-    let (ns, _, queue) = ctx.queue(input)?;
+/// A ReceiveMessage's parts: the SQS name of its queue, the engine's
+/// request, and what turns the engine's reply into SQS's.
+pub(crate) fn receive(
+    ctx: &Ctx<'_>,
+    input: &Input,
+) -> Result<(String, ReceiveRequest, Pending), SqsError> {
+    let (ns, name, queue) = ctx.queue(input)?;
     let most = i64::try_from(ctx.batch_max()).unwrap_or(10);
     let max = input
         .opt_int_in("MaxNumberOfMessages", 1, most)?
@@ -296,17 +301,16 @@ fn start_receive(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
         .into_iter()
         .map(str::to_owned)
         .collect();
-    Ok(Started::Engine(
-        super::Pending::Message(Pending::Receive { ns, system, names }),
-        Request::Receive(ReceiveRequest {
-            queue,
-            max_messages: u16::try_from(max).unwrap_or(1),
-            visibility_timeout_ms: visibility.map(seconds::ms),
-            wait_ms: wait.map(seconds::ms),
-            bind_leases: false,
-            with_source,
-        }),
-    ))
+    let reply = Pending::Receive { ns, system, names };
+    let request = ReceiveRequest {
+        queue,
+        max_messages: u16::try_from(max).unwrap_or(1),
+        visibility_timeout_ms: visibility.map(seconds::ms),
+        wait_ms: wait.map(seconds::ms),
+        bind_leases: false,
+        with_source,
+    };
+    Ok((name, request, reply))
 }
 
 fn start_receipts(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, SqsError> {
@@ -352,6 +356,8 @@ fn start_receipts(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Starte
         items.push(one(input)?);
         ids.push(String::new());
     }
+    // A retry of a receive whose message changed is a new receive.
+    ctx.attempts.changed(items.iter().map(|&(r, _)| r));
     let request = if delete {
         Request::Delete(DeleteRequest {
             queue,
@@ -380,11 +386,11 @@ fn start_receipts(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Starte
     ))
 }
 
-/// Starts the message action `action`.
+/// Starts the message action `action` (ReceiveMessage is
+/// `attempts::start_receive`'s).
 pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, SqsError> {
     match action {
         Action::SendMessage | Action::SendMessageBatch => start_send(ctx, action, input),
-        Action::ReceiveMessage => start_receive(ctx, input),
         _ => start_receipts(ctx, action, input),
     }
 }

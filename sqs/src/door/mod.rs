@@ -2,6 +2,9 @@
 //! in the protocol's vocabulary out ([`Step::Engine`]), their replies back
 //! in ([`Call::resume`]), and SQS's reply at the end ([`Step::Done`]).
 
+mod attempts;
+#[cfg(test)]
+mod attempts_door_tests;
 mod errors;
 mod fifo;
 #[cfg(test)]
@@ -89,6 +92,8 @@ struct DoorInner {
     calls: AtomicU64,
     /// The message-move tasks.
     tasks: moves::SharedTasks,
+    /// The receives a `ReceiveRequestAttemptId` can retry.
+    attempts: attempts::Shared,
 }
 
 /// What the server does next for a call.
@@ -217,6 +222,8 @@ enum Pending {
     Tags(tags::Pending),
     /// A message-move task action's next engine reply.
     Moves(moves::Pending),
+    /// A ReceiveMessage with an attempt id: its next engine reply.
+    Attempt(Box<attempts::Pending>),
 }
 
 /// What starting an action gives: an engine request and what to do with
@@ -239,6 +246,10 @@ struct Ctx<'a> {
     config: &'a DoorConfig,
     /// The door's message-move tasks.
     tasks: &'a moves::SharedTasks,
+    /// The door's receives a `ReceiveRequestAttemptId` can retry.
+    attempts: &'a attempts::Shared,
+    /// When the call started (Unix ms, wall clock).
+    now_ms: u64,
 }
 
 impl Ctx<'_> {
@@ -354,6 +365,7 @@ impl Door {
                 config,
                 calls: AtomicU64::new(0),
                 tasks: moves::SharedTasks::default(),
+                attempts: attempts::Shared::default(),
             }),
         }
     }
@@ -510,6 +522,8 @@ impl Door {
             ),
             config: &self.inner.config,
             tasks: &self.inner.tasks,
+            attempts: &self.inner.attempts,
+            now_ms: now_unix_ms,
         };
         match action {
             Action::CreateQueue
@@ -519,9 +533,9 @@ impl Door {
             | Action::PurgeQueue
             | Action::GetQueueAttributes
             | Action::SetQueueAttributes => queues::start(&ctx, action, &input),
+            Action::ReceiveMessage => attempts::start_receive(&ctx, &input),
             Action::SendMessage
             | Action::SendMessageBatch
-            | Action::ReceiveMessage
             | Action::DeleteMessage
             | Action::DeleteMessageBatch
             | Action::ChangeMessageVisibility
@@ -570,6 +584,14 @@ impl Call {
                     return Step::Engine(request);
                 }
                 Ok(moves::Next::Done(body)) => Ok((body, 0)),
+                Err(e) => Err(e),
+            },
+            Pending::Attempt(a) => match a.step(reply, now_unix_ms) {
+                Ok(attempts::Next::Engine(a, request)) => {
+                    self.pending = Pending::Attempt(a);
+                    return Step::Engine(request);
+                }
+                Ok(attempts::Next::Done(body)) => Ok((body, 0)),
                 Err(e) => Err(e),
             },
             Pending::Sources(mut s) => match s.step(reply) {

@@ -9,7 +9,7 @@ use super::md5::{SqsAttribute, md5_attributes};
 use super::{Action, Door, DoorConfig, Response, Step};
 use crate::http;
 
-fn req(target: Option<&str>, body: &str) -> http::Request {
+pub(super) fn req(target: Option<&str>, body: &str) -> http::Request {
     let mut headers = vec![
         ("host".to_owned(), "localhost:9324".to_owned()),
         (

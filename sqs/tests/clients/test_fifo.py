@@ -1,9 +1,11 @@
 """FIFO queues through boto3: created with the suffix and the attribute,
 each message group delivered in send order with one batch in flight at a
 time, a release putting a message back first in its group, deduplication
-by id and by content, and sequence numbers that rise."""
+by id and by content, sequence numbers that rise, and a receive retried
+with its ReceiveRequestAttemptId."""
 
 import hashlib
+import time
 
 import botocore.exceptions
 import pytest
@@ -91,14 +93,7 @@ def test_sends_are_deduplicated_and_numbered(sqs, fifo):
     assert two["MessageId"] == one["MessageId"], "the same dedup id within 5 minutes"
     three = sqs.send_message(QueueUrl=fifo, MessageBody="z", MessageGroupId="g", MessageDeduplicationId="d2")
     assert int(three["SequenceNumber"]) > int(one["SequenceNumber"])
-    # A receive attempt id is accepted (and not acted on yet: SQS.md).
-    got = sqs.receive_message(
-        QueueUrl=fifo,
-        MaxNumberOfMessages=10,
-        WaitTimeSeconds=0,
-        ReceiveRequestAttemptId="attempt-1",
-        **system_names(sqs, ["All"]),
-    )["Messages"]
+    got = receive(sqs, fifo)
     assert [m["Body"] for m in got] == ["x", "z"]
     assert got[0]["Attributes"]["MessageDeduplicationId"] == "d1"
     assert got[0]["Attributes"]["SequenceNumber"] == one["SequenceNumber"]
@@ -112,6 +107,57 @@ def test_sends_are_deduplicated_and_numbered(sqs, fifo):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         sqs.send_message(QueueUrl=fifo, MessageBody="w", MessageGroupId="g", MessageDeduplicationId="d4", DelaySeconds=1)
     assert code(e) == "InvalidParameterValue"
+
+
+def receive_attempt(sqs, url, attempt):
+    return sqs.receive_message(
+        QueueUrl=url,
+        MaxNumberOfMessages=10,
+        WaitTimeSeconds=0,
+        ReceiveRequestAttemptId=attempt,
+        **system_names(sqs, ["All"]),
+    ).get("Messages", [])
+
+
+def test_a_retried_receive_gets_the_same_messages_while_it_fits(sqs, fifo):
+    for i in range(3):
+        sqs.send_message(QueueUrl=fifo, MessageBody=f"m{i}", MessageGroupId="g", MessageDeduplicationId=f"m{i}")
+    first = receive_attempt(sqs, fifo, "attempt-1")
+    assert [m["Body"] for m in first] == ["m0", "m1", "m2"]
+    # The reply was lost; the retry gets the same messages and receipt
+    # handles, where a receive without the id gets nothing (the group flies).
+    again = receive_attempt(sqs, fifo, "attempt-1")
+    assert [(m["Body"], m["ReceiptHandle"]) for m in again] == [(m["Body"], m["ReceiptHandle"]) for m in first]
+    assert receive(sqs, fifo) == []
+    assert receive_attempt(sqs, fifo, "attempt-2") == []
+    # Once one of them is deleted, a retry does not fit cleanly: it is a new
+    # receive (nothing, while the rest of the group flies).
+    sqs.delete_message(QueueUrl=fifo, ReceiptHandle=first[0]["ReceiptHandle"])
+    assert receive_attempt(sqs, fifo, "attempt-1") == []
+    for m in first[1:]:
+        sqs.delete_message(QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        receive_attempt(sqs, fifo, "not valid")
+    assert code(e) == "InvalidParameterValue"
+
+
+def test_a_retry_leases_its_messages_again(sqs, name):
+    url = sqs.create_queue(
+        QueueName=f"{name}.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true", "VisibilityTimeout": "1"},
+    )["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="slow", MessageGroupId="g")
+    first = receive_attempt(sqs, url, "a")
+    assert [m["Body"] for m in first] == ["slow"]
+    # Each retry starts the one-second lease again, so the message never
+    # comes back to a receive without the id, and its receipt stays good.
+    for _ in range(3):
+        time.sleep(0.6)
+        again = receive_attempt(sqs, url, "a")
+        assert [m["ReceiptHandle"] for m in again] == [first[0]["ReceiptHandle"]]
+        assert receive(sqs, url) == []
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"])
+    sqs.delete_queue(QueueUrl=url)
 
 
 def test_content_based_deduplication_hashes_the_body(sqs, name):
