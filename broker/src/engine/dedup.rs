@@ -81,9 +81,14 @@ pub(crate) enum Probe {
     Absent(Option<KeyHash>),
 }
 
-/// The hash of a table key, computed once per send.
+/// The hash of a table key, computed once per send, and whether the table
+/// still held an entry of the key past its window when it was looked up
+/// (which recording it replaces; without one, it is inserted at once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct KeyHash(u64);
+pub(crate) struct KeyHash {
+    hash: u64,
+    stale: bool,
+}
 
 /// What [`DedupTable::insert`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +142,10 @@ impl DedupTable {
         let hash = self.hasher.hash(k);
         match self.find(hash, k) {
             Some(e) if e.until_ns > now_ns => Probe::Found(e.id),
-            _ => Probe::Absent(Some(KeyHash(hash))),
+            found => Probe::Absent(Some(KeyHash {
+                hash,
+                stale: found.is_some(),
+            })),
         }
     }
 
@@ -168,7 +176,7 @@ impl DedupTable {
         &mut self,
         incarnation: u32,
         key: &[u8],
-        KeyHash(hash): KeyHash,
+        KeyHash { hash, stale }: KeyHash,
         id: MessageId,
         cost: u64,
         until_ns: u64,
@@ -184,15 +192,21 @@ impl DedupTable {
         })?;
         // A key still here past its window (see the type's docs) gives
         // way; its place in the queue's order is skipped when reached.
+        // Without one when probed (the common case), there is none to find.
         let entries = &mut self.entries;
-        let freed = match self.map.find_mut(hash, |&(h, s)| {
-            h == hash
-                && s != slot
-                && entries
-                    .get(s)
-                    .zip(entries.get(slot))
-                    .is_some_and(|(old, new)| old.key == new.key)
-        }) {
+        let found = if stale {
+            self.map.find_mut(hash, |&(h, s)| {
+                h == hash
+                    && s != slot
+                    && entries
+                        .get(s)
+                        .zip(entries.get(slot))
+                        .is_some_and(|(old, new)| old.key == new.key)
+            })
+        } else {
+            None
+        };
+        let freed = match found {
             Some(found) => {
                 let old = core::mem::replace(&mut found.1, slot);
                 entries.remove(old).map_or(0, |e| e.cost)

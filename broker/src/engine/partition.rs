@@ -33,6 +33,7 @@
 //!   messages, stale ones aside, and those are compacted away when they
 //!   outnumber the live ones.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, VecDeque};
 
 use sluice_protocol::{QueueAttributes, QueueKind, QueueName, QueueStats};
@@ -132,6 +133,14 @@ impl Grouping {
             .get(&key.slot)
             .copied()
             .filter(|m| m.generation == key.generation)
+    }
+
+    /// Removes the member at `key`, if it is one: one lookup.
+    pub fn remove_member(&mut self, key: SlotKey) -> Option<Member> {
+        match self.members.entry(key.slot) {
+            Entry::Occupied(e) if e.get().generation == key.generation => Some(e.remove()),
+            _ => None,
+        }
     }
 
     /// Records whether the member at `key` (if it is one) counts in flight

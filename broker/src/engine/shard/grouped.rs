@@ -122,10 +122,9 @@ impl Shard {
         let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
             return;
         };
-        let Some(member) = grouping.member(key) else {
+        let Some(member) = grouping.remove_member(key) else {
             return;
         };
-        grouping.members.remove(&key.slot);
         if member.taken {
             grouping.groups.settled(member.group);
         } else {
