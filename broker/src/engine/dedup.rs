@@ -18,7 +18,6 @@ use sluice_protocol::MessageId;
 use sluice_protocol::limits::DEDUP_KEY_BYTES_MAX;
 
 use super::hashing::{IndexMap, KeyedHash};
-use super::slab::{Slab, SlotKey};
 use super::wheel::TimerId;
 
 /// The shard that owns dedup key `key` of queue `incarnation`. Fixed hash
@@ -36,7 +35,7 @@ pub fn owner_shard(incarnation: u32, key: &[u8], shards: u16) -> u16 {
 /// the dedup key.
 const TABLE_KEY_BYTES_MAX: usize = 4 + DEDUP_KEY_BYTES_MAX;
 
-/// A table key built on the stack, to look a key up without allocating.
+/// A table key built on the stack, to hash a key without allocating.
 /// `None` for a dedup key above [`DEDUP_KEY_BYTES_MAX`] (never stored).
 fn table_key<'b>(
     incarnation: u32,
@@ -50,24 +49,79 @@ fn table_key<'b>(
     Some(out)
 }
 
-#[derive(Debug)]
+/// One recorded key, in its queue's log.
+#[derive(Clone, Copy, Debug)]
 struct Entry {
-    /// The table key (incarnation, then dedup key), copied when recorded.
-    key: Box<[u8]>,
-    /// Its hash, under which the map finds the entry.
+    /// The hash of its table key, under which the map finds it.
     hash: u64,
-    id: MessageId,
-    cost: u64,
+    /// The message it recorded (a `MessageId`'s two halves: 8-byte
+    /// alignment keeps the entry at 48 bytes).
+    id: [u64; 2],
     /// When the window ends (monotonic ns).
     until_ns: u64,
+    /// Where its key's bytes start in the log's arena (an absolute offset:
+    /// bytes ever appended before them).
+    key_at: u64,
+    /// The memory it holds, to release when it goes.
+    cost: u32,
+    key_len: u8,
+    /// Whether it still counts: a later entry of the same key replaces one
+    /// past its window, which then waits in the log, dead, until expiry
+    /// reaches it.
+    live: bool,
 }
 
-/// One queue's entries in the order they were recorded, and the timer that
-/// ends the window of the first.
+/// One queue's entries in the order they were recorded (so in the order
+/// they end), their keys' bytes in one arena in the same order, and the
+/// timer that ends the window of the first. Entries and key bytes are
+/// appended at the back and dropped from the front: no allocation per key,
+/// and memory written in order.
 #[derive(Debug, Default)]
-struct QueueKeys {
-    order: VecDeque<SlotKey>,
+struct QueueLog {
+    entries: VecDeque<Entry>,
+    /// The position of `entries[0]` (entries ever dropped from the front).
+    first: u64,
+    /// Key bytes; `arena[i]` is the byte at absolute offset
+    /// `arena_base + i`. Bytes before `arena_start` are dropped.
+    arena: Vec<u8>,
+    arena_base: u64,
+    arena_start: usize,
     timer: Option<TimerId>,
+}
+
+impl QueueLog {
+    fn entry(&self, position: u64) -> Option<&Entry> {
+        let i = usize::try_from(position.checked_sub(self.first)?).ok()?;
+        self.entries.get(i)
+    }
+
+    fn entry_mut(&mut self, position: u64) -> Option<&mut Entry> {
+        let i = usize::try_from(position.checked_sub(self.first)?).ok()?;
+        self.entries.get_mut(i)
+    }
+
+    /// The dedup key of `e` (an entry of this log).
+    fn key_of(&self, e: &Entry) -> &[u8] {
+        let at = usize::try_from(e.key_at - self.arena_base).unwrap_or(usize::MAX);
+        self.arena
+            .get(at..at + usize::from(e.key_len))
+            .unwrap_or_default()
+    }
+
+    /// Drops the first entry and its key's bytes.
+    fn pop_front(&mut self) -> Option<Entry> {
+        let e = self.entries.pop_front()?;
+        self.first += 1;
+        self.arena_start += usize::from(e.key_len);
+        // Past half the arena, the dropped bytes go (amortized: each byte
+        // moves at most once per halving).
+        if self.arena_start > 4096 && self.arena_start * 2 > self.arena.len() {
+            self.arena.drain(..self.arena_start);
+            self.arena_base += self.arena_start as u64;
+            self.arena_start = 0;
+        }
+        Some(e)
+    }
 }
 
 /// A key looked up ([`DedupTable::probe`]).
@@ -114,21 +168,23 @@ pub(crate) struct Expired {
 /// One shard's dedup entries.
 ///
 /// Each queue's entries expire in the order they were recorded (its window
-/// is the same for all of them, like retention for its messages), so a
-/// queue has one timer, for its first entry's end, rather than one per key.
-/// Should a queue's window shrink, a later entry can end before an earlier
-/// one: it is no longer found ([`DedupTable::lookup`] looks at the end) and
-/// goes when the entries before it have.
+/// is the same for all of them, like retention for its messages), so they
+/// are a log per queue ([`QueueLog`]), with one timer for its first
+/// entry's end, rather than one per key. Should a queue's window shrink, a
+/// later entry can end before an earlier one: it is no longer found
+/// ([`DedupTable::probe`] looks at the end) and goes when the entries
+/// before it have.
 #[derive(Debug, Default)]
 pub(crate) struct DedupTable {
-    /// Each entry's hash and slot, found by hash and confirmed by the
-    /// entry's key. The hash is kept, so the table grows without hashing a
-    /// key again.
-    map: HashTable<(u64, SlotKey)>,
+    /// Each live entry's hash, queue and position in its queue's log,
+    /// found by hash and confirmed by the entry's key. The hash is kept,
+    /// so the table grows without hashing a key again.
+    map: HashTable<(u64, u32, u64)>,
     /// SipHash with this process's random keys: the keys are the clients'.
     hasher: KeyedHash,
-    entries: Slab<Entry>,
-    queues: IndexMap<u32, QueueKeys>,
+    queues: IndexMap<u32, QueueLog>,
+    /// Live entries.
+    live: usize,
 }
 
 impl DedupTable {
@@ -140,8 +196,8 @@ impl DedupTable {
             return Probe::Absent(None);
         };
         let hash = self.hasher.hash(k);
-        match self.find(hash, k) {
-            Some(e) if e.until_ns > now_ns => Probe::Found(e.id),
+        match self.find(hash, incarnation, key) {
+            Some(e) if e.until_ns > now_ns => Probe::Found(id_of(e)),
             found => Probe::Absent(Some(KeyHash {
                 hash,
                 stale: found.is_some(),
@@ -149,13 +205,18 @@ impl DedupTable {
         }
     }
 
-    /// The entry of table key `k`, whose hash is `hash`.
-    fn find(&self, hash: u64, k: &[u8]) -> Option<&Entry> {
-        let entries = &self.entries;
-        let &(_, slot) = self.map.find(hash, |&(h, slot)| {
-            h == hash && entries.get(slot).is_some_and(|e| *e.key == *k)
+    /// The live entry of `key` in queue `incarnation`, whose hash is
+    /// `hash`.
+    fn find(&self, hash: u64, incarnation: u32, key: &[u8]) -> Option<&Entry> {
+        let &(_, _, position) = self.map.find(hash, |&(h, inc, position)| {
+            h == hash && inc == incarnation && self.key_at(inc, position) == Some(key)
         })?;
-        entries.get(slot)
+        self.queues.get(&incarnation)?.entry(position)
+    }
+
+    fn key_at(&self, incarnation: u32, position: u64) -> Option<&[u8]> {
+        let log = self.queues.get(&incarnation)?;
+        log.entry(position).map(|e| log.key_of(e))
     }
 
     /// The id recorded for `key`, if it is within its window at `now_ns`.
@@ -170,8 +231,7 @@ impl DedupTable {
     /// Records `key` (its bytes are copied, so the caller's buffer can go)
     /// until `until_ns`, after any entry of the queue recorded before;
     /// `hash` is what [`DedupTable::probe`] gave for it. `None` when the
-    /// key is longer than a dedup key can be, or the table is full (nothing
-    /// recorded).
+    /// key is longer than a dedup key can be (nothing recorded).
     pub fn insert(
         &mut self,
         incarnation: u32,
@@ -181,45 +241,59 @@ impl DedupTable {
         cost: u64,
         until_ns: u64,
     ) -> Option<Recorded> {
-        let mut buf = [0; TABLE_KEY_BYTES_MAX];
-        let k: Box<[u8]> = Box::from(table_key(incarnation, key, &mut buf)?);
-        let slot = self.entries.insert(Entry {
-            key: k,
-            hash,
-            id,
-            cost,
-            until_ns,
-        })?;
+        if key.len() > DEDUP_KEY_BYTES_MAX {
+            return None;
+        }
+        let position = self
+            .queues
+            .get(&incarnation)
+            .map_or(0, |log| log.first + log.entries.len() as u64);
         // A key still here past its window (see the type's docs) gives
-        // way; its place in the queue's order is skipped when reached.
-        // Without one when probed (the common case), there is none to find.
-        let entries = &mut self.entries;
-        let found = if stale {
-            self.map.find_mut(hash, |&(h, s)| {
+        // way: its entry is dead, skipped when expiry reaches it, and the
+        // map's entry is the new one's. Without one when probed (the
+        // common case), there is none to find.
+        let mut freed = 0;
+        let mut replaced = false;
+        if stale {
+            let queues = &mut self.queues;
+            if let Some(found) = self.map.find_mut(hash, |&(h, inc, p)| {
                 h == hash
-                    && s != slot
-                    && entries
-                        .get(s)
-                        .zip(entries.get(slot))
-                        .is_some_and(|(old, new)| old.key == new.key)
-            })
-        } else {
-            None
-        };
-        let freed = match found {
-            Some(found) => {
-                let old = core::mem::replace(&mut found.1, slot);
-                entries.remove(old).map_or(0, |e| e.cost)
+                    && inc == incarnation
+                    && queues
+                        .get(&inc)
+                        .and_then(|log| log.entry(p).map(|e| log.key_of(e) == key))
+                        .unwrap_or(false)
+            }) {
+                let old = core::mem::replace(&mut found.2, position);
+                replaced = true;
+                if let Some(e) = queues.get_mut(&incarnation).and_then(|l| l.entry_mut(old)) {
+                    e.live = false;
+                    freed = u64::from(e.cost);
+                    self.live -= 1;
+                }
             }
-            None => {
-                self.map.insert_unique(hash, (hash, slot), |&(h, _)| h);
-                0
-            }
-        };
-        let q = self.queues.entry(incarnation).or_default();
+        }
+        let log = self.queues.entry(incarnation).or_default();
         // A queue's timer runs while it has entries.
-        let arm_at = q.order.is_empty().then_some(until_ns);
-        q.order.push_back(slot);
+        let arm_at = log.entries.is_empty().then_some(until_ns);
+        let key_at = log.arena_base + log.arena.len() as u64;
+        log.arena.extend_from_slice(key);
+        log.entries.push_back(Entry {
+            hash,
+            // A u128's halves: the casts keep 64 bits each by design.
+            id: [id.0 as u64, (id.0 >> 64) as u64],
+            until_ns,
+            key_at,
+            cost: u32::try_from(cost).unwrap_or(u32::MAX),
+            // At most DEDUP_KEY_BYTES_MAX (128), checked above.
+            key_len: u8::try_from(key.len()).unwrap_or(u8::MAX),
+            live: true,
+        });
+        self.live += 1;
+        if !replaced {
+            self.map
+                .insert_unique(hash, (hash, incarnation, position), |&(h, _, _)| h);
+        }
         Some(Recorded { freed, arm_at })
     }
 
@@ -234,31 +308,26 @@ impl DedupTable {
     /// from the first on, while their windows have ended.
     pub fn expire_due(&mut self, incarnation: u32, now_ns: u64) -> Expired {
         let mut freed = 0;
-        let Some(q) = self.queues.get_mut(&incarnation) else {
+        let Some(log) = self.queues.get_mut(&incarnation) else {
             return Expired {
                 freed,
                 next_at: None,
             };
         };
-        q.timer = None;
-        while let Some(&slot) = q.order.front() {
-            match self.entries.get(slot) {
-                Some(e) if e.until_ns > now_ns => {
-                    return Expired {
-                        freed,
-                        next_at: Some(e.until_ns),
-                    };
-                }
-                Some(_) => {
-                    if let Some(e) = self.entries.remove(slot) {
-                        forget(&mut self.map, e.hash, slot);
-                        freed += e.cost;
-                    }
-                }
-                // Replaced by a later entry of its key.
-                None => {}
+        log.timer = None;
+        while let Some(e) = log.entries.front() {
+            if e.live && e.until_ns > now_ns {
+                return Expired {
+                    freed,
+                    next_at: Some(e.until_ns),
+                };
             }
-            q.order.pop_front();
+            let position = log.first;
+            if let Some(e) = log.pop_front().filter(|e| e.live) {
+                forget(&mut self.map, e.hash, incarnation, position);
+                freed += u64::from(e.cost);
+                self.live -= 1;
+            }
         }
         self.queues.remove(&incarnation);
         Expired {
@@ -270,35 +339,35 @@ impl DedupTable {
     /// Removes every entry of a deleted queue; returns its timer and their
     /// total cost.
     pub fn remove_queue(&mut self, incarnation: u32) -> (Option<TimerId>, u64) {
-        let Some(q) = self.queues.remove(&incarnation) else {
+        let Some(log) = self.queues.remove(&incarnation) else {
             return (None, 0);
         };
         let mut cost = 0;
-        for slot in q.order {
-            if let Some(e) = self.entries.remove(slot) {
-                forget(&mut self.map, e.hash, slot);
-                cost += e.cost;
+        for (i, e) in log.entries.iter().enumerate() {
+            if e.live {
+                forget(&mut self.map, e.hash, incarnation, log.first + i as u64);
+                cost += u64::from(e.cost);
+                self.live -= 1;
             }
         }
-        (q.timer, cost)
+        (log.timer, cost)
     }
 
     /// Every entry, each queue's in the order they were recorded:
     /// `(incarnation, dedup key, id, end of its window)`.
     pub fn entries(&self) -> impl Iterator<Item = (u32, &[u8], MessageId, u64)> + '_ {
-        self.queues.values().flat_map(|q| {
-            q.order.iter().filter_map(|slot| {
-                let e = self.entries.get(*slot)?;
-                let (inc, key) = e.key.split_first_chunk::<4>()?;
-                Some((u32::from_le_bytes(*inc), key, e.id, e.until_ns))
-            })
+        self.queues.iter().flat_map(|(&inc, log)| {
+            log.entries
+                .iter()
+                .filter(|e| e.live)
+                .map(move |e| (inc, log.key_of(e), id_of(e), e.until_ns))
         })
     }
 
     /// Entries held.
     #[cfg(any(test, feature = "test-util"))]
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.live
     }
 
     /// Timers the table's queues hold.
@@ -308,9 +377,14 @@ impl DedupTable {
     }
 }
 
-/// Removes the map's entry for `slot`, recorded under `hash`.
-fn forget(map: &mut HashTable<(u64, SlotKey)>, hash: u64, slot: SlotKey) {
-    if let Ok(found) = map.find_entry(hash, |&(_, s)| s == slot) {
+fn id_of(e: &Entry) -> MessageId {
+    MessageId(u128::from(e.id[0]) | u128::from(e.id[1]) << 64)
+}
+
+/// Removes the map's entry for the entry at `position` of queue
+/// `incarnation`, recorded under `hash`.
+fn forget(map: &mut HashTable<(u64, u32, u64)>, hash: u64, incarnation: u32, position: u64) {
+    if let Ok(found) = map.find_entry(hash, |&(_, inc, p)| inc == incarnation && p == position) {
         found.remove();
     }
 }
@@ -411,6 +485,81 @@ mod tests {
             }
         );
         assert_eq!((t.len(), t.timers()), (0, 0));
+    }
+
+    #[test]
+    fn the_logs_agree_with_a_plain_map_through_expiry_and_compaction() {
+        // Keys of 1 to 128 bytes over three queues, sent at a rising clock
+        // with a 50-tick window, some again past their window; expiry runs
+        // as the queues' timers would. A plain map of the live keys says
+        // what each probe must find.
+        let mut t = DedupTable::default();
+        let mut model: std::collections::HashMap<(u32, Vec<u8>), (MessageId, u64)> =
+            std::collections::HashMap::new();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut cost_held = 0u64;
+        for now in 0..20_000u64 {
+            let inc = (next() % 3) as u32 + 1;
+            let len = (next() % 128) as usize + 1;
+            let key = vec![b'a' + (next() % 4) as u8; len];
+            let want = model
+                .get(&(inc, key.clone()))
+                .filter(|&&(_, until)| until > now)
+                .map(|&(id, _)| id);
+            match t.probe(inc, &key, now) {
+                Probe::Found(id) => assert_eq!(Some(id), want, "{inc} {len} at {now}"),
+                Probe::Absent(Some(h)) => {
+                    assert_eq!(want, None, "{inc} {len} at {now}");
+                    let id = MessageId(u128::from(now) << 64 | u128::from(now));
+                    let cost = len as u64 + 96;
+                    let r = t.insert(inc, &key, h, id, cost, now + 50).unwrap();
+                    cost_held += cost;
+                    cost_held -= r.freed;
+                    model.insert((inc, key), (id, now + 50));
+                }
+                Probe::Absent(None) => panic!("a key of {len} bytes is recordable"),
+            }
+            if now % 7 == 0 {
+                for q in 1..=3 {
+                    cost_held -= t.expire_due(q, now).freed;
+                }
+                model.retain(|_, &mut (_, until)| until > now);
+                assert_eq!(t.len(), model.len(), "at {now}");
+            }
+        }
+        let listed = t.entries().count();
+        assert_eq!(listed, t.len());
+        let mut removed = 0;
+        for q in 1..=3 {
+            removed += t.remove_queue(q).1;
+        }
+        assert_eq!(removed, cost_held);
+        assert_eq!((t.len(), t.map.len()), (0, 0));
+    }
+
+    #[test]
+    fn keys_up_to_the_longest_are_kept_whole() {
+        let mut t = DedupTable::default();
+        let keys: Vec<Vec<u8>> = [1, 40, 127, DEDUP_KEY_BYTES_MAX]
+            .iter()
+            .flat_map(|&n| [vec![b'k'; n], [vec![b'k'; n - 1], vec![b'j']].concat()])
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            ins(&mut t, 3, k, MessageId(i as u128 | 1 << 100), 1, 10).unwrap();
+        }
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(t.lookup(3, k, 0), Some(MessageId(i as u128 | 1 << 100)));
+        }
+        let listed: Vec<Vec<u8>> = t.entries().map(|(_, k, _, _)| k.to_vec()).collect();
+        assert_eq!(listed, keys);
+        let long = vec![b'k'; DEDUP_KEY_BYTES_MAX + 1];
+        assert_eq!(t.probe(3, &long, 0), Probe::Absent(None));
     }
 
     #[test]

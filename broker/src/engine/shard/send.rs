@@ -156,7 +156,6 @@ impl Shard {
             return Err(EntryError::QueueFull);
         }
         let retention_ms = part.attrs.retention.get();
-        let shared = part.shared.clone();
         let attributes = entry.attributes.wire_bytes();
         let data_len = entry.body.len() + attributes.len();
         let now = self.now_ns;
@@ -178,7 +177,7 @@ impl Shard {
             .memory
             .reserve(self.registry.memory(), msg_cost + side + dedup_cost)
         {
-            shared.release_depth();
+            self.part(p).shared.release_depth();
             return Err(EntryError::MemoryFull);
         }
         // The side entries charge themselves as they are made.
@@ -203,7 +202,7 @@ impl Shard {
             },
             in_age_fifo,
         })) else {
-            shared.release_depth();
+            self.part(p).shared.release_depth();
             self.bodies.release(chunk, data_len);
             self.memory
                 .release(self.registry.memory(), msg_cost + dedup_cost);
