@@ -10,7 +10,7 @@ use super::{
     EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard,
     TimerEvent,
 };
-use crate::engine::dedup::{KeyHash, Probe, owner_shard};
+use crate::engine::dedup::{KeyHash, Prehash, Probe, owner_shard};
 use crate::engine::error::EntryError;
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
 use crate::engine::mesh::shard_msg::ShardMsg;
@@ -47,8 +47,9 @@ impl Shard {
         if !may_forward {
             let mut results = self.sent_vec();
             results.reserve(entries.len());
-            for e in entries.iter() {
-                let r = self.send_entry(p, e);
+            let prehashed = self.prehash_keys(inc, window, entries);
+            for (i, e) in entries.iter().enumerate() {
+                let r = self.send_entry(p, e, prehashed.get(i).copied().flatten());
                 results.push(r);
             }
             return self.finish_ticket(ticket, OpResult::Sent(results));
@@ -73,7 +74,7 @@ impl Shard {
                     continue;
                 }
             }
-            results[i] = Some(self.send_entry(p, entry));
+            results[i] = Some(self.send_entry(p, entry, None));
         }
         if forwards.is_empty() {
             let mut done = self.sent_vec();
@@ -100,6 +101,32 @@ impl Shard {
         }
     }
 
+    /// The hashes of a SEND's own dedup keys (none for an entry without
+    /// one), computed ahead, with their places in the table read once all
+    /// are known: the probes' cache misses overlap rather than follow each
+    /// other (`dedup.rs`). Nothing for a queue without a dedup window or a
+    /// SEND of fewer than two keys.
+    fn prehash_keys(&self, inc: u32, window_ms: u32, entries: &SendBatch) -> Vec<Option<Prehash>> {
+        if window_ms == 0
+            || entries
+                .iter()
+                .filter(|e| e.dedup_key.is_some())
+                .take(2)
+                .count()
+                < 2
+        {
+            return Vec::new();
+        }
+        let hashed: Vec<Option<Prehash>> = entries
+            .iter()
+            .map(|e| e.dedup_key.map(|k| self.dedup.prehash(inc, k)))
+            .collect();
+        for &h in hashed.iter().flatten() {
+            self.dedup.touch(h);
+        }
+        hashed
+    }
+
     pub(super) fn message_id(&self, seq: u64) -> MessageId {
         MessageId(
             (u128::from(self.registry.run_prefix()) << 64)
@@ -115,6 +142,7 @@ impl Shard {
         &mut self,
         p: u32,
         entry: SendEntryRef<'_>,
+        prehashed: Option<Prehash>,
     ) -> Result<SendOutcome, EntryError> {
         let mut content_key = None;
         // A FIFO queue's partition has its groups from the start: an entry
@@ -142,7 +170,13 @@ impl Shard {
             .filter(|_| window_ms > 0);
         let mut key_hash = None;
         if let Some(key) = dedup_key {
-            match self.dedup.probe(inc, key, self.now_ns) {
+            // The entry's own key may have been hashed ahead (`op_send`).
+            let own = entry.dedup_key.is_some_and(|k| core::ptr::eq(k, key));
+            let probe = match prehashed.filter(|_| own) {
+                Some(h) => self.dedup.probe_prehashed(inc, key, h, self.now_ns),
+                None => self.dedup.probe(inc, key, self.now_ns),
+            };
+            match probe {
                 Probe::Found(id) => {
                     return Ok(SendOutcome {
                         id,
