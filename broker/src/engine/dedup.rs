@@ -31,28 +31,11 @@ pub fn owner_shard(incarnation: u32, key: &[u8], shards: u16) -> u16 {
     (h.finish() % u64::from(shards)) as u16
 }
 
-/// Bytes of a table key: the queue incarnation (4, little-endian), then
-/// the dedup key.
-const TABLE_KEY_BYTES_MAX: usize = 4 + DEDUP_KEY_BYTES_MAX;
-
-/// A table key built on the stack, to hash a key without allocating.
-/// `None` for a dedup key above [`DEDUP_KEY_BYTES_MAX`] (never stored).
-fn table_key<'b>(
-    incarnation: u32,
-    key: &[u8],
-    buf: &'b mut [u8; TABLE_KEY_BYTES_MAX],
-) -> Option<&'b [u8]> {
-    let len = 4 + key.len();
-    let out = buf.get_mut(..len)?;
-    out[..4].copy_from_slice(&incarnation.to_le_bytes());
-    out[4..].copy_from_slice(key);
-    Some(out)
-}
-
 /// One recorded key, in its queue's log.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
-    /// The hash of its table key, under which the map finds it.
+    /// The hash of its queue's incarnation (little-endian) and key, under
+    /// which the map finds it.
     hash: u64,
     /// The message it recorded (a `MessageId`'s two halves: 8-byte
     /// alignment keeps the entry at 48 bytes).
@@ -135,9 +118,10 @@ pub(crate) enum Probe {
     Absent(Option<KeyHash>),
 }
 
-/// The hash of a table key, computed once per send, and whether the table
-/// still held an entry of the key past its window when it was looked up
-/// (which recording it replaces; without one, it is inserted at once).
+/// The hash of a key (with its queue's incarnation), computed once per
+/// send, and whether the table still held an entry of the key past its
+/// window when it was looked up (which recording it replaces; without one,
+/// it is inserted at once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KeyHash {
     hash: u64,
@@ -205,8 +189,11 @@ impl DedupTable {
     /// the cache misses of its probes overlap instead of following each
     /// other.
     pub fn prehash(&self, incarnation: u32, key: &[u8]) -> Prehash {
-        let mut buf = [0; TABLE_KEY_BYTES_MAX];
-        Prehash(table_key(incarnation, key, &mut buf).map(|k| self.hasher.hash(k)))
+        // The table key is the incarnation (little-endian), then the key.
+        Prehash(
+            (key.len() <= DEDUP_KEY_BYTES_MAX)
+                .then(|| self.hasher.hash2(&incarnation.to_le_bytes(), key)),
+        )
     }
 
     /// Reads the table where a key of hash `h` lies, to have it in the

@@ -47,10 +47,19 @@ impl Shard {
         if !may_forward {
             let mut results = self.sent_vec();
             results.reserve(entries.len());
-            let prehashed = self.prehash_keys(inc, window, entries);
-            for (i, e) in entries.iter().enumerate() {
-                let r = self.send_entry(p, e, prehashed.get(i).copied().flatten());
-                results.push(r);
+            if self.keyed(window, entries) {
+                // Each entry read once, its key hashed ahead.
+                let views: Vec<SendEntryRef<'_>> = entries.iter().collect();
+                let prehashed = self.prehash_keys(inc, &views);
+                for (e, h) in views.into_iter().zip(prehashed) {
+                    let r = self.send_entry(p, e, h);
+                    results.push(r);
+                }
+            } else {
+                for e in entries.iter() {
+                    let r = self.send_entry(p, e, None);
+                    results.push(r);
+                }
             }
             return self.finish_ticket(ticket, OpResult::Sent(results));
         }
@@ -101,22 +110,20 @@ impl Shard {
         }
     }
 
+    /// Whether a SEND's keys are worth hashing ahead: the queue has a
+    /// dedup window, and the SEND more than one entry, the first with a key
+    /// of its own (a producer gives keys to all its entries or to none).
+    fn keyed(&self, window_ms: u32, entries: &SendBatch) -> bool {
+        window_ms > 0
+            && entries.len() > 1
+            && entries.iter().next().is_some_and(|e| e.dedup_key.is_some())
+    }
+
     /// The hashes of a SEND's own dedup keys (none for an entry without
     /// one), computed ahead, with their places in the table read once all
     /// are known: the probes' cache misses overlap rather than follow each
-    /// other (`dedup.rs`). Nothing for a queue without a dedup window or a
-    /// SEND of fewer than two keys.
-    fn prehash_keys(&self, inc: u32, window_ms: u32, entries: &SendBatch) -> Vec<Option<Prehash>> {
-        if window_ms == 0
-            || entries
-                .iter()
-                .filter(|e| e.dedup_key.is_some())
-                .take(2)
-                .count()
-                < 2
-        {
-            return Vec::new();
-        }
+    /// other (`dedup.rs`).
+    fn prehash_keys(&self, inc: u32, entries: &[SendEntryRef<'_>]) -> Vec<Option<Prehash>> {
         let hashed: Vec<Option<Prehash>> = entries
             .iter()
             .map(|e| e.dedup_key.map(|k| self.dedup.prehash(inc, k)))
