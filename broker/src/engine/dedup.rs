@@ -31,11 +31,28 @@ pub fn owner_shard(incarnation: u32, key: &[u8], shards: u16) -> u16 {
     (h.finish() % u64::from(shards)) as u16
 }
 
+/// Bytes of a table key: the queue incarnation (4, little-endian), then
+/// the dedup key.
+const TABLE_KEY_BYTES_MAX: usize = 4 + DEDUP_KEY_BYTES_MAX;
+
+/// A table key built on the stack, to hash a key without allocating.
+/// `None` for a dedup key above [`DEDUP_KEY_BYTES_MAX`] (never stored).
+fn table_key<'b>(
+    incarnation: u32,
+    key: &[u8],
+    buf: &'b mut [u8; TABLE_KEY_BYTES_MAX],
+) -> Option<&'b [u8]> {
+    let len = 4 + key.len();
+    let out = buf.get_mut(..len)?;
+    out[..4].copy_from_slice(&incarnation.to_le_bytes());
+    out[4..].copy_from_slice(key);
+    Some(out)
+}
+
 /// One recorded key, in its queue's log.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
-    /// The hash of its queue's incarnation (little-endian) and key, under
-    /// which the map finds it.
+    /// The hash of its table key, under which the map finds it.
     hash: u64,
     /// The message it recorded (a `MessageId`'s two halves: 8-byte
     /// alignment keeps the entry at 48 bytes).
@@ -118,20 +135,14 @@ pub(crate) enum Probe {
     Absent(Option<KeyHash>),
 }
 
-/// The hash of a key (with its queue's incarnation), computed once per
-/// send, and whether the table still held an entry of the key past its
-/// window when it was looked up (which recording it replaces; without one,
-/// it is inserted at once).
+/// The hash of a table key, computed once per send, and whether the table
+/// still held an entry of the key past its window when it was looked up
+/// (which recording it replaces; without one, it is inserted at once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KeyHash {
     hash: u64,
     stale: bool,
 }
-
-/// A key's hash computed ahead of its probe ([`DedupTable::prehash`]);
-/// `None` inside for a key longer than a dedup key can be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Prehash(Option<u64>);
 
 /// What [`DedupTable::insert`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,36 +191,11 @@ impl DedupTable {
     /// Looks `key` up at `now_ns`: the id recorded for it within its
     /// window, or the hash to record it with.
     pub fn probe(&self, incarnation: u32, key: &[u8], now_ns: u64) -> Probe {
-        self.probe_prehashed(incarnation, key, self.prehash(incarnation, key), now_ns)
-    }
-
-    /// The hash [`DedupTable::probe`] computes for `key` of queue
-    /// `incarnation`, to compute ahead: a SEND hashes its keys first and
-    /// [`touches`](DedupTable::touch) their places in the table, so that
-    /// the cache misses of its probes overlap instead of following each
-    /// other.
-    pub fn prehash(&self, incarnation: u32, key: &[u8]) -> Prehash {
-        // The table key is the incarnation (little-endian), then the key.
-        Prehash(
-            (key.len() <= DEDUP_KEY_BYTES_MAX)
-                .then(|| self.hasher.hash2(&incarnation.to_le_bytes(), key)),
-        )
-    }
-
-    /// Reads the table where a key of hash `h` lies, to have it in the
-    /// cache for its probe (see [`DedupTable::prehash`]).
-    pub fn touch(&self, h: Prehash) {
-        if let Prehash(Some(hash)) = h {
-            // What is found does not matter; the read does.
-            core::hint::black_box(self.map.find(hash, |_| false));
-        }
-    }
-
-    /// [`DedupTable::probe`] with the key's [`Prehash`].
-    pub fn probe_prehashed(&self, incarnation: u32, key: &[u8], h: Prehash, now_ns: u64) -> Probe {
-        let Prehash(Some(hash)) = h else {
+        let mut buf = [0; TABLE_KEY_BYTES_MAX];
+        let Some(k) = table_key(incarnation, key, &mut buf) else {
             return Probe::Absent(None);
         };
+        let hash = self.hasher.hash(k);
         match self.find(hash, incarnation, key) {
             Some(e) if e.until_ns > now_ns => Probe::Found(id_of(e)),
             found => Probe::Absent(Some(KeyHash {
@@ -574,28 +560,6 @@ mod tests {
         assert_eq!(listed, keys);
         let long = vec![b'k'; DEDUP_KEY_BYTES_MAX + 1];
         assert_eq!(t.probe(3, &long, 0), Probe::Absent(None));
-    }
-
-    #[test]
-    fn a_probe_with_its_hash_computed_ahead_finds_what_a_probe_finds() {
-        let mut t = DedupTable::default();
-        ins(&mut t, 1, b"sent", MessageId(9), 1, 100).unwrap();
-        for (inc, key) in [(1, &b"sent"[..]), (1, b"other"), (2, b"sent")] {
-            let h = t.prehash(inc, key);
-            t.touch(h);
-            for now in [0, 99, 100] {
-                assert_eq!(t.probe_prehashed(inc, key, h, now), t.probe(inc, key, now));
-            }
-        }
-        assert_eq!(
-            t.probe_prehashed(1, b"sent", t.prehash(1, b"sent"), 0),
-            Probe::Found(MessageId(9))
-        );
-        let long = vec![b'k'; DEDUP_KEY_BYTES_MAX + 1];
-        let h = t.prehash(1, &long);
-        assert_eq!(h, Prehash(None));
-        t.touch(h);
-        assert_eq!(t.probe_prehashed(1, &long, h, 0), Probe::Absent(None));
     }
 
     #[test]

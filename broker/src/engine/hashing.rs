@@ -42,17 +42,6 @@ impl KeyedHash {
         h.write(bytes);
         h.finish()
     }
-
-    /// The hash of `head` then `tail`, as one string (SipHash reads its
-    /// input as a stream): the same as [`KeyedHash::hash`] of the two
-    /// joined, without joining them.
-    #[inline]
-    pub fn hash2(&self, head: &[u8], tail: &[u8]) -> u64 {
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        h.write(head);
-        h.write(tail);
-        h.finish()
-    }
 }
 
 impl Default for KeyedHash {
@@ -102,13 +91,6 @@ mod tests {
             assert_eq!(h.hash(key), core::hash::Hasher::finish(&want));
         }
         assert_ne!(h.hash(b"a"), h.hash(b"b"));
-        for (a, b) in [
-            (&b""[..], &b"xyz"[..]),
-            (b"\x01\0\0\0", b"order-42"),
-            (b"abcdefghij", b""),
-        ] {
-            assert_eq!(h.hash2(a, b), h.hash(&[a, b].concat()));
-        }
     }
 
     #[test]

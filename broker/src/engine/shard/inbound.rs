@@ -125,7 +125,7 @@ impl Shard {
         let results = match self.by_incarnation.get(&incarnation).copied() {
             Some(p) => entries
                 .iter()
-                .map(|(i, e)| (*i, self.send_entry(p, e.as_view(), None)))
+                .map(|(i, e)| (*i, self.send_entry(p, e.as_view())))
                 .collect(),
             None => entries
                 .iter()

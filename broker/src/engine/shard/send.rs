@@ -10,7 +10,7 @@ use super::{
     EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard,
     TimerEvent,
 };
-use crate::engine::dedup::{KeyHash, Prehash, Probe, owner_shard};
+use crate::engine::dedup::{KeyHash, Probe, owner_shard};
 use crate::engine::error::EntryError;
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
 use crate::engine::mesh::shard_msg::ShardMsg;
@@ -47,19 +47,9 @@ impl Shard {
         if !may_forward {
             let mut results = self.sent_vec();
             results.reserve(entries.len());
-            if self.keyed(window, entries) {
-                // Each entry read once, its key hashed ahead.
-                let views: Vec<SendEntryRef<'_>> = entries.iter().collect();
-                let prehashed = self.prehash_keys(inc, &views);
-                for (e, h) in views.into_iter().zip(prehashed) {
-                    let r = self.send_entry(p, e, h);
-                    results.push(r);
-                }
-            } else {
-                for e in entries.iter() {
-                    let r = self.send_entry(p, e, None);
-                    results.push(r);
-                }
+            for e in entries.iter() {
+                let r = self.send_entry(p, e);
+                results.push(r);
             }
             return self.finish_ticket(ticket, OpResult::Sent(results));
         }
@@ -83,7 +73,7 @@ impl Shard {
                     continue;
                 }
             }
-            results[i] = Some(self.send_entry(p, entry, None));
+            results[i] = Some(self.send_entry(p, entry));
         }
         if forwards.is_empty() {
             let mut done = self.sent_vec();
@@ -110,30 +100,6 @@ impl Shard {
         }
     }
 
-    /// Whether a SEND's keys are worth hashing ahead: the queue has a
-    /// dedup window, and the SEND more than one entry, the first with a key
-    /// of its own (a producer gives keys to all its entries or to none).
-    fn keyed(&self, window_ms: u32, entries: &SendBatch) -> bool {
-        window_ms > 0
-            && entries.len() > 1
-            && entries.iter().next().is_some_and(|e| e.dedup_key.is_some())
-    }
-
-    /// The hashes of a SEND's own dedup keys (none for an entry without
-    /// one), computed ahead, with their places in the table read once all
-    /// are known: the probes' cache misses overlap rather than follow each
-    /// other (`dedup.rs`).
-    fn prehash_keys(&self, inc: u32, entries: &[SendEntryRef<'_>]) -> Vec<Option<Prehash>> {
-        let hashed: Vec<Option<Prehash>> = entries
-            .iter()
-            .map(|e| e.dedup_key.map(|k| self.dedup.prehash(inc, k)))
-            .collect();
-        for &h in hashed.iter().flatten() {
-            self.dedup.touch(h);
-        }
-        hashed
-    }
-
     pub(super) fn message_id(&self, seq: u64) -> MessageId {
         MessageId(
             (u128::from(self.registry.run_prefix()) << 64)
@@ -149,7 +115,6 @@ impl Shard {
         &mut self,
         p: u32,
         entry: SendEntryRef<'_>,
-        prehashed: Option<Prehash>,
     ) -> Result<SendOutcome, EntryError> {
         let mut content_key = None;
         // A FIFO queue's partition has its groups from the start: an entry
@@ -177,13 +142,7 @@ impl Shard {
             .filter(|_| window_ms > 0);
         let mut key_hash = None;
         if let Some(key) = dedup_key {
-            // The entry's own key may have been hashed ahead (`op_send`).
-            let own = entry.dedup_key.is_some_and(|k| core::ptr::eq(k, key));
-            let probe = match prehashed.filter(|_| own) {
-                Some(h) => self.dedup.probe_prehashed(inc, key, h, self.now_ns),
-                None => self.dedup.probe(inc, key, self.now_ns),
-            };
-            match probe {
+            match self.dedup.probe(inc, key, self.now_ns) {
                 Probe::Found(id) => {
                     return Ok(SendOutcome {
                         id,
