@@ -105,19 +105,7 @@ impl ReceiveReplyWriter {
     /// Appends `message` if it [fits](Self::fits); returns whether it did.
     /// Nothing is written when it does not.
     pub fn push(&mut self, buf: &mut BytesMut, message: &ReceivedMessageRef<'_>) -> bool {
-        let len = message.encoded_len();
-        if !self.fits(buf, len) {
-            return false;
-        }
-        let before = buf.len();
-        buf.reserve(len);
-        // Fits within the frame limit, so the body length fits a u32.
-        if message.encode(buf).is_err() {
-            buf.truncate(before);
-            return false;
-        }
-        self.count += 1;
-        true
+        self.push_encoded(buf, message.encoded_len(), |buf| message.encode(buf))
     }
 
     /// Appends an owned `message` if it [fits](Self::fits), with its group
@@ -135,13 +123,24 @@ impl ReceiveReplyWriter {
         if !with_group {
             len -= message.group.as_ref().map_or(0, |g| 1 + g.as_bytes().len());
         }
+        self.push_encoded(buf, len, |buf| message.encode(buf, with_group))
+    }
+
+    /// Appends a message of `len` bytes that `encode` writes, if it fits;
+    /// returns whether it did. Nothing is written when it does not.
+    fn push_encoded(
+        &mut self,
+        buf: &mut BytesMut,
+        len: usize,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), EncodeError>,
+    ) -> bool {
         if !self.fits(buf, len) {
             return false;
         }
         let before = buf.len();
         buf.reserve(len);
         // Fits within the frame limit, so the body length fits a u32.
-        if message.encode(buf, with_group).is_err() {
+        if encode(buf).is_err() {
             buf.truncate(before);
             return false;
         }

@@ -183,8 +183,6 @@ pub(crate) struct DedupTable {
     /// SipHash with this process's random keys: the keys are the clients'.
     hasher: KeyedHash,
     queues: IndexMap<u32, QueueLog>,
-    /// Live entries.
-    live: usize,
 }
 
 impl DedupTable {
@@ -209,14 +207,9 @@ impl DedupTable {
     /// `hash`.
     fn find(&self, hash: u64, incarnation: u32, key: &[u8]) -> Option<&Entry> {
         let &(_, _, position) = self.map.find(hash, |&(h, inc, position)| {
-            h == hash && inc == incarnation && self.key_at(inc, position) == Some(key)
+            h == hash && inc == incarnation && key_at(&self.queues, inc, position) == Some(key)
         })?;
         self.queues.get(&incarnation)?.entry(position)
-    }
-
-    fn key_at(&self, incarnation: u32, position: u64) -> Option<&[u8]> {
-        let log = self.queues.get(&incarnation)?;
-        log.entry(position).map(|e| log.key_of(e))
     }
 
     /// The id recorded for `key`, if it is within its window at `now_ns`.
@@ -230,8 +223,8 @@ impl DedupTable {
 
     /// Records `key` (its bytes are copied, so the caller's buffer can go)
     /// until `until_ns`, after any entry of the queue recorded before;
-    /// `hash` is what [`DedupTable::probe`] gave for it. `None` when the
-    /// key is longer than a dedup key can be (nothing recorded).
+    /// `hash` is what [`DedupTable::probe`] gave for it, which it gives
+    /// only for a key no longer than a dedup key can be.
     pub fn insert(
         &mut self,
         incarnation: u32,
@@ -240,10 +233,11 @@ impl DedupTable {
         id: MessageId,
         cost: u64,
         until_ns: u64,
-    ) -> Option<Recorded> {
-        if key.len() > DEDUP_KEY_BYTES_MAX {
-            return None;
-        }
+    ) -> Recorded {
+        debug_assert!(
+            key.len() <= DEDUP_KEY_BYTES_MAX,
+            "a KeyHash of a key too long"
+        );
         let position = self
             .queues
             .get(&incarnation)
@@ -257,19 +251,13 @@ impl DedupTable {
         if stale {
             let queues = &mut self.queues;
             if let Some(found) = self.map.find_mut(hash, |&(h, inc, p)| {
-                h == hash
-                    && inc == incarnation
-                    && queues
-                        .get(&inc)
-                        .and_then(|log| log.entry(p).map(|e| log.key_of(e) == key))
-                        .unwrap_or(false)
+                h == hash && inc == incarnation && key_at(queues, inc, p) == Some(key)
             }) {
                 let old = core::mem::replace(&mut found.2, position);
                 replaced = true;
                 if let Some(e) = queues.get_mut(&incarnation).and_then(|l| l.entry_mut(old)) {
                     e.live = false;
                     freed = u64::from(e.cost);
-                    self.live -= 1;
                 }
             }
         }
@@ -285,16 +273,15 @@ impl DedupTable {
             until_ns,
             key_at,
             cost: u32::try_from(cost).unwrap_or(u32::MAX),
-            // At most DEDUP_KEY_BYTES_MAX (128), checked above.
+            // At most DEDUP_KEY_BYTES_MAX (128): `probe` hashes no longer key.
             key_len: u8::try_from(key.len()).unwrap_or(u8::MAX),
             live: true,
         });
-        self.live += 1;
         if !replaced {
             self.map
                 .insert_unique(hash, (hash, incarnation, position), |&(h, _, _)| h);
         }
-        Some(Recorded { freed, arm_at })
+        Recorded { freed, arm_at }
     }
 
     /// Remembers queue `incarnation`'s timer.
@@ -326,7 +313,6 @@ impl DedupTable {
             if let Some(e) = log.pop_front().filter(|e| e.live) {
                 forget(&mut self.map, e.hash, incarnation, position);
                 freed += u64::from(e.cost);
-                self.live -= 1;
             }
         }
         self.queues.remove(&incarnation);
@@ -347,7 +333,6 @@ impl DedupTable {
             if e.live {
                 forget(&mut self.map, e.hash, incarnation, log.first + i as u64);
                 cost += u64::from(e.cost);
-                self.live -= 1;
             }
         }
         (log.timer, cost)
@@ -364,10 +349,10 @@ impl DedupTable {
         })
     }
 
-    /// Entries held.
+    /// Entries held: the live ones, each found by one map entry.
     #[cfg(any(test, feature = "test-util"))]
     pub fn len(&self) -> usize {
-        self.live
+        self.map.len()
     }
 
     /// Timers the table's queues hold.
@@ -375,6 +360,14 @@ impl DedupTable {
     pub fn timers(&self) -> usize {
         self.queues.values().filter(|q| q.timer.is_some()).count()
     }
+}
+
+/// The dedup key of the entry at `position` of queue `incarnation`'s log.
+/// A function of the logs alone, so that the map can be searched (even
+/// mutably) while it reads them.
+fn key_at(queues: &IndexMap<u32, QueueLog>, incarnation: u32, position: u64) -> Option<&[u8]> {
+    let log = queues.get(&incarnation)?;
+    log.entry(position).map(|e| log.key_of(e))
 }
 
 fn id_of(e: &Entry) -> MessageId {
@@ -401,7 +394,7 @@ mod tests {
         id: MessageId,
         cost: u64,
         until: u64,
-    ) -> Option<Recorded> {
+    ) -> Recorded {
         let Probe::Absent(Some(hash)) = t.probe(inc, key, u64::MAX) else {
             panic!("{key:?} is recorded already");
         };
@@ -424,7 +417,7 @@ mod tests {
     fn insert_lookup_expire() {
         let mut t = DedupTable::default();
         let key = b"k";
-        let r = ins(&mut t, 1, key, MessageId(5), 10, 100).unwrap();
+        let r = ins(&mut t, 1, key, MessageId(5), 10, 100);
         assert_eq!(
             r,
             Recorded {
@@ -435,7 +428,7 @@ mod tests {
         assert_eq!(t.lookup(1, key, 99), Some(MessageId(5)));
         assert_eq!(t.lookup(1, key, 100), None, "the window ended");
         assert_eq!(t.lookup(2, key, 0), None);
-        let r = ins(&mut t, 1, b"l", MessageId(6), 10, 150).unwrap();
+        let r = ins(&mut t, 1, b"l", MessageId(6), 10, 150);
         assert_eq!(r.arm_at, None, "the queue's timer is armed already");
         assert_eq!(
             t.expire_due(1, 120),
@@ -453,7 +446,7 @@ mod tests {
             }
         );
         assert_eq!(t.len(), 0);
-        ins(&mut t, 2, key, MessageId(7), 10, 0).unwrap();
+        ins(&mut t, 2, key, MessageId(7), 10, 0);
         let (_, cost) = t.remove_queue(2);
         assert_eq!(cost, 10);
         assert_eq!(t.len(), 0);
@@ -463,12 +456,12 @@ mod tests {
     fn a_window_shrunk_ends_later_entries_first_and_keeps_their_order() {
         let mut t = DedupTable::default();
         // A 100 ns window, then a 10 ns one: b ends before a.
-        ins(&mut t, 1, b"a", MessageId(1), 10, 100).unwrap();
-        ins(&mut t, 1, b"b", MessageId(2), 10, 20).unwrap();
+        ins(&mut t, 1, b"a", MessageId(1), 10, 100);
+        ins(&mut t, 1, b"b", MessageId(2), 10, 20);
         assert_eq!(t.lookup(1, b"b", 20), None);
         // b again, past its window: it replaces the old entry, whose
         // memory is freed, and keeps the queue's one timer.
-        let r = ins(&mut t, 1, b"b", MessageId(3), 10, 60).unwrap();
+        let r = ins(&mut t, 1, b"b", MessageId(3), 10, 60);
         assert_eq!(
             r,
             Recorded {
@@ -518,7 +511,7 @@ mod tests {
                     assert_eq!(want, None, "{inc} {len} at {now}");
                     let id = MessageId(u128::from(now) << 64 | u128::from(now));
                     let cost = len as u64 + 96;
-                    let r = t.insert(inc, &key, h, id, cost, now + 50).unwrap();
+                    let r = t.insert(inc, &key, h, id, cost, now + 50);
                     cost_held += cost;
                     cost_held -= r.freed;
                     model.insert((inc, key), (id, now + 50));
@@ -551,7 +544,7 @@ mod tests {
             .flat_map(|&n| [vec![b'k'; n], [vec![b'k'; n - 1], vec![b'j']].concat()])
             .collect();
         for (i, k) in keys.iter().enumerate() {
-            ins(&mut t, 3, k, MessageId(i as u128 | 1 << 100), 1, 10).unwrap();
+            ins(&mut t, 3, k, MessageId(i as u128 | 1 << 100), 1, 10);
         }
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(t.lookup(3, k, 0), Some(MessageId(i as u128 | 1 << 100)));
@@ -566,7 +559,7 @@ mod tests {
     fn entries_list_each_queue_in_order() {
         let mut t = DedupTable::default();
         for (i, k) in [b"x", b"y", b"z"].iter().enumerate() {
-            ins(&mut t, 4, *k, MessageId(i as u128), 1, 10 + i as u64).unwrap();
+            ins(&mut t, 4, *k, MessageId(i as u128), 1, 10 + i as u64);
         }
         let got: Vec<(u32, Vec<u8>, u64)> =
             t.entries().map(|(q, k, _, u)| (q, k.to_vec(), u)).collect();

@@ -139,14 +139,9 @@ impl<K: Copy> Groups<K> {
 
     /// The group named `name`, whose hash is `hash`.
     fn lookup(&self, hash: u64, name: &[u8]) -> Option<GroupIndex> {
-        let groups = &self.groups;
         self.index
             .find(hash, |&(h, g)| {
-                h == hash
-                    && groups
-                        .get(g as usize)
-                        .and_then(Option::as_ref)
-                        .is_some_and(|group| *group.name == *name)
+                h == hash && self.group(g).is_some_and(|group| *group.name == *name)
             })
             .map(|&(_, g)| g)
     }

@@ -187,14 +187,7 @@ impl Attempts {
             self.order
                 .retain(|(k, serial)| map.get(k).is_some_and(|e| e.serial == *serial));
         }
-        while self.bytes > ATTEMPT_BYTES_MAX {
-            let Some((oldest, serial)) = self.order.pop_front() else {
-                break;
-            };
-            if self.map.get(&oldest).is_some_and(|e| e.serial == serial) {
-                self.forget(&oldest);
-            }
-        }
+        self.forget_oldest_while(|_, bytes| bytes > ATTEMPT_BYTES_MAX);
     }
 
     /// A message of `receipt` was changed (deleted, or its visibility
@@ -225,10 +218,18 @@ impl Attempts {
     /// Forgets the receives whose window ended by `now_ms`: the oldest
     /// first, as they were remembered (every window is as long).
     fn expire(&mut self, now_ms: u64) {
+        self.forget_oldest_while(|e, _| e.until_ms <= now_ms);
+    }
+
+    /// Forgets receives from the oldest remembered on, while `go` says so
+    /// of the oldest and the bytes held.
+    fn forget_oldest_while(&mut self, go: impl Fn(&Entry, usize) -> bool) {
         while let Some((key, serial)) = self.order.front() {
             match self.map.get(key) {
-                Some(e) if e.serial == *serial && e.until_ms > now_ms => return,
                 Some(e) if e.serial == *serial => {
+                    if !go(e, self.bytes) {
+                        return;
+                    }
                     let key = key.clone();
                     self.forget(&key);
                 }
@@ -372,10 +373,7 @@ impl Pending {
                 attempts.with(|a| a.remember(receive.queue, id, now_ms, remembered));
                 Ok(Next::Done(reply))
             }
-            _ => Err(SqsError::new(
-                "InternalError",
-                "the engine's reply does not match the request",
-            )),
+            _ => Err(messages::mismatch()),
         }
     }
 

@@ -487,7 +487,8 @@ fn sent_json(s: &Sent, outcome: &SendOutcome, batch: bool, fifo: bool) -> Value 
     Value::Object(out)
 }
 
-fn mismatch() -> SqsError {
+/// The error for an engine reply of another kind than the request's.
+pub(crate) fn mismatch() -> SqsError {
     SqsError::new(
         "InternalError",
         "the engine's reply does not match the request",

@@ -227,9 +227,9 @@ impl Shard {
 
     /// Records dedup key `key` of queue `inc` (its `hash` from the probe
     /// that did not find it) for message `id` until `until`, its memory
-    /// (`cost`) reserved already: released again when the table cannot
-    /// hold it. Arms the queue's dedup timer when it has none. Returns
-    /// whether it was recorded.
+    /// (`cost`) reserved already: released again for a key without a hash
+    /// (longer than a dedup key can be, never recorded). Arms the queue's
+    /// dedup timer when it has none. Returns whether it was recorded.
     pub(super) fn record_dedup(
         &mut self,
         inc: u32,
@@ -239,11 +239,11 @@ impl Shard {
         cost: u64,
         until: u64,
     ) -> bool {
-        let recorded = hash.and_then(|h| self.dedup.insert(inc, key, h, id, cost, until));
-        let Some(r) = recorded else {
+        let Some(hash) = hash else {
             self.memory.release(self.registry.memory(), cost);
             return false;
         };
+        let r = self.dedup.insert(inc, key, hash, id, cost, until);
         if r.freed > 0 {
             self.memory.release(self.registry.memory(), r.freed);
         }
