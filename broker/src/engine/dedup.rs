@@ -31,37 +31,26 @@ pub fn owner_shard(incarnation: u32, key: &[u8], shards: u16) -> u16 {
     (h.finish() % u64::from(shards)) as u16
 }
 
-/// Bytes of a table key: the queue incarnation (4, little-endian), then
-/// the dedup key.
-const TABLE_KEY_BYTES_MAX: usize = 4 + DEDUP_KEY_BYTES_MAX;
+/// Entries a queue's log holds at most, and bytes of keys: positions and
+/// key offsets are kept in 32 bits, wrapping. A queue at either bound
+/// records no more keys until some expire (no broker has the memory to
+/// reach them: 4 Gi entries are 160 GiB).
+const LOG_ENTRIES_MAX: u64 = 1 << 32;
+const LOG_ARENA_BYTES_MAX: usize = (1 << 32) - DEDUP_KEY_BYTES_MAX;
 
-/// A table key built on the stack, to hash a key without allocating.
-/// `None` for a dedup key above [`DEDUP_KEY_BYTES_MAX`] (never stored).
-fn table_key<'b>(
-    incarnation: u32,
-    key: &[u8],
-    buf: &'b mut [u8; TABLE_KEY_BYTES_MAX],
-) -> Option<&'b [u8]> {
-    let len = 4 + key.len();
-    let out = buf.get_mut(..len)?;
-    out[..4].copy_from_slice(&incarnation.to_le_bytes());
-    out[4..].copy_from_slice(key);
-    Some(out)
-}
-
-/// One recorded key, in its queue's log.
+/// One recorded key, in its queue's log: 40 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
-    /// The hash of its table key, under which the map finds it.
-    hash: u64,
     /// The message it recorded (a `MessageId`'s two halves: 8-byte
-    /// alignment keeps the entry at 48 bytes).
+    /// alignment keeps the entry small).
     id: [u64; 2],
     /// When the window ends (monotonic ns).
     until_ns: u64,
-    /// Where its key's bytes start in the log's arena (an absolute offset:
-    /// bytes ever appended before them).
-    key_at: u64,
+    /// The hash of its key, under which the map finds it.
+    hash: u32,
+    /// Where its key's bytes start in the log's arena: the low 32 bits of
+    /// an absolute offset (bytes ever appended before them).
+    key_at: u32,
     /// The memory it holds, to release when it goes.
     cost: u32,
     key_len: u8,
@@ -72,12 +61,11 @@ struct Entry {
 }
 
 /// One queue's entries in the order they were recorded (so in the order
-/// they end), their keys' bytes in one arena in the same order, and the
-/// timer that ends the window of the first. Entries and key bytes are
-/// appended at the back and dropped from the front: no allocation per key,
-/// and memory written in order.
+/// they end) and their keys' bytes in one arena in the same order.
+/// Entries and key bytes are appended at the back and dropped from the
+/// front: no allocation per key, and memory written in order.
 #[derive(Debug, Default)]
-struct QueueLog {
+struct Log {
     entries: VecDeque<Entry>,
     /// The position of `entries[0]` (entries ever dropped from the front).
     first: u64,
@@ -86,26 +74,43 @@ struct QueueLog {
     arena: Vec<u8>,
     arena_base: u64,
     arena_start: usize,
-    timer: Option<TimerId>,
 }
 
-impl QueueLog {
-    fn entry(&self, position: u64) -> Option<&Entry> {
-        let i = usize::try_from(position.checked_sub(self.first)?).ok()?;
-        self.entries.get(i)
+impl Log {
+    /// The entry whose position has `low` as its low 32 bits.
+    fn at(&self, low: u32) -> Option<&Entry> {
+        self.entries
+            .get(low.wrapping_sub(low32(self.first)) as usize)
     }
 
-    fn entry_mut(&mut self, position: u64) -> Option<&mut Entry> {
-        let i = usize::try_from(position.checked_sub(self.first)?).ok()?;
-        self.entries.get_mut(i)
+    fn at_mut(&mut self, low: u32) -> Option<&mut Entry> {
+        let first = low32(self.first);
+        self.entries.get_mut(low.wrapping_sub(first) as usize)
+    }
+
+    /// The position the next entry gets.
+    fn end(&self) -> u64 {
+        self.first + self.entries.len() as u64
+    }
+
+    /// Whether it can record no more keys (see [`LOG_ENTRIES_MAX`]).
+    fn full(&self) -> bool {
+        self.entries.len() as u64 >= LOG_ENTRIES_MAX || self.arena.len() >= LOG_ARENA_BYTES_MAX
     }
 
     /// The dedup key of `e` (an entry of this log).
     fn key_of(&self, e: &Entry) -> &[u8] {
-        let at = usize::try_from(e.key_at - self.arena_base).unwrap_or(usize::MAX);
+        let at = e.key_at.wrapping_sub(low32(self.arena_base)) as usize;
         self.arena
             .get(at..at + usize::from(e.key_len))
             .unwrap_or_default()
+    }
+
+    /// Appends an entry of `key`, whose other fields are `e`'s.
+    fn push(&mut self, key: &[u8], e: Entry) {
+        let key_at = low32(self.arena_base + self.arena.len() as u64);
+        self.arena.extend_from_slice(key);
+        self.entries.push_back(Entry { key_at, ..e });
     }
 
     /// Drops the first entry and its key's bytes.
@@ -124,23 +129,61 @@ impl QueueLog {
     }
 }
 
+/// A queue's dedup window: its log, the map that finds a live entry by
+/// key, and the timer that ends the window of the first entry.
+#[derive(Debug, Default)]
+struct QueueLog {
+    log: Log,
+    /// Each live entry as (its key's hash, the low 32 bits of its
+    /// position), found by hash and confirmed by the entry's key: 8 bytes a
+    /// key, and no hashing again as the table grows.
+    map: HashTable<(u32, u32)>,
+    timer: Option<TimerId>,
+}
+
+impl QueueLog {
+    /// The live entry of `key`, whose hash is `hash`.
+    fn find(&self, hash: u32, key: &[u8]) -> Option<&Entry> {
+        let log = &self.log;
+        let &(_, low) = self.map.find(spread(hash), |&(h, low)| {
+            h == hash && log.at(low).is_some_and(|e| log.key_of(e) == key)
+        })?;
+        log.at(low)
+    }
+}
+
+/// The low 32 bits of a position or an offset, as entries and the map keep
+/// them.
+fn low32(n: u64) -> u32 {
+    // Truncation is the point: the log's bounds keep 32 bits unambiguous.
+    n as u32
+}
+
+/// The 64-bit hash under which a map places a key whose hash is `h`: one
+/// multiplication spreads it, so that both the bucket (the low bits) and
+/// the tag the table keeps (the high bits) vary with it.
+fn spread(h: u32) -> u64 {
+    u64::from(h).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 /// A key looked up ([`DedupTable::probe`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Probe {
     /// Recorded, within its window: the message it recorded.
     Found(MessageId),
     /// Not recorded (or past its window): the hash that records it
-    /// ([`DedupTable::insert`]), or `None` for a key longer than a dedup key
-    /// can be, which is never recorded.
+    /// ([`DedupTable::insert`]), or `None` for a key that is never
+    /// recorded: longer than a dedup key can be, or for a queue whose log
+    /// is full (see [`LOG_ENTRIES_MAX`]).
     Absent(Option<KeyHash>),
 }
 
-/// The hash of a table key, computed once per send, and whether the table
-/// still held an entry of the key past its window when it was looked up
-/// (which recording it replaces; without one, it is inserted at once).
+/// The hash of a key, computed once per send, and whether the table still
+/// held an entry of the key past its window when it was looked up (which
+/// recording it replaces; without one, it is inserted at once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KeyHash {
-    hash: u64,
+    hash: u32,
     stale: bool,
 }
 
@@ -170,16 +213,12 @@ pub(crate) struct Expired {
 /// Each queue's entries expire in the order they were recorded (its window
 /// is the same for all of them, like retention for its messages), so they
 /// are a log per queue ([`QueueLog`]), with one timer for its first
-/// entry's end, rather than one per key. Should a queue's window shrink, a
-/// later entry can end before an earlier one: it is no longer found
-/// ([`DedupTable::probe`] looks at the end) and goes when the entries
-/// before it have.
+/// entry's end, rather than one per key, and a map of its own. Should a
+/// queue's window shrink, a later entry can end before an earlier one: it
+/// is no longer found ([`DedupTable::probe`] looks at the end) and goes
+/// when the entries before it have.
 #[derive(Debug, Default)]
 pub(crate) struct DedupTable {
-    /// Each live entry's hash, queue and position in its queue's log,
-    /// found by hash and confirmed by the entry's key. The hash is kept,
-    /// so the table grows without hashing a key again.
-    map: HashTable<(u64, u32, u64)>,
     /// SipHash with this process's random keys: the keys are the clients'.
     hasher: KeyedHash,
     queues: IndexMap<u32, QueueLog>,
@@ -189,27 +228,22 @@ impl DedupTable {
     /// Looks `key` up at `now_ns`: the id recorded for it within its
     /// window, or the hash to record it with.
     pub fn probe(&self, incarnation: u32, key: &[u8], now_ns: u64) -> Probe {
-        let mut buf = [0; TABLE_KEY_BYTES_MAX];
-        let Some(k) = table_key(incarnation, key, &mut buf) else {
+        if key.len() > DEDUP_KEY_BYTES_MAX {
             return Probe::Absent(None);
+        }
+        // 32 bits of the key's hash: a queue's map keeps no more.
+        let hash = low32(self.hasher.hash(key));
+        let Some(q) = self.queues.get(&incarnation) else {
+            return Probe::Absent(Some(KeyHash { hash, stale: false }));
         };
-        let hash = self.hasher.hash(k);
-        match self.find(hash, incarnation, key) {
+        match q.find(hash, key) {
             Some(e) if e.until_ns > now_ns => Probe::Found(id_of(e)),
+            _ if q.log.full() => Probe::Absent(None),
             found => Probe::Absent(Some(KeyHash {
                 hash,
                 stale: found.is_some(),
             })),
         }
-    }
-
-    /// The live entry of `key` in queue `incarnation`, whose hash is
-    /// `hash`.
-    fn find(&self, hash: u64, incarnation: u32, key: &[u8]) -> Option<&Entry> {
-        let &(_, _, position) = self.map.find(hash, |&(h, inc, position)| {
-            h == hash && inc == incarnation && key_at(&self.queues, inc, position) == Some(key)
-        })?;
-        self.queues.get(&incarnation)?.entry(position)
     }
 
     /// The id recorded for `key`, if it is within its window at `now_ns`.
@@ -238,10 +272,8 @@ impl DedupTable {
             key.len() <= DEDUP_KEY_BYTES_MAX,
             "a KeyHash of a key too long"
         );
-        let position = self
-            .queues
-            .get(&incarnation)
-            .map_or(0, |log| log.first + log.entries.len() as u64);
+        let QueueLog { log, map, .. } = self.queues.entry(incarnation).or_default();
+        let position = low32(log.end());
         // A key still here past its window (see the type's docs) gives
         // way: its entry is dead, skipped when expiry reaches it, and the
         // map's entry is the new one's. Without one when probed (the
@@ -249,37 +281,37 @@ impl DedupTable {
         let mut freed = 0;
         let mut replaced = false;
         if stale {
-            let queues = &mut self.queues;
-            if let Some(found) = self.map.find_mut(hash, |&(h, inc, p)| {
-                h == hash && inc == incarnation && key_at(queues, inc, p) == Some(key)
-            }) {
-                let old = core::mem::replace(&mut found.2, position);
+            let found = map.find_mut(spread(hash), |&(h, low)| {
+                h == hash && log.at(low).is_some_and(|e| log.key_of(e) == key)
+            });
+            if let Some(found) = found {
+                let old = core::mem::replace(&mut found.1, position);
                 replaced = true;
-                if let Some(e) = queues.get_mut(&incarnation).and_then(|l| l.entry_mut(old)) {
+                if let Some(e) = log.at_mut(old) {
                     e.live = false;
                     freed = u64::from(e.cost);
                 }
             }
         }
-        let log = self.queues.entry(incarnation).or_default();
         // A queue's timer runs while it has entries.
         let arm_at = log.entries.is_empty().then_some(until_ns);
-        let key_at = log.arena_base + log.arena.len() as u64;
-        log.arena.extend_from_slice(key);
-        log.entries.push_back(Entry {
-            hash,
-            // A u128's halves: the casts keep 64 bits each by design.
-            id: [id.0 as u64, (id.0 >> 64) as u64],
-            until_ns,
-            key_at,
-            cost: u32::try_from(cost).unwrap_or(u32::MAX),
-            // At most DEDUP_KEY_BYTES_MAX (128): `probe` hashes no longer key.
-            key_len: u8::try_from(key.len()).unwrap_or(u8::MAX),
-            live: true,
-        });
+        log.push(
+            key,
+            Entry {
+                // A u128's halves: the casts keep 64 bits each by design.
+                id: [id.0 as u64, (id.0 >> 64) as u64],
+                until_ns,
+                hash,
+                key_at: 0,
+                cost: u32::try_from(cost).unwrap_or(u32::MAX),
+                // At most DEDUP_KEY_BYTES_MAX (128): `probe` gives no hash
+                // for a longer key.
+                key_len: u8::try_from(key.len()).unwrap_or(u8::MAX),
+                live: true,
+            },
+        );
         if !replaced {
-            self.map
-                .insert_unique(hash, (hash, incarnation, position), |&(h, _, _)| h);
+            map.insert_unique(spread(hash), (hash, position), |&(h, _)| spread(h));
         }
         Recorded { freed, arm_at }
     }
@@ -295,23 +327,28 @@ impl DedupTable {
     /// from the first on, while their windows have ended.
     pub fn expire_due(&mut self, incarnation: u32, now_ns: u64) -> Expired {
         let mut freed = 0;
-        let Some(log) = self.queues.get_mut(&incarnation) else {
+        let Some(q) = self.queues.get_mut(&incarnation) else {
             return Expired {
                 freed,
                 next_at: None,
             };
         };
-        log.timer = None;
-        while let Some(e) = log.entries.front() {
+        q.timer = None;
+        while let Some(e) = q.log.entries.front() {
             if e.live && e.until_ns > now_ns {
                 return Expired {
                     freed,
                     next_at: Some(e.until_ns),
                 };
             }
-            let position = log.first;
-            if let Some(e) = log.pop_front().filter(|e| e.live) {
-                forget(&mut self.map, e.hash, incarnation, position);
+            let position = low32(q.log.first);
+            if let Some(e) = q.log.pop_front().filter(|e| e.live) {
+                let found = q
+                    .map
+                    .find_entry(spread(e.hash), |&(_, low)| low == position);
+                if let Ok(found) = found {
+                    found.remove();
+                }
                 freed += u64::from(e.cost);
             }
         }
@@ -325,34 +362,29 @@ impl DedupTable {
     /// Removes every entry of a deleted queue; returns its timer and their
     /// total cost.
     pub fn remove_queue(&mut self, incarnation: u32) -> (Option<TimerId>, u64) {
-        let Some(log) = self.queues.remove(&incarnation) else {
+        let Some(q) = self.queues.remove(&incarnation) else {
             return (None, 0);
         };
-        let mut cost = 0;
-        for (i, e) in log.entries.iter().enumerate() {
-            if e.live {
-                forget(&mut self.map, e.hash, incarnation, log.first + i as u64);
-                cost += u64::from(e.cost);
-            }
-        }
-        (log.timer, cost)
+        let live = q.log.entries.iter().filter(|e| e.live);
+        (q.timer, live.map(|e| u64::from(e.cost)).sum())
     }
 
     /// Every entry, each queue's in the order they were recorded:
     /// `(incarnation, dedup key, id, end of its window)`.
     pub fn entries(&self) -> impl Iterator<Item = (u32, &[u8], MessageId, u64)> + '_ {
-        self.queues.iter().flat_map(|(&inc, log)| {
-            log.entries
+        self.queues.iter().flat_map(|(&inc, q)| {
+            q.log
+                .entries
                 .iter()
                 .filter(|e| e.live)
-                .map(move |e| (inc, log.key_of(e), id_of(e), e.until_ns))
+                .map(move |e| (inc, q.log.key_of(e), id_of(e), e.until_ns))
         })
     }
 
     /// Entries held: the live ones, each found by one map entry.
     #[cfg(any(test, feature = "test-util"))]
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.queues.values().map(|q| q.map.len()).sum()
     }
 
     /// Timers the table's queues hold.
@@ -362,24 +394,8 @@ impl DedupTable {
     }
 }
 
-/// The dedup key of the entry at `position` of queue `incarnation`'s log.
-/// A function of the logs alone, so that the map can be searched (even
-/// mutably) while it reads them.
-fn key_at(queues: &IndexMap<u32, QueueLog>, incarnation: u32, position: u64) -> Option<&[u8]> {
-    let log = queues.get(&incarnation)?;
-    log.entry(position).map(|e| log.key_of(e))
-}
-
 fn id_of(e: &Entry) -> MessageId {
     MessageId(u128::from(e.id[0]) | u128::from(e.id[1]) << 64)
-}
-
-/// Removes the map's entry for the entry at `position` of queue
-/// `incarnation`, recorded under `hash`.
-fn forget(map: &mut HashTable<(u64, u32, u64)>, hash: u64, incarnation: u32, position: u64) {
-    if let Ok(found) = map.find_entry(hash, |&(_, inc, p)| inc == incarnation && p == position) {
-        found.remove();
-    }
 }
 
 #[cfg(test)]
@@ -533,7 +549,32 @@ mod tests {
             removed += t.remove_queue(q).1;
         }
         assert_eq!(removed, cost_held);
-        assert_eq!((t.len(), t.map.len()), (0, 0));
+        assert_eq!((t.len(), t.queues.len()), (0, 0));
+    }
+
+    #[test]
+    fn positions_and_key_offsets_wrap_past_32_bits() {
+        // A queue whose log has seen almost 2^32 entries and key bytes:
+        // its positions and offsets wrap in the 32 bits kept of them.
+        let mut t = DedupTable::default();
+        let mut q = QueueLog::default();
+        q.log.first = (1 << 32) - 2;
+        q.log.arena_base = (1 << 32) - 5;
+        t.queues.insert(9, q);
+        let keys: Vec<Vec<u8>> = (0..6u8).map(|i| vec![b'a' + i; 3]).collect();
+        for (i, k) in keys.iter().enumerate() {
+            ins(&mut t, 9, k, MessageId(i as u128), 1, 10 + i as u64);
+        }
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(t.lookup(9, k, 0), Some(MessageId(i as u128)), "key {i}");
+        }
+        // The first three end, across the wrap; the rest are still found.
+        assert_eq!(t.expire_due(9, 12).next_at, Some(13));
+        for (i, k) in keys.iter().enumerate() {
+            let want = (i >= 3).then_some(MessageId(i as u128));
+            assert_eq!(t.lookup(9, k, 0), want, "key {i}");
+        }
+        assert_eq!(t.len(), 3);
     }
 
     #[test]
