@@ -55,8 +55,8 @@ const RECEIVED_MESSAGE_HEAD: [(&str, usize); 7] = [
 pub const GROUP_FLAG: u8 = 0x80;
 
 /// A group id at the reader's position: its length (u8), then 1 to 128 of
-/// `!` to `~`.
-pub(crate) fn parse_group<'a>(r: &mut SliceReader<'a>) -> Result<&'a str, DecodeError> {
+/// `!` to `~`. Its bytes, checked (so they are ASCII).
+pub(crate) fn parse_group_bytes<'a>(r: &mut SliceReader<'a>) -> Result<&'a [u8], DecodeError> {
     let len = r.u8("group id length")?;
     let offset = r.offset();
     let g = r.take(len.into(), "group id")?;
@@ -67,8 +67,13 @@ pub(crate) fn parse_group<'a>(r: &mut SliceReader<'a>) -> Result<&'a str, Decode
             reason: "a group id is 1 to 128 printable ASCII characters ('!' to '~')",
         });
     }
-    // Checked ASCII just above.
-    Ok(core::str::from_utf8(g).unwrap_or_default())
+    Ok(g)
+}
+
+/// [`parse_group_bytes`] as a string.
+fn parse_group<'a>(r: &mut SliceReader<'a>) -> Result<&'a str, DecodeError> {
+    // Checked ASCII by the parse.
+    Ok(core::str::from_utf8(parse_group_bytes(r)?).unwrap_or_default())
 }
 
 /// A group id's wire form: its length byte and its bytes, or `TooLong` when
@@ -76,16 +81,16 @@ pub(crate) fn parse_group<'a>(r: &mut SliceReader<'a>) -> Result<&'a str, Decode
 /// Out of line: most messages have no group, and their encoding stays lean.
 #[cold]
 #[inline(never)]
-pub(crate) fn group_wire(g: &str) -> Result<(u8, &[u8]), EncodeError> {
+pub(crate) fn group_wire(g: &[u8]) -> Result<(u8, &[u8]), EncodeError> {
     let field = "group id (1 to 128 of '!' to '~')";
-    if !is_valid_group_id(g.as_bytes()) {
+    if !is_valid_group_id(g) {
         return Err(EncodeError::TooLong {
             field,
             len: g.len(),
             max: GROUP_ID_BYTES_MAX,
         });
     }
-    Ok((len_u8(g.len(), field)?, g.as_bytes()))
+    Ok((len_u8(g.len(), field)?, g))
 }
 
 /// A received message's fixed part when the message has a group: the flag
@@ -103,12 +108,17 @@ fn put_grouped_head(buf: &mut BytesMut, head: &mut [u8; RECEIVE_ENTRY_OVERHEAD_B
     buf.put_slice(g);
 }
 
+/// [`parse_group_bytes`] on bytes it accepted before.
+#[inline]
+pub(crate) fn read_group_bytes<'a>(r: &mut SliceReader<'a>) -> Option<&'a [u8]> {
+    let [len] = r.next_array::<1>()?;
+    r.next_slice(len.into())
+}
+
 /// [`parse_group`] on bytes it accepted before.
 #[inline]
-pub(crate) fn read_group<'a>(r: &mut SliceReader<'a>) -> Option<&'a str> {
-    let [len] = r.next_array::<1>()?;
-    let g = r.next_slice(len.into())?;
-    core::str::from_utf8(g).ok()
+fn read_group<'a>(r: &mut SliceReader<'a>) -> Option<&'a str> {
+    core::str::from_utf8(read_group_bytes(r)?).ok()
 }
 
 const fn head_bytes(fields: &[(&str, usize)]) -> usize {
@@ -302,7 +312,7 @@ impl ReceivedMessageRef<'_> {
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         match self.group {
             None => self.encode_with(buf, None),
-            Some(g) => self.encode_with(buf, Some(group_wire(g)?.1)),
+            Some(g) => self.encode_with(buf, Some(group_wire(g.as_bytes())?.1)),
         }
     }
 
@@ -846,7 +856,7 @@ mod tests {
         grouped.as_view().encode(&mut wire).unwrap();
         assert_eq!(wire[9], GROUP_FLAG, "no attributes, and the group flag");
         assert_eq!(&wire[10..14], b"\x03g-1");
-        assert_eq!(parse(&wire).unwrap().group, Some("g-1"));
+        assert_eq!(parse(&wire).unwrap().group, Some(&b"g-1"[..]));
         // Empty, a space, a byte above '~', 129 bytes: each refused, at the id.
         let mut long = wire[..10].to_vec();
         long.push(129);
@@ -880,7 +890,7 @@ mod tests {
         assert!(parse(&wire[..12]).is_err());
         // The encoder refuses an id no parser accepts.
         let bad = SendEntryRef {
-            group: Some("no spaces"),
+            group: Some(&b"no spaces"[..]),
             ..grouped.as_view()
         };
         assert!(bad.encode(&mut BytesMut::new()).is_err());

@@ -147,9 +147,9 @@ impl<K: Copy> Groups<K> {
     }
 
     /// The group named `name`, created if new.
-    fn find_or_create(&mut self, name: &str) -> GroupIndex {
-        let hash = self.hasher.hash(name.as_bytes());
-        match self.lookup(hash, name.as_bytes()) {
+    fn find_or_create(&mut self, name: &[u8]) -> GroupIndex {
+        let hash = self.hasher.hash(name);
+        match self.lookup(hash, name) {
             Some(g) => g,
             None => self.create(name, hash),
         }
@@ -179,7 +179,7 @@ impl<K: Copy> Groups<K> {
     /// waiting messages, in send order: at the back when sent after every
     /// other (a send), in its place otherwise (a message moved in from
     /// another queue, or loaded from a snapshot). Returns its group.
-    pub fn push(&mut self, name: &str, seq: u64, key: K) -> GroupIndex {
+    pub fn push(&mut self, name: &[u8], seq: u64, key: K) -> GroupIndex {
         let g = self.find_or_create(name);
         if let Some(group) = self.group_mut(g) {
             if group.waiting.back().is_none_or(|&(s, _)| s < seq) {
@@ -199,7 +199,7 @@ impl<K: Copy> Groups<K> {
     /// already, as if a take had handed it out: a message loaded from a
     /// snapshot in flight, or waiting out the backoff after a lease.
     /// Returns its group.
-    pub fn push_taken(&mut self, name: &str) -> GroupIndex {
+    pub fn push_taken(&mut self, name: &[u8]) -> GroupIndex {
         let g = self.find_or_create(name);
         if let Some(group) = self.group_mut(g) {
             group.in_flight += 1;
@@ -210,8 +210,8 @@ impl<K: Copy> Groups<K> {
         g
     }
 
-    fn create(&mut self, name: &str, hash: u64) -> GroupIndex {
-        let name = Bytes::copy_from_slice(name.as_bytes());
+    fn create(&mut self, name: &[u8], hash: u64) -> GroupIndex {
+        let name = Bytes::copy_from_slice(name);
         let group = Group {
             id: MessageGroupId::from_bytes(name.clone()).ok(),
             name,

@@ -3,7 +3,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{GROUP_FLAG, SEND_ENTRY_HEAD, USE_QUEUE_DEFAULT, group_wire, parse_group, read_group};
+use super::{
+    GROUP_FLAG, SEND_ENTRY_HEAD, USE_QUEUE_DEFAULT, group_wire, parse_group_bytes, read_group_bytes,
+};
 use crate::batch::{Batch, BatchEntry, BatchIter, share_slice};
 use crate::codec::{DecodeError, EncodeError, SliceReader, len_u8, len_u32};
 use crate::group_id::MessageGroupId;
@@ -101,7 +103,7 @@ impl SendEntry {
             delay_ms: self.delay.map(Millis::get),
             dedup_key: self.dedup_key.as_deref().filter(|k| !k.is_empty()),
             attributes: self.attributes.as_view(),
-            group: self.group.as_ref().map(MessageGroupId::as_str),
+            group: self.group.as_ref().map(|g| &g.as_bytes()[..]),
         }
     }
 
@@ -141,8 +143,12 @@ pub struct SendEntryRef<'a> {
     pub dedup_key: Option<&'a [u8]>,
     /// Attributes.
     pub attributes: AttributesRef<'a>,
-    /// Message group id (1 to 128 of `!` to `~`), if any.
-    pub group: Option<&'a str>,
+    /// Message group id, if any: its bytes, 1 to 128 of `!` to `~` (so
+    /// ASCII; checked when the entry was decoded, and again when it is
+    /// encoded). Bytes rather than a `&str`: a broker hashes and stores
+    /// them, and a UTF-8 check per entry would cost it more than the rest
+    /// of the id's handling.
+    pub group: Option<&'a [u8]>,
 }
 
 impl<'a> SendEntryRef<'a> {
@@ -154,7 +160,7 @@ impl<'a> SendEntryRef<'a> {
         delay_ms: u32,
         dedup_key: &'a [u8],
         attributes: AttributesRef<'a>,
-        group: Option<&'a str>,
+        group: Option<&'a [u8]>,
     ) -> SendEntryRef<'a> {
         SendEntryRef {
             body,
@@ -230,7 +236,7 @@ impl BatchEntry for SendEntry {
         let group = if attr_count & GROUP_FLAG == 0 {
             None
         } else {
-            Some(parse_group(r)?)
+            Some(parse_group_bytes(r)?)
         };
         let attr_count = attr_count & !GROUP_FLAG;
         let attributes = if attr_count == 0 {
@@ -258,7 +264,7 @@ impl BatchEntry for SendEntry {
         let group = if attr_count & GROUP_FLAG == 0 {
             None
         } else {
-            Some(read_group(r)?)
+            Some(read_group_bytes(r)?)
         };
         let attr_count = attr_count & !GROUP_FLAG;
         let attributes = if attr_count == 0 {
@@ -296,7 +302,7 @@ impl BatchEntry for SendEntry {
             // The view's id was checked when it was made.
             group: entry
                 .group
-                .and_then(|g| MessageGroupId::from_bytes(share_slice(buf, g.as_bytes())).ok()),
+                .and_then(|g| MessageGroupId::from_bytes(share_slice(buf, g)).ok()),
         }
     }
 }

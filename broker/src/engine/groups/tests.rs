@@ -36,9 +36,9 @@ fn names(g: &Groups<u64>, taken: &[(GroupIndex, u64, u64)]) -> Vec<String> {
 fn fifo_delivers_a_group_in_order_and_one_batch_at_a_time() {
     let mut g = Groups::new(GroupOrder::Fifo);
     for seq in 0..3 {
-        g.push("a", seq, seq);
+        g.push(b"a", seq, seq);
     }
-    g.push("b", 3, 3);
+    g.push(b"b", 3, 3);
     // Consecutive messages of "a", then "b".
     let first = take(&mut g, 2);
     assert_eq!(first.iter().map(|t| t.2).collect::<Vec<_>>(), [0, 1]);
@@ -59,7 +59,7 @@ fn fifo_delivers_a_group_in_order_and_one_batch_at_a_time() {
 fn returns_in_any_order_keep_send_order() {
     let mut g = Groups::new(GroupOrder::Fifo);
     for seq in 0..4 {
-        g.push("a", seq * 10, seq);
+        g.push(b"a", seq * 10, seq);
     }
     let taken = take(&mut g, 3);
     let a = taken[0].0;
@@ -75,10 +75,10 @@ fn returns_in_any_order_keep_send_order() {
 fn fair_groups_take_turns() {
     let mut g = Groups::new(GroupOrder::Fair);
     for seq in 0..100 {
-        g.push("noisy", seq, seq);
+        g.push(b"noisy", seq, seq);
     }
-    g.push("quiet1", 100, 100);
-    g.push("quiet2", 101, 101);
+    g.push(b"quiet1", 100, 100);
+    g.push(b"quiet2", 101, 101);
     let taken = take(&mut g, 4);
     assert_eq!(names(&g, &taken), ["noisy", "quiet1", "quiet2", "noisy"]);
     assert_eq!(g.groups_in_flight(), 3, "no lock, but counted");
@@ -87,9 +87,9 @@ fn fair_groups_take_turns() {
 #[test]
 fn gone_messages_are_skipped_and_empty_groups_forgotten() {
     let mut g = Groups::new(GroupOrder::Fifo);
-    g.push("a", 0, 0);
-    g.push("a", 1, 1);
-    g.push("b", 2, 2);
+    g.push(b"a", 0, 0);
+    g.push(b"a", 1, 1);
+    g.push(b"b", 2, 2);
     let mut out = Vec::new();
     g.take(
         10,
@@ -110,7 +110,7 @@ fn gone_messages_are_skipped_and_empty_groups_forgotten() {
     g.settled(out[1].0);
     assert!(g.is_empty() && g.groups_in_flight() == 0);
     // An index is reused once its group is gone.
-    let c = g.push("c", 3, 3);
+    let c = g.push(b"c", 3, 3);
     assert!(c <= 1, "{c}");
     assert_eq!(g.name(c), Some("c"));
 }
@@ -118,9 +118,9 @@ fn gone_messages_are_skipped_and_empty_groups_forgotten() {
 #[test]
 fn a_message_not_ready_holds_its_group_until_woken() {
     let mut g = Groups::new(GroupOrder::Fifo);
-    g.push("a", 0, 0);
-    g.push("a", 1, 1);
-    g.push("b", 2, 2);
+    g.push(b"a", 0, 0);
+    g.push(b"a", 1, 1);
+    g.push(b"b", 2, 2);
     let mut out = Vec::new();
     let not_yet = |k| {
         if k == 0 {
@@ -145,8 +145,8 @@ fn a_message_not_ready_holds_its_group_until_woken() {
     assert_eq!(out.iter().map(|t| t.2).collect::<Vec<_>>(), [0, 1]);
     // A message moved in with an earlier seq goes before the rest.
     let mut g = Groups::new(GroupOrder::Fifo);
-    g.push("a", 5, 5);
-    g.push("a", 3, 3);
+    g.push(b"a", 5, 5);
+    g.push(b"a", 3, 3);
     assert_eq!(
         take(&mut g, 10).iter().map(|t| t.2).collect::<Vec<_>>(),
         [3, 5]
@@ -225,7 +225,7 @@ fn run(order: GroupOrder, steps: &[Step]) {
         match *s {
             Step::Push(n) => {
                 let name = format!("g{n}");
-                g.push(&name, next_seq, next_seq);
+                g.push(name.as_bytes(), next_seq, next_seq);
                 group_of.insert(next_seq, name);
                 waiting.insert(next_seq);
                 next_seq += 1;
@@ -385,8 +385,8 @@ proptest! {
 #[test]
 fn a_message_pushed_in_flight_locks_its_group_until_back() {
     let mut g = Groups::new(GroupOrder::Fifo);
-    let a = g.push_taken("a");
-    g.push("a", 5, 5);
+    let a = g.push_taken(b"a");
+    g.push(b"a", 5, 5);
     assert_eq!(g.groups_in_flight(), 1);
     assert!(take(&mut g, 10).is_empty(), "a flies");
     g.returned(a, 2, 2);
@@ -399,9 +399,9 @@ fn a_message_pushed_in_flight_locks_its_group_until_back() {
 #[test]
 fn a_message_retaken_while_waiting_locks_its_fifo_group_until_back() {
     let mut g = Groups::new(GroupOrder::Fifo);
-    g.push("a", 0, 0);
-    g.push("a", 1, 1);
-    g.push("b", 2, 2);
+    g.push(b"a", 0, 0);
+    g.push(b"a", 1, 1);
+    g.push(b"b", 2, 2);
     let first = take(&mut g, 2);
     let a = first[0].0;
     assert_eq!(first.iter().map(|t| t.2).collect::<Vec<_>>(), [0, 1]);
@@ -422,8 +422,8 @@ fn a_message_retaken_while_waiting_locks_its_fifo_group_until_back() {
 #[test]
 fn a_fair_message_retaken_counts_in_flight_and_comes_back() {
     let mut g = Groups::new(GroupOrder::Fair);
-    g.push("a", 0, 0);
-    g.push("a", 1, 1);
+    g.push(b"a", 0, 0);
+    g.push(b"a", 1, 1);
     let a = g.find("a").unwrap();
     g.retaken(a, 0);
     // No lock: 1 is delivered while 0 flies, and 0 is not delivered twice.

@@ -47,7 +47,7 @@ impl Shard {
     // Out of line: a standard queue never calls it, and its callers on
     // the hot paths stay lean.
     #[inline(never)]
-    pub(super) fn enter_group(&mut self, p: u32, key: SlotKey, name: &str) {
+    pub(super) fn enter_group(&mut self, p: u32, key: SlotKey, name: &[u8]) {
         let visible = self
             .messages
             .get(key)
@@ -63,7 +63,7 @@ impl Shard {
     /// Makes the message at `key` of grouped partition `p` a member of
     /// group `name`: counted in flight by its group (`taken`), or waiting
     /// in it in send order. Charges its membership.
-    pub(super) fn add_member(&mut self, p: u32, key: SlotKey, name: &str, taken: bool) {
+    pub(super) fn add_member(&mut self, p: u32, key: SlotKey, name: &[u8], taken: bool) {
         let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
             return;
         };
@@ -108,7 +108,7 @@ impl Shard {
             .collect();
         held.sort_unstable_by_key(|&(seq, _)| seq);
         for (_, key) in held {
-            self.enter_group(p, key, "");
+            self.enter_group(p, key, b"");
         }
     }
 

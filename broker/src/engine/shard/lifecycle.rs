@@ -374,7 +374,7 @@ impl Shard {
             self.make_fair(to, Some(new_key));
         }
         if self.part(to).grouping.is_some() {
-            self.enter_group(to, new_key, group.as_deref().unwrap_or_default());
+            self.enter_group(to, new_key, group.as_deref().map_or(b"", str::as_bytes));
         }
         self.push_ready(to, new_key);
         self.arm_timer(new_key);

@@ -288,7 +288,7 @@ impl Shard {
         if self.part(p).grouping.is_none() {
             return;
         }
-        let name = name.unwrap_or_default();
+        let name = name.map_or(&b""[..], str::as_bytes);
         let delivered = self
             .messages
             .get(key)
