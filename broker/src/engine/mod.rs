@@ -33,6 +33,7 @@
 //! | `wheel.rs` | the hierarchical timing wheel |
 //! | `registry.rs` | queue metadata shared across shards |
 //! | `dedup.rs` | dedup windows and key ownership |
+//! | `group_members.rs` | where each message of a grouped partition stands in its group, by slot |
 //! | `groups.rs` | message groups of one queue: send order and the in-flight lock (FIFO queues), turns (fair queues) |
 //! | `memory.rs` | the memory budget |
 //! | `receipt_mac.rs` | the receipt MAC: signing and checking receipts |
@@ -49,6 +50,7 @@ mod bodies;
 pub mod cluster;
 pub mod dedup;
 pub mod error;
+mod group_members;
 mod groups;
 mod hashing;
 // The one `madvise` call; see the module's docs.

@@ -1,5 +1,5 @@
 //! One queue's partition on one shard: its counters, its ready and age
-//! FIFOs, its membership index and its long-poll waiters. Plain
+//! FIFOs, its message groups and its long-poll waiters. Plain
 //! single-threaded data; the shard ([`super::Shard`]) holds the logic.
 //!
 //! - `age` (sent here, in send order, so oldest first) and `moved` (moved in
@@ -33,14 +33,12 @@
 //!   messages, stale ones aside, and those are compacted away when they
 //!   outnumber the live ones.
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, VecDeque};
 
 use sluice_protocol::{QueueAttributes, QueueKind, QueueName, QueueStats};
 
 use super::block_deque::{BlockDeque, Spare};
-use super::groups::{GroupIndex, GroupOrder, Groups};
-use super::hashing::IndexMap;
+use super::groups::{GroupOrder, Groups};
 use super::limits::{FIFO_BLOCK_BYTES, FIFO_SLACK};
 use super::registry::QueueShared;
 use super::slab::SlotKey;
@@ -98,58 +96,19 @@ pub(crate) struct Partition {
     pub grouping: Option<Box<Grouping>>,
 }
 
-/// Where one message of a grouped partition stands in its group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Member {
-    /// The generation of the message's slot (the key's other half).
-    pub generation: u32,
-    pub group: GroupIndex,
-    /// Whether its group counts it in flight (taken, and not yet back or
-    /// settled).
-    pub taken: bool,
-}
-
-/// The groups of a partition that delivers through them, and each of its
-/// messages' place there. Every message of such a partition is a member,
-/// from its send (or move in) until it leaves.
+/// The groups of a partition that delivers through them. Every message of
+/// such a partition is a member of one, from its send (or move in) until it
+/// leaves; the shard keeps where each stands
+/// ([`super::group_members::GroupMembers`]).
 #[derive(Debug)]
 pub(crate) struct Grouping {
     pub groups: Groups<SlotKey>,
-    /// By slot.
-    pub members: IndexMap<u32, Member>,
 }
 
 impl Grouping {
     pub fn new(order: GroupOrder) -> Grouping {
         Grouping {
             groups: Groups::new(order),
-            members: IndexMap::default(),
-        }
-    }
-
-    /// The member at `key`, if it is one.
-    pub fn member(&self, key: SlotKey) -> Option<Member> {
-        self.members
-            .get(&key.slot)
-            .copied()
-            .filter(|m| m.generation == key.generation)
-    }
-
-    /// Removes the member at `key`, if it is one: one lookup.
-    pub fn remove_member(&mut self, key: SlotKey) -> Option<Member> {
-        match self.members.entry(key.slot) {
-            Entry::Occupied(e) if e.get().generation == key.generation => Some(e.remove()),
-            _ => None,
-        }
-    }
-
-    /// Records whether the member at `key` (if it is one) counts in flight
-    /// in its group.
-    pub fn set_taken(&mut self, key: SlotKey, taken: bool) {
-        if let Some(m) = self.members.get_mut(&key.slot) {
-            if m.generation == key.generation {
-                m.taken = taken;
-            }
         }
     }
 }

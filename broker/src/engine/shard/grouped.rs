@@ -29,8 +29,9 @@ use sluice_protocol::ReceivedMessage;
 use super::lease::{LeaseBatch, ReplyBudget, Take, Took};
 use super::{GROUP_MEMBER_BYTES, Shard};
 use crate::engine::dedup::owner_shard;
+use crate::engine::group_members::Member;
 use crate::engine::groups::{GroupIndex, GroupOrder, Readiness};
-use crate::engine::partition::{Grouping, Member, Partition};
+use crate::engine::partition::{Grouping, Partition};
 use crate::engine::slab::SlotKey;
 use crate::engine::stored_message::MessageState;
 
@@ -75,14 +76,7 @@ impl Shard {
         } else {
             grouping.groups.push(name, seq, key)
         };
-        grouping.members.insert(
-            key.slot,
-            Member {
-                generation: key.generation,
-                group,
-                taken,
-            },
-        );
+        self.grouped.members.insert(key, Member { group, taken });
         self.memory
             .charge(self.registry.memory(), GROUP_MEMBER_BYTES);
     }
@@ -122,7 +116,7 @@ impl Shard {
         let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
             return;
         };
-        let Some(member) = grouping.remove_member(key) else {
+        let Some(member) = self.grouped.members.remove(key) else {
             return;
         };
         if member.taken {
@@ -141,12 +135,15 @@ impl Shard {
     // the hot paths stay lean.
     #[inline(never)]
     pub(super) fn group_visible(&mut self, p: u32, key: SlotKey) {
-        let Some((seq, grouping, member)) = self.grouped_member(p, key) else {
+        let Some((seq, member)) = self.grouped_member(key) else {
+            return;
+        };
+        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
             return;
         };
         if member.taken {
             grouping.groups.returned(member.group, seq, key);
-            grouping.set_taken(key, false);
+            self.grouped.members.set_taken(key, false);
         } else {
             grouping.groups.wake(member.group);
         }
@@ -159,12 +156,15 @@ impl Shard {
     // Out of line: a standard queue never calls it.
     #[inline(never)]
     pub(super) fn group_leased_again(&mut self, p: u32, key: SlotKey) {
-        let Some((seq, grouping, member)) = self.grouped_member(p, key) else {
+        let Some((seq, member)) = self.grouped_member(key) else {
+            return;
+        };
+        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
             return;
         };
         if !member.taken {
             grouping.groups.retaken(member.group, seq);
-            grouping.set_taken(key, true);
+            self.grouped.members.set_taken(key, true);
         }
     }
 
@@ -186,7 +186,7 @@ impl Shard {
     /// `p`.
     pub(super) fn group_name(&self, p: u32, key: SlotKey) -> Option<Box<str>> {
         let grouping = self.part(p).grouping.as_ref()?;
-        let member = grouping.member(key)?;
+        let member = self.grouped.members.get(key)?;
         grouping.groups.name(member.group).map(Box::from)
     }
 
@@ -233,7 +233,7 @@ impl Shard {
         out: &mut Vec<ReceivedMessage>,
     ) -> bool {
         let p = batch.p;
-        let mut taken = core::mem::take(&mut self.scratch_taken);
+        let mut taken = core::mem::take(&mut self.grouped.taken);
         taken.clear();
         let mut aside = Vec::new();
         {
@@ -253,13 +253,14 @@ impl Shard {
                 &mut taken,
                 &mut aside,
             );
+            let members = &mut self.grouped.members;
             for &(_, _, key) in &taken {
-                grouping.set_taken(key, true);
+                members.set_taken(key, true);
             }
             // A fair queue's message that is not visible is set aside, and
             // back in its group when it is (`group_visible`).
             for &(_, key) in &aside {
-                grouping.set_taken(key, true);
+                members.set_taken(key, true);
             }
         }
         let mut at = 0;
@@ -285,7 +286,7 @@ impl Shard {
         let all_fitted = at == taken.len();
         // What did not fit the reply goes back to its group.
         self.give_back(p, &taken[at..]);
-        self.scratch_taken = taken;
+        self.grouped.taken = taken;
         dead_lettered && all_fitted
     }
 
@@ -295,20 +296,18 @@ impl Shard {
         };
         for &(g, seq, key) in taken {
             grouping.groups.returned(g, seq, key);
-            grouping.set_taken(key, false);
+            self.grouped.members.set_taken(key, false);
         }
     }
 }
 
 impl Shard {
-    /// The message at `key` of grouped partition `p`: its place in the
-    /// queue's send order, the partition's groups and its membership, when
-    /// it is a member.
-    fn grouped_member(&mut self, p: u32, key: SlotKey) -> Option<(u64, &mut Grouping, Member)> {
+    /// The message at `key` of a grouped partition: its place in the
+    /// queue's send order and its membership, when it is a member.
+    fn grouped_member(&self, key: SlotKey) -> Option<(u64, Member)> {
         let seq = self.messages.get(key)?.seq.get();
-        let grouping = grouping_mut(&mut self.partitions, p)?;
-        let member = grouping.member(key)?;
-        Some((seq, grouping, member))
+        let member = self.grouped.members.get(key)?;
+        Some((seq, member))
     }
 }
 

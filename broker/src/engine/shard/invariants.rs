@@ -237,6 +237,22 @@ impl Shard {
             self.check_grouping(i as u32, part)?;
             self.check_waiters(part)?;
         }
+        // Each grouped partition's messages are members (`check_grouping`),
+        // and the members are no more than them.
+        let grouped: u64 = self
+            .partitions
+            .iter()
+            .flatten()
+            .filter(|part| part.grouping.is_some())
+            .map(|part| part.live())
+            .sum();
+        if grouped != self.grouped.members.len() as u64 {
+            return Err(format!(
+                "shard {} holds {grouped} messages of grouped queues but {} group members",
+                self.id,
+                self.grouped.members.len()
+            ));
+        }
         Ok(())
     }
 
@@ -248,21 +264,15 @@ impl Shard {
         let Some(grouping) = &part.grouping else {
             return Ok(());
         };
-        if grouping.members.len() as u64 != part.live() {
-            return Err(format!(
-                "{} holds {} messages on shard {} but {} group members",
-                part.name,
-                part.live(),
-                self.id,
-                grouping.members.len()
-            ));
-        }
-        let mut listed = Vec::with_capacity(grouping.members.len());
-        for (&slot, member) in &grouping.members {
-            let key = SlotKey {
-                slot,
-                generation: member.generation,
-            };
+        let keys = self.members(p);
+        let mut listed = Vec::with_capacity(keys.len());
+        for key in keys {
+            let member = self.grouped.members.get(key).ok_or_else(|| {
+                format!(
+                    "{key:?} of {} on shard {} is no group member",
+                    part.name, self.id
+                )
+            })?;
             let m = self
                 .messages
                 .get(key)

@@ -89,13 +89,13 @@ use self::receive::PendingReceive;
 use super::bodies::Bodies;
 use super::dedup::DedupTable;
 use super::error::{EngineError, EntryError};
-use super::groups::GroupIndex;
+use super::group_members::{GroupSide, MEMBER_BYTES};
 use super::limits::{FIFO_SPARE_BLOCKS_MAX, RESULT_POOL_MAX};
 use super::memory::ShardMemory;
 use super::mesh::doorbell::ShardLinks;
 use super::mesh::shard_msg::{ReceiptAction, ShardMsg};
 use super::ops::{LeaseObserver, Op, OpResult};
-use super::partition::{AgeSpare, Member, Partition, READY_ENTRY_BYTES, ReadySpare};
+use super::partition::{AgeSpare, Partition, READY_ENTRY_BYTES, ReadySpare};
 use super::random::Rng;
 use super::registry::Registry;
 use super::slab::{Slab, SlotKey};
@@ -122,8 +122,7 @@ pub const EXT_BYTES: u64 =
 pub const LEASE_BYTES: u64 = size_of::<Lease>() as u64;
 /// Bytes charged on top for each message of a FIFO queue: its place among
 /// its group's waiting messages and its membership entry (`grouped.rs`).
-pub const GROUP_MEMBER_BYTES: u64 =
-    (size_of::<(u64, SlotKey)>() + size_of::<(u32, Member)>() + size_of::<u64>()) as u64;
+pub const GROUP_MEMBER_BYTES: u64 = (size_of::<(u64, SlotKey)>() + MEMBER_BYTES) as u64;
 
 /// How one shard is set up. The number of shards, the memory budget and the
 /// run's keys come from the [`Registry`].
@@ -254,8 +253,8 @@ pub struct Shard {
     results: ResultPool,
     /// Scratch list of requests (waiters to serve), reused.
     scratch_reqs: Vec<u64>,
-    /// What a grouped partition's groups hand a receive (`grouped.rs`).
-    scratch_taken: Vec<(GroupIndex, u64, SlotKey)>,
+    /// Grouped partitions' members, and what their groups hand a receive.
+    grouped: GroupSide,
     wheel: TimerWheel<TimerEvent>,
     dedup: DedupTable,
     rng: Rng,
@@ -349,7 +348,7 @@ impl Shard {
             age_spare: AgeSpare::new(FIFO_SPARE_BLOCKS_MAX),
             results: ResultPool::new(),
             scratch_reqs: Vec::new(),
-            scratch_taken: Vec::new(),
+            grouped: GroupSide::default(),
             wheel: TimerWheel::new(now_ns),
             dedup: DedupTable::default(),
             rng: Rng::new(config.seed),

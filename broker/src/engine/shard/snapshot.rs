@@ -179,14 +179,12 @@ impl Shard {
         let now_ns = now_ns.max(self.now_ns);
         let partitions = self.partitions.iter().filter(|p| p.is_some()).count() as u64;
         // A FIFO queue's message: its group's name and its length.
-        let groups: u64 = self
-            .partitions
-            .iter()
-            .flatten()
-            .filter_map(|p| p.grouping.as_ref())
-            .flat_map(|g| {
-                g.members
-                    .values()
+        let groups: u64 = (0..self.partitions.len() as u32)
+            .filter_map(|p| Some((p, self.partitions[p as usize].as_ref()?.grouping.as_ref()?)))
+            .flat_map(|(p, g)| {
+                let members = self.members(p).into_iter();
+                members
+                    .filter_map(|key| self.grouped.members.get(key))
                     .map(|m| 1 + g.groups.name(m.group).map_or(0, str::len) as u64)
             })
             .sum();
