@@ -14,7 +14,12 @@
 //!   turn, so a group with a large backlog delays the others by at most
 //!   one message per group and turn.
 //!
-//! A group exists while it holds a waiting or in-flight message. Waiting
+//! A group exists while it holds a waiting or in-flight message, and for a
+//! while after, idle: a group that empties and fills again (the common
+//! case) is found as it was, with its buffer, instead of rebuilt. Idle
+//! groups are kept up to as many as the groups that hold messages (and at
+//! least [`IDLE_GROUPS_MIN`]); beyond that the one idle longest is
+//! forgotten, so memory stays bounded by the messages. Waiting
 //! messages are removed lazily: a message dropped while waiting (retention,
 //! purge) stays in its group until a [`Groups::take`] meets it and the
 //! caller's check says it is gone, as in the partition's FIFOs. A waiting
@@ -60,6 +65,12 @@ pub(crate) enum Readiness {
 /// (a message's record keeps it, to report its return or its end).
 pub(crate) type GroupIndex = u32;
 
+/// Idle groups a queue keeps at least (see the module docs).
+pub(crate) const IDLE_GROUPS_MIN: usize = 64;
+
+/// Waiting messages an idle group keeps room for; a larger buffer goes.
+const IDLE_WAITING_CAPACITY_MAX: usize = 64;
+
 #[derive(Debug)]
 struct Group<K> {
     /// Its name's bytes (UTF-8: a `&str` made them).
@@ -77,6 +88,9 @@ struct Group<K> {
     in_turn: bool,
     /// Whether its first waiting message cannot be delivered yet.
     asleep: bool,
+    /// Whether it holds nothing (and is in `Groups::idle`, under `stamp`).
+    idle: bool,
+    stamp: u32,
 }
 
 /// The groups of one queue (see the module docs).
@@ -93,6 +107,14 @@ pub(crate) struct Groups<K> {
     turn: VecDeque<GroupIndex>,
     /// Groups with a message in flight.
     groups_in_flight: usize,
+    /// Idle groups, the longest idle first, each with the stamp it went
+    /// idle under; an entry whose group was used again since (its stamp
+    /// moved on, or it is no longer idle) is stale and skipped.
+    idle: VecDeque<(GroupIndex, u32)>,
+    /// Groups idle now.
+    idle_groups: usize,
+    /// The stamp the last group to go idle got.
+    stamp: u32,
 }
 
 impl<K: Copy> Groups<K> {
@@ -106,6 +128,9 @@ impl<K: Copy> Groups<K> {
             free: Vec::new(),
             turn: VecDeque::new(),
             groups_in_flight: 0,
+            idle: VecDeque::new(),
+            idle_groups: 0,
+            stamp: 0,
         }
     }
 
@@ -117,13 +142,19 @@ impl<K: Copy> Groups<K> {
     /// Groups that hold a waiting or in-flight message.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.index.len() - self.idle_groups
     }
 
     /// Whether no group holds a message.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.len() == 0
+    }
+
+    /// Groups kept idle, and the entries of the idle list.
+    #[cfg(test)]
+    pub fn idle_counts(&self) -> (usize, usize) {
+        (self.idle_groups, self.idle.len())
     }
 
     /// Groups with a message in flight (a FIFO queue's locked groups).
@@ -146,13 +177,19 @@ impl<K: Copy> Groups<K> {
             .map(|&(_, g)| g)
     }
 
-    /// The group named `name`, created if new.
+    /// The group named `name`, created if new (and no longer idle).
     fn find_or_create(&mut self, name: &[u8]) -> GroupIndex {
         let hash = self.hasher.hash(name);
-        match self.lookup(hash, name) {
-            Some(g) => g,
-            None => self.create(name, hash),
+        let Some(g) = self.lookup(hash, name) else {
+            return self.create(name, hash);
+        };
+        if let Some(group) = self.group_mut(g) {
+            if group.idle {
+                group.idle = false;
+                self.idle_groups -= 1;
+            }
         }
+        g
     }
 
     /// The name of group `g`.
@@ -220,6 +257,8 @@ impl<K: Copy> Groups<K> {
             in_flight: 0,
             in_turn: false,
             asleep: false,
+            idle: false,
+            stamp: 0,
         };
         let g = match self.free.pop() {
             Some(g) => {
@@ -320,7 +359,7 @@ impl<K: Copy> Groups<K> {
             }
             taken += took;
             self.offer(g);
-            self.forget_if_empty(g);
+            self.idle_if_empty(g);
         }
     }
 
@@ -370,7 +409,7 @@ impl<K: Copy> Groups<K> {
     pub fn settled(&mut self, g: GroupIndex) {
         self.leave_flight(g);
         self.offer(g);
-        self.forget_if_empty(g);
+        self.idle_if_empty(g);
     }
 
     fn leave_flight(&mut self, g: GroupIndex) {
@@ -426,19 +465,55 @@ impl<K: Copy> Groups<K> {
         Ok(())
     }
 
-    /// Frees group `g` once it holds nothing.
-    fn forget_if_empty(&mut self, g: GroupIndex) {
-        let empty = self
-            .group(g)
-            .is_some_and(|group| group.waiting.is_empty() && group.in_flight == 0);
-        if !empty {
+    /// Makes group `g` idle once it holds nothing, and forgets the groups
+    /// idle longest beyond those kept (see the module docs).
+    fn idle_if_empty(&mut self, g: GroupIndex) {
+        let stamp = self.stamp.wrapping_add(1);
+        let Some(group) = self.group_mut(g) else {
+            return;
+        };
+        if group.idle || !group.waiting.is_empty() || group.in_flight > 0 {
             return;
         }
+        group.idle = true;
+        group.stamp = stamp;
+        if group.waiting.capacity() > IDLE_WAITING_CAPACITY_MAX {
+            group.waiting = VecDeque::new();
+        }
+        self.stamp = stamp;
+        self.idle.push_back((g, stamp));
+        self.idle_groups += 1;
+        let keep = (self.index.len() - self.idle_groups).max(IDLE_GROUPS_MIN);
+        while self.idle_groups > keep {
+            let Some((g, stamp)) = self.idle.pop_front() else {
+                break;
+            };
+            if self.is_idle(g, stamp) {
+                self.forget(g);
+            }
+        }
+        // Stale entries: at most as many as the live ones, and a few.
+        if self.idle.len() > 2 * self.idle_groups + IDLE_GROUPS_MIN {
+            let mut idle = core::mem::take(&mut self.idle);
+            idle.retain(|&(g, stamp)| self.is_idle(g, stamp));
+            self.idle = idle;
+        }
+    }
+
+    /// Whether group `g` is idle under `stamp`.
+    fn is_idle(&self, g: GroupIndex, stamp: u32) -> bool {
+        self.group(g)
+            .is_some_and(|group| group.idle && group.stamp == stamp)
+    }
+
+    /// Forgets idle group `g`.
+    fn forget(&mut self, g: GroupIndex) {
         if let Some(group) = self.groups[g as usize].take() {
             if let Ok(found) = self.index.find_entry(group.hash, |&(_, i)| i == g) {
                 found.remove();
             }
             self.free.push(g);
+            self.idle_groups -= 1;
         }
     }
 }

@@ -1,11 +1,11 @@
 //! The groups against a model: FIFO order and lock, fair turns, nothing
-//! lost or delivered twice, empty groups forgotten.
+//! lost or delivered twice, empty groups idle and then forgotten.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
-use super::{GroupIndex, GroupOrder, Groups, Readiness};
+use super::{GroupIndex, GroupOrder, Groups, IDLE_GROUPS_MIN, Readiness};
 
 /// Takes up to `max` with every message ready.
 fn take(g: &mut Groups<u64>, max: usize) -> Vec<(GroupIndex, u64, u64)> {
@@ -85,7 +85,7 @@ fn fair_groups_take_turns() {
 }
 
 #[test]
-fn gone_messages_are_skipped_and_empty_groups_forgotten() {
+fn gone_messages_are_skipped_and_empty_groups_go_idle() {
     let mut g = Groups::new(GroupOrder::Fifo);
     g.push(b"a", 0, 0);
     g.push(b"a", 1, 1);
@@ -106,13 +106,57 @@ fn gone_messages_are_skipped_and_empty_groups_forgotten() {
     assert_eq!(out.iter().map(|t| t.2).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(g.len(), 2);
     g.settled(out[0].0);
-    assert_eq!(g.find("a"), None, "nothing left of a");
+    assert_eq!(g.len(), 1, "nothing left of a");
+    assert_eq!(g.idle_counts(), (1, 1));
     g.settled(out[1].0);
     assert!(g.is_empty() && g.groups_in_flight() == 0);
-    // An index is reused once its group is gone.
-    let c = g.push(b"c", 3, 3);
-    assert!(c <= 1, "{c}");
-    assert_eq!(g.name(c), Some("c"));
+    // An idle group is found again as it was, and delivers.
+    let a = g.find("a").expect("a is idle, not forgotten");
+    assert_eq!(g.push(b"a", 3, 3), a);
+    assert_eq!((g.len(), g.idle_counts().0), (1, 1));
+    assert_eq!(take(&mut g, 10), [(a, 3, 3)]);
+}
+
+#[test]
+fn idle_groups_are_bounded_by_the_busy_ones() {
+    // 1,000 groups of one message each, delivered and settled one by one:
+    // each goes idle, and the idle ones are kept only up to the minimum
+    // (no group holds a message), the longest idle forgotten first.
+    let mut g = Groups::new(GroupOrder::Fifo);
+    for i in 0..1_000u64 {
+        let gi = g.push(format!("g{i}").as_bytes(), i, i);
+        assert_eq!(take(&mut g, 1), [(gi, i, i)]);
+        g.settled(gi);
+        let (idle, listed) = g.idle_counts();
+        assert!(idle <= IDLE_GROUPS_MIN, "{idle} idle at {i}");
+        assert!(
+            listed <= 2 * idle + IDLE_GROUPS_MIN,
+            "{listed} listed at {i}"
+        );
+    }
+    assert_eq!(g.idle_counts().0, IDLE_GROUPS_MIN);
+    assert_eq!(g.find("g0"), None, "idle longest: forgotten");
+    assert!(g.find("g999").is_some(), "idle last: kept");
+    // With a message in flight in each of 500 groups, as many idle ones
+    // are kept.
+    for i in 0..500u64 {
+        let gi = g.push(format!("h{i}").as_bytes(), 1_000 + i, 1_000 + i);
+        assert_eq!(take(&mut g, 1), [(gi, 1_000 + i, 1_000 + i)]);
+    }
+    for i in 0..500u64 {
+        let gi = g.push(format!("k{i}").as_bytes(), 2_000 + i, 2_000 + i);
+        assert_eq!(take(&mut g, 1), [(gi, 2_000 + i, 2_000 + i)]);
+        g.settled(gi);
+    }
+    assert_eq!(g.len(), 500);
+    assert_eq!(g.idle_counts().0, 500);
+    // Groups flipping between idle and busy leave no pile of stale entries.
+    for round in 0..2_000u64 {
+        let gi = g.push(b"k499", 3_000 + round, 3_000 + round);
+        assert_eq!(take(&mut g, 1), [(gi, 3_000 + round, 3_000 + round)]);
+        g.settled(gi);
+        assert!(g.idle_counts().1 <= 2 * g.idle_counts().0 + IDLE_GROUPS_MIN);
+    }
 }
 
 #[test]
