@@ -80,6 +80,15 @@ impl<T: Copy + Default, const N: usize> BlockDeque<T, N> {
         }
     }
 
+    /// An empty FIFO whose first push takes position `head`.
+    #[cfg(test)]
+    pub fn starting_at(head: u64) -> BlockDeque<T, N> {
+        BlockDeque {
+            head,
+            ..BlockDeque::new()
+        }
+    }
+
     /// Entries held.
     pub fn len(&self) -> usize {
         self.len
@@ -159,6 +168,16 @@ impl<T: Copy + Default, const N: usize> BlockDeque<T, N> {
     pub fn get(&self, pos: u64) -> Option<T> {
         let i = pos.checked_sub(self.head)?;
         (i < self.len as u64).then(|| self.at(i as usize))
+    }
+
+    /// The entry at position `pos`, if held, to change in place.
+    pub fn get_mut(&mut self, pos: u64) -> Option<&mut T> {
+        let i = pos.checked_sub(self.head)?;
+        if i >= self.len as u64 {
+            return None;
+        }
+        let k = self.first + i as usize;
+        Some(&mut self.blocks[k / N][k % N])
     }
 
     /// Every entry from position `pos` on (from the front when `pos` lies
@@ -283,7 +302,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn behaves_like_a_vecdeque(ops in prop::collection::vec(0u8..6, 0..300)) {
+        fn behaves_like_a_vecdeque(ops in prop::collection::vec(0u8..7, 0..300)) {
             let mut spare = Spare::<u32, 3>::new(2);
             let mut f = BlockDeque::<u32, 3>::new();
             let mut model: VecDeque<u32> = VecDeque::new();
@@ -314,9 +333,22 @@ mod tests {
                         model.retain(|&x| x % 2 == 0);
                         prop_assert_eq!(got, model_head + before as u64);
                     }
-                    _ => {
+                    5 => {
                         let pos = model_head + model.len() as u64 / 3;
                         prop_assert_eq!(f.get(pos), model.get(model.len() / 3).copied());
+                    }
+                    _ => {
+                        // Changes in place; past the end, nothing.
+                        let i = model.len() * 2 / 3;
+                        let pos = model_head + i as u64;
+                        if let Some(x) = f.get_mut(pos) {
+                            *x += 1_000;
+                        }
+                        if let Some(x) = model.get_mut(i) {
+                            *x += 1_000;
+                        }
+                        prop_assert_eq!(f.get_mut(model_head + model.len() as u64), None);
+                        prop_assert_eq!(f.get_mut(model_head.wrapping_sub(1)), None);
                     }
                 }
                 prop_assert_eq!(f.len(), model.len());

@@ -9,7 +9,6 @@
 //! entries, which end in the order they were recorded.
 
 use core::hash::Hasher;
-use std::collections::VecDeque;
 
 use hashbrown::HashTable;
 
@@ -17,6 +16,7 @@ use siphasher::sip::SipHasher13;
 use sluice_protocol::MessageId;
 use sluice_protocol::limits::DEDUP_KEY_BYTES_MAX;
 
+use super::block_deque::{BlockDeque, Spare};
 use super::hashing::{IndexMap, KeyedHash};
 use super::wheel::TimerId;
 
@@ -38,8 +38,16 @@ pub fn owner_shard(incarnation: u32, key: &[u8], shards: u16) -> u16 {
 const LOG_ENTRIES_MAX: u64 = 1 << 32;
 const LOG_ARENA_BYTES_MAX: usize = (1 << 32) - DEDUP_KEY_BYTES_MAX;
 
+/// Entries in a block of a queue's log (40 KiB).
+const LOG_BLOCK: usize = 1024;
+
+/// Blocks of emptied logs the table keeps for the next that grows (2.5 MiB).
+const LOG_SPARE_BLOCKS: usize = 64;
+
+type LogSpare = Spare<Entry, LOG_BLOCK>;
+
 /// One recorded key, in its queue's log: 40 bytes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Entry {
     /// The message it recorded (a `MessageId`'s two halves: 8-byte
     /// alignment keeps the entry small).
@@ -63,12 +71,13 @@ struct Entry {
 /// One queue's entries in the order they were recorded (so in the order
 /// they end) and their keys' bytes in one arena in the same order.
 /// Entries and key bytes are appended at the back and dropped from the
-/// front: no allocation per key, and memory written in order.
+/// front: no allocation per key, and memory written in order. The entries
+/// sit in fixed blocks ([`BlockDeque`]): a log that grows allocates a block
+/// at a time (from the table's spare blocks first) and never copies what it
+/// holds, as a doubling buffer would, with 5 minutes of keys in it.
 #[derive(Debug, Default)]
 struct Log {
-    entries: VecDeque<Entry>,
-    /// The position of `entries[0]` (entries ever dropped from the front).
-    first: u64,
+    entries: BlockDeque<Entry, LOG_BLOCK>,
     /// Key bytes; `arena[i]` is the byte at absolute offset
     /// `arena_base + i`. Bytes before `arena_start` are dropped.
     arena: Vec<u8>,
@@ -77,20 +86,26 @@ struct Log {
 }
 
 impl Log {
+    /// The position of the entry whose position has `low` as its low 32
+    /// bits, if it is one of the log's.
+    fn position(&self, low: u32) -> u64 {
+        let head = self.entries.head();
+        head + u64::from(low.wrapping_sub(low32(head)))
+    }
+
     /// The entry whose position has `low` as its low 32 bits.
-    fn at(&self, low: u32) -> Option<&Entry> {
-        self.entries
-            .get(low.wrapping_sub(low32(self.first)) as usize)
+    fn at(&self, low: u32) -> Option<Entry> {
+        self.entries.get(self.position(low))
     }
 
     fn at_mut(&mut self, low: u32) -> Option<&mut Entry> {
-        let first = low32(self.first);
-        self.entries.get_mut(low.wrapping_sub(first) as usize)
+        let position = self.position(low);
+        self.entries.get_mut(position)
     }
 
     /// The position the next entry gets.
     fn end(&self) -> u64 {
-        self.first + self.entries.len() as u64
+        self.entries.end()
     }
 
     /// Whether it can record no more keys (see [`LOG_ENTRIES_MAX`]).
@@ -107,16 +122,15 @@ impl Log {
     }
 
     /// Appends an entry of `key`, whose other fields are `e`'s.
-    fn push(&mut self, key: &[u8], e: Entry) {
+    fn push(&mut self, key: &[u8], e: Entry, spare: &mut LogSpare) {
         let key_at = low32(self.arena_base + self.arena.len() as u64);
         self.arena.extend_from_slice(key);
-        self.entries.push_back(Entry { key_at, ..e });
+        self.entries.push_back(Entry { key_at, ..e }, spare);
     }
 
     /// Drops the first entry and its key's bytes.
-    fn pop_front(&mut self) -> Option<Entry> {
-        let e = self.entries.pop_front()?;
-        self.first += 1;
+    fn pop_front(&mut self, spare: &mut LogSpare) -> Option<Entry> {
+        let e = self.entries.pop_front(spare)?;
         self.arena_start += usize::from(e.key_len);
         // Past half the arena, the dropped bytes go (amortized: each byte
         // moves at most once per halving).
@@ -143,10 +157,10 @@ struct QueueLog {
 
 impl QueueLog {
     /// The live entry of `key`, whose hash is `hash`.
-    fn find(&self, hash: u32, key: &[u8]) -> Option<&Entry> {
+    fn find(&self, hash: u32, key: &[u8]) -> Option<Entry> {
         let log = &self.log;
         let &(_, low) = self.map.find(spread(hash), |&(h, low)| {
-            h == hash && log.at(low).is_some_and(|e| log.key_of(e) == key)
+            h == hash && log.at(low).is_some_and(|e| log.key_of(&e) == key)
         })?;
         log.at(low)
     }
@@ -217,11 +231,22 @@ pub(crate) struct Expired {
 /// queue's window shrink, a later entry can end before an earlier one: it
 /// is no longer found ([`DedupTable::probe`] looks at the end) and goes
 /// when the entries before it have.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct DedupTable {
     /// SipHash with this process's random keys: the keys are the clients'.
     hasher: KeyedHash,
     queues: IndexMap<u32, QueueLog>,
+    spare: LogSpare,
+}
+
+impl Default for DedupTable {
+    fn default() -> DedupTable {
+        DedupTable {
+            hasher: KeyedHash::default(),
+            queues: IndexMap::default(),
+            spare: Spare::new(LOG_SPARE_BLOCKS),
+        }
+    }
 }
 
 impl DedupTable {
@@ -237,7 +262,7 @@ impl DedupTable {
             return Probe::Absent(Some(KeyHash { hash, stale: false }));
         };
         match q.find(hash, key) {
-            Some(e) if e.until_ns > now_ns => Probe::Found(id_of(e)),
+            Some(e) if e.until_ns > now_ns => Probe::Found(id_of(&e)),
             _ if q.log.full() => Probe::Absent(None),
             found => Probe::Absent(Some(KeyHash {
                 hash,
@@ -282,7 +307,7 @@ impl DedupTable {
         let mut replaced = false;
         if stale {
             let found = map.find_mut(spread(hash), |&(h, low)| {
-                h == hash && log.at(low).is_some_and(|e| log.key_of(e) == key)
+                h == hash && log.at(low).is_some_and(|e| log.key_of(&e) == key)
             });
             if let Some(found) = found {
                 let old = core::mem::replace(&mut found.1, position);
@@ -309,6 +334,7 @@ impl DedupTable {
                 key_len: u8::try_from(key.len()).unwrap_or(u8::MAX),
                 live: true,
             },
+            &mut self.spare,
         );
         if !replaced {
             map.insert_unique(spread(hash), (hash, position), |&(h, _)| spread(h));
@@ -341,8 +367,8 @@ impl DedupTable {
                     next_at: Some(e.until_ns),
                 };
             }
-            let position = low32(q.log.first);
-            if let Some(e) = q.log.pop_front().filter(|e| e.live) {
+            let position = low32(q.log.entries.head());
+            if let Some(e) = q.log.pop_front(&mut self.spare).filter(|e| e.live) {
                 let found = q
                     .map
                     .find_entry(spread(e.hash), |&(_, low)| low == position);
@@ -362,11 +388,13 @@ impl DedupTable {
     /// Removes every entry of a deleted queue; returns its timer and their
     /// total cost.
     pub fn remove_queue(&mut self, incarnation: u32) -> (Option<TimerId>, u64) {
-        let Some(q) = self.queues.remove(&incarnation) else {
+        let Some(mut q) = self.queues.remove(&incarnation) else {
             return (None, 0);
         };
         let live = q.log.entries.iter().filter(|e| e.live);
-        (q.timer, live.map(|e| u64::from(e.cost)).sum())
+        let cost = live.map(|e| u64::from(e.cost)).sum();
+        q.log.entries.clear(&mut self.spare);
+        (q.timer, cost)
     }
 
     /// Every entry, each queue's in the order they were recorded:
@@ -377,7 +405,7 @@ impl DedupTable {
                 .entries
                 .iter()
                 .filter(|e| e.live)
-                .map(move |e| (inc, q.log.key_of(e), id_of(e), e.until_ns))
+                .map(move |e| (inc, q.log.key_of(&e), id_of(&e), e.until_ns))
         })
     }
 
@@ -558,7 +586,7 @@ mod tests {
         // its positions and offsets wrap in the 32 bits kept of them.
         let mut t = DedupTable::default();
         let mut q = QueueLog::default();
-        q.log.first = (1 << 32) - 2;
+        q.log.entries = BlockDeque::starting_at((1 << 32) - 2);
         q.log.arena_base = (1 << 32) - 5;
         t.queues.insert(9, q);
         let keys: Vec<Vec<u8>> = (0..6u8).map(|i| vec![b'a' + i; 3]).collect();
