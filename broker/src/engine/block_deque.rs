@@ -146,6 +146,21 @@ impl<T: Copy + Default, const N: usize> BlockDeque<T, N> {
         (self.len > 0).then(|| self.at(self.len - 1))
     }
 
+    /// Removes and returns the back entry.
+    pub fn pop_back(&mut self, spare: &mut Spare<T, N>) -> Option<T> {
+        let value = self.back()?;
+        self.len -= 1;
+        if self.len == 0 {
+            self.release_all(spare);
+        } else if (self.first + self.len) % N == 0 {
+            // The last block held only the entry popped.
+            if let Some(block) = self.blocks.pop_back() {
+                spare.give(block);
+            }
+        }
+        Some(value)
+    }
+
     /// Removes and returns the front entry.
     pub fn pop_front(&mut self, spare: &mut Spare<T, N>) -> Option<T> {
         let value = self.front()?;
@@ -302,7 +317,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn behaves_like_a_vecdeque(ops in prop::collection::vec(0u8..7, 0..300)) {
+        fn behaves_like_a_vecdeque(ops in prop::collection::vec(0u8..8, 0..300)) {
             let mut spare = Spare::<u32, 3>::new(2);
             let mut f = BlockDeque::<u32, 3>::new();
             let mut model: VecDeque<u32> = VecDeque::new();
@@ -332,6 +347,9 @@ mod tests {
                         let got = f.retain(|x| x % 2 == 0, mark, &mut spare);
                         model.retain(|&x| x % 2 == 0);
                         prop_assert_eq!(got, model_head + before as u64);
+                    }
+                    7 => {
+                        prop_assert_eq!(f.pop_back(&mut spare), model.pop_back());
                     }
                     5 => {
                         let pos = model_head + model.len() as u64 / 3;

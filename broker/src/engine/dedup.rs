@@ -128,6 +128,14 @@ impl Log {
         self.entries.push_back(Entry { key_at, ..e }, spare);
     }
 
+    /// Drops the last entry and its key's bytes.
+    fn pop_back(&mut self, spare: &mut LogSpare) -> Option<Entry> {
+        let e = self.entries.pop_back(spare)?;
+        let len = self.arena.len() - usize::from(e.key_len);
+        self.arena.truncate(len.max(self.arena_start));
+        Some(e)
+    }
+
     /// Drops the first entry and its key's bytes.
     fn pop_front(&mut self, spare: &mut LogSpare) -> Option<Entry> {
         let e = self.entries.pop_front(spare)?;
@@ -166,6 +174,64 @@ impl QueueLog {
     }
 }
 
+impl QueueLog {
+    /// Records `key` (its `hash` from a probe) for message `id` until
+    /// `until_ns`, after the entries recorded before.
+    fn record(
+        &mut self,
+        key: &[u8],
+        KeyHash { hash, stale }: KeyHash,
+        id: MessageId,
+        cost: u64,
+        until_ns: u64,
+        spare: &mut LogSpare,
+    ) -> Recorded {
+        let QueueLog { log, map, .. } = self;
+        let position = low32(log.end());
+        // A key still here past its window (see the type's docs) gives
+        // way: its entry is dead, skipped when expiry reaches it, and the
+        // map's entry is the new one's. Without one when probed (the
+        // common case), there is none to find.
+        let mut freed = 0;
+        let mut replaced = false;
+        if stale {
+            let found = map.find_mut(spread(hash), |&(h, low)| {
+                h == hash && log.at(low).is_some_and(|e| log.key_of(&e) == key)
+            });
+            if let Some(found) = found {
+                let old = core::mem::replace(&mut found.1, position);
+                replaced = true;
+                if let Some(e) = log.at_mut(old) {
+                    e.live = false;
+                    freed = u64::from(e.cost);
+                }
+            }
+        }
+        // A queue's timer runs while it has entries.
+        let arm_at = log.entries.is_empty().then_some(until_ns);
+        log.push(
+            key,
+            Entry {
+                // A u128's halves: the casts keep 64 bits each by design.
+                id: [id.0 as u64, (id.0 >> 64) as u64],
+                until_ns,
+                hash,
+                key_at: 0,
+                cost: u32::try_from(cost).unwrap_or(u32::MAX),
+                // At most DEDUP_KEY_BYTES_MAX (128): no hash is given for
+                // a longer key.
+                key_len: u8::try_from(key.len()).unwrap_or(u8::MAX),
+                live: true,
+            },
+            spare,
+        );
+        if !replaced {
+            map.insert_unique(spread(hash), (hash, position), |&(h, _)| spread(h));
+        }
+        Recorded { freed, arm_at }
+    }
+}
+
 /// The low 32 bits of a position or an offset, as entries and the map keep
 /// them.
 fn low32(n: u64) -> u32 {
@@ -190,6 +256,17 @@ pub(crate) enum Probe {
     /// recorded: longer than a dedup key can be, or for a queue whose log
     /// is full (see [`LOG_ENTRIES_MAX`]).
     Absent(Option<KeyHash>),
+}
+
+/// A key checked in ([`DedupTable::check_in`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CheckIn {
+    /// Recorded, within its window: the message it recorded.
+    Found(MessageId),
+    /// Absent, and now recorded.
+    Recorded(Recorded),
+    /// Absent, and never recorded (see [`Probe::Absent`]).
+    Unrecordable,
 }
 
 /// The hash of a key, computed once per send, and whether the table still
@@ -288,7 +365,7 @@ impl DedupTable {
         &mut self,
         incarnation: u32,
         key: &[u8],
-        KeyHash { hash, stale }: KeyHash,
+        hash: KeyHash,
         id: MessageId,
         cost: u64,
         until_ns: u64,
@@ -297,49 +374,60 @@ impl DedupTable {
             key.len() <= DEDUP_KEY_BYTES_MAX,
             "a KeyHash of a key too long"
         );
-        let QueueLog { log, map, .. } = self.queues.entry(incarnation).or_default();
-        let position = low32(log.end());
-        // A key still here past its window (see the type's docs) gives
-        // way: its entry is dead, skipped when expiry reaches it, and the
-        // map's entry is the new one's. Without one when probed (the
-        // common case), there is none to find.
-        let mut freed = 0;
-        let mut replaced = false;
-        if stale {
-            let found = map.find_mut(spread(hash), |&(h, low)| {
-                h == hash && log.at(low).is_some_and(|e| log.key_of(&e) == key)
-            });
-            if let Some(found) = found {
-                let old = core::mem::replace(&mut found.1, position);
-                replaced = true;
-                if let Some(e) = log.at_mut(old) {
-                    e.live = false;
-                    freed = u64::from(e.cost);
-                }
+        let q = self.queues.entry(incarnation).or_default();
+        q.record(key, hash, id, cost, until_ns, &mut self.spare)
+    }
+
+    /// [`DedupTable::probe`], then [`DedupTable::insert`] for message `id`
+    /// when the key is absent, in one lookup: a send that will store
+    /// message `id` records its key as it checks it, and calls
+    /// [`DedupTable::undo_last`] should it fail after all.
+    pub fn check_in(
+        &mut self,
+        incarnation: u32,
+        key: &[u8],
+        now_ns: u64,
+        id: MessageId,
+        cost: u64,
+        until_ns: u64,
+    ) -> CheckIn {
+        if key.len() > DEDUP_KEY_BYTES_MAX {
+            return CheckIn::Unrecordable;
+        }
+        let hash = low32(self.hasher.hash(key));
+        let q = self.queues.entry(incarnation).or_default();
+        let stale = match q.find(hash, key) {
+            Some(e) if e.until_ns > now_ns => return CheckIn::Found(id_of(&e)),
+            found => found.is_some(),
+        };
+        if q.log.full() {
+            return CheckIn::Unrecordable;
+        }
+        let hash = KeyHash { hash, stale };
+        CheckIn::Recorded(q.record(key, hash, id, cost, until_ns, &mut self.spare))
+    }
+
+    /// Takes back the entry recorded last for queue `incarnation` (by a
+    /// [`DedupTable::check_in`] whose send failed). An entry it replaced
+    /// stays dead: its memory, freed, is the caller's to release as if the
+    /// send had gone through.
+    pub fn undo_last(&mut self, incarnation: u32) {
+        let Some(q) = self.queues.get_mut(&incarnation) else {
+            return;
+        };
+        let position = low32(q.log.end().wrapping_sub(1));
+        if let Some(e) = q.log.pop_back(&mut self.spare) {
+            let found = q
+                .map
+                .find_entry(spread(e.hash), |&(_, low)| low == position);
+            if let Ok(found) = found {
+                found.remove();
             }
         }
-        // A queue's timer runs while it has entries.
-        let arm_at = log.entries.is_empty().then_some(until_ns);
-        log.push(
-            key,
-            Entry {
-                // A u128's halves: the casts keep 64 bits each by design.
-                id: [id.0 as u64, (id.0 >> 64) as u64],
-                until_ns,
-                hash,
-                key_at: 0,
-                cost: u32::try_from(cost).unwrap_or(u32::MAX),
-                // At most DEDUP_KEY_BYTES_MAX (128): `probe` gives no hash
-                // for a longer key.
-                key_len: u8::try_from(key.len()).unwrap_or(u8::MAX),
-                live: true,
-            },
-            &mut self.spare,
-        );
-        if !replaced {
-            map.insert_unique(spread(hash), (hash, position), |&(h, _)| spread(h));
+        // A log emptied so has no timer yet: its send would have armed it.
+        if q.log.entries.is_empty() && q.timer.is_none() {
+            self.queues.remove(&incarnation);
         }
-        Recorded { freed, arm_at }
     }
 
     /// Remembers queue `incarnation`'s timer.
@@ -427,218 +515,4 @@ fn id_of(e: &Entry) -> MessageId {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Records `key` as a send does: probed first, for its hash.
-    fn ins(
-        t: &mut DedupTable,
-        inc: u32,
-        key: &[u8],
-        id: MessageId,
-        cost: u64,
-        until: u64,
-    ) -> Recorded {
-        let Probe::Absent(Some(hash)) = t.probe(inc, key, u64::MAX) else {
-            panic!("{key:?} is recorded already");
-        };
-        t.insert(inc, key, hash, id, cost, until)
-    }
-
-    #[test]
-    fn owner_is_stable_and_in_range() {
-        for shards in 1..5u16 {
-            for i in 0..100u32 {
-                let k = i.to_le_bytes();
-                let o = owner_shard(7, &k, shards);
-                assert!(o < shards);
-                assert_eq!(o, owner_shard(7, &k, shards));
-            }
-        }
-    }
-
-    #[test]
-    fn insert_lookup_expire() {
-        let mut t = DedupTable::default();
-        let key = b"k";
-        let r = ins(&mut t, 1, key, MessageId(5), 10, 100);
-        assert_eq!(
-            r,
-            Recorded {
-                freed: 0,
-                arm_at: Some(100)
-            }
-        );
-        assert_eq!(t.lookup(1, key, 99), Some(MessageId(5)));
-        assert_eq!(t.lookup(1, key, 100), None, "the window ended");
-        assert_eq!(t.lookup(2, key, 0), None);
-        let r = ins(&mut t, 1, b"l", MessageId(6), 10, 150);
-        assert_eq!(r.arm_at, None, "the queue's timer is armed already");
-        assert_eq!(
-            t.expire_due(1, 120),
-            Expired {
-                freed: 10,
-                next_at: Some(150)
-            }
-        );
-        assert_eq!(t.lookup(1, b"l", 120), Some(MessageId(6)));
-        assert_eq!(
-            t.expire_due(1, 150),
-            Expired {
-                freed: 10,
-                next_at: None
-            }
-        );
-        assert_eq!(t.len(), 0);
-        ins(&mut t, 2, key, MessageId(7), 10, 0);
-        let (_, cost) = t.remove_queue(2);
-        assert_eq!(cost, 10);
-        assert_eq!(t.len(), 0);
-    }
-
-    #[test]
-    fn a_window_shrunk_ends_later_entries_first_and_keeps_their_order() {
-        let mut t = DedupTable::default();
-        // A 100 ns window, then a 10 ns one: b ends before a.
-        ins(&mut t, 1, b"a", MessageId(1), 10, 100);
-        ins(&mut t, 1, b"b", MessageId(2), 10, 20);
-        assert_eq!(t.lookup(1, b"b", 20), None);
-        // b again, past its window: it replaces the old entry, whose
-        // memory is freed, and keeps the queue's one timer.
-        let r = ins(&mut t, 1, b"b", MessageId(3), 10, 60);
-        assert_eq!(
-            r,
-            Recorded {
-                freed: 10,
-                arm_at: None
-            }
-        );
-        assert_eq!(t.lookup(1, b"b", 30), Some(MessageId(3)));
-        assert_eq!(
-            t.expire_due(1, 100),
-            Expired {
-                freed: 20,
-                next_at: None
-            }
-        );
-        assert_eq!((t.len(), t.timers()), (0, 0));
-    }
-
-    #[test]
-    fn the_logs_agree_with_a_plain_map_through_expiry_and_compaction() {
-        // Keys of 1 to 128 bytes over three queues, sent at a rising clock
-        // with a 50-tick window, some again past their window; expiry runs
-        // as the queues' timers would. A plain map of the live keys says
-        // what each probe must find.
-        let mut t = DedupTable::default();
-        let mut model: std::collections::HashMap<(u32, Vec<u8>), (MessageId, u64)> =
-            std::collections::HashMap::new();
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let mut cost_held = 0u64;
-        for now in 0..20_000u64 {
-            let inc = (next() % 3) as u32 + 1;
-            let len = (next() % 128) as usize + 1;
-            let key = vec![b'a' + (next() % 4) as u8; len];
-            let want = model
-                .get(&(inc, key.clone()))
-                .filter(|&&(_, until)| until > now)
-                .map(|&(id, _)| id);
-            match t.probe(inc, &key, now) {
-                Probe::Found(id) => assert_eq!(Some(id), want, "{inc} {len} at {now}"),
-                Probe::Absent(Some(h)) => {
-                    assert_eq!(want, None, "{inc} {len} at {now}");
-                    let id = MessageId(u128::from(now) << 64 | u128::from(now));
-                    let cost = len as u64 + 96;
-                    let r = t.insert(inc, &key, h, id, cost, now + 50);
-                    cost_held += cost;
-                    cost_held -= r.freed;
-                    model.insert((inc, key), (id, now + 50));
-                }
-                Probe::Absent(None) => panic!("a key of {len} bytes is recordable"),
-            }
-            if now % 7 == 0 {
-                for q in 1..=3 {
-                    cost_held -= t.expire_due(q, now).freed;
-                }
-                model.retain(|_, &mut (_, until)| until > now);
-                assert_eq!(t.len(), model.len(), "at {now}");
-            }
-        }
-        let listed = t.entries().count();
-        assert_eq!(listed, t.len());
-        let mut removed = 0;
-        for q in 1..=3 {
-            removed += t.remove_queue(q).1;
-        }
-        assert_eq!(removed, cost_held);
-        assert_eq!((t.len(), t.queues.len()), (0, 0));
-    }
-
-    #[test]
-    fn positions_and_key_offsets_wrap_past_32_bits() {
-        // A queue whose log has seen almost 2^32 entries and key bytes:
-        // its positions and offsets wrap in the 32 bits kept of them.
-        let mut t = DedupTable::default();
-        let mut q = QueueLog::default();
-        q.log.entries = BlockDeque::starting_at((1 << 32) - 2);
-        q.log.arena_base = (1 << 32) - 5;
-        t.queues.insert(9, q);
-        let keys: Vec<Vec<u8>> = (0..6u8).map(|i| vec![b'a' + i; 3]).collect();
-        for (i, k) in keys.iter().enumerate() {
-            ins(&mut t, 9, k, MessageId(i as u128), 1, 10 + i as u64);
-        }
-        for (i, k) in keys.iter().enumerate() {
-            assert_eq!(t.lookup(9, k, 0), Some(MessageId(i as u128)), "key {i}");
-        }
-        // The first three end, across the wrap; the rest are still found.
-        assert_eq!(t.expire_due(9, 12).next_at, Some(13));
-        for (i, k) in keys.iter().enumerate() {
-            let want = (i >= 3).then_some(MessageId(i as u128));
-            assert_eq!(t.lookup(9, k, 0), want, "key {i}");
-        }
-        assert_eq!(t.len(), 3);
-    }
-
-    #[test]
-    fn keys_up_to_the_longest_are_kept_whole() {
-        let mut t = DedupTable::default();
-        let keys: Vec<Vec<u8>> = [1, 40, 127, DEDUP_KEY_BYTES_MAX]
-            .iter()
-            .flat_map(|&n| [vec![b'k'; n], [vec![b'k'; n - 1], vec![b'j']].concat()])
-            .collect();
-        for (i, k) in keys.iter().enumerate() {
-            ins(&mut t, 3, k, MessageId(i as u128 | 1 << 100), 1, 10);
-        }
-        for (i, k) in keys.iter().enumerate() {
-            assert_eq!(t.lookup(3, k, 0), Some(MessageId(i as u128 | 1 << 100)));
-        }
-        let listed: Vec<Vec<u8>> = t.entries().map(|(_, k, _, _)| k.to_vec()).collect();
-        assert_eq!(listed, keys);
-        let long = vec![b'k'; DEDUP_KEY_BYTES_MAX + 1];
-        assert_eq!(t.probe(3, &long, 0), Probe::Absent(None));
-    }
-
-    #[test]
-    fn entries_list_each_queue_in_order() {
-        let mut t = DedupTable::default();
-        for (i, k) in [b"x", b"y", b"z"].iter().enumerate() {
-            ins(&mut t, 4, *k, MessageId(i as u128), 1, 10 + i as u64);
-        }
-        let got: Vec<(u32, Vec<u8>, u64)> =
-            t.entries().map(|(q, k, _, u)| (q, k.to_vec(), u)).collect();
-        assert_eq!(
-            got,
-            [
-                (4, b"x".to_vec(), 10),
-                (4, b"y".to_vec(), 11),
-                (4, b"z".to_vec(), 12)
-            ]
-        );
-    }
-}
+mod tests;

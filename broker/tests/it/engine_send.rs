@@ -235,6 +235,55 @@ fn dedup_within_batch_across_shards_and_window() {
 }
 
 #[test]
+fn a_keyed_send_that_fails_records_no_key() {
+    // A send checks its key in as it looks it up; when it then fails
+    // (queue full), the key is taken back, and a later send of it is no
+    // duplicate, including one whose key replaced an entry past its window.
+    let mut c = cluster(1);
+    create(
+        &mut c,
+        "q",
+        AttributeUpdate {
+            max_depth: Some(1),
+            dedup_window: Some(Millis::new(1_000)),
+            ..Default::default()
+        },
+    );
+    let keyed = |body: &str, key: &str| {
+        let mut e = entry(body);
+        e.dedup_key = Some(Bytes::copy_from_slice(key.as_bytes()));
+        e
+    };
+    let a = send_entries(&mut c, 0, "q", vec![keyed("a", "k1")]);
+    let a_id = a[0].as_ref().unwrap().id;
+    c.advance_ms(1_000);
+    // k2 new, k1 past its window: both fail, and both are taken back.
+    let r = send_entries(&mut c, 0, "q", vec![keyed("b", "k2"), keyed("x", "k1")]);
+    for e in &r {
+        assert_eq!(e.as_ref().unwrap_err().code(), ErrorCode::QueueFull);
+    }
+    c.check_invariants().unwrap();
+    let got = receive(&mut c, 0, "q", 1);
+    assert_eq!(delete_one(&mut c, 0, "q", got[0].receipt), Ok(()));
+    let r = send_entries(&mut c, 0, "q", vec![keyed("c", "k2")]);
+    let c_sent = r[0].as_ref().unwrap();
+    assert!(
+        !c_sent.duplicate,
+        "k2 was not recorded by the send that failed"
+    );
+    let r = send_entries(&mut c, 0, "q", vec![keyed("d", "k2"), keyed("y", "k1")]);
+    assert!(r[0].as_ref().unwrap().duplicate);
+    assert_eq!(r[0].as_ref().unwrap().id, c_sent.id);
+    assert_eq!(r[1].as_ref().unwrap_err().code(), ErrorCode::QueueFull);
+    let got = receive(&mut c, 0, "q", 1);
+    assert_eq!(delete_one(&mut c, 0, "q", got[0].receipt), Ok(()));
+    let r = send_entries(&mut c, 0, "q", vec![keyed("y", "k1")]);
+    let y = r[0].as_ref().unwrap();
+    assert!(!y.duplicate && y.id != a_id);
+    c.check_invariants().unwrap();
+}
+
+#[test]
 fn ids_are_unique_and_differ_across_runs() {
     let mut ids = HashSet::new();
     for seed in [1u64, 2] {

@@ -49,25 +49,29 @@ impl Shard {
     // the hot paths stay lean.
     #[inline(never)]
     pub(super) fn enter_group(&mut self, p: u32, key: SlotKey, name: &[u8]) {
-        let visible = self
-            .messages
-            .get(key)
-            .is_some_and(|m| m.state == MessageState::Visible);
-        let fair = self
-            .part(p)
-            .grouping
-            .as_ref()
-            .is_some_and(|g| g.groups.order() == GroupOrder::Fair);
-        self.add_member(p, key, name, fair && !visible);
+        let Some(m) = self.messages.get(key) else {
+            return;
+        };
+        let (seq, visible) = (m.seq.get(), m.state == MessageState::Visible);
+        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
+            return;
+        };
+        let fair = grouping.groups.order() == GroupOrder::Fair;
+        self.join(p, key, seq, name, fair && !visible);
     }
 
     /// Makes the message at `key` of grouped partition `p` a member of
     /// group `name`: counted in flight by its group (`taken`), or waiting
     /// in it in send order. Charges its membership.
     pub(super) fn add_member(&mut self, p: u32, key: SlotKey, name: &[u8], taken: bool) {
-        let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) else {
-            return;
-        };
+        if let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) {
+            self.join(p, key, seq, name, taken);
+        }
+    }
+
+    /// [`Shard::add_member`] for the message at `key`, whose place in send
+    /// order is `seq`.
+    fn join(&mut self, p: u32, key: SlotKey, seq: u64, name: &[u8], taken: bool) {
         let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
             return;
         };

@@ -10,7 +10,7 @@ use super::{
     EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard,
     TimerEvent,
 };
-use crate::engine::dedup::{KeyHash, Probe, owner_shard};
+use crate::engine::dedup::{CheckIn, KeyHash, Recorded, owner_shard};
 use crate::engine::error::EntryError;
 use crate::engine::limits::{CHUNKED_BYTES_MAX, DEDUP_ENTRY_BYTES};
 use crate::engine::mesh::shard_msg::ShardMsg;
@@ -140,25 +140,28 @@ impl Shard {
         let dedup_key = fifo_key
             .unwrap_or(entry.dedup_key)
             .filter(|_| window_ms > 0);
-        let mut key_hash = None;
-        if let Some(key) = dedup_key {
-            match self.dedup.probe(inc, key, self.now_ns) {
-                Probe::Found(id) => {
-                    return Ok(SendOutcome {
-                        id,
-                        duplicate: true,
-                    });
-                }
-                Probe::Absent(hash) => key_hash = hash,
+        // The key is recorded as it is checked, for the message this send
+        // stores (its id is the next sequence number's), and taken back
+        // should the send fail after all (`undo_dedup`).
+        let (recorded, dedup_cost) = match dedup_key.map(|k| self.check_in(inc, k, window_ms)) {
+            Some(Err(id)) => {
+                return Ok(SendOutcome {
+                    id,
+                    duplicate: true,
+                });
             }
-        }
+            Some(Ok(r)) => r,
+            None => (None, 0),
+        };
+        let now = self.now_ns;
+        let part = self.part(p);
         if !part.shared.try_reserve_depth(part.attrs.max_depth) {
+            self.undo_dedup(inc, recorded);
             return Err(EntryError::QueueFull);
         }
         let retention_ms = part.attrs.retention.get();
         let attributes = entry.attributes.wire_bytes();
         let data_len = entry.body.len() + attributes.len();
-        let now = self.now_ns;
         let sent_ms = stored_message::sent_ms(now);
         let retain_until_ns = (sent_ms + u64::from(retention_ms)) * NS_PER_MS;
         let in_age_fifo = part.age.is_empty() || retain_until_ns >= part.age_tail_until_ns;
@@ -172,12 +175,12 @@ impl Shard {
             (true, _) => EXT_BYTES + LEASE_BYTES,
         } + if grouped { GROUP_MEMBER_BYTES } else { 0 };
         let msg_cost = data_len as u64 + MESSAGE_BYTES;
-        let dedup_cost = dedup_key.map_or(0, |k| k.len() as u64 + DEDUP_ENTRY_BYTES);
         if !self
             .memory
             .reserve(self.registry.memory(), msg_cost + side + dedup_cost)
         {
             self.part(p).shared.release_depth();
+            self.undo_dedup(inc, recorded);
             return Err(EntryError::MemoryFull);
         }
         // The side entries charge themselves as they are made.
@@ -206,6 +209,7 @@ impl Shard {
             self.bodies.release(chunk, data_len);
             self.memory
                 .release(self.registry.memory(), msg_cost + dedup_cost);
+            self.undo_dedup(inc, recorded);
             return Err(EntryError::SlotsFull);
         };
         self.next_seq += 1;
@@ -215,9 +219,8 @@ impl Shard {
             self.enter_group(p, key, entry.group.unwrap_or_default());
         }
         self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
-        if let Some(k) = dedup_key {
-            let until = now.saturating_add(u64::from(window_ms) * NS_PER_MS);
-            self.record_dedup(inc, k, key_hash, id, dedup_cost, until);
+        if let Some(r) = recorded {
+            self.dedup_recorded(inc, r);
         }
         Ok(SendOutcome {
             id,
@@ -244,6 +247,34 @@ impl Shard {
             return false;
         };
         let r = self.dedup.insert(inc, key, hash, id, cost, until);
+        self.dedup_recorded(inc, r);
+        true
+    }
+
+    /// Checks dedup key `key` of queue `inc` (window `window_ms`) in for
+    /// the message this send stores next: recorded, with the memory it
+    /// costs, or not (a key longer than a dedup key can be); `Err` with
+    /// the id of the message it recorded within its window.
+    fn check_in(
+        &mut self,
+        inc: u32,
+        key: &[u8],
+        window_ms: u32,
+    ) -> Result<(Option<Recorded>, u64), MessageId> {
+        let cost = key.len() as u64 + DEDUP_ENTRY_BYTES;
+        let until = self.now_ns.saturating_add(u64::from(window_ms) * NS_PER_MS);
+        let id = self.message_id(self.next_seq);
+        match self.dedup.check_in(inc, key, self.now_ns, id, cost, until) {
+            CheckIn::Found(id) => Err(id),
+            CheckIn::Recorded(r) => Ok((Some(r), cost)),
+            CheckIn::Unrecordable => Ok((None, 0)),
+        }
+    }
+
+    /// A dedup key of queue `inc` was recorded, as `r` says: the memory of
+    /// an entry it replaced is released, and the queue's dedup timer armed
+    /// when it has none.
+    fn dedup_recorded(&mut self, inc: u32, r: Recorded) {
         if r.freed > 0 {
             self.memory.release(self.registry.memory(), r.freed);
         }
@@ -251,7 +282,21 @@ impl Shard {
             let t = self.wheel.insert(at, TimerEvent::Dedup(inc));
             self.dedup.set_timer(inc, t);
         }
-        true
+    }
+
+    /// A send that checked its key in (`recorded`) failed: the key's entry
+    /// is taken back, and the memory of an entry it replaced released
+    /// still (that entry stays dead).
+    // Out of line: a send fails rarely.
+    #[cold]
+    #[inline(never)]
+    fn undo_dedup(&mut self, inc: u32, recorded: Option<Recorded>) {
+        if let Some(r) = recorded {
+            self.dedup.undo_last(inc);
+            if r.freed > 0 {
+                self.memory.release(self.registry.memory(), r.freed);
+            }
+        }
     }
 
     /// What a grouped queue does with an entry before the send's common
