@@ -53,11 +53,33 @@ impl Shard {
             return;
         };
         let (seq, visible) = (m.seq.get(), m.state == MessageState::Visible);
-        let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
-            return;
-        };
-        let fair = grouping.groups.order() == GroupOrder::Fair;
-        self.join(p, key, seq, name, fair && !visible);
+        self.join(
+            p,
+            key,
+            seq,
+            name,
+            if visible { Taken::No } else { Taken::IfFair },
+        );
+    }
+
+    /// [`Shard::enter_group`] for a message just sent into `p`, whose place
+    /// in send order (`seq`) and delay are known already.
+    #[inline(never)]
+    pub(super) fn enter_group_sent(
+        &mut self,
+        p: u32,
+        key: SlotKey,
+        seq: u64,
+        delayed: bool,
+        name: &[u8],
+    ) {
+        self.join(
+            p,
+            key,
+            seq,
+            name,
+            if delayed { Taken::IfFair } else { Taken::No },
+        );
     }
 
     /// Makes the message at `key` of grouped partition `p` a member of
@@ -65,15 +87,21 @@ impl Shard {
     /// in it in send order. Charges its membership.
     pub(super) fn add_member(&mut self, p: u32, key: SlotKey, name: &[u8], taken: bool) {
         if let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) {
+            let taken = if taken { Taken::Yes } else { Taken::No };
             self.join(p, key, seq, name, taken);
         }
     }
 
     /// [`Shard::add_member`] for the message at `key`, whose place in send
     /// order is `seq`.
-    fn join(&mut self, p: u32, key: SlotKey, seq: u64, name: &[u8], taken: bool) {
+    fn join(&mut self, p: u32, key: SlotKey, seq: u64, name: &[u8], taken: Taken) {
         let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
             return;
+        };
+        let taken = match taken {
+            Taken::Yes => true,
+            Taken::No => false,
+            Taken::IfFair => grouping.groups.order() == GroupOrder::Fair,
         };
         let group = if taken {
             grouping.groups.push_taken(name)
@@ -313,6 +341,17 @@ impl Shard {
         let member = self.grouped.members.get(key)?;
         Some((seq, member))
     }
+}
+
+/// Whether a message joins its group counted in flight
+/// ([`Shard::add_member`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Taken {
+    Yes,
+    No,
+    /// On a fair queue (set aside until it is visible, as a fair group does
+    /// with a message it cannot deliver yet); on a FIFO queue, no.
+    IfFair,
 }
 
 /// The groups of partition `p`, when it has them. A function of the
