@@ -408,8 +408,13 @@ impl<K: Copy> Groups<K> {
     /// (deleted, dead-lettered, dropped in flight).
     pub fn settled(&mut self, g: GroupIndex) {
         self.leave_flight(g);
-        self.offer(g);
-        self.idle_if_empty(g);
+        // A group with waiting messages may deliver again; one without
+        // may be idle.
+        match self.group(g) {
+            Some(group) if !group.waiting.is_empty() => self.offer(g),
+            Some(group) if group.in_flight == 0 => self.idle_if_empty(g),
+            _ => {}
+        }
     }
 
     fn leave_flight(&mut self, g: GroupIndex) {
