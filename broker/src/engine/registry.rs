@@ -136,6 +136,18 @@ impl QueueShared {
         }
     }
 
+    /// Reserves room for `n` messages of a queue without a max depth at
+    /// once (a send's batch); the room not taken goes back by
+    /// [`QueueShared::release_depth_n`].
+    pub fn add_depth_n(&self, n: usize) {
+        self.depth.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Gives back the room of `n` messages.
+    pub fn release_depth_n(&self, n: usize) {
+        self.depth.fetch_sub(n, Ordering::Relaxed);
+    }
+
     /// Counts a message in without a limit (dead-lettering never refuses).
     pub fn add_depth(&self) {
         self.depth.fetch_add(1, Ordering::Relaxed);
@@ -723,6 +735,10 @@ mod tests {
         assert_eq!(q.depth(), 2);
         q.release_depth();
         assert!(q.try_reserve_depth(Some(2)));
+        // A batch's room at once, and what it did not take given back.
+        q.add_depth_n(64);
+        q.release_depth_n(60);
+        assert_eq!(q.depth(), 6);
     }
 
     fn delta(c: RegistryChanges) -> (u64, Vec<(String, Option<u32>)>) {

@@ -284,6 +284,45 @@ fn a_keyed_send_that_fails_records_no_key() {
 }
 
 #[test]
+fn a_batch_without_a_max_depth_counts_only_what_it_stored() {
+    // A queue without a max depth: the batch takes its room in the depth
+    // at once and gives back what its duplicates and refused entries did
+    // not take (the invariants compare the depth with the messages held).
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        create(
+            &mut c,
+            "q",
+            AttributeUpdate {
+                dedup_window: Some(Millis::new(10_000)),
+                ..Default::default()
+            },
+        );
+        let keyed = |body: &str, key: &str| {
+            let mut e = entry(body);
+            e.dedup_key = Some(Bytes::copy_from_slice(key.as_bytes()));
+            e
+        };
+        let mut late = entry("late");
+        late.delay = Some(Millis::new(16 * 60 * 1000));
+        let r = send_entries(
+            &mut c,
+            0,
+            "q",
+            vec![keyed("a", "k1"), keyed("b", "k1"), late, entry("c")],
+        );
+        assert!(r[1].as_ref().unwrap().duplicate);
+        assert_eq!(
+            r[2].as_ref().unwrap_err().code(),
+            ErrorCode::InvalidArgument
+        );
+        c.check_invariants().unwrap();
+        let s = stats(&mut c, "q");
+        assert_eq!((s.sent, s.visible), (2, 2));
+    }
+}
+
+#[test]
 fn ids_are_unique_and_differ_across_runs() {
     let mut ids = HashSet::new();
     for seed in [1u64, 2] {

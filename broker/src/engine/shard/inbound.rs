@@ -3,6 +3,7 @@
 use sluice_protocol::{ReceivedMessage, SendEntry, SendOutcome};
 
 use super::lease::ReplyBudget;
+use super::send::Depth;
 use super::{PendingKind, Shard};
 use crate::engine::error::EntryError;
 use crate::engine::mesh::shard_msg::{ForwardEntry, GatherReply, ReceiptAction, ShardMsg};
@@ -125,7 +126,7 @@ impl Shard {
         let results = match self.by_incarnation.get(&incarnation).copied() {
             Some(p) => entries
                 .iter()
-                .map(|(i, e)| (*i, self.send_entry(p, e.as_view())))
+                .map(|(i, e)| (*i, self.send_entry(p, e.as_view(), Depth::Reserve)))
                 .collect(),
             None => entries
                 .iter()

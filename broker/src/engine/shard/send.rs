@@ -18,6 +18,16 @@ use crate::engine::ops::OpResult;
 use crate::engine::slab::SlotKey;
 use crate::engine::stored_message::{self, MessageState, NewMessage, StoredMessage};
 
+/// How a send's entry counts in its queue's depth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Depth {
+    /// It reserves its room itself, under the queue's max depth.
+    Reserve,
+    /// Its batch reserved its room already (a queue without a max depth),
+    /// and gives back the room its entries did not take.
+    Reserved,
+}
+
 impl Shard {
     pub(super) fn op_send(&mut self, ticket: u64, queue: &QueueName, entries: &SendBatch) {
         let p = match self.partition_of(queue) {
@@ -45,11 +55,29 @@ impl Shard {
                 && self.shards > 1
                 && entries.iter().any(|e| e.dedup_key.is_some()));
         if !may_forward {
+            // A queue without a max depth takes the batch's room in its
+            // depth at once: one atomic instruction a batch, not one a
+            // message (each waits for the stores before it, here the cache
+            // misses of a dedup key's record).
+            let depth = match self.part(p).attrs.max_depth {
+                None => {
+                    self.part(p).shared.add_depth_n(entries.len());
+                    Depth::Reserved
+                }
+                Some(_) => Depth::Reserve,
+            };
             let mut results = self.sent_vec();
             results.reserve(entries.len());
             for e in entries.iter() {
-                let r = self.send_entry(p, e);
+                let r = self.send_entry(p, e, depth);
                 results.push(r);
+            }
+            if depth == Depth::Reserved {
+                let stored = results.iter().filter(|r| r.is_ok_and(|s| !s.duplicate));
+                let unused = entries.len() - stored.count();
+                if unused > 0 {
+                    self.part(p).shared.release_depth_n(unused);
+                }
             }
             return self.finish_ticket(ticket, OpResult::Sent(results));
         }
@@ -73,7 +101,7 @@ impl Shard {
                     continue;
                 }
             }
-            results[i] = Some(self.send_entry(p, entry));
+            results[i] = Some(self.send_entry(p, entry, Depth::Reserve));
         }
         if forwards.is_empty() {
             let mut done = self.sent_vec();
@@ -115,6 +143,7 @@ impl Shard {
         &mut self,
         p: u32,
         entry: SendEntryRef<'_>,
+        depth: Depth,
     ) -> Result<SendOutcome, EntryError> {
         let mut content_key = None;
         // A FIFO queue's partition has its groups from the start: an entry
@@ -155,7 +184,7 @@ impl Shard {
         };
         let now = self.now_ns;
         let part = self.part(p);
-        if !part.shared.try_reserve_depth(part.attrs.max_depth) {
+        if depth == Depth::Reserve && !part.shared.try_reserve_depth(part.attrs.max_depth) {
             self.undo_dedup(inc, recorded);
             return Err(EntryError::QueueFull);
         }
@@ -179,7 +208,7 @@ impl Shard {
             .memory
             .reserve(self.registry.memory(), msg_cost + side + dedup_cost)
         {
-            self.part(p).shared.release_depth();
+            self.unreserve_depth(p, depth);
             self.undo_dedup(inc, recorded);
             return Err(EntryError::MemoryFull);
         }
@@ -205,7 +234,7 @@ impl Shard {
             },
             in_age_fifo,
         })) else {
-            self.part(p).shared.release_depth();
+            self.unreserve_depth(p, depth);
             self.bodies.release(chunk, data_len);
             self.memory
                 .release(self.registry.memory(), msg_cost + dedup_cost);
@@ -281,6 +310,14 @@ impl Shard {
         if let Some(at) = r.arm_at {
             let t = self.wheel.insert(at, TimerEvent::Dedup(inc));
             self.dedup.set_timer(inc, t);
+        }
+    }
+
+    /// A send's entry that reserved its room in `p`'s depth (`depth`) was
+    /// not stored. (Room its batch reserved, the batch gives back.)
+    fn unreserve_depth(&mut self, p: u32, depth: Depth) {
+        if depth == Depth::Reserve {
+            self.part(p).shared.release_depth();
         }
     }
 
