@@ -92,12 +92,6 @@ pub(crate) struct Partition {
     pub touched: bool,
     /// Whether messages became visible since waiters were last served.
     pub gained: bool,
-    /// Messages removed during the shard's current call from a queue
-    /// without a max depth, whose room in the queue's depth is given back
-    /// at once when the call ends (one atomic instruction, not one a
-    /// message); a queue with a max depth gives its room back at each
-    /// removal.
-    pub depth_owed: u32,
     /// A FIFO queue's groups: `Some` when it delivers through them.
     pub grouping: Option<Box<Grouping>>,
 }
@@ -137,7 +131,6 @@ impl Partition {
             waiters: VecDeque::new(),
             touched: false,
             gained: false,
-            depth_owed: 0,
             grouping: (attrs_kind == QueueKind::Fifo)
                 .then(|| Box::new(Grouping::new(GroupOrder::Fifo))),
         }

@@ -267,19 +267,14 @@ impl Shard {
             Removal::Purged => part.stats.purged += 1,
             Removal::QueueGone => {}
         }
-        let owed = part.attrs.max_depth.is_none();
-        if owed {
-            part.depth_owed += 1;
-        } else {
-            part.shared.release_depth();
-        }
+        part.shared.release_depth();
         if !m.in_age_fifo() {
             part.moved.remove(&(m.sent_ns(), key.slot));
         }
         if part.grouping.is_some() {
             self.leave_grouping(p, key);
         }
-        if owed || m.state == MessageState::Visible {
+        if m.state == MessageState::Visible {
             self.mark_touched(p, false);
         }
     }

@@ -93,12 +93,6 @@ impl Shard {
         for key in members {
             self.remove_message(key, Removal::QueueGone);
         }
-        // The room they held, owed until the call's end, goes back now:
-        // the partition will be gone by then.
-        let owed = core::mem::take(&mut self.part_mut(p).depth_owed);
-        if owed > 0 {
-            self.part(p).shared.release_depth_n(owed as usize);
-        }
         let (inc, waiters) = {
             let part = self.part_mut(p);
             (part.incarnation, core::mem::take(&mut part.waiters))

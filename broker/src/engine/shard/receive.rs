@@ -429,10 +429,6 @@ impl Shard {
                 continue;
             };
             part.touched = false;
-            let owed = core::mem::take(&mut part.depth_owed);
-            if owed > 0 {
-                part.shared.release_depth_n(owed as usize);
-            }
             let gained = core::mem::take(&mut part.gained);
             if gained && !part.waiters.is_empty() {
                 self.serve_local_waiters(p);

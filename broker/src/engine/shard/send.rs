@@ -68,16 +68,15 @@ impl Shard {
             };
             let mut results = self.sent_vec();
             results.reserve(entries.len());
+            // Each message stored takes the next sequence number.
+            let first_seq = self.next_seq;
             for e in entries.iter() {
                 let r = self.send_entry(p, e, depth);
                 results.push(r);
             }
-            if depth == Depth::Reserved {
-                let stored = results.iter().filter(|r| r.is_ok_and(|s| !s.duplicate));
-                let unused = entries.len() - stored.count();
-                if unused > 0 {
-                    self.part(p).shared.release_depth_n(unused);
-                }
+            let stored = (self.next_seq - first_seq) as usize;
+            if depth == Depth::Reserved && stored < entries.len() {
+                self.part(p).shared.release_depth_n(entries.len() - stored);
             }
             return self.finish_ticket(ticket, OpResult::Sent(results));
         }
