@@ -175,6 +175,20 @@ impl QueueLog {
 }
 
 impl QueueLog {
+    /// Looks `key`, whose hash is `hash`, up at `now_ns`: the id recorded
+    /// for it within its window, or the hash to record it with (none when
+    /// the log is full).
+    fn look(&self, hash: u32, key: &[u8], now_ns: u64) -> Probe {
+        match self.find(hash, key) {
+            Some(e) if e.until_ns > now_ns => Probe::Found(id_of(&e)),
+            _ if self.log.full() => Probe::Absent(None),
+            found => Probe::Absent(Some(KeyHash {
+                hash,
+                stale: found.is_some(),
+            })),
+        }
+    }
+
     /// Records `key` (its `hash` from a probe) for message `id` until
     /// `until_ns`, after the entries recorded before.
     fn record(
@@ -335,16 +349,9 @@ impl DedupTable {
         }
         // 32 bits of the key's hash: a queue's map keeps no more.
         let hash = low32(self.hasher.hash(key));
-        let Some(q) = self.queues.get(&incarnation) else {
-            return Probe::Absent(Some(KeyHash { hash, stale: false }));
-        };
-        match q.find(hash, key) {
-            Some(e) if e.until_ns > now_ns => Probe::Found(id_of(&e)),
-            _ if q.log.full() => Probe::Absent(None),
-            found => Probe::Absent(Some(KeyHash {
-                hash,
-                stale: found.is_some(),
-            })),
+        match self.queues.get(&incarnation) {
+            Some(q) => q.look(hash, key, now_ns),
+            None => Probe::Absent(Some(KeyHash { hash, stale: false })),
         }
     }
 
@@ -396,15 +403,13 @@ impl DedupTable {
         }
         let hash = low32(self.hasher.hash(key));
         let q = self.queues.entry(incarnation).or_default();
-        let stale = match q.find(hash, key) {
-            Some(e) if e.until_ns > now_ns => return CheckIn::Found(id_of(&e)),
-            found => found.is_some(),
-        };
-        if q.log.full() {
-            return CheckIn::Unrecordable;
+        match q.look(hash, key, now_ns) {
+            Probe::Found(id) => CheckIn::Found(id),
+            Probe::Absent(None) => CheckIn::Unrecordable,
+            Probe::Absent(Some(hash)) => {
+                CheckIn::Recorded(q.record(key, hash, id, cost, until_ns, &mut self.spare))
+            }
         }
-        let hash = KeyHash { hash, stale };
-        CheckIn::Recorded(q.record(key, hash, id, cost, until_ns, &mut self.spare))
     }
 
     /// Takes back the entry recorded last for queue `incarnation` (by a

@@ -6,7 +6,14 @@ use crate::engine_util::*;
 use bytes::Bytes;
 use sluice_broker::engine::{Cluster, RegistryConfig};
 use sluice_protocol::Millis;
-use sluice_protocol::{AttributeUpdate, ErrorCode, SendBatch};
+use sluice_protocol::{AttributeUpdate, ErrorCode, SendBatch, SendEntry};
+
+/// An entry with body `body` and dedup key `key`.
+fn keyed(body: &str, key: &str) -> SendEntry {
+    let mut e = entry(body);
+    e.dedup_key = Some(Bytes::copy_from_slice(key.as_bytes()));
+    e
+}
 
 #[test]
 fn batch_limits() {
@@ -192,11 +199,6 @@ fn dedup_within_batch_across_shards_and_window() {
             ..Default::default()
         },
     );
-    let keyed = |body: &str, key: &str| {
-        let mut e = entry(body);
-        e.dedup_key = Some(Bytes::copy_from_slice(key.as_bytes()));
-        e
-    };
     let r = send_entries(
         &mut c,
         0,
@@ -249,11 +251,6 @@ fn a_keyed_send_that_fails_records_no_key() {
             ..Default::default()
         },
     );
-    let keyed = |body: &str, key: &str| {
-        let mut e = entry(body);
-        e.dedup_key = Some(Bytes::copy_from_slice(key.as_bytes()));
-        e
-    };
     let a = send_entries(&mut c, 0, "q", vec![keyed("a", "k1")]);
     let a_id = a[0].as_ref().unwrap().id;
     c.advance_ms(1_000);
@@ -298,11 +295,6 @@ fn a_batch_without_a_max_depth_counts_only_what_it_stored() {
                 ..Default::default()
             },
         );
-        let keyed = |body: &str, key: &str| {
-            let mut e = entry(body);
-            e.dedup_key = Some(Bytes::copy_from_slice(key.as_bytes()));
-            e
-        };
         let mut late = entry("late");
         late.delay = Some(Millis::new(16 * 60 * 1000));
         let r = send_entries(

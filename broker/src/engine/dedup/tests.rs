@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// A xorshift generator from `seed`: the tests' fixed pseudo-random draws.
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
 /// Records `key` as a send does: probed first, for its hash.
 fn ins(t: &mut DedupTable, inc: u32, key: &[u8], id: MessageId, cost: u64, until: u64) -> Recorded {
     let Probe::Absent(Some(hash)) = t.probe(inc, key, u64::MAX) else {
@@ -99,13 +109,7 @@ fn the_logs_agree_with_a_plain_map_through_expiry_and_compaction() {
     let mut t = DedupTable::default();
     let mut model: std::collections::HashMap<(u32, Vec<u8>), (MessageId, u64)> =
         std::collections::HashMap::new();
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
     let mut cost_held = 0u64;
     for now in 0..20_000u64 {
         let inc = (next() % 3) as u32 + 1;
@@ -215,13 +219,7 @@ fn check_in_records_as_it_looks_up_and_undo_takes_back() {
     let mut t = DedupTable::default();
     let mut model: std::collections::HashMap<(u32, Vec<u8>), (MessageId, u64)> =
         std::collections::HashMap::new();
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     let mut cost_held = 0u64;
     for now in 0..20_000u64 {
         let inc = (next() % 2) as u32 + 1;

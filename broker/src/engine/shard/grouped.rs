@@ -53,33 +53,22 @@ impl Shard {
             return;
         };
         let (seq, visible) = (m.seq.get(), m.state == MessageState::Visible);
-        self.join(
-            p,
-            key,
-            seq,
-            name,
-            if visible { Taken::No } else { Taken::IfFair },
-        );
+        self.enter_group_as(p, key, seq, visible, name);
     }
 
-    /// [`Shard::enter_group`] for a message just sent into `p`, whose place
-    /// in send order (`seq`) and delay are known already.
+    /// [`Shard::enter_group`] for a message whose place in send order
+    /// (`seq`) and visibility its caller knows already (a send).
     #[inline(never)]
-    pub(super) fn enter_group_sent(
+    pub(super) fn enter_group_as(
         &mut self,
         p: u32,
         key: SlotKey,
         seq: u64,
-        delayed: bool,
+        visible: bool,
         name: &[u8],
     ) {
-        self.join(
-            p,
-            key,
-            seq,
-            name,
-            if delayed { Taken::IfFair } else { Taken::No },
-        );
+        let taken = if visible { Taken::No } else { Taken::IfFair };
+        self.join(p, key, seq, name, taken);
     }
 
     /// Makes the message at `key` of grouped partition `p` a member of

@@ -244,7 +244,7 @@ impl Shard {
         let id = self.message_id(seq);
         if grouped {
             // A fair queue's message without a group is in the group "".
-            self.enter_group_sent(p, key, seq, delayed, entry.group.unwrap_or_default());
+            self.enter_group_as(p, key, seq, !delayed, entry.group.unwrap_or_default());
         }
         self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
         if let Some(r) = recorded {
