@@ -15,8 +15,13 @@ use crate::config::limits;
 use crate::schedule::OpenLoop;
 
 /// How close to its next message's time an open-loop producer stops
-/// sleeping and waiting for acknowledgements, and yields instead.
-const OPEN_LOOP_SPIN_NS: u64 = 150_000;
+/// sleeping and waiting for acknowledgements, and yields instead. Short:
+/// a thread that yields for long has used its share of the CPU and is not
+/// run again before the consumers beside it, busy with a backlog, have
+/// run their slices (milliseconds), while one that sleeps is run as soon
+/// as it wakes. With the timer slack at 1 ns (see [`Pass::produce_open`])
+/// a sleeper wakes a few microseconds late, not the default 50.
+const OPEN_LOOP_SPIN_NS: u64 = 20_000;
 
 impl Pass<'_> {
     /// Writes the stamps of `seqs` (with their intended times) into
@@ -175,6 +180,10 @@ impl Pass<'_> {
         adapter: &mut dyn Adapter,
     ) -> Result<(), AdapterError> {
         let schedule = self.schedule.expect("the latency workload has a schedule");
+        // Without the default 50 µs of slack, the kernel wakes this thread
+        // when its next message is due. Best effort: a kernel that refuses
+        // leaves the default, and the sends are only later.
+        let _ = rustix::thread::set_current_timer_slack(core::num::NonZeroU64::new(1));
         let mut walk = OpenLoop::new(schedule, producer as u64, self.cfg.producers as u64);
         let mut bodies = vec![BodyBuf::default(); self.cfg.batch];
         let mut due = Vec::with_capacity(self.cfg.batch);
@@ -221,7 +230,7 @@ impl Pass<'_> {
                 } else {
                     // The kernel wakes sleepers tens of microseconds late,
                     // so the last stretch yields instead.
-                    std::thread::sleep(Duration::from_nanos(ahead - OPEN_LOOP_SPIN_NS + 30_000));
+                    std::thread::sleep(Duration::from_nanos(ahead - OPEN_LOOP_SPIN_NS));
                 }
             } else {
                 std::thread::yield_now();
