@@ -11,6 +11,7 @@
 use core::hash::Hasher;
 
 use hashbrown::HashTable;
+use hashbrown::hash_table::Entry as MapEntry;
 
 use siphasher::sip::SipHasher13;
 use sluice_protocol::MessageId;
@@ -128,6 +129,39 @@ impl Log {
         self.entries.push_back(Entry { key_at, ..e }, spare);
     }
 
+    /// Appends the live entry of `key` (hash `hash`) for message `id`,
+    /// costing `cost`, until `until_ns`; returns when to arm the queue's
+    /// timer, which runs while it has entries: for this entry, if the log
+    /// was empty.
+    fn append(
+        &mut self,
+        key: &[u8],
+        hash: u32,
+        id: MessageId,
+        cost: u64,
+        until_ns: u64,
+        spare: &mut LogSpare,
+    ) -> Option<u64> {
+        let arm_at = self.entries.is_empty().then_some(until_ns);
+        self.push(
+            key,
+            Entry {
+                // A u128's halves: the casts keep 64 bits each by design.
+                id: [id.0 as u64, (id.0 >> 64) as u64],
+                until_ns,
+                hash,
+                key_at: 0,
+                cost: u32::try_from(cost).unwrap_or(u32::MAX),
+                // At most DEDUP_KEY_BYTES_MAX (128): no hash is given for
+                // a longer key.
+                key_len: u8::try_from(key.len()).unwrap_or(u8::MAX),
+                live: true,
+            },
+            spare,
+        );
+        arm_at
+    }
+
     /// Drops the last entry and its key's bytes.
     fn pop_back(&mut self, spare: &mut LogSpare) -> Option<Entry> {
         let e = self.entries.pop_back(spare)?;
@@ -221,28 +255,67 @@ impl QueueLog {
                 }
             }
         }
-        // A queue's timer runs while it has entries.
-        let arm_at = log.entries.is_empty().then_some(until_ns);
-        log.push(
-            key,
-            Entry {
-                // A u128's halves: the casts keep 64 bits each by design.
-                id: [id.0 as u64, (id.0 >> 64) as u64],
-                until_ns,
-                hash,
-                key_at: 0,
-                cost: u32::try_from(cost).unwrap_or(u32::MAX),
-                // At most DEDUP_KEY_BYTES_MAX (128): no hash is given for
-                // a longer key.
-                key_len: u8::try_from(key.len()).unwrap_or(u8::MAX),
-                live: true,
-            },
-            spare,
-        );
+        let arm_at = log.append(key, hash, id, cost, until_ns, spare);
         if !replaced {
             map.insert_unique(spread(hash), (hash, position), |&(h, _)| spread(h));
         }
         Recorded { freed, arm_at }
+    }
+
+    /// [`QueueLog::look`], then [`QueueLog::record`] when the key is
+    /// absent, in one probe of the map: the slot a key absent takes is the
+    /// one its look-up ended at.
+    #[allow(clippy::too_many_arguments)]
+    fn check_in(
+        &mut self,
+        hash: u32,
+        key: &[u8],
+        now_ns: u64,
+        id: MessageId,
+        cost: u64,
+        until_ns: u64,
+        spare: &mut LogSpare,
+    ) -> CheckIn {
+        let QueueLog { log, map, .. } = self;
+        let full = log.full();
+        let found = map.entry(
+            spread(hash),
+            |&(h, low)| h == hash && log.at(low).is_some_and(|e| log.key_of(&e) == key),
+            |&(h, _)| spread(h),
+        );
+        let position = low32(log.end());
+        match found {
+            MapEntry::Occupied(mut slot) => {
+                let old = slot.get().1;
+                let Some(e) = log.at(old) else {
+                    return CheckIn::Unrecordable;
+                };
+                if e.until_ns > now_ns {
+                    return CheckIn::Found(id_of(&e));
+                }
+                if full {
+                    return CheckIn::Unrecordable;
+                }
+                // Past its window (see `Entry::live`): the new entry takes
+                // its place in the map, and it waits in the log, dead.
+                slot.get_mut().1 = position;
+                let mut freed = 0;
+                if let Some(e) = log.at_mut(old) {
+                    e.live = false;
+                    freed = u64::from(e.cost);
+                }
+                let arm_at = log.append(key, hash, id, cost, until_ns, spare);
+                CheckIn::Recorded(Recorded { freed, arm_at })
+            }
+            MapEntry::Vacant(slot) => {
+                if full {
+                    return CheckIn::Unrecordable;
+                }
+                slot.insert((hash, position));
+                let arm_at = log.append(key, hash, id, cost, until_ns, spare);
+                CheckIn::Recorded(Recorded { freed: 0, arm_at })
+            }
+        }
     }
 }
 
@@ -403,13 +476,7 @@ impl DedupTable {
         }
         let hash = low32(self.hasher.hash(key));
         let q = self.queues.entry(incarnation).or_default();
-        match q.look(hash, key, now_ns) {
-            Probe::Found(id) => CheckIn::Found(id),
-            Probe::Absent(None) => CheckIn::Unrecordable,
-            Probe::Absent(Some(hash)) => {
-                CheckIn::Recorded(q.record(key, hash, id, cost, until_ns, &mut self.spare))
-            }
-        }
+        q.check_in(hash, key, now_ns, id, cost, until_ns, &mut self.spare)
     }
 
     /// Takes back the entry recorded last for queue `incarnation` (by a
