@@ -353,14 +353,30 @@ impl Shard {
         if entry.group.is_some() && self.part(p).grouping.is_none() {
             self.make_fair(p, None);
         }
-        let part = self.part(p);
-        if part.attrs.kind != QueueKind::Fifo {
+        let attrs = &self.part(p).attrs;
+        if attrs.kind != QueueKind::Fifo {
             return Ok(None);
         }
-        *content = (entry.dedup_key.is_none() && part.attrs.content_based_dedup)
-            .then(|| content_dedup_key(entry.body));
-        let window_ms = part.attrs.dedup_window.get();
-        fifo_entry(entry, content.as_ref(), window_ms).map(Some)
+        // A FIFO queue's entry: a group, no delay of its own, and a dedup
+        // key (its own, or its body's hash) unless dedup is off (a window
+        // of 0).
+        if entry.group.is_none() {
+            return Err(EntryError::GroupRequired);
+        }
+        if entry.delay_ms.is_some() {
+            return Err(EntryError::DelayOnFifo);
+        }
+        if let Some(key) = entry.dedup_key {
+            return Ok(Some(Some(key)));
+        }
+        if attrs.content_based_dedup {
+            let key = content.insert(content_dedup_key(entry.body));
+            return Ok(Some(Some(&key[..])));
+        }
+        if attrs.dedup_window.get() > 0 {
+            return Err(EntryError::DedupKeyRequired);
+        }
+        Ok(Some(None))
     }
 
     /// Counts a message just stored in partition `p` as sent and puts it in
@@ -423,26 +439,4 @@ impl Shard {
 fn content_dedup_key(body: &[u8]) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(body).into()
-}
-
-/// A FIFO queue's entry: a group, no delay of its own, and a dedup key
-/// (its own, or the `content` key) unless dedup is off (a window of 0).
-/// Returns the key.
-#[inline(never)]
-fn fifo_entry<'a>(
-    entry: &SendEntryRef<'a>,
-    content: Option<&'a [u8; 32]>,
-    window_ms: u32,
-) -> Result<Option<&'a [u8]>, EntryError> {
-    if entry.group.is_none() {
-        return Err(EntryError::GroupRequired);
-    }
-    if entry.delay_ms.is_some() {
-        return Err(EntryError::DelayOnFifo);
-    }
-    let key = entry.dedup_key.or(content.map(|k| &k[..]));
-    if key.is_none() && window_ms > 0 {
-        return Err(EntryError::DedupKeyRequired);
-    }
-    Ok(key)
 }
