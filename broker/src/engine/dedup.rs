@@ -129,6 +129,22 @@ impl Log {
         self.entries.push_back(Entry { key_at, ..e }, spare);
     }
 
+    /// Whether the map's slot `(h, low)` is the entry of `key`, whose hash
+    /// is `hash`.
+    fn is_entry_of(&self, (h, low): (u32, u32), hash: u32, key: &[u8]) -> bool {
+        h == hash && self.at(low).is_some_and(|e| self.key_of(&e) == key)
+    }
+
+    /// The entry at `low`, past its window, gives way to a later one of its
+    /// key (see [`Entry::live`]): it is dead, skipped when expiry reaches
+    /// it. Returns the memory it held, to release.
+    fn retire(&mut self, low: u32) -> u64 {
+        self.at_mut(low).map_or(0, |e| {
+            e.live = false;
+            u64::from(e.cost)
+        })
+    }
+
     /// Appends the live entry of `key` (hash `hash`) for message `id`,
     /// costing `cost`, until `until_ns`; returns when to arm the queue's
     /// timer, which runs while it has entries: for this entry, if the log
@@ -201,9 +217,9 @@ impl QueueLog {
     /// The live entry of `key`, whose hash is `hash`.
     fn find(&self, hash: u32, key: &[u8]) -> Option<Entry> {
         let log = &self.log;
-        let &(_, low) = self.map.find(spread(hash), |&(h, low)| {
-            h == hash && log.at(low).is_some_and(|e| log.key_of(&e) == key)
-        })?;
+        let &(_, low) = self
+            .map
+            .find(spread(hash), |&slot| log.is_entry_of(slot, hash, key))?;
         log.at(low)
     }
 }
@@ -243,16 +259,11 @@ impl QueueLog {
         let mut freed = 0;
         let mut replaced = false;
         if stale {
-            let found = map.find_mut(spread(hash), |&(h, low)| {
-                h == hash && log.at(low).is_some_and(|e| log.key_of(&e) == key)
-            });
+            let found = map.find_mut(spread(hash), |&slot| log.is_entry_of(slot, hash, key));
             if let Some(found) = found {
                 let old = core::mem::replace(&mut found.1, position);
                 replaced = true;
-                if let Some(e) = log.at_mut(old) {
-                    e.live = false;
-                    freed = u64::from(e.cost);
-                }
+                freed = log.retire(old);
             }
         }
         let arm_at = log.append(key, hash, id, cost, until_ns, spare);
@@ -280,7 +291,7 @@ impl QueueLog {
         let full = log.full();
         let found = map.entry(
             spread(hash),
-            |&(h, low)| h == hash && log.at(low).is_some_and(|e| log.key_of(&e) == key),
+            |&slot| log.is_entry_of(slot, hash, key),
             |&(h, _)| spread(h),
         );
         let position = low32(log.end());
@@ -296,14 +307,10 @@ impl QueueLog {
                 if full {
                     return CheckIn::Unrecordable;
                 }
-                // Past its window (see `Entry::live`): the new entry takes
-                // its place in the map, and it waits in the log, dead.
+                // Past its window: the new entry takes its place in the
+                // map, and it waits in the log, dead.
                 slot.get_mut().1 = position;
-                let mut freed = 0;
-                if let Some(e) = log.at_mut(old) {
-                    e.live = false;
-                    freed = u64::from(e.cost);
-                }
+                let freed = log.retire(old);
                 let arm_at = log.append(key, hash, id, cost, until_ns, spare);
                 CheckIn::Recorded(Recorded { freed, arm_at })
             }
