@@ -228,8 +228,8 @@ impl Pass<'_> {
                     self.finish_send(adapter, &seqs)?;
                     spare.push(seqs);
                 } else {
-                    // The kernel wakes sleepers tens of microseconds late,
-                    // so the last stretch yields instead.
+                    // A sleeper still wakes a few microseconds late, so the
+                    // last stretch yields instead.
                     std::thread::sleep(Duration::from_nanos(ahead - OPEN_LOOP_SPIN_NS));
                 }
             } else {
