@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::adapter::TargetUrl;
+use crate::adapter::sqs::SqsCredentials;
 use crate::body::HEADER_BYTES;
 use sluice_protocol::units::format_duration;
 
@@ -146,6 +147,12 @@ pub struct RunSpec {
     pub dedup_keys: bool,
     /// `--backlog`.
     pub backlog: Option<u64>,
+    /// `--aws-access-key-id` (or `AWS_ACCESS_KEY_ID`).
+    pub aws_access_key_id: Option<String>,
+    /// `--aws-secret-access-key` (or `AWS_SECRET_ACCESS_KEY`).
+    pub aws_secret_access_key: Option<String>,
+    /// `--aws-region` (or `AWS_REGION`).
+    pub aws_region: Option<String>,
 }
 
 /// A setting that cannot run.
@@ -195,6 +202,8 @@ pub struct RunConfig {
     pub read_spin: Duration,
     /// TLS for sluice targets (`--sluice-tls-ca`).
     pub sluice_tls: Option<sluice_client::tls::TlsConfig>,
+    /// The key SQS targets sign with (`None`: the placeholder).
+    pub sqs: Option<SqsCredentials>,
     /// Message groups the sends take in turn (0: none).
     pub groups: usize,
     /// A FIFO queue (sluice targets; with `groups`).
@@ -281,6 +290,11 @@ impl RunConfig {
             ));
         }
         let sluice_tls = check_sluice_tls(spec.sluice_tls_ca, spec.sluice_tls_server_name)?;
+        let sqs = check_sqs_credentials(
+            spec.aws_access_key_id,
+            spec.aws_secret_access_key,
+            spec.aws_region,
+        )?;
         let groups = spec.groups.unwrap_or(0);
         if groups > GROUPS_MAX {
             return fail(format!("--groups must be at most {GROUPS_MAX}"));
@@ -307,6 +321,7 @@ impl RunConfig {
             in_flight_max,
             read_spin,
             sluice_tls,
+            sqs,
             workload,
             targets: spec.targets,
             passes,
@@ -504,6 +519,41 @@ fn check_sluice_tls(
         }
     };
     Ok(sluice_tls)
+}
+
+/// The key SQS targets sign with: an access key and its secret, both or
+/// neither (then `None`, the placeholder), in `region` (`us-east-1` when
+/// not given).
+fn check_sqs_credentials(
+    key: Option<String>,
+    secret: Option<String>,
+    region: Option<String>,
+) -> Result<Option<SqsCredentials>, ConfigError> {
+    let fail = |m: String| Err(ConfigError(m));
+    let region = region.unwrap_or_else(|| "us-east-1".to_owned());
+    if region.is_empty()
+        || !region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return fail(format!(
+            "--aws-region must be a region name such as us-east-1, not {region:?}"
+        ));
+    }
+    match (key, secret) {
+        (None, None) => Ok(None),
+        (Some(access_key), Some(secret)) if !access_key.is_empty() && !secret.is_empty() => {
+            Ok(Some(SqsCredentials {
+                access_key,
+                secret,
+                region,
+            }))
+        }
+        _ => fail(
+            "an AWS access key needs its secret: --aws-access-key-id and              --aws-secret-access-key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), both              non-empty, or neither"
+                .into(),
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub mod beanstalkd;
 pub mod nats;
 pub mod redis;
 pub mod sluice;
+pub mod sqs;
 mod wire;
 
 /// How long a connection waits for a reply before giving up. Every wait the
@@ -252,6 +253,22 @@ pub(crate) fn nothing_started(peer: &str) -> AdapterError {
     AdapterError::Unsupported(format!("{peer}: finish with no operation in flight"))
 }
 
+/// How to reach a target beyond its URL: what `--token-file`,
+/// `--read-spin`, `--sluice-tls-ca` and the AWS credentials give.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// The auth token for peers that have one (sluice HELLO, Redis `AUTH`,
+    /// NATS `auth_token`).
+    pub token: Option<String>,
+    /// The read spin of every data connection.
+    pub read_spin: Duration,
+    /// TLS for sluice targets.
+    pub sluice_tls: Option<sluice_client::tls::TlsConfig>,
+    /// The key SQS targets sign with (`None`: a placeholder, which a local
+    /// server that checks no signature accepts).
+    pub sqs: Option<sqs::SqsCredentials>,
+}
+
 /// The broker kinds a target URL can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -263,6 +280,9 @@ pub enum Kind {
     Beanstalkd,
     /// NATS JetStream.
     Nats,
+    /// An SQS-compatible server (the AWS JSON protocol): sluice's SQS
+    /// door, moto's server, SQS itself.
+    Sqs,
 }
 
 impl Kind {
@@ -273,6 +293,7 @@ impl Kind {
             Kind::Redis => "redis",
             Kind::Beanstalkd => "beanstalkd",
             Kind::Nats => "nats",
+            Kind::Sqs => "sqs",
         }
     }
 
@@ -283,6 +304,8 @@ impl Kind {
             Kind::Redis => 6379,
             Kind::Beanstalkd => 11300,
             Kind::Nats => 4222,
+            // sluice's SQS door (and ElasticMQ).
+            Kind::Sqs => 9324,
         }
     }
 }
@@ -312,8 +335,8 @@ pub struct TargetUrl {
 }
 
 impl TargetUrl {
-    /// Reads `sluice://HOST:PORT`, `redis://...`, `beanstalkd://...` or
-    /// `nats://...`; the port defaults to the peer's usual one. sluice
+    /// Reads `sluice://HOST:PORT`, `redis://...`, `beanstalkd://...`,
+    /// `nats://...` or `sqs://...`; the port defaults to the peer's usual one. sluice
     /// takes several brokers, comma-separated: `sluice://a:1,b:2,c:3`, and
     /// a bare `HOST:PORT` (or `a:1,b:2`) is sluice too, as for the server
     /// and the `sluice` command.
@@ -342,7 +365,12 @@ impl TargetUrl {
             "redis" => Kind::Redis,
             "beanstalkd" | "beanstalk" => Kind::Beanstalkd,
             "nats" => Kind::Nats,
-            _ => return Err(err("the scheme must be sluice, redis, beanstalkd or nats")),
+            "sqs" => Kind::Sqs,
+            _ => {
+                return Err(err(
+                    "the scheme must be sluice, redis, beanstalkd, nats or sqs",
+                ));
+            }
         };
         let mut brokers = Vec::new();
         for one in rest.split(',').map(str::trim) {
@@ -396,17 +424,17 @@ impl TargetUrl {
         token: Option<&str>,
         read_spin: Duration,
     ) -> Result<Box<dyn Target>, AdapterError> {
-        self.open_sluice(token, read_spin, None)
+        self.open_access(&Access {
+            token: token.map(str::to_owned),
+            read_spin,
+            ..Access::default()
+        })
     }
 
-    /// [`TargetUrl::open_with`], with TLS for sluice (the peers ignore it).
-    pub fn open_sluice(
-        &self,
-        token: Option<&str>,
-        read_spin: Duration,
-        sluice_tls: Option<sluice_client::tls::TlsConfig>,
-    ) -> Result<Box<dyn Target>, AdapterError> {
-        let token = token.map(str::to_owned);
+    /// Connects a target for this URL with `access`.
+    pub fn open_access(&self, access: &Access) -> Result<Box<dyn Target>, AdapterError> {
+        let token = access.token.clone();
+        let read_spin = access.read_spin;
         match self.kind {
             Kind::Redis => Ok(Box::new(
                 redis::RedisTarget::new(self.clone(), token).read_spin(read_spin),
@@ -420,7 +448,10 @@ impl TargetUrl {
             Kind::Sluice => Ok(Box::new(
                 sluice::SluiceTarget::new(self.clone(), token)
                     .read_spin(read_spin)
-                    .tls(sluice_tls),
+                    .tls(access.sluice_tls.clone()),
+            )),
+            Kind::Sqs => Ok(Box::new(
+                sqs::SqsTarget::new(self.clone(), access.sqs.clone()).read_spin(read_spin),
             )),
         }
     }

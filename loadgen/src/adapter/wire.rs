@@ -149,6 +149,21 @@ impl LineConn {
         }
     }
 
+    /// Reads exactly `n` bytes (an HTTP body or chunk). Returns where they
+    /// sit in the read buffer; read them with [`LineConn::bytes`] before
+    /// the next read.
+    pub(crate) fn raw(&mut self, n: usize) -> Result<Range<usize>, AdapterError> {
+        if n > PAYLOAD_BYTES_MAX {
+            return Err(self.protocol(format!("payload of {n} bytes is over the limit")));
+        }
+        while self.len - self.pos < n {
+            self.fill(n)?;
+        }
+        let start = self.pos;
+        self.pos += n;
+        Ok(start..start + n)
+    }
+
     /// Reads one line and, when `payload_len` says the line announces one,
     /// its payload and the CRLF after it. Returns where the line and the
     /// payload sit in the read buffer (without the CRLFs; an empty payload

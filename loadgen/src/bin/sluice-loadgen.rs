@@ -64,8 +64,10 @@ impl From<WorkloadArg> for Workload {
     version,
     after_help = "Exit status: 0 all passes ran and met the SLO; 1 a pass failed; 2 bad flags; \
                   3 an SLO was violated; 4 messages were lost.\n\
-                  Every flag but --target and --token-file also reads SLUICE_LOADGEN_<FLAG> from the \
-                  environment; --token-file reads SLUICE_TOKEN_FILE, as sluice-server and sluice do.\n\
+                  Every flag but --target, --token-file and the AWS ones also reads \
+                  SLUICE_LOADGEN_<FLAG> from the environment; --token-file reads SLUICE_TOKEN_FILE, \
+                  as sluice-server and sluice do, and the AWS flags read AWS_ACCESS_KEY_ID, \
+                  AWS_SECRET_ACCESS_KEY and AWS_REGION, as the AWS SDKs do.\n\
                   Durations (250us, 1.5s, 2m) and sizes (100, 4KiB, 1M, 1.5MiB) follow the grammar \
                   sluice-server and sluice share; counts take k, M, G (10^3, 10^6, 10^9)."
 )]
@@ -75,7 +77,8 @@ struct Args {
     workload: WorkloadArg,
 
     /// A broker to drive: sluice://HOST:PORT (or HOST:PORT), redis://HOST:PORT,
-    /// beanstalkd://HOST:PORT or nats://HOST:PORT; sluice://A,B,C drives
+    /// beanstalkd://HOST:PORT, nats://HOST:PORT or sqs://HOST:PORT (any
+    /// SQS-compatible server: sluice's SQS door, moto); sluice://A,B,C drives
     /// several sluice brokers as one, a queue on each (connection n on
     /// queue n mod brokers). Repeat to compare: every target runs the same
     /// workload, interleaved over --passes.
@@ -213,6 +216,31 @@ struct Args {
     #[arg(long, value_name = "PATH", env = "SLUICE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
 
+    /// The access key SQS targets sign with (SigV4). Without it, and without
+    /// AWS_ACCESS_KEY_ID, a placeholder key is used, which a local server
+    /// that checks no signature accepts.
+    #[arg(long, value_name = "ID", env = "AWS_ACCESS_KEY_ID")]
+    aws_access_key_id: Option<String>,
+
+    /// The secret of --aws-access-key-id. Prefer AWS_SECRET_ACCESS_KEY: a
+    /// flag's value shows in the process list.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "AWS_SECRET_ACCESS_KEY",
+        hide_env_values = true
+    )]
+    aws_secret_access_key: Option<String>,
+
+    /// The region SQS requests are signed for.
+    #[arg(
+        long,
+        value_name = "REGION",
+        env = "AWS_REGION",
+        default_value = "us-east-1"
+    )]
+    aws_region: String,
+
     /// Write the results as JSON: an array with one object per target and
     /// pass.
     #[arg(long, value_name = "FILE", env = "SLUICE_LOADGEN_JSON")]
@@ -299,6 +327,9 @@ fn main_inner() -> Result<ExitCode> {
         fifo: args.fifo,
         dedup_keys: args.dedup_keys,
         backlog: args.backlog,
+        aws_access_key_id: args.aws_access_key_id.clone(),
+        aws_secret_access_key: args.aws_secret_access_key.clone(),
+        aws_region: Some(args.aws_region.clone()),
     });
     let cfg = match cfg {
         Ok(cfg) => cfg,

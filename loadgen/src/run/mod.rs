@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::adapter::{AdapterError, QueueSpec, Setting, Target, TargetUrl};
+use crate::adapter::{Access, AdapterError, QueueSpec, Setting, Target, TargetUrl};
 use crate::config::{RunConfig, Workload};
 use crate::machine::{CpuUse, Steal};
 use crate::stats::{Percentiles, Recorder};
@@ -170,7 +170,12 @@ pub fn run(cfg: &RunConfig, out: &mut Output<'_>) -> Vec<PassOutcome> {
     for pass in 1..=cfg.passes {
         for url in &cfg.targets {
             let result = url
-                .open_sluice(cfg.token.as_deref(), cfg.read_spin, cfg.sluice_tls.clone())
+                .open_access(&Access {
+                    token: cfg.token.clone(),
+                    read_spin: cfg.read_spin,
+                    sluice_tls: cfg.sluice_tls.clone(),
+                    sqs: cfg.sqs.clone(),
+                })
                 .map_err(RunError::Setup)
                 .and_then(|mut target| run_pass(cfg, url, target.as_mut(), pass, out));
             outcomes.push(PassOutcome {

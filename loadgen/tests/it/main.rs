@@ -12,6 +12,7 @@ mod grammar;
 mod nats;
 mod peers;
 mod sluice;
+mod sqs;
 mod workloads;
 
 /// The standard output of a run that must have exited 0; otherwise fails

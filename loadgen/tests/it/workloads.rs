@@ -9,9 +9,9 @@ use sluice_loadgen::run::{self, Output, PassReport};
 use crate::peers::{self, PeerKind};
 use crate::sluice::SluiceServer;
 
-const MESSAGES: u64 = 2_000;
+pub(crate) const MESSAGES: u64 = 2_000;
 
-fn spec(url: &str, workload: Workload) -> RunSpec {
+pub(crate) fn spec(url: &str, workload: Workload) -> RunSpec {
     RunSpec {
         workload: Some(workload),
         targets: vec![TargetUrl::parse(url).unwrap()],
@@ -23,7 +23,7 @@ fn spec(url: &str, workload: Workload) -> RunSpec {
     }
 }
 
-fn run_one(spec: RunSpec) -> PassReport {
+pub(crate) fn run_one(spec: RunSpec) -> PassReport {
     let cfg = RunConfig::new(spec).unwrap();
     let mut printed = Vec::new();
     let mut outcomes = {
