@@ -76,12 +76,14 @@ impl Receipt {
     /// Lower-case hex of the wire bytes: how people and the CLI pass receipts.
     #[must_use]
     pub fn to_hex(&self) -> String {
-        use core::fmt::Write;
-        let mut s = String::with_capacity(RECEIPT_BYTES * 2);
-        for b in self.to_bytes() {
-            let _ = write!(s, "{b:02x}");
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0u8; RECEIPT_BYTES * 2];
+        for (pair, b) in hex.chunks_exact_mut(2).zip(self.to_bytes()) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 15)];
         }
-        s
+        // Hex digits are ASCII.
+        core::str::from_utf8(&hex).unwrap_or_default().to_owned()
     }
 
     /// Parses the hex form; `None` unless it is exactly 52 hex digits.
@@ -142,6 +144,12 @@ mod tests {
         assert_eq!(Receipt::from_bytes(&r.to_bytes()), r);
         assert_eq!(Receipt::from_hex(&r.to_hex()), Some(r));
         assert_eq!(r.to_hex().len(), 52);
+        let by_byte = r.to_bytes().iter().fold(String::new(), |mut s, b| {
+            use core::fmt::Write;
+            let _ = write!(s, "{b:02x}");
+            s
+        });
+        assert_eq!(r.to_hex(), by_byte);
         assert_eq!(Receipt::from_hex("zz"), None);
         assert_eq!(Receipt::from_hex(&"g".repeat(52)), None);
     }

@@ -21,6 +21,7 @@ pub mod http;
 pub mod sigv4;
 
 mod door;
+mod hex;
 mod sync;
 
 pub use door::{Action, Call, Door, DoorConfig, Limits, MoveStep, Response, Step};

@@ -21,6 +21,7 @@ use sluice_protocol::{
 
 use super::errors::SqsError;
 use super::wire::Input;
+use crate::hex::hex;
 
 /// The engine key of a message's deduplication id.
 pub(crate) const DEDUP_KEY: &str = "AWS.DeduplicationId";
@@ -220,12 +221,4 @@ pub(crate) fn system_attributes(
         };
         out.insert(s.to_owned(), Value::String(v));
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use core::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }

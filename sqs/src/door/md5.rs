@@ -6,6 +6,8 @@
 
 use md5::{Digest, Md5};
 
+use crate::hex::hex;
+
 /// One SQS message attribute: name, data type and value bytes (a Binary
 /// value decoded).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,15 +25,6 @@ impl SqsAttribute {
     pub fn is_binary(&self) -> bool {
         self.data_type.starts_with("Binary")
     }
-}
-
-fn hex(digest: &[u8]) -> String {
-    use core::fmt::Write as _;
-    let mut s = String::with_capacity(2 * digest.len());
-    for b in digest {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
 }
 
 /// Lower-case hex MD5 of `bytes`.

@@ -163,7 +163,7 @@ fn send_entry(input: &Input, fifo: bool) -> Result<(SendEntry, Sent, usize), Sqs
 
 /// A batch's entries, checked as SQS does: 1 to the batch limit, each
 /// with a distinct `Id` of 1 to 80 `[A-Za-z0-9_-]`.
-fn batch(ctx: &Ctx<'_>, input: &Input) -> Result<Vec<(String, Input)>, SqsError> {
+fn batch<'a>(ctx: &Ctx<'_>, input: &'a Input<'_>) -> Result<Vec<(String, Input<'a>)>, SqsError> {
     let entries = input.list("Entries")?;
     if entries.is_empty() {
         return Err(SqsError::new(
@@ -181,7 +181,7 @@ fn batch(ctx: &Ctx<'_>, input: &Input) -> Result<Vec<(String, Input)>, SqsError>
             ),
         ));
     }
-    let mut out: Vec<(String, Input)> = Vec::with_capacity(entries.len());
+    let mut out: Vec<(String, Input<'a>)> = Vec::with_capacity(entries.len());
     for v in entries {
         let e = Input::from_value("Entries", v)?;
         let id = e.str("Id")?.to_owned();

@@ -289,17 +289,20 @@ impl Ctx<'_> {
 }
 
 /// A UUID-shaped id from `x` (a bijective mix, so distinct inputs give
-/// distinct ids).
+/// distinct ids): 8-4-4-4-12 lower-case hex digits.
 fn uuid_text(x: u128) -> String {
-    let hex = format!("{x:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    let b = x.to_be_bytes();
+    let mut s = String::with_capacity(36);
+    for (i, part) in [&b[0..4], &b[4..6], &b[6..8], &b[8..10], &b[10..16]]
+        .into_iter()
+        .enumerate()
+    {
+        if i > 0 {
+            s.push('-');
+        }
+        crate::hex::push_hex(&mut s, part);
+    }
+    s
 }
 
 fn mix(mut z: u64) -> u64 {

@@ -86,7 +86,7 @@ fn invalid(message: String) -> SqsError {
 ///
 /// # Errors
 /// As [`input`]; a body that is not UTF-8 is `MalformedQueryString`.
-pub(crate) fn read(req: &crate::http::Request) -> Result<(String, Input), SqsError> {
+pub(crate) fn read(req: &crate::http::Request) -> Result<(String, Input<'static>), SqsError> {
     let mut pairs = form_pairs(&req.query)?;
     if !req.body.is_empty() {
         let body = core::str::from_utf8(&req.body).map_err(|_| {
@@ -107,7 +107,7 @@ pub(crate) fn read(req: &crate::http::Request) -> Result<(String, Input), SqsErr
 /// other than 2012-11-05 (one is required), `InvalidParameterValue` for a
 /// numbered list with a gap or an index that is not a positive number,
 /// or a parameter given twice.
-pub(crate) fn input(pairs: &[(String, String)]) -> Result<(String, Input), SqsError> {
+pub(crate) fn input(pairs: &[(String, String)]) -> Result<(String, Input<'static>), SqsError> {
     let mut flat: Map<String, Value> = Map::new();
     for (k, v) in pairs {
         if flat.insert(k.clone(), Value::String(v.clone())).is_some() {

@@ -1138,3 +1138,24 @@ fn door_with_credentials_refuses_what_is_not_signed_by_a_known_key() {
     let r = done(door.call(&unknown, 1_440_938_160_000 + 16 * 60_000).1);
     assert_error(&r, "InvalidClientTokenId", 403);
 }
+
+#[test]
+fn ids_are_uuid_shaped_hex_of_their_128_bits() {
+    for x in [
+        0u128,
+        1,
+        u128::MAX,
+        0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+    ] {
+        let hex = format!("{x:032x}");
+        let want = format!(
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        );
+        assert_eq!(super::uuid_text(x), want);
+    }
+}

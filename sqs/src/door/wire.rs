@@ -2,28 +2,35 @@
 //! errors: a member of the wrong JSON type is a `SerializationException`,
 //! a required one absent a `MissingParameter`. `null` is absent.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use super::errors::SqsError;
 
-/// A request's JSON object.
+/// A request's JSON object, or one within it (a batch entry, borrowed
+/// from its request's, not copied).
 #[derive(Debug)]
-pub(crate) struct Input {
-    map: Map<String, Value>,
+pub(crate) struct Input<'a> {
+    map: Cow<'a, Map<String, Value>>,
 }
 
 fn wrong_type(member: &str, want: &str) -> SqsError {
     SqsError::serialization(format!("Member {member} must be {want}."))
 }
 
-impl Input {
+impl<'a> Input<'a> {
     /// The body: an object (an empty body is `{}`).
-    pub fn parse(body: &[u8]) -> Result<Input, SqsError> {
+    pub fn parse(body: &[u8]) -> Result<Input<'static>, SqsError> {
         if body.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Input { map: Map::new() });
+            return Ok(Input {
+                map: Cow::Owned(Map::new()),
+            });
         }
         match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(map)) => Ok(Input { map }),
+            Ok(Value::Object(map)) => Ok(Input {
+                map: Cow::Owned(map),
+            }),
             Ok(_) => Err(SqsError::serialization(
                 "The request body must be a JSON object.",
             )),
@@ -34,20 +41,24 @@ impl Input {
     }
 
     /// An input of these members (the query protocol's, made JSON).
-    pub fn from_map(map: Map<String, Value>) -> Input {
-        Input { map }
+    pub fn from_map(map: Map<String, Value>) -> Input<'static> {
+        Input {
+            map: Cow::Owned(map),
+        }
     }
 
     /// The members as one JSON object.
     #[cfg(test)]
     pub fn to_value(&self) -> Value {
-        Value::Object(self.map.clone())
+        Value::Object(self.map.clone().into_owned())
     }
 
     /// An object read as an input (a batch entry).
-    pub fn from_value(member: &str, v: &Value) -> Result<Input, SqsError> {
+    pub fn from_value(member: &str, v: &'a Value) -> Result<Input<'a>, SqsError> {
         match v {
-            Value::Object(map) => Ok(Input { map: map.clone() }),
+            Value::Object(map) => Ok(Input {
+                map: Cow::Borrowed(map),
+            }),
             _ => Err(wrong_type(member, "an object")),
         }
     }
@@ -132,7 +143,7 @@ impl Input {
     }
 
     /// An optional map of strings to objects.
-    pub fn obj_map(&self, member: &str) -> Result<Vec<(&str, Input)>, SqsError> {
+    pub fn obj_map(&self, member: &str) -> Result<Vec<(&str, Input<'_>)>, SqsError> {
         match self.get(member) {
             None => Ok(Vec::new()),
             Some(Value::Object(m)) => m

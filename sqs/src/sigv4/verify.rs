@@ -11,6 +11,7 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use super::{Identity, percent_decode};
+use crate::hex::hex;
 use crate::http::Request;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -419,10 +420,6 @@ fn parse_amz_date(s: &str) -> Option<u64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = (era * 146_097 + doe).checked_sub(719_468)?;
     Some(((days * 86_400) + hour * 3600 + minute * 60 + second) * 1000)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
