@@ -359,6 +359,7 @@ impl Pending {
                 let receipts = messages.iter().map(|m| m.receipt).collect();
                 let visibility_ms = this.receive.visibility_timeout_ms.unwrap_or(0);
                 let (reply, _) = this.reply.finish(Reply::Receive { messages })?;
+                let reply = reply.into_value();
                 let remembered = Remembered {
                     receipts,
                     visibility_ms,

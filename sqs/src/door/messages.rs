@@ -12,6 +12,7 @@ use sluice_protocol::{
     ReceivedMessageRef, Reply, Request, SendEntry, SendOutcome, SendRequest, VisibilityChange,
 };
 
+use super::body::{Batch, Body, IdEntry, Received, ReceivedEntry, SentEntry};
 use super::errors::SqsError;
 use super::fifo;
 use super::md5::{SqsAttribute, md5_attributes, md5_hex};
@@ -412,13 +413,17 @@ fn received(
     ns: &Namespace,
     system: &[&str],
     names: &[String],
-) -> Value {
-    let body = String::from_utf8_lossy(m.body);
-    let mut out = Map::new();
-    out.insert("MessageId".into(), uuid_text(m.id.0).into());
-    out.insert("ReceiptHandle".into(), m.receipt.to_hex().into());
-    out.insert("MD5OfBody".into(), md5_hex(body.as_bytes()).into());
-    out.insert("Body".into(), body.into_owned().into());
+) -> ReceivedEntry {
+    let body = String::from_utf8_lossy(m.body).into_owned();
+    let mut out = ReceivedEntry {
+        message_id: uuid_text(m.id.0),
+        receipt_handle: m.receipt.to_hex(),
+        md5_body: md5_hex(body.as_bytes()),
+        body,
+        attributes: None,
+        md5_attributes: None,
+        message_attributes: None,
+    };
     let trace = m.attributes.get(TRACE_KEY);
     let mut sys = Map::new();
     for &s in system {
@@ -441,7 +446,7 @@ fn received(
     }
     fifo::system_attributes(m, system, &mut sys);
     if !sys.is_empty() {
-        out.insert("Attributes".into(), Value::Object(sys));
+        out.attributes = Some(sys);
     }
     let attrs: Vec<SqsAttribute> = m
         .attributes
@@ -459,32 +464,21 @@ fn received(
             };
             map.insert(a.name.clone(), v);
         }
-        out.insert("MD5OfMessageAttributes".into(), md5.into());
-        out.insert("MessageAttributes".into(), Value::Object(map));
+        out.md5_attributes = Some(md5);
+        out.message_attributes = Some(map);
     }
-    Value::Object(out)
+    out
 }
 
-fn sent_json(s: &Sent, outcome: &SendOutcome, batch: bool, fifo: bool) -> Value {
-    let mut out = Map::new();
-    if batch {
-        out.insert("Id".into(), s.id.clone().into());
+fn sent_entry(s: &Sent, outcome: &SendOutcome, batch: bool, fifo: bool) -> SentEntry {
+    SentEntry {
+        id: batch.then(|| s.id.clone()),
+        message_id: uuid_text(outcome.id.0),
+        md5_body: s.md5_body.clone(),
+        md5_attributes: s.md5_attributes.clone(),
+        md5_system: s.md5_system.clone(),
+        sequence_number: fifo.then(|| fifo::sequence_number(outcome.id)),
     }
-    out.insert("MessageId".into(), uuid_text(outcome.id.0).into());
-    out.insert("MD5OfMessageBody".into(), s.md5_body.clone().into());
-    if let Some(m) = &s.md5_attributes {
-        out.insert("MD5OfMessageAttributes".into(), m.clone().into());
-    }
-    if let Some(m) = &s.md5_system {
-        out.insert("MD5OfMessageSystemAttributes".into(), m.clone().into());
-    }
-    if fifo {
-        out.insert(
-            "SequenceNumber".into(),
-            fifo::sequence_number(outcome.id).into(),
-        );
-    }
-    Value::Object(out)
 }
 
 /// The error for an engine reply of another kind than the request's.
@@ -497,7 +491,7 @@ pub(crate) fn mismatch() -> SqsError {
 
 impl Pending {
     /// SQS's reply to the engine's `reply`, and the stale deletes.
-    pub(crate) fn finish(self, reply: Reply) -> Result<(Value, u32), SqsError> {
+    pub(crate) fn finish(self, reply: Reply) -> Result<(Body, u32), SqsError> {
         match (self, reply) {
             (_, Reply::Error(e)) => Err(SqsError::from_engine(&e, false)),
             (
@@ -518,29 +512,31 @@ impl Pending {
                 };
                 if !batch {
                     return match &results[0] {
-                        Ok(o) => Ok((sent_json(&sent[0], o, false, fifo), 0)),
+                        Ok(o) => Ok((Body::Sent(sent_entry(&sent[0], o, false, fifo)), 0)),
                         Err(code) => Err(error(*code)),
                     };
                 }
                 let mut ok = Vec::new();
                 for (s, r) in sent.iter().zip(&results) {
                     match r {
-                        Ok(o) => ok.push(sent_json(s, o, true, fifo)),
+                        Ok(o) => ok.push(sent_entry(s, o, true, fifo)),
                         Err(code) => failed.push(self::failed(&s.id, &error(*code))),
                     }
                 }
-                Ok((json!({ "Successful": ok, "Failed": failed }), 0))
+                Ok((
+                    Body::SentBatch(Batch {
+                        successful: ok,
+                        failed,
+                    }),
+                    0,
+                ))
             }
             (Pending::Receive { ns, system, names }, Reply::Receive { messages }) => {
-                let list: Vec<Value> = messages
+                let messages = messages
                     .iter()
                     .map(|m| received(&m, &ns, &system, &names))
                     .collect();
-                if list.is_empty() {
-                    Ok((json!({}), 0))
-                } else {
-                    Ok((json!({ "Messages": list }), 0))
-                }
+                Ok((Body::Received(Received { messages }), 0))
             }
             (
                 Pending::Receipts {
@@ -567,15 +563,21 @@ impl Pending {
                         Err(code) => Err(SqsError::from_code(*code, "", false)),
                     };
                     match r {
-                        Ok(()) => ok.push(json!({ "Id": id })),
+                        Ok(()) => ok.push(IdEntry { id: id.clone() }),
                         Err(e) if !batch => return Err(e),
                         Err(e) => failed.push(self::failed(id, &e)),
                     }
                 }
                 if batch {
-                    Ok((json!({ "Successful": ok, "Failed": failed }), stale))
+                    Ok((
+                        Body::IdBatch(Batch {
+                            successful: ok,
+                            failed,
+                        }),
+                        stale,
+                    ))
                 } else {
-                    Ok((json!({}), stale))
+                    Ok((Body::Value(json!({})), stale))
                 }
             }
             _ => Err(mismatch()),

@@ -5,6 +5,7 @@
 mod attempts;
 #[cfg(test)]
 mod attempts_door_tests;
+mod body;
 mod errors;
 mod fifo;
 #[cfg(test)]
@@ -34,6 +35,7 @@ use sluice_protocol::{QueueName, Reply, Request};
 
 use crate::http;
 use crate::sigv4::Credentials;
+use body::Body;
 use errors::SqsError;
 pub use moves::tasks::MoveStep;
 use names::Namespace;
@@ -317,12 +319,15 @@ fn ok_response(
     protocol: Protocol,
     action: Action,
     request_id: &str,
-    body: &Value,
+    body: Body,
     stale_deletes: u32,
 ) -> Response {
     let (content_type, body) = match protocol {
-        Protocol::Json => ("application/x-amz-json-1.0", body.to_string()),
-        Protocol::Query => ("text/xml", xml::reply(action, body, request_id)),
+        Protocol::Json => ("application/x-amz-json-1.0", body.to_json()),
+        Protocol::Query => (
+            "text/xml",
+            xml::reply(action, &body.into_value(), request_id),
+        ),
     };
     Response {
         status: 200,
@@ -481,7 +486,7 @@ impl Door {
                 protocol,
                 action,
                 &call.request_id,
-                &body,
+                Body::Value(body),
                 stale,
             )),
             Err(e) => Step::Done(error_response(protocol, &call.request_id, &e)),
@@ -578,15 +583,15 @@ impl Call {
                 "InternalError",
                 "an engine reply to a call that is over",
             )),
-            Pending::Queue(p) => p.finish(reply),
+            Pending::Queue(p) => p.finish(reply).map(|(v, s)| (Body::Value(v), s)),
             Pending::Message(p) => p.finish(reply),
-            Pending::Tags(p) => p.finish(reply),
+            Pending::Tags(p) => p.finish(reply).map(|(v, s)| (Body::Value(v), s)),
             Pending::Moves(m) => match m.step(reply, now_unix_ms) {
                 Ok(moves::Next::Engine(m, request)) => {
                     self.pending = Pending::Moves(m);
                     return Step::Engine(request);
                 }
-                Ok(moves::Next::Done(body)) => Ok((body, 0)),
+                Ok(moves::Next::Done(body)) => Ok((Body::Value(body), 0)),
                 Err(e) => Err(e),
             },
             Pending::Attempt(a) => match a.step(reply, now_unix_ms) {
@@ -594,7 +599,7 @@ impl Call {
                     self.pending = Pending::Attempt(a);
                     return Step::Engine(request);
                 }
-                Ok(attempts::Next::Done(body)) => Ok((body, 0)),
+                Ok(attempts::Next::Done(body)) => Ok((Body::Value(body), 0)),
                 Err(e) => Err(e),
             },
             Pending::Sources(mut s) => match s.step(reply) {
@@ -602,7 +607,7 @@ impl Call {
                     self.pending = Pending::Sources(s);
                     return Step::Engine(request);
                 }
-                Ok(sources::Next::Done(body)) => Ok((body, 0)),
+                Ok(sources::Next::Done(body)) => Ok((Body::Value(body), 0)),
                 Err(e) => Err(e),
             },
         };
@@ -611,7 +616,7 @@ impl Call {
                 self.protocol,
                 self.action,
                 &self.request_id,
-                &body,
+                body,
                 stale,
             )),
             Err(e) => Step::Done(error_response(self.protocol, &self.request_id, &e)),
