@@ -20,8 +20,28 @@ use super::wire::Input;
 pub(crate) const TRACE_KEY: &str = "AWS.TraceHeader";
 
 /// Whether `c` may appear in a message (SQS's set).
-pub(crate) fn allowed_char(c: char) -> bool {
+fn allowed_char(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}')
+}
+
+/// Whether every character of `s` may appear in a message: eight bytes at
+/// a time while they are ASCII and none is a control byte (all allowed),
+/// character by character ([`allowed_char`]) from the first word that is
+/// not. Every message body and attribute value is checked.
+pub(crate) fn allowed_text(s: &str) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const TOPS: u64 = 0x8080_8080_8080_8080;
+    let bytes = s.as_bytes();
+    let mut words = bytes.chunks_exact(8);
+    let plain = words.all(|w| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        let w = u64::from_le_bytes(b);
+        // No byte at 0x80 or above, and none below 0x20 (the test for a
+        // byte below n, exact for n up to 0x80).
+        w & TOPS == 0 && w.wrapping_sub(0x20 * ONES) & !w & TOPS == 0
+    }) && words.remainder().iter().all(|&b| (0x20..0x80).contains(&b));
+    plain || s.chars().all(allowed_char)
 }
 
 pub(crate) fn check_attribute_name(name: &str) -> Result<(), SqsError> {
@@ -81,7 +101,7 @@ pub(crate) fn attribute(name: &str, v: &Input) -> Result<SqsAttribute, SqsError>
             .opt_str("StringValue")?
             .filter(|s| !s.is_empty())
             .ok_or_else(empty)?;
-        if !s.chars().all(allowed_char) {
+        if !allowed_text(s) {
             return Err(SqsError::new(
                 "InvalidMessageContents",
                 format!(
@@ -140,4 +160,39 @@ pub(crate) fn from_engine(key: &str, value: &str) -> Option<SqsAttribute> {
         data_type: data_type.to_owned(),
         value,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{allowed_char, allowed_text};
+
+    #[test]
+    fn text_is_checked_as_its_characters_are() {
+        // Every ASCII byte and a few others, at every place of every
+        // length up to 20, among allowed ASCII.
+        let odd = [
+            '\u{7f}', '\u{80}', 'é', '\u{D7FF}', '\u{E000}', '\u{FFFE}', '\u{FFFF}', '😀',
+        ];
+        let chars = (0u8..0x80).map(char::from).chain(odd);
+        for c in chars {
+            for len in 1..=20 {
+                for at in 0..len {
+                    let mut s: Vec<char> = vec!['a'; len];
+                    s[at] = c;
+                    let s: String = s.into_iter().collect();
+                    assert_eq!(allowed_text(&s), s.chars().all(allowed_char), "{s:?}");
+                }
+            }
+        }
+        assert!(allowed_text(""));
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_checked_as_its_characters_are(s in any::<String>()) {
+            prop_assert_eq!(allowed_text(&s), s.chars().all(allowed_char));
+        }
+    }
 }

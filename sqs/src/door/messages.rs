@@ -17,7 +17,7 @@ use super::errors::SqsError;
 use super::fifo;
 use super::md5::{SqsAttribute, md5_attributes, md5_hex};
 use super::message_attributes::{
-    TRACE_KEY, allowed_char, attribute, check_attribute_name, engine_value, from_engine,
+    TRACE_KEY, allowed_text, attribute, check_attribute_name, engine_value, from_engine,
 };
 use super::names::{self, Namespace};
 use super::seconds;
@@ -85,7 +85,7 @@ fn send_entry(input: &Input, fifo: bool) -> Result<(SendEntry, Sent, usize), Sqs
             "The request must contain a non-empty message body.",
         ));
     }
-    if !body.chars().all(allowed_char) {
+    if !allowed_text(body) {
         return Err(SqsError::new(
             "InvalidMessageContents",
             "Invalid binary character in the message body: characters outside the allowed set.",
@@ -414,7 +414,11 @@ fn received(
     system: &[&str],
     names: &[String],
 ) -> ReceivedEntry {
-    let body = String::from_utf8_lossy(m.body).into_owned();
+    // A body sent over SQS is UTF-8; one sent natively may not be.
+    let body = match core::str::from_utf8(m.body) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(m.body).into_owned(),
+    };
     let mut out = ReceivedEntry {
         message_id: uuid_text(m.id.0),
         receipt_handle: m.receipt.to_hex(),
