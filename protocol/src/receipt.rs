@@ -93,11 +93,15 @@ impl Receipt {
         if s.len() != RECEIPT_BYTES * 2 {
             return None;
         }
+        let digit = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        };
         let mut b = [0u8; RECEIPT_BYTES];
-        for (i, pair) in s.chunks_exact(2).enumerate() {
-            let hi = (pair[0] as char).to_digit(16)?;
-            let lo = (pair[1] as char).to_digit(16)?;
-            b[i] = u8::try_from(hi * 16 + lo).ok()?;
+        for (out, pair) in b.iter_mut().zip(s.chunks_exact(2)) {
+            *out = digit(pair[0])? << 4 | digit(pair[1])?;
         }
         Some(Receipt::from_bytes(&b))
     }
@@ -150,6 +154,7 @@ mod tests {
             s
         });
         assert_eq!(r.to_hex(), by_byte);
+        assert_eq!(Receipt::from_hex(&r.to_hex().to_uppercase()), Some(r));
         assert_eq!(Receipt::from_hex("zz"), None);
         assert_eq!(Receipt::from_hex(&"g".repeat(52)), None);
     }

@@ -4,16 +4,22 @@
 
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
+/// Writes the lower-case hex of `bytes` into `out`, two digits a byte
+/// (`out` is at least twice as long).
+pub(crate) fn hex_into(out: &mut [u8], bytes: &[u8]) {
+    for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
+    }
+}
+
 /// Appends the lower-case hex of `bytes` to `out`.
 pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
     // 32 bytes at a time through a buffer on the stack, appended as one
     // string: a `push` per digit costs more than the digit.
     let mut buf = [0u8; 64];
     for chunk in bytes.chunks(32) {
-        for (pair, &b) in buf.chunks_exact_mut(2).zip(chunk) {
-            pair[0] = DIGITS[usize::from(b >> 4)];
-            pair[1] = DIGITS[usize::from(b & 15)];
-        }
+        hex_into(&mut buf, chunk);
         // Hex digits are ASCII.
         out.push_str(core::str::from_utf8(&buf[..2 * chunk.len()]).unwrap_or_default());
     }

@@ -26,15 +26,32 @@ pub(crate) enum Body {
 impl Body {
     /// The body as JSON text.
     pub fn to_json(&self) -> String {
-        let text = match self {
-            Body::Value(v) => Ok(v.to_string()),
-            Body::Sent(s) => serde_json::to_string(s),
-            Body::SentBatch(b) => serde_json::to_string(b),
-            Body::IdBatch(b) => serde_json::to_string(b),
-            Body::Received(r) => serde_json::to_string(r),
-        };
-        // Strings and maps of strings always serialize.
-        text.unwrap_or_default()
+        let mut out = Json(String::with_capacity(256));
+        match self {
+            Body::Value(v) => return v.to_string(),
+            Body::Sent(s) => s.write(&mut out),
+            Body::SentBatch(b) => b.write(&mut out, SentEntry::write),
+            Body::IdBatch(b) => b.write(&mut out, |e, out| {
+                out.0.push_str("{\"Id\":");
+                out.str(&e.id);
+                out.0.push('}');
+            }),
+            Body::Received(r) => {
+                out.0.push('{');
+                if !r.messages.is_empty() {
+                    out.0.push_str("\"Messages\":[");
+                    for (i, m) in r.messages.iter().enumerate() {
+                        if i > 0 {
+                            out.0.push(',');
+                        }
+                        m.write(&mut out);
+                    }
+                    out.0.push(']');
+                }
+                out.0.push('}');
+            }
+        }
+        out.0
     }
 
     /// The body as a JSON value (for the query protocol's XML, and a
@@ -51,6 +68,78 @@ impl Body {
     }
 }
 
+/// JSON text being written: the typed bodies' own writer, which the tests
+/// hold to serde's form of the same records.
+struct Json(String);
+
+impl Json {
+    /// A string, quoted and escaped: plain runs of eight bytes are found a
+    /// word at a time and copied whole.
+    fn str(&mut self, s: &str) {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const TOPS: u64 = 0x8080_8080_8080_8080;
+        let out = &mut self.0;
+        out.push('"');
+        let bytes = s.as_bytes();
+        let mut plain = 0;
+        // Whole words without '"', '\\' or a control byte.
+        while plain + 8 <= bytes.len() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[plain..plain + 8]);
+            let w = u64::from_le_bytes(b);
+            let zero = |x: u64| x.wrapping_sub(ONES) & !x & TOPS;
+            let control = w.wrapping_sub(0x20 * ONES) & !w & TOPS;
+            if control | zero(w ^ (0x22 * ONES)) | zero(w ^ (0x5c * ONES)) != 0 {
+                break;
+            }
+            plain += 8;
+        }
+        let mut start = 0;
+        for (i, &b) in bytes.iter().enumerate().skip(plain) {
+            let escaped = match b {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                b'\n' => "\\n",
+                b'\r' => "\\r",
+                b'\t' => "\\t",
+                0..=0x1f => "",
+                _ => continue,
+            };
+            out.push_str(&s[start..i]);
+            if escaped.is_empty() {
+                out.push_str("\\u00");
+                crate::hex::push_hex(out, &[b]);
+            } else {
+                out.push_str(escaped);
+            }
+            start = i + 1;
+        }
+        out.push_str(&s[start..]);
+        out.push('"');
+    }
+
+    /// `,"key":"value"` (without the comma for the first member).
+    fn member(&mut self, first: bool, key: &str, value: &str) {
+        if !first {
+            self.0.push(',');
+        }
+        self.0.push('"');
+        self.0.push_str(key);
+        self.0.push_str("\":");
+        self.str(value);
+    }
+
+    /// `,"key":<value as serde writes it>`.
+    fn value_member(&mut self, key: &str, value: &impl Serialize) {
+        self.0.push_str(",\"");
+        self.0.push_str(key);
+        self.0.push_str("\":");
+        // Maps of strings always serialize.
+        self.0
+            .push_str(&serde_json::to_string(value).unwrap_or_default());
+    }
+}
+
 /// A batch's outcome: the entries done and the entries refused (each as
 /// `failed` in `messages.rs` makes it).
 #[derive(Debug, Serialize)]
@@ -59,6 +148,21 @@ pub(crate) struct Batch<T> {
     pub successful: Vec<T>,
     #[serde(rename = "Failed")]
     pub failed: Vec<Value>,
+}
+
+impl<T> Batch<T> {
+    fn write(&self, out: &mut Json, entry: impl Fn(&T, &mut Json)) {
+        out.0.push_str("{\"Successful\":[");
+        for (i, e) in self.successful.iter().enumerate() {
+            if i > 0 {
+                out.0.push(',');
+            }
+            entry(e, out);
+        }
+        out.0.push(']');
+        out.value_member("Failed", &self.failed);
+        out.0.push('}');
+    }
 }
 
 /// A batch entry done, named by its id.
@@ -93,6 +197,28 @@ pub(crate) struct SentEntry {
     pub sequence_number: Option<String>,
 }
 
+impl SentEntry {
+    fn write(&self, out: &mut Json) {
+        out.0.push('{');
+        if let Some(id) = &self.id {
+            out.member(true, "Id", id);
+        }
+        out.member(self.id.is_none(), "MessageId", &self.message_id);
+        out.member(false, "MD5OfMessageBody", &self.md5_body);
+        let optional = [
+            ("MD5OfMessageAttributes", &self.md5_attributes),
+            ("MD5OfMessageSystemAttributes", &self.md5_system),
+            ("SequenceNumber", &self.sequence_number),
+        ];
+        for (key, value) in optional {
+            if let Some(v) = value {
+                out.member(false, key, v);
+            }
+        }
+        out.0.push('}');
+    }
+}
+
 /// ReceiveMessage's reply: `{}` when no message came.
 #[derive(Debug, Serialize)]
 pub(crate) struct Received {
@@ -122,4 +248,99 @@ pub(crate) struct ReceivedEntry {
     /// The message attributes asked for, when any is.
     #[serde(rename = "MessageAttributes", skip_serializing_if = "Option::is_none")]
     pub message_attributes: Option<Map<String, Value>>,
+}
+
+impl ReceivedEntry {
+    fn write(&self, out: &mut Json) {
+        out.0.push('{');
+        out.member(true, "MessageId", &self.message_id);
+        out.member(false, "ReceiptHandle", &self.receipt_handle);
+        out.member(false, "MD5OfBody", &self.md5_body);
+        out.member(false, "Body", &self.body);
+        if let Some(a) = &self.attributes {
+            out.value_member("Attributes", a);
+        }
+        if let Some(m) = &self.md5_attributes {
+            out.member(false, "MD5OfMessageAttributes", m);
+        }
+        if let Some(a) = &self.message_attributes {
+            out.value_member("MessageAttributes", a);
+        }
+        out.0.push('}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The hand-written JSON reads back as serde's value of the same body.
+    fn same(body: Body) {
+        let text = body.to_json();
+        let read: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(read, body.into_value(), "{text}");
+    }
+
+    fn received(body: &str, attributes: bool) -> ReceivedEntry {
+        let map = |k: &str| {
+            let mut m = Map::new();
+            m.insert(k.to_owned(), json!("v\"1"));
+            m
+        };
+        ReceivedEntry {
+            message_id: "m-1".into(),
+            receipt_handle: "ab12".into(),
+            md5_body: "d41d".into(),
+            body: body.into(),
+            attributes: attributes.then(|| map("SentTimestamp")),
+            md5_attributes: attributes.then(|| "77".into()),
+            message_attributes: attributes.then(|| map("a")),
+        }
+    }
+
+    fn sent(id: Option<&str>, extra: bool) -> SentEntry {
+        SentEntry {
+            id: id.map(str::to_owned),
+            message_id: "m".into(),
+            md5_body: "5".into(),
+            md5_attributes: extra.then(|| "6".into()),
+            md5_system: extra.then(|| "7".into()),
+            sequence_number: extra.then(|| "0001".into()),
+        }
+    }
+
+    #[test]
+    fn typed_bodies_write_what_serde_writes() {
+        same(Body::Received(Received { messages: vec![] }));
+        same(Body::Received(Received {
+            messages: vec![
+                received("plain body of some length", false),
+                received("", true),
+            ],
+        }));
+        same(Body::Sent(sent(None, false)));
+        same(Body::Sent(sent(None, true)));
+        same(Body::SentBatch(Batch {
+            successful: vec![sent(Some("a"), false), sent(Some("b"), true)],
+            failed: vec![json!({"Id": "c", "Code": "X", "SenderFault": true, "Message": "m"})],
+        }));
+        same(Body::IdBatch(Batch {
+            successful: vec![IdEntry { id: "1".into() }, IdEntry { id: "2".into() }],
+            failed: vec![],
+        }));
+        same(Body::Value(json!({"QueueUrl": "u"})));
+    }
+
+    proptest! {
+        #[test]
+        fn any_body_text_is_escaped_as_json(body in any::<String>(), pad in 0usize..20) {
+            let body = format!("{}{body}", "x".repeat(pad));
+            let text = Body::Received(Received { messages: vec![received(&body, false)] }).to_json();
+            let read: Value = serde_json::from_str(&text).unwrap();
+            prop_assert_eq!(read["Messages"][0]["Body"].as_str(), Some(body.as_str()));
+        }
+    }
 }

@@ -294,17 +294,19 @@ impl Ctx<'_> {
 /// distinct ids): 8-4-4-4-12 lower-case hex digits.
 fn uuid_text(x: u128) -> String {
     let b = x.to_be_bytes();
-    let mut s = String::with_capacity(36);
-    for (i, part) in [&b[0..4], &b[4..6], &b[6..8], &b[8..10], &b[10..16]]
-        .into_iter()
-        .enumerate()
-    {
-        if i > 0 {
-            s.push('-');
-        }
-        crate::hex::push_hex(&mut s, part);
+    let mut text = [b'-'; 36];
+    // Digits at 0-7, 9-12, 14-17, 19-22 and 24-35; dashes between.
+    for (at, part) in [
+        (0, &b[0..4]),
+        (9, &b[4..6]),
+        (14, &b[6..8]),
+        (19, &b[8..10]),
+        (24, &b[10..16]),
+    ] {
+        crate::hex::hex_into(&mut text[at..], part);
     }
-    s
+    // Hex digits and dashes are ASCII.
+    String::from(core::str::from_utf8(&text).unwrap_or_default())
 }
 
 fn mix(mut z: u64) -> u64 {
