@@ -10,6 +10,7 @@ mod errors;
 mod fifo;
 #[cfg(test)]
 mod fifo_tests;
+mod json_in;
 mod md5;
 mod message_attributes;
 mod messages;

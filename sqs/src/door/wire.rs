@@ -7,12 +7,30 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use super::errors::SqsError;
+use super::json_in::{Json, Members, members_of_map};
 
 /// A request's JSON object, or one within it (a batch entry, borrowed
-/// from its request's, not copied).
+/// from its request's, not copied): its members, their strings borrowing
+/// the request's bytes (`json_in.rs`).
 #[derive(Debug)]
 pub(crate) struct Input<'a> {
-    map: Cow<'a, Map<String, Value>>,
+    members: Held<'a>,
+}
+
+/// An input's members: its own (a request's), or a request's member's.
+#[derive(Debug)]
+enum Held<'a> {
+    Own(Members<'a>),
+    Borrowed(&'a [(Cow<'a, str>, Json<'a>)]),
+}
+
+impl<'a> Held<'a> {
+    fn members(&self) -> &[(Cow<'a, str>, Json<'a>)] {
+        match self {
+            Held::Own(m) => m,
+            Held::Borrowed(m) => m,
+        }
+    }
 }
 
 fn wrong_type(member: &str, want: &str) -> SqsError {
@@ -21,15 +39,15 @@ fn wrong_type(member: &str, want: &str) -> SqsError {
 
 impl<'a> Input<'a> {
     /// The body: an object (an empty body is `{}`).
-    pub fn parse(body: &[u8]) -> Result<Input<'static>, SqsError> {
+    pub fn parse(body: &'a [u8]) -> Result<Input<'a>, SqsError> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Input {
-                map: Cow::Owned(Map::new()),
+                members: Held::Own(Members::new()),
             });
         }
-        match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(map)) => Ok(Input {
-                map: Cow::Owned(map),
+        match serde_json::from_slice::<Json<'a>>(body) {
+            Ok(Json::Object(members)) => Ok(Input {
+                members: Held::Own(members),
             }),
             Ok(_) => Err(SqsError::serialization(
                 "The request body must be a JSON object.",
@@ -43,35 +61,40 @@ impl<'a> Input<'a> {
     /// An input of these members (the query protocol's, made JSON).
     pub fn from_map(map: Map<String, Value>) -> Input<'static> {
         Input {
-            map: Cow::Owned(map),
+            members: Held::Own(members_of_map(map)),
         }
     }
 
     /// The members as one JSON object.
     #[cfg(test)]
     pub fn to_value(&self) -> Value {
-        Value::Object(self.map.clone().into_owned())
+        Value::Object(super::json_in::members_to_map(self.members.members()))
     }
 
     /// An object read as an input (a batch entry).
-    pub fn from_value(member: &str, v: &'a Value) -> Result<Input<'a>, SqsError> {
+    pub fn from_value(member: &str, v: &'a Json<'a>) -> Result<Input<'a>, SqsError> {
         match v {
-            Value::Object(map) => Ok(Input {
-                map: Cow::Borrowed(map),
+            Json::Object(members) => Ok(Input {
+                members: Held::Borrowed(members),
             }),
             _ => Err(wrong_type(member, "an object")),
         }
     }
 
-    fn get(&self, member: &str) -> Option<&Value> {
-        self.map.get(member).filter(|v| !v.is_null())
+    fn get(&self, member: &str) -> Option<&Json<'a>> {
+        self.members
+            .members()
+            .iter()
+            .find(|(name, _)| name == member)
+            .map(|(_, v)| v)
+            .filter(|v| **v != Json::Null)
     }
 
     /// An optional string member.
     pub fn opt_str(&self, member: &str) -> Result<Option<&str>, SqsError> {
         match self.get(member) {
             None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
+            Some(Json::Str(s)) => Ok(Some(s)),
             Some(_) => Err(wrong_type(member, "a string")),
         }
     }
@@ -86,10 +109,7 @@ impl<'a> Input<'a> {
     pub fn opt_int(&self, member: &str) -> Result<Option<i64>, SqsError> {
         match self.get(member) {
             None => Ok(None),
-            Some(Value::Number(n)) => n
-                .as_i64()
-                .map(Some)
-                .ok_or_else(|| wrong_type(member, "an integer")),
+            Some(Json::Number(Some(n), _)) => Ok(Some(*n)),
             Some(_) => Err(wrong_type(member, "an integer")),
         }
     }
@@ -107,10 +127,10 @@ impl<'a> Input<'a> {
     }
 
     /// An optional list member (empty when absent).
-    pub fn list(&self, member: &str) -> Result<&[Value], SqsError> {
+    pub fn list(&self, member: &str) -> Result<&[Json<'a>], SqsError> {
         match self.get(member) {
             None => Ok(&[]),
-            Some(Value::Array(a)) => Ok(a),
+            Some(Json::Array(a)) => Ok(a),
             Some(_) => Err(wrong_type(member, "a list")),
         }
     }
@@ -130,11 +150,11 @@ impl<'a> Input<'a> {
     pub fn str_map(&self, member: &str) -> Result<Vec<(&str, &str)>, SqsError> {
         match self.get(member) {
             None => Ok(Vec::new()),
-            Some(Value::Object(m)) => m
+            Some(Json::Object(m)) => m
                 .iter()
                 .map(|(k, v)| {
                     v.as_str()
-                        .map(|v| (k.as_str(), v))
+                        .map(|v| (&**k, v))
                         .ok_or_else(|| wrong_type(member, "a map of strings"))
                 })
                 .collect(),
@@ -146,9 +166,9 @@ impl<'a> Input<'a> {
     pub fn obj_map(&self, member: &str) -> Result<Vec<(&str, Input<'_>)>, SqsError> {
         match self.get(member) {
             None => Ok(Vec::new()),
-            Some(Value::Object(m)) => m
+            Some(Json::Object(m)) => m
                 .iter()
-                .map(|(k, v)| Ok((k.as_str(), Input::from_value(member, v)?)))
+                .map(|(k, v)| Ok((&**k, Input::from_value(member, v)?)))
                 .collect(),
             Some(_) => Err(wrong_type(member, "a map of objects")),
         }
