@@ -26,14 +26,22 @@ pub(crate) enum Body {
 impl Body {
     /// The body as JSON text.
     pub fn to_json(&self) -> String {
-        let mut out = Json(String::with_capacity(256));
+        // Room for the whole reply at once: the fields but a body take
+        // under 300 bytes a message.
+        let room = match self {
+            Body::Received(r) => r.messages.iter().map(|m| 300 + m.body.len()).sum(),
+            Body::SentBatch(b) => 200 * b.successful.len() + 100 * b.failed.len() + 32,
+            Body::IdBatch(b) => 100 * (b.successful.len() + b.failed.len()) + 32,
+            _ => 256,
+        };
+        let mut out = Json(String::with_capacity(room));
         match self {
             Body::Value(v) => return v.to_string(),
             Body::Sent(s) => s.write(&mut out),
             Body::SentBatch(b) => b.write(&mut out, SentEntry::write),
             Body::IdBatch(b) => b.write(&mut out, |e, out| {
-                out.0.push_str("{\"Id\":");
-                out.str(&e.id);
+                out.0.push('{');
+                out.plain_member(true, "Id", &e.id);
                 out.0.push('}');
             }),
             Body::Received(r) => {
@@ -129,6 +137,23 @@ impl Json {
         self.str(value);
     }
 
+    /// [`Json::member`] for a value that needs no escaping (hex digits,
+    /// ids, a batch entry's checked id): copied as it is.
+    fn plain_member(&mut self, first: bool, key: &str, value: &str) {
+        debug_assert!(
+            value.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\'),
+            "{value:?} needs escaping"
+        );
+        if !first {
+            self.0.push(',');
+        }
+        self.0.push('"');
+        self.0.push_str(key);
+        self.0.push_str("\":\"");
+        self.0.push_str(value);
+        self.0.push('"');
+    }
+
     /// `,"key":<value as serde writes it>`.
     fn value_member(&mut self, key: &str, value: &impl Serialize) {
         self.0.push_str(",\"");
@@ -201,10 +226,10 @@ impl SentEntry {
     fn write(&self, out: &mut Json) {
         out.0.push('{');
         if let Some(id) = &self.id {
-            out.member(true, "Id", id);
+            out.plain_member(true, "Id", id);
         }
-        out.member(self.id.is_none(), "MessageId", &self.message_id);
-        out.member(false, "MD5OfMessageBody", &self.md5_body);
+        out.plain_member(self.id.is_none(), "MessageId", &self.message_id);
+        out.plain_member(false, "MD5OfMessageBody", &self.md5_body);
         let optional = [
             ("MD5OfMessageAttributes", &self.md5_attributes),
             ("MD5OfMessageSystemAttributes", &self.md5_system),
@@ -212,7 +237,7 @@ impl SentEntry {
         ];
         for (key, value) in optional {
             if let Some(v) = value {
-                out.member(false, key, v);
+                out.plain_member(false, key, v);
             }
         }
         out.0.push('}');
@@ -253,15 +278,15 @@ pub(crate) struct ReceivedEntry {
 impl ReceivedEntry {
     fn write(&self, out: &mut Json) {
         out.0.push('{');
-        out.member(true, "MessageId", &self.message_id);
-        out.member(false, "ReceiptHandle", &self.receipt_handle);
-        out.member(false, "MD5OfBody", &self.md5_body);
+        out.plain_member(true, "MessageId", &self.message_id);
+        out.plain_member(false, "ReceiptHandle", &self.receipt_handle);
+        out.plain_member(false, "MD5OfBody", &self.md5_body);
         out.member(false, "Body", &self.body);
         if let Some(a) = &self.attributes {
             out.value_member("Attributes", a);
         }
         if let Some(m) = &self.md5_attributes {
-            out.member(false, "MD5OfMessageAttributes", m);
+            out.plain_member(false, "MD5OfMessageAttributes", m);
         }
         if let Some(a) = &self.message_attributes {
             out.value_member("MessageAttributes", a);
