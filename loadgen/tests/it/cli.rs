@@ -27,6 +27,9 @@ fn help_explains_every_flag() {
         "--visibility-timeout",
         "--fail-ratio",
         "--token-file",
+        "--aws-access-key-id",
+        "--aws-secret-access-key",
+        "--aws-region",
         "--json",
         "--hgrm",
         "--plot",
@@ -81,8 +84,18 @@ fn bad_flags_are_refused_with_a_reason() {
             "throughput",
             "token file",
         ),
+        (
+            "--aws-access-key-id",
+            "AKID",
+            "throughput",
+            "needs its secret",
+        ),
+        ("--aws-region", "Mars 1", "throughput", "--aws-region"),
     ] {
         let out = loadgen()
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_REGION")
             .args([workload, "--target", "sluice://127.0.0.1:1", flag, value])
             .output()
             .unwrap();
