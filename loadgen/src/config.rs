@@ -125,6 +125,8 @@ pub struct RunSpec {
     pub batch: Option<usize>,
     /// `--window`.
     pub window: Option<usize>,
+    /// `--in-flight-max`.
+    pub in_flight_max: Option<u64>,
     /// `--rate`.
     pub rate: Option<u64>,
     /// `--visibility-timeout`.
@@ -281,7 +283,11 @@ impl RunConfig {
         } else {
             DRAIN_BASE
         };
-        let in_flight_max = in_flight_max(workload, rate, batch, consumers);
+        let in_flight_max = check_in_flight(
+            spec.in_flight_max,
+            in_flight_max(workload, rate, batch, consumers),
+            batch,
+        )?;
         let read_spin = spec.read_spin.unwrap_or(Duration::ZERO);
         if read_spin > READ_SPIN_MAX {
             return fail(format!(
@@ -478,6 +484,28 @@ fn check_lease(
     Ok((visibility_timeout, fail_ratio))
 }
 
+/// `--in-flight-max` (`given`) against the workload's own bound
+/// (`default`; `None` for the open loop, which it cannot bound).
+fn check_in_flight(
+    given: Option<u64>,
+    default: Option<u64>,
+    batch: usize,
+) -> Result<Option<u64>, ConfigError> {
+    let fail = |m: String| Err(ConfigError(m));
+    match (given, default) {
+        (None, default) => Ok(default),
+        (Some(_), None) => fail(
+            "--in-flight-max bounds the closed loop: not with --rate or the latency workload"
+                .into(),
+        ),
+        (Some(n), Some(_)) if n < batch as u64 || n > limits::IN_FLIGHT_MAX => fail(format!(
+            "--in-flight-max must be at least --batch ({batch}) and at most {}",
+            limits::IN_FLIGHT_MAX
+        )),
+        (Some(n), Some(_)) => Ok(Some(n)),
+    }
+}
+
 /// The closed loop's bound on messages sent and not yet deleted.
 fn in_flight_max(
     workload: Workload,
@@ -611,6 +639,42 @@ mod tests {
         });
         assert!(huge.unwrap_err().0.contains("--backlog"));
         assert_eq!(RunConfig::new(spec()).unwrap().backlog, 0);
+    }
+
+    #[test]
+    fn the_closed_loop_can_be_bounded_tighter() {
+        let c = RunConfig::new(RunSpec {
+            in_flight_max: Some(100),
+            batch: Some(10),
+            ..spec()
+        })
+        .unwrap();
+        assert_eq!(c.in_flight_max, Some(100));
+        assert!(
+            c.describe()
+                .contains("producers wait while 100 are in flight")
+        );
+        for (n, workload, rate, says) in [
+            (5, Workload::Throughput, None, "at least --batch"),
+            (
+                limits::IN_FLIGHT_MAX + 1,
+                Workload::Redelivery,
+                None,
+                "at most",
+            ),
+            (100, Workload::Latency, Some(1_000), "not with --rate"),
+            (100, Workload::Redelivery, Some(1_000), "not with --rate"),
+        ] {
+            let err = RunConfig::new(RunSpec {
+                in_flight_max: Some(n),
+                batch: Some(10),
+                workload: Some(workload),
+                rate,
+                ..spec()
+            })
+            .unwrap_err();
+            assert!(err.0.contains(says), "{n}: {err}");
+        }
     }
 
     #[test]

@@ -134,6 +134,14 @@ struct Args {
     )]
     batch: usize,
 
+    /// Closed loop: the producers wait while this many messages are sent and
+    /// not yet deleted (default: 64 batches per consumer, at least 8192,
+    /// for the throughput workload; 2097152 for redelivery). A small bound
+    /// keeps the queue shallow, for a server whose operations slow down
+    /// with its depth (moto's).
+    #[arg(long, value_name = "N", value_parser = parse_count, env = "SLUICE_LOADGEN_IN_FLIGHT_MAX")]
+    in_flight_max: Option<u64>,
+
     /// Batches in flight per connection (1..=64): each producer keeps up to
     /// N sends unanswered, each consumer up to N receives and deletes, each
     /// pipelined on its connection through the broker's own path.
@@ -316,6 +324,7 @@ fn main_inner() -> Result<ExitCode> {
         size: Some(args.size),
         batch: Some(args.batch),
         window: Some(args.window),
+        in_flight_max: args.in_flight_max,
         read_spin: args.read_spin,
         sluice_tls_ca: args.sluice_tls_ca.clone(),
         sluice_tls_server_name: args.sluice_tls_server_name.clone(),
