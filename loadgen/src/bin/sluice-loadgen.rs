@@ -67,7 +67,7 @@ impl From<WorkloadArg> for Workload {
                   Every flag but --target, --token-file and the AWS ones also reads \
                   SLUICE_LOADGEN_<FLAG> from the environment; --token-file reads SLUICE_TOKEN_FILE, \
                   as sluice-server and sluice do, and the AWS flags read AWS_ACCESS_KEY_ID, \
-                  AWS_SECRET_ACCESS_KEY and AWS_REGION, as the AWS SDKs do.\n\
+                  AWS_SECRET_ACCESS_KEY and AWS_REGION (or AWS_DEFAULT_REGION), as the AWS SDKs do.\n\
                   Durations (250us, 1.5s, 2m) and sizes (100, 4KiB, 1M, 1.5MiB) follow the grammar \
                   sluice-server and sluice share; counts take k, M, G (10^3, 10^6, 10^9)."
 )]
@@ -240,14 +240,10 @@ struct Args {
     )]
     aws_secret_access_key: Option<String>,
 
-    /// The region SQS requests are signed for.
-    #[arg(
-        long,
-        value_name = "REGION",
-        env = "AWS_REGION",
-        default_value = "us-east-1"
-    )]
-    aws_region: String,
+    /// The region SQS requests are signed for (default: AWS_REGION, else
+    /// AWS_DEFAULT_REGION, else us-east-1, as the AWS SDKs and CLI look).
+    #[arg(long, value_name = "REGION", env = "AWS_REGION")]
+    aws_region: Option<String>,
 
     /// Write the results as JSON: an array with one object per target and
     /// pass.
@@ -338,7 +334,10 @@ fn main_inner() -> Result<ExitCode> {
         backlog: args.backlog,
         aws_access_key_id: args.aws_access_key_id.clone(),
         aws_secret_access_key: args.aws_secret_access_key.clone(),
-        aws_region: Some(args.aws_region.clone()),
+        aws_region: args
+            .aws_region
+            .clone()
+            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok()),
     });
     let cfg = match cfg {
         Ok(cfg) => cfg,

@@ -103,6 +103,16 @@ fn bad_flags_are_refused_with_a_reason() {
         assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
         assert!(err.contains(says), "{flag}: {err}");
     }
+    // AWS_DEFAULT_REGION is read when AWS_REGION is not set, as the SDKs do.
+    let out = loadgen()
+        .env_remove("AWS_REGION")
+        .env("AWS_DEFAULT_REGION", "Mars 2")
+        .args(["throughput", "--target", "sluice://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("Mars 2"), "{err}");
 }
 
 /// The check, small: the binary against a fresh sluice server
