@@ -5,10 +5,15 @@
 //! and value; this builds the same tree without copying.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+
+/// Members an object finds a name among by looking along them; a larger
+/// object indexes its names.
+const SCAN_MEMBERS_MAX: usize = 16;
 
 /// A JSON value of a request (see the module docs).
 #[derive(Clone, Debug, PartialEq)]
@@ -141,10 +146,31 @@ impl<'de> Visitor<'de> for JsonVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json<'de>, A::Error> {
         let mut out: Members<'de> = Vec::new();
+        // A large object (a client may send one of any size) finds its
+        // names through a table, so reading it stays linear; a small one
+        // (every object SQS's actions take) by a look along it.
+        let mut index: Option<HashMap<Cow<'de, str>, usize>> = None;
         while let Some(Key(k)) = map.next_key()? {
             let v = map.next_value()?;
-            match out.iter_mut().find(|(name, _)| *name == k) {
-                Some(slot) => slot.1 = v,
+            if index.is_none() && out.len() >= SCAN_MEMBERS_MAX {
+                let names = out
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (name, _))| (name.clone(), i));
+                index = Some(names.collect());
+            }
+            let at = match &mut index {
+                Some(index) => match index.get(&k) {
+                    Some(&i) => Some(i),
+                    None => {
+                        index.insert(k.clone(), out.len());
+                        None
+                    }
+                },
+                None => out.iter().position(|(name, _)| *name == k),
+            };
+            match at {
+                Some(i) => out[i].1 = v,
                 None => out.push((k, v)),
             }
         }
@@ -219,6 +245,26 @@ mod tests {
         };
         assert_eq!(m.len(), 2);
         assert_eq!((&*m[0].0, &m[0].1), ("x", &Json::Number(Some(3), 3.0)));
+        // The same in an object large enough to index its names, given
+        // twice before the index is made and after.
+        let mut text = String::from("{");
+        for i in 0..100 {
+            text.push_str(&format!("\"k{i}\":{i},"));
+        }
+        text.push_str(r#""k3":-3,"k90":-90,"k99":-99}"#);
+        let Json::Object(m) = read(&text) else {
+            panic!("an object")
+        };
+        assert_eq!(m.len(), 100);
+        for (i, (name, v)) in m.iter().enumerate() {
+            let want = if [3, 90, 99].contains(&i) {
+                -(i as i64)
+            } else {
+                i as i64
+            };
+            assert_eq!(name.as_ref(), format!("k{i}"));
+            assert_eq!(v, &Json::Number(Some(want), want as f64));
+        }
     }
 
     proptest! {
