@@ -45,7 +45,7 @@ impl<'a> Input<'a> {
                 members: Held::Own(Members::new()),
             });
         }
-        match serde_json::from_slice::<Json<'a>>(body) {
+        match super::json_in::parse(body) {
             Ok(Json::Object(members)) => Ok(Input {
                 members: Held::Own(members),
             }),
