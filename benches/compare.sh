@@ -6,6 +6,7 @@
 #                                 the table of medians into BENCHMARKS.md
 #   benches/compare.sh --quick    a short smoke run into target/compare-quick/;
 #                                 BENCHMARKS.md is left alone
+#   benches/compare.sh --no-sqs   without the SQS tables (no moto to install)
 #
 # Every broker runs on a free loopback port with persistence off, started
 # here and stopped here by process id (never the system services), pinned to
@@ -14,18 +15,22 @@
 # Each workload runs against all four brokers, interleaved over three passes;
 # the tables quote medians. The comparison of record keeps one batch in
 # flight per connection (--window 1); a second throughput table keeps 8, and
-# a latency table sends one message at a time. Environment: BROKER_CPU,
-# LOADGEN_CPU.
+# a latency table sends one message at a time. The SQS tables drive sluice's
+# SQS door, moto's server (benches/moto-requirements.txt, installed into
+# target/venv-moto) and sluice's native door with batches of 10, in one run.
+# Environment: BROKER_CPU, LOADGEN_CPU.
 set -euo pipefail
 
 usage() {
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 QUICK=0
+SQS=1
 for arg in "$@"; do
     case "$arg" in
         --quick) QUICK=1 ;;
+        --no-sqs) SQS=0 ;;
         -h | --help)
             usage
             exit 0
@@ -60,7 +65,8 @@ die() {
 # The same for every broker: 100-byte bodies, batches of 64, two producer
 # and two consumer connections, three interleaved passes.
 PASSES=3
-COMMON=(--size 100 --producers 2 --consumers 2)
+COMMON=(--size 100)
+TWO=(--producers 2 --consumers 2)
 BATCH=64
 if ((QUICK)); then
     PASSES=1
@@ -68,12 +74,14 @@ if ((QUICK)); then
     REDELIVERY_MESSAGES=4000
     LATENCY_MESSAGES=10000
     SINGLE_MESSAGES=2000
+    SQS_DURATION=2s
     OUT="$ROOT/target/compare-quick"
 else
     THROUGHPUT_MESSAGES=1000000
     REDELIVERY_MESSAGES=50000
     LATENCY_MESSAGES=100000
     SINGLE_MESSAGES=50000
+    SQS_DURATION=10s
     OUT="$ROOT/benches/results"
 fi
 # The second throughput table: batches in flight per connection.
@@ -89,6 +97,14 @@ REDELIVERY_VISIBILITY=1s
 # shared 2-vCPU VM, and fell behind at 20,000/s), so the latency is not a
 # queue that only grows. Redelivery doubles the receives, hence half that.
 LATENCY_RATE=10000
+# The SQS tables: SQS's batches of at most 10, runs bounded in time (moto
+# moves tens of messages a second), and at most 100 messages in flight per
+# target (moto's operations walk its queue: a closed loop thousands of
+# messages ahead leaves it at a few messages a second). One message at a
+# time and redelivery at 20 messages/s, which moto keeps up with.
+SQS_BATCH=10
+SQS_IN_FLIGHT=100
+SQS_RATE=20
 
 # --- tools and peers ---------------------------------------------------------
 find_bin() {
@@ -120,6 +136,19 @@ if ((${#missing[@]})); then
         redis-server redis-tools nats-server beanstalkd util-linux >/dev/null
 fi
 REDIS_SERVER="$(find_bin redis-server)"
+
+MOTO_VENV="$ROOT/target/venv-moto"
+if ((SQS)) && [[ ! -x "$MOTO_VENV/bin/moto_server" ]]; then
+    if ! python3 -c "import ensurepip, venv" 2>/dev/null; then
+        ((EUID == 0)) || die "python3 with venv is missing; run as root to install it, or pass --no-sqs"
+        log "installing python3-venv from Debian packages"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            python3 python3-venv >/dev/null
+    fi
+    log "installing moto's server into $MOTO_VENV (benches/moto-requirements.txt)"
+    python3 -m venv "$MOTO_VENV"
+    "$MOTO_VENV/bin/pip" install --quiet -r benches/moto-requirements.txt
+fi
 NATS_SERVER="$(find_bin nats-server)"
 BEANSTALKD="$(find_bin beanstalkd)"
 
@@ -204,19 +233,35 @@ TARGETS=(
     --target "nats://127.0.0.1:$NATS_PORT"
     --target "beanstalkd://127.0.0.1:$BEANSTALKD_PORT"
 )
+if ((SQS)); then
+    # A sluice of its own for the SQS tables: its SQS door and its native
+    # door, the same process.
+    SQS_NATIVE_PORT="$(free_port)"
+    SQS_DOOR_PORT="$(free_port)"
+    start sluice-sqs "$SQS_DOOR_PORT" "$SLUICE_SERVER" --listen "127.0.0.1:$SQS_NATIVE_PORT" \
+        --sqs-listen "127.0.0.1:$SQS_DOOR_PORT" --shards 1 --metrics-addr off
+    MOTO_PORT="$(free_port)"
+    start moto "$MOTO_PORT" "$MOTO_VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT"
+    SQS_TARGETS=(
+        --target "sqs://127.0.0.1:$SQS_DOOR_PORT"
+        --target "sqs://127.0.0.1:$MOTO_PORT"
+        --target "sluice://127.0.0.1:$SQS_NATIVE_PORT"
+    )
+fi
 
 # --- runs ----------------------------------------------------------------------
 mkdir -p "$OUT"
 FAILED=()
 declare -A RUN_COMMAND
 
-# run NAME WORKLOAD ARGS...: one workload over every broker; NAME names the
-# result files.
+# run NAME WORKLOAD ARGS...: one workload over every broker of RUN_TARGETS;
+# NAME names the result files.
+RUN_TARGETS=("${TARGETS[@]}")
 run() {
     local wl="$1" workload="$2"
     shift 2
     rm -rf "$OUT/hgrm-$wl"
-    local args=("$workload" "${TARGETS[@]}" --passes "$PASSES" "${COMMON[@]}" "$@"
+    local args=("$workload" "${RUN_TARGETS[@]}" --passes "$PASSES" "${COMMON[@]}" "$@"
         --json "$OUT/$wl.json" --hgrm "$OUT/hgrm-$wl" --plot "$OUT/$wl.svg"
         --markdown "$WORK/$wl.md" --quiet)
     local shown="taskset -c $LOADGEN_CPU target/release/sluice-loadgen ${args[*]}"
@@ -232,13 +277,27 @@ run() {
     fi
 }
 
-run throughput throughput --batch "$BATCH" --messages "$THROUGHPUT_MESSAGES"
-run redelivery redelivery --batch "$BATCH" --messages "$REDELIVERY_MESSAGES" \
+run throughput throughput "${TWO[@]}" --batch "$BATCH" --messages "$THROUGHPUT_MESSAGES"
+run redelivery redelivery "${TWO[@]}" --batch "$BATCH" --messages "$REDELIVERY_MESSAGES" \
     --rate "$REDELIVERY_RATE" --visibility-timeout "$REDELIVERY_VISIBILITY"
-run latency latency --batch "$BATCH" --messages "$LATENCY_MESSAGES" --rate "$LATENCY_RATE"
-run "throughput-window$WINDOW" throughput --batch "$BATCH" --window "$WINDOW" \
+run latency latency "${TWO[@]}" --batch "$BATCH" --messages "$LATENCY_MESSAGES" --rate "$LATENCY_RATE"
+run "throughput-window$WINDOW" throughput "${TWO[@]}" --batch "$BATCH" --window "$WINDOW" \
     --messages "$THROUGHPUT_MESSAGES"
-run latency-single latency --batch 1 --messages "$SINGLE_MESSAGES" --rate "$SINGLE_RATE"
+run latency-single latency "${TWO[@]}" --batch 1 --messages "$SINGLE_MESSAGES" --rate "$SINGLE_RATE"
+
+SQS_WORKLOADS=()
+if ((SQS)); then
+    SQS_WORKLOADS=(sqs-throughput sqs-latency-single sqs-redelivery)
+    RUN_TARGETS=("${SQS_TARGETS[@]}")
+    run sqs-throughput throughput "${TWO[@]}" --batch "$SQS_BATCH" --duration "$SQS_DURATION" \
+        --in-flight-max "$SQS_IN_FLIGHT"
+    run sqs-latency-single latency --producers 1 --consumers 1 --batch 1 --window 1 \
+        --rate "$SQS_RATE" --duration "$SQS_DURATION"
+    # Redelivery over the two SQS servers (the native door's is above).
+    RUN_TARGETS=("${SQS_TARGETS[@]:0:4}")
+    run sqs-redelivery redelivery --producers 1 --consumers 1 --batch "$SQS_BATCH" \
+        --rate "$SQS_RATE" --duration "$SQS_DURATION" --visibility-timeout "$REDELIVERY_VISIBILITY"
+fi
 
 # Redis's own tool on the same path (XADD pipelined 64 deep, two
 # connections, 100-byte field), as a check on the Redis adapter.
@@ -268,7 +327,10 @@ REPORT="$WORK/report.md"
     echo "- every workload: 100-byte bodies, batches of $BATCH (1 for the one-message-at-a-time latency), one batch in flight per connection (--window 1) but in the window-$WINDOW table, 2 producer + 2 consumer connections, $PASSES interleaved passes; medians over the passes; ratios are sluice against each peer"
     [[ -n "$SANITY" ]] && echo "- peer sanity check: $SANITY"
     ((${#FAILED[@]})) && echo "- **failed runs**: ${FAILED[*]}"
-    for wl in throughput redelivery latency "throughput-window$WINDOW" latency-single; do
+    if ((SQS)); then
+        echo "- SQS tables: \`sqs://127.0.0.1:$SQS_DOOR_PORT\` is sluice's SQS door and \`sluice://127.0.0.1:$SQS_NATIVE_PORT\` its native door (one \`sluice-server --shards 1\`), \`sqs://127.0.0.1:$MOTO_PORT\` moto's server ($("$MOTO_VENV/bin/python" -c 'import moto; print("moto", moto.__version__)' 2>/dev/null || echo moto), \`moto_server\`), all on CPU $BROKER_CPU; batches of $SQS_BATCH (1 one message at a time), at most $SQS_IN_FLIGHT messages in flight in the throughput table, $SQS_DURATION of sending a pass; ratios are the SQS door against each"
+    fi
+    for wl in throughput redelivery latency "throughput-window$WINDOW" latency-single "${SQS_WORKLOADS[@]}"; do
         echo
         case "$wl" in
             throughput) echo "### Throughput: send + receive + delete, closed loop, $THROUGHPUT_MESSAGES messages" ;;
@@ -276,6 +338,9 @@ REPORT="$WORK/report.md"
             latency) echo "### Latency: open loop at $LATENCY_RATE messages/s, $LATENCY_MESSAGES messages, from the intended send time" ;;
             throughput-window*) echo "### Throughput with $WINDOW batches in flight per connection: closed loop, $THROUGHPUT_MESSAGES messages" ;;
             latency-single) echo "### Latency one message at a time: open loop at $SINGLE_RATE messages/s, batches of 1, $SINGLE_MESSAGES messages, from the intended send time" ;;
+            sqs-throughput) echo "### The SQS API, throughput: send + receive + delete, batches of $SQS_BATCH, closed loop, at most $SQS_IN_FLIGHT in flight, $SQS_DURATION a pass" ;;
+            sqs-latency-single) echo "### The SQS API, one message at a time: 1 producer + 1 consumer, batches of 1, $SQS_RATE messages/s, $SQS_DURATION a pass, send to receive" ;;
+            sqs-redelivery) echo "### The SQS API, redelivery: every message left once, $REDELIVERY_VISIBILITY visibility timeout, 1 producer + 1 consumer, $SQS_RATE messages/s, $SQS_DURATION a pass" ;;
         esac
         echo
         echo "\`${RUN_COMMAND[$wl]}\`"
