@@ -245,6 +245,13 @@ impl TlsConfig {
         }
     }
 
+    /// The rustls configuration, for a caller that runs sessions of its
+    /// own over it (the load generator's HTTPS to an SQS endpoint).
+    #[must_use]
+    pub fn rustls(&self) -> Arc<RustlsConfig> {
+        self.rustls.clone()
+    }
+
     /// The name the server's certificate must carry, instead of the host
     /// part of the address.
     #[must_use]

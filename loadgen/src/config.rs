@@ -5,8 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::adapter::TargetUrl;
 use crate::adapter::sqs::SqsCredentials;
+use crate::adapter::{Kind, TargetUrl};
 use crate::body::HEADER_BYTES;
 use sluice_protocol::units::format_duration;
 
@@ -141,6 +141,8 @@ pub struct RunSpec {
     pub sluice_tls_ca: Option<std::path::PathBuf>,
     /// `--sluice-tls-server-name`.
     pub sluice_tls_server_name: Option<String>,
+    /// `--sqs-tls-ca`.
+    pub sqs_tls_ca: Option<std::path::PathBuf>,
     /// `--groups`.
     pub groups: Option<usize>,
     /// `--fifo`.
@@ -206,6 +208,9 @@ pub struct RunConfig {
     pub sluice_tls: Option<sluice_client::tls::TlsConfig>,
     /// The key SQS targets sign with (`None`: the placeholder).
     pub sqs: Option<SqsCredentials>,
+    /// TLS for `sqss://` targets: `--sqs-tls-ca`, or the system's CA
+    /// certificates.
+    pub sqs_tls: Option<sluice_client::tls::TlsConfig>,
     /// Message groups the sends take in turn (0: none).
     pub groups: usize,
     /// A FIFO queue (sluice targets; with `groups`).
@@ -296,6 +301,7 @@ impl RunConfig {
             ));
         }
         let sluice_tls = check_sluice_tls(spec.sluice_tls_ca, spec.sluice_tls_server_name)?;
+        let sqs_tls = check_sqs_tls(spec.sqs_tls_ca, &spec.targets)?;
         let sqs = check_sqs_credentials(
             spec.aws_access_key_id,
             spec.aws_secret_access_key,
@@ -328,6 +334,7 @@ impl RunConfig {
             read_spin,
             sluice_tls,
             sqs,
+            sqs_tls,
             workload,
             targets: spec.targets,
             passes,
@@ -547,6 +554,49 @@ fn check_sluice_tls(
         }
     };
     Ok(sluice_tls)
+}
+
+/// Where Debian, Fedora and Alpine keep the system's CA certificates, in
+/// one PEM file (`SSL_CERT_FILE` first, as OpenSSL reads it).
+const SYSTEM_CA_FILES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+/// TLS for `sqss://` targets: trusting the CA certificates of
+/// `--sqs-tls-ca`, or, for an `sqss://` target without it, the system's.
+fn check_sqs_tls(
+    ca: Option<std::path::PathBuf>,
+    targets: &[TargetUrl],
+) -> Result<Option<sluice_client::tls::TlsConfig>, ConfigError> {
+    let load = |ca: &std::path::Path, flag: &str| {
+        sluice_client::tls::TlsConfig::with_ca_file(ca)
+            .map(Some)
+            .map_err(|e| ConfigError(format!("{flag}: {e}")))
+    };
+    if let Some(ca) = ca {
+        return load(&ca, "--sqs-tls-ca");
+    }
+    if !targets.iter().any(|t| t.kind == Kind::Sqss) {
+        return Ok(None);
+    }
+    let system = std::env::var_os("SSL_CERT_FILE")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain(SYSTEM_CA_FILES.iter().map(std::path::PathBuf::from))
+        .find(|p| p.is_file());
+    match system {
+        Some(file) => load(
+            &file,
+            &format!("the system's CA certificates ({})", file.display()),
+        ),
+        None => Err(ConfigError(format!(
+            "sqss:// needs CA certificates to trust: --sqs-tls-ca FILE (none in SSL_CERT_FILE \
+             or {})",
+            SYSTEM_CA_FILES.join(", ")
+        ))),
+    }
 }
 
 /// The key SQS targets sign with: an access key and its secret, both or
@@ -804,6 +854,13 @@ mod tests {
                     ..spec()
                 },
                 "--sluice-tls-ca",
+            ),
+            (
+                RunSpec {
+                    sqs_tls_ca: Some("/nonexistent/sqs-ca.pem".into()),
+                    ..spec()
+                },
+                "--sqs-tls-ca",
             ),
             (
                 RunSpec {

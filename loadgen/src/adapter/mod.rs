@@ -267,6 +267,8 @@ pub struct Access {
     /// The key SQS targets sign with (`None`: a placeholder, which a local
     /// server that checks no signature accepts).
     pub sqs: Option<sqs::SqsCredentials>,
+    /// TLS for `sqss://` targets (HTTPS).
+    pub sqs_tls: Option<sluice_client::tls::TlsConfig>,
 }
 
 /// The broker kinds a target URL can name.
@@ -283,6 +285,8 @@ pub enum Kind {
     /// An SQS-compatible server (the AWS JSON protocol): sluice's SQS
     /// door, moto's server, SQS itself.
     Sqs,
+    /// The same over HTTPS.
+    Sqss,
 }
 
 impl Kind {
@@ -294,6 +298,7 @@ impl Kind {
             Kind::Beanstalkd => "beanstalkd",
             Kind::Nats => "nats",
             Kind::Sqs => "sqs",
+            Kind::Sqss => "sqss",
         }
     }
 
@@ -306,6 +311,8 @@ impl Kind {
             Kind::Nats => 4222,
             // sluice's SQS door (and ElasticMQ).
             Kind::Sqs => 9324,
+            // HTTPS's.
+            Kind::Sqss => 443,
         }
     }
 }
@@ -336,7 +343,7 @@ pub struct TargetUrl {
 
 impl TargetUrl {
     /// Reads `sluice://HOST:PORT`, `redis://...`, `beanstalkd://...`,
-    /// `nats://...` or `sqs://...`; the port defaults to the peer's usual one. sluice
+    /// `nats://...`, `sqs://...` or `sqss://...` (HTTPS); the port defaults to the peer's usual one. sluice
     /// takes several brokers, comma-separated: `sluice://a:1,b:2,c:3`, and
     /// a bare `HOST:PORT` (or `a:1,b:2`) is sluice too, as for the server
     /// and the `sluice` command.
@@ -366,9 +373,10 @@ impl TargetUrl {
             "beanstalkd" | "beanstalk" => Kind::Beanstalkd,
             "nats" => Kind::Nats,
             "sqs" => Kind::Sqs,
+            "sqss" => Kind::Sqss,
             _ => {
                 return Err(err(
-                    "the scheme must be sluice, redis, beanstalkd, nats or sqs",
+                    "the scheme must be sluice, redis, beanstalkd, nats, sqs or sqss",
                 ));
             }
         };
@@ -453,6 +461,18 @@ impl TargetUrl {
             Kind::Sqs => Ok(Box::new(
                 sqs::SqsTarget::new(self.clone(), access.sqs.clone()).read_spin(read_spin),
             )),
+            Kind::Sqss => {
+                let tls = access.sqs_tls.clone().ok_or_else(|| {
+                    AdapterError::Unsupported(
+                        "sqss:// is HTTPS: it needs a TLS configuration (--sqs-tls-ca)".into(),
+                    )
+                })?;
+                Ok(Box::new(
+                    sqs::SqsTarget::new(self.clone(), access.sqs.clone())
+                        .read_spin(read_spin)
+                        .tls(Some(tls)),
+                ))
+            }
         }
     }
 
@@ -578,6 +598,19 @@ mod tests {
         assert_eq!(t.to_string(), "redis://127.0.0.1:6380");
         assert_eq!(t.label(), "redis-127.0.0.1-6380");
         assert_eq!(TargetUrl::parse("nats://localhost").unwrap().port, 4222);
+        assert_eq!(TargetUrl::parse("sqs://localhost").unwrap().port, 9324);
+        let https = TargetUrl::parse("sqss://sqs.eu-west-1.amazonaws.com").unwrap();
+        assert_eq!((https.kind, https.port), (Kind::Sqss, 443));
+        assert_eq!(https.to_string(), "sqss://sqs.eu-west-1.amazonaws.com:443");
+        // HTTPS without a TLS configuration: no target.
+        let err = https
+            .open_access(&Access::default())
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref().is_some_and(|e| e.contains("--sqs-tls-ca")),
+            "{err:?}"
+        );
         assert_eq!(
             TargetUrl::parse("beanstalkd://h:1/").unwrap().kind,
             Kind::Beanstalkd

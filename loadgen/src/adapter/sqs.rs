@@ -62,6 +62,8 @@ pub struct SqsTarget {
     /// Whether the credentials are the placeholder.
     placeholder: bool,
     read_spin: Duration,
+    /// TLS (an `sqss://` target).
+    tls: Option<sluice_client::tls::TlsConfig>,
     queue: Option<SqsQueue>,
 }
 
@@ -88,8 +90,16 @@ impl SqsTarget {
             }),
             placeholder,
             read_spin: Duration::ZERO,
+            tls: None,
             queue: None,
         }
+    }
+
+    /// HTTPS with `tls` (an `sqss://` target).
+    #[must_use]
+    pub fn tls(mut self, tls: Option<sluice_client::tls::TlsConfig>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// The read spin of every connection (`--read-spin`).
@@ -100,7 +110,12 @@ impl SqsTarget {
     }
 
     fn conn(&self) -> Result<HttpConn, AdapterError> {
-        HttpConn::connect(&self.url, self.creds.clone(), self.read_spin)
+        HttpConn::connect(
+            &self.url,
+            self.creds.clone(),
+            self.read_spin,
+            self.tls.clone(),
+        )
     }
 }
 
@@ -196,9 +211,14 @@ impl Target for SqsTarget {
         let mut s = vec![Setting::new(
             "server",
             format!(
-                "{}: SQS JSON protocol over HTTP/1.1 keep-alive, one connection per producer \
+                "{}: SQS JSON protocol over HTTP/1.1 keep-alive{}, one connection per producer \
                  and consumer",
-                self.url.addrs().join(",")
+                self.url.addrs().join(","),
+                if self.tls.is_some() {
+                    " over TLS (HTTPS)"
+                } else {
+                    ""
+                }
             ),
         )];
         s.push(Setting::new(

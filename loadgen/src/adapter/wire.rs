@@ -7,6 +7,9 @@
 //! read buffer, valid until the next read. With a read spin
 //! (`--read-spin`), a read polls the socket that long, yielding to ready
 //! threads, before it blocks: the same spin the sluice client has.
+//!
+//! Over TLS ([`LineConn::with_tls`], an `sqss://` target) the bytes go
+//! through the session: reads block (no spin), writes are sealed first.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -36,6 +39,8 @@ pub(crate) struct LineConn {
     pub(crate) wbuf: Vec<u8>,
     /// How long a read polls before it blocks (zero: it blocks at once).
     read_spin: Duration,
+    /// The TLS session the bytes go through, if any.
+    tls: Option<Box<rustls::ClientConnection>>,
 }
 
 impl LineConn {
@@ -48,7 +53,23 @@ impl LineConn {
             len: 0,
             wbuf: Vec::with_capacity(64 * 1024),
             read_spin: Duration::ZERO,
+            tls: None,
         }
+    }
+
+    /// Runs the connection through the TLS session `tls`, its handshake
+    /// done here (at most `REPLY_TIMEOUT` a read, as every read).
+    pub(crate) fn with_tls(
+        mut self,
+        mut tls: rustls::ClientConnection,
+    ) -> Result<Self, AdapterError> {
+        while tls.is_handshaking() {
+            if let Err(e) = tls.complete_io(&mut self.stream) {
+                return Err(self.protocol(format!("TLS handshake: {e}")));
+            }
+        }
+        self.tls = Some(Box::new(tls));
+        Ok(self)
     }
 
     /// Sets how long each read polls the socket, yielding, before it
@@ -94,7 +115,13 @@ impl LineConn {
         if self.wbuf.is_empty() {
             return Ok(());
         }
-        let result = self.stream.write_all(&self.wbuf);
+        let result = match self.tls.as_deref_mut() {
+            Some(tls) => {
+                let mut s = rustls::Stream::new(tls, &mut self.stream);
+                s.write_all(&self.wbuf).and_then(|()| s.flush())
+            }
+            None => self.stream.write_all(&self.wbuf),
+        };
         self.wbuf.clear();
         result.map_err(|e| self.io(e))
     }
@@ -113,6 +140,16 @@ impl LineConn {
         }
         if self.rbuf.len() - self.pos < need {
             self.rbuf.resize(self.pos + need.max(READ_BUFFER_BYTES), 0);
+        }
+        if let Some(tls) = self.tls.as_deref_mut() {
+            return match read_tls(tls, &mut self.stream, &mut self.rbuf[self.len..]) {
+                Ok(0) => Err(AdapterError::Closed { peer: self.peer }),
+                Ok(n) => {
+                    self.len += n;
+                    Ok(())
+                }
+                Err(e) => Err(self.io(e)),
+            };
         }
         if !self.read_spin.is_zero() {
             let until = Instant::now() + self.read_spin;
@@ -237,6 +274,22 @@ impl LineConn {
 
 /// Whether `e` is a read that waited its whole read timeout (a partly read
 /// frame stays buffered, so reading again picks it up).
+/// Reads plain bytes of `tls` over `stream` into `buf`: 0 when the peer
+/// closed, with or without TLS's close notice.
+fn read_tls(
+    tls: &mut rustls::ClientConnection,
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    loop {
+        match rustls::Stream::new(tls, stream).read(buf) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(0),
+            other => return other,
+        }
+    }
+}
+
 pub(crate) fn is_timeout(e: &AdapterError) -> bool {
     matches!(e, AdapterError::Io { source, .. } if source.kind() == ErrorKind::TimedOut)
 }

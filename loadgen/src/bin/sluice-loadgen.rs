@@ -176,6 +176,12 @@ struct Args {
     )]
     sluice_tls_server_name: Option<String>,
 
+    /// Connect to sqss:// targets (HTTPS) trusting the CA certificates in
+    /// this PEM file (default: the system's, from SSL_CERT_FILE or
+    /// /etc/ssl/certs/ca-certificates.crt).
+    #[arg(long, value_name = "PATH", env = "SLUICE_LOADGEN_SQS_TLS_CA")]
+    sqs_tls_ca: Option<PathBuf>,
+
     /// Messages/s over all producers, open loop: the latency workload
     /// (default 10000), and the redelivery workload when given, so leases
     /// end evenly spread instead of all at once after a burst.
@@ -324,6 +330,7 @@ fn main_inner() -> Result<ExitCode> {
         read_spin: args.read_spin,
         sluice_tls_ca: args.sluice_tls_ca.clone(),
         sluice_tls_server_name: args.sluice_tls_server_name.clone(),
+        sqs_tls_ca: args.sqs_tls_ca.clone(),
         rate: args.rate,
         visibility_timeout: args.visibility_timeout,
         fail_ratio: args.fail_ratio,

@@ -175,6 +175,7 @@ pub fn run(cfg: &RunConfig, out: &mut Output<'_>) -> Vec<PassOutcome> {
                     read_spin: cfg.read_spin,
                     sluice_tls: cfg.sluice_tls.clone(),
                     sqs: cfg.sqs.clone(),
+                    sqs_tls: cfg.sqs_tls.clone(),
                 })
                 .map_err(RunError::Setup)
                 .and_then(|mut target| run_pass(cfg, url, target.as_mut(), pass, out));

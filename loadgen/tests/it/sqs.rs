@@ -126,6 +126,37 @@ fn latency_and_a_window_of_8_through_the_sqs_door() {
     assert_eq!((r.tally.lost, r.duplicates, r.corrupt), (0, 0, 0));
 }
 
+#[test]
+fn sqss_speaks_https_to_the_door_over_tls() {
+    let pki = sluice_broker::testing::TestPki::generate();
+    let server = TestServer::builder()
+        .arg("--sqs-listen", "127.0.0.1:0")
+        .args(&pki.server_args())
+        .start();
+    let addr = server.handle().sqs_addr().expect("the SQS door is open");
+    let tls_spec = |ca: std::path::PathBuf| {
+        let mut s = spec(&format!("sqss://{addr}"), Workload::Throughput);
+        s.batch = Some(10);
+        s.sqs_tls_ca = Some(ca);
+        s
+    };
+    let r = run_one(tls_spec(pki.ca_pem()));
+    assert_eq!((r.tally.sent, r.tally.deleted), (MESSAGES, MESSAGES));
+    assert_eq!((r.tally.lost, r.duplicates, r.corrupt), (0, 0, 0));
+    let settings: Vec<String> = r.settings.iter().map(|s| s.value.clone()).collect();
+    assert!(
+        settings.iter().any(|s| s.contains("over TLS (HTTPS)")),
+        "{settings:?}"
+    );
+    // A CA that did not sign the door's certificate: refused, saying TLS.
+    let err = pass_error(tls_spec(pki.other_ca_pem()));
+    assert!(err.as_deref().is_some_and(|e| e.contains("TLS")), "{err:?}");
+    // Plain HTTP to the TLS door: no pass either.
+    let mut plain = spec(&format!("sqs://{addr}"), Workload::Throughput);
+    plain.batch = Some(10);
+    assert!(pass_error(plain).is_some());
+}
+
 /// One pass's outcome: its error's text, if it failed.
 fn pass_error(s: RunSpec) -> Option<String> {
     let cfg = RunConfig::new(s).unwrap();

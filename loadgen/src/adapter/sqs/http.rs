@@ -6,7 +6,9 @@
 //! A response's body comes with a `Content-Length` or in chunks; a server
 //! that closes the connection after a response (`Connection: close`, or
 //! HTTP/1.0 without keep-alive) gets a new connection for the next request,
-//! when nothing else was sent on the old one.
+//! when nothing else was sent on the old one. An `sqss://` target's
+//! connections are HTTPS: TLS with the configuration given, the target's
+//! host the name its certificate must carry.
 
 use std::time::Duration;
 
@@ -42,14 +44,18 @@ pub(crate) struct HttpConn {
     signer: Signer,
     /// Requests written whose responses are not read yet.
     pending: usize,
+    /// TLS, for HTTPS.
+    tls: Option<sluice_client::tls::TlsConfig>,
 }
 
 impl HttpConn {
-    /// A connection to `url`'s endpoint, signing with `creds`.
+    /// A connection to `url`'s endpoint, signing with `creds`; HTTPS with
+    /// `tls`.
     pub(crate) fn connect(
         url: &TargetUrl,
         creds: SqsCredentials,
         read_spin: Duration,
+        tls: Option<sluice_client::tls::TlsConfig>,
     ) -> Result<HttpConn, AdapterError> {
         let mut c = HttpConn {
             url: url.clone(),
@@ -58,6 +64,7 @@ impl HttpConn {
             host: url.addrs().swap_remove(0),
             signer: Signer::new(creds),
             pending: 0,
+            tls,
         };
         c.reconnect()?;
         Ok(c)
@@ -65,9 +72,15 @@ impl HttpConn {
 
     fn reconnect(&mut self) -> Result<&mut LineConn, AdapterError> {
         let stream = self.url.tcp(PEER)?;
-        Ok(self
-            .conn
-            .insert(LineConn::new(stream, PEER).with_read_spin(self.read_spin)))
+        let mut conn = LineConn::new(stream, PEER).with_read_spin(self.read_spin);
+        if let Some(tls) = &self.tls {
+            let name = rustls::pki_types::ServerName::try_from(self.url.host.clone())
+                .map_err(|e| protocol(format!("TLS: {}: {e}", self.url.host)))?;
+            let session = rustls::ClientConnection::new(tls.rustls(), name)
+                .map_err(|e| protocol(format!("TLS: {e}")))?;
+            conn = conn.with_tls(session)?;
+        }
+        Ok(self.conn.insert(conn))
     }
 
     /// Writes a signed request of `action` (`SendMessageBatch`) with the
@@ -272,7 +285,7 @@ mod tests {
             b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}",
             b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
         ]);
-        let mut c = HttpConn::connect(&url, creds(), Duration::ZERO).unwrap();
+        let mut c = HttpConn::connect(&url, creds(), Duration::ZERO, None).unwrap();
         let mut body = Vec::new();
         c.send("ListQueues", b"{}").unwrap();
         let r = c.receive(&mut body).unwrap();
@@ -317,7 +330,7 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: 999999999999\r\n\r\n",
         ] {
             let (url, server) = serve(vec![bad]);
-            let mut c = HttpConn::connect(&url, creds(), Duration::ZERO).unwrap();
+            let mut c = HttpConn::connect(&url, creds(), Duration::ZERO, None).unwrap();
             let mut body = Vec::new();
             c.send("ListQueues", b"{}").unwrap();
             let err = c.receive(&mut body);
