@@ -2,7 +2,64 @@
 //! table lookup per digit, not a formatter call per byte (a send and its
 //! receive write two MD5s and two message ids each).
 
+use core::fmt;
+
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// `N` bytes of hex text (digits, and a UUID's dashes) kept inline: a
+/// digest, a message id, a receipt handle on its way into a reply, made
+/// and written without an allocation or a UTF-8 check.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HexText<const N: usize>([u8; N]);
+
+impl<const N: usize> HexText<N> {
+    /// The lower-case hex of `bytes`, which are `N / 2` long (a shorter
+    /// input leaves zeros after its digits; the callers' are exact).
+    pub fn of(bytes: &[u8]) -> Self {
+        let mut text = [b'0'; N];
+        hex_into(&mut text, bytes);
+        HexText(text)
+    }
+
+    /// Text already made of hex digits and dashes.
+    pub fn from_ascii(text: [u8; N]) -> Self {
+        debug_assert!(text.iter().all(|b| b.is_ascii_hexdigit() || *b == b'-'));
+        HexText(text)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// As a `&str` (a UTF-8 check: for the slow paths).
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl<const N: usize> fmt::Debug for HexText<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl<const N: usize> fmt::Display for HexText<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<const N: usize> PartialEq<&str> for HexText<N> {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other.as_bytes()
+    }
+}
+
+impl<const N: usize> serde::Serialize for HexText<N> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
 
 /// Writes the lower-case hex of `bytes` into `out`, two digits a byte
 /// (`out` is at least twice as long).
@@ -49,5 +106,16 @@ mod tests {
         push_hex(&mut s, &[0xAB, 0x01]);
         assert_eq!(s, "xab01");
         assert_eq!(hex(&[]), "");
+    }
+
+    #[test]
+    fn hex_text_holds_its_digits_inline() {
+        let t = HexText::<6>::of(&[0xAB, 0x01, 0xFF]);
+        assert_eq!((t.as_str(), t.as_bytes()), ("ab01ff", &b"ab01ff"[..]));
+        assert_eq!(t, "ab01ff");
+        assert_eq!(format!("{t} {t:?}"), "ab01ff \"ab01ff\"");
+        assert_eq!(serde_json::to_string(&t).unwrap(), "\"ab01ff\"");
+        let uuid = HexText::from_ascii(*b"0a-b");
+        assert_eq!(uuid.as_str(), "0a-b");
     }
 }

@@ -6,6 +6,8 @@
 //! records as a JSON value.
 
 use serde::Serialize;
+
+use crate::hex::HexText;
 use serde_json::{Map, Value};
 
 /// A reply's body (see the module docs).
@@ -24,8 +26,8 @@ pub(crate) enum Body {
 }
 
 impl Body {
-    /// The body as JSON text.
-    pub fn to_json(&self) -> String {
+    /// The body as JSON text (UTF-8).
+    pub fn to_json(&self) -> Vec<u8> {
         // Room for the whole reply at once: the fields but a body take
         // under 300 bytes a message.
         let room = match self {
@@ -34,29 +36,29 @@ impl Body {
             Body::IdBatch(b) => 100 * (b.successful.len() + b.failed.len()) + 32,
             _ => 256,
         };
-        let mut out = Json(String::with_capacity(room));
+        let mut out = Json(Vec::with_capacity(room));
         match self {
-            Body::Value(v) => return v.to_string(),
+            Body::Value(v) => return v.to_string().into_bytes(),
             Body::Sent(s) => s.write(&mut out),
             Body::SentBatch(b) => b.write(&mut out, SentEntry::write),
             Body::IdBatch(b) => b.write(&mut out, |e, out| {
-                out.0.push('{');
-                out.plain_member(true, "Id", &e.id);
-                out.0.push('}');
+                out.0.push(b'{');
+                out.plain_member(true, "Id", e.id.as_bytes());
+                out.0.push(b'}');
             }),
             Body::Received(r) => {
-                out.0.push('{');
+                out.0.push(b'{');
                 if !r.messages.is_empty() {
-                    out.0.push_str("\"Messages\":[");
+                    out.push_str("\"Messages\":[");
                     for (i, m) in r.messages.iter().enumerate() {
                         if i > 0 {
-                            out.0.push(',');
+                            out.0.push(b',');
                         }
                         m.write(&mut out);
                     }
-                    out.0.push(']');
+                    out.0.push(b']');
                 }
-                out.0.push('}');
+                out.0.push(b'}');
             }
         }
         out.0
@@ -76,18 +78,24 @@ impl Body {
     }
 }
 
-/// JSON text being written: the typed bodies' own writer, which the tests
-/// hold to serde's form of the same records.
-struct Json(String);
+/// JSON text being written, as bytes: the typed bodies' own writer, which
+/// the tests hold to serde's form of the same records. Strings go in as
+/// `&str` (UTF-8 already) and hex text as its ASCII bytes, so the text is
+/// UTF-8 without a check.
+struct Json(Vec<u8>);
 
 impl Json {
+    fn push_str(&mut self, s: &str) {
+        self.0.extend_from_slice(s.as_bytes());
+    }
+
     /// A string, quoted and escaped: plain runs of eight bytes are found a
     /// word at a time and copied whole.
     fn str(&mut self, s: &str) {
         const ONES: u64 = 0x0101_0101_0101_0101;
         const TOPS: u64 = 0x8080_8080_8080_8080;
         let out = &mut self.0;
-        out.push('"');
+        out.push(b'"');
         let bytes = s.as_bytes();
         let mut plain = 0;
         // Whole words without '"', '\\' or a control byte.
@@ -113,55 +121,57 @@ impl Json {
                 0..=0x1f => "",
                 _ => continue,
             };
-            out.push_str(&s[start..i]);
+            out.extend_from_slice(&bytes[start..i]);
             if escaped.is_empty() {
-                out.push_str("\\u00");
-                crate::hex::push_hex(out, &[b]);
+                out.extend_from_slice(b"\\u00");
+                out.extend_from_slice(crate::hex::HexText::<2>::of(&[b]).as_bytes());
             } else {
-                out.push_str(escaped);
+                out.extend_from_slice(escaped.as_bytes());
             }
             start = i + 1;
         }
-        out.push_str(&s[start..]);
-        out.push('"');
+        out.extend_from_slice(&bytes[start..]);
+        out.push(b'"');
     }
 
     /// `,"key":"value"` (without the comma for the first member).
     fn member(&mut self, first: bool, key: &str, value: &str) {
         if !first {
-            self.0.push(',');
+            self.0.push(b',');
         }
-        self.0.push('"');
-        self.0.push_str(key);
-        self.0.push_str("\":");
+        self.0.push(b'"');
+        self.push_str(key);
+        self.push_str("\":");
         self.str(value);
     }
 
-    /// [`Json::member`] for a value that needs no escaping (hex digits,
-    /// ids, a batch entry's checked id): copied as it is.
-    fn plain_member(&mut self, first: bool, key: &str, value: &str) {
+    /// [`Json::member`] for a value that needs no escaping and is ASCII
+    /// (hex digits, ids, a batch entry's checked id): copied as it is.
+    fn plain_member(&mut self, first: bool, key: &str, value: &[u8]) {
         debug_assert!(
-            value.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\'),
+            value
+                .iter()
+                .all(|&b| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\'),
             "{value:?} needs escaping"
         );
+        let out = &mut self.0;
         if !first {
-            self.0.push(',');
+            out.push(b',');
         }
-        self.0.push('"');
-        self.0.push_str(key);
-        self.0.push_str("\":\"");
-        self.0.push_str(value);
-        self.0.push('"');
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(b"\":\"");
+        out.extend_from_slice(value);
+        out.push(b'"');
     }
 
     /// `,"key":<value as serde writes it>`.
     fn value_member(&mut self, key: &str, value: &impl Serialize) {
-        self.0.push_str(",\"");
-        self.0.push_str(key);
-        self.0.push_str("\":");
+        self.push_str(",\"");
+        self.push_str(key);
+        self.push_str("\":");
         // Maps of strings always serialize.
-        self.0
-            .push_str(&serde_json::to_string(value).unwrap_or_default());
+        let _ = serde_json::to_writer(&mut self.0, value);
     }
 }
 
@@ -177,16 +187,16 @@ pub(crate) struct Batch<T> {
 
 impl<T> Batch<T> {
     fn write(&self, out: &mut Json, entry: impl Fn(&T, &mut Json)) {
-        out.0.push_str("{\"Successful\":[");
+        out.push_str("{\"Successful\":[");
         for (i, e) in self.successful.iter().enumerate() {
             if i > 0 {
-                out.0.push(',');
+                out.0.push(b',');
             }
             entry(e, out);
         }
-        out.0.push(']');
+        out.0.push(b']');
         out.value_member("Failed", &self.failed);
-        out.0.push('}');
+        out.0.push(b'}');
     }
 }
 
@@ -204,9 +214,9 @@ pub(crate) struct SentEntry {
     #[serde(rename = "Id", skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     #[serde(rename = "MessageId")]
-    pub message_id: String,
+    pub message_id: HexText<36>,
     #[serde(rename = "MD5OfMessageBody")]
-    pub md5_body: String,
+    pub md5_body: HexText<32>,
     #[serde(
         rename = "MD5OfMessageAttributes",
         skip_serializing_if = "Option::is_none"
@@ -224,12 +234,12 @@ pub(crate) struct SentEntry {
 
 impl SentEntry {
     fn write(&self, out: &mut Json) {
-        out.0.push('{');
+        out.0.push(b'{');
         if let Some(id) = &self.id {
-            out.plain_member(true, "Id", id);
+            out.plain_member(true, "Id", id.as_bytes());
         }
-        out.plain_member(self.id.is_none(), "MessageId", &self.message_id);
-        out.plain_member(false, "MD5OfMessageBody", &self.md5_body);
+        out.plain_member(self.id.is_none(), "MessageId", self.message_id.as_bytes());
+        out.plain_member(false, "MD5OfMessageBody", self.md5_body.as_bytes());
         let optional = [
             ("MD5OfMessageAttributes", &self.md5_attributes),
             ("MD5OfMessageSystemAttributes", &self.md5_system),
@@ -237,10 +247,10 @@ impl SentEntry {
         ];
         for (key, value) in optional {
             if let Some(v) = value {
-                out.plain_member(false, key, v);
+                out.plain_member(false, key, v.as_bytes());
             }
         }
-        out.0.push('}');
+        out.0.push(b'}');
     }
 }
 
@@ -255,11 +265,11 @@ pub(crate) struct Received {
 #[derive(Debug, Serialize)]
 pub(crate) struct ReceivedEntry {
     #[serde(rename = "MessageId")]
-    pub message_id: String,
+    pub message_id: HexText<36>,
     #[serde(rename = "ReceiptHandle")]
-    pub receipt_handle: String,
+    pub receipt_handle: HexText<52>,
     #[serde(rename = "MD5OfBody")]
-    pub md5_body: String,
+    pub md5_body: HexText<32>,
     #[serde(rename = "Body")]
     pub body: String,
     /// The system attributes asked for, when any is.
@@ -277,21 +287,21 @@ pub(crate) struct ReceivedEntry {
 
 impl ReceivedEntry {
     fn write(&self, out: &mut Json) {
-        out.0.push('{');
-        out.plain_member(true, "MessageId", &self.message_id);
-        out.plain_member(false, "ReceiptHandle", &self.receipt_handle);
-        out.plain_member(false, "MD5OfBody", &self.md5_body);
+        out.0.push(b'{');
+        out.plain_member(true, "MessageId", self.message_id.as_bytes());
+        out.plain_member(false, "ReceiptHandle", self.receipt_handle.as_bytes());
+        out.plain_member(false, "MD5OfBody", self.md5_body.as_bytes());
         out.member(false, "Body", &self.body);
         if let Some(a) = &self.attributes {
             out.value_member("Attributes", a);
         }
         if let Some(m) = &self.md5_attributes {
-            out.plain_member(false, "MD5OfMessageAttributes", m);
+            out.plain_member(false, "MD5OfMessageAttributes", m.as_bytes());
         }
         if let Some(a) = &self.message_attributes {
             out.value_member("MessageAttributes", a);
         }
-        out.0.push('}');
+        out.0.push(b'}');
     }
 }
 
@@ -304,7 +314,7 @@ mod tests {
 
     /// The hand-written JSON reads back as serde's value of the same body.
     fn same(body: Body) {
-        let text = body.to_json();
+        let text = String::from_utf8(body.to_json()).unwrap();
         let read: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
         assert_eq!(read, body.into_value(), "{text}");
     }
@@ -316,9 +326,9 @@ mod tests {
             m
         };
         ReceivedEntry {
-            message_id: "m-1".into(),
-            receipt_handle: "ab12".into(),
-            md5_body: "d41d".into(),
+            message_id: HexText::of(&[0x5a; 18]),
+            receipt_handle: HexText::of(&[0xab; 26]),
+            md5_body: HexText::of(&[0xd4; 16]),
             body: body.into(),
             attributes: attributes.then(|| map("SentTimestamp")),
             md5_attributes: attributes.then(|| "77".into()),
@@ -329,8 +339,8 @@ mod tests {
     fn sent(id: Option<&str>, extra: bool) -> SentEntry {
         SentEntry {
             id: id.map(str::to_owned),
-            message_id: "m".into(),
-            md5_body: "5".into(),
+            message_id: HexText::of(&[0x01; 18]),
+            md5_body: HexText::of(&[0x55; 16]),
             md5_attributes: extra.then(|| "6".into()),
             md5_system: extra.then(|| "7".into()),
             sequence_number: extra.then(|| "0001".into()),
@@ -364,7 +374,7 @@ mod tests {
         fn any_body_text_is_escaped_as_json(body in any::<String>(), pad in 0usize..20) {
             let body = format!("{}{body}", "x".repeat(pad));
             let text = Body::Received(Received { messages: vec![received(&body, false)] }).to_json();
-            let read: Value = serde_json::from_str(&text).unwrap();
+            let read: Value = serde_json::from_slice(&text).unwrap();
             prop_assert_eq!(read["Messages"][0]["Body"].as_str(), Some(body.as_str()));
         }
     }

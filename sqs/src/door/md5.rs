@@ -6,7 +6,7 @@
 
 use md5::{Digest, Md5};
 
-use crate::hex::hex;
+use crate::hex::{HexText, hex};
 
 /// One SQS message attribute: name, data type and value bytes (a Binary
 /// value decoded).
@@ -28,8 +28,8 @@ impl SqsAttribute {
 }
 
 /// Lower-case hex MD5 of `bytes`.
-pub(crate) fn md5_hex(bytes: &[u8]) -> String {
-    hex(&Md5::digest(bytes))
+pub(crate) fn md5_hex(bytes: &[u8]) -> HexText<32> {
+    HexText::of(&Md5::digest(bytes))
 }
 
 fn put(h: &mut Md5, bytes: &[u8]) {

@@ -23,6 +23,7 @@ use super::names::{self, Namespace};
 use super::seconds;
 use super::wire::Input;
 use super::{Action, Ctx, Limits, Started, uuid_text};
+use crate::hex::HexText;
 
 /// SQS's largest message, and a batch's largest total.
 const MESSAGE_BYTES_MAX: usize = 1_048_576;
@@ -70,7 +71,7 @@ pub(crate) enum Pending {
 #[derive(Debug)]
 pub(crate) struct Sent {
     id: String,
-    md5_body: String,
+    md5_body: HexText<32>,
     md5_attributes: Option<String>,
     md5_system: Option<String>,
 }
@@ -421,7 +422,7 @@ fn received(
     };
     let mut out = ReceivedEntry {
         message_id: uuid_text(m.id.0),
-        receipt_handle: m.receipt.to_hex(),
+        receipt_handle: HexText::of(&m.receipt.to_bytes()),
         md5_body: md5_hex(body.as_bytes()),
         body,
         attributes: None,
@@ -478,7 +479,7 @@ fn sent_entry(s: &Sent, outcome: &SendOutcome, batch: bool, fifo: bool) -> SentE
     SentEntry {
         id: batch.then(|| s.id.clone()),
         message_id: uuid_text(outcome.id.0),
-        md5_body: s.md5_body.clone(),
+        md5_body: s.md5_body,
         md5_attributes: s.md5_attributes.clone(),
         md5_system: s.md5_system.clone(),
         sequence_number: fifo.then(|| fifo::sequence_number(outcome.id)),

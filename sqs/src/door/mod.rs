@@ -293,7 +293,7 @@ impl Ctx<'_> {
 
 /// A UUID-shaped id from `x` (a bijective mix, so distinct inputs give
 /// distinct ids): 8-4-4-4-12 lower-case hex digits.
-fn uuid_text(x: u128) -> String {
+fn uuid_text(x: u128) -> crate::hex::HexText<36> {
     let b = x.to_be_bytes();
     let mut text = [b'-'; 36];
     // Digits at 0-7, 9-12, 14-17, 19-22 and 24-35; dashes between.
@@ -306,8 +306,7 @@ fn uuid_text(x: u128) -> String {
     ] {
         crate::hex::hex_into(&mut text[at..], part);
     }
-    // Hex digits and dashes are ASCII.
-    String::from(core::str::from_utf8(&text).unwrap_or_default())
+    crate::hex::HexText::from_ascii(text)
 }
 
 fn mix(mut z: u64) -> u64 {
@@ -329,7 +328,7 @@ fn ok_response(
         Protocol::Json => ("application/x-amz-json-1.0", body.to_json()),
         Protocol::Query => (
             "text/xml",
-            xml::reply(action, &body.into_value(), request_id),
+            xml::reply(action, &body.into_value(), request_id).into_bytes(),
         ),
     };
     Response {
@@ -410,7 +409,7 @@ impl Door {
     fn request_id(&self, now_unix_ms: u64) -> String {
         let n = self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let hi = mix(n ^ now_unix_ms.rotate_left(32));
-        uuid_text((u128::from(hi) << 64) | u128::from(mix(n)))
+        uuid_text((u128::from(hi) << 64) | u128::from(mix(n))).to_string()
     }
 
     /// The request's namespace: with credentials, the account of the key

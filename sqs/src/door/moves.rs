@@ -284,6 +284,6 @@ fn handle(source_arn: &str, now_ms: u64, n: u64) -> String {
     for b in source_arn.bytes() {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
-    let id = uuid_text((u128::from(h ^ now_ms) << 64) | u128::from(n));
+    let id = uuid_text((u128::from(h ^ now_ms) << 64) | u128::from(n)).to_string();
     format!("sluice-move-{id}")
 }
