@@ -224,7 +224,10 @@ fn start_send(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, S
     let mut failures = Vec::new();
     if batch_call {
         let mut total = 0;
-        for (id, e) in batch(ctx, input)? {
+        let batch = batch(ctx, input)?;
+        entries.reserve_exact(batch.len());
+        sent.reserve_exact(batch.len());
+        for (id, e) in batch {
             match send_entry(&e, fifo) {
                 Ok((entry, s, size)) => {
                     total += size;
@@ -339,7 +342,10 @@ fn start_receipts(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Starte
     let mut items = Vec::new();
     let mut failures = Vec::new();
     if batch_call {
-        for (id, e) in batch(ctx, input)? {
+        let batch = batch(ctx, input)?;
+        ids.reserve_exact(batch.len());
+        items.reserve_exact(batch.len());
+        for (id, e) in batch {
             match one(&e) {
                 Ok(item) => {
                     ids.push(id);
@@ -521,7 +527,7 @@ impl Pending {
                         Err(code) => Err(error(*code)),
                     };
                 }
-                let mut ok = Vec::new();
+                let mut ok = Vec::with_capacity(results.len());
                 for (s, r) in sent.iter().zip(&results) {
                     match r {
                         Ok(o) => ok.push(sent_entry(s, o, true, fifo)),
@@ -556,8 +562,8 @@ impl Pending {
                     return Err(mismatch());
                 }
                 let mut stale = 0;
-                let mut ok = Vec::new();
-                for (id, r) in ids.iter().zip(&results) {
+                let mut ok = Vec::with_capacity(results.len());
+                for (id, r) in ids.into_iter().zip(&results) {
                     let r = match r {
                         Ok(()) => Ok(()),
                         Err(ErrorCode::StaleReceipt) if delete => {
@@ -568,9 +574,9 @@ impl Pending {
                         Err(code) => Err(SqsError::from_code(*code, "", false)),
                     };
                     match r {
-                        Ok(()) => ok.push(IdEntry { id: id.clone() }),
+                        Ok(()) => ok.push(IdEntry { id }),
                         Err(e) if !batch => return Err(e),
-                        Err(e) => failed.push(self::failed(id, &e)),
+                        Err(e) => failed.push(self::failed(&id, &e)),
                     }
                 }
                 if batch {
