@@ -28,19 +28,19 @@ pub struct Identity {
 /// signature. `None` when neither names a credential.
 #[must_use]
 pub fn identity(req: &Request) -> Option<Identity> {
-    let scope = req
+    let scope: std::borrow::Cow<'_, str> = req
         .header("authorization")
         .and_then(|auth| {
             let rest = auth.strip_prefix("AWS4-HMAC-SHA256")?;
             rest.split(',')
                 .map(str::trim)
                 .find_map(|part| part.strip_prefix("Credential="))
-                .map(str::to_owned)
+                .map(std::borrow::Cow::Borrowed)
         })
         .or_else(|| {
             req.query.split('&').find_map(|pair| {
                 let value = pair.strip_prefix("X-Amz-Credential=")?;
-                Some(percent_decode(value))
+                Some(std::borrow::Cow::Owned(percent_decode(value)))
             })
         })?;
     let mut parts = scope.split('/');

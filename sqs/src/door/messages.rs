@@ -216,7 +216,7 @@ fn bad_receipt(handle: &str) -> SqsError {
 }
 
 fn start_send(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, SqsError> {
-    let (_, name, queue) = ctx.queue(input)?;
+    let (name, queue) = ctx.queue_named(input)?;
     let fifo = names::is_fifo_name(&name);
     let batch_call = action == Action::SendMessageBatch;
     let mut entries = Vec::new();
@@ -319,7 +319,7 @@ pub(crate) fn receive(
 }
 
 fn start_receipts(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, SqsError> {
-    let (_, _, queue) = ctx.queue(input)?;
+    let (_, queue) = ctx.queue_named(input)?;
     let delete = matches!(action, Action::DeleteMessage | Action::DeleteMessageBatch);
     let batch_call = matches!(
         action,

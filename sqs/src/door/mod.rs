@@ -243,8 +243,8 @@ enum Started {
 struct Ctx<'a> {
     /// The request's namespace.
     ns: Namespace,
-    /// The scheme and the `Host` header (`http://HOST`), for queue URLs.
-    host: String,
+    /// The `Host` header, for queue URLs ([`Ctx::host`]).
+    host_header: &'a str,
     /// The door's configuration.
     config: &'a DoorConfig,
     /// The door's message-move tasks.
@@ -256,6 +256,12 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The scheme and the `Host` header (`http://HOST`), for queue URLs.
+    fn host(&self) -> String {
+        let scheme = if self.config.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.host_header)
+    }
+
     /// The namespace, SQS name and engine queue of `input`'s `QueueUrl`:
     /// the URL's account in the request's region.
     fn queue(&self, input: &Input) -> Result<(Namespace, String, QueueName), SqsError> {
@@ -267,11 +273,27 @@ impl Ctx<'_> {
             &self.config.account,
             &self.config.region,
         );
+        let engine = self.engine_queue(account, name)?;
+        Ok((ns, name.to_owned(), engine))
+    }
+
+    /// [`Ctx::queue`] without the namespace (a message action's).
+    fn queue_named(&self, input: &Input) -> Result<(String, QueueName), SqsError> {
+        let url = input.str("QueueUrl")?;
+        let (account, name) = names::parse_url(url)?;
+        let engine = self.engine_queue(account, name)?;
+        Ok((name.to_owned(), engine))
+    }
+
+    /// The engine queue of the SQS queue `name` of `account` in the
+    /// request's region: no such queue for a name SQS would not take.
+    fn engine_queue(&self, account: &str, name: &str) -> Result<QueueName, SqsError> {
         if names::check_sqs_name(name).is_err() {
             return Err(SqsError::no_queue());
         }
-        let engine = ns.engine_name(name)?;
-        Ok((ns, name.to_owned(), engine))
+        let region = &self.ns.region;
+        let default = account == self.config.account && *region == self.config.region;
+        names::engine_queue(account, region, default, name)
     }
 
     /// The engine queue of a queue ARN (`arn:aws:sqs:REGION:ACCOUNT:NAME`,
@@ -521,15 +543,7 @@ impl Door {
         let input = input?;
         let ctx = Ctx {
             ns,
-            host: format!(
-                "{}://{}",
-                if self.inner.config.tls {
-                    "https"
-                } else {
-                    "http"
-                },
-                req.header("host").unwrap_or("localhost")
-            ),
+            host_header: req.header("host").unwrap_or("localhost"),
             config: &self.inner.config,
             tasks: &self.inner.tasks,
             attempts: &self.inner.attempts,

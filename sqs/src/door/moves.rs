@@ -181,7 +181,7 @@ fn start_task(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
             to_move: 0,
         },
         ns: ctx.ns.clone(),
-        host: ctx.host.clone(),
+        host: ctx.host(),
     };
     Ok(Started::Engine(
         super::Pending::Moves(Pending::Source(Box::new(starting))),

@@ -76,14 +76,7 @@ impl Namespace {
     /// The engine queue of the SQS queue `name` (checked).
     pub fn engine_name(&self, name: &str) -> Result<QueueName, SqsError> {
         check_sqs_name(name)?;
-        let full = format!("{}{name}", self.engine_prefix());
-        if full.len() > QUEUE_NAME_BYTES_MAX {
-            return Err(SqsError::invalid(format!(
-                "Queue name {name} is too long for account {} in region {}: sluice's queue name {full} would exceed {QUEUE_NAME_BYTES_MAX} bytes.",
-                self.account, self.region
-            )));
-        }
-        QueueName::new(&full).map_err(|_| SqsError::invalid(format!("Invalid queue name {name}.")))
+        engine_queue(&self.account, &self.region, self.default, name)
     }
 
     /// The SQS name of the engine queue `engine`, if it is in this
@@ -104,6 +97,34 @@ impl Namespace {
     pub fn arn(&self, name: &str) -> String {
         format!("arn:aws:sqs:{}:{}:{name}", self.region, self.account)
     }
+}
+
+/// The engine queue of the SQS queue `name` (checked by the caller) of
+/// `account` in `region`, the door's default namespace when `default` (see
+/// the module docs): what every message action looks up, so built without
+/// a formatter or a namespace of its own.
+pub(crate) fn engine_queue(
+    account: &str,
+    region: &str,
+    default: bool,
+    name: &str,
+) -> Result<QueueName, SqsError> {
+    let full = if default {
+        None
+    } else {
+        let mut full = String::with_capacity(account.len() + region.len() + name.len() + 2);
+        for part in [account, ".", region, ".", name] {
+            full.push_str(part);
+        }
+        Some(full)
+    };
+    let engine = full.as_deref().unwrap_or(name);
+    if engine.len() > QUEUE_NAME_BYTES_MAX {
+        return Err(SqsError::invalid(format!(
+            "Queue name {name} is too long for account {account} in region {region}: sluice's queue name {engine} would exceed {QUEUE_NAME_BYTES_MAX} bytes."
+        )));
+    }
+    QueueName::new(engine).map_err(|_| SqsError::invalid(format!("Invalid queue name {name}.")))
 }
 
 /// The account and queue name of a queue URL (`http://host/account/name`,

@@ -192,7 +192,7 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
             fifo::check_create(name, &attrs)?;
             let mut attributes = update(ctx, &attrs, names::is_fifo_name(name), true)?;
             super::tags::of_create(input, &mut attributes)?;
-            let url = ctx.ns.url(&ctx.host, name);
+            let url = ctx.ns.url(&ctx.host(), name);
             engine(
                 Pending::Url(url),
                 Request::CreateQueue(QueueAttributesRequest { queue, attributes }),
@@ -214,7 +214,7 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
             }
             let queue = ns.engine_name(name)?;
             engine(
-                Pending::Url(ns.url(&ctx.host, name)),
+                Pending::Url(ns.url(&ctx.host(), name)),
                 Request::GetQueue { queue },
             )
         }
@@ -233,7 +233,7 @@ pub(crate) fn start(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Star
             engine(
                 Pending::List {
                     ns: ctx.ns.clone(),
-                    host: ctx.host.clone(),
+                    host: ctx.host(),
                     max: max.map(|m| m as usize),
                     after,
                 },

@@ -60,7 +60,7 @@ pub(crate) fn start(ctx: &Ctx<'_>, input: &Input) -> Result<Started, SqsError> {
     let (ns, _, dlq) = ctx.queue(input)?;
     let max = input.opt_int_in("MaxResults", 1, 1000)?.map(|m| m as usize);
     let after = input.opt_str("NextToken")?.map(str::to_owned);
-    let (mut sources, request) = Sources::of(ns, ctx.host.clone(), dlq, max, false);
+    let (mut sources, request) = Sources::of(ns, ctx.host(), dlq, max, false);
     sources.after = after;
     Ok(Started::Engine(super::Pending::Sources(sources), request))
 }
