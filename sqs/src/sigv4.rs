@@ -32,9 +32,18 @@ pub fn identity(req: &Request) -> Option<Identity> {
         .header("authorization")
         .and_then(|auth| {
             let rest = auth.strip_prefix("AWS4-HMAC-SHA256")?;
-            rest.split(',')
-                .map(str::trim)
-                .find_map(|part| part.strip_prefix("Credential="))
+            // The credential comes first as the SDKs sign; anywhere else
+            // it is looked for among the parts.
+            let first = rest.trim_start().strip_prefix("Credential=").map(|v| {
+                let end = v.bytes().position(|c| c == b',').unwrap_or(v.len());
+                v[..end].trim_end()
+            });
+            first
+                .or_else(|| {
+                    rest.split(',')
+                        .map(str::trim)
+                        .find_map(|part| part.strip_prefix("Credential="))
+                })
                 .map(std::borrow::Cow::Borrowed)
         })
         .or_else(|| {
@@ -43,10 +52,22 @@ pub fn identity(req: &Request) -> Option<Identity> {
                 Some(std::borrow::Cow::Owned(percent_decode(value)))
             })
         })?;
-    let mut parts = scope.split('/');
-    let access_key = parts.next().filter(|k| !k.is_empty())?.to_owned();
-    let _date = parts.next();
-    let region = parts.next().unwrap_or("").to_owned();
+    // KEY/DATE/REGION/...: the slashes by a look along the bytes.
+    let b = scope.as_bytes();
+    let slash = |from: usize| {
+        b.get(from..)
+            .and_then(|rest| rest.iter().position(|&c| c == b'/'))
+            .map_or(b.len(), |i| from + i)
+    };
+    let key_end = slash(0);
+    let date_end = slash(key_end + 1);
+    let access_key = Some(&scope[..key_end])
+        .filter(|k| !k.is_empty())?
+        .to_owned();
+    let region = scope
+        .get(date_end + 1..slash(date_end + 1))
+        .unwrap_or("")
+        .to_owned();
     let account = (access_key.len() == 12 && access_key.bytes().all(|b| b.is_ascii_digit()))
         .then(|| access_key.clone());
     Some(Identity {
@@ -112,6 +133,19 @@ mod tests {
         .unwrap();
         assert_eq!(id.access_key, "AKIDEXAMPLE");
         assert_eq!(id.account, None);
+        // The credential after the other parts, or with spaces around it,
+        // reads the same.
+        for auth in [
+            "AWS4-HMAC-SHA256 SignedHeaders=host, Signature=abc, Credential=AKIDEXAMPLE/20261205/us-east-1/sqs/aws4_request",
+            "AWS4-HMAC-SHA256   Credential=AKIDEXAMPLE/20261205/us-east-1/sqs/aws4_request  , Signature=abc",
+        ] {
+            let other = identity(&req(Some(auth), "")).unwrap();
+            assert_eq!(
+                (other.access_key.as_str(), other.region.as_str()),
+                ("AKIDEXAMPLE", "us-east-1"),
+                "{auth}"
+            );
+        }
     }
 
     #[test]

@@ -206,6 +206,41 @@ fn door_namespaces() {
     );
     assert_eq!(parse_url("http://other-host/1/q").unwrap(), ("1", "q"));
     assert_eq!(parse_url("/1/q").unwrap(), ("1", "q"));
+    // Against a reading by string patterns, over URL-shaped pieces.
+    let by_patterns = |url: &str| -> Option<(String, String)> {
+        let path = match url.find("://") {
+            Some(i) => {
+                let rest = &url[i + 3..];
+                rest.find('/').map_or("", |j| &rest[j..])
+            }
+            None => url,
+        };
+        let path = path.split(['?', '#']).next().unwrap_or("");
+        let mut parts = path.trim_matches('/').split('/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(a), Some(n), None) if !a.is_empty() && !n.is_empty() => {
+                Some((a.to_owned(), n.to_owned()))
+            }
+            _ => None,
+        }
+    };
+    let pieces = [
+        "http", "://", ":/", "/", "//", "h", "1", "q", "?", "#", "é", "a=b", ":",
+    ];
+    let mut seed = 0x9e37_79b9_u64;
+    for _ in 0..20_000 {
+        let mut url = String::new();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        for k in 0..(seed % 9) {
+            url.push_str(pieces[((seed >> (5 * k + 8)) % pieces.len() as u64) as usize]);
+        }
+        let ours = parse_url(&url)
+            .ok()
+            .map(|(a, n)| (a.to_owned(), n.to_owned()));
+        assert_eq!(ours, by_patterns(&url), "{url:?}");
+    }
     for bad in ["", "http://h", "http://h/1", "http://h/1/q/x", "q"] {
         assert_eq!(parse_url(bad).unwrap_err().name, "InvalidAddress");
     }
