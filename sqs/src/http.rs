@@ -304,25 +304,43 @@ pub fn write_response(
     body: &[u8],
     close: bool,
 ) {
-    use core::fmt::Write as _;
-    let mut head = String::with_capacity(128);
-    // Writing to a String cannot fail.
-    let _ = write!(
-        head,
-        "HTTP/1.1 {status} {}\r\nContent-Length: {}\r\n",
-        reason(status),
-        body.len()
-    );
+    // Straight into `out`, without a formatter: every response comes here.
+    let fields: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    out.reserve(96 + fields + body.len());
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_decimal(out, u64::from(status));
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(reason(status).as_bytes());
+    out.extend_from_slice(b"\r\nContent-Length: ");
+    push_decimal(out, body.len() as u64);
+    out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
-        let _ = write!(head, "{name}: {value}\r\n");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
     if close {
-        head.push_str("Connection: close\r\n");
+        out.extend_from_slice(b"Connection: close\r\n");
     }
-    head.push_str("\r\n");
-    out.reserve(head.len() + body.len());
-    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut BytesMut, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // A digit: below 10.
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// Appends `HTTP/1.1 100 Continue` to `out`.

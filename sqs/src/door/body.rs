@@ -10,6 +10,13 @@ use serde::Serialize;
 use crate::hex::HexText;
 use serde_json::{Map, Value};
 
+/// `,"NAME":"`: a plain member's start ([`Json::plain_member`]).
+macro_rules! key {
+    ($name:literal) => {
+        concat!(",\"", $name, "\":\"")
+    };
+}
+
 /// A reply's body (see the module docs).
 #[derive(Debug)]
 pub(crate) enum Body {
@@ -43,7 +50,7 @@ impl Body {
             Body::SentBatch(b) => b.write(&mut out, SentEntry::write),
             Body::IdBatch(b) => b.write(&mut out, |e, out| {
                 out.0.push(b'{');
-                out.plain_member(true, "Id", e.id.as_bytes());
+                out.plain_member(true, key!("Id"), e.id.as_bytes());
                 out.0.push(b'}');
             }),
             Body::Received(r) => {
@@ -146,8 +153,9 @@ impl Json {
     }
 
     /// [`Json::member`] for a value that needs no escaping and is ASCII
-    /// (hex digits, ids, a batch entry's checked id): copied as it is.
-    fn plain_member(&mut self, first: bool, key: &str, value: &[u8]) {
+    /// (hex digits, ids, a batch entry's checked id): copied as it is,
+    /// after its member's `,"key":"` made at compile time ([`key!`]).
+    fn plain_member(&mut self, first: bool, key: &'static str, value: &[u8]) {
         debug_assert!(
             value
                 .iter()
@@ -155,12 +163,7 @@ impl Json {
             "{value:?} needs escaping"
         );
         let out = &mut self.0;
-        if !first {
-            out.push(b',');
-        }
-        out.push(b'"');
-        out.extend_from_slice(key.as_bytes());
-        out.extend_from_slice(b"\":\"");
+        out.extend_from_slice(&key.as_bytes()[usize::from(first)..]);
         out.extend_from_slice(value);
         out.push(b'"');
     }
@@ -236,14 +239,18 @@ impl SentEntry {
     fn write(&self, out: &mut Json) {
         out.0.push(b'{');
         if let Some(id) = &self.id {
-            out.plain_member(true, "Id", id.as_bytes());
+            out.plain_member(true, key!("Id"), id.as_bytes());
         }
-        out.plain_member(self.id.is_none(), "MessageId", self.message_id.as_bytes());
-        out.plain_member(false, "MD5OfMessageBody", self.md5_body.as_bytes());
+        out.plain_member(
+            self.id.is_none(),
+            key!("MessageId"),
+            self.message_id.as_bytes(),
+        );
+        out.plain_member(false, key!("MD5OfMessageBody"), self.md5_body.as_bytes());
         let optional = [
-            ("MD5OfMessageAttributes", &self.md5_attributes),
-            ("MD5OfMessageSystemAttributes", &self.md5_system),
-            ("SequenceNumber", &self.sequence_number),
+            (key!("MD5OfMessageAttributes"), &self.md5_attributes),
+            (key!("MD5OfMessageSystemAttributes"), &self.md5_system),
+            (key!("SequenceNumber"), &self.sequence_number),
         ];
         for (key, value) in optional {
             if let Some(v) = value {
@@ -288,15 +295,15 @@ pub(crate) struct ReceivedEntry {
 impl ReceivedEntry {
     fn write(&self, out: &mut Json) {
         out.0.push(b'{');
-        out.plain_member(true, "MessageId", self.message_id.as_bytes());
-        out.plain_member(false, "ReceiptHandle", self.receipt_handle.as_bytes());
-        out.plain_member(false, "MD5OfBody", self.md5_body.as_bytes());
+        out.plain_member(true, key!("MessageId"), self.message_id.as_bytes());
+        out.plain_member(false, key!("ReceiptHandle"), self.receipt_handle.as_bytes());
+        out.plain_member(false, key!("MD5OfBody"), self.md5_body.as_bytes());
         out.member(false, "Body", &self.body);
         if let Some(a) = &self.attributes {
             out.value_member("Attributes", a);
         }
         if let Some(m) = &self.md5_attributes {
-            out.plain_member(false, "MD5OfMessageAttributes", m.as_bytes());
+            out.plain_member(false, key!("MD5OfMessageAttributes"), m.as_bytes());
         }
         if let Some(a) = &self.message_attributes {
             out.value_member("MessageAttributes", a);
