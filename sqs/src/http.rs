@@ -105,14 +105,25 @@ impl HttpError {
     }
 }
 
+/// Headers a head may have before their room comes from the heap.
+const HEADERS_ON_STACK: usize = 100;
+
 /// Reads one request from the front of `buf`.
 ///
 /// # Errors
 /// [`HttpError`] when what is there cannot become a request within
 /// `limits` (the caller answers and closes).
 pub fn parse(buf: &[u8], limits: &HttpLimits) -> Result<Parsed, HttpError> {
-    let mut storage = vec![httparse::EMPTY_HEADER; limits.headers_max];
-    let mut req = httparse::Request::new(&mut storage);
+    // Room for the headers on the stack up to the default limit.
+    let mut stack = [httparse::EMPTY_HEADER; HEADERS_ON_STACK];
+    let mut heap = Vec::new();
+    let storage: &mut [httparse::Header<'_>] = if limits.headers_max <= HEADERS_ON_STACK {
+        &mut stack[..limits.headers_max]
+    } else {
+        heap.resize(limits.headers_max, httparse::EMPTY_HEADER);
+        &mut heap
+    };
+    let mut req = httparse::Request::new(storage);
     let head_len = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
@@ -137,10 +148,18 @@ pub fn parse(buf: &[u8], limits: &HttpLimits) -> Result<Parsed, HttpError> {
         Some((p, q)) => (p.to_owned(), q.to_owned()),
         None => (target.to_owned(), String::new()),
     };
+    // The head checked as UTF-8 once (httparse lets bytes above 0x7f
+    // through in values), each value then a slice of it.
+    let head = core::str::from_utf8(&buf[..head_len])
+        .map_err(|_| HttpError::Malformed("a header value that is not UTF-8"))?;
     let mut headers = Vec::with_capacity(req.headers.len());
     for h in req.headers.iter() {
-        let value = core::str::from_utf8(h.value)
-            .map_err(|_| HttpError::Malformed("a header value that is not UTF-8"))?;
+        // The value lies within the head: its offset from the buffer's
+        // start (addresses compared, nothing read through them).
+        let at = (h.value.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+        let value = head
+            .get(at..at + h.value.len())
+            .ok_or(HttpError::Malformed("a header value that is not UTF-8"))?;
         headers.push((h.name.to_ascii_lowercase(), value.trim().to_owned()));
     }
     let find = |name: &str| {

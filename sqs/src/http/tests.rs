@@ -24,6 +24,41 @@ fn a_post_with_a_body_is_read_with_lowercased_headers() {
 }
 
 #[test]
+fn header_values_are_utf_8_trimmed_and_bounded_in_number() {
+    let text = "GET / HTTP/1.1\r\nX-Name:  café  \r\nX-Empty:\r\nX-Last: 1\r\n\r\n";
+    let (r, _) = request(text.as_bytes());
+    assert_eq!(r.header("x-name"), Some("café"));
+    assert_eq!(r.header("x-empty"), Some(""));
+    assert_eq!(r.header("x-last"), Some("1"));
+    let bad = b"GET / HTTP/1.1\r\nX-Name: \xff\xfe\r\n\r\n";
+    assert_eq!(
+        parse(bad, &HttpLimits::default()),
+        Err(HttpError::Malformed("a header value that is not UTF-8"))
+    );
+    // Over the limit, the stack's room or the heap's, too many is too many.
+    for max in [3, 150] {
+        let limits = HttpLimits {
+            headers_max: max,
+            ..HttpLimits::default()
+        };
+        let mut many = String::from("GET / HTTP/1.1\r\n");
+        for i in 0..max {
+            many.push_str(&format!("X-{i}: {i}\r\n"));
+        }
+        let fits = format!("{many}\r\n");
+        match parse(fits.as_bytes(), &limits) {
+            Ok(Parsed::Request(r, _)) => assert_eq!(r.headers.len(), max),
+            other => panic!("{other:?}"),
+        }
+        let over = format!("{many}X-Over: 1\r\n\r\n");
+        assert_eq!(
+            parse(over.as_bytes(), &limits),
+            Err(HttpError::HeadTooLarge)
+        );
+    }
+}
+
+#[test]
 fn pipelined_requests_are_read_one_at_a_time() {
     let mut two = POST.to_vec();
     two.extend_from_slice(b"GET /000000000000/q?Action=X HTTP/1.1\r\nConnection: close\r\n\r\n");
