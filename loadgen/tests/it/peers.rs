@@ -16,6 +16,9 @@ pub enum PeerKind {
     Redis,
     Beanstalkd,
     Nats,
+    /// moto's SQS server, from the virtualenv `.ci/run` makes
+    /// (`target/venv-moto`, `benches/moto-requirements.txt`).
+    Moto,
 }
 
 impl PeerKind {
@@ -24,14 +27,20 @@ impl PeerKind {
             PeerKind::Redis => "redis-server",
             PeerKind::Beanstalkd => "beanstalkd",
             PeerKind::Nats => "nats-server",
+            PeerKind::Moto => "moto_server",
         }
     }
 
-    fn package(self) -> &'static str {
+    /// How to install it.
+    fn install(self) -> &'static str {
         match self {
-            PeerKind::Redis => "redis-server",
-            PeerKind::Beanstalkd => "beanstalkd",
-            PeerKind::Nats => "nats-server",
+            PeerKind::Redis => "apt-get install -y redis-server",
+            PeerKind::Beanstalkd => "apt-get install -y beanstalkd",
+            PeerKind::Nats => "apt-get install -y nats-server",
+            PeerKind::Moto => {
+                "python3 -m venv target/venv-moto && \
+                 target/venv-moto/bin/pip install -r benches/moto-requirements.txt"
+            }
         }
     }
 
@@ -40,6 +49,19 @@ impl PeerKind {
             PeerKind::Redis => "redis",
             PeerKind::Beanstalkd => "beanstalkd",
             PeerKind::Nats => "nats",
+            PeerKind::Moto => "sqs",
+        }
+    }
+
+    /// Where the binary is: moto's in the workspace's virtualenv, the
+    /// others on the path.
+    fn find(self) -> Option<PathBuf> {
+        match self {
+            PeerKind::Moto => {
+                let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/venv-moto/bin");
+                Some(venv.join(self.binary())).filter(|p| p.is_file())
+            }
+            _ => find_binary(self.binary()),
         }
     }
 }
@@ -172,6 +194,9 @@ fn command(kind: PeerKind, binary: &Path, port: u16, dir: &Path, extra: &[&str])
             c.args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
                 .arg(dir);
         }
+        PeerKind::Moto => {
+            c.args(["-H", "127.0.0.1", "-p", &port]).current_dir(dir);
+        }
     }
     c.args(extra);
     c.stdin(Stdio::null())
@@ -188,11 +213,11 @@ pub fn start(kind: PeerKind) -> Option<Peer> {
 
 /// [`start`] with extra command-line arguments for the peer.
 pub fn start_with(kind: PeerKind, extra: &[&str]) -> Option<Peer> {
-    let Some(binary) = find_binary(kind.binary()) else {
+    let Some(binary) = kind.find() else {
         let reason = format!(
-            "{} not found: install it with `apt-get install -y {}`",
+            "{} not found: install it with `{}`",
             kind.binary(),
-            kind.package()
+            kind.install()
         );
         if std::env::var("CI").as_deref() == Ok("true") {
             panic!("CI=true and {reason}");

@@ -9,6 +9,7 @@ use sluice_loadgen::adapter::TargetUrl;
 use sluice_loadgen::config::{RunConfig, RunSpec, Workload};
 use sluice_loadgen::run::{self, Output};
 
+use crate::peers::{self, PeerKind};
 use crate::workloads::{MESSAGES, run_one, spec};
 
 /// The door's access key in the signed tests.
@@ -155,6 +156,35 @@ fn sqss_speaks_https_to_the_door_over_tls() {
     let mut plain = spec(&format!("sqs://{addr}"), Workload::Throughput);
     plain.batch = Some(10);
     assert!(pass_error(plain).is_some());
+}
+
+/// The same target drives another SQS server: moto's (which `.ci/run`
+/// installs; skipped elsewhere when it is missing). moto moves tens of
+/// messages a second, so the passes are small, and its queue is kept
+/// short (`--in-flight-max`), as BENCHMARKS.md runs it.
+#[test]
+fn the_sqs_target_drives_motos_server_too() {
+    let Some(moto) = peers::start(PeerKind::Moto) else {
+        return;
+    };
+    let small = |workload| {
+        let mut s = spec(&moto.url(), workload);
+        s.batch = Some(10);
+        s.messages = Some(100);
+        s.in_flight_max = Some(50);
+        s.visibility_timeout = Some(Duration::from_secs(1));
+        s
+    };
+    let r = run_one(small(Workload::Throughput));
+    assert_eq!((r.tally.sent, r.tally.deleted), (100, 100));
+    assert_eq!((r.tally.lost, r.corrupt), (0, 0));
+    // Left once, every message comes back after its lease.
+    let mut s = small(Workload::Redelivery);
+    s.fail_ratio = Some(0.5);
+    let r = run_one(s);
+    assert!(r.tally.left > 0, "some messages were left undeleted");
+    assert_eq!(r.tally.redelivered, r.tally.left);
+    assert_eq!((r.tally.deleted, r.tally.lost), (100, 0));
 }
 
 /// One pass's outcome: its error's text, if it failed.
