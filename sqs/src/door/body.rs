@@ -5,6 +5,7 @@
 //! dropped per message. The query protocol's XML is made from the same
 //! records as a JSON value.
 
+use bytes::Bytes;
 use serde::Serialize;
 
 use crate::hex::HexText;
@@ -38,7 +39,11 @@ impl Body {
         // Room for the whole reply at once: the fields but a body take
         // under 300 bytes a message.
         let room = match self {
-            Body::Received(r) => r.messages.iter().map(|m| 300 + m.body.len()).sum(),
+            Body::Received(r) => r
+                .messages
+                .iter()
+                .map(|m| 300 + m.body.as_bytes().len())
+                .sum(),
             Body::SentBatch(b) => 200 * b.successful.len() + 100 * b.failed.len() + 32,
             Body::IdBatch(b) => 100 * (b.successful.len() + b.failed.len()) + 32,
             _ => 256,
@@ -98,7 +103,7 @@ impl Json {
 
     /// A string, quoted and escaped: plain runs of eight bytes are found a
     /// word at a time and copied whole.
-    fn str(&mut self, s: &str) {
+    fn str(&mut self, s: &Text) {
         const ONES: u64 = 0x0101_0101_0101_0101;
         const TOPS: u64 = 0x8080_8080_8080_8080;
         let out = &mut self.0;
@@ -142,7 +147,7 @@ impl Json {
     }
 
     /// `,"key":"value"` (without the comma for the first member).
-    fn member(&mut self, first: bool, key: &str, value: &str) {
+    fn member(&mut self, first: bool, key: &str, value: &Text) {
         if !first {
             self.0.push(b',');
         }
@@ -175,6 +180,45 @@ impl Json {
         self.push_str("\":");
         // Maps of strings always serialize.
         let _ = serde_json::to_writer(&mut self.0, value);
+    }
+}
+
+/// UTF-8 text held as shared bytes: a received body, sliced from the
+/// engine's reply without a copy. Made only from text checked to be UTF-8
+/// (or made so), which the reply writer relies on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Text(Bytes);
+
+impl Text {
+    /// `part` (bytes of `whole`) as text: shared when it is UTF-8, else
+    /// its invalid sequences replaced (a body sent natively may be any
+    /// bytes).
+    pub fn shared(whole: &Bytes, part: &[u8]) -> Text {
+        match core::str::from_utf8(part) {
+            Ok(_) => Text(whole.slice_ref(part)),
+            Err(_) => Text(Bytes::from(String::from_utf8_lossy(part).into_owned())),
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// As a `&str` (checked again: for the slow paths).
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl From<&str> for Text {
+    fn from(s: &str) -> Text {
+        Text(Bytes::copy_from_slice(s.as_bytes()))
+    }
+}
+
+impl Serialize for Text {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -278,7 +322,7 @@ pub(crate) struct ReceivedEntry {
     #[serde(rename = "MD5OfBody")]
     pub md5_body: HexText<32>,
     #[serde(rename = "Body")]
-    pub body: String,
+    pub body: Text,
     /// The system attributes asked for, when any is.
     #[serde(rename = "Attributes", skip_serializing_if = "Option::is_none")]
     pub attributes: Option<Map<String, Value>>,
@@ -374,6 +418,21 @@ mod tests {
             failed: vec![],
         }));
         same(Body::Value(json!({"QueueUrl": "u"})));
+    }
+
+    #[test]
+    fn a_body_is_shared_when_it_is_utf_8_and_replaced_where_it_is_not() {
+        let whole = Bytes::from_static(b"head caf\xc3\xa9 \xff tail");
+        let good = Text::shared(&whole, &whole[5..10]);
+        assert_eq!(good.as_str(), "café");
+        assert_eq!(
+            good.as_bytes().as_ptr(),
+            whole[5..].as_ptr(),
+            "shared, not copied"
+        );
+        let bad = Text::shared(&whole, &whole[11..13]);
+        assert_eq!(bad.as_str(), "\u{fffd} ");
+        assert_eq!(serde_json::to_string(&good).unwrap(), "\"café\"");
     }
 
     proptest! {

@@ -12,7 +12,7 @@ use sluice_protocol::{
     ReceivedMessageRef, Reply, Request, SendEntry, SendOutcome, SendRequest, VisibilityChange,
 };
 
-use super::body::{Batch, Body, IdEntry, Received, ReceivedEntry, SentEntry};
+use super::body::{Batch, Body, IdEntry, Received, ReceivedEntry, SentEntry, Text};
 use super::errors::SqsError;
 use super::fifo;
 use super::md5::{SqsAttribute, md5_attributes, md5_hex};
@@ -417,15 +417,14 @@ fn wanted(names: &[String], name: &str) -> bool {
 
 fn received(
     m: &ReceivedMessageRef<'_>,
+    reply: &Bytes,
     ns: &Namespace,
     system: &[&str],
     names: &[String],
 ) -> ReceivedEntry {
-    // A body sent over SQS is UTF-8; one sent natively may not be.
-    let body = match core::str::from_utf8(m.body) {
-        Ok(text) => text.to_owned(),
-        Err(_) => String::from_utf8_lossy(m.body).into_owned(),
-    };
+    // A body sent over SQS is UTF-8; one sent natively may not be. It is
+    // shared with the engine's reply, not copied.
+    let body = Text::shared(reply, m.body);
     let mut out = ReceivedEntry {
         message_id: uuid_text(m.id.0),
         receipt_handle: HexText::of(&m.receipt.to_bytes()),
@@ -481,13 +480,13 @@ fn received(
     out
 }
 
-fn sent_entry(s: &Sent, outcome: &SendOutcome, batch: bool, fifo: bool) -> SentEntry {
+fn sent_entry(s: Sent, outcome: &SendOutcome, batch: bool, fifo: bool) -> SentEntry {
     SentEntry {
-        id: batch.then(|| s.id.clone()),
+        id: batch.then_some(s.id),
         message_id: uuid_text(outcome.id.0),
         md5_body: s.md5_body,
-        md5_attributes: s.md5_attributes.clone(),
-        md5_system: s.md5_system.clone(),
+        md5_attributes: s.md5_attributes,
+        md5_system: s.md5_system,
         sequence_number: fifo.then(|| fifo::sequence_number(outcome.id)),
     }
 }
@@ -522,13 +521,14 @@ impl Pending {
                     code => SqsError::from_code(code, "", false),
                 };
                 if !batch {
+                    let one = sent.into_iter().next().ok_or_else(mismatch)?;
                     return match &results[0] {
-                        Ok(o) => Ok((Body::Sent(sent_entry(&sent[0], o, false, fifo)), 0)),
+                        Ok(o) => Ok((Body::Sent(sent_entry(one, o, false, fifo)), 0)),
                         Err(code) => Err(error(*code)),
                     };
                 }
                 let mut ok = Vec::with_capacity(results.len());
-                for (s, r) in sent.iter().zip(&results) {
+                for (s, r) in sent.into_iter().zip(&results) {
                     match r {
                         Ok(o) => ok.push(sent_entry(s, o, true, fifo)),
                         Err(code) => failed.push(self::failed(&s.id, &error(*code))),
@@ -545,7 +545,7 @@ impl Pending {
             (Pending::Receive { ns, system, names }, Reply::Receive { messages }) => {
                 let messages = messages
                     .iter()
-                    .map(|m| received(&m, &ns, &system, &names))
+                    .map(|m| received(&m, messages.wire_bytes(), &ns, &system, &names))
                     .collect();
                 Ok((Body::Received(Received { messages }), 0))
             }
