@@ -238,6 +238,9 @@ if ((SQS)); then
     # door, the same process.
     SQS_NATIVE_PORT="$(free_port)"
     SQS_DOOR_PORT="$(free_port)"
+    while [[ "$SQS_DOOR_PORT" == "$SQS_NATIVE_PORT" ]]; do
+        SQS_DOOR_PORT="$(free_port)"
+    done
     start sluice-sqs "$SQS_DOOR_PORT" "$SLUICE_SERVER" --listen "127.0.0.1:$SQS_NATIVE_PORT" \
         --sqs-listen "127.0.0.1:$SQS_DOOR_PORT" --shards 1 --metrics-addr off
     MOTO_PORT="$(free_port)"
