@@ -4,10 +4,10 @@
 // `unsafe` lives in few places, each block with a `// SAFETY:` comment
 // (`clippy::undocumented_unsafe_blocks` is denied workspace-wide): the SPSC
 // ring (`engine/mesh/ring.rs`), the huge-page advice for the timing wheel
-// (`engine/huge_pages.rs`), the io layer's syscalls and buffer rings
-// (`io/sys.rs`, `io/uring/`, `io/buf_ring.rs`; `io/sys.rs` also takes the
-// snapshot path's `flock`). Everything else is
-// compiled with `unsafe_code` denied.
+// (`engine/huge_pages.rs`), the prefetch hint (`engine/prefetch.rs`), the
+// io layer's syscalls and buffer rings (`io/sys.rs`, `io/uring/`,
+// `io/buf_ring.rs`; `io/sys.rs` also takes the snapshot path's `flock`).
+// Everything else is compiled with `unsafe_code` denied.
 #![deny(unsafe_code)]
 
 pub mod engine;

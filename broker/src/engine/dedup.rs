@@ -10,9 +10,6 @@
 
 use core::hash::Hasher;
 
-use hashbrown::HashTable;
-use hashbrown::hash_table::Entry as MapEntry;
-
 use siphasher::sip::SipHasher13;
 use sluice_protocol::MessageId;
 use sluice_protocol::limits::DEDUP_KEY_BYTES_MAX;
@@ -20,6 +17,9 @@ use sluice_protocol::limits::DEDUP_KEY_BYTES_MAX;
 use super::block_deque::{BlockDeque, Spare};
 use super::hashing::{IndexMap, KeyedHash};
 use super::wheel::TimerId;
+use index::{PositionIndex, Slot};
+
+mod index;
 
 /// The shard that owns dedup key `key` of queue `incarnation`. Fixed hash
 /// keys: every shard must agree, whatever the run.
@@ -129,10 +129,10 @@ impl Log {
         self.entries.push_back(Entry { key_at, ..e }, spare);
     }
 
-    /// Whether the map's slot `(h, low)` is the entry of `key`, whose hash
-    /// is `hash`.
-    fn is_entry_of(&self, (h, low): (u32, u32), hash: u32, key: &[u8]) -> bool {
-        h == hash && self.at(low).is_some_and(|e| self.key_of(&e) == key)
+    /// Whether the entry at `low` (found under the hash of `key`) is the
+    /// entry of `key`.
+    fn is_entry_of(&self, low: u32, key: &[u8]) -> bool {
+        self.at(low).is_some_and(|e| self.key_of(&e) == key)
     }
 
     /// The entry at `low`, past its window, gives way to a later one of its
@@ -209,7 +209,7 @@ struct QueueLog {
     /// Each live entry as (its key's hash, the low 32 bits of its
     /// position), found by hash and confirmed by the entry's key: 8 bytes a
     /// key, and no hashing again as the table grows.
-    map: HashTable<(u32, u32)>,
+    map: PositionIndex,
     timer: Option<TimerId>,
 }
 
@@ -217,10 +217,8 @@ impl QueueLog {
     /// The live entry of `key`, whose hash is `hash`.
     fn find(&self, hash: u32, key: &[u8]) -> Option<Entry> {
         let log = &self.log;
-        let &(_, low) = self
-            .map
-            .find(spread(hash), |&slot| log.is_entry_of(slot, hash, key))?;
-        log.at(low)
+        let i = self.map.find(hash, |low| log.is_entry_of(low, key))?;
+        log.at(self.map.low_at(i))
     }
 }
 
@@ -259,16 +257,16 @@ impl QueueLog {
         let mut freed = 0;
         let mut replaced = false;
         if stale {
-            let found = map.find_mut(spread(hash), |&slot| log.is_entry_of(slot, hash, key));
-            if let Some(found) = found {
-                let old = core::mem::replace(&mut found.1, position);
+            if let Some(i) = map.find(hash, |low| log.is_entry_of(low, key)) {
+                let old = map.low_at(i);
+                map.set_low(i, position);
                 replaced = true;
                 freed = log.retire(old);
             }
         }
         let arm_at = log.append(key, hash, id, cost, until_ns, spare);
         if !replaced {
-            map.insert_unique(spread(hash), (hash, position), |&(h, _)| spread(h));
+            map.insert(hash, position);
         }
         Recorded { freed, arm_at }
     }
@@ -289,15 +287,11 @@ impl QueueLog {
     ) -> CheckIn {
         let QueueLog { log, map, .. } = self;
         let full = log.full();
-        let found = map.entry(
-            spread(hash),
-            |&slot| log.is_entry_of(slot, hash, key),
-            |&(h, _)| spread(h),
-        );
+        let found = map.probe(hash, |low| log.is_entry_of(low, key));
         let position = low32(log.end());
         match found {
-            MapEntry::Occupied(mut slot) => {
-                let old = slot.get().1;
+            Slot::Found(i) => {
+                let old = map.low_at(i);
                 let Some(e) = log.at(old) else {
                     return CheckIn::Unrecordable;
                 };
@@ -309,16 +303,16 @@ impl QueueLog {
                 }
                 // Past its window: the new entry takes its place in the
                 // map, and it waits in the log, dead.
-                slot.get_mut().1 = position;
+                map.set_low(i, position);
                 let freed = log.retire(old);
                 let arm_at = log.append(key, hash, id, cost, until_ns, spare);
                 CheckIn::Recorded(Recorded { freed, arm_at })
             }
-            MapEntry::Vacant(slot) => {
+            Slot::Vacant(i) => {
                 if full {
                     return CheckIn::Unrecordable;
                 }
-                slot.insert((hash, position));
+                map.put(i, hash, position);
                 let arm_at = log.append(key, hash, id, cost, until_ns, spare);
                 CheckIn::Recorded(Recorded { freed: 0, arm_at })
             }
@@ -334,8 +328,8 @@ fn low32(n: u64) -> u32 {
 }
 
 /// The 64-bit hash under which a map places a key whose hash is `h`: one
-/// multiplication spreads it, so that both the bucket (the low bits) and
-/// the tag the table keeps (the high bits) vary with it.
+/// multiplication spreads it, so that its high bits, where the map's
+/// probe starts, vary with all of `h`'s.
 fn spread(h: u32) -> u64 {
     u64::from(h).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
@@ -465,14 +459,40 @@ impl DedupTable {
         q.record(key, hash, id, cost, until_ns, &mut self.spare)
     }
 
+    /// The hashes of a batch's dedup keys (`None` for an entry without
+    /// one, or with one longer than a dedup key can be), into `out`, in
+    /// order, for [`DedupTable::check_in`]; and for each, a hint to the CPU
+    /// to fetch the part of queue `incarnation`'s map its check-in will
+    /// read first. So the batch waits for its keys' cache misses together,
+    /// not one after the other.
+    pub fn hash_ahead<'k>(
+        &self,
+        incarnation: u32,
+        keys: impl Iterator<Item = Option<&'k [u8]>>,
+        out: &mut Vec<Option<u32>>,
+    ) {
+        let q = self.queues.get(&incarnation);
+        out.extend(keys.map(|key| {
+            let key = key.filter(|k| k.len() <= DEDUP_KEY_BYTES_MAX)?;
+            let hash = low32(self.hasher.hash(key));
+            if let Some(q) = q {
+                q.map.read_soon(hash);
+            }
+            Some(hash)
+        }));
+    }
+
     /// [`DedupTable::probe`], then [`DedupTable::insert`] for message `id`
     /// when the key is absent, in one lookup: a send that will store
     /// message `id` records its key as it checks it, and calls
-    /// [`DedupTable::undo_last`] should it fail after all.
+    /// [`DedupTable::undo_last`] should it fail after all. `hashed` is the
+    /// key's hash from [`DedupTable::hash_ahead`], when the caller has it.
+    #[allow(clippy::too_many_arguments)]
     pub fn check_in(
         &mut self,
         incarnation: u32,
         key: &[u8],
+        hashed: Option<u32>,
         now_ns: u64,
         id: MessageId,
         cost: u64,
@@ -481,7 +501,8 @@ impl DedupTable {
         if key.len() > DEDUP_KEY_BYTES_MAX {
             return CheckIn::Unrecordable;
         }
-        let hash = low32(self.hasher.hash(key));
+        let hash = hashed.unwrap_or_else(|| low32(self.hasher.hash(key)));
+        debug_assert_eq!(hash, low32(self.hasher.hash(key)), "a hash of another key");
         let q = self.queues.entry(incarnation).or_default();
         q.check_in(hash, key, now_ns, id, cost, until_ns, &mut self.spare)
     }
@@ -496,12 +517,7 @@ impl DedupTable {
         };
         let position = low32(q.log.end().wrapping_sub(1));
         if let Some(e) = q.log.pop_back(&mut self.spare) {
-            let found = q
-                .map
-                .find_entry(spread(e.hash), |&(_, low)| low == position);
-            if let Ok(found) = found {
-                found.remove();
-            }
+            q.map.remove(e.hash, position);
         }
         // A log emptied so has no timer yet: its send would have armed it.
         if q.log.entries.is_empty() && q.timer.is_none() {
@@ -536,12 +552,7 @@ impl DedupTable {
             }
             let position = low32(q.log.entries.head());
             if let Some(e) = q.log.pop_front(&mut self.spare).filter(|e| e.live) {
-                let found = q
-                    .map
-                    .find_entry(spread(e.hash), |&(_, low)| low == position);
-                if let Ok(found) = found {
-                    found.remove();
-                }
+                q.map.remove(e.hash, position);
                 freed += u64::from(e.cost);
             }
         }

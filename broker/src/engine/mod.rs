@@ -28,6 +28,7 @@
 //! | `stored_message.rs` | a message as a shard stores it: its 40-byte record and its side-table entries |
 //! | `bodies.rs` | message data (body and attributes) in shared chunks, their pieces, reuse and compaction |
 //! | `huge_pages.rs` | huge-page advice for the timing wheel's entries (its one `unsafe` call) |
+//! | `prefetch.rs` | the hint that a batch will read a cache line soon (its one `unsafe` call) |
 //! | `block_deque.rs` | the partitions' ready and age lists, deques in fixed blocks that go back to a pool |
 //! | `slab.rs` | slots reused with generations |
 //! | `wheel.rs` | the hierarchical timing wheel |
@@ -61,6 +62,9 @@ pub mod memory;
 pub mod mesh;
 pub mod ops;
 mod partition;
+// The one prefetch instruction; see the module's docs.
+#[allow(unsafe_code)]
+mod prefetch;
 #[cfg(test)]
 mod races;
 pub mod random;

@@ -229,7 +229,22 @@ fn check_in_records_as_it_looks_up_and_undo_takes_back() {
             .filter(|&&(_, until)| until > now)
             .map(|&(id, _)| id);
         let id = MessageId(u128::from(now) + 1);
-        match t.check_in(inc, &key, now, id, 10, now + 40) {
+        // Half the check-ins come with the hash a batch computed ahead.
+        let mut hashed = Vec::new();
+        if next() % 2 == 0 {
+            t.hash_ahead(inc, [Some(&key[..]), None].into_iter(), &mut hashed);
+            assert_eq!(hashed.len(), 2);
+            assert_eq!(hashed[1], None, "an entry without a key");
+        }
+        match t.check_in(
+            inc,
+            &key,
+            hashed.first().copied().flatten(),
+            now,
+            id,
+            10,
+            now + 40,
+        ) {
             CheckIn::Found(found) => assert_eq!(Some(found), want, "at {now}"),
             CheckIn::Recorded(r) => {
                 assert_eq!(want, None, "at {now}");
@@ -259,7 +274,7 @@ fn check_in_records_as_it_looks_up_and_undo_takes_back() {
     assert_eq!(removed, cost_held);
     let long = vec![b'k'; DEDUP_KEY_BYTES_MAX + 1];
     assert_eq!(
-        t.check_in(1, &long, 0, MessageId(1), 1, 1),
+        t.check_in(1, &long, None, 0, MessageId(1), 1, 1),
         CheckIn::Unrecordable
     );
     assert!(t.queues.is_empty(), "a key never recorded leaves no log");
@@ -269,7 +284,7 @@ fn check_in_records_as_it_looks_up_and_undo_takes_back() {
 fn undo_of_a_queue_s_only_entry_forgets_the_queue() {
     let mut t = DedupTable::default();
     assert!(matches!(
-        t.check_in(5, b"k", 0, MessageId(1), 1, 10),
+        t.check_in(5, b"k", None, 0, MessageId(1), 1, 10),
         CheckIn::Recorded(Recorded {
             freed: 0,
             arm_at: Some(10)

@@ -126,7 +126,7 @@ impl Shard {
         let results = match self.by_incarnation.get(&incarnation).copied() {
             Some(p) => entries
                 .iter()
-                .map(|(i, e)| (*i, self.send_entry(p, e.as_view(), Depth::Reserve)))
+                .map(|(i, e)| (*i, self.send_entry(p, e.as_view(), Depth::Reserve, None)))
                 .collect(),
             None => entries
                 .iter()

@@ -257,6 +257,9 @@ pub struct Shard {
     grouped: GroupSide,
     wheel: TimerWheel<TimerEvent>,
     dedup: DedupTable,
+    /// The hashes of a batch's dedup keys, computed ahead (`send.rs`);
+    /// reused from batch to batch.
+    key_hashes: Vec<Option<u32>>,
     rng: Rng,
     memory: ShardMemory,
     next_seq: u64,
@@ -351,6 +354,7 @@ impl Shard {
             grouped: GroupSide::default(),
             wheel: TimerWheel::new(now_ns),
             dedup: DedupTable::default(),
+            key_hashes: Vec::new(),
             rng: Rng::new(config.seed),
             memory: ShardMemory::default(),
             next_seq: 0,

@@ -70,9 +70,14 @@ impl Shard {
             results.reserve(entries.len());
             // Each message stored takes the next sequence number.
             let first_seq = self.next_seq;
-            for e in entries.iter() {
-                let r = self.send_entry(p, e, depth);
-                results.push(r);
+            if window > 0 && (fifo || entries.iter().next().is_some_and(|e| e.dedup_key.is_some()))
+            {
+                self.send_keyed(p, inc, entries, depth, &mut results);
+            } else {
+                for e in entries.iter() {
+                    let r = self.send_entry(p, e, depth, None);
+                    results.push(r);
+                }
             }
             let stored = (self.next_seq - first_seq) as usize;
             if depth == Depth::Reserved && stored < entries.len() {
@@ -100,7 +105,7 @@ impl Shard {
                     continue;
                 }
             }
-            results[i] = Some(self.send_entry(p, entry, Depth::Reserve));
+            results[i] = Some(self.send_entry(p, entry, Depth::Reserve, None));
         }
         if forwards.is_empty() {
             let mut done = self.sent_vec();
@@ -127,6 +132,32 @@ impl Shard {
         }
     }
 
+    /// The entries of a batch to partition `p` (of queue `inc`) whose
+    /// entries carry dedup keys, into `results`: the keys hashed first, and
+    /// the CPU told to fetch where each will be looked up, then each entry
+    /// sent (see [`crate::engine::dedup::DedupTable::hash_ahead`]).
+    // Out of line: a batch without keys never comes here.
+    #[inline(never)]
+    fn send_keyed(
+        &mut self,
+        p: u32,
+        inc: u32,
+        entries: &SendBatch,
+        depth: Depth,
+        results: &mut Vec<Result<SendOutcome, EntryError>>,
+    ) {
+        let views: Vec<SendEntryRef<'_>> = entries.iter().collect();
+        let mut hashes = core::mem::take(&mut self.key_hashes);
+        hashes.clear();
+        self.dedup
+            .hash_ahead(inc, views.iter().map(|e| e.dedup_key), &mut hashes);
+        for (&e, &hash) in views.iter().zip(&hashes) {
+            let r = self.send_entry(p, e, depth, hash);
+            results.push(r);
+        }
+        self.key_hashes = hashes;
+    }
+
     pub(super) fn message_id(&self, seq: u64) -> MessageId {
         MessageId(
             (u128::from(self.registry.run_prefix()) << 64)
@@ -137,12 +168,16 @@ impl Shard {
 
     /// Accepts one entry into partition `p` (or recognises it as a
     /// duplicate). Body and attributes are copied once, into the shard's
-    /// own storage; the caller's buffer can go.
+    /// own storage; the caller's buffer can go. `key_hash` is the hash of
+    /// the entry's dedup key, when its batch hashed its keys ahead (a key
+    /// of its own is the one checked in, even on a FIFO queue that
+    /// deduplicates by content).
     pub(super) fn send_entry(
         &mut self,
         p: u32,
         entry: SendEntryRef<'_>,
         depth: Depth,
+        key_hash: Option<u32>,
     ) -> Result<SendOutcome, EntryError> {
         let mut content_key = None;
         // A FIFO queue's partition has its groups from the start: an entry
@@ -171,7 +206,9 @@ impl Shard {
         // The key is recorded as it is checked, for the message this send
         // stores (its id is the next sequence number's), and taken back
         // should the send fail after all (`undo_dedup`).
-        let (recorded, dedup_cost) = match dedup_key.map(|k| self.check_in(inc, k, window_ms)) {
+        // `key_hash` is the entry's own key's, and so the key's checked in.
+        let check = dedup_key.map(|k| self.check_in(inc, k, key_hash, window_ms));
+        let (recorded, dedup_cost) = match check {
             Some(Err(id)) => {
                 return Ok(SendOutcome {
                     id,
@@ -287,12 +324,16 @@ impl Shard {
         &mut self,
         inc: u32,
         key: &[u8],
+        hashed: Option<u32>,
         window_ms: u32,
     ) -> Result<(Option<Recorded>, u64), MessageId> {
         let cost = key.len() as u64 + DEDUP_ENTRY_BYTES;
         let until = self.now_ns.saturating_add(u64::from(window_ms) * NS_PER_MS);
         let id = self.message_id(self.next_seq);
-        match self.dedup.check_in(inc, key, self.now_ns, id, cost, until) {
+        match self
+            .dedup
+            .check_in(inc, key, hashed, self.now_ns, id, cost, until)
+        {
             CheckIn::Found(id) => Err(id),
             CheckIn::Recorded(r) => Ok((Some(r), cost)),
             CheckIn::Unrecordable => Ok((None, 0)),
