@@ -18,7 +18,7 @@ use crate::group_id::{GROUP_ID_BYTES_MAX, MessageGroupId, is_valid_group_id};
 use crate::limits::{RECEIVE_ENTRY_OVERHEAD_BYTES, SEND_ENTRY_OVERHEAD_BYTES};
 use crate::receipt::{MessageId, RECEIPT_BYTES, Receipt};
 
-pub use crate::message_attributes::{AttributeIter, AttributesRef, MessageAttributes};
+pub use crate::message_attributes::{AttributeIter, AttributesRef, BytePairs, MessageAttributes};
 use crate::message_attributes::{parse_attributes, read_attributes, wire_len};
 
 /// Wire value of a delay, visibility timeout or wait that means "the queue's

@@ -110,7 +110,9 @@ impl MessageAttributes {
         V: AsRef<str>,
         I: IntoIterator<Item = (K, V)>,
     {
-        let mut raw = BytesMut::new();
+        // Room for a few short pairs at once (a door's system attributes),
+        // not a reallocation at each of the first puts.
+        let mut raw = BytesMut::with_capacity(128);
         let mut count = 0u8;
         let mut content = 0usize;
         for (k, v) in pairs {
@@ -141,6 +143,16 @@ impl MessageAttributes {
             count,
             raw: raw.freeze(),
         })
+    }
+
+    /// Attributes from their wire form as their holder stored them after
+    /// checking them (a broker's message store, delivering what a send
+    /// brought in): nothing is checked again. Should `raw` not be what
+    /// [`MessageAttributes::from_wire`] accepts after all, iterating stops
+    /// at the first pair that is not, and nothing worse happens.
+    #[must_use]
+    pub fn from_stored(count: u8, raw: Bytes) -> MessageAttributes {
+        MessageAttributes { count, raw }
     }
 
     /// Attributes from their wire form: `count` pairs in `raw`, for example as
@@ -231,7 +243,7 @@ impl MessageAttributes {
     /// The value of the first pair with this key.
     #[must_use]
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+        self.as_view().get(key)
     }
 }
 
@@ -312,10 +324,30 @@ impl<'a> AttributesRef<'a> {
         }
     }
 
-    /// The value of the first pair with this key.
+    /// The value of the first pair with this key (keys compared as bytes:
+    /// only the value found is read as text).
     #[must_use]
     pub fn get(&self, key: &str) -> Option<&'a str> {
-        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+        self.get_bytes(key)
+            .and_then(|v| core::str::from_utf8(v).ok())
+    }
+
+    /// [`AttributesRef::get`]'s value as its bytes, not read as text.
+    #[must_use]
+    pub fn get_bytes(&self, key: &str) -> Option<&'a [u8]> {
+        self.byte_pairs()
+            .find(|(k, _)| *k == key.as_bytes())
+            .map(|(_, v)| v)
+    }
+
+    /// The pairs, in order, as bytes: the UTF-8 they were checked to be
+    /// when the attributes were built, not read as text again (for a
+    /// reader that skips most of them by key).
+    #[must_use]
+    pub fn byte_pairs(&self) -> BytePairs<'a> {
+        BytePairs {
+            reader: SliceReader::new(self.raw, 0),
+        }
     }
 
     /// An owned copy.
@@ -347,6 +379,30 @@ impl<'a> IntoIterator for &AttributesRef<'a> {
 impl fmt::Debug for AttributesRef<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// Iterator over a message's attribute pairs as bytes
+/// ([`AttributesRef::byte_pairs`]).
+#[derive(Clone, Debug)]
+pub struct BytePairs<'a> {
+    reader: SliceReader<'a>,
+}
+
+impl<'a> BytePairs<'a> {
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let len = self.reader.u16("attribute").ok()?;
+        self.reader.take(len.into(), "attribute").ok()
+    }
+}
+
+impl<'a> Iterator for BytePairs<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+    fn next(&mut self) -> Option<(&'a [u8], &'a [u8])> {
+        // Validated when the attributes were built: cannot stop part way.
+        let key = self.bytes()?;
+        let value = self.bytes()?;
+        Some((key, value))
     }
 }
 

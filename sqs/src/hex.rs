@@ -21,6 +21,20 @@ impl<const N: usize> HexText<N> {
         HexText(text)
     }
 
+    /// `text` when it is `N` lower-case hex digits.
+    pub fn parse(text: &[u8]) -> Option<Self> {
+        let text: [u8; N] = text.try_into().ok()?;
+        let mut words = text.chunks_exact(8);
+        let whole = words.all(|w| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            lower_hex_word(u64::from_le_bytes(b))
+        });
+        let rest = words.remainder();
+        (whole && rest.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then_some(HexText(text))
+    }
+
     /// Text already made of hex digits and dashes.
     pub fn from_ascii(text: [u8; N]) -> Self {
         debug_assert!(text.iter().all(|b| b.is_ascii_hexdigit() || *b == b'-'));
@@ -59,6 +73,21 @@ impl<const N: usize> serde::Serialize for HexText<N> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
     }
+}
+
+/// Whether all eight bytes of `w` are lower-case hex digits: ASCII, and
+/// each in `0`..=`9` or `a`..=`f`. Adding `0x80 - c` to an ASCII byte sets
+/// its top bit exactly when it is `c` or above, without a carry into the
+/// next byte, so each bound is one addition for all eight. (A byte that
+/// is not ASCII can carry into the next one; the word is refused for it
+/// anyway.)
+fn lower_hex_word(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const TOPS: u64 = 0x8080_8080_8080_8080;
+    let at_least = |c: u8| w.wrapping_add((0x80 - u64::from(c)) * ONES);
+    let digit = at_least(b'0') & !at_least(b'9' + 1);
+    let letter = at_least(b'a') & !at_least(b'f' + 1);
+    w & TOPS == 0 && (digit | letter) & TOPS == TOPS
 }
 
 /// Writes the lower-case hex of `bytes` into `out`, two digits a byte
@@ -136,5 +165,28 @@ mod tests {
         assert_eq!(serde_json::to_string(&t).unwrap(), "\"ab01ff\"");
         let uuid = HexText::from_ascii(*b"0a-b");
         assert_eq!(uuid.as_str(), "0a-b");
+        assert_eq!(HexText::<6>::parse(b"ab01ff"), Some(t));
+        // Every byte at every place of a 32-digit (word-wise) text.
+        let good = *b"0123456789abcdef0123456789abcdef";
+        assert!(HexText::<32>::parse(&good).is_some());
+        for at in 0..32 {
+            for b in 0..=255u8 {
+                let mut text = good;
+                text[at] = b;
+                let want = matches!(b, b'0'..=b'9' | b'a'..=b'f');
+                let got = HexText::<32>::parse(&text).is_some();
+                assert_eq!(got, want, "byte {b:#x} at {at}");
+            }
+        }
+        for bad in [
+            "ab01f",
+            "ab01ff0",
+            "AB01FF",
+            "ab01fg",
+            "ab-1ff",
+            "ab01f\u{e9}",
+        ] {
+            assert_eq!(HexText::<6>::parse(bad.as_bytes()), None, "{bad:?}");
+        }
     }
 }

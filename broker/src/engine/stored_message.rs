@@ -268,15 +268,14 @@ pub(crate) fn attribute_count(wire: &[u8]) -> u8 {
     count / 2
 }
 
-/// The attributes from their wire form, sharing `raw`. They were
-/// validated when the message was accepted, so the check here cannot fail;
-/// were it to, the message would go out without attributes rather than not
-/// at all.
+/// The attributes from their wire form, sharing `raw`. They were checked
+/// when the message was accepted (a send, or a snapshot's load), so they
+/// are not checked again at each delivery.
 pub(crate) fn attributes(raw: bytes::Bytes) -> MessageAttributes {
     if raw.is_empty() {
         return MessageAttributes::new();
     }
-    MessageAttributes::from_wire(attribute_count(&raw), raw).unwrap_or_default()
+    MessageAttributes::from_stored(attribute_count(&raw), raw)
 }
 
 /// What a message delivered, delayed or moved carries beyond its record.

@@ -5,10 +5,11 @@ use bytes::BytesMut;
 use proptest::prelude::*;
 use sluice_protocol::limits::FRAME_BYTES_MAX_LIMIT;
 use sluice_protocol::{
-    FrameDecoder, QueueName, ReceivedBatch, ReceivedMessage, Reply, Request, SendRequest,
+    FrameDecoder, MessageAttributes, QueueName, ReceivedBatch, ReceivedMessage, Reply, Request,
+    SendRequest,
 };
 
-use crate::strategies::{received_message, reply, request, send_entry};
+use crate::strategies::{attributes, received_message, reply, request, send_entry};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
@@ -96,5 +97,28 @@ proptest! {
         }
         prop_assert!(buf.is_empty());
         prop_assert_eq!(got, reqs);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Attributes as a store kept them read as the checked ones do: every
+    /// pair, as text and as bytes, and every key's first value.
+    #[test]
+    fn stored_attributes_read_as_checked_ones(attrs in attributes()) {
+        let stored = MessageAttributes::from_stored(attrs.count(), attrs.wire_bytes().clone());
+        prop_assert_eq!(&stored, &attrs);
+        let view = stored.as_view();
+        let text: Vec<(&str, &str)> = view.iter().collect();
+        let bytes: Vec<(&[u8], &[u8])> = view.byte_pairs().collect();
+        prop_assert_eq!(text.len(), attrs.len());
+        for (&(k, v), &(kb, vb)) in text.iter().zip(&bytes) {
+            prop_assert_eq!((k.as_bytes(), v.as_bytes()), (kb, vb));
+            let first = text.iter().find(|(k2, _)| *k2 == k).map(|&(_, v)| v);
+            prop_assert_eq!(view.get(k), first);
+            prop_assert_eq!(view.get_bytes(k), first.map(str::as_bytes));
+        }
+        prop_assert_eq!(view.get("\u{0}absent"), None);
     }
 }

@@ -203,6 +203,7 @@ pub(crate) fn sequence_number(id: MessageId) -> String {
 /// of a FIFO queue (one with a group).
 pub(crate) fn system_attributes(
     m: &ReceivedMessageRef<'_>,
+    dedup: Option<&str>,
     system: &[&str],
     out: &mut Map<String, Value>,
 ) {
@@ -213,7 +214,7 @@ pub(crate) fn system_attributes(
         let v = match s {
             "MessageGroupId" => group.to_owned(),
             "SequenceNumber" => sequence_number(m.id),
-            "MessageDeduplicationId" => match m.attributes.get(DEDUP_KEY) {
+            "MessageDeduplicationId" => match dedup {
                 Some(d) => d.to_owned(),
                 None => hex(&sha2::Sha256::digest(m.body)),
             },

@@ -5,10 +5,13 @@
 //! A String value cannot begin with NUL (SQS refuses that character), so
 //! the forms never meet, and a pair sent through the native door reads as a
 //! String attribute. The `AWSTraceHeader` system attribute is kept under
-//! the reserved key `AWS.TraceHeader` (SQS names cannot begin with `AWS.`).
+//! the reserved key `AWS.TraceHeader` (SQS names cannot begin with `AWS.`),
+//! and the body's MD5, as the send computed it, under `AWS.MD5OfBody`
+//! ([`MD5_KEY`]), so that a receive need not hash the body again.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use sluice_protocol::AttributesRef;
 use sluice_protocol::message::SOURCE_ATTRIBUTE;
 
 use super::errors::SqsError;
@@ -18,6 +21,18 @@ use super::wire::Input;
 
 /// The engine key of the `AWSTraceHeader` system attribute.
 pub(crate) const TRACE_KEY: &str = "AWS.TraceHeader";
+
+/// The engine key under which a message sent through the door keeps its
+/// body's MD5 (32 lower-case hex digits), for its receives' `MD5OfBody`.
+/// Kept only by a message whose body and engine attributes, with it, stay
+/// within [`MD5_KEPT_BYTES_MAX`]; any other's receive hashes its body.
+pub(crate) const MD5_KEY: &str = "AWS.MD5OfBody";
+
+/// The engine size (body and attributes) within which a message keeps its
+/// body's MD5: the smallest `MaximumMessageSize` a queue can have, so the
+/// digest never makes a message too large for its queue (the engine counts
+/// it in the message's size; SQS does not count system attributes).
+pub(crate) const MD5_KEPT_BYTES_MAX: usize = 1024;
 
 /// Whether `c` may appear in a message (SQS's set).
 fn allowed_char(c: char) -> bool {
@@ -134,9 +149,61 @@ pub(crate) fn engine_value(a: &SqsAttribute) -> String {
     }
 }
 
-/// The SQS attribute an engine pair stores; `None` for the trace header.
+/// Whether `key` is one of the system keys the door keeps beside a
+/// message's SQS attributes (trace header, dedup id, body MD5, dead-letter
+/// source), which are not SQS message attributes.
+fn is_system_key(key: &[u8]) -> bool {
+    // All begin `AWS.` (which SQS names cannot) but the source's.
+    if key.starts_with(b"AWS.") {
+        [TRACE_KEY, fifo::DEDUP_KEY, MD5_KEY]
+            .iter()
+            .any(|k| k.as_bytes() == key)
+    } else {
+        key == SOURCE_ATTRIBUTE.as_bytes()
+    }
+}
+
+/// What a delivered message's engine attributes hold for the door, read
+/// in one pass ([`split`]): the values of the system keys it keeps, as
+/// bytes, and the SQS attributes.
+#[derive(Debug, Default)]
+pub(crate) struct Split<'a> {
+    pub trace: Option<&'a [u8]>,
+    pub md5: Option<&'a [u8]>,
+    pub dedup: Option<&'a [u8]>,
+    pub source: Option<&'a [u8]>,
+    pub attributes: Vec<SqsAttribute>,
+}
+
+/// A message's engine attributes as the door reads them (see [`Split`]):
+/// a system key's value is not read as text, nor an SQS attribute's
+/// unless it is one.
+pub(crate) fn split(attributes: AttributesRef<'_>) -> Split<'_> {
+    let mut out = Split::default();
+    for (k, v) in attributes.byte_pairs() {
+        let slot = match k {
+            _ if !is_system_key(k) => {
+                let text = |b| core::str::from_utf8(b).ok();
+                if let Some(a) = text(k).zip(text(v)).and_then(|(k, v)| from_engine(k, v)) {
+                    out.attributes.push(a);
+                }
+                continue;
+            }
+            _ if k == TRACE_KEY.as_bytes() => &mut out.trace,
+            _ if k == MD5_KEY.as_bytes() => &mut out.md5,
+            _ if k == fifo::DEDUP_KEY.as_bytes() => &mut out.dedup,
+            _ => &mut out.source,
+        };
+        // The first of a key, as `get` finds it.
+        slot.get_or_insert(v);
+    }
+    out
+}
+
+/// The SQS attribute an engine pair stores; `None` for the system ones
+/// the door keeps (trace header, dedup id, body MD5, dead-letter source).
 pub(crate) fn from_engine(key: &str, value: &str) -> Option<SqsAttribute> {
-    if key == TRACE_KEY || key == SOURCE_ATTRIBUTE || key == fifo::DEDUP_KEY {
+    if is_system_key(key.as_bytes()) {
         return None;
     }
     let plain = || SqsAttribute {

@@ -6,7 +6,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
-use sluice_protocol::message::SOURCE_ATTRIBUTE;
 use sluice_protocol::{
     ChangeVisibilityRequest, DeleteRequest, ErrorCode, MessageAttributes, Receipt, ReceiveRequest,
     ReceivedMessageRef, Reply, Request, SendEntry, SendOutcome, SendRequest, VisibilityChange,
@@ -15,9 +14,10 @@ use sluice_protocol::{
 use super::body::{Batch, Body, IdEntry, Received, ReceivedEntry, SentEntry, Text};
 use super::errors::SqsError;
 use super::fifo;
-use super::md5::{SqsAttribute, md5_attributes, md5_hex};
+use super::md5::{md5_attributes, md5_hex};
 use super::message_attributes::{
-    TRACE_KEY, allowed_text, attribute, check_attribute_name, engine_value, from_engine,
+    MD5_KEPT_BYTES_MAX, MD5_KEY, TRACE_KEY, allowed_text, attribute, check_attribute_name,
+    engine_value, split,
 };
 use super::names::{self, Namespace};
 use super::seconds;
@@ -143,7 +143,13 @@ fn send_entry(input: &Input, fifo: bool) -> Result<(SendEntry, Sent, usize), Sqs
     if let Some(d) = &dedup {
         pairs.push((fifo::DEDUP_KEY.to_owned(), d.clone()));
     }
-    let attributes = MessageAttributes::from_pairs(pairs).map_err(|e| {
+    let md5_body = md5_hex(body.as_bytes());
+    // The body's MD5 kept with a message small enough for every queue.
+    let engine_size = pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>() + body.len();
+    let kept = (engine_size + MD5_KEY.len() + md5_body.as_bytes().len() <= MD5_KEPT_BYTES_MAX)
+        .then_some((MD5_KEY, md5_body.as_str()));
+    let pairs = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let attributes = MessageAttributes::from_pairs(pairs.chain(kept)).map_err(|e| {
         SqsError::invalid(format!(
             "Message attributes are above what sluice stores ({}).",
             e.message
@@ -156,7 +162,7 @@ fn send_entry(input: &Input, fifo: bool) -> Result<(SendEntry, Sent, usize), Sqs
     entry.dedup_key = dedup.map(Bytes::from);
     let sent = Sent {
         id: String::new(),
-        md5_body: md5_hex(body.as_bytes()),
+        md5_body,
         md5_attributes: md5_attributes(&attrs),
         md5_system: md5_attributes(&system),
     };
@@ -425,16 +431,21 @@ fn received(
     // A body sent over SQS is UTF-8; one sent natively may not be. It is
     // shared with the engine's reply, not copied.
     let body = Text::shared(reply, m.body);
+    let kept = split(m.attributes);
     let mut out = ReceivedEntry {
         message_id: uuid_text(m.id.0),
         receipt_handle: HexText::of(&m.receipt.to_bytes()),
-        md5_body: md5_hex(body.as_bytes()),
+        // As its send computed it, when the message kept it.
+        md5_body: kept
+            .md5
+            .and_then(HexText::parse)
+            .unwrap_or_else(|| md5_hex(body.as_bytes())),
         body,
         attributes: None,
         md5_attributes: None,
         message_attributes: None,
     };
-    let trace = m.attributes.get(TRACE_KEY);
+    let trace = as_text(kept.trace);
     let mut sys = Map::new();
     for &s in system {
         let v = match s {
@@ -446,7 +457,7 @@ fn received(
                 Some(t) => t.to_owned(),
                 None => continue,
             },
-            "DeadLetterQueueSourceArn" => match m.attributes.get(SOURCE_ATTRIBUTE) {
+            "DeadLetterQueueSourceArn" => match as_text(kept.source) {
                 Some(source) => names::arn_of_engine(source, ns),
                 None => continue,
             },
@@ -454,16 +465,12 @@ fn received(
         };
         sys.insert(s.to_owned(), Value::String(v));
     }
-    fifo::system_attributes(m, system, &mut sys);
+    fifo::system_attributes(m, as_text(kept.dedup), system, &mut sys);
     if !sys.is_empty() {
         out.attributes = Some(sys);
     }
-    let attrs: Vec<SqsAttribute> = m
-        .attributes
-        .iter()
-        .filter_map(|(k, v)| from_engine(k, v))
-        .filter(|a| wanted(names, &a.name))
-        .collect();
+    let mut attrs = kept.attributes;
+    attrs.retain(|a| wanted(names, &a.name));
     if let Some(md5) = md5_attributes(&attrs) {
         let mut map = Map::new();
         for a in &attrs {
@@ -478,6 +485,11 @@ fn received(
         out.message_attributes = Some(map);
     }
     out
+}
+
+/// A kept value as text (it was checked to be when stored).
+fn as_text(v: Option<&[u8]>) -> Option<&str> {
+    v.and_then(|v| core::str::from_utf8(v).ok())
 }
 
 fn sent_entry(s: Sent, outcome: &SendOutcome, batch: bool, fifo: bool) -> SentEntry {

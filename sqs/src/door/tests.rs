@@ -442,6 +442,11 @@ fn door_send_message_round_trip() {
     assert_eq!(e.attributes.get("n"), Some("\0Number.int\x0042"));
     assert_eq!(e.attributes.get("b"), Some("\0Binary\0AAEC"));
     assert_eq!(e.attributes.get("AWS.TraceHeader"), Some("Root=1"));
+    // The body's MD5 is kept with it, for its receives.
+    assert_eq!(
+        e.attributes.get("AWS.MD5OfBody"),
+        Some("5d41402abc4b2a76b9719d911017c592")
+    );
     let id = MessageId(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
     let r = done(c.resume(
         Reply::Send {
@@ -460,6 +465,60 @@ fn door_send_message_round_trip() {
         b["MD5OfMessageSystemAttributes"].as_str().unwrap().len(),
         32
     );
+}
+
+#[test]
+fn door_keeps_a_bodys_md5_only_where_every_queue_takes_it() {
+    // Within 1 KiB (the smallest MaximumMessageSize) with the digest: kept;
+    // beyond: not, and its receives hash the body.
+    for (len, kept) in [(900, true), (979, true), (980, false), (5000, false)] {
+        let text = "x".repeat(len);
+        let body = format!(r#"{{"QueueUrl":"{URL}","MessageBody":"{text}"}}"#);
+        let Request::Send(send) = engine(call("SendMessage", &body).1) else {
+            panic!()
+        };
+        let e = &send.entries.to_entries()[0];
+        let md5 = super::md5::md5_hex(text.as_bytes());
+        let want = kept.then_some(md5.as_str());
+        assert_eq!(e.attributes.get("AWS.MD5OfBody"), want, "a body of {len}");
+    }
+}
+
+#[test]
+fn door_receive_takes_a_kept_md5_when_it_is_one() {
+    let hello = "5d41402abc4b2a76b9719d911017c592";
+    let kept = "00112233445566778899aabbccddeeff";
+    // A digest kept in the form the door writes is the reply's (a native
+    // sender that forges one makes the SDKs refuse the message); one in any
+    // other form is ignored, and the body hashed.
+    for (stored, want) in [
+        (Some(kept), kept),
+        (None, hello),
+        (Some("not hex at all, not 32 digits"), hello),
+        (Some("00112233445566778899AABBCCDDEEFF"), hello),
+        (Some("0011223344556677\"<b>\"aabbccddeeff"), hello),
+    ] {
+        let body = format!(r#"{{"QueueUrl":"{URL}","MessageAttributeNames":["All"]}}"#);
+        let (mut c, _) = call("ReceiveMessage", &body);
+        let pairs = stored.map(|v| ("AWS.MD5OfBody", v));
+        let m = ReceivedMessage {
+            id: MessageId(7),
+            receipt: receipt(1),
+            receive_count: 1,
+            sent_at_ms: 1000,
+            first_received_delta_ms: 5,
+            attributes: MessageAttributes::from_pairs(pairs).unwrap(),
+            body: Bytes::from_static(b"hello"),
+            group: None,
+        };
+        let messages = ReceivedBatch::from_messages([m.as_view()]).unwrap();
+        let b = json(&done(c.resume(Reply::Receive { messages }, 1)));
+        let m0 = &b["Messages"][0];
+        assert_eq!(m0["MD5OfBody"], want, "{stored:?}");
+        // The digest is no message attribute, nor part of their MD5.
+        assert!(m0.get("MessageAttributes").is_none(), "{m0}");
+        assert!(m0.get("MD5OfMessageAttributes").is_none(), "{m0}");
+    }
 }
 
 #[test]
