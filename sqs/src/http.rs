@@ -26,17 +26,17 @@ impl Default for HttpLimits {
     }
 }
 
-/// One parsed request.
+/// One parsed request. Its head is kept as one string (header names
+/// lowercased in it), and the method, target and headers as spans of it:
+/// two allocations a request, whatever its headers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
-    /// `GET`, `POST`, ...
-    pub method: String,
-    /// The target's path, percent-encoded as sent (`/000000000000/q`).
-    pub path: String,
-    /// The target's query string without the `?`, as sent ("" if none).
-    pub query: String,
-    /// Headers in order, names lowercased, values trimmed.
-    pub headers: Vec<(String, String)>,
+    head: String,
+    method: Span,
+    path: Span,
+    query: Span,
+    /// Each header's name and value, in order.
+    headers: Vec<(Span, Span)>,
     /// The body (chunked bodies decoded).
     pub body: Bytes,
     /// Whether the connection stays open after the response (HTTP/1.1
@@ -44,15 +44,102 @@ pub struct Request {
     pub keep_alive: bool,
 }
 
+/// Where a part of a request's head lies in it: start and end.
+type Span = (u32, u32);
+
 impl Request {
+    fn text(&self, (start, end): Span) -> &str {
+        self.head
+            .get(start as usize..end as usize)
+            .unwrap_or_default()
+    }
+
+    /// `GET`, `POST`, ...
+    #[must_use]
+    pub fn method(&self) -> &str {
+        self.text(self.method)
+    }
+
+    /// The target's path, percent-encoded as sent (`/000000000000/q`).
+    #[must_use]
+    pub fn path(&self) -> &str {
+        self.text(self.path)
+    }
+
+    /// The target's query string without the `?`, as sent ("" if none).
+    #[must_use]
+    pub fn query(&self) -> &str {
+        self.text(self.query)
+    }
+
+    /// The headers in order, names lowercased, values trimmed.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.headers
+            .iter()
+            .map(|&(n, v)| (self.text(n), self.text(v)))
+    }
+
     /// The first header named `name` (lowercase).
     #[must_use]
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        // Lengths first: most names differ in theirs.
+        let &(_, value) = self.headers.iter().find(|&&((start, end), _)| {
+            (end - start) as usize == name.len() && self.text((start, end)) == name
+        })?;
+        Some(self.text(value))
     }
+}
+
+/// A request's parts, owned: what a caller that builds a request (and a
+/// test that changes one) holds; [`Request::from`] makes the request, as
+/// [`parse`] would have read it (header names lowercased, values trimmed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestParts {
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// The target's path.
+    pub path: String,
+    /// The target's query string without the `?`.
+    pub query: String,
+    /// Headers in order.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Bytes,
+    /// Whether the connection stays open after the response.
+    pub keep_alive: bool,
+}
+
+impl From<RequestParts> for Request {
+    fn from(parts: RequestParts) -> Request {
+        let mut head = String::new();
+        let mut put = |text: &str| {
+            let start = span_at(head.len());
+            head.push_str(text);
+            (start, span_at(head.len()))
+        };
+        let method = put(&parts.method);
+        let path = put(&parts.path);
+        let query = put(&parts.query);
+        let headers = parts
+            .headers
+            .iter()
+            .map(|(n, v)| (put(&n.to_ascii_lowercase()), put(v.trim())))
+            .collect();
+        Request {
+            head,
+            method,
+            path,
+            query,
+            headers,
+            body: parts.body,
+            keep_alive: parts.keep_alive,
+        }
+    }
+}
+
+/// `n` as a span's end: a head is at most `head_bytes_max`, far below 4 GiB.
+fn span_at(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// What [`parse`] found at the front of the buffer.
@@ -142,72 +229,80 @@ pub fn parse(buf: &[u8], limits: &HttpLimits) -> Result<Parsed, HttpError> {
         return Err(HttpError::HeadTooLarge);
     }
     let version = req.version.unwrap_or(1);
-    let method = req.method.unwrap_or("").to_owned();
-    let target = req.path.unwrap_or("/");
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_owned(), q.to_owned()),
-        None => (target.to_owned(), String::new()),
-    };
     // The head checked as UTF-8 once (httparse lets bytes above 0x7f
-    // through in values), each value then a slice of it.
+    // through in values), each part then a span of it: its offset from the
+    // buffer's start (addresses compared, nothing read through them).
     let head = core::str::from_utf8(&buf[..head_len])
         .map_err(|_| HttpError::Malformed("a header value that is not UTF-8"))?;
+    let offset = |part: &[u8]| (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+    let span = |part: &[u8]| -> Result<Span, HttpError> {
+        let at = offset(part);
+        match head.get(at..at + part.len()) {
+            Some(_) => Ok((span_at(at), span_at(at + part.len()))),
+            None => Err(HttpError::Malformed("a header value that is not UTF-8")),
+        }
+    };
+    // Each header's spans, and the ones that shape the body and the
+    // connection, in one pass (names matched by length first).
     let mut headers = Vec::with_capacity(req.headers.len());
+    let (mut connection, mut expect, mut encoding) = (None, None, None);
+    let mut content_length = None;
     for h in req.headers.iter() {
-        // The value lies within the head: its offset from the buffer's
-        // start (addresses compared, nothing read through them).
-        let at = (h.value.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
-        let value = head
-            .get(at..at + h.value.len())
-            .ok_or(HttpError::Malformed("a header value that is not UTF-8"))?;
-        headers.push((h.name.to_ascii_lowercase(), value.trim().to_owned()));
+        let (start, end) = span(h.value)?;
+        let value = head[start as usize..end as usize].trim();
+        headers.push((span(h.name.as_bytes())?, span(value.as_bytes())?));
+        let is = |name: &str| h.name.len() == name.len() && h.name.eq_ignore_ascii_case(name);
+        if is("content-length") {
+            content_length = Some(content_length_of(value, content_length)?);
+        } else if is("connection") {
+            connection = connection.or(Some(value));
+        } else if is("expect") {
+            expect = expect.or(Some(value));
+        } else if is("transfer-encoding") {
+            encoding = encoding.or(Some(value));
+        }
     }
-    let find = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    };
-    let connection = find("connection").map(str::to_ascii_lowercase);
     let keep_alive = match version {
-        0 => connection
-            .as_deref()
-            .is_some_and(|c| c.contains("keep-alive")),
-        _ => !connection.as_deref().is_some_and(|c| c.contains("close")),
+        0 => connection.is_some_and(|c| contains_ignore_case(c, "keep-alive")),
+        _ => !connection.is_some_and(|c| contains_ignore_case(c, "close")),
     };
-    let expect_continue = find("expect").is_some_and(|e| e.eq_ignore_ascii_case("100-continue"));
-    let chunked = match find("transfer-encoding") {
+    let expect_continue = expect.is_some_and(|e| e.eq_ignore_ascii_case("100-continue"));
+    let chunked = match encoding {
         None => false,
         Some(te) if te.eq_ignore_ascii_case("chunked") => true,
         Some(te) if te.eq_ignore_ascii_case("identity") => false,
         Some(_) => return Err(HttpError::Malformed("an unsupported Transfer-Encoding")),
     };
-    let content_length = content_length(&headers)?;
     if chunked && content_length.is_some() {
         return Err(HttpError::Malformed(
             "both Content-Length and Transfer-Encoding",
         ));
     }
-    let rest = &buf[head_len..];
-    let (body, body_len) = if chunked {
-        match dechunk(rest, limits.body_bytes_max)? {
-            Some((body, used)) => (body, used),
-            None => return Ok(Parsed::Incomplete { expect_continue }),
-        }
+    let length = if chunked {
+        None
     } else {
-        let len = content_length.unwrap_or(0);
-        if len > limits.body_bytes_max as u64 {
-            return Err(HttpError::BodyTooLarge);
-        }
-        // Fits in usize: at most body_bytes_max.
-        let len = usize::try_from(len).map_err(|_| HttpError::BodyTooLarge)?;
-        if rest.len() < len {
-            return Ok(Parsed::Incomplete { expect_continue });
-        }
-        (Bytes::copy_from_slice(&rest[..len]), len)
+        Some(content_length.unwrap_or(0))
     };
+    let Some((body, body_len)) = read_body(&buf[head_len..], length, limits)? else {
+        return Ok(Parsed::Incomplete { expect_continue });
+    };
+    // Only a whole request is kept: its head copied once, names lowercased.
+    let method = span(req.method.unwrap_or("").as_bytes())?;
+    let target = req.path.unwrap_or("");
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (span(p.as_bytes())?, span(q.as_bytes())?),
+        None => {
+            let path = span(target.as_bytes())?;
+            (path, (path.1, path.1))
+        }
+    };
+    let mut head = head.to_owned();
+    for &((s, e), _) in &headers {
+        head[s as usize..e as usize].make_ascii_lowercase();
+    }
     Ok(Parsed::Request(
         Request {
+            head,
             method,
             path,
             query,
@@ -219,23 +314,48 @@ pub fn parse(buf: &[u8], limits: &HttpLimits) -> Result<Parsed, HttpError> {
     ))
 }
 
-/// The `Content-Length`, if any; several that differ, or one that is not
-/// a number, are malformed.
-fn content_length(headers: &[(String, String)]) -> Result<Option<u64>, HttpError> {
-    let mut found = None;
-    for (_, v) in headers.iter().filter(|(n, _)| n == "content-length") {
-        if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(HttpError::Malformed(
-                "a Content-Length that is not a number",
-            ));
-        }
-        let n: u64 = v.parse().map_err(|_| HttpError::BodyTooLarge)?;
-        if found.is_some_and(|f| f != n) {
-            return Err(HttpError::Malformed("two different Content-Lengths"));
-        }
-        found = Some(n);
+/// The body at the front of `rest`, `length` bytes long or chunked
+/// (`None`), and the bytes it took; `None` when it is not all there yet.
+fn read_body(
+    rest: &[u8],
+    length: Option<u64>,
+    limits: &HttpLimits,
+) -> Result<Option<(Bytes, usize)>, HttpError> {
+    let Some(len) = length else {
+        return dechunk(rest, limits.body_bytes_max);
+    };
+    if len > limits.body_bytes_max as u64 {
+        return Err(HttpError::BodyTooLarge);
     }
-    Ok(found)
+    // Fits in usize: at most body_bytes_max.
+    let len = usize::try_from(len).map_err(|_| HttpError::BodyTooLarge)?;
+    if rest.len() < len {
+        return Ok(None);
+    }
+    Ok(Some((Bytes::copy_from_slice(&rest[..len]), len)))
+}
+
+/// Whether `text` contains `word`, ASCII case ignored.
+fn contains_ignore_case(text: &str, word: &str) -> bool {
+    text.as_bytes()
+        .windows(word.len())
+        .any(|w| w.eq_ignore_ascii_case(word.as_bytes()))
+}
+
+/// A `Content-Length` header's value as a number, given the one found
+/// before (if any): one that is not a number, or differs from the one
+/// before, is malformed.
+fn content_length_of(value: &str, before: Option<u64>) -> Result<u64, HttpError> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(HttpError::Malformed(
+            "a Content-Length that is not a number",
+        ));
+    }
+    let n: u64 = value.parse().map_err(|_| HttpError::BodyTooLarge)?;
+    if before.is_some_and(|f| f != n) {
+        return Err(HttpError::Malformed("two different Content-Lengths"));
+    }
+    Ok(n)
 }
 
 /// Decodes a chunked body from the front of `buf`: the body and the bytes

@@ -47,7 +47,7 @@ pub fn identity(req: &Request) -> Option<Identity> {
                 .map(std::borrow::Cow::Borrowed)
         })
         .or_else(|| {
-            req.query.split('&').find_map(|pair| {
+            req.query().split('&').find_map(|pair| {
                 let value = pair.strip_prefix("X-Amz-Credential=")?;
                 Some(std::borrow::Cow::Owned(percent_decode(value)))
             })
@@ -104,7 +104,7 @@ mod tests {
     use bytes::Bytes;
 
     fn req(auth: Option<&str>, query: &str) -> Request {
-        Request {
+        crate::http::RequestParts {
             method: "POST".into(),
             path: "/".into(),
             query: query.into(),
@@ -114,6 +114,7 @@ mod tests {
             body: Bytes::new(),
             keep_alive: true,
         }
+        .into()
     }
 
     #[test]

@@ -302,8 +302,8 @@ impl MetricsSession {
     }
 
     fn serve(&mut self, req: &http::Request, now_ns: u64) {
-        let head_only = req.method == "HEAD";
-        if req.method != "GET" && !head_only {
+        let head_only = req.method() == "HEAD";
+        if req.method() != "GET" && !head_only {
             let mut out = BytesMut::new();
             http::write_response(
                 &mut out,
@@ -316,7 +316,7 @@ impl MetricsSession {
             self.finish(now_ns);
             return;
         }
-        match req.path.as_str() {
+        match req.path() {
             "/metrics" => {
                 self.state = State::Scraping {
                     generation: self.config.source.begin_scrape(),

@@ -330,7 +330,7 @@ impl SqsSession {
             self.begin_close(cx.now_ns, engine);
             return;
         }
-        if req.method != "POST" && req.method != "GET" {
+        if req.method() != "POST" && req.method() != "GET" {
             let response = method_not_allowed();
             self.write(&response, req.keep_alive, cx.now_ns, engine);
             return;

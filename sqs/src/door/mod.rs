@@ -192,7 +192,7 @@ impl Protocol {
         let form = req
             .header("content-type")
             .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded"));
-        let action_in_query = req.query.split('&').any(|p| p.starts_with("Action="));
+        let action_in_query = req.query().split('&').any(|p| p.starts_with("Action="));
         if form || action_in_query {
             Protocol::Query
         } else {

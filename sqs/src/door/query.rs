@@ -87,7 +87,7 @@ fn invalid(message: String) -> SqsError {
 /// # Errors
 /// As [`input`]; a body that is not UTF-8 is `MalformedQueryString`.
 pub(crate) fn read(req: &crate::http::Request) -> Result<(String, Input<'static>), SqsError> {
-    let mut pairs = form_pairs(&req.query)?;
+    let mut pairs = form_pairs(req.query())?;
     if !req.body.is_empty() {
         let body = core::str::from_utf8(&req.body).map_err(|_| {
             SqsError::new(

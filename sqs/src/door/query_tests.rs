@@ -14,7 +14,11 @@ use crate::http;
 const URL: &str = "http://localhost:9324/000000000000/orders";
 
 fn form(query: &str, body: &str) -> http::Request {
-    http::Request {
+    form_parts(query, body).into()
+}
+
+fn form_parts(query: &str, body: &str) -> http::RequestParts {
+    http::RequestParts {
         method: if body.is_empty() { "GET" } else { "POST" }.to_owned(),
         path: "/".to_owned(),
         query: query.to_owned(),
@@ -58,15 +62,15 @@ fn the_protocol_is_told_by_the_target_header_the_form_or_the_action() {
         Protocol::of(&form("", "Action=ListQueues")),
         Protocol::Query
     );
-    let mut get = form("Action=ListQueues&Version=2012-11-05", "");
+    let mut get = form_parts("Action=ListQueues&Version=2012-11-05", "");
     get.headers.truncate(1);
-    assert_eq!(Protocol::of(&get), Protocol::Query);
+    assert_eq!(Protocol::of(&get.clone().into()), Protocol::Query);
     get.query = "NoAction=1".to_owned();
-    assert_eq!(Protocol::of(&get), Protocol::Json);
-    let mut json = form("", "{}");
+    assert_eq!(Protocol::of(&get.into()), Protocol::Json);
+    let mut json = form_parts("", "{}");
     json.headers
         .push(("x-amz-target".to_owned(), "AmazonSQS.ListQueues".to_owned()));
-    assert_eq!(Protocol::of(&json), Protocol::Json);
+    assert_eq!(Protocol::of(&json.into()), Protocol::Json);
 }
 
 #[test]

@@ -10,6 +10,10 @@ use super::{Action, Door, DoorConfig, Response, Step};
 use crate::http;
 
 pub(super) fn req(target: Option<&str>, body: &str) -> http::Request {
+    req_parts(target, body).into()
+}
+
+fn req_parts(target: Option<&str>, body: &str) -> http::RequestParts {
     let mut headers = vec![
         ("host".to_owned(), "localhost:9324".to_owned()),
         (
@@ -20,7 +24,7 @@ pub(super) fn req(target: Option<&str>, body: &str) -> http::Request {
     if let Some(t) = target {
         headers.push(("x-amz-target".to_owned(), t.to_owned()));
     }
-    http::Request {
+    http::RequestParts {
         method: "POST".to_owned(),
         path: "/".to_owned(),
         query: String::new(),
@@ -1215,7 +1219,7 @@ fn door_with_credentials_refuses_what_is_not_signed_by_a_known_key() {
     let unsigned = req(Some("AmazonSQS.ListQueues"), "{}");
     let r = done(door.call(&unsigned, 1_440_938_160_000).1);
     assert_error(&r, "MissingAuthenticationToken", 403);
-    let mut unknown = req(Some("AmazonSQS.ListQueues"), "{}");
+    let mut unknown = req_parts(Some("AmazonSQS.ListQueues"), "{}");
     unknown
         .headers
         .push(("x-amz-date".into(), "20150830T123600Z".into()));
@@ -1226,6 +1230,7 @@ fn door_with_credentials_refuses_what_is_not_signed_by_a_known_key() {
             "0".repeat(64)
         ),
     ));
+    let unknown: http::Request = unknown.into();
     let r = done(door.call(&unknown, 1_440_938_160_000).1);
     assert_error(&r, "InvalidClientTokenId", 403);
     assert_eq!(

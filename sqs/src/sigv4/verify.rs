@@ -167,7 +167,7 @@ struct Parts {
 pub fn verify(req: &Request, creds: &Credentials, now_unix_ms: u64) -> Result<Identity, SigError> {
     let parts = match req.header("authorization") {
         Some(auth) => header_parts(req, auth)?,
-        None => query_parts(&req.query)?,
+        None => query_parts(req.query())?,
     };
     let mut scope = parts.scope.split('/');
     let (Some(key), Some(day), Some(region), Some(service), Some("aws4_request"), None) = (
@@ -286,8 +286,7 @@ fn canonical_request(req: &Request, parts: &Parts) -> Result<String, SigError> {
     let mut headers = String::new();
     for name in &names {
         let values: Vec<String> = req
-            .headers
-            .iter()
+            .headers()
             .filter(|(n, _)| n == name)
             .map(|(_, v)| v.split_whitespace().collect::<Vec<_>>().join(" "))
             .collect();
@@ -301,9 +300,9 @@ fn canonical_request(req: &Request, parts: &Parts) -> Result<String, SigError> {
     }
     Ok(format!(
         "{}\n{}\n{}\n{}\n{}\n{}",
-        req.method,
-        canonical_uri(&req.path),
-        canonical_query(&req.query, parts.expires_s.is_some()),
+        req.method(),
+        canonical_uri(req.path()),
+        canonical_query(req.query(), parts.expires_s.is_some()),
         headers,
         parts.signed_headers,
         hex(&Sha256::digest(&req.body))

@@ -14,7 +14,7 @@ use crate::http;
 const DLQ_ARN: &str = "arn:aws:sqs:us-east-1:000000000000:dlq";
 
 fn req(action: &str, body: &Value) -> http::Request {
-    http::Request {
+    http::RequestParts {
         method: "POST".to_owned(),
         path: "/".to_owned(),
         query: String::new(),
@@ -25,6 +25,7 @@ fn req(action: &str, body: &Value) -> http::Request {
         body: Bytes::from(body.to_string()),
         keep_alive: true,
     }
+    .into()
 }
 
 fn body(r: &Response) -> Value {
