@@ -96,22 +96,13 @@ impl PositionIndex {
 
     /// The slot of the entry with hash `hash` that `is` confirms (given
     /// its position's low bits), if there is one.
-    pub fn find(&self, hash: u32, mut is: impl FnMut(u32) -> bool) -> Option<usize> {
+    pub fn find(&self, hash: u32, is: impl FnMut(u32) -> bool) -> Option<usize> {
         if self.slots.is_empty() {
             return None;
         }
-        let t = tag(hash);
-        let mask = self.mask();
-        let mut i = self.home(t);
-        loop {
-            let s = self.slots[i];
-            if s == EMPTY {
-                return None;
-            }
-            if tag_of(s) == t && is(low_of(s)) {
-                return Some(i);
-            }
-            i = (i + 1) & mask;
+        match self.scan(hash, is) {
+            Slot::Found(i) => Some(i),
+            Slot::Vacant(_) => None,
         }
     }
 
@@ -119,8 +110,14 @@ impl PositionIndex {
     /// `hash` goes to. Makes room for one more entry first, so the slot
     /// given stays valid for [`PositionIndex::put`] until the table changes
     /// otherwise.
-    pub fn probe(&mut self, hash: u32, mut is: impl FnMut(u32) -> bool) -> Slot {
+    pub fn probe(&mut self, hash: u32, is: impl FnMut(u32) -> bool) -> Slot {
         self.reserve_one();
+        self.scan(hash, is)
+    }
+
+    /// The probe for `hash` along the slots from its home, in a table that
+    /// has some (and so an empty one: it is never full).
+    fn scan(&self, hash: u32, mut is: impl FnMut(u32) -> bool) -> Slot {
         let t = tag(hash);
         let mask = self.mask();
         let mut i = self.home(t);
