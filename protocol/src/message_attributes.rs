@@ -320,7 +320,7 @@ impl<'a> AttributesRef<'a> {
     #[must_use]
     pub fn iter(&self) -> AttributeIter<'a> {
         AttributeIter {
-            reader: SliceReader::new(self.raw, 0),
+            pairs: self.byte_pairs(),
         }
     }
 
@@ -409,23 +409,18 @@ impl<'a> Iterator for BytePairs<'a> {
 /// Iterator over a message's attribute pairs.
 #[derive(Clone, Debug)]
 pub struct AttributeIter<'a> {
-    reader: SliceReader<'a>,
-}
-
-impl<'a> AttributeIter<'a> {
-    fn string(&mut self) -> Option<&'a str> {
-        let len = self.reader.u16("attribute").ok()?;
-        core::str::from_utf8(self.reader.take(len.into(), "attribute").ok()?).ok()
-    }
+    pairs: BytePairs<'a>,
 }
 
 impl<'a> Iterator for AttributeIter<'a> {
     type Item = (&'a str, &'a str);
     fn next(&mut self) -> Option<(&'a str, &'a str)> {
-        // The pairs were validated when the attributes were built, so this
-        // parse cannot stop part way.
-        let key = self.string()?;
-        let value = self.string()?;
-        Some((key, value))
+        // The pairs were validated when the attributes were built, so
+        // reading them as text cannot stop part way.
+        let (key, value) = self.pairs.next()?;
+        Some((
+            core::str::from_utf8(key).ok()?,
+            core::str::from_utf8(value).ok()?,
+        ))
     }
 }

@@ -181,18 +181,21 @@ pub(crate) struct Split<'a> {
 pub(crate) fn split(attributes: AttributesRef<'_>) -> Split<'_> {
     let mut out = Split::default();
     for (k, v) in attributes.byte_pairs() {
-        let slot = match k {
-            _ if !is_system_key(k) => {
-                let text = |b| core::str::from_utf8(b).ok();
-                if let Some(a) = text(k).zip(text(v)).and_then(|(k, v)| from_engine(k, v)) {
-                    out.attributes.push(a);
-                }
-                continue;
+        if !is_system_key(k) {
+            let text = |b| core::str::from_utf8(b).ok();
+            if let Some((k, v)) = text(k).zip(text(v)) {
+                out.attributes.extend(from_engine(k, v));
             }
-            _ if k == TRACE_KEY.as_bytes() => &mut out.trace,
-            _ if k == MD5_KEY.as_bytes() => &mut out.md5,
-            _ if k == fifo::DEDUP_KEY.as_bytes() => &mut out.dedup,
-            _ => &mut out.source,
+            continue;
+        }
+        let slot = if k == TRACE_KEY.as_bytes() {
+            &mut out.trace
+        } else if k == MD5_KEY.as_bytes() {
+            &mut out.md5
+        } else if k == fifo::DEDUP_KEY.as_bytes() {
+            &mut out.dedup
+        } else {
+            &mut out.source
         };
         // The first of a key, as `get` finds it.
         slot.get_or_insert(v);
@@ -200,12 +203,10 @@ pub(crate) fn split(attributes: AttributesRef<'_>) -> Split<'_> {
     out
 }
 
-/// The SQS attribute an engine pair stores; `None` for the system ones
-/// the door keeps (trace header, dedup id, body MD5, dead-letter source).
-pub(crate) fn from_engine(key: &str, value: &str) -> Option<SqsAttribute> {
-    if is_system_key(key.as_bytes()) {
-        return None;
-    }
+/// The SQS attribute that an engine pair other than a system key
+/// ([`is_system_key`]) stores; `None` for a Binary one whose payload is
+/// not base64.
+fn from_engine(key: &str, value: &str) -> Option<SqsAttribute> {
     let plain = || SqsAttribute {
         name: key.to_owned(),
         data_type: "String".to_owned(),
