@@ -93,6 +93,17 @@ struct Group<K> {
     stamp: u32,
 }
 
+impl<K> Group<K> {
+    /// Whether it can deliver now, as far as it knows: a message waits,
+    /// it does not sleep, and (in FIFO order) none of its messages flies.
+    #[inline]
+    fn can_deliver(&self, order: GroupOrder) -> bool {
+        !self.waiting.is_empty()
+            && !self.asleep
+            && (order == GroupOrder::Fair || self.in_flight == 0)
+    }
+}
+
 /// The groups of one queue (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Groups<K> {
@@ -177,19 +188,24 @@ impl<K: Copy> Groups<K> {
             .map(|&(_, g)| g)
     }
 
-    /// The group named `name`, created if new (and no longer idle).
-    fn find_or_create(&mut self, name: &[u8]) -> GroupIndex {
+    /// The group named `name`, created if new (and no longer idle), and
+    /// its record. One look-up of the index and one of the groups, for
+    /// every send to a grouped queue.
+    #[inline]
+    fn find_or_create(&mut self, name: &[u8]) -> (GroupIndex, &mut Group<K>) {
         let hash = self.hasher.hash(name);
-        let Some(g) = self.lookup(hash, name) else {
-            return self.create(name, hash);
+        let g = match self.lookup(hash, name) {
+            Some(g) => g,
+            None => self.create(name, hash),
         };
-        if let Some(group) = self.group_mut(g) {
-            if group.idle {
-                group.idle = false;
-                self.idle_groups -= 1;
-            }
+        let group = self.groups[g as usize]
+            .as_mut()
+            .expect("the index names live groups");
+        if group.idle {
+            group.idle = false;
+            self.idle_groups -= 1;
         }
-        g
+        (g, group)
     }
 
     /// The name of group `g`.
@@ -217,18 +233,20 @@ impl<K: Copy> Groups<K> {
     /// other (a send), in its place otherwise (a message moved in from
     /// another queue, or loaded from a snapshot). Returns its group.
     pub fn push(&mut self, name: &[u8], seq: u64, key: K) -> GroupIndex {
-        let g = self.find_or_create(name);
-        if let Some(group) = self.group_mut(g) {
-            if group.waiting.back().is_none_or(|&(s, _)| s < seq) {
-                group.waiting.push_back((seq, key));
-            } else {
-                let at = group.waiting.partition_point(|&(s, _)| s < seq);
-                group.waiting.insert(at, (seq, key));
-                // It may be the new first one: let a take look.
-                group.asleep = false;
-            }
+        let order = self.order;
+        let (g, group) = self.find_or_create(name);
+        if group.waiting.back().is_none_or(|&(s, _)| s < seq) {
+            group.waiting.push_back((seq, key));
+        } else {
+            let at = group.waiting.partition_point(|&(s, _)| s < seq);
+            group.waiting.insert(at, (seq, key));
+            // It may be the new first one: let a take look.
+            group.asleep = false;
         }
-        self.offer(g);
+        if group.can_deliver(order) && !group.in_turn {
+            group.in_turn = true;
+            self.turn.push_back(g);
+        }
         g
     }
 
@@ -237,12 +255,10 @@ impl<K: Copy> Groups<K> {
     /// snapshot in flight, or waiting out the backoff after a lease.
     /// Returns its group.
     pub fn push_taken(&mut self, name: &[u8]) -> GroupIndex {
-        let g = self.find_or_create(name);
-        if let Some(group) = self.group_mut(g) {
-            group.in_flight += 1;
-            if group.in_flight == 1 {
-                self.groups_in_flight += 1;
-            }
+        let (g, group) = self.find_or_create(name);
+        group.in_flight += 1;
+        if group.in_flight == 1 {
+            self.groups_in_flight += 1;
         }
         g
     }
@@ -282,10 +298,7 @@ impl<K: Copy> Groups<K> {
         let Some(group) = self.group_mut(g) else {
             return;
         };
-        let can = !group.waiting.is_empty()
-            && !group.asleep
-            && (order == GroupOrder::Fair || group.in_flight == 0);
-        if can && !group.in_turn {
+        if group.can_deliver(order) && !group.in_turn {
             group.in_turn = true;
             self.turn.push_back(g);
         }
@@ -397,23 +410,39 @@ impl<K: Copy> Groups<K> {
     /// A waiting message of group `g` that could not be delivered yet now
     /// can: the group delivers again if it slept.
     pub fn wake(&mut self, g: GroupIndex) {
+        let order = self.order;
         let Some(group) = self.group_mut(g) else {
             return;
         };
         group.asleep = false;
-        self.offer(g);
+        if group.can_deliver(order) && !group.in_turn {
+            group.in_turn = true;
+            self.turn.push_back(g);
+        }
     }
 
     /// A message of group `g` taken by [`Groups::take`] is gone for good
     /// (deleted, dead-lettered, dropped in flight).
     pub fn settled(&mut self, g: GroupIndex) {
-        self.leave_flight(g);
-        // A group with waiting messages may deliver again; one without
-        // may be idle.
-        match self.group(g) {
-            Some(group) if !group.waiting.is_empty() => self.offer(g),
-            Some(group) if group.in_flight == 0 => self.idle_if_empty(g),
-            _ => {}
+        let order = self.order;
+        let Some(group) = self.group_mut(g) else {
+            return;
+        };
+        debug_assert!(group.in_flight > 0, "a group's message left flight twice");
+        group.in_flight = group.in_flight.saturating_sub(1);
+        if group.in_flight > 0 {
+            return;
+        }
+        // Its last message in flight: a group with waiting messages may
+        // deliver again; one without is idle.
+        let waits = !group.waiting.is_empty();
+        if waits && group.can_deliver(order) && !group.in_turn {
+            group.in_turn = true;
+            self.turn.push_back(g);
+        }
+        self.groups_in_flight = self.groups_in_flight.saturating_sub(1);
+        if !waits {
+            self.idle_if_empty(g);
         }
     }
 
