@@ -62,6 +62,10 @@ pub trait BatchEntry: Sized {
     fn share(buf: &Bytes, entry: Self::Ref<'_>) -> Self;
 }
 
+/// Bytes [`Batch::from_views`] reserves at most for the entries after the
+/// one it is writing, guessed from that one's size.
+const GUESS_BYTES_MAX: usize = 64 * 1024;
+
 /// Entries of one layout, in wire form: `count` entries in one slice.
 pub struct Batch<E: BatchEntry> {
     count: u16,
@@ -78,10 +82,20 @@ impl<E: BatchEntry> Batch<E> {
     pub fn from_views<'a>(
         views: impl IntoIterator<Item = E::Ref<'a>>,
     ) -> Result<Self, EncodeError> {
+        let mut views = views.into_iter();
         let mut raw = BytesMut::new();
         let mut count = 0usize;
-        for v in views {
-            raw.reserve(E::encoded_len(&v));
+        while let Some(v) = views.next() {
+            let len = E::encoded_len(&v);
+            if raw.capacity() - raw.len() < len {
+                // Room for this entry and, guessed from its size, for the
+                // ones the iterator says are left (up to a bound: a large
+                // first entry says little of the rest): a batch of like
+                // entries is written into one allocation, not a doubling
+                // series.
+                let guess = len.saturating_mul(views.size_hint().0);
+                raw.reserve(len + guess.min(GUESS_BYTES_MAX));
+            }
             E::encode(&v, &mut raw)?;
             count += 1;
         }

@@ -37,7 +37,7 @@ use sluice_broker::server::signals::CaughtSignals;
 use sluice_broker::server::{Server, StartError};
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: sluice_broker::allocator::Allocator = sluice_broker::allocator::Allocator;
 
 #[cfg(not(sluice_loom))]
 fn main() -> ExitCode {

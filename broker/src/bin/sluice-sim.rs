@@ -27,7 +27,7 @@ use clap::Parser;
 use sluice_broker::sim::{self, SIM_SHARDS_MAX, SimConfig};
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: sluice_broker::allocator::Allocator = sluice_broker::allocator::Allocator;
 
 /// Deterministic simulation of the sluice engine: shards on a virtual clock,
 /// interleaved by a seeded scheduler, checked after every step.
