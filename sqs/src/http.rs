@@ -436,15 +436,18 @@ fn reason(status: u16) -> &'static str {
 
 /// Appends a response to `out`: status line, `Content-Length`, `headers`,
 /// `Connection: close` when `close`, and `body`.
-pub fn write_response(
+pub fn write_response<N: AsRef<str>, V: AsRef<str>>(
     out: &mut BytesMut,
     status: u16,
-    headers: &[(&str, &str)],
+    headers: &[(N, V)],
     body: &[u8],
     close: bool,
 ) {
     // Straight into `out`, without a formatter: every response comes here.
-    let fields: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    let fields: usize = headers
+        .iter()
+        .map(|(n, v)| n.as_ref().len() + v.as_ref().len() + 4)
+        .sum();
     out.reserve(96 + fields + body.len());
     out.extend_from_slice(b"HTTP/1.1 ");
     push_decimal(out, u64::from(status));
@@ -454,9 +457,9 @@ pub fn write_response(
     push_decimal(out, body.len() as u64);
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
-        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(name.as_ref().as_bytes());
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(value.as_ref().as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     if close {

@@ -24,6 +24,7 @@
 //! - A request that cannot be read is answered with its HTTP status
 //!   (400, 411, 413, 431, 505) and the connection closes.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 
 use bytes::{Bytes, BytesMut};
@@ -389,15 +390,10 @@ impl SqsSession {
         now_ns: u64,
         engine: &mut dyn EngineAccess,
     ) {
-        let headers: Vec<(&str, &str)> = response
-            .headers
-            .iter()
-            .map(|(n, v)| (*n, v.as_str()))
-            .collect();
         http::write_response(
             self.outbox.buf(),
             response.status,
-            &headers,
+            &response.headers,
             &response.body,
             !keep_alive,
         );
@@ -442,8 +438,8 @@ fn method_not_allowed() -> Response {
     Response {
         status: 405,
         headers: vec![
-            ("Allow", "POST, GET".to_owned()),
-            ("Content-Type", "text/plain; charset=utf-8".to_owned()),
+            ("Allow", Cow::Borrowed("POST, GET")),
+            ("Content-Type", Cow::Borrowed("text/plain; charset=utf-8")),
         ],
         body: Bytes::from_static(b"the SQS API takes POST (and GET for the query protocol)\n"),
         error: Some("MethodNotAllowed"),

@@ -30,6 +30,8 @@ mod xml;
 
 use crate::sync::{Arc, AtomicU64, Ordering};
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use serde_json::Value;
 use sluice_protocol::{QueueName, Reply, Request};
@@ -114,8 +116,9 @@ pub enum Step {
 pub struct Response {
     /// HTTP status.
     pub status: u16,
-    /// Headers beside `Content-Length` and `Connection`.
-    pub headers: Vec<(&'static str, String)>,
+    /// Headers beside `Content-Length` and `Connection` (a value fixed in
+    /// the code is borrowed, not copied).
+    pub headers: Vec<(&'static str, Cow<'static, str>)>,
     /// The body.
     pub body: Bytes,
     /// The SQS error code when the call failed, for metrics.
@@ -356,8 +359,8 @@ fn ok_response(
     Response {
         status: 200,
         headers: vec![
-            ("x-amzn-RequestId", request_id.to_owned()),
-            ("Content-Type", content_type.to_owned()),
+            ("x-amzn-RequestId", Cow::Owned(request_id.to_owned())),
+            ("Content-Type", Cow::Borrowed(content_type)),
         ],
         body: Bytes::from(body),
         error: None,
@@ -367,15 +370,15 @@ fn ok_response(
 
 /// The error response for `e`, in `protocol`.
 fn error_response(protocol: Protocol, request_id: &str, e: &SqsError) -> Response {
-    let mut headers = vec![("x-amzn-RequestId", request_id.to_owned())];
+    let mut headers = vec![("x-amzn-RequestId", Cow::Owned(request_id.to_owned()))];
     let body = match protocol {
         Protocol::Json => {
-            headers.push(("Content-Type", "application/x-amz-json-1.0".to_owned()));
-            headers.push(("x-amzn-query-error", e.query_error()));
+            headers.push(("Content-Type", Cow::Borrowed("application/x-amz-json-1.0")));
+            headers.push(("x-amzn-query-error", Cow::Owned(e.query_error())));
             serde_json::json!({ "__type": e.json_type(), "message": e.message }).to_string()
         }
         Protocol::Query => {
-            headers.push(("Content-Type", "text/xml".to_owned()));
+            headers.push(("Content-Type", Cow::Borrowed("text/xml")));
             xml::error(e, request_id)
         }
     };

@@ -60,7 +60,7 @@ fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
     r.headers
         .iter()
         .find(|(n, _)| *n == name)
-        .map(|(_, v)| v.as_str())
+        .map(|(_, v)| v.as_ref())
 }
 
 pub(super) fn assert_error(r: &Response, name: &str, status: u16) {
@@ -469,6 +469,25 @@ fn door_send_message_round_trip() {
         b["MD5OfMessageSystemAttributes"].as_str().unwrap().len(),
         32
     );
+}
+
+#[test]
+fn door_sends_bodies_as_given_or_unescaped() {
+    let body = format!(
+        r#"{{"QueueUrl":"{URL}","Entries":[{{"Id":"a","MessageBody":"plain"}},
+        {{"Id":"b","MessageBody":"say \"hi\"\n"}},{{"Id":"c","MessageBody":"\u00e9t\u00e9"}}]}}"#
+    );
+    let (_, s) = call("SendMessageBatch", &body);
+    let Request::Send(send) = engine(s) else {
+        panic!()
+    };
+    let bodies: Vec<Bytes> = send
+        .entries
+        .to_entries()
+        .into_iter()
+        .map(|e| e.body)
+        .collect();
+    assert_eq!(bodies, ["plain", "say \"hi\"\n", "été"]);
 }
 
 #[test]

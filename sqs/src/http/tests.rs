@@ -235,7 +235,7 @@ fn responses_carry_length_headers_and_close() {
     // Lengths of every number of digits, as the formatter writes them.
     for len in [0usize, 9, 10, 99, 100, 12_345, 1_048_576] {
         out.clear();
-        write_response(&mut out, 404, &[], &vec![b'x'; len], false);
+        write_response::<&str, &str>(&mut out, 404, &[], &vec![b'x'; len], false);
         let head = format!("HTTP/1.1 404 Not Found\r\nContent-Length: {len}\r\n\r\n");
         assert_eq!(&out[..head.len()], head.as_bytes());
         assert_eq!(out.len(), head.len() + len);
