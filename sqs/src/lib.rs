@@ -24,4 +24,4 @@ mod door;
 mod hex;
 mod sync;
 
-pub use door::{Action, Call, Door, DoorConfig, Limits, MoveStep, Response, Step};
+pub use door::{Action, Call, Door, DoorConfig, Limits, MoveStep, QueueMemo, Response, Step};

@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::{ErrorCode, Reply};
 use sluice_sqs::http::{self, HttpLimits, Parsed};
-use sluice_sqs::{Call, Door, Response, Step};
+use sluice_sqs::{Call, Door, QueueMemo, Response, Step};
 
 use super::clock;
 use super::convert::{self, Route};
@@ -79,6 +79,8 @@ pub struct SqsSession {
     /// `100 Continue` was sent for the request now arriving.
     continued: bool,
     paused: bool,
+    /// The queue the connection's last message action named.
+    queues: QueueMemo,
 }
 
 impl SqsSession {
@@ -96,6 +98,7 @@ impl SqsSession {
             waiting: None,
             continued: false,
             paused: false,
+            queues: QueueMemo::default(),
         }
     }
 
@@ -336,7 +339,10 @@ impl SqsSession {
             self.write(&response, req.keep_alive, cx.now_ns, engine);
             return;
         }
-        let (call, step) = self.config.door.call(req, clock::wall_ms());
+        let (call, step) =
+            self.config
+                .door
+                .call_remembering(req, clock::wall_ms(), &mut self.queues);
         self.run(call, step, req.keep_alive, cx, engine);
     }
 

@@ -222,8 +222,7 @@ fn bad_receipt(handle: &str) -> SqsError {
 }
 
 fn start_send(ctx: &Ctx<'_>, action: Action, input: &Input) -> Result<Started, SqsError> {
-    let (name, queue) = ctx.queue_named(input)?;
-    let fifo = names::is_fifo_name(&name);
+    let (fifo, queue) = ctx.queue_named(input)?;
     let batch_call = action == Action::SendMessageBatch;
     let mut entries = Vec::new();
     let mut sent = Vec::new();

@@ -19,6 +19,7 @@ mod names;
 mod query;
 #[cfg(test)]
 mod query_tests;
+mod queue_memo;
 mod queues;
 mod seconds;
 mod sources;
@@ -31,6 +32,7 @@ mod xml;
 use crate::sync::{Arc, AtomicU64, Ordering};
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -43,6 +45,8 @@ use errors::SqsError;
 pub use moves::tasks::MoveStep;
 use names::Namespace;
 use wire::Input;
+
+pub use queue_memo::QueueMemo;
 
 /// Which limits the door enforces.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -250,6 +254,10 @@ struct Ctx<'a> {
     host_header: &'a str,
     /// The door's configuration.
     config: &'a DoorConfig,
+    /// The door (its address), for `memo`.
+    door: usize,
+    /// The queue the connection's last message action named.
+    memo: RefCell<&'a mut QueueMemo>,
     /// The door's message-move tasks.
     tasks: &'a moves::SharedTasks,
     /// The door's receives a `ReceiveRequestAttemptId` can retry.
@@ -280,12 +288,22 @@ impl Ctx<'_> {
         Ok((ns, name.to_owned(), engine))
     }
 
-    /// [`Ctx::queue`] without the namespace (a message action's).
-    fn queue_named(&self, input: &Input) -> Result<(String, QueueName), SqsError> {
+    /// [`Ctx::queue`] without the namespace, for a message action: the
+    /// engine queue and whether it is FIFO, from the connection's memo
+    /// when it names the queue named last.
+    fn queue_named(&self, input: &Input) -> Result<(bool, QueueName), SqsError> {
         let url = input.str("QueueUrl")?;
+        let region = &self.ns.region;
+        if let Some(known) = self.memo.borrow().get(self.door, url, region) {
+            return Ok(known);
+        }
         let (account, name) = names::parse_url(url)?;
         let engine = self.engine_queue(account, name)?;
-        Ok((name.to_owned(), engine))
+        let fifo = names::is_fifo_name(name);
+        self.memo
+            .borrow_mut()
+            .put(self.door, url, region, fifo, &engine);
+        Ok((fifo, engine))
     }
 
     /// The engine queue of the SQS queue `name` of `account` in the
@@ -472,6 +490,19 @@ impl Door {
     /// Starts the call `req` asks for, at `now_unix_ms` (wall clock).
     #[must_use]
     pub fn call(&self, req: &http::Request, now_unix_ms: u64) -> (Call, Step) {
+        self.call_remembering(req, now_unix_ms, &mut QueueMemo::default())
+    }
+
+    /// [`Door::call`] for a request of a connection whose `memo` holds the
+    /// queue its last message action named (see [`QueueMemo`]); the memo
+    /// belongs to the connection, and learns the queue this call names.
+    #[must_use]
+    pub fn call_remembering(
+        &self,
+        req: &http::Request,
+        now_unix_ms: u64,
+        memo: &mut QueueMemo,
+    ) -> (Call, Step) {
         let request_id = self.request_id(now_unix_ms);
         let protocol = Protocol::of(req);
         // The action, its name and the input, or why it cannot be read.
@@ -504,7 +535,7 @@ impl Door {
             request_id,
             pending: Pending::Over,
         };
-        let step = match self.start(req, &name, action, input, now_unix_ms) {
+        let step = match self.start(req, &name, action, input, now_unix_ms, memo) {
             Ok(Started::Engine(pending, request)) => {
                 call.pending = pending;
                 Step::Engine(request)
@@ -528,6 +559,7 @@ impl Door {
         action: Action,
         input: Result<Input, SqsError>,
         now_unix_ms: u64,
+        memo: &mut QueueMemo,
     ) -> Result<Started, SqsError> {
         // The signature first: an unsigned caller learns nothing of the
         // request's other faults.
@@ -548,6 +580,8 @@ impl Door {
             ns,
             host_header: req.header("host").unwrap_or("localhost"),
             config: &self.inner.config,
+            door: Arc::as_ptr(&self.inner) as usize,
+            memo: RefCell::new(memo),
             tasks: &self.inner.tasks,
             attempts: &self.inner.attempts,
             now_ms: now_unix_ms,

@@ -6,7 +6,7 @@ use sluice_protocol::{
 };
 
 use super::md5::{SqsAttribute, md5_attributes};
-use super::{Action, Door, DoorConfig, Response, Step};
+use super::{Action, Door, DoorConfig, QueueMemo, Response, Step};
 use crate::http;
 
 pub(super) fn req(target: Option<&str>, body: &str) -> http::Request {
@@ -488,6 +488,47 @@ fn door_sends_bodies_as_given_or_unescaped() {
         .map(|e| e.body)
         .collect();
     assert_eq!(bodies, ["plain", "say \"hi\"\n", "été"]);
+}
+
+#[test]
+fn door_remembers_a_connections_queue_and_names_each_queue_its_own() {
+    let door = Door::new(DoorConfig::default());
+    let other = Door::new(DoorConfig {
+        account: "123456789012".to_owned(),
+        ..DoorConfig::default()
+    });
+    let mut memo = QueueMemo::default();
+    let send = |door: &Door, memo: &mut QueueMemo, url: &str| {
+        let body = format!(r#"{{"QueueUrl":"{url}","MessageBody":"m"}}"#);
+        let r = req(Some("AmazonSQS.SendMessage"), &body);
+        match door.call_remembering(&r, 1, memo).1 {
+            Step::Engine(Request::Send(s)) => Ok(s.queue.to_string()),
+            Step::Engine(other) => panic!("{other:?}"),
+            Step::Done(r) => Err(json(&r)["__type"].as_str().unwrap().to_owned()),
+        }
+    };
+    let fifo = "http://localhost:9324/000000000000/jobs.fifo";
+    let foreign = "http://localhost:9324/111111111111/orders";
+    for _ in 0..2 {
+        assert_eq!(send(&door, &mut memo, URL).unwrap(), "orders");
+        // A FIFO queue, remembered as one: a send without a group is refused.
+        assert!(
+            send(&door, &mut memo, fifo)
+                .unwrap_err()
+                .ends_with("MissingParameter")
+        );
+        assert_eq!(
+            send(&door, &mut memo, foreign).unwrap(),
+            "111111111111.us-east-1.orders"
+        );
+        assert_eq!(send(&door, &mut memo, URL).unwrap(), "orders");
+    }
+    // The same URL on a door of another account: that door's name.
+    assert_eq!(
+        send(&other, &mut memo, URL).unwrap(),
+        "000000000000.us-east-1.orders"
+    );
+    assert_eq!(send(&door, &mut memo, URL).unwrap(), "orders");
 }
 
 #[test]
