@@ -94,13 +94,26 @@ struct Group<K> {
 }
 
 impl<K> Group<K> {
-    /// Whether it can deliver now, as far as it knows: a message waits,
-    /// it does not sleep, and (in FIFO order) none of its messages flies.
+    /// Whether it joins the turn now: it can deliver, as far as it knows
+    /// (a message waits, it does not sleep, and in FIFO order none of its
+    /// messages flies), and is not in the turn yet. Marks it in the turn
+    /// if so; the caller puts it at the turn's back.
     #[inline]
-    fn can_deliver(&self, order: GroupOrder) -> bool {
-        !self.waiting.is_empty()
+    fn enters_turn(&mut self, order: GroupOrder) -> bool {
+        let enters = !self.in_turn
+            && !self.waiting.is_empty()
             && !self.asleep
-            && (order == GroupOrder::Fair || self.in_flight == 0)
+            && (order == GroupOrder::Fair || self.in_flight == 0);
+        self.in_turn |= enters;
+        enters
+    }
+
+    /// One of its messages left flight; returns whether none flies now.
+    #[inline]
+    fn lands_one(&mut self) -> bool {
+        debug_assert!(self.in_flight > 0, "a group's message left flight twice");
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.in_flight == 0
     }
 }
 
@@ -243,8 +256,7 @@ impl<K: Copy> Groups<K> {
             // It may be the new first one: let a take look.
             group.asleep = false;
         }
-        if group.can_deliver(order) && !group.in_turn {
-            group.in_turn = true;
+        if group.enters_turn(order) {
             self.turn.push_back(g);
         }
         g
@@ -298,8 +310,7 @@ impl<K: Copy> Groups<K> {
         let Some(group) = self.group_mut(g) else {
             return;
         };
-        if group.can_deliver(order) && !group.in_turn {
-            group.in_turn = true;
+        if group.enters_turn(order) {
             self.turn.push_back(g);
         }
     }
@@ -415,8 +426,7 @@ impl<K: Copy> Groups<K> {
             return;
         };
         group.asleep = false;
-        if group.can_deliver(order) && !group.in_turn {
-            group.in_turn = true;
+        if group.enters_turn(order) {
             self.turn.push_back(g);
         }
     }
@@ -428,16 +438,13 @@ impl<K: Copy> Groups<K> {
         let Some(group) = self.group_mut(g) else {
             return;
         };
-        debug_assert!(group.in_flight > 0, "a group's message left flight twice");
-        group.in_flight = group.in_flight.saturating_sub(1);
-        if group.in_flight > 0 {
+        if !group.lands_one() {
             return;
         }
         // Its last message in flight: a group with waiting messages may
         // deliver again; one without is idle.
         let waits = !group.waiting.is_empty();
-        if waits && group.can_deliver(order) && !group.in_turn {
-            group.in_turn = true;
+        if group.enters_turn(order) {
             self.turn.push_back(g);
         }
         self.groups_in_flight = self.groups_in_flight.saturating_sub(1);
@@ -450,9 +457,7 @@ impl<K: Copy> Groups<K> {
         let Some(group) = self.group_mut(g) else {
             return;
         };
-        debug_assert!(group.in_flight > 0, "a group's message left flight twice");
-        group.in_flight = group.in_flight.saturating_sub(1);
-        if group.in_flight == 0 {
+        if group.lands_one() {
             self.groups_in_flight = self.groups_in_flight.saturating_sub(1);
         }
     }
