@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::{
-    HelloReply, PeekedMessage, Receipt, ReceivedMessage, Reply, Request, SendOutcome,
+    HelloReply, PeekedMessage, Receipt, ReceivedMessage, Reply, Request, SendEntryRef, SendOutcome,
     ServerStatsReply,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -507,6 +507,20 @@ impl AsyncClient {
         bodies: &[&[u8]],
     ) -> Result<Vec<Result<SendOutcome>>> {
         self.run(&ops::Send(queue, bodies)).await
+    }
+
+    /// Sends up to 1,024 entries given as borrowed views, each copied once,
+    /// into the connection's write buffer: as
+    /// [`Client::send_views`](crate::Client::send_views).
+    ///
+    /// # Errors
+    /// As [`AsyncClient::send_batch`].
+    pub async fn send_views(
+        &self,
+        queue: &str,
+        entries: &[SendEntryRef<'_>],
+    ) -> Result<Vec<Result<SendOutcome>>> {
+        self.run(&ops::Send(queue, entries)).await
     }
 
     /// Receives (leases) up to `options.max_messages` messages.

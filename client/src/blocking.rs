@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_protocol::{
-    HelloReply, PeekedMessage, Receipt, ReceivedMessage, Reply, Request, SendOutcome,
+    HelloReply, PeekedMessage, Receipt, ReceivedMessage, Reply, Request, SendEntryRef, SendOutcome,
     ServerStatsReply,
 };
 
@@ -328,6 +328,18 @@ impl Client {
         self.start(&ops::Send(queue, entries))
     }
 
+    /// [`Client::send_views`] without waiting.
+    ///
+    /// # Errors
+    /// When nothing could be sent.
+    pub fn start_send_views(
+        &self,
+        queue: &str,
+        entries: &[SendEntryRef<'_>],
+    ) -> Result<PendingReply<Vec<Result<SendOutcome>>>> {
+        self.start(&ops::Send(queue, entries))
+    }
+
     /// [`Client::send_bodies`] without waiting.
     ///
     /// # Errors
@@ -499,6 +511,25 @@ impl Client {
     /// As [`Client::send_batch`].
     pub fn send_bodies(&self, queue: &str, bodies: &[&[u8]]) -> Result<Vec<Result<SendOutcome>>> {
         self.run(&ops::Send(queue, bodies))
+    }
+
+    /// Sends up to 1,024 entries given as borrowed views (the protocol's
+    /// [`SendEntryRef`]: body, delay, dedup key, attributes and group, all
+    /// borrowed): one result per entry, in order. Like
+    /// [`send_bodies`](Client::send_bodies), each entry is copied once,
+    /// into the connection's write buffer, for a caller whose bodies, keys
+    /// and group ids live in its own buffers. A group id or dedup key the
+    /// protocol cannot carry, or a delay from [`SendEntry::DELAY_CUT`] on,
+    /// is `InvalidArgument` and sends nothing.
+    ///
+    /// # Errors
+    /// As [`Client::send_batch`].
+    pub fn send_views(
+        &self,
+        queue: &str,
+        entries: &[SendEntryRef<'_>],
+    ) -> Result<Vec<Result<SendOutcome>>> {
+        self.run(&ops::Send(queue, entries))
     }
 
     /// Receives (leases) up to `options.max_messages` messages, waiting up

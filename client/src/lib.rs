@@ -289,7 +289,7 @@ pub use sharded::AsyncShardedClient;
 pub use sharded::ShardedClient;
 pub use sluice_protocol::{
     ErrorCode, HelloReply, MessageAttributes, MessageGroupId, MessageId, PeekedMessage, QueueName,
-    QueueTimes, Receipt, ReceivedMessage, Reply, Request, SendOutcome, ServerLimits,
+    QueueTimes, Receipt, ReceivedMessage, Reply, Request, SendEntryRef, SendOutcome, ServerLimits,
     ServerStatsReply,
 };
 pub use sluice_protocol::{Labels, LabelsUpdate};

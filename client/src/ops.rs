@@ -438,6 +438,25 @@ impl WireEntry for &[u8] {
     }
 }
 
+/// An entry as the protocol's borrowed view, sent as it stands: a delay
+/// from [`SendEntry::DELAY_CUT`] on (the wire's "queue default" marker
+/// among them) is refused, as for a [`SendEntry`]. The group id and the
+/// dedup key are checked as they are encoded.
+impl WireEntry for SendEntryRef<'_> {
+    fn wire(&self) -> Result<SendEntryRef<'_>> {
+        if self
+            .delay_ms
+            .is_some_and(|d| d >= SendEntry::DELAY_CUT.get())
+        {
+            return Err(Error::InvalidArgument(format!(
+                "delay: longer than the protocol's millisecond field carries (at most {} ms)",
+                SendEntry::DELAY_CUT.get() - 1
+            )));
+        }
+        Ok(*self)
+    }
+}
+
 pub(crate) struct Send<'a, E = SendEntry>(pub &'a str, pub &'a [E]);
 impl<E: WireEntry> Send<'_, E> {
     /// The queue and the entries' wire views, checked.

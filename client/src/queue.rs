@@ -116,6 +116,16 @@ macro_rules! queue_ops {
                 self.client.send_bodies(&self.name, bodies) $($aw)*
             }
 
+            /// Sends up to 1,024 entries given as borrowed views, each
+            /// copied once (see the client's `send_views`): one result per
+            /// entry.
+            ///
+            /// # Errors
+            /// The outer error when the request failed as a whole.
+            pub $($async_)? fn send_views(&self, entries: &[SendEntryRef<'_>]) -> Result<Vec<Result<SendOutcome>>> {
+                self.client.send_views(&self.name, entries) $($aw)*
+            }
+
             /// Receives (leases) up to `options.max_messages` messages,
             /// waiting up to `options.wait` for the first.
             ///
@@ -189,7 +199,7 @@ mod blocking {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use sluice_protocol::{PeekedMessage, Receipt, ReceivedMessage, SendOutcome};
+    use sluice_protocol::{PeekedMessage, Receipt, ReceivedMessage, SendEntryRef, SendOutcome};
 
     use crate::attributes::{QueueAttributes, QueueInfo, QueueOptions, QueueStats};
     use crate::error::Result;
@@ -239,6 +249,17 @@ mod blocking {
             entries: &[SendEntry],
         ) -> Result<PendingReply<Vec<Result<SendOutcome>>>> {
             self.client.start_send_batch(&self.name, entries)
+        }
+
+        /// [`send_views`](Queue::send_views) without waiting.
+        ///
+        /// # Errors
+        /// When nothing could be sent.
+        pub fn start_send_views(
+            &self,
+            entries: &[SendEntryRef<'_>],
+        ) -> Result<PendingReply<Vec<Result<SendOutcome>>>> {
+            self.client.start_send_views(&self.name, entries)
         }
 
         /// [`send_bodies`](Queue::send_bodies) without waiting.
@@ -303,7 +324,7 @@ mod asynchronous {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use sluice_protocol::{PeekedMessage, Receipt, ReceivedMessage, SendOutcome};
+    use sluice_protocol::{PeekedMessage, Receipt, ReceivedMessage, SendEntryRef, SendOutcome};
 
     use crate::AsyncClient;
     use crate::attributes::{QueueAttributes, QueueInfo, QueueOptions, QueueStats};

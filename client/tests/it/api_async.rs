@@ -136,5 +136,15 @@ fn bare_bodies_are_sent_borrowed() {
             c.send_bodies("bodies", &[]).await,
             Err(Error::InvalidArgument(_))
         ));
+        // Entries as borrowed views: a dedup key drops the second send.
+        let view = sluice_client::SendEntryRef {
+            body: &buffer[..3],
+            dedup_key: Some(&buffer[3..]),
+            ..Default::default()
+        };
+        let sent = c.send_views("bodies", &[view, view]).await.unwrap();
+        let (first, second) = (sent[0].as_ref().unwrap(), sent[1].as_ref().unwrap());
+        assert_eq!((second.duplicate, second.id), (true, first.id));
+        assert!(!first.duplicate);
     });
 }

@@ -109,8 +109,15 @@ fn pipelined_requests_through_a_handle() {
     let bare = q.start_send_bodies(&[b"m4", b"m5"]).unwrap();
     assert!(q.send_bodies(&[b"m6"]).unwrap()[0].is_ok());
     assert!(bare.wait().unwrap().iter().all(Result::is_ok));
+    let view = sluice_client::SendEntryRef {
+        body: b"m7",
+        ..Default::default()
+    };
+    let viewed = q.start_send_views(&[view]).unwrap();
+    assert!(q.send_views(&[view]).unwrap()[0].is_ok());
+    assert!(viewed.wait().unwrap()[0].is_ok());
     let got = q.start_receive(now(10)).unwrap().wait().unwrap();
-    assert_eq!(got.len(), 7);
+    assert_eq!(got.len(), 9);
     let receipts: Vec<_> = got.iter().map(|m| m.receipt).collect();
     let deleted = q.start_delete_batch(&receipts).unwrap().wait().unwrap();
     assert!(deleted.iter().all(Result::is_ok));

@@ -33,13 +33,14 @@ use sluice_client::sharded::ShardedClient;
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
     Client, ClientConfig, Error, MessageGroupId, PendingReply, QueueOptions, ReceiveOptions,
-    ReceivedMessage, SendEntry, SendOutcome,
+    ReceivedMessage, SendEntryRef, SendOutcome,
 };
 
 use super::{
     Adapter, AdapterError, CONNECT_TIMEOUT, Finished, QueueSpec, REPLY_TIMEOUT, Receipt, Role,
     Setting, Target, TargetUrl,
 };
+use sluice_protocol::AttributesRef;
 use sluice_protocol::units::format_duration;
 
 const PEER: &str = "sluice";
@@ -101,12 +102,19 @@ struct Queues {
 
 /// A producer's message groups and keys: the sends take the group ids in
 /// turn, and on a FIFO queue (or with `--dedup-keys`) each message gets a
-/// dedup key of its own (the connection and a counter).
+/// dedup key of its own (the connection and a counter). A send's entries
+/// are borrowed views of the bodies, the ids and the batch's keys, so that
+/// a grouped send allocates nothing per message (as a plain one does not).
 struct Grouped {
     ids: Vec<MessageGroupId>,
     fifo: bool,
-    connection: usize,
+    /// Each key's start: the connection's number and a dash.
+    key_prefix: Vec<u8>,
     next: u64,
+    /// The dedup keys of the batch being sent, one after another, and
+    /// where each ends.
+    keys: Vec<u8>,
+    key_ends: Vec<usize>,
 }
 
 impl Grouped {
@@ -116,8 +124,10 @@ impl Grouped {
                 .map(|g| MessageGroupId::new(&format!("g{g}")).expect("a valid id"))
                 .collect(),
             fifo,
-            connection,
+            key_prefix: format!("{connection}-").into_bytes(),
             next: 0,
+            keys: Vec::new(),
+            key_ends: Vec::new(),
         })
     }
 
@@ -127,31 +137,67 @@ impl Grouped {
         (groups > 0).then(|| Grouped {
             ids: vec![MessageGroupId::new("noisy").expect("a valid id")],
             fifo: false,
-            connection: 0,
+            key_prefix: Vec::new(),
             next: 0,
+            keys: Vec::new(),
+            key_ends: Vec::new(),
         })
     }
 
     /// The entries of a send of `bodies`, each with its group (and key).
-    fn entries(&mut self, bodies: &[&[u8]]) -> Vec<SendEntry> {
+    fn entries<'a>(&'a mut self, bodies: &[&'a [u8]]) -> Vec<SendEntryRef<'a>> {
+        let first = self.next;
+        self.next += bodies.len() as u64;
+        self.keys.clear();
+        self.key_ends.clear();
+        if self.fifo {
+            for n in first..self.next {
+                self.keys.extend_from_slice(&self.key_prefix);
+                push_decimal(&mut self.keys, n);
+                self.key_ends.push(self.keys.len());
+            }
+        }
+        let (ids, keys, key_ends) = (&self.ids, &self.keys, &self.key_ends);
+        let mut key_start = 0;
         bodies
             .iter()
-            .map(|b| {
-                let n = self.next;
-                self.next += 1;
-                let mut e = SendEntry::new(Bytes::copy_from_slice(b));
-                if !self.ids.is_empty() {
-                    // Below `ids.len()`, which is a usize.
-                    e = e.group(self.ids[(n % self.ids.len() as u64) as usize].clone());
-                }
-                if self.fifo {
-                    e.dedup_key(format!("{}-{n}", self.connection))
-                } else {
-                    e
+            .zip(first..)
+            .enumerate()
+            .map(|(i, (&body, n))| {
+                // Below `ids.len()`, which is a usize.
+                let group =
+                    (!ids.is_empty()).then(|| &ids[(n % ids.len() as u64) as usize].as_bytes()[..]);
+                let dedup_key = key_ends.get(i).map(|&end| {
+                    let key = &keys[key_start..end];
+                    key_start = end;
+                    key
+                });
+                SendEntryRef {
+                    body,
+                    delay_ms: None,
+                    dedup_key,
+                    attributes: AttributesRef::default(),
+                    group,
                 }
             })
             .collect()
     }
+}
+
+/// Appends `n` in decimal to `buf`.
+fn push_decimal(buf: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // A digit: below 10.
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[at..]);
 }
 
 impl Queues {
@@ -538,7 +584,7 @@ impl Adapter for SluiceAdapter {
         let results = match self.grouped.as_mut() {
             Some(g) => {
                 let entries = g.entries(bodies);
-                self.client.send_batch(&self.queue.name, &entries)
+                self.client.send_views(&self.queue.name, &entries)
             }
             None => self.client.send_bodies(&self.queue.name, bodies),
         }
@@ -583,7 +629,7 @@ impl Adapter for SluiceAdapter {
         let pending = match self.grouped.as_mut() {
             Some(g) => {
                 let entries = g.entries(bodies);
-                self.client.start_send_batch(&self.queue.name, &entries)
+                self.client.start_send_views(&self.queue.name, &entries)
             }
             None => self.client.start_send_bodies(&self.queue.name, bodies),
         }
@@ -651,19 +697,25 @@ mod tests {
         assert!(Grouped::new(0, false, 0).is_none());
         let mut g = Grouped::new(3, true, 7).unwrap();
         let entries = g.entries(&[b"a", b"b", b"c", b"d"]);
-        let groups: Vec<&str> = entries
-            .iter()
-            .map(|e| e.group.as_ref().unwrap().as_str())
-            .collect();
-        assert_eq!(groups, ["g0", "g1", "g2", "g0"]);
-        let keys: Vec<&[u8]> = entries
-            .iter()
-            .map(|e| e.dedup_key.as_deref().unwrap())
-            .collect();
+        let groups: Vec<&[u8]> = entries.iter().map(|e| e.group.unwrap()).collect();
+        assert_eq!(groups, [&b"g0"[..], b"g1", b"g2", b"g0"]);
+        let keys: Vec<&[u8]> = entries.iter().map(|e| e.dedup_key.unwrap()).collect();
         assert_eq!(keys, [&b"7-0"[..], b"7-1", b"7-2", b"7-3"]);
-        let fair = Grouped::new(2, false, 0).unwrap().entries(&[b"x"]);
-        assert!(fair[0].dedup_key.is_none());
-        let keyed = Grouped::new(0, true, 1).unwrap().entries(&[b"x"]);
+        assert!(entries.iter().all(|e| e.delay_ms.is_none()));
+        // The counter goes on across batches, through every digit count.
+        g.next = 9;
+        let next = g.entries(&[b"e", b"f"]);
+        let keys: Vec<&[u8]> = next.iter().map(|e| e.dedup_key.unwrap()).collect();
+        assert_eq!(keys, [&b"7-9"[..], b"7-10"]);
+        for n in [0, 7, 10, 99, 100, 12_345, u64::MAX] {
+            let mut buf = b"x".to_vec();
+            push_decimal(&mut buf, n);
+            assert_eq!(buf, format!("x{n}").into_bytes());
+        }
+        let mut fair = Grouped::new(2, false, 0).unwrap();
+        assert!(fair.entries(&[b"x"])[0].dedup_key.is_none());
+        let mut keyed = Grouped::new(0, true, 1).unwrap();
+        let keyed = keyed.entries(&[b"x"]);
         assert!(keyed[0].group.is_none() && keyed[0].dedup_key.is_some());
     }
 

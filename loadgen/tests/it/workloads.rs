@@ -523,6 +523,29 @@ fn a_backlog_is_drained_beside_the_pass_and_left_out_of_its_measure() {
     }
 }
 
+/// A FIFO queue's pass (`--fifo --groups`), and a plain queue's with a dedup
+/// key on every message (`--dedup-keys`): every message has a key of its
+/// own, so none is dropped as a duplicate, and all are delivered and
+/// deleted once.
+#[test]
+fn fifo_and_keyed_passes_deliver_every_message_once() {
+    let server = SluiceServer::start(&[]);
+    for (fifo, groups, keys) in [(true, Some(7), false), (false, None, true)] {
+        let mut s = spec(&server.url(), Workload::Throughput);
+        s.fifo = fifo;
+        s.groups = groups;
+        s.dedup_keys = keys;
+        let r = run_one(s);
+        assert_eq!(
+            (r.tally.sent, r.tally.deleted, r.tally.lost, r.duplicates),
+            (MESSAGES, MESSAGES, 0, 0),
+            "fifo {fifo}"
+        );
+        assert_eq!(r.corrupt, 0);
+        assert_eq!(r.recorder.send_to_receive.len(), MESSAGES);
+    }
+}
+
 /// Peers without groups refuse a backlog, as they refuse groups.
 #[test]
 fn only_sluice_takes_a_backlog() {

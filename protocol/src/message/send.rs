@@ -133,7 +133,7 @@ impl From<Vec<u8>> for SendEntry {
 }
 
 /// One message of a SEND, borrowed from the frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SendEntryRef<'a> {
     /// The body.
     pub body: &'a [u8],
