@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::{
-    HelloReply, PeekedMessage, Receipt, ReceivedMessage, Reply, Request, SendEntryRef, SendOutcome,
-    ServerStatsReply,
+    HelloReply, PeekedMessage, Receipt, ReceivedBatch, ReceivedMessage, Reply, Request,
+    SendEntryRef, SendOutcome, ServerStatsReply,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -533,6 +533,20 @@ impl AsyncClient {
         options: ReceiveOptions,
     ) -> Result<Vec<ReceivedMessage>> {
         self.run(&ops::Receive(queue, options)).await
+    }
+
+    /// [`AsyncClient::receive`] with the messages left in the reply's wire
+    /// form, iterated as borrowed views: as
+    /// [`Client::receive_batch`](crate::Client::receive_batch).
+    ///
+    /// # Errors
+    /// As [`AsyncClient::receive`].
+    pub async fn receive_batch(
+        &self,
+        queue: &str,
+        options: ReceiveOptions,
+    ) -> Result<ReceivedBatch> {
+        self.run(&ops::ReceiveBatch(queue, options)).await
     }
 
     /// Deletes one delivered message.

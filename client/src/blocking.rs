@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_protocol::{
-    HelloReply, PeekedMessage, Receipt, ReceivedMessage, Reply, Request, SendEntryRef, SendOutcome,
-    ServerStatsReply,
+    HelloReply, PeekedMessage, Receipt, ReceivedBatch, ReceivedMessage, Reply, Request,
+    SendEntryRef, SendOutcome, ServerStatsReply,
 };
 
 use crate::attributes::{QueueInfo, QueueOptions};
@@ -364,6 +364,18 @@ impl Client {
         self.start(&ops::Receive(queue, options))
     }
 
+    /// [`Client::receive_batch`] without waiting.
+    ///
+    /// # Errors
+    /// When nothing could be sent.
+    pub fn start_receive_batch(
+        &self,
+        queue: &str,
+        options: ReceiveOptions,
+    ) -> Result<PendingReply<ReceivedBatch>> {
+        self.start(&ops::ReceiveBatch(queue, options))
+    }
+
     /// [`Client::delete_batch`] without waiting.
     ///
     /// # Errors
@@ -540,6 +552,19 @@ impl Client {
     /// `InvalidArgument`.
     pub fn receive(&self, queue: &str, options: ReceiveOptions) -> Result<Vec<ReceivedMessage>> {
         self.run(&ops::Receive(queue, options))
+    }
+
+    /// [`Client::receive`] with the messages left in the reply's wire form:
+    /// [`ReceivedBatch::iter`] gives each as a borrowed view
+    /// ([`ReceivedMessageRef`](crate::ReceivedMessageRef): body, attributes
+    /// and group borrowed from the frame), where `receive` makes an owned
+    /// [`ReceivedMessage`] of each. For a consumer that reads each message
+    /// where it lies (and keeps its receipt, which is `Copy`).
+    ///
+    /// # Errors
+    /// As [`Client::receive`].
+    pub fn receive_batch(&self, queue: &str, options: ReceiveOptions) -> Result<ReceivedBatch> {
+        self.run(&ops::ReceiveBatch(queue, options))
     }
 
     /// Deletes one delivered message.

@@ -289,8 +289,8 @@ pub use sharded::AsyncShardedClient;
 pub use sharded::ShardedClient;
 pub use sluice_protocol::{
     ErrorCode, HelloReply, MessageAttributes, MessageGroupId, MessageId, PeekedMessage, QueueName,
-    QueueTimes, Receipt, ReceivedMessage, Reply, Request, SendEntryRef, SendOutcome, ServerLimits,
-    ServerStatsReply,
+    QueueTimes, Receipt, ReceivedBatch, ReceivedMessage, ReceivedMessageRef, Reply, Request,
+    SendEntryRef, SendOutcome, ServerLimits, ServerStatsReply,
 };
 pub use sluice_protocol::{Labels, LabelsUpdate};
 

@@ -8,8 +8,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use sluice_protocol::{
     ChangeVisibilityRequest, DeleteRequest, EncodeError, HelloReply, PeekedMessage,
-    QueueAttributesRequest, QueueName, Receipt, ReceiveRequest, ReceivedMessage, Reply, Request,
-    SendBatch, SendEntryRef, SendOutcome, SendRequest, ServerStatsReply, VisibilityChange,
+    QueueAttributesRequest, QueueName, Receipt, ReceiveRequest, ReceivedBatch, ReceivedMessage,
+    Reply, Request, SendBatch, SendEntryRef, SendOutcome, SendRequest, ServerStatsReply,
+    VisibilityChange,
 };
 
 use crate::attributes::{QueueInfo, QueueOptions};
@@ -509,6 +510,22 @@ impl Operation for Receive<'_> {
     }
     fn output(reply: Reply) -> Result<Vec<ReceivedMessage>> {
         expect!(reply, "RECEIVE", Reply::Receive { messages } => messages.to_messages())
+    }
+}
+
+/// A RECEIVE whose messages stay in the reply's wire form: iterated as
+/// borrowed views, nothing shared or copied per message.
+pub(crate) struct ReceiveBatch<'a>(pub &'a str, pub ReceiveOptions);
+impl Operation for ReceiveBatch<'_> {
+    type Output = ReceivedBatch;
+    fn request(&self) -> Result<Request> {
+        Receive(self.0, self.1).request()
+    }
+    fn extra_wait(&self) -> Duration {
+        Receive(self.0, self.1).extra_wait()
+    }
+    fn output(reply: Reply) -> Result<ReceivedBatch> {
+        expect!(reply, "RECEIVE", Reply::Receive { messages } => messages)
     }
 }
 

@@ -116,6 +116,16 @@ macro_rules! queue_ops {
                 self.client.send_bodies(&self.name, bodies) $($aw)*
             }
 
+            /// Receives (leases) up to `options.max_messages` messages,
+            /// left in the reply's wire form (see the client's
+            /// `receive_batch`): iterate them as borrowed views.
+            ///
+            /// # Errors
+            /// `QueueNotFound`, `InvalidArgument`.
+            pub $($async_)? fn receive_batch(&self, options: ReceiveOptions) -> Result<ReceivedBatch> {
+                self.client.receive_batch(&self.name, options) $($aw)*
+            }
+
             /// Sends up to 1,024 entries given as borrowed views, each
             /// copied once (see the client's `send_views`): one result per
             /// entry.
@@ -199,7 +209,9 @@ mod blocking {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use sluice_protocol::{PeekedMessage, Receipt, ReceivedMessage, SendEntryRef, SendOutcome};
+    use sluice_protocol::{
+        PeekedMessage, Receipt, ReceivedBatch, ReceivedMessage, SendEntryRef, SendOutcome,
+    };
 
     use crate::attributes::{QueueAttributes, QueueInfo, QueueOptions, QueueStats};
     use crate::error::Result;
@@ -273,6 +285,17 @@ mod blocking {
             self.client.start_send_bodies(&self.name, bodies)
         }
 
+        /// [`receive_batch`](Queue::receive_batch) without waiting.
+        ///
+        /// # Errors
+        /// When nothing could be sent.
+        pub fn start_receive_batch(
+            &self,
+            options: ReceiveOptions,
+        ) -> Result<PendingReply<ReceivedBatch>> {
+            self.client.start_receive_batch(&self.name, options)
+        }
+
         /// [`receive`](Queue::receive) without waiting.
         ///
         /// # Errors
@@ -324,7 +347,9 @@ mod asynchronous {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use sluice_protocol::{PeekedMessage, Receipt, ReceivedMessage, SendEntryRef, SendOutcome};
+    use sluice_protocol::{
+        PeekedMessage, Receipt, ReceivedBatch, ReceivedMessage, SendEntryRef, SendOutcome,
+    };
 
     use crate::AsyncClient;
     use crate::attributes::{QueueAttributes, QueueInfo, QueueOptions, QueueStats};

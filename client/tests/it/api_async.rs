@@ -146,5 +146,13 @@ fn bare_bodies_are_sent_borrowed() {
         let (first, second) = (sent[0].as_ref().unwrap(), sent[1].as_ref().unwrap());
         assert_eq!((second.duplicate, second.id), (true, first.id));
         assert!(!first.duplicate);
+        // Received as views of the reply.
+        let batch = c
+            .receive_batch("bodies", ReceiveOptions::new(10).wait(Duration::ZERO))
+            .await
+            .unwrap();
+        let bodies: Vec<&[u8]> = batch.iter().map(|m| m.body).collect();
+        assert_eq!(bodies, [&b"one"[..]]);
+        assert_eq!(batch.iter().next().unwrap().id, first.id);
     });
 }

@@ -370,6 +370,63 @@ fn entries_are_sent_as_borrowed_views() {
 }
 
 #[test]
+fn a_receive_batch_gives_the_messages_as_views_of_the_reply() {
+    use sluice_client::MessageGroupId;
+    let server = TestServer::start();
+    let c = server.client();
+    c.create_queue("plain", &QueueOptions::new()).unwrap();
+    let attributes = MessageAttributes::from_pairs([("kind", "test")]).unwrap();
+    c.send_batch(
+        "plain",
+        &[
+            SendEntry::new("one").attributes(attributes.clone()),
+            SendEntry::new("two"),
+        ],
+    )
+    .unwrap();
+    let batch = c.receive_batch("plain", now_options(10)).unwrap();
+    assert_eq!(batch.len(), 2);
+    let views: Vec<_> = batch.iter().collect();
+    assert_eq!((views[0].body, views[1].body), (&b"one"[..], &b"two"[..]));
+    assert_eq!(views[0].attributes, attributes.as_view());
+    assert!(
+        views
+            .iter()
+            .all(|m| m.receive_count == 1 && m.group.is_none())
+    );
+    // The receipts are the deliveries': they delete.
+    let receipts: Vec<_> = views.iter().map(|m| m.receipt).collect();
+    assert!(
+        c.delete_batch("plain", &receipts)
+            .unwrap()
+            .iter()
+            .all(Result::is_ok)
+    );
+    // Nothing left: an empty batch, not an error.
+    assert!(
+        c.receive_batch("plain", now_options(10))
+            .unwrap()
+            .is_empty()
+    );
+    // Pipelined, and on a FIFO queue with the group.
+    c.create_queue(
+        "ledger",
+        &QueueOptions::new().fifo().content_based_dedup(true),
+    )
+    .unwrap();
+    let entry = SendEntry::new("a1").group(MessageGroupId::new("a").unwrap());
+    c.send_batch("ledger", &[entry]).unwrap();
+    let pending = c.start_receive_batch("ledger", now_options(10)).unwrap();
+    let batch = pending.wait().unwrap();
+    let m = batch.iter().next().unwrap();
+    assert_eq!((m.body, m.group), (&b"a1"[..], Some("a")));
+    assert!(matches!(
+        c.receive_batch("missing", now_options(1)),
+        Err(Error::QueueNotFound(_))
+    ));
+}
+
+#[test]
 fn a_fifo_queue_delivers_each_group_in_order_with_its_group() {
     use sluice_client::{MessageGroupId, QueueKind};
     let server = TestServer::start();

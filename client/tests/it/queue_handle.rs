@@ -116,7 +116,12 @@ fn pipelined_requests_through_a_handle() {
     let viewed = q.start_send_views(&[view]).unwrap();
     assert!(q.send_views(&[view]).unwrap()[0].is_ok());
     assert!(viewed.wait().unwrap()[0].is_ok());
-    let got = q.start_receive(now(10)).unwrap().wait().unwrap();
+    let got = q.start_receive(now(8)).unwrap().wait().unwrap();
+    assert_eq!(got.len(), 8);
+    let last = q.start_receive_batch(now(10)).unwrap().wait().unwrap();
+    assert_eq!(last.len(), 1);
+    assert!(q.receive_batch(now(10)).unwrap().is_empty());
+    let got: Vec<_> = got.into_iter().chain(last.to_messages()).collect();
     assert_eq!(got.len(), 9);
     let receipts: Vec<_> = got.iter().map(|m| m.receipt).collect();
     let deleted = q.start_delete_batch(&receipts).unwrap().wait().unwrap();

@@ -33,7 +33,7 @@ use sluice_client::sharded::ShardedClient;
 use sluice_client::tls::TlsConfig;
 use sluice_client::{
     Client, ClientConfig, Error, MessageGroupId, PendingReply, QueueOptions, ReceiveOptions,
-    ReceivedMessage, SendEntryRef, SendOutcome,
+    ReceivedBatch, SendEntryRef, SendOutcome,
 };
 
 use super::{
@@ -484,7 +484,7 @@ impl Target for SluiceTarget {
 /// A request started and not yet finished.
 enum InFlight {
     Send(PendingReply<Vec<Result<SendOutcome, Error>>>, usize),
-    Receive(PendingReply<Vec<ReceivedMessage>>),
+    Receive(PendingReply<ReceivedBatch>),
     Delete(PendingReply<Vec<Result<(), Error>>>, usize),
 }
 
@@ -601,10 +601,10 @@ impl Adapter for SluiceAdapter {
         let options = self.receive_options(max, wait);
         let messages = self
             .client
-            .receive(&self.queue.name, options)
+            .receive_batch(&self.queue.name, options)
             .map_err(|e| self.err(e))?;
-        for m in &messages {
-            on_message(&m.body, Receipt::Sluice(m.receipt));
+        for m in messages.iter() {
+            on_message(m.body, Receipt::Sluice(m.receipt));
         }
         Ok(messages.len())
     }
@@ -643,7 +643,7 @@ impl Adapter for SluiceAdapter {
         let options = self.receive_options(max, wait);
         let pending = self
             .client
-            .start_receive(&self.queue.name, options)
+            .start_receive_batch(&self.queue.name, options)
             .map_err(|e| self.err(e))?;
         self.in_flight.push_back(InFlight::Receive(pending));
         Ok(())
@@ -674,8 +674,8 @@ impl Adapter for SluiceAdapter {
             }
             Some(InFlight::Receive(pending)) => {
                 let messages = pending.wait().map_err(|e| self.err(e))?;
-                for m in &messages {
-                    on_message(&m.body, Receipt::Sluice(m.receipt));
+                for m in messages.iter() {
+                    on_message(m.body, Receipt::Sluice(m.receipt));
                 }
                 Ok(Finished::Received(messages.len()))
             }

@@ -16,6 +16,13 @@ use sluice_loadgen::report::{self, hgrm, json, markdown, svg, table};
 use sluice_loadgen::run::{self, Output, PassReport};
 use sluice_loadgen::slo::Slo;
 
+/// mimalloc, as the broker's binary uses: the client side's allocations per
+/// request (frames, results, replies) cost 20 fewer instructions a message
+/// with it than with the system's allocator (callgrind, 2 + 2 connections,
+/// batches of 64, window 1), on every target alike.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit status when a pass failed (a broker error, a refused set-up).
 const EXIT_FAILED: u8 = 1;
 /// Exit status for bad flags (clap's own, and the checks of `RunConfig`).
