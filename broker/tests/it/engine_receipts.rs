@@ -110,6 +110,44 @@ fn forged_other_queue_and_other_run_receipts_are_invalid() {
     assert_eq!(delete_one(&mut c, 0, "q", m.receipt), Ok(()));
 }
 
+/// A receipt is unforgeable bit by bit: each of its 208 bits flipped in
+/// turn, the receipt deletes nothing and changes no visibility (each is
+/// refused as invalid), and the message stays in flight until the true
+/// receipt deletes it.
+#[test]
+fn every_bit_flipped_in_a_receipt_is_refused() {
+    use sluice_protocol::{RECEIPT_BYTES, Receipt};
+    for shards in [1u16, 2] {
+        let mut c = cluster(shards);
+        queue(&mut c, 60_000);
+        send(&mut c, 0, "q", "a");
+        let m = receive(&mut c, 0, "q", 1).remove(0);
+        let wire = m.receipt.to_bytes();
+        for bit in 0..RECEIPT_BYTES * 8 {
+            let mut flipped = wire;
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            let forged = Receipt::from_bytes(&flipped);
+            assert_ne!(forged, m.receipt, "bit {bit}");
+            for at in 0..shards as usize {
+                assert_eq!(
+                    delete_one(&mut c, at, "q", forged),
+                    Err(ErrorCode::InvalidReceipt),
+                    "bit {bit}, shard {at}"
+                );
+                assert_eq!(
+                    change_vis(&mut c, at, "q", forged, 0),
+                    Err(ErrorCode::InvalidReceipt),
+                    "bit {bit}, shard {at}"
+                );
+            }
+        }
+        let s = stats(&mut c, "q");
+        assert_eq!((s.in_flight, s.visible, s.deleted), (1, 0, 0));
+        assert_eq!(delete_one(&mut c, 0, "q", m.receipt), Ok(()));
+        assert_eq!(stats(&mut c, "q").deleted, 1);
+    }
+}
+
 #[test]
 fn change_visibility_after_expiry_leases_again_without_counting() {
     for shards in [1u16, 2] {
