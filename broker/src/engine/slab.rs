@@ -25,6 +25,10 @@ pub struct SlotKey {
 /// allocators serve without rounding up.
 pub const PAGE_BYTES: usize = 64 * 1024;
 
+/// The sizes from 32 KiB to 64 KiB the allocator (mimalloc) serves without
+/// rounding up are the multiples of 8 KiB.
+const ROUND_PAGE_BYTES: usize = 8 * 1024;
+
 /// A growable array in pages of [`PAGE_BYTES`]: what it stores never moves.
 #[derive(Debug)]
 pub struct Paged<T> {
@@ -42,13 +46,26 @@ impl<T> Default for Paged<T> {
 }
 
 impl<T> Paged<T> {
-    /// Values per page.
-    const SLOTS: usize = if core::mem::size_of::<T>() == 0 {
-        PAGE_BYTES
-    } else if core::mem::size_of::<T>() >= PAGE_BYTES {
-        1
-    } else {
-        PAGE_BYTES / core::mem::size_of::<T>()
+    /// Values per page: as many as a page holds, or the power of two below
+    /// that when its values fill a size the allocator serves as it is (a
+    /// multiple of [`ROUND_PAGE_BYTES`]; a 24-byte value's pages are then
+    /// 48 KiB), since an index then finds its page and place with a shift
+    /// and a mask instead of a division.
+    const SLOTS: usize = {
+        let size = core::mem::size_of::<T>();
+        if size == 0 {
+            PAGE_BYTES
+        } else if size >= PAGE_BYTES {
+            1
+        } else {
+            let fit = PAGE_BYTES / size;
+            let pow2 = 1 << (usize::BITS - 1 - fit.leading_zeros());
+            if (pow2 * size) % ROUND_PAGE_BYTES == 0 {
+                pow2
+            } else {
+                fit
+            }
+        }
     };
 
     /// Values stored.
@@ -302,6 +319,28 @@ impl<T> Slab<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pages_hold_a_power_of_two_where_it_costs_no_memory() {
+        // 24-byte values (leases): 2,048 in 48 KiB, an allocator size class.
+        assert_eq!(Paged::<[u8; 24]>::SLOTS, 2048);
+        assert_eq!(Paged::<[u8; 32]>::SLOTS, 2048);
+        // 44-byte slots: 1,024 would take 45,056 bytes, rounded up to 48 KiB;
+        // a full 64 KiB page holds 1,489.
+        assert_eq!(Paged::<[u8; 44]>::SLOTS, 1489);
+        assert_eq!(Paged::<()>::SLOTS, PAGE_BYTES);
+        assert_eq!(Paged::<[u8; 70_000]>::SLOTS, 1);
+        let mut p = Paged::<[u8; 24]>::default();
+        for i in 0..5000u32 {
+            let mut v = [0u8; 24];
+            v[..4].copy_from_slice(&i.to_le_bytes());
+            p.push(v);
+        }
+        for i in [0u32, 2047, 2048, 4095, 4096, 4999] {
+            assert_eq!(p.get(i as usize).unwrap()[..4], i.to_le_bytes());
+        }
+        assert!(p.get(5000).is_none());
+    }
 
     #[test]
     fn reuse_bumps_generation_and_old_keys_miss() {

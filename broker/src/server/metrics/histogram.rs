@@ -127,9 +127,38 @@ impl Default for LatencyHistogram {
     }
 }
 
-/// The bucket a latency of `nanos` falls in.
+/// For each bit length of a latency in nanoseconds (0 to 64), the first
+/// bucket a latency of that length can fall in: the bounds below the
+/// length's least value. The bounds grow by 2 to 2.5 times (but the last,
+/// 60 s after 50 s), so few lie among the values of one length, and a
+/// record compares one or two bounds where a binary search over all 22
+/// compared five.
+const FIRST_BUCKET_BY_BITS: [u8; 65] = {
+    let mut t = [0u8; 65];
+    let mut bits = 1;
+    while bits <= 64 {
+        let least = 1u64 << (bits - 1);
+        let mut i = 0;
+        while i < LATENCY_BUCKET_BOUNDS_NANOS.len() && LATENCY_BUCKET_BOUNDS_NANOS[i] < least {
+            i += 1;
+        }
+        // At most 22.
+        t[bits] = i as u8;
+        bits += 1;
+    }
+    t
+};
+
+/// The bucket a latency of `nanos` falls in: the first whose bound is not
+/// below it.
+#[inline]
 fn bucket_of(nanos: u64) -> usize {
-    LATENCY_BUCKET_BOUNDS_NANOS.partition_point(|&bound| bound < nanos)
+    let bits = (u64::BITS - nanos.leading_zeros()) as usize;
+    let mut i = usize::from(FIRST_BUCKET_BY_BITS[bits]);
+    while i < LATENCY_BUCKET_BOUNDS_NANOS.len() && LATENCY_BUCKET_BOUNDS_NANOS[i] < nanos {
+        i += 1;
+    }
+    i
 }
 
 impl LatencyHistogram {
@@ -248,6 +277,21 @@ mod tests {
         assert_eq!(bucket_of(60_000_000_000), LATENCY_BUCKETS - 2);
         assert_eq!(bucket_of(60_000_000_001), LATENCY_BUCKETS - 1);
         assert_eq!(bucket_of(u64::MAX), LATENCY_BUCKETS - 1);
+        // As a search over every bound would place them: each bound, its
+        // neighbours, every power of two and its neighbours.
+        let search = |n: u64| LATENCY_BUCKET_BOUNDS_NANOS.partition_point(|&b| b < n);
+        let mut values: Vec<u64> = LATENCY_BUCKET_BOUNDS_NANOS
+            .iter()
+            .flat_map(|&b| [b - 1, b, b + 1])
+            .collect();
+        values.extend((0..64).flat_map(|k| {
+            let p = 1u64 << k;
+            [p - 1, p, p + 1]
+        }));
+        values.extend((0..10_000u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (i % 64)));
+        for n in values {
+            assert_eq!(bucket_of(n), search(n), "{n} ns");
+        }
     }
 
     #[test]
