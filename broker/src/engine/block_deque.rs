@@ -147,8 +147,12 @@ impl<T: Copy + Default, const N: usize> BlockDeque<T, N> {
     }
 
     /// The front entry.
+    #[inline]
     pub fn front(&self) -> Option<T> {
-        (self.len > 0).then(|| self.at(0))
+        // The front block's entry `first` (always below N): no position
+        // arithmetic.
+        let block = self.blocks.front().filter(|_| self.len > 0)?;
+        Some(block[self.first])
     }
 
     /// The back entry.
@@ -174,6 +178,26 @@ impl<T: Copy + Default, const N: usize> BlockDeque<T, N> {
     /// Removes and returns the front entry.
     pub fn pop_front(&mut self, spare: &mut Spare<T, N>) -> Option<T> {
         let value = self.front()?;
+        self.drop_front(spare);
+        Some(value)
+    }
+
+    /// Removes the front entry if it is `value`; returns whether it was.
+    #[inline]
+    pub fn pop_front_if(&mut self, value: T, spare: &mut Spare<T, N>) -> bool
+    where
+        T: PartialEq,
+    {
+        let hit = self.front() == Some(value);
+        if hit {
+            self.drop_front(spare);
+        }
+        hit
+    }
+
+    /// Removes the front entry, of a FIFO that holds one.
+    #[inline]
+    fn drop_front(&mut self, spare: &mut Spare<T, N>) {
         self.first += 1;
         self.len -= 1;
         self.head += 1;
@@ -186,7 +210,6 @@ impl<T: Copy + Default, const N: usize> BlockDeque<T, N> {
                 self.release_all(spare);
             }
         }
-        Some(value)
     }
 
     /// The entry at position `pos`, if held.
@@ -229,16 +252,29 @@ impl<T: Copy + Default, const N: usize> BlockDeque<T, N> {
     ) -> u64 {
         let mut kept = 0usize;
         let mut kept_before_mark = 0usize;
-        for i in 0..self.len {
-            let value = self.at(i);
-            if keep(value) {
-                if self.head + (i as u64) < mark {
-                    kept_before_mark += 1;
+        // Entries before `mark` (an index from the front): the first ones.
+        let before_mark = usize::try_from(mark.saturating_sub(self.head)).unwrap_or(usize::MAX);
+        // Read block by block as slices, written back at a cursor behind
+        // the read (one index into the blocks per entry kept, none per
+        // entry read).
+        let blocks = self.blocks.make_contiguous();
+        let end = self.first + self.len;
+        let mut at = self.first;
+        while at < end {
+            let b = at / N;
+            let stop = end.min((b + 1) * N);
+            for o in at % N..stop - b * N {
+                let value = blocks[b][o];
+                if keep(value) {
+                    if b * N + o - self.first < before_mark {
+                        kept_before_mark += 1;
+                    }
+                    let k = self.first + kept;
+                    blocks[k / N][k % N] = value;
+                    kept += 1;
                 }
-                let k = self.first + kept;
-                self.blocks[k / N][k % N] = value;
-                kept += 1;
             }
+            at = stop;
         }
         self.len = kept;
         // Blocks past the last kept entry go back to the pool.

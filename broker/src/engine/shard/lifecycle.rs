@@ -112,23 +112,29 @@ impl Shard {
         }
     }
 
-    /// Pops the gone entries at the front of grouped partition `p`'s age
-    /// FIFO, each once. Its receives take from its groups and never pop the
-    /// FIFO, so without this a draining backlog would leave the FIFO to the
-    /// whole-FIFO compaction, a walk of up to twice the messages held, in
-    /// one go: a stall of tens of milliseconds behind a million messages,
-    /// where popping the front as it dies costs a message once.
+    /// Pops the gone entries at the front of partition `p`'s age FIFO,
+    /// each once. A grouped partition's receives take from its groups and
+    /// never pop the FIFO, and a standard one's deletes pop it only when
+    /// they come in send order (`remove_with`), so without this a draining
+    /// backlog would leave the FIFO to the whole-FIFO compaction, a walk of
+    /// up to twice the messages held, in one go: a stall of tens of
+    /// milliseconds behind a million messages, where popping the front as
+    /// it dies costs a message once.
     fn trim_age_front(&mut self, p: u32) {
-        while let Some(key) = self.part(p).age.front() {
-            let live = self
-                .messages
+        let part = self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index");
+        let messages = &self.messages;
+        while let Some(key) = part.age.front() {
+            let live = messages
                 .get(key)
                 .is_some_and(|m| m.partition() == p && m.in_age_fifo());
             if live {
-                return;
+                break;
             }
-            self.pop_age_front(p);
+            part.age.pop_front(&mut self.age_spare);
         }
+        part.fresh = part.fresh.max(part.age.head());
     }
 
     /// Pops the front of `p`'s age FIFO; the fresh cursor never lies before
@@ -259,7 +265,9 @@ impl Shard {
         if self.bodies.needs_compaction() {
             self.compact_bodies();
         }
-        let part = self.part_mut(p);
+        let part = self.partitions[p as usize]
+            .as_mut()
+            .expect("live partition index");
         *Self::gauge_mut(&mut part.stats, m.state) -= 1;
         match why {
             Removal::Deleted => part.stats.deleted += 1,
@@ -268,7 +276,15 @@ impl Shard {
             Removal::QueueGone => {}
         }
         part.shared.release_depth();
-        if !m.in_age_fifo() {
+        if m.in_age_fifo() {
+            // A message removed in send order (a consumer deleting what it
+            // received, oldest first: the common case) is the front of its
+            // age FIFO, and its entry goes now rather than in a later walk
+            // (`trim_age_front`, `maybe_compact`).
+            if part.age.pop_front_if(key, &mut self.age_spare) {
+                part.fresh = part.fresh.max(part.age.head());
+            }
+        } else {
             part.moved.remove(&(m.sent_ns(), key.slot));
         }
         if part.grouping.is_some() {
@@ -300,9 +316,7 @@ impl Shard {
     }
 
     pub(super) fn maybe_compact(&mut self, p: u32) {
-        if self.part(p).grouping.is_some() {
-            self.trim_age_front(p);
-        }
+        self.trim_age_front(p);
         let part = self.part(p);
         if part.needs_compaction(part.age.len()) {
             let part = self.partitions[p as usize]
