@@ -124,10 +124,17 @@ pub(crate) const fn is_valid_name_bytes(b: &[u8]) -> bool {
     if b.is_empty() || b.len() > crate::limits::QUEUE_NAME_BYTES_MAX {
         return false;
     }
+    // The common name has no tag: one table look-up a byte, then done.
+    let mut i = 0;
+    while i < b.len() && PLAIN_NAME_BYTES[b[i] as usize] {
+        i += 1;
+    }
+    if i == b.len() {
+        return true;
+    }
     // Where the tag's `{` is (None: not yet seen), and whether it closed.
     let mut open: Option<usize> = None;
     let mut closed = false;
-    let mut i = 0;
     while i < b.len() {
         let c = b[i];
         if c == b'{' {
@@ -148,6 +155,19 @@ pub(crate) const fn is_valid_name_bytes(b: &[u8]) -> bool {
     }
     open.is_none() || closed
 }
+
+/// [`is_plain_name_byte`] of each byte value.
+const PLAIN_NAME_BYTES: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c: u8 = 0;
+    loop {
+        t[c as usize] = is_plain_name_byte(c);
+        if c == u8::MAX {
+            break t;
+        }
+        c += 1;
+    }
+};
 
 /// Whether `c` may appear in a queue name outside the braces of its tag.
 pub(crate) const fn is_plain_name_byte(c: u8) -> bool {

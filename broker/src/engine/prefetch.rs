@@ -24,3 +24,20 @@ pub fn read_soon<T>(value: &T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = value;
 }
+
+/// Lines of a byte string [`bytes_soon`] hints at most: a small message's
+/// body whole, a larger one's start (the rest streams behind it).
+const BYTES_LINES_MAX: usize = 4;
+
+/// Hints that the bytes of `b` will be read soon: the cache lines of its
+/// first 256 bytes.
+#[inline(always)]
+pub fn bytes_soon(b: &[u8]) {
+    for at in (0..b.len()).step_by(64).take(BYTES_LINES_MAX) {
+        read_soon(&b[at]);
+    }
+    // The last line, when the string ends in one the steps passed over.
+    if let Some(last) = b.last() {
+        read_soon(last);
+    }
+}

@@ -42,7 +42,6 @@
 
 use crate::sync::Ordering::Relaxed;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use sluice_protocol::{QueueName, QueueStats};
 
@@ -82,11 +81,11 @@ impl LeaseMetrics {
 
 impl LeaseObserver for LeaseMetrics {
     fn lease_ended(&mut self, outcome: LeaseOutcome, held_ns: u64) {
-        self.hold[outcome_slot(outcome)].record(Duration::from_nanos(held_ns));
+        self.hold[outcome_slot(outcome)].record_nanos(held_ns);
     }
 
     fn redelivery_lateness(&mut self, lateness_ns: u64) {
-        self.lateness.record(Duration::from_nanos(lateness_ns));
+        self.lateness.record_nanos(lateness_ns);
     }
 }
 
