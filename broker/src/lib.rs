@@ -28,3 +28,4 @@ pub mod snapshot;
 mod sync;
 #[cfg(all(feature = "test-util", not(sluice_loom)))]
 pub mod testing;
+pub mod wal;

@@ -1,0 +1,10 @@
+//! The write-ahead log beside the in-memory engine (`--durability`): its
+//! on-disk form, read and written here; the engine knows no files.
+//!
+//! Built so far: the frames one group commit appends, and the scan that
+//! reads a log back at start-up, cuts a torn end and refuses corruption
+//! ([`frame`]). The records inside a frame, the per-shard writers and the
+//! replay come next; until then no flag turns the log on.
+
+pub mod frame;
+pub mod fuzz_harness;
