@@ -205,6 +205,8 @@ impl Log {
 /// key, and the timer that ends the window of the first entry.
 #[derive(Debug, Default)]
 struct QueueLog {
+    /// The queue's incarnation.
+    incarnation: u32,
     log: Log,
     /// Each live entry as (its key's hash, the low 32 bits of its
     /// position), found by hash and confirmed by the entry's key: 8 bytes a
@@ -400,7 +402,13 @@ pub(crate) struct Expired {
 pub(crate) struct DedupTable {
     /// SipHash with this process's random keys: the keys are the clients'.
     hasher: KeyedHash,
-    queues: IndexMap<u32, QueueLog>,
+    /// The queues' logs, each found by its incarnation through `by_queue`.
+    logs: Vec<QueueLog>,
+    by_queue: IndexMap<u32, usize>,
+    /// The log checked in last, tried before `by_queue`: a batch's keys are
+    /// all one queue's (an index into `logs`, confirmed by its
+    /// incarnation, so a stale one only misses).
+    last: usize,
     spare: LogSpare,
 }
 
@@ -408,13 +416,63 @@ impl Default for DedupTable {
     fn default() -> DedupTable {
         DedupTable {
             hasher: KeyedHash::default(),
-            queues: IndexMap::default(),
+            logs: Vec::new(),
+            by_queue: IndexMap::default(),
+            last: 0,
             spare: Spare::new(LOG_SPARE_BLOCKS),
         }
     }
 }
 
 impl DedupTable {
+    /// Where queue `incarnation`'s log is in `logs`, if it has one.
+    #[inline]
+    fn log_at(&self, incarnation: u32) -> Option<usize> {
+        if self
+            .logs
+            .get(self.last)
+            .is_some_and(|q| q.incarnation == incarnation)
+        {
+            return Some(self.last);
+        }
+        self.by_queue.get(&incarnation).copied()
+    }
+
+    /// Where queue `incarnation`'s log is, made if it has none; it is the
+    /// one tried first from now on.
+    #[inline]
+    fn log_or_new(&mut self, incarnation: u32) -> usize {
+        let i = match self.log_at(incarnation) {
+            Some(i) => i,
+            None => {
+                self.logs.push(QueueLog {
+                    incarnation,
+                    ..QueueLog::default()
+                });
+                let i = self.logs.len() - 1;
+                self.by_queue.insert(incarnation, i);
+                i
+            }
+        };
+        self.last = i;
+        i
+    }
+
+    fn log_mut(&mut self, incarnation: u32) -> Option<&mut QueueLog> {
+        let i = self.log_at(incarnation)?;
+        self.logs.get_mut(i)
+    }
+
+    /// Takes queue `incarnation`'s log out of the table.
+    fn remove_log(&mut self, incarnation: u32) -> Option<QueueLog> {
+        let i = self.by_queue.remove(&incarnation)?;
+        let q = self.logs.swap_remove(i);
+        if let Some(moved) = self.logs.get(i) {
+            self.by_queue.insert(moved.incarnation, i);
+        }
+        Some(q)
+    }
+
     /// Looks `key` up at `now_ns`: the id recorded for it within its
     /// window, or the hash to record it with.
     pub fn probe(&self, incarnation: u32, key: &[u8], now_ns: u64) -> Probe {
@@ -423,8 +481,8 @@ impl DedupTable {
         }
         // 32 bits of the key's hash: a queue's map keeps no more.
         let hash = low32(self.hasher.hash(key));
-        match self.queues.get(&incarnation) {
-            Some(q) => q.look(hash, key, now_ns),
+        match self.log_at(incarnation) {
+            Some(i) => self.logs[i].look(hash, key, now_ns),
             None => Probe::Absent(Some(KeyHash { hash, stale: false })),
         }
     }
@@ -455,8 +513,8 @@ impl DedupTable {
             key.len() <= DEDUP_KEY_BYTES_MAX,
             "a KeyHash of a key too long"
         );
-        let q = self.queues.entry(incarnation).or_default();
-        q.record(key, hash, id, cost, until_ns, &mut self.spare)
+        let i = self.log_or_new(incarnation);
+        self.logs[i].record(key, hash, id, cost, until_ns, &mut self.spare)
     }
 
     /// The hashes of a batch's dedup keys (`None` for an entry without
@@ -471,7 +529,7 @@ impl DedupTable {
         keys: impl Iterator<Item = Option<&'k [u8]>>,
         out: &mut Vec<Option<u32>>,
     ) {
-        let q = self.queues.get(&incarnation);
+        let q = self.log_at(incarnation).map(|i| &self.logs[i]);
         out.extend(keys.map(|key| {
             let key = key.filter(|k| k.len() <= DEDUP_KEY_BYTES_MAX)?;
             let hash = low32(self.hasher.hash(key));
@@ -503,8 +561,8 @@ impl DedupTable {
         }
         let hash = hashed.unwrap_or_else(|| low32(self.hasher.hash(key)));
         debug_assert_eq!(hash, low32(self.hasher.hash(key)), "a hash of another key");
-        let q = self.queues.entry(incarnation).or_default();
-        q.check_in(hash, key, now_ns, id, cost, until_ns, &mut self.spare)
+        let i = self.log_or_new(incarnation);
+        self.logs[i].check_in(hash, key, now_ns, id, cost, until_ns, &mut self.spare)
     }
 
     /// Takes back the entry recorded last for queue `incarnation` (by a
@@ -512,22 +570,23 @@ impl DedupTable {
     /// stays dead: its memory, freed, is the caller's to release as if the
     /// send had gone through.
     pub fn undo_last(&mut self, incarnation: u32) {
-        let Some(q) = self.queues.get_mut(&incarnation) else {
+        let Some(i) = self.log_at(incarnation) else {
             return;
         };
+        let q = &mut self.logs[i];
         let position = low32(q.log.end().wrapping_sub(1));
         if let Some(e) = q.log.pop_back(&mut self.spare) {
             q.map.remove(e.hash, position);
         }
         // A log emptied so has no timer yet: its send would have armed it.
         if q.log.entries.is_empty() && q.timer.is_none() {
-            self.queues.remove(&incarnation);
+            self.remove_log(incarnation);
         }
     }
 
     /// Remembers queue `incarnation`'s timer.
     pub fn set_timer(&mut self, incarnation: u32, timer: TimerId) {
-        if let Some(q) = self.queues.get_mut(&incarnation) {
+        if let Some(q) = self.log_mut(incarnation) {
             q.timer = Some(timer);
         }
     }
@@ -536,12 +595,13 @@ impl DedupTable {
     /// from the first on, while their windows have ended.
     pub fn expire_due(&mut self, incarnation: u32, now_ns: u64) -> Expired {
         let mut freed = 0;
-        let Some(q) = self.queues.get_mut(&incarnation) else {
+        let Some(i) = self.log_at(incarnation) else {
             return Expired {
                 freed,
                 next_at: None,
             };
         };
+        let q = &mut self.logs[i];
         q.timer = None;
         while let Some(e) = q.log.entries.front() {
             if e.live && e.until_ns > now_ns {
@@ -556,7 +616,7 @@ impl DedupTable {
                 freed += u64::from(e.cost);
             }
         }
-        self.queues.remove(&incarnation);
+        self.remove_log(incarnation);
         Expired {
             freed,
             next_at: None,
@@ -566,7 +626,7 @@ impl DedupTable {
     /// Removes every entry of a deleted queue; returns its timer and their
     /// total cost.
     pub fn remove_queue(&mut self, incarnation: u32) -> (Option<TimerId>, u64) {
-        let Some(mut q) = self.queues.remove(&incarnation) else {
+        let Some(mut q) = self.remove_log(incarnation) else {
             return (None, 0);
         };
         let live = q.log.entries.iter().filter(|e| e.live);
@@ -578,25 +638,25 @@ impl DedupTable {
     /// Every entry, each queue's in the order they were recorded:
     /// `(incarnation, dedup key, id, end of its window)`.
     pub fn entries(&self) -> impl Iterator<Item = (u32, &[u8], MessageId, u64)> + '_ {
-        self.queues.iter().flat_map(|(&inc, q)| {
+        self.logs.iter().flat_map(|q| {
             q.log
                 .entries
                 .iter()
                 .filter(|e| e.live)
-                .map(move |e| (inc, q.log.key_of(&e), id_of(&e), e.until_ns))
+                .map(move |e| (q.incarnation, q.log.key_of(&e), id_of(&e), e.until_ns))
         })
     }
 
     /// Entries held: the live ones, each found by one map entry.
     #[cfg(any(test, feature = "test-util"))]
     pub fn len(&self) -> usize {
-        self.queues.values().map(|q| q.map.len()).sum()
+        self.logs.iter().map(|q| q.map.len()).sum()
     }
 
     /// Timers the table's queues hold.
     #[cfg(any(test, feature = "test-util"))]
     pub fn timers(&self) -> usize {
-        self.queues.values().filter(|q| q.timer.is_some()).count()
+        self.logs.iter().filter(|q| q.timer.is_some()).count()
     }
 }
 

@@ -147,7 +147,7 @@ fn the_logs_agree_with_a_plain_map_through_expiry_and_compaction() {
         removed += t.remove_queue(q).1;
     }
     assert_eq!(removed, cost_held);
-    assert_eq!((t.len(), t.queues.len()), (0, 0));
+    assert_eq!((t.len(), t.logs.len(), t.by_queue.len()), (0, 0, 0));
 }
 
 #[test]
@@ -155,10 +155,10 @@ fn positions_and_key_offsets_wrap_past_32_bits() {
     // A queue whose log has seen almost 2^32 entries and key bytes:
     // its positions and offsets wrap in the 32 bits kept of them.
     let mut t = DedupTable::default();
-    let mut q = QueueLog::default();
+    let i = t.log_or_new(9);
+    let q = &mut t.logs[i];
     q.log.entries = BlockDeque::starting_at((1 << 32) - 2);
     q.log.arena_base = (1 << 32) - 5;
-    t.queues.insert(9, q);
     let keys: Vec<Vec<u8>> = (0..6u8).map(|i| vec![b'a' + i; 3]).collect();
     for (i, k) in keys.iter().enumerate() {
         ins(&mut t, 9, k, MessageId(i as u128), 1, 10 + i as u64);
@@ -277,7 +277,7 @@ fn check_in_records_as_it_looks_up_and_undo_takes_back() {
         t.check_in(1, &long, None, 0, MessageId(1), 1, 1),
         CheckIn::Unrecordable
     );
-    assert!(t.queues.is_empty(), "a key never recorded leaves no log");
+    assert!(t.logs.is_empty(), "a key never recorded leaves no log");
 }
 
 #[test]
@@ -291,6 +291,57 @@ fn undo_of_a_queue_s_only_entry_forgets_the_queue() {
         })
     ));
     t.undo_last(5);
-    assert_eq!((t.len(), t.queues.len()), (0, 0));
+    assert_eq!((t.len(), t.logs.len(), t.by_queue.len()), (0, 0, 0));
     assert_eq!(t.lookup(5, b"k", 0), None);
+}
+
+#[test]
+fn logs_are_found_after_others_go_whichever_was_used_last() {
+    // Queues 1 to 4, each with keys; then queues go, each removal moving
+    // the last log into the gap, with the log used last pointing
+    // anywhere: every other queue's keys are still found, and check-ins
+    // land in their own queue's log.
+    let mut t = DedupTable::default();
+    for q in 1..=4u32 {
+        for k in 0..3u8 {
+            ins(
+                &mut t,
+                q,
+                &[b'a' + k, q as u8],
+                MessageId(u128::from(q) * 10 + u128::from(k)),
+                1,
+                100,
+            );
+        }
+    }
+    for gone in [1u32, 3] {
+        // Use queue 4 (the last log, which the removal moves) just before.
+        assert_eq!(t.lookup(4, &[b'a', 4], 0), Some(MessageId(40)));
+        let _ = t.check_in(4, b"late", None, 0, MessageId(49), 1, 100);
+        t.remove_queue(gone);
+        for q in (1..=4u32).filter(|&q| q != 1 && q != gone) {
+            for k in 0..3u8 {
+                let want = MessageId(u128::from(q) * 10 + u128::from(k));
+                assert_eq!(
+                    t.lookup(q, &[b'a' + k, q as u8], 0),
+                    Some(want),
+                    "queue {q} key {k}"
+                );
+            }
+            assert_eq!(t.lookup(q, b"late", 0), (q == 4).then_some(MessageId(49)));
+        }
+        assert_eq!(t.lookup(gone, &[b'a', gone as u8], 0), None);
+    }
+    assert_eq!(t.logs.len(), 2);
+    assert_eq!(t.by_queue.len(), 2);
+    for (&inc, &i) in &t.by_queue {
+        assert_eq!(t.logs[i].incarnation, inc);
+    }
+    // A check-in for a queue that has no log makes one, found after.
+    assert!(matches!(
+        t.check_in(7, b"k", None, 0, MessageId(70), 1, 100),
+        CheckIn::Recorded(_)
+    ));
+    assert_eq!(t.lookup(7, b"k", 0), Some(MessageId(70)));
+    assert_eq!(t.lookup(2, &[b'a', 2], 0), Some(MessageId(20)));
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
-use super::{GroupIndex, GroupOrder, Groups, IDLE_GROUPS_MIN, Readiness};
+use super::{GroupIndex, GroupOrder, Groups, IDLE_GROUPS_MIN, Readiness, same_bytes};
 
 /// Takes up to `max` with every message ready.
 fn take(g: &mut Groups<u64>, max: usize) -> Vec<(GroupIndex, u64, u64)> {
@@ -477,4 +477,26 @@ fn a_fair_message_retaken_counts_in_flight_and_comes_back() {
     g.returned(a, 0, 0);
     let second = take(&mut g, 10);
     assert_eq!(second.iter().map(|t| t.2).collect::<Vec<_>>(), [0]);
+}
+
+#[test]
+fn names_compare_as_their_bytes() {
+    let names: Vec<Vec<u8>> = (0..=12)
+        .flat_map(|n| {
+            let base: Vec<u8> = (0..n).map(|i| b'a' + i as u8).collect();
+            // The name, and the name with each byte changed in turn.
+            let mut all = vec![base.clone()];
+            for i in 0..n {
+                let mut v = base.clone();
+                v[i] = b'Z';
+                all.push(v);
+            }
+            all
+        })
+        .collect();
+    for a in &names {
+        for b in &names {
+            assert_eq!(same_bytes(a, b), a == b, "{a:?} {b:?}");
+        }
+    }
 }

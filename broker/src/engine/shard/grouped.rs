@@ -54,11 +54,12 @@ impl Shard {
             return;
         };
         let (seq, visible) = (m.seq.get(), m.state == MessageState::Visible);
-        self.enter_group_as(p, key, seq, visible, name);
+        self.enter_group_as(p, key, seq, visible, name, false);
     }
 
     /// [`Shard::enter_group`] for a message whose place in send order
-    /// (`seq`) and visibility its caller knows already (a send).
+    /// (`seq`) and visibility its caller knows already (a send, which
+    /// charged the membership with the message: `charged`).
     #[inline(never)]
     pub(super) fn enter_group_as(
         &mut self,
@@ -67,9 +68,10 @@ impl Shard {
         seq: u64,
         visible: bool,
         name: &[u8],
+        charged: bool,
     ) {
         let taken = if visible { Taken::No } else { Taken::IfFair };
-        self.join(p, key, seq, name, taken);
+        self.join(p, key, seq, name, taken, charged);
     }
 
     /// Makes the message at `key` of grouped partition `p` a member of
@@ -78,14 +80,20 @@ impl Shard {
     pub(super) fn add_member(&mut self, p: u32, key: SlotKey, name: &[u8], taken: bool) {
         if let Some(seq) = self.messages.get(key).map(|m| m.seq.get()) {
             let taken = if taken { Taken::Yes } else { Taken::No };
-            self.join(p, key, seq, name, taken);
+            self.join(p, key, seq, name, taken, false);
         }
     }
 
     /// [`Shard::add_member`] for the message at `key`, whose place in send
-    /// order is `seq`.
-    fn join(&mut self, p: u32, key: SlotKey, seq: u64, name: &[u8], taken: Taken) {
+    /// order is `seq`; charges its membership unless `charged`.
+    fn join(&mut self, p: u32, key: SlotKey, seq: u64, name: &[u8], taken: Taken, charged: bool) {
         let Some(grouping) = grouping_mut(&mut self.partitions, p) else {
+            // No groups to join (its callers join only grouped
+            // partitions): nothing is held, so nothing stays charged.
+            if charged {
+                self.memory
+                    .release(self.registry.memory(), GROUP_MEMBER_BYTES);
+            }
             return;
         };
         let taken = match taken {
@@ -99,8 +107,10 @@ impl Shard {
             grouping.groups.push(name, seq, key)
         };
         self.grouped.members.insert(key, Member { group, taken });
-        self.memory
-            .charge(self.registry.memory(), GROUP_MEMBER_BYTES);
+        if !charged {
+            self.memory
+                .charge(self.registry.memory(), GROUP_MEMBER_BYTES);
+        }
     }
 
     /// Makes standard partition `p` a fair one, for its first message with a

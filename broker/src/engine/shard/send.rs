@@ -231,25 +231,22 @@ impl Shard {
         let retain_until_ns = (sent_ms + u64::from(retention_ms)) * NS_PER_MS;
         let in_age_fifo = part.age.is_empty() || retain_until_ns >= part.age_tail_until_ns;
         let delayed = delay_ms > 0;
-        // What the message will hold: its data and record, and the side
-        // entries a delayed message (its lease: the delay's end) or one
-        // out of retention order (its own timer) needs from the start.
-        let side = match (delayed, in_age_fifo) {
-            (false, true) => 0,
-            (false, false) => EXT_BYTES,
-            (true, _) => EXT_BYTES + LEASE_BYTES,
-        } + if grouped { GROUP_MEMBER_BYTES } else { 0 };
+        let side = side_bytes(delayed, in_age_fifo);
+        // A grouped message's membership is charged here, with the message.
+        let member = if grouped { GROUP_MEMBER_BYTES } else { 0 };
         let msg_cost = data_len as u64 + MESSAGE_BYTES;
-        if !self
-            .memory
-            .reserve(self.registry.memory(), msg_cost + side + dedup_cost)
-        {
+        if !self.memory.reserve(
+            self.registry.memory(),
+            msg_cost + member + side + dedup_cost,
+        ) {
             self.unreserve_depth(p, depth);
             self.undo_dedup(inc, recorded);
             return Err(EntryError::MemoryFull);
         }
         // The side entries charge themselves as they are made.
-        self.memory.release(self.registry.memory(), side);
+        if side > 0 {
+            self.memory.release(self.registry.memory(), side);
+        }
         let (chunk, offset) = self.bodies.store(entry.body, attributes);
         let seq = self.next_seq;
         let Some(key) = self.messages.insert(StoredMessage::new(NewMessage {
@@ -273,7 +270,7 @@ impl Shard {
             self.unreserve_depth(p, depth);
             self.bodies.release(chunk, data_len);
             self.memory
-                .release(self.registry.memory(), msg_cost + dedup_cost);
+                .release(self.registry.memory(), msg_cost + member + dedup_cost);
             self.undo_dedup(inc, recorded);
             return Err(EntryError::SlotsFull);
         };
@@ -281,7 +278,7 @@ impl Shard {
         let id = self.message_id(seq);
         if grouped {
             // A fair queue's message without a group is in the group "".
-            self.enter_group_as(p, key, seq, !delayed, entry.group.unwrap_or_default());
+            self.enter_group_as(p, key, seq, !delayed, entry.group.unwrap_or_default(), true);
         }
         self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
         if let Some(r) = recorded {
@@ -470,6 +467,17 @@ impl Shard {
         if delayed {
             self.arm_timer(key);
         }
+    }
+}
+
+/// What a message sent will hold beside its data and record: the side
+/// entries a delayed message (its lease: the delay's end) or one out of
+/// retention order (its own timer) needs from the start.
+fn side_bytes(delayed: bool, in_age_fifo: bool) -> u64 {
+    match (delayed, in_age_fifo) {
+        (false, true) => 0,
+        (false, false) => EXT_BYTES,
+        (true, _) => EXT_BYTES + LEASE_BYTES,
     }
 }
 
