@@ -11,8 +11,9 @@
 //! | 16..20 | CRC32C of bytes 4..16 and the payload, `u32` LE |
 //! | 20.. | payload: the records of one shard-loop iteration |
 //!
-//! The writer appends one frame per commit and submits the next frame's
-//! write only once the previous one's sync has completed. So a frame that
+//! The rule the scan relies on, which the log's writer (still to come)
+//! must keep: one frame per commit, and the next frame's write submitted
+//! only once the previous frame's sync has completed. Then a frame that
 //! reads whole, in sequence, after one that does not proves that the bad
 //! one was synced before it, and so acknowledged: that is corruption (the
 //! bytes changed after they were written), and the start stops there. A
