@@ -36,6 +36,7 @@ use sluice_client::{
     ReceivedBatch, SendEntryRef, SendOutcome,
 };
 
+use super::wire::push_u64;
 use super::{
     Adapter, AdapterError, CONNECT_TIMEOUT, Finished, QueueSpec, REPLY_TIMEOUT, Receipt, Role,
     Setting, Target, TargetUrl,
@@ -153,7 +154,7 @@ impl Grouped {
         if self.fifo {
             for n in first..self.next {
                 self.keys.extend_from_slice(&self.key_prefix);
-                push_decimal(&mut self.keys, n);
+                push_u64(&mut self.keys, n);
                 self.key_ends.push(self.keys.len());
             }
         }
@@ -182,22 +183,6 @@ impl Grouped {
             })
             .collect()
     }
-}
-
-/// Appends `n` in decimal to `buf`.
-fn push_decimal(buf: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        // A digit: below 10.
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    buf.extend_from_slice(&digits[at..]);
 }
 
 impl Queues {
@@ -709,7 +694,7 @@ mod tests {
         assert_eq!(keys, [&b"7-9"[..], b"7-10"]);
         for n in [0, 7, 10, 99, 100, 12_345, u64::MAX] {
             let mut buf = b"x".to_vec();
-            push_decimal(&mut buf, n);
+            push_u64(&mut buf, n);
             assert_eq!(buf, format!("x{n}").into_bytes());
         }
         let mut fair = Grouped::new(2, false, 0).unwrap();
