@@ -7,7 +7,7 @@
 //! send (or move in) until it leaves, and the shard's removal paths all
 //! pass through `leave_grouping`, which removes it here.
 
-use super::groups::GroupIndex;
+use super::groups::{GroupIndex, NameAhead};
 use super::slab::SlotKey;
 
 /// Where one message of a grouped partition stands in its group.
@@ -50,6 +50,15 @@ impl GroupMembers {
                 group: p.group,
                 taken: p.taken,
             })
+    }
+
+    /// Hints that the member at `key` will be read soon (see
+    /// [`crate::engine::prefetch`]).
+    #[inline]
+    pub fn read_soon(&self, key: SlotKey) {
+        if let Some(p) = self.by_slot.get(key.slot as usize) {
+            crate::engine::prefetch::read_soon(p);
+        }
     }
 
     /// Makes the message at `key` member `m`, in place of any member its
@@ -108,6 +117,13 @@ impl GroupMembers {
 pub(crate) struct GroupSide {
     pub members: GroupMembers,
     pub taken: Vec<(GroupIndex, u64, SlotKey)>,
+    /// The group name of the entry being sent, when its batch looked its
+    /// names up ahead (`Groups::look_ahead`): set for one entry's send,
+    /// and taken by the entry's join.
+    pub name_ahead: Option<NameAhead>,
+    /// The batch's names looked up, one per entry (kept for the next
+    /// batch).
+    pub names_ahead: Vec<Option<NameAhead>>,
 }
 
 #[cfg(test)]

@@ -40,6 +40,8 @@ use hashbrown::HashTable;
 use sluice_protocol::MessageGroupId;
 
 use super::hashing::KeyedHash;
+use super::prefetch;
+use names::{head_of, same_bytes};
 
 /// How the groups of a queue deliver (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,56 +67,66 @@ pub(crate) enum Readiness {
 /// (a message's record keeps it, to report its return or its end).
 pub(crate) type GroupIndex = u32;
 
+/// A group name looked up ahead of its push ([`Groups::look_ahead`]): its
+/// hash, and the group that had the name then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NameAhead {
+    hash: u64,
+    found: Option<GroupIndex>,
+}
+
 /// Idle groups a queue keeps at least (see the module docs).
 pub(crate) const IDLE_GROUPS_MIN: usize = 64;
+
+/// How many turns ahead a take starts reading a group's record
+/// ([`Groups::read_ahead`]).
+const READ_AHEAD: usize = 4;
 
 /// Waiting messages an idle group keeps room for; a larger buffer goes.
 const IDLE_WAITING_CAPACITY_MAX: usize = 64;
 
-/// Whether `a` and `b` hold the same bytes: a group's name compared with a
-/// send's. Names of up to 8 bytes (most) in two loads each, without the
-/// call a slice comparison makes.
-#[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let n = a.len();
-    let le32 = |s: &[u8], at: usize| {
-        let mut w = [0u8; 4];
-        w.copy_from_slice(&s[at..at + 4]);
-        u32::from_le_bytes(w)
-    };
-    match n {
-        // The first four and the last four, which overlap where they agree.
-        4..=8 => le32(a, 0) == le32(b, 0) && le32(a, n - 4) == le32(b, n - 4),
-        _ => a == b,
-    }
-}
-
+/// One group. Its first cache line holds what a send and a take read
+/// (how its name starts, its waiting messages' buffer and counts), so
+/// that finding a group and joining it or taking from it cost one line
+/// of the group's, whichever of a thousand groups it is; its name and id,
+/// read on a name of more than 8 bytes and by a delivery, fill the second.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct Group<K> {
-    /// Its name's bytes (UTF-8: a `&str` made them).
-    name: Bytes,
-    /// Its name's hash, under which the index finds it.
-    hash: u64,
-    /// Its name as a message group id, checked once (`None` for a name
-    /// that is not a valid one: a fair queue's group "" of the messages
-    /// without a group), shared with every delivery that names the group.
-    id: Option<MessageGroupId>,
+    /// The first 8 bytes of its name, as [`head_of`] packs them: a name of
+    /// up to 8 bytes (most) is compared without reading `name`.
+    head: u64,
     /// Waiting messages by `seq`, lowest first.
     waiting: VecDeque<(u64, K)>,
+    /// At least the `seq` of its last waiting message (the highest it
+    /// has held): a send, whose `seq` is above every earlier one, goes to
+    /// the back without reading the buffer's last entry.
+    high: u64,
     in_flight: u32,
+    stamp: u32,
     /// Whether the group is in `turn`.
     in_turn: bool,
     /// Whether its first waiting message cannot be delivered yet.
     asleep: bool,
     /// Whether it holds nothing (and is in `Groups::idle`, under `stamp`).
     idle: bool,
-    stamp: u32,
+    /// Its name's bytes (UTF-8: a `&str` made them).
+    name: Bytes,
+    /// Its name as a message group id, checked once (`None` for a name
+    /// that is not a valid one: a fair queue's group "" of the messages
+    /// without a group), shared with every delivery that names the group.
+    id: Option<MessageGroupId>,
 }
 
 impl<K> Group<K> {
+    /// Whether its name is `name`, whose [`head_of`] is `head`.
+    #[inline]
+    fn is_named(&self, name: &[u8], head: u64) -> bool {
+        self.head == head
+            && self.name.len() == name.len()
+            && (name.len() <= 8 || same_bytes(&self.name, name))
+    }
+
     /// Whether it joins the turn now: it can deliver, as far as it knows
     /// (a message waits, it does not sleep, and in FIFO order none of its
     /// messages flies), and is not in the turn yet. Marks it in the turn
@@ -215,25 +227,31 @@ impl<K: Copy> Groups<K> {
 
     /// The group named `name`, whose hash is `hash`.
     fn lookup(&self, hash: u64, name: &[u8]) -> Option<GroupIndex> {
+        let head = head_of(name);
         self.index
             .find(hash, |&(h, g)| {
                 h == hash
                     && self
                         .group(g)
-                        .is_some_and(|group| same_bytes(&group.name, name))
+                        .is_some_and(|group| group.is_named(name, head))
             })
             .map(|&(_, g)| g)
     }
 
     /// The group named `name`, created if new (and no longer idle), and
     /// its record. One look-up of the index and one of the groups, for
-    /// every send to a grouped queue.
+    /// every send to a grouped queue; none of the index for a name looked
+    /// up ahead (`ahead`, [`Groups::look_ahead`]), when the group it found
+    /// still has that name.
     #[inline]
-    fn find_or_create(&mut self, name: &[u8]) -> (GroupIndex, &mut Group<K>) {
-        let hash = self.hasher.hash(name);
-        let g = match self.lookup(hash, name) {
+    fn find_or_create(&mut self, name: &[u8], ahead: NameAhead) -> (GroupIndex, &mut Group<K>) {
+        let found = ahead.found.filter(|&g| {
+            self.group(g)
+                .is_some_and(|group| group.is_named(name, head_of(name)))
+        });
+        let g = match found.or_else(|| self.lookup(ahead.hash, name)) {
             Some(g) => g,
-            None => self.create(name, hash),
+            None => self.create(name, ahead.hash),
         };
         let group = self.groups[g as usize]
             .as_mut()
@@ -270,10 +288,38 @@ impl<K: Copy> Groups<K> {
     /// other (a send), in its place otherwise (a message moved in from
     /// another queue, or loaded from a snapshot). Returns its group.
     pub fn push(&mut self, name: &[u8], seq: u64, key: K) -> GroupIndex {
+        let ahead = NameAhead {
+            hash: self.hasher.hash(name),
+            found: None,
+        };
+        self.push_ahead(name, ahead, seq, key)
+    }
+
+    /// Group name `name` looked up, as [`Groups::push_ahead`] takes it,
+    /// with the reads its push will make started now: a send looks the
+    /// groups of its batch up ahead, so that the batch waits for the
+    /// groups' cache lines once, together, rather than one entry after
+    /// another.
+    pub fn look_ahead(&self, name: &[u8]) -> NameAhead {
+        let hash = self.hasher.hash(name);
+        let found = self.lookup(hash, name);
+        if let Some(back) = found
+            .and_then(|g| self.group(g))
+            .and_then(|group| group.waiting.back())
+        {
+            prefetch::read_soon(back);
+        }
+        NameAhead { hash, found }
+    }
+
+    /// [`Groups::push`] of a name looked up ahead ([`Groups::look_ahead`],
+    /// since when no group was forgotten or made).
+    pub fn push_ahead(&mut self, name: &[u8], ahead: NameAhead, seq: u64, key: K) -> GroupIndex {
         let order = self.order;
-        let (g, group) = self.find_or_create(name);
-        if group.waiting.back().is_none_or(|&(s, _)| s < seq) {
+        let (g, group) = self.find_or_create(name, ahead);
+        if seq > group.high || group.waiting.is_empty() {
             group.waiting.push_back((seq, key));
+            group.high = group.high.max(seq);
         } else {
             let at = group.waiting.partition_point(|&(s, _)| s < seq);
             group.waiting.insert(at, (seq, key));
@@ -291,7 +337,11 @@ impl<K: Copy> Groups<K> {
     /// snapshot in flight, or waiting out the backoff after a lease.
     /// Returns its group.
     pub fn push_taken(&mut self, name: &[u8]) -> GroupIndex {
-        let (g, group) = self.find_or_create(name);
+        let ahead = NameAhead {
+            hash: self.hasher.hash(name),
+            found: None,
+        };
+        let (g, group) = self.find_or_create(name, ahead);
         group.in_flight += 1;
         if group.in_flight == 1 {
             self.groups_in_flight += 1;
@@ -302,15 +352,16 @@ impl<K: Copy> Groups<K> {
     fn create(&mut self, name: &[u8], hash: u64) -> GroupIndex {
         let name = Bytes::copy_from_slice(name);
         let group = Group {
-            id: MessageGroupId::from_bytes(name.clone()).ok(),
-            name,
-            hash,
+            head: head_of(&name),
             waiting: VecDeque::new(),
+            high: 0,
             in_flight: 0,
+            stamp: 0,
             in_turn: false,
             asleep: false,
             idle: false,
-            stamp: 0,
+            id: MessageGroupId::from_bytes(name.clone()).ok(),
+            name,
         };
         let g = match self.free.pop() {
             Some(g) => {
@@ -351,15 +402,22 @@ impl<K: Copy> Groups<K> {
     /// cannot be delivered yet does not hold its group: it is set aside
     /// into `aside`, counted in flight like a delivered one, until the
     /// caller reports it back ([`Groups::returned`]) when it can be.
+    ///
+    /// `soon(key)` hints that the message `key` names will be checked
+    /// soon (the caller prefetches what `check` reads). The groups in turn
+    /// are read ahead in a pipeline, since with many groups each is in a
+    /// cache line of its own, far apart (see [`Groups::read_ahead`]).
     pub fn take(
         &mut self,
         max: usize,
         mut check: impl FnMut(K) -> Readiness,
+        mut soon: impl FnMut(K),
         out: &mut Vec<(GroupIndex, u64, K)>,
         aside: &mut Vec<(GroupIndex, K)>,
     ) {
         let mut taken = 0;
         while taken < max {
+            self.read_ahead(&mut soon);
             let Some(g) = self.turn.pop_front() else {
                 return;
             };
@@ -384,6 +442,10 @@ impl<K: Copy> Groups<K> {
                 let Some((seq, key)) = group.waiting.pop_front() else {
                     break;
                 };
+                // The group's next message, which this take may want too.
+                if let Some(&(_, next)) = group.waiting.front() {
+                    soon(next);
+                }
                 match check(key) {
                     Readiness::Ready => {
                         out.push((g, seq, key));
@@ -408,6 +470,37 @@ impl<K: Copy> Groups<K> {
             taken += took;
             self.offer(g);
             self.idle_if_empty(g);
+        }
+    }
+
+    /// The reads of the groups next in turn, started ahead of their take
+    /// in three steps, each a take after the one before: the record of the
+    /// group [`READ_AHEAD`] turns away, then the first line of its waiting
+    /// messages two turns away, then (through `soon`) what the first of
+    /// them names one turn away. Each step reads only lines the step before
+    /// asked for, so the take that comes to a group finds it in cache.
+    #[inline]
+    fn read_ahead(&self, soon: &mut impl FnMut(K)) {
+        let turn = &self.turn;
+        if let Some(slot) = turn
+            .get(READ_AHEAD)
+            .and_then(|&g| self.groups.get(g as usize))
+        {
+            prefetch::read_soon(slot);
+        }
+        if let Some(first) = turn
+            .get(2)
+            .and_then(|&g| self.group(g))
+            .and_then(|group| group.waiting.front())
+        {
+            prefetch::read_soon(first);
+        }
+        if let Some(&(_, key)) = turn
+            .get(1)
+            .and_then(|&g| self.group(g))
+            .and_then(|group| group.waiting.front())
+        {
+            soon(key);
         }
     }
 
@@ -572,7 +665,10 @@ impl<K: Copy> Groups<K> {
     /// Forgets idle group `g`.
     fn forget(&mut self, g: GroupIndex) {
         if let Some(group) = self.groups[g as usize].take() {
-            if let Ok(found) = self.index.find_entry(group.hash, |&(_, i)| i == g) {
+            // Hashed again: a group is forgotten once, and its record
+            // keeps its first line for what the hot paths read.
+            let hash = self.hasher.hash(&group.name);
+            if let Ok(found) = self.index.find_entry(hash, |&(_, i)| i == g) {
                 found.remove();
             }
             self.free.push(g);
@@ -581,5 +677,6 @@ impl<K: Copy> Groups<K> {
     }
 }
 
+mod names;
 #[cfg(test)]
 mod tests;

@@ -208,6 +208,15 @@ impl<T> Slab<T> {
         }
     }
 
+    /// Hints that the entry of `key`'s slot will be read soon (a
+    /// prefetch): reads nothing of it now.
+    #[inline]
+    pub fn read_soon(&self, key: SlotKey) {
+        if let Some(e) = self.entries.get(key.slot as usize) {
+            crate::engine::prefetch::read_soon(e);
+        }
+    }
+
     /// Mutable access to the occupant of `slot` if its generation matches.
     pub fn get_mut(&mut self, key: SlotKey) -> Option<&mut T> {
         let e = self.entries.get_mut(key.slot as usize)?;

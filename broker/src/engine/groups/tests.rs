@@ -5,12 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
-use super::{GroupIndex, GroupOrder, Groups, IDLE_GROUPS_MIN, Readiness, same_bytes};
+use super::names::{head_of, same_bytes};
+use super::{GroupIndex, GroupOrder, Groups, IDLE_GROUPS_MIN, Readiness};
 
 /// Takes up to `max` with every message ready.
 fn take(g: &mut Groups<u64>, max: usize) -> Vec<(GroupIndex, u64, u64)> {
     let mut out = Vec::new();
-    g.take(max, |_| Readiness::Ready, &mut out, &mut Vec::new());
+    g.take(max, |_| Readiness::Ready, |_| {}, &mut out, &mut Vec::new());
     out
 }
 
@@ -100,6 +101,7 @@ fn gone_messages_are_skipped_and_empty_groups_go_idle() {
                 Readiness::Ready
             }
         },
+        |_| {},
         &mut out,
         &mut Vec::new(),
     );
@@ -173,7 +175,7 @@ fn a_message_not_ready_holds_its_group_until_woken() {
             Readiness::Ready
         }
     };
-    g.take(10, not_yet, &mut out, &mut Vec::new());
+    g.take(10, not_yet, |_| {}, &mut out, &mut Vec::new());
     assert_eq!(
         out.iter().map(|t| t.2).collect::<Vec<_>>(),
         [2],
@@ -181,11 +183,11 @@ fn a_message_not_ready_holds_its_group_until_woken() {
     );
     assert!(!g.can_deliver());
     out.clear();
-    g.take(10, |_| Readiness::Ready, &mut out, &mut Vec::new());
+    g.take(10, |_| Readiness::Ready, |_| {}, &mut out, &mut Vec::new());
     assert!(out.is_empty(), "a sleeps until woken");
     g.wake(g.find("a").unwrap());
     assert!(g.can_deliver());
-    g.take(10, |_| Readiness::Ready, &mut out, &mut Vec::new());
+    g.take(10, |_| Readiness::Ready, |_| {}, &mut out, &mut Vec::new());
     assert_eq!(out.iter().map(|t| t.2).collect::<Vec<_>>(), [0, 1]);
     // A message moved in with an earlier seq goes before the rest.
     let mut g = Groups::new(GroupOrder::Fifo);
@@ -277,12 +279,22 @@ fn run(order: GroupOrder, steps: &[Step]) {
             Step::Take(max) => {
                 let mut out = Vec::new();
                 let mut set_aside = Vec::new();
+                let mut hinted = Vec::new();
                 g.take(
                     max,
                     |k| readiness(k, &dropped, &later),
+                    |k| hinted.push(k),
                     &mut out,
                     &mut set_aside,
                 );
+                // The read-ahead names only messages its groups held:
+                // waiting, or dropped and not yet met by a take.
+                for k in &hinted {
+                    assert!(
+                        waiting.contains(k) || dropped.contains(k),
+                        "{k} hinted but not in a group"
+                    );
+                }
                 assert!(out.len() <= max);
                 assert!(order == GroupOrder::Fair || set_aside.is_empty());
                 for &(gi, key) in &set_aside {
@@ -394,6 +406,7 @@ fn run(order: GroupOrder, steps: &[Step]) {
         g.take(
             usize::MAX,
             |k| readiness(k, &dropped, &later),
+            |_| {},
             &mut out,
             &mut Vec::new(),
         );
@@ -407,6 +420,7 @@ fn run(order: GroupOrder, steps: &[Step]) {
     g.take(
         usize::MAX,
         |k| readiness(k, &dropped, &later),
+        |_| {},
         &mut out,
         &mut Vec::new(),
     );
@@ -499,4 +513,50 @@ fn names_compare_as_their_bytes() {
             assert_eq!(same_bytes(a, b), a == b, "{a:?} {b:?}");
         }
     }
+}
+
+#[test]
+fn groups_are_found_by_their_whole_name() {
+    // Names of 0 to 20 bytes, each also with one byte changed in turn, and
+    // with a zero byte added (which the zero-padded head of a short name
+    // does not tell apart): each is a group of its own, found as itself.
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    for n in 0..=20 {
+        let base: Vec<u8> = (0..n).map(|i| b'a' + i as u8).collect();
+        for i in 0..n {
+            let mut v = base.clone();
+            v[i] = b'Z';
+            names.push(v);
+        }
+        let mut padded = base.clone();
+        padded.push(0);
+        names.push(padded);
+        names.push(base);
+    }
+    names.sort();
+    names.dedup();
+    let mut g: Groups<u64> = Groups::new(GroupOrder::Fifo);
+    let made: Vec<GroupIndex> = names
+        .iter()
+        .zip(0..)
+        .map(|(name, seq)| g.push(name, seq, seq))
+        .collect();
+    for (name, &i) in names.iter().zip(&made) {
+        assert_eq!(g.lookup(g.hasher.hash(name), name), Some(i), "{name:?}");
+        // Pushed again, to the same group.
+        assert_eq!(g.push(name, 1_000 + u64::from(i), 0), i, "{name:?}");
+    }
+    let distinct: std::collections::BTreeSet<_> = made.iter().collect();
+    assert_eq!(distinct.len(), names.len());
+}
+
+#[test]
+fn heads_pack_a_names_first_bytes() {
+    assert_eq!(head_of(b""), 0);
+    assert_eq!(head_of(b"a"), 0x61);
+    assert_eq!(head_of(b"ab"), 0x6261);
+    assert_eq!(head_of(b"abcd"), 0x6463_6261);
+    assert_eq!(head_of(b"abcdefg"), 0x0067_6665_6463_6261);
+    assert_eq!(head_of(b"abcdefgh"), 0x6867_6665_6463_6261);
+    assert_eq!(head_of(b"abcdefghijk"), head_of(b"abcdefgh"));
 }

@@ -101,8 +101,17 @@ impl Shard {
             Taken::No => false,
             Taken::IfFair => grouping.groups.order() == GroupOrder::Fair,
         };
+        // A send's own entry (the one join that comes charged) may come
+        // with its name looked up ahead; no other join takes that.
+        let ahead = if charged {
+            self.grouped.name_ahead.take()
+        } else {
+            None
+        };
         let group = if taken {
             grouping.groups.push_taken(name)
+        } else if let Some(ahead) = ahead {
+            grouping.groups.push_ahead(name, ahead, seq, key)
         } else {
             grouping.groups.push(name, seq, key)
         };
@@ -273,6 +282,7 @@ impl Shard {
                 return false;
             };
             let messages = &self.messages;
+            let members = &self.grouped.members;
             grouping.groups.take(
                 max,
                 |key| match messages.get(key) {
@@ -281,6 +291,12 @@ impl Shard {
                         MessageState::Delayed | MessageState::InFlight => Readiness::Later,
                     },
                     _ => Readiness::Gone,
+                },
+                // The check reads the record, and the take then marks the
+                // membership taken.
+                |key| {
+                    messages.read_soon(key);
+                    members.read_soon(key);
                 },
                 &mut taken,
                 &mut aside,

@@ -151,10 +151,22 @@ impl Shard {
         hashes.clear();
         self.dedup
             .hash_ahead(inc, views.iter().map(|e| e.dedup_key), &mut hashes);
-        for (&e, &hash) in views.iter().zip(&hashes) {
+        // And their groups' names, when the queue has groups (a FIFO
+        // queue's entries all name one).
+        let mut names = core::mem::take(&mut self.grouped.names_ahead);
+        names.clear();
+        if let Some(grouping) = self.part(p).grouping.as_deref() {
+            let groups = &grouping.groups;
+            names.extend(views.iter().map(|e| e.group.map(|g| groups.look_ahead(g))));
+        }
+        for (i, (&e, &hash)) in views.iter().zip(&hashes).enumerate() {
+            // For this entry's join alone.
+            self.grouped.name_ahead = names.get(i).copied().flatten();
             let r = self.send_entry(p, e, depth, hash);
+            self.grouped.name_ahead = None;
             results.push(r);
         }
+        self.grouped.names_ahead = names;
         self.key_hashes = hashes;
     }
 
