@@ -82,6 +82,10 @@ pub(crate) const IDLE_GROUPS_MIN: usize = 64;
 /// ([`Groups::read_ahead`]).
 const READ_AHEAD: usize = 4;
 
+/// How many of a group's waiting messages a take hints ahead of their
+/// check, as it takes the group's consecutive messages.
+const READ_AHEAD_IN_GROUP: usize = 3;
+
 /// Waiting messages an idle group keeps room for; a larger buffer goes.
 const IDLE_WAITING_CAPACITY_MAX: usize = 64;
 
@@ -438,12 +442,18 @@ impl<K: Copy> Groups<K> {
                 GroupOrder::Fifo => max - taken,
                 GroupOrder::Fair => 1,
             };
+            let mut started = false;
             while took < want {
                 let Some((seq, key)) = group.waiting.pop_front() else {
                     break;
                 };
-                // The group's next message, which this take may want too.
-                if let Some(&(_, next)) = group.waiting.front() {
+                // The group's next messages, which this take may want too,
+                // [`READ_AHEAD_IN_GROUP`] ahead of their check (all of them
+                // at the group's first).
+                let end = READ_AHEAD_IN_GROUP.min(group.waiting.len());
+                let from = if started { READ_AHEAD_IN_GROUP - 1 } else { 0 };
+                started = true;
+                for &(_, next) in group.waiting.range(from.min(end)..end) {
                     soon(next);
                 }
                 match check(key) {
