@@ -181,3 +181,95 @@ fn array<const N: usize, R: SectionRead + ?Sized>(
     a.copy_from_slice(r.bytes(N, field)?);
     Ok(a)
 }
+
+/// A section held in memory, such as a write-ahead log frame's payload
+/// (whose frame carries the checksum): [`SectionRead`] over a byte slice,
+/// its offsets counted from `base`, a read past the end refused with the
+/// offset.
+#[derive(Debug)]
+pub struct SliceRead<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    base: u64,
+}
+
+impl<'a> SliceRead<'a> {
+    /// Reads `bytes`, whose first byte is at offset `base` of its file.
+    #[must_use]
+    pub fn new(bytes: &'a [u8], base: u64) -> SliceRead<'a> {
+        SliceRead { bytes, at: 0, base }
+    }
+}
+
+impl SectionRead for SliceRead<'_> {
+    type Error = SectionError;
+
+    fn offset(&self) -> u64 {
+        self.base + self.at as u64
+    }
+
+    fn remaining(&self) -> u64 {
+        (self.bytes.len() - self.at) as u64
+    }
+
+    fn bytes(&mut self, n: usize, field: &'static str) -> Result<&[u8], SectionError> {
+        let Some(b) = self.bytes.get(self.at..).and_then(|rest| rest.get(..n)) else {
+            return Err(SectionError::invalid(
+                self.offset(),
+                field,
+                format!("{n} bytes wanted, {} left", self.remaining()),
+            ));
+        };
+        self.at += n;
+        Ok(b)
+    }
+
+    fn verify(&mut self) -> Result<(), SectionError> {
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), SectionError> {
+        match self.remaining() {
+            0 => Ok(()),
+            n => Err(SectionError::invalid(
+                self.offset(),
+                "end",
+                format!("{n} bytes left over"),
+            )),
+        }
+    }
+}
+
+/// Bytes gathered in memory: [`Out`] over a vector.
+impl Out for Vec<u8> {
+    fn put(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+    fn counting(&self) -> bool {
+        false
+    }
+    fn skip(&mut self, _n: u64) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slice_reads_its_bytes_and_refuses_past_the_end() {
+        let mut out = Vec::new();
+        out.u8(1);
+        out.u32(0x0403_0201);
+        out.u64(9);
+        let mut r = SliceRead::new(&out, 100);
+        assert_eq!(r.u8("a").unwrap(), 1);
+        assert_eq!(r.offset(), 101);
+        assert_eq!(r.u32("b").unwrap(), 0x0403_0201);
+        assert_eq!(r.remaining(), 8);
+        let e = r.u128("c").unwrap_err().to_string();
+        assert!(e.contains("byte 105") && e.contains("c"), "{e}");
+        assert!(r.finish().is_err(), "8 bytes left");
+        assert_eq!(r.u64("d").unwrap(), 9);
+        r.finish().unwrap();
+    }
+}

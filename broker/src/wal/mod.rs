@@ -3,8 +3,11 @@
 //!
 //! Built so far: the frames one group commit appends, and the scan that
 //! reads a log back at start-up, cuts a torn end and refuses corruption
-//! ([`frame`]). The records inside a frame, the per-shard writers and the
-//! replay come next; until then no flag turns the log on.
+//! ([`frame`]); the records inside a frame, which the engine writes and
+//! replays as it does its snapshot section (`Shard::log_put`,
+//! `Shard::log_gone`, `Shard::replay_log`). The per-shard writers, the
+//! engine's emission points and the start-up replay come next; until then
+//! no flag turns the log on.
 
 pub mod frame;
 pub mod fuzz_harness;

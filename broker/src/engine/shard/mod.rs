@@ -103,7 +103,7 @@ use super::stored_message::{Ext, Lease, MessageState, StoredMessage, Table};
 use super::wheel::{TimerId, TimerWheel, timer_bytes};
 use crate::sync::Arc;
 
-pub use self::snapshot::{LoadClock, ShardLoad};
+pub use self::snapshot::{LOG_GONE, LOG_PUT, LoadClock, LogGone, LogPut, ShardLoad};
 
 const NS_PER_MS: u64 = 1_000_000;
 

@@ -27,6 +27,9 @@ use crate::engine::slab::SlotKey;
 use crate::engine::stored_message::{MessageState, StoredMessage};
 
 mod load;
+mod log;
+
+pub use log::{LOG_GONE, LOG_PUT, LogGone, LogPut};
 
 const STATE_MASK: u8 = 0b11;
 const FLAG_IN_AGE_FIFO: u8 = 1 << 2;

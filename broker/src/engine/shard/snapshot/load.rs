@@ -160,7 +160,7 @@ impl Shard {
         Ok(load)
     }
 
-    fn load_message<R: SectionRead>(
+    pub(super) fn load_message<R: SectionRead>(
         &mut self,
         r: &mut R,
         p: u32,

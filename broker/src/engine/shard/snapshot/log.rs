@@ -1,0 +1,259 @@
+//! The records a shard writes to its write-ahead log (`crate::wal`), and
+//! their replay onto a shard loaded from the checkpoint before them. Pure
+//! bytes, like the snapshot section: the engine writes into an
+//! [`Out`] and reads from a [`SectionRead`]; the log's frames, files and
+//! syncs are the server's.
+//!
+//! A record is a kind byte and its fields, little-endian:
+//!
+//! | kind | fields |
+//! |---|---|
+//! | 1, put | `u32` length of what follows; `u8` why: 0 sent, 1 moved in, 2 again (its record changed); `u32` queue incarnation; the message as the snapshot's message record has it (`snapshot.rs`: slot, generation, sequence number, times, state, side entry, lease, data, group) |
+//! | 2, gone | `u32` slot, `u32` generation; `u8` why: 0 deleted, 1 dropped (retention, dead-lettered or moved out), 2 purged |
+//!
+//! A message's put comes when it is stored (a send, a move in: replayed,
+//! counted as its queue counts it), and again when what the record holds
+//! of it changes in a way a restart must keep (replayed, it replaces the
+//! message, counted once).
+//! A gone comes when it leaves. Times in a put are relative to the moment
+//! it was written, as a snapshot's are to the save: a replay is given the
+//! wall-clock time of each frame's commit ([`LoadClock::saved_wall_ms`]).
+//!
+//! A put of a queue that no longer exists (deleted after the record was
+//! written) is skipped whole: its length says how far.
+
+use super::{LoadClock, ShardLoad, invalid};
+use crate::engine::section::{Counter, Out, SectionRead, SliceRead};
+use crate::engine::shard::{NS_PER_MS, Removal, Shard};
+use crate::engine::slab::{Slab, SlotKey};
+use crate::engine::stored_message::StoredMessage;
+
+/// A message stored, or its record changed.
+pub const LOG_PUT: u8 = 1;
+/// A message gone.
+pub const LOG_GONE: u8 = 2;
+
+/// Why a message is put: the counter a replay adds it to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogPut {
+    /// Sent.
+    Sent,
+    /// Moved in (redriven, or dead-lettered here).
+    MovedIn,
+    /// Put before, its record changed since.
+    Again,
+}
+
+/// Why a message is gone: the counter a replay adds it to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogGone {
+    /// Deleted.
+    Deleted,
+    /// Dropped: retention, dead-lettered or moved out.
+    Dropped,
+    /// Purged.
+    Purged,
+}
+
+/// Where the sequence number sits in a message record (after the slot and
+/// the generation).
+const SEQ_AT: usize = 8;
+
+impl Shard {
+    /// Appends the put record of the message at `key` to `out`, put for
+    /// `why`: nothing when no message is there. (Not called by the shard
+    /// yet: the log's writer, which will, comes next.)
+    pub fn log_put(&self, out: &mut impl Out, key: SlotKey, why: LogPut) {
+        let Some(m) = self.messages.get(key).copied() else {
+            return;
+        };
+        let Some(part) = self
+            .partitions
+            .get(m.partition() as usize)
+            .and_then(Option::as_ref)
+        else {
+            return;
+        };
+        let now_ns = self.now_ns;
+        let now_ms = now_ns / NS_PER_MS;
+        let mut len = Counter::default();
+        self.write_message(&mut len, key, &m, now_ns, now_ms);
+        out.u8(LOG_PUT);
+        // A message record is at most a frame and its fixed fields (well
+        // within u32).
+        out.u32((5 + len.0) as u32);
+        out.u8(match why {
+            LogPut::Sent => 0,
+            LogPut::MovedIn => 1,
+            LogPut::Again => 2,
+        });
+        out.u32(part.incarnation);
+        self.write_message(out, key, &m, now_ns, now_ms);
+    }
+
+    /// Appends the gone record of the message at `key`, which leaves for
+    /// `why`.
+    pub fn log_gone(out: &mut impl Out, key: SlotKey, why: LogGone) {
+        out.u8(LOG_GONE);
+        out.u32(key.slot);
+        out.u32(key.generation);
+        out.u8(match why {
+            LogGone::Deleted => 0,
+            LogGone::Dropped => 1,
+            LogGone::Purged => 2,
+        });
+    }
+
+    /// Replays the records of `r`, to its end, onto this shard, which was
+    /// loaded from the checkpoint the records follow (or is fresh, built
+    /// on the registry they belong to). `clock.saved_wall_ms` is when the
+    /// records were written (their frame's commit).
+    ///
+    /// # Errors
+    /// The first record that cannot be applied, with its byte offset: a
+    /// field out of range, a put of a slot with another message in it, a
+    /// gone of a message that is not there, a record cut short. The shard
+    /// is then half replayed and must be dropped.
+    pub fn replay_log<R: SectionRead>(
+        &mut self,
+        r: &mut R,
+        clock: LoadClock,
+    ) -> Result<ShardLoad, R::Error> {
+        self.begin(clock.now_ns, clock.wall_ms);
+        let result = self.replay_inner(r, clock);
+        self.messages.rebuild_free();
+        self.end();
+        result
+    }
+
+    fn replay_inner<R: SectionRead>(
+        &mut self,
+        r: &mut R,
+        clock: LoadClock,
+    ) -> Result<ShardLoad, R::Error> {
+        let mut load = ShardLoad::default();
+        // No slot past those a put of each record could add (a record is
+        // at least a message record's 43 bytes), nor past what the memory
+        // budget could hold.
+        let budget = self.registry.memory().limit() / Slab::<StoredMessage>::slot_bytes() as u64;
+        let slots = (self.messages.slots() as u64 + r.remaining() / 43 + 1).min(budget);
+        let slots = u32::try_from(slots).unwrap_or(u32::MAX);
+        let hole_generation = self.messages.generation_max().wrapping_add(1);
+        while r.remaining() > 0 {
+            let at = r.offset();
+            match r.u8("record kind")? {
+                LOG_PUT => self.replay_put(r, at, slots, hole_generation, clock, &mut load)?,
+                LOG_GONE => self.replay_gone(r, at)?,
+                kind => {
+                    return Err(invalid(
+                        at,
+                        "record kind",
+                        format!("{kind} is not a record"),
+                    ));
+                }
+            }
+        }
+        Ok(load)
+    }
+
+    fn replay_put<R: SectionRead>(
+        &mut self,
+        r: &mut R,
+        at: u64,
+        slots: u32,
+        hole_generation: u32,
+        clock: LoadClock,
+        load: &mut ShardLoad,
+    ) -> Result<(), R::Error> {
+        let len = u64::from(r.u32("record length")?);
+        if len < 5 || len > r.remaining() {
+            return Err(invalid(
+                at,
+                "record length",
+                format!("{len}, with {} bytes left", r.remaining()),
+            ));
+        }
+        let why_at = r.offset();
+        let why = match r.u8("why")? {
+            0 => LogPut::Sent,
+            1 => LogPut::MovedIn,
+            2 => LogPut::Again,
+            n => return Err(invalid(why_at, "why", format!("{n} is not a reason"))),
+        };
+        let inc = r.u32("incarnation")?;
+        let base = r.offset();
+        // Below u32::MAX, so a usize.
+        let record = r.bytes((len - 5) as usize, "message record")?;
+        let Some(&p) = self.by_incarnation.get(&inc) else {
+            // Its queue is gone since: nothing of it to restore.
+            return Ok(());
+        };
+        let Some(seq) = record
+            .get(SEQ_AT..SEQ_AT + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        else {
+            return Err(invalid(base, "message record", "cut short"));
+        };
+        // The loader takes sequence numbers below the next one: a record
+        // written later than the checkpoint moves it on.
+        self.next_seq = self.next_seq.max(seq.saturating_add(1));
+        let key = SlotKey {
+            slot: u32::from_le_bytes(record[..4].try_into().unwrap_or_default()),
+            generation: u32::from_le_bytes(record[4..8].try_into().unwrap_or_default()),
+        };
+        // A put again replaces the message the shard holds (uncounted: it
+        // was counted when first put); a first put finds its slot free.
+        match (why, self.messages.get(key).is_some()) {
+            (LogPut::Again, true) => self.remove_message(key, Removal::QueueGone),
+            (LogPut::Again, false) => {
+                return Err(invalid(base, "slot", "a put again of a message never put"));
+            }
+            (_, true) => {
+                return Err(invalid(
+                    base,
+                    "slot",
+                    "a first put of a message already put",
+                ));
+            }
+            (_, false) => {}
+        }
+        let mut inner = SliceRead::new(record, base);
+        self.load_message(&mut inner, p, slots, hole_generation, clock, load)
+            .and_then(|()| inner.finish())?;
+        let stats = &mut self.part_mut(p).stats;
+        match why {
+            LogPut::Sent => stats.sent += 1,
+            LogPut::MovedIn => stats.moved_in += 1,
+            LogPut::Again => {}
+        }
+        Ok(())
+    }
+
+    fn replay_gone<R: SectionRead>(&mut self, r: &mut R, at: u64) -> Result<(), R::Error> {
+        let key = SlotKey {
+            slot: r.u32("slot")?,
+            generation: r.u32("generation")?,
+        };
+        let why = match r.u8("why")? {
+            0 => Removal::Deleted,
+            1 => Removal::Dropped,
+            2 => Removal::Purged,
+            n => return Err(invalid(at, "why", format!("{n} is not a reason"))),
+        };
+        if self.messages.get(key).is_none() {
+            return Err(invalid(
+                at,
+                "slot",
+                format!(
+                    "no message at slot {} generation {} to remove",
+                    key.slot, key.generation
+                ),
+            ));
+        }
+        self.remove_message(key, why);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,205 @@
+use bytes::Bytes;
+use sluice_protocol::{
+    AttributeUpdate, QueueAttributesRequest, QueueKind, QueueName, ReceiveRequest, SendEntry,
+    SendRequest,
+};
+
+use super::{LOG_GONE, LOG_PUT, LogGone, LogPut};
+use crate::engine::section::{SectionError, SliceRead};
+use crate::engine::shard::{LoadClock, Shard};
+use crate::engine::slab::SlotKey;
+use crate::engine::{Cluster, Op, OpResult, RegistryConfig};
+
+fn cluster() -> Cluster {
+    let mut c = Cluster::new(RegistryConfig {
+        shards: 1,
+        seed: 7,
+        ..Default::default()
+    });
+    for (name, kind) in [("work", QueueKind::Standard), ("fifo", QueueKind::Fifo)] {
+        let r = c.call(
+            0,
+            Op::CreateQueue(QueueAttributesRequest {
+                queue: QueueName::new(name).unwrap(),
+                attributes: AttributeUpdate {
+                    kind: Some(kind),
+                    ..Default::default()
+                },
+            }),
+        );
+        assert!(matches!(r, OpResult::QueueCreated { .. }), "{r:?}");
+    }
+    c
+}
+
+fn send(c: &mut Cluster, queue: &str, bodies: &[&str], group: Option<&str>) {
+    let entries: Vec<SendEntry> = bodies
+        .iter()
+        .map(|b| {
+            let mut e = SendEntry::new(Bytes::copy_from_slice(b.as_bytes()));
+            if let Some(g) = group {
+                e.group = Some(sluice_protocol::MessageGroupId::new(g).unwrap());
+                e.dedup_key = Some(Bytes::copy_from_slice(b.as_bytes()));
+            }
+            e
+        })
+        .collect();
+    let op = Op::Send(SendRequest::new(QueueName::new(queue).unwrap(), &entries).unwrap());
+    match c.call(0, op) {
+        OpResult::Sent(r) => assert!(r.iter().all(Result::is_ok), "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn receive(c: &mut Cluster, queue: &str, max: u16) -> Vec<String> {
+    let op = Op::Receive(ReceiveRequest {
+        queue: QueueName::new(queue).unwrap(),
+        max_messages: max,
+        visibility_timeout_ms: None,
+        wait_ms: Some(0),
+        bind_leases: false,
+        with_source: false,
+    });
+    match c.call(0, op) {
+        OpResult::Received(m) => m
+            .iter()
+            .map(|m| String::from_utf8(m.body.to_vec()).unwrap())
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn keys(s: &Shard) -> Vec<SlotKey> {
+    s.messages.keys().collect()
+}
+
+fn clock(c: &Cluster) -> LoadClock {
+    LoadClock {
+        now_ns: c.now_ns(),
+        wall_ms: c.wall_ms(),
+        saved_wall_ms: c.wall_ms(),
+    }
+}
+
+/// A log of every message of `c` put, then the first `gone` of them gone.
+fn log_of(c: &Cluster, gone: usize) -> Vec<u8> {
+    let s = c.shard(0);
+    let mut out = Vec::new();
+    let all = keys(s);
+    for &k in &all {
+        s.log_put(&mut out, k, LogPut::Sent);
+    }
+    for &k in all.iter().take(gone) {
+        Shard::log_gone(&mut out, k, LogGone::Deleted);
+    }
+    out
+}
+
+#[test]
+fn a_replayed_log_restores_the_messages_it_put_and_not_those_it_removed() {
+    let mut a = cluster();
+    send(&mut a, "work", &["w0", "w1", "w2", "w3"], None);
+    send(&mut a, "fifo", &["f0", "f1", "f2"], Some("g"));
+    send(&mut a, "fifo", &["h0"], Some("h"));
+    let log = log_of(&a, 2);
+    let mut b = cluster();
+    let load = b
+        .shard_mut(0)
+        .replay_log(&mut SliceRead::new(&log, 0), clock(&a))
+        .unwrap();
+    assert_eq!(load.messages(), 8, "every put counted");
+    b.check_invariants().unwrap();
+    // The first two keys were work's w0 and w1.
+    assert_eq!(receive(&mut b, "work", 10), ["w2", "w3"]);
+    // A FIFO queue's groups come back in order and locked as a send
+    // leaves them: one receive takes g's run, then h's.
+    let mut fifo = receive(&mut b, "fifo", 10);
+    fifo.sort();
+    assert_eq!(fifo, ["f0", "f1", "f2", "h0"]);
+    b.check_invariants().unwrap();
+    // Sends after the replay take later sequence numbers, and fresh slots.
+    send(&mut b, "work", &["w4"], None);
+    assert_eq!(receive(&mut b, "work", 10), ["w4"]);
+}
+
+#[test]
+fn a_put_again_replaces_the_message_and_a_gone_queue_is_skipped() {
+    let mut a = cluster();
+    send(&mut a, "work", &["w0"], None);
+    let mut log = log_of(&a, 0);
+    let key = keys(a.shard(0))[0];
+    a.shard(0).log_put(&mut log, key, LogPut::Again);
+    let mut b = cluster();
+    // The queue "gone" is not in b's registry: its puts are skipped.
+    let mut c = Cluster::new(RegistryConfig {
+        shards: 1,
+        seed: 7,
+        ..Default::default()
+    });
+    let load = b
+        .shard_mut(0)
+        .replay_log(&mut SliceRead::new(&log, 0), clock(&a))
+        .unwrap();
+    assert_eq!(load.messages(), 2, "two puts");
+    b.check_invariants().unwrap();
+    assert_eq!(receive(&mut b, "work", 10), ["w0"], "one message");
+    c.shard_mut(0)
+        .replay_log(&mut SliceRead::new(&log, 0), clock(&a))
+        .unwrap();
+    c.check_invariants().unwrap();
+    assert!(c.messages().is_empty());
+}
+
+#[test]
+fn a_bad_log_is_refused_with_its_offset_never_a_panic() {
+    let mut a = cluster();
+    send(&mut a, "work", &["w0", "w1"], None);
+    send(&mut a, "fifo", &["f0"], Some("g"));
+    let log = log_of(&a, 1);
+    // Every cut short: refused, or (at a record's end) replayed so far.
+    for cut in 0..log.len() {
+        let mut b = cluster();
+        let r = b
+            .shard_mut(0)
+            .replay_log(&mut SliceRead::new(&log[..cut], 0), clock(&a));
+        if let Err(e) = r {
+            let SectionError::Invalid { offset, .. } = e else {
+                panic!("{e}");
+            };
+            assert!(offset <= cut as u64, "cut {cut}: offset {offset}");
+        }
+    }
+    // Every byte changed: refused or replayed, and the shard consistent
+    // when replayed.
+    for i in 0..log.len() {
+        for x in [0x01u8, 0x80, 0xff] {
+            let mut bad = log.clone();
+            bad[i] ^= x;
+            let mut b = cluster();
+            if b.shard_mut(0)
+                .replay_log(&mut SliceRead::new(&bad, 0), clock(&a))
+                .is_ok()
+            {
+                b.check_invariants()
+                    .unwrap_or_else(|e| panic!("byte {i} ^ {x:#x}: {e}"));
+            }
+        }
+    }
+    // A kind that is no record, and a gone of a message never put.
+    let mut b = cluster();
+    let e = b
+        .shard_mut(0)
+        .replay_log(&mut SliceRead::new(&[9], 40), clock(&a))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("record kind") && e.contains("byte 40"), "{e}");
+    let mut gone = vec![LOG_GONE];
+    gone.extend_from_slice(&[0; 9]);
+    let e = b
+        .shard_mut(0)
+        .replay_log(&mut SliceRead::new(&gone, 0), clock(&a))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no message at slot 0"), "{e}");
+    assert_eq!(LOG_PUT, log[0]);
+}
