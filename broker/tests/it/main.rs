@@ -5,6 +5,7 @@
 //! clock, on 1 and 2 shards, and check the invariants after every step.
 
 mod engine_util;
+mod engine_wal;
 
 mod engine_dead_letter;
 mod engine_fair;

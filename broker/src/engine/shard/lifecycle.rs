@@ -5,7 +5,9 @@
 
 use sluice_protocol::QueueStats;
 
-use super::{EXT_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, Removal, Shard, TimerEvent};
+use super::{
+    EXT_BYTES, LEASE_BYTES, LogGone, LogPut, MESSAGE_BYTES, NS_PER_MS, Removal, Shard, TimerEvent,
+};
 use crate::engine::ops::LeaseOutcome;
 use crate::engine::partition::ReadyEntry;
 use crate::engine::slab::SlotKey;
@@ -244,6 +246,19 @@ impl Shard {
         side: Option<(Ext, Option<u32>)>,
         why: Removal,
     ) {
+        if self.wal.is_some() {
+            let gone = match why {
+                Removal::Deleted => Some(LogGone::Deleted),
+                Removal::Dropped => Some(LogGone::Dropped),
+                Removal::Purged => Some(LogGone::Purged),
+                // Its queue's deletion says it (a put of a queue no
+                // longer there is skipped).
+                Removal::QueueGone => None,
+            };
+            if let Some(gone) = gone {
+                self.logged_gone(key, gone);
+            }
+        }
         let data_len = self.data_len(m);
         let mut cost = data_len as u64 + MESSAGE_BYTES;
         if let Some((e, group)) = side {
@@ -381,6 +396,14 @@ impl Shard {
             }
         }
         self.mark_touched(from, false);
+        if self.wal.is_some() {
+            let gone = if redrive {
+                LogGone::Redriven
+            } else {
+                LogGone::DeadLettered
+            };
+            self.logged_gone(key, gone);
+        }
         let new_key = self.messages.bump(key)?;
         // The timer names the old key: it goes, and is set again below.
         let ext = self.ensure_ext(new_key);
@@ -415,6 +438,9 @@ impl Shard {
         self.push_ready(to, new_key);
         self.arm_timer(new_key);
         self.maybe_compact(from);
+        if self.wal.is_some() {
+            self.logged_put(new_key, LogPut::MovedIn);
+        }
         Some(new_key)
     }
 

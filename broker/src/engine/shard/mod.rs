@@ -58,6 +58,8 @@
 //! | `gather.rs` | fan-out operations: stats, purge, peek, redrive, delete-queue |
 //! | `inbound.rs` | messages from other shards |
 //! | `snapshot.rs`, `snapshot/load.rs` | the shard's part of a snapshot: writing it, loading it back (over `engine/section.rs`) |
+//! | `snapshot/log.rs` | the shard's write-ahead log records: a message put or gone as it arrives or leaves, and their replay |
+//! | `view.rs` | `MessageView`, a read-only view of a message for tests |
 //! | `invariants.rs` | `check_invariants` for tests (feature `test-util`) |
 
 mod dispatch;
@@ -77,11 +79,12 @@ mod receive;
 mod records;
 mod send;
 mod snapshot;
+mod view;
 
 use core::mem::size_of;
 use std::collections::{HashMap, VecDeque};
 
-use sluice_protocol::{MessageId, QueueName, QueueStats, ReceivedMessage, SendOutcome};
+use sluice_protocol::{QueueName, QueueStats, ReceivedMessage, SendOutcome};
 
 use self::gather::PendingGather;
 use self::lease_groups::LeaseGroups;
@@ -104,6 +107,7 @@ use super::wheel::{TimerId, TimerWheel, timer_bytes};
 use crate::sync::Arc;
 
 pub use self::snapshot::{LOG_GONE, LOG_PUT, LoadClock, LogGone, LogPut, ShardLoad};
+pub use self::view::MessageView;
 
 const NS_PER_MS: u64 = 1_000_000;
 
@@ -132,27 +136,6 @@ pub struct ShardConfig {
     pub shard: u16,
     /// Seed of this shard's PRNG (backoff jitter).
     pub seed: u64,
-}
-
-/// A read-only view of one stored message, for tests and debugging.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MessageView {
-    /// Id.
-    pub id: MessageId,
-    /// Queue it is in.
-    pub queue: QueueName,
-    /// Where it stands.
-    pub state: MessageState,
-    /// End of the lease or delay (in flight or delayed).
-    pub due_ns: Option<u64>,
-    /// Deliveries since sent or redriven.
-    pub receive_count: u32,
-    /// Deliveries ever.
-    pub delivery: u64,
-    /// When retention drops it.
-    pub retain_until_ns: u64,
-    /// Its message group, in a grouped (FIFO or fair) queue.
-    pub group: Option<Box<str>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -260,6 +243,9 @@ pub struct Shard {
     /// The hashes of a batch's dedup keys, computed ahead (`send.rs`);
     /// reused from batch to batch.
     key_hashes: Vec<Option<u32>>,
+    /// Write-ahead log records not yet taken, when the log is on
+    /// (`snapshot/log.rs`).
+    wal: Option<Vec<u8>>,
     rng: Rng,
     memory: ShardMemory,
     next_seq: u64,
@@ -355,6 +341,7 @@ impl Shard {
             wheel: TimerWheel::new(now_ns),
             dedup: DedupTable::default(),
             key_hashes: Vec::new(),
+            wal: None,
             rng: Rng::new(config.seed),
             memory: ShardMemory::default(),
             next_seq: 0,

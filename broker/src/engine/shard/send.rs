@@ -7,8 +7,8 @@ use sluice_protocol::{
 };
 
 use super::{
-    EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard,
-    TimerEvent,
+    EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, LogPut, MESSAGE_BYTES, NS_PER_MS, PendingKind,
+    Shard, TimerEvent,
 };
 use crate::engine::dedup::{CheckIn, KeyHash, Recorded, owner_shard};
 use crate::engine::error::EntryError;
@@ -293,6 +293,9 @@ impl Shard {
             self.enter_group_as(p, key, seq, !delayed, entry.group.unwrap_or_default(), true);
         }
         self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
+        if self.wal.is_some() {
+            self.logged_put(key, LogPut::Sent);
+        }
         if let Some(r) = recorded {
             self.dedup_recorded(inc, r);
         }

@@ -9,7 +9,7 @@
 //! | kind | fields |
 //! |---|---|
 //! | 1, put | `u32` length of what follows; `u8` why: 0 sent, 1 moved in, 2 again (its record changed); `u32` queue incarnation; the message as the snapshot's message record has it (`snapshot.rs`: slot, generation, sequence number, times, state, side entry, lease, data, group) |
-//! | 2, gone | `u32` slot, `u32` generation; `u8` why: 0 deleted, 1 dropped (retention, dead-lettered or moved out), 2 purged |
+//! | 2, gone | `u32` slot, `u32` generation; `u8` why: 0 deleted, 1 dropped (its retention ended), 2 purged, 3 dead-lettered, 4 redriven (the last two: a put of it in its new queue follows) |
 //!
 //! A message's put comes when it is stored (a send, a move in: replayed,
 //! counted as its queue counts it), and again when what the record holds
@@ -49,10 +49,14 @@ pub enum LogPut {
 pub enum LogGone {
     /// Deleted.
     Deleted,
-    /// Dropped: retention, dead-lettered or moved out.
+    /// Dropped (its retention ended).
     Dropped,
     /// Purged.
     Purged,
+    /// Moved to its dead-letter queue (a put of it follows).
+    DeadLettered,
+    /// Redriven from this dead-letter queue (a put of it follows).
+    Redriven,
 }
 
 /// Where the sequence number sits in a message record (after the slot and
@@ -61,8 +65,7 @@ const SEQ_AT: usize = 8;
 
 impl Shard {
     /// Appends the put record of the message at `key` to `out`, put for
-    /// `why`: nothing when no message is there. (Not called by the shard
-    /// yet: the log's writer, which will, comes next.)
+    /// `why`: nothing when no message is there.
     pub fn log_put(&self, out: &mut impl Out, key: SlotKey, why: LogPut) {
         let Some(m) = self.messages.get(key).copied() else {
             return;
@@ -101,7 +104,44 @@ impl Shard {
             LogGone::Deleted => 0,
             LogGone::Dropped => 1,
             LogGone::Purged => 2,
+            LogGone::DeadLettered => 3,
+            LogGone::Redriven => 4,
         });
+    }
+
+    /// Turns this shard's write-ahead log records on or off (records not
+    /// yet taken are dropped when off).
+    pub fn set_logging(&mut self, on: bool) {
+        self.wal = on.then(Vec::new);
+    }
+
+    /// Moves the records written since the last take (in the order the
+    /// shard wrote them) to the end of `into`.
+    pub fn take_log(&mut self, into: &mut Vec<u8>) {
+        if let Some(w) = self.wal.as_mut() {
+            into.append(w);
+        }
+    }
+
+    /// [`Shard::log_put`] into the shard's own records, when the log is on.
+    // Out of line: without a log, a send pays one branch for it.
+    #[cold]
+    #[inline(never)]
+    pub(in crate::engine::shard) fn logged_put(&mut self, key: SlotKey, why: LogPut) {
+        if let Some(mut w) = self.wal.take() {
+            self.log_put(&mut w, key, why);
+            self.wal = Some(w);
+        }
+    }
+
+    /// [`Shard::log_gone`] into the shard's own records, when the log is
+    /// on.
+    #[cold]
+    #[inline(never)]
+    pub(in crate::engine::shard) fn logged_gone(&mut self, key: SlotKey, why: LogGone) {
+        if let Some(w) = self.wal.as_mut() {
+            Self::log_gone(w, key, why);
+        }
     }
 
     /// Replays the records of `r`, to its end, onto this shard, which was
@@ -234,13 +274,9 @@ impl Shard {
             slot: r.u32("slot")?,
             generation: r.u32("generation")?,
         };
-        let why = match r.u8("why")? {
-            0 => Removal::Deleted,
-            1 => Removal::Dropped,
-            2 => Removal::Purged,
-            n => return Err(invalid(at, "why", format!("{n} is not a reason"))),
-        };
-        if self.messages.get(key).is_none() {
+        let why_at = r.offset();
+        let why = r.u8("why")?;
+        let Some(m) = self.messages.get(key).copied() else {
             return Err(invalid(
                 at,
                 "slot",
@@ -249,8 +285,26 @@ impl Shard {
                     key.slot, key.generation
                 ),
             ));
+        };
+        let p = m.partition();
+        match why {
+            0 => self.remove_message(key, Removal::Deleted),
+            1 => self.remove_message(key, Removal::Dropped),
+            2 => self.remove_message(key, Removal::Purged),
+            3 | 4 => {
+                // Counted as the move counts it; its put in the queue it
+                // moved to follows.
+                self.remove_message(key, Removal::QueueGone);
+                let stats = &mut self.part_mut(p).stats;
+                if why == 3 {
+                    stats.dead_lettered += 1;
+                } else {
+                    stats.redriven += 1;
+                }
+                self.maybe_compact(p);
+            }
+            n => return Err(invalid(why_at, "why", format!("{n} is not a reason"))),
         }
-        self.remove_message(key, why);
         Ok(())
     }
 }

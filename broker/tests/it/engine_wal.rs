@@ -1,0 +1,140 @@
+//! The write-ahead log's records on the engine: what a cluster's shards
+//! log while they serve, replayed onto a fresh cluster with the same
+//! queues, gives back the same messages, in the same queues and groups:
+//! every way a message arrives or leaves writes its record.
+
+use crate::engine_util::*;
+use sluice_broker::engine::section::SliceRead;
+use sluice_broker::engine::shard::LoadClock;
+use sluice_broker::engine::{Cluster, Op, OpResult};
+use sluice_protocol::{AttributeUpdate, MessageGroupId, Millis, QueueKind, RedrivePolicy, Setting};
+
+const SHARDS: u16 = 2;
+
+fn queues(c: &mut Cluster) {
+    create(c, "dlq", AttributeUpdate::default());
+    create(
+        c,
+        "work",
+        AttributeUpdate {
+            visibility_timeout: Some(Millis::new(1_000)),
+            redrive: Setting::Set(RedrivePolicy {
+                dead_letter_queue: "dlq".into(),
+                max_receives: 1,
+            }),
+            ..Default::default()
+        },
+    );
+    create(
+        c,
+        "fifo",
+        AttributeUpdate {
+            kind: Some(QueueKind::Fifo),
+            ..Default::default()
+        },
+    );
+    create(c, "gone", AttributeUpdate::default());
+}
+
+/// Each message of `c`: its queue, id and group, sorted.
+fn contents(c: &Cluster) -> Vec<(String, u128, Option<String>)> {
+    let mut v: Vec<_> = c
+        .messages()
+        .into_iter()
+        .map(|m| (m.queue.to_string(), m.id.0, m.group.map(String::from)))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_replayed_log_holds_what_the_cluster_held() {
+    let mut a = cluster(SHARDS);
+    queues(&mut a);
+    for s in 0..usize::from(SHARDS) {
+        a.shard_mut(s).set_logging(true);
+    }
+    // Sends on both shards, to a standard and a FIFO queue.
+    for i in 0..30 {
+        send(&mut a, i % 2, "work", &format!("w{i}"));
+    }
+    for i in 0..12 {
+        let mut e = entry(&format!("f{i}"));
+        e.group = Some(MessageGroupId::new(&format!("g{}", i % 3)).unwrap());
+        e.dedup_key = Some(bytes::Bytes::from(format!("k{i}")));
+        assert!(send_entries(&mut a, i % 2, "fifo", vec![e])[0].is_ok());
+    }
+    for i in 0..5 {
+        send(&mut a, 0, "gone", &format!("x{i}"));
+    }
+    // Deletes: half of a receive.
+    let got = receive(&mut a, 0, "work", 10);
+    let half: Vec<_> = got.iter().take(5).map(|m| m.receipt).collect();
+    assert!(delete(&mut a, 0, "work", half).iter().all(Result::is_ok));
+    let fifo = receive(&mut a, 1, "fifo", 4);
+    assert!(!fifo.is_empty());
+    assert!(delete_one(&mut a, 1, "fifo", fifo[0].receipt).is_ok());
+    // Leases that run out, and a second receive past max receives: the
+    // messages go to the dead-letter queue.
+    a.advance_ms(1_500);
+    let again = receive(&mut a, 0, "work", 40);
+    assert!(!again.is_empty());
+    a.advance_ms(1_500);
+    let moved = receive(&mut a, 0, "work", 40);
+    let dlq = stats(&mut a, "dlq");
+    assert!(dlq.moved_in > 0, "{dlq:?} ({} received)", moved.len());
+    // A redrive back, and a purge.
+    let (redriven, _) = redrive(&mut a, 0, "dlq", 3);
+    assert!(redriven > 0);
+    match call(&mut a, 0, Op::PurgeQueue { queue: qn("gone") }) {
+        OpResult::Purged { .. } => {}
+        other => panic!("{other:?}"),
+    }
+    let expected = contents(&a);
+    assert!(expected.len() > 20, "{}", expected.len());
+
+    let mut b = cluster(SHARDS);
+    queues(&mut b);
+    for s in 0..usize::from(SHARDS) {
+        let mut log = Vec::new();
+        a.shard_mut(s).take_log(&mut log);
+        assert!(!log.is_empty());
+        let clock = LoadClock {
+            now_ns: b.now_ns(),
+            wall_ms: b.wall_ms(),
+            saved_wall_ms: b.wall_ms(),
+        };
+        b.shard_mut(s)
+            .replay_log(&mut SliceRead::new(&log, 0), clock)
+            .unwrap_or_else(|e| panic!("shard {s}: {e}"));
+    }
+    check(&mut b);
+    assert_eq!(contents(&b), expected);
+    // The counters agree on what arrived and what left.
+    for q in ["work", "dlq", "fifo", "gone"] {
+        let (sa, sb) = (stats(&mut a, q), stats(&mut b, q));
+        assert_eq!(
+            (
+                sa.sent,
+                sa.moved_in,
+                sa.deleted,
+                sa.dead_lettered,
+                sa.redriven,
+                sa.purged
+            ),
+            (
+                sb.sent,
+                sb.moved_in,
+                sb.deleted,
+                sb.dead_lettered,
+                sb.redriven,
+                sb.purged
+            ),
+            "{q}"
+        );
+    }
+    // And a second take finds nothing new.
+    let mut rest = Vec::new();
+    a.shard_mut(0).take_log(&mut rest);
+    assert!(rest.is_empty());
+}
