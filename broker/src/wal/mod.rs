@@ -3,11 +3,14 @@
 //!
 //! Built so far: the frames one group commit appends, and the scan that
 //! reads a log back at start-up, cuts a torn end and refuses corruption
-//! ([`frame`]); the records inside a frame, which the engine writes and
-//! replays as it does its snapshot section (`Shard::log_put`,
-//! `Shard::log_gone`, `Shard::replay_log`). The per-shard writers, the
-//! engine's emission points and the start-up replay come next; until then
-//! no flag turns the log on.
+//! ([`frame`]); a shard's log file, opened by reading it back and then
+//! appended to and synced ([`mod@file`]); the records inside a frame, which
+//! the engine writes as it serves and replays as it does its snapshot
+//! section (`Shard::set_logging`, `Shard::take_log`, `Shard::replay_log`).
+//! The shard loop's commits (and replies held until their sync), the
+//! checkpoint and the start-up replay come next; until then no flag turns
+//! the log on.
 
+pub mod file;
 pub mod frame;
 pub mod fuzz_harness;

@@ -1,0 +1,306 @@
+//! One shard's log file: a head, then frames ([`super::frame`]), each the
+//! records of one commit after the wall-clock time of that commit.
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..4 | magic, `SWLH` |
+//! | 4..8 | format version, `u32` LE (1) |
+//! | 8..16 | the first frame's sequence number, `u64` LE |
+//! | 16.. | frames; each payload is the commit's wall-clock Unix ms (`u64` LE), then its records |
+//!
+//! Opening a file reads it back first ([`LogFile::open`]): its commits in
+//! order, a torn end cut off (and reported), corruption refused with its
+//! byte offset and the file left as it is. Appends then go after the last
+//! good frame; a sync makes them durable (`fdatasync`).
+//!
+//! The file is read whole into memory to be scanned; a streaming scan is
+//! left for when a log can be larger than the memory a start can spare.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use super::frame::{self, Corrupt, End, FRAME_PAYLOAD_MAX, encode_frame};
+
+/// A log file's first four bytes.
+pub const FILE_MAGIC: [u8; 4] = *b"SWLH";
+
+/// The version of the format this build writes and reads.
+pub const FILE_VERSION: u32 = 1;
+
+/// Bytes of a log file's head.
+pub const FILE_HEAD_BYTES: usize = 16;
+
+/// Bytes of a commit's payload before its records: its wall-clock time.
+const COMMIT_HEAD_BYTES: usize = 8;
+
+/// The largest records one commit holds.
+pub const COMMIT_RECORDS_MAX: usize = FRAME_PAYLOAD_MAX - COMMIT_HEAD_BYTES;
+
+/// Why a log file cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// It could not be read, created or cut.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// Its head is not a log file's of this version.
+    #[error("{path}: not a sluice log file of version {FILE_VERSION}: {why}")]
+    Head {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A frame before its end is bad: the file is left as it is.
+    #[error("{path}: {source}")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// Where and why.
+        source: Corrupt,
+    },
+    /// A frame too short to hold a commit's time.
+    #[error("{path}: the frame at byte {offset} is too short to be a commit")]
+    Commit {
+        /// The file.
+        path: String,
+        /// Where it starts.
+        offset: u64,
+    },
+}
+
+/// One commit read back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Commit<'a> {
+    /// Its frame's sequence number.
+    pub seq: u64,
+    /// Where its frame starts in the file.
+    pub offset: u64,
+    /// When it was committed (wall-clock Unix ms).
+    pub wall_ms: u64,
+    /// Its records, and where they start in the file.
+    pub records: &'a [u8],
+    /// The file offset of `records`' first byte.
+    pub records_at: u64,
+}
+
+/// What opening a file found.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// The file's bytes, which [`Recovered::commits`] reads.
+    bytes: Vec<u8>,
+    /// The sequence number of the file's first frame.
+    first_seq: u64,
+    /// A torn end that was cut off: where it started and why it was bad.
+    pub torn: Option<(u64, &'static str)>,
+    /// Whether the file was made new.
+    pub created: bool,
+}
+
+impl Recovered {
+    /// The commits, in order.
+    ///
+    /// # Panics
+    /// Never: the open scanned the same bytes.
+    #[must_use]
+    pub fn commits(&self) -> Vec<Commit<'_>> {
+        let body = self.bytes.get(FILE_HEAD_BYTES..).unwrap_or_default();
+        let scan = frame::scan(body, FILE_HEAD_BYTES as u64, self.first_seq)
+            .expect("scanned whole when opened");
+        scan.frames
+            .iter()
+            .filter_map(|f| {
+                let (time, records) = f.payload.split_first_chunk::<COMMIT_HEAD_BYTES>()?;
+                Some(Commit {
+                    seq: f.seq,
+                    offset: f.offset,
+                    wall_ms: u64::from_le_bytes(*time),
+                    records,
+                    records_at: f.offset + (frame::FRAME_HEAD_BYTES + COMMIT_HEAD_BYTES) as u64,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A log file open for appending.
+#[derive(Debug)]
+pub struct LogFile {
+    file: File,
+    /// Where the next frame goes.
+    end: u64,
+    next_seq: u64,
+    /// The frame being written.
+    buf: Vec<u8>,
+}
+
+impl LogFile {
+    /// Opens the log at `path`, made new (starting at sequence number
+    /// `first_seq`) when there is none: reads it back, cuts a torn end off,
+    /// and readies it for appends after its last good frame.
+    ///
+    /// # Errors
+    /// It cannot be read or made; its head is not a log's; a frame before
+    /// its end is bad (corruption: the file is left untouched); a frame
+    /// too short to be a commit.
+    pub fn open(path: &Path, first_seq: u64) -> Result<(LogFile, Recovered), OpenError> {
+        let name = path.display().to_string();
+        let io = |source| OpenError::Io {
+            path: name.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(io)?;
+        let mut rec = Recovered::default();
+        if bytes.is_empty() {
+            let mut head = Vec::with_capacity(FILE_HEAD_BYTES);
+            head.extend_from_slice(&FILE_MAGIC);
+            head.extend_from_slice(&FILE_VERSION.to_le_bytes());
+            head.extend_from_slice(&first_seq.to_le_bytes());
+            file.write_all(&head).map_err(io)?;
+            file.sync_data().map_err(io)?;
+            bytes = head;
+            rec.created = true;
+        }
+        let first = read_head(&bytes).map_err(|why| OpenError::Head {
+            path: name.clone(),
+            why,
+        })?;
+        let body = &bytes[FILE_HEAD_BYTES..];
+        let scan = frame::scan(body, FILE_HEAD_BYTES as u64, first).map_err(|source| {
+            OpenError::Corrupt {
+                path: name.clone(),
+                source,
+            }
+        })?;
+        if let Some(f) = scan
+            .frames
+            .iter()
+            .find(|f| f.payload.len() < COMMIT_HEAD_BYTES)
+        {
+            return Err(OpenError::Commit {
+                path: name,
+                offset: f.offset,
+            });
+        }
+        let next_seq = scan.next_seq(first);
+        let end = match scan.end {
+            End::Clean => bytes.len() as u64,
+            End::Torn { offset, why } => {
+                rec.torn = Some((offset, why));
+                offset
+            }
+        };
+        if rec.torn.is_some() {
+            file.set_len(end).map_err(io)?;
+            file.sync_data().map_err(io)?;
+            bytes.truncate(end as usize);
+        }
+        file.seek(SeekFrom::Start(end)).map_err(io)?;
+        rec.bytes = bytes;
+        rec.first_seq = first;
+        let log = LogFile {
+            file,
+            end,
+            next_seq,
+            buf: Vec::new(),
+        };
+        Ok((log, rec))
+    }
+
+    /// The sequence number the next commit gets.
+    #[must_use]
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The file's length: where the next commit goes.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.end
+    }
+
+    /// Whether it holds no commit yet.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.end == FILE_HEAD_BYTES as u64
+    }
+
+    /// Appends a commit of `records`, at wall-clock time `wall_ms`, and
+    /// returns its sequence number; durable once [`LogFile::sync`] returns.
+    ///
+    /// # Errors
+    /// The write failed (a full disk: `ENOSPC`). The file's end is put back
+    /// where it was, so a later append does not leave a gap.
+    ///
+    /// # Panics
+    /// When `records` are more than [`COMMIT_RECORDS_MAX`]: the writer cuts
+    /// commits below it.
+    pub fn append(&mut self, wall_ms: u64, records: &[u8]) -> io::Result<u64> {
+        assert!(
+            records.len() <= COMMIT_RECORDS_MAX,
+            "a commit past the limit"
+        );
+        let mut payload = Vec::with_capacity(COMMIT_HEAD_BYTES + records.len());
+        payload.extend_from_slice(&wall_ms.to_le_bytes());
+        payload.extend_from_slice(records);
+        self.buf.clear();
+        encode_frame(self.next_seq, &payload, &mut self.buf);
+        if let Err(e) = self.file.write_all(&self.buf) {
+            // Whatever part went is cut, so the next frame follows the
+            // last whole one.
+            let _ = self.file.set_len(self.end);
+            let _ = self.file.seek(SeekFrom::Start(self.end));
+            return Err(e);
+        }
+        self.end += self.buf.len() as u64;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Ok(seq)
+    }
+
+    /// Makes every commit appended so far durable (`fdatasync`).
+    ///
+    /// # Errors
+    /// The sync failed: what was appended since the last sync may not be
+    /// on disk.
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+/// The first sequence number a file's head names, or why it is not a
+/// head.
+fn read_head(bytes: &[u8]) -> Result<u64, String> {
+    let Some(head) = bytes.first_chunk::<FILE_HEAD_BYTES>() else {
+        return Err(format!(
+            "{} bytes, shorter than a head of {FILE_HEAD_BYTES}",
+            bytes.len()
+        ));
+    };
+    if head[..4] != FILE_MAGIC {
+        return Err("no log magic".into());
+    }
+    let version = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    if version != FILE_VERSION {
+        return Err(format!("version {version}"));
+    }
+    let mut seq = [0u8; 8];
+    seq.copy_from_slice(&head[8..16]);
+    Ok(u64::from_le_bytes(seq))
+}
+
+#[cfg(test)]
+mod tests;
