@@ -14,3 +14,5 @@
 pub mod file;
 pub mod frame;
 pub mod fuzz_harness;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fuzz_replay;
