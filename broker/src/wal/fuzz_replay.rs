@@ -76,7 +76,7 @@ pub fn replay(data: &[u8]) {
 #[must_use]
 pub fn seed_log() -> Vec<u8> {
     let mut c = cluster();
-    c.shard_mut(0).set_logging(true);
+    c.shard_mut(0).set_logging(true, false);
     for (queue, group) in [("work", None), ("fifo", Some("a")), ("fifo", Some("b"))] {
         let entries: Vec<SendEntry> = (0..3)
             .map(|i| {

@@ -246,6 +246,8 @@ pub struct Shard {
     /// Write-ahead log records not yet taken, when the log is on
     /// (`snapshot/log.rs`).
     wal: Option<Vec<u8>>,
+    /// Whether leases are logged too (`--durability always`).
+    wal_leases: bool,
     rng: Rng,
     memory: ShardMemory,
     next_seq: u64,
@@ -342,6 +344,7 @@ impl Shard {
             dedup: DedupTable::default(),
             key_hashes: Vec::new(),
             wal: None,
+            wal_leases: false,
             rng: Rng::new(config.seed),
             memory: ShardMemory::default(),
             next_seq: 0,

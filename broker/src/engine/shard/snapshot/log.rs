@@ -110,9 +110,15 @@ impl Shard {
     }
 
     /// Turns this shard's write-ahead log records on or off (records not
-    /// yet taken are dropped when off).
-    pub fn set_logging(&mut self, on: bool) {
+    /// yet taken are dropped when off), and with them the records of its
+    /// leases (`leases`): a message put again as a receive leases it, a
+    /// change of visibility moves its lease, or a release ends it, so that
+    /// a replay restores its receive count, its lease and its receipt's
+    /// check. Without them a replay brings a leased message back as it was
+    /// put: visible, its receive count as it was then.
+    pub fn set_logging(&mut self, on: bool, leases: bool) {
         self.wal = on.then(Vec::new);
+        self.wal_leases = on && leases;
     }
 
     /// Moves the records written since the last take (in the order the
