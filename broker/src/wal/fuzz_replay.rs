@@ -76,7 +76,7 @@ pub fn replay(data: &[u8]) {
 #[must_use]
 pub fn seed_log() -> Vec<u8> {
     let mut c = cluster();
-    c.shard_mut(0).set_logging(true, false);
+    c.shard_mut(0).set_logging(true);
     for (queue, group) in [("work", None), ("fifo", Some("a")), ("fifo", Some("b"))] {
         let entries: Vec<SendEntry> = (0..3)
             .map(|i| {
@@ -144,6 +144,27 @@ mod tests {
         assert_eq!(c.messages().len(), 8, "one deleted");
         // The seed is what the cluster writes today, times aside.
         assert_eq!(on_disk.len(), seed_log().len());
+    }
+
+    /// Inputs the fuzzer found that broke the harness once, kept beside
+    /// the seed (so CI's runs start from them too).
+    #[test]
+    fn the_fuzzers_findings_stay_fixed() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds-wal-replay");
+        let mut found = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("regress-")
+            {
+                replay(&std::fs::read(&path).unwrap());
+                found += 1;
+            }
+        }
+        assert!(found >= 1);
     }
 
     #[test]

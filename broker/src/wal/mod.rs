@@ -6,7 +6,9 @@
 //! ([`frame`]); a shard's log file, opened by reading it back and then
 //! appended to and synced ([`mod@file`]); the records inside a frame, which
 //! the engine writes as it serves and replays as it does its snapshot
-//! section (`Shard::set_logging`, `Shard::take_log`, `Shard::replay_log`).
+//! section (`Shard::set_logging`, `Shard::take_log`, `Shard::replay_log`):
+//! messages as they arrive and leave, and the dedup keys their sends
+//! record; not yet their leases.
 //! The shard loop's commits (and replies held until their sync), the
 //! checkpoint and the start-up replay come next; until then no flag turns
 //! the log on.

@@ -10,7 +10,7 @@ use sluice_protocol::{
     received_message_encoded_len,
 };
 
-use super::{EXT_BYTES, LEASE_BYTES, LogPut, NS_PER_MS, Shard};
+use super::{EXT_BYTES, LEASE_BYTES, NS_PER_MS, Shard};
 use crate::engine::slab::SlotKey;
 use crate::engine::stored_message::{Ext, Lease, MessageState, NONE, StoredMessage};
 
@@ -211,9 +211,6 @@ impl Shard {
         } else {
             // Its own timer covers its retention too.
             self.arm_timer(key);
-        }
-        if self.wal_leases {
-            self.logged_put(key, LogPut::Again);
         }
         let mut payload = self.payload_of(m);
         if let Some(name) = source_name {

@@ -106,7 +106,7 @@ use super::stored_message::{Ext, Lease, MessageState, StoredMessage, Table};
 use super::wheel::{TimerId, TimerWheel, timer_bytes};
 use crate::sync::Arc;
 
-pub use self::snapshot::{LOG_GONE, LOG_PUT, LoadClock, LogGone, LogPut, ShardLoad};
+pub use self::snapshot::{LOG_DEDUP, LOG_GONE, LOG_PUT, LoadClock, LogGone, LogPut, ShardLoad};
 pub use self::view::MessageView;
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -246,8 +246,6 @@ pub struct Shard {
     /// Write-ahead log records not yet taken, when the log is on
     /// (`snapshot/log.rs`).
     wal: Option<Vec<u8>>,
-    /// Whether leases are logged too (`--durability always`).
-    wal_leases: bool,
     rng: Rng,
     memory: ShardMemory,
     next_seq: u64,
@@ -344,7 +342,6 @@ impl Shard {
             dedup: DedupTable::default(),
             key_hashes: Vec::new(),
             wal: None,
-            wal_leases: false,
             rng: Rng::new(config.seed),
             memory: ShardMemory::default(),
             next_seq: 0,

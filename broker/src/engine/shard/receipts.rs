@@ -8,7 +8,7 @@
 use sluice_protocol::queue_attributes::VISIBILITY_TIMEOUT_MS_MAX;
 use sluice_protocol::{QueueName, Receipt};
 
-use super::{LogPut, NS_PER_MS, PendingKind, Removal, Shard};
+use super::{NS_PER_MS, PendingKind, Removal, Shard};
 use crate::engine::error::EntryError;
 use crate::engine::mesh::shard_msg::{ForwardEntry, ReceiptAction, ShardMsg};
 use crate::engine::ops::{LeaseOutcome, OpResult};
@@ -244,9 +244,6 @@ impl Shard {
                     }
                 }
             }
-        }
-        if self.wal_leases && action != ReceiptAction::Delete {
-            self.logged_put(key, LogPut::Again);
         }
         Ok(())
     }

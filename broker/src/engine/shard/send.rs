@@ -7,8 +7,8 @@ use sluice_protocol::{
 };
 
 use super::{
-    EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, LogPut, MESSAGE_BYTES, NS_PER_MS, PendingKind,
-    Shard, TimerEvent,
+    EXT_BYTES, GROUP_MEMBER_BYTES, LEASE_BYTES, MESSAGE_BYTES, NS_PER_MS, PendingKind, Shard,
+    TimerEvent,
 };
 use crate::engine::dedup::{CheckIn, KeyHash, Recorded, owner_shard};
 use crate::engine::error::EntryError;
@@ -294,7 +294,7 @@ impl Shard {
         }
         self.place_new(p, key, in_age_fifo, retain_until_ns, sent_ms, delay_ms);
         if self.wal.is_some() {
-            self.logged_put(key, LogPut::Sent);
+            self.logged_send(key, dedup_key.filter(|_| recorded.is_some()));
         }
         if let Some(r) = recorded {
             self.dedup_recorded(inc, r);

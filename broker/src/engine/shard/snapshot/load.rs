@@ -503,7 +503,7 @@ impl Shard {
         lease.check = check;
     }
 
-    fn load_dedup<R: SectionRead>(
+    pub(super) fn load_dedup<R: SectionRead>(
         &mut self,
         r: &mut R,
         clock: LoadClock,

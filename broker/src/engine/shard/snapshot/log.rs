@@ -8,19 +8,28 @@
 //!
 //! | kind | fields |
 //! |---|---|
-//! | 1, put | `u32` length of what follows; `u8` why: 0 sent, 1 moved in, 2 again (its record changed); `u32` queue incarnation; the message as the snapshot's message record has it (`snapshot.rs`: slot, generation, sequence number, times, state, side entry, lease, data, group) |
+//! | 1, put | `u32` length of what follows; `u8` why: 0 sent, 1 moved in; `u32` queue incarnation; the message as the snapshot's message record has it (`snapshot.rs`: slot, generation, sequence number, times, state, side entry, lease, data, group) |
 //! | 2, gone | `u32` slot, `u32` generation; `u8` why: 0 deleted, 1 dropped (its retention ended), 2 purged, 3 dead-lettered, 4 redriven (the last two: a put of it in its new queue follows) |
+//! | 3, dedup key | `u32` length of what follows; the key's entry as the snapshot has it (`u8` key length, `u32` queue incarnation, the key, `u128` message id, `u64` ms of its window left) |
+//!
+//! A send that records a dedup key writes its put, then its key's record,
+//! so that a producer's retry after a crash is still a duplicate.
 //!
 //! A message's put comes when it is stored (a send, a move in: replayed,
-//! counted as its queue counts it), and again when what the record holds
-//! of it changes in a way a restart must keep (replayed, it replaces the
-//! message, counted once).
+//! counted as its queue counts it). A put's slot and generation are new
+//! to the replay: a slot the replay freed takes a later generation, as the
+//! slab gives one (a record that says otherwise is refused, since the
+//! entries of the message that left would name the new one).
 //! A gone comes when it leaves. Times in a put are relative to the moment
 //! it was written, as a snapshot's are to the save: a replay is given the
 //! wall-clock time of each frame's commit ([`LoadClock::saved_wall_ms`]).
 //!
 //! A put of a queue that no longer exists (deleted after the record was
 //! written) is skipped whole: its length says how far.
+
+use std::collections::HashMap;
+
+use sluice_protocol::MessageId;
 
 use super::{LoadClock, ShardLoad, invalid};
 use crate::engine::section::{Counter, Out, SectionRead, SliceRead};
@@ -32,6 +41,8 @@ use crate::engine::stored_message::StoredMessage;
 pub const LOG_PUT: u8 = 1;
 /// A message gone.
 pub const LOG_GONE: u8 = 2;
+/// A dedup key recorded.
+pub const LOG_DEDUP: u8 = 3;
 
 /// Why a message is put: the counter a replay adds it to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,8 +51,6 @@ pub enum LogPut {
     Sent,
     /// Moved in (redriven, or dead-lettered here).
     MovedIn,
-    /// Put before, its record changed since.
-    Again,
 }
 
 /// Why a message is gone: the counter a replay adds it to.
@@ -62,6 +71,17 @@ pub enum LogGone {
 /// Where the sequence number sits in a message record (after the slot and
 /// the generation).
 const SEQ_AT: usize = 8;
+
+/// What a replay keeps from record to record.
+struct Replay {
+    /// Slots a put may name: fewer than the records left could fill.
+    slots: u32,
+    /// The generation of the free slots a put adds on its way.
+    hole_generation: u32,
+    clock: LoadClock,
+    /// Each slot a gone freed, with the generation it removed.
+    freed: HashMap<u32, u32>,
+}
 
 impl Shard {
     /// Appends the put record of the message at `key` to `out`, put for
@@ -88,7 +108,6 @@ impl Shard {
         out.u8(match why {
             LogPut::Sent => 0,
             LogPut::MovedIn => 1,
-            LogPut::Again => 2,
         });
         out.u32(part.incarnation);
         self.write_message(out, key, &m, now_ns, now_ms);
@@ -110,15 +129,11 @@ impl Shard {
     }
 
     /// Turns this shard's write-ahead log records on or off (records not
-    /// yet taken are dropped when off), and with them the records of its
-    /// leases (`leases`): a message put again as a receive leases it, a
-    /// change of visibility moves its lease, or a release ends it, so that
-    /// a replay restores its receive count, its lease and its receipt's
-    /// check. Without them a replay brings a leased message back as it was
-    /// put: visible, its receive count as it was then.
-    pub fn set_logging(&mut self, on: bool, leases: bool) {
+    /// yet taken are dropped when off). Leases are not logged (yet): a
+    /// replay brings a leased message back as it was put, visible, its
+    /// receive count as it was then.
+    pub fn set_logging(&mut self, on: bool) {
         self.wal = on.then(Vec::new);
-        self.wal_leases = on && leases;
     }
 
     /// Moves the records written since the last take (in the order the
@@ -138,6 +153,42 @@ impl Shard {
             self.log_put(&mut w, key, why);
             self.wal = Some(w);
         }
+    }
+
+    /// Appends the record of dedup key `key` of queue `inc`, recorded for
+    /// message `id` with `left_ms` of its window left.
+    pub fn log_dedup(out: &mut impl Out, inc: u32, key: &[u8], id: MessageId, left_ms: u64) {
+        out.u8(LOG_DEDUP);
+        // A key is at most 128 bytes.
+        out.u32((1 + 4 + key.len() + 16 + 8) as u32);
+        out.u8(key.len() as u8);
+        out.u32(inc);
+        out.put(key);
+        out.u128(id.0);
+        out.u64(left_ms);
+    }
+
+    /// A send's records, when the log is on: the message's put, and the
+    /// dedup key it recorded (`dedup`), whose window starts now.
+    #[cold]
+    #[inline(never)]
+    pub(in crate::engine::shard) fn logged_send(&mut self, key: SlotKey, dedup: Option<&[u8]>) {
+        let Some(mut w) = self.wal.take() else {
+            return;
+        };
+        self.log_put(&mut w, key, LogPut::Sent);
+        if let (Some(k), Some(m)) = (dedup, self.messages.get(key)) {
+            let part = self.part(m.partition());
+            let window = u64::from(part.attrs.dedup_window.get());
+            Self::log_dedup(
+                &mut w,
+                part.incarnation,
+                k,
+                self.message_id(m.seq.get()),
+                window,
+            );
+        }
+        self.wal = Some(w);
     }
 
     /// [`Shard::log_gone`] into the shard's own records, when the log is
@@ -184,12 +235,18 @@ impl Shard {
         let budget = self.registry.memory().limit() / Slab::<StoredMessage>::slot_bytes() as u64;
         let slots = (self.messages.slots() as u64 + r.remaining() / 43 + 1).min(budget);
         let slots = u32::try_from(slots).unwrap_or(u32::MAX);
-        let hole_generation = self.messages.generation_max().wrapping_add(1);
+        let mut replay = Replay {
+            slots,
+            hole_generation: self.messages.generation_max().wrapping_add(1),
+            clock,
+            freed: HashMap::new(),
+        };
         while r.remaining() > 0 {
             let at = r.offset();
             match r.u8("record kind")? {
-                LOG_PUT => self.replay_put(r, at, slots, hole_generation, clock, &mut load)?,
-                LOG_GONE => self.replay_gone(r, at)?,
+                LOG_PUT => self.replay_put(r, at, &replay, &mut load)?,
+                LOG_GONE => self.replay_gone(r, at, &mut replay)?,
+                LOG_DEDUP => self.replay_dedup(r, at, clock, &mut load)?,
                 kind => {
                     return Err(invalid(
                         at,
@@ -206,11 +263,15 @@ impl Shard {
         &mut self,
         r: &mut R,
         at: u64,
-        slots: u32,
-        hole_generation: u32,
-        clock: LoadClock,
+        replay: &Replay,
         load: &mut ShardLoad,
     ) -> Result<(), R::Error> {
+        let Replay {
+            slots,
+            hole_generation,
+            clock,
+            ref freed,
+        } = *replay;
         let len = u64::from(r.u32("record length")?);
         if len < 5 || len > r.remaining() {
             return Err(invalid(
@@ -223,7 +284,6 @@ impl Shard {
         let why = match r.u8("why")? {
             0 => LogPut::Sent,
             1 => LogPut::MovedIn,
-            2 => LogPut::Again,
             n => return Err(invalid(why_at, "why", format!("{n} is not a reason"))),
         };
         let inc = r.u32("incarnation")?;
@@ -247,21 +307,20 @@ impl Shard {
             slot: u32::from_le_bytes(record[..4].try_into().unwrap_or_default()),
             generation: u32::from_le_bytes(record[4..8].try_into().unwrap_or_default()),
         };
-        // A put again replaces the message the shard holds (uncounted: it
-        // was counted when first put); a first put finds its slot free.
-        match (why, self.messages.get(key).is_some()) {
-            (LogPut::Again, true) => self.remove_message(key, Removal::QueueGone),
-            (LogPut::Again, false) => {
-                return Err(invalid(base, "slot", "a put again of a message never put"));
-            }
-            (_, true) => {
-                return Err(invalid(
-                    base,
-                    "slot",
-                    "a first put of a message already put",
-                ));
-            }
-            (_, false) => {}
+        // A first put finds its slot free, at a generation past any the
+        // replay removed from it.
+        if self.messages.get(key).is_some() {
+            return Err(invalid(base, "slot", "a put of a message already put"));
+        }
+        if freed.get(&key.slot).is_some_and(|&g| key.generation <= g) {
+            return Err(invalid(
+                base,
+                "generation",
+                format!(
+                    "{} at slot {}, not past the generation the replay removed",
+                    key.generation, key.slot
+                ),
+            ));
         }
         let mut inner = SliceRead::new(record, base);
         self.load_message(&mut inner, p, slots, hole_generation, clock, load)
@@ -270,12 +329,45 @@ impl Shard {
         match why {
             LogPut::Sent => stats.sent += 1,
             LogPut::MovedIn => stats.moved_in += 1,
-            LogPut::Again => {}
         }
         Ok(())
     }
 
-    fn replay_gone<R: SectionRead>(&mut self, r: &mut R, at: u64) -> Result<(), R::Error> {
+    fn replay_dedup<R: SectionRead>(
+        &mut self,
+        r: &mut R,
+        at: u64,
+        clock: LoadClock,
+        load: &mut ShardLoad,
+    ) -> Result<(), R::Error> {
+        let len = u64::from(r.u32("record length")?);
+        if len < 5 || len > r.remaining() {
+            return Err(invalid(
+                at,
+                "record length",
+                format!("{len}, with {} bytes left", r.remaining()),
+            ));
+        }
+        let base = r.offset();
+        // Below u32::MAX, so a usize.
+        let entry = r.bytes(len as usize, "dedup entry")?;
+        let inc = u32::from_le_bytes([entry[1], entry[2], entry[3], entry[4]]);
+        if !self.by_incarnation.contains_key(&inc) {
+            // Its queue is gone since.
+            return Ok(());
+        }
+        let mut inner = SliceRead::new(entry, base);
+        self.load_dedup(&mut inner, clock, load)
+            .and_then(|()| inner.finish())?;
+        Ok(())
+    }
+
+    fn replay_gone<R: SectionRead>(
+        &mut self,
+        r: &mut R,
+        at: u64,
+        replay: &mut Replay,
+    ) -> Result<(), R::Error> {
         let key = SlotKey {
             slot: r.u32("slot")?,
             generation: r.u32("generation")?,
@@ -293,6 +385,7 @@ impl Shard {
             ));
         };
         let p = m.partition();
+        replay.freed.insert(key.slot, key.generation);
         match why {
             0 => self.remove_message(key, Removal::Deleted),
             1 => self.remove_message(key, Removal::Dropped),
