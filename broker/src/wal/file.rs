@@ -171,6 +171,9 @@ impl LogFile {
             head.extend_from_slice(&first_seq.to_le_bytes());
             file.write_all(&head).map_err(io)?;
             file.sync_data().map_err(io)?;
+            // The file's name is in its folder's data: synced too, or a
+            // crash could keep the commits and lose the file.
+            sync_folder(path).map_err(io)?;
             bytes = head;
             rec.created = true;
         }
@@ -279,6 +282,16 @@ impl LogFile {
     pub fn sync(&mut self) -> io::Result<()> {
         self.file.sync_data()
     }
+}
+
+/// Syncs the folder that holds `path` (`.` for a bare file name), so that
+/// a file just made there survives a crash.
+fn sync_folder(path: &Path) -> io::Result<()> {
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(folder)?.sync_all()
 }
 
 /// The first sequence number a file's head names, or why it is not a

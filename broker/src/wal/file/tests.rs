@@ -120,3 +120,12 @@ fn a_file_that_is_no_log_is_refused() {
     let e = LogFile::open(&d.join("missing/shard-0.log"), 0).unwrap_err();
     assert!(matches!(e, OpenError::Io { .. }), "{e}");
 }
+
+#[test]
+fn a_new_files_folder_is_synced_bare_names_included() {
+    let d = dir("folder");
+    super::sync_folder(&d.join("shard-0.log")).unwrap();
+    super::sync_folder(std::path::Path::new("shard-0.log")).unwrap();
+    let e = super::sync_folder(&d.join("missing/shard-0.log")).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+}
