@@ -89,13 +89,26 @@ pub struct Commit<'a> {
     pub records_at: u64,
 }
 
+/// Where one commit lies in the file's bytes, as the open's scan found it.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    seq: u64,
+    /// Where its frame starts.
+    offset: u64,
+    wall_ms: u64,
+    /// Where its records start and end (file offsets, and indexes of the
+    /// bytes read).
+    records_at: usize,
+    records_end: usize,
+}
+
 /// What opening a file found.
 #[derive(Debug, Default)]
 pub struct Recovered {
     /// The file's bytes, which [`Recovered::commits`] reads.
     bytes: Vec<u8>,
-    /// The sequence number of the file's first frame.
-    first_seq: u64,
+    /// Its commits, as the open's scan found them (not scanned again).
+    spans: Vec<Span>,
     /// A torn end that was cut off: where it started and why it was bad.
     pub torn: Option<(u64, &'static str)>,
     /// Whether the file was made new.
@@ -104,25 +117,16 @@ pub struct Recovered {
 
 impl Recovered {
     /// The commits, in order.
-    ///
-    /// # Panics
-    /// Never: the open scanned the same bytes.
     #[must_use]
     pub fn commits(&self) -> Vec<Commit<'_>> {
-        let body = self.bytes.get(FILE_HEAD_BYTES..).unwrap_or_default();
-        let scan = frame::scan(body, FILE_HEAD_BYTES as u64, self.first_seq)
-            .expect("scanned whole when opened");
-        scan.frames
+        self.spans
             .iter()
-            .filter_map(|f| {
-                let (time, records) = f.payload.split_first_chunk::<COMMIT_HEAD_BYTES>()?;
-                Some(Commit {
-                    seq: f.seq,
-                    offset: f.offset,
-                    wall_ms: u64::from_le_bytes(*time),
-                    records,
-                    records_at: f.offset + (frame::FRAME_HEAD_BYTES + COMMIT_HEAD_BYTES) as u64,
-                })
+            .map(|s| Commit {
+                seq: s.seq,
+                offset: s.offset,
+                wall_ms: s.wall_ms,
+                records: &self.bytes[s.records_at..s.records_end],
+                records_at: s.records_at as u64,
             })
             .collect()
     }
@@ -188,14 +192,22 @@ impl LogFile {
                 source,
             }
         })?;
-        if let Some(f) = scan
-            .frames
-            .iter()
-            .find(|f| f.payload.len() < COMMIT_HEAD_BYTES)
-        {
-            return Err(OpenError::Commit {
-                path: name,
+        let mut spans = Vec::with_capacity(scan.frames.len());
+        for f in &scan.frames {
+            let Some((time, records)) = f.payload.split_first_chunk::<COMMIT_HEAD_BYTES>() else {
+                return Err(OpenError::Commit {
+                    path: name,
+                    offset: f.offset,
+                });
+            };
+            // An offset within the bytes read, so within usize.
+            let records_at = f.offset as usize + frame::FRAME_HEAD_BYTES + COMMIT_HEAD_BYTES;
+            spans.push(Span {
+                seq: f.seq,
                 offset: f.offset,
+                wall_ms: u64::from_le_bytes(*time),
+                records_at,
+                records_end: records_at + records.len(),
             });
         }
         let next_seq = scan.next_seq(first);
@@ -213,7 +225,7 @@ impl LogFile {
         }
         file.seek(SeekFrom::Start(end)).map_err(io)?;
         rec.bytes = bytes;
-        rec.first_seq = first;
+        rec.spans = spans;
         let log = LogFile {
             file,
             end,

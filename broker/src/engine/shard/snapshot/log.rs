@@ -72,6 +72,20 @@ pub enum LogGone {
 /// the generation).
 const SEQ_AT: usize = 8;
 
+/// The length a put or a dedup record gives what follows it: at least the
+/// 5 bytes every such record has, at most the bytes left.
+fn record_length<R: SectionRead>(r: &mut R, at: u64) -> Result<u64, R::Error> {
+    let len = u64::from(r.u32("record length")?);
+    if len < 5 || len > r.remaining() {
+        return Err(invalid(
+            at,
+            "record length",
+            format!("{len}, with {} bytes left", r.remaining()),
+        ));
+    }
+    Ok(len)
+}
+
 /// What a replay keeps from record to record.
 struct Replay {
     /// Slots a put may name: fewer than the records left could fill.
@@ -272,14 +286,7 @@ impl Shard {
             clock,
             ref freed,
         } = *replay;
-        let len = u64::from(r.u32("record length")?);
-        if len < 5 || len > r.remaining() {
-            return Err(invalid(
-                at,
-                "record length",
-                format!("{len}, with {} bytes left", r.remaining()),
-            ));
-        }
+        let len = record_length(r, at)?;
         let why_at = r.offset();
         let why = match r.u8("why")? {
             0 => LogPut::Sent,
@@ -340,14 +347,7 @@ impl Shard {
         clock: LoadClock,
         load: &mut ShardLoad,
     ) -> Result<(), R::Error> {
-        let len = u64::from(r.u32("record length")?);
-        if len < 5 || len > r.remaining() {
-            return Err(invalid(
-                at,
-                "record length",
-                format!("{len}, with {} bytes left", r.remaining()),
-            ));
-        }
+        let len = record_length(r, at)?;
         let base = r.offset();
         // Below u32::MAX, so a usize.
         let entry = r.bytes(len as usize, "dedup entry")?;
