@@ -99,6 +99,10 @@ pub enum EngineError {
     /// A RECEIVE's wait above [`RECEIVE_WAIT_MS_MAX`].
     #[error("wait_ms: {0} is outside 0 ..= {RECEIVE_WAIT_MS_MAX}")]
     WaitOutOfRange(u32),
+    /// The write-ahead log could not record a change, which was therefore
+    /// not made.
+    #[error("the write-ahead log could not record the change, so nothing changed: {0}")]
+    LogFailed(String),
 }
 
 impl EngineError {
@@ -113,6 +117,7 @@ impl EngineError {
             EngineError::Attributes(e) => e.code,
             EngineError::BatchTooLarge(_) => ErrorCode::BatchTooLarge,
             EngineError::IncarnationsExhausted => ErrorCode::Internal,
+            EngineError::LogFailed(_) => ErrorCode::Busy,
             EngineError::TooManyQueues(_)
             | EngineError::ClearOnCreate
             | EngineError::OwnDeadLetterQueue(_)

@@ -41,8 +41,10 @@ use sluice_protocol::limits::FRAME_BYTES_MAX_DEFAULT;
 use sluice_protocol::{AttributeUpdate, QueueAttributes, QueueName, QueueTimes};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+mod journal;
 mod mismatch;
 mod saved;
+pub use journal::{QueueChange, RegistryJournal};
 use mismatch::queue_exists;
 
 use super::error::EngineError;
@@ -247,6 +249,9 @@ struct Inner {
     /// How many queues name each dead-letter queue, so that a delete need
     /// not look through every queue.
     dead_letter_uses: HashMap<String, u32>,
+    /// Where changes are recorded before they are made (the write-ahead
+    /// log), if anywhere.
+    journal: Option<Box<dyn RegistryJournal>>,
 }
 
 impl Inner {
@@ -318,6 +323,7 @@ impl Registry {
                 changes: VecDeque::new(),
                 changes_from: 1,
                 dead_letter_uses: HashMap::new(),
+                journal: None,
             }),
         }
     }
@@ -505,9 +511,20 @@ impl Registry {
         }
         Self::check_dead_letter(&inner.queues, name, &attrs)?;
         let incarnation = inner.next_incarnation;
-        inner.next_incarnation = incarnation
+        let next = incarnation
             .checked_add(1)
             .ok_or(EngineError::IncarnationsExhausted)?;
+        let times = QueueTimes {
+            created_ms: wall_ms,
+            modified_ms: wall_ms,
+        };
+        inner.journal(QueueChange::Put {
+            name,
+            attributes: &attrs,
+            incarnation,
+            times,
+        })?;
+        inner.next_incarnation = next;
         let shared = Arc::new(QueueShared::new(
             name.clone(),
             incarnation,
@@ -518,10 +535,7 @@ impl Registry {
             name.clone(),
             QueueEntry {
                 attributes: attrs,
-                times: QueueTimes {
-                    created_ms: wall_ms,
-                    modified_ms: wall_ms,
-                },
+                times,
                 shared,
             },
         );
@@ -551,6 +565,16 @@ impl Registry {
             .apply_to(&existing.attributes, self.config.frame_bytes_max)
             .map_err(EngineError::Attributes)?;
         Self::check_dead_letter(&inner.queues, name, &attrs)?;
+        let (incarnation, created_ms) = (existing.shared.incarnation, existing.times.created_ms);
+        inner.journal(QueueChange::Put {
+            name,
+            attributes: &attrs,
+            incarnation,
+            times: QueueTimes {
+                created_ms,
+                modified_ms: wall_ms,
+            },
+        })?;
         inner.count_dead_letter(&attrs, 1);
         if let Some(q) = inner.queues.get_mut(name) {
             q.times.modified_ms = wall_ms;
@@ -587,6 +611,10 @@ impl Registry {
                     user: user.clone(),
                 });
             }
+        }
+        if let Some(q) = inner.queues.get(name) {
+            let incarnation = q.shared.incarnation;
+            inner.journal(QueueChange::Deleted { name, incarnation })?;
         }
         let removed = inner
             .queues

@@ -18,3 +18,4 @@ pub mod frame;
 pub mod fuzz_harness;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fuzz_replay;
+pub mod registry;
