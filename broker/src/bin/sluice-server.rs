@@ -93,6 +93,8 @@ fn main() -> ExitCode {
                 StartError::Snapshot { .. }
                 | StartError::SnapshotUnwritable { .. }
                 | StartError::SnapshotLocked { .. }
+                | StartError::Log { .. }
+                | StartError::LogLocked { .. }
                 | StartError::PortTaken { .. } => ExitCode::from(2),
                 _ => ExitCode::FAILURE,
             };

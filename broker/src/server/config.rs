@@ -33,10 +33,10 @@ mod validate;
 
 pub(crate) use self::choices::parse_cpus;
 pub use self::choices::{
-    ClockChoice, CpuPlacement, IoChoice, MetricsAddr, parse_listen, parse_metrics_addr,
+    ClockChoice, CpuPlacement, Durability, IoChoice, MetricsAddr, parse_listen, parse_metrics_addr,
     parse_socket_addr, parse_sqs_account, parse_sqs_limits,
 };
-use self::choices::{parse_clock, parse_count, parse_io, parse_size, parse_time};
+use self::choices::{parse_clock, parse_count, parse_durability, parse_io, parse_size, parse_time};
 pub use self::error::ConfigError;
 pub use self::token::AuthToken;
 /// The duration and size grammar, shared with the clients and tools.
@@ -93,7 +93,10 @@ programs does not change the broker's logs.
 
 Everything is held in memory: a restart loses every queue and message, unless
 --snapshot PATH is given (a graceful shutdown then writes them to PATH and the
-next start loads them; a crash still loses them).";
+next start loads them; a crash still loses them), or --durability batch|always
+with --log-dir PATH (every change is also written to a log there, which a start
+after a crash replays: batch loses at most what was acknowledged within the
+last --log-sync-interval, always nothing acknowledged).";
 
 /// The command line of `sluice-server`, as read, before validation.
 #[derive(Debug, Clone, Default, PartialEq, Parser)]
@@ -375,6 +378,29 @@ pub struct Settings {
     #[arg(long, env = "SLUICE_SNAPSHOT_KEEP", value_name = "N", value_parser = parse_count)]
     #[serde(deserialize_with = "file::count")]
     pub snapshot_keep: Option<u64>,
+
+    /// What survives a crash: none (a crash loses every queue and message),
+    /// batch (queue changes and messages are written to a log in --log-dir,
+    /// synced every --log-sync-interval: a crash loses at most what was
+    /// acknowledged within it) or always (a change is answered only once its
+    /// record is synced to disk) [default: none].
+    #[arg(long, env = "SLUICE_DURABILITY", value_name = "none|batch|always", value_parser = parse_durability)]
+    #[serde(deserialize_with = "file::durability")]
+    pub durability: Option<Durability>,
+
+    /// Folder of the write-ahead log and its checkpoint, for --durability
+    /// batch or always; made when missing. A graceful shutdown writes the
+    /// checkpoint there and starts the log afresh; a start loads the
+    /// checkpoint and replays the log after it [default: none].
+    #[arg(long, env = "SLUICE_LOG_DIR", value_name = "PATH")]
+    #[serde(deserialize_with = "file::path")]
+    pub log_dir: Option<PathBuf>,
+
+    /// How often --durability batch syncs the log, 1ms..=10s: a crash
+    /// loses at most what was acknowledged within it [default: 100ms].
+    #[arg(long, env = "SLUICE_LOG_SYNC_INTERVAL", value_name = "DURATION", value_parser = parse_time)]
+    #[serde(deserialize_with = "file::duration")]
+    pub log_sync_interval: Option<Duration>,
 }
 }
 
@@ -509,6 +535,12 @@ pub struct Config {
     pub snapshot: Option<PathBuf>,
     /// `PATH.loaded-MS` files kept beside the snapshot.
     pub snapshot_keep: u32,
+    /// What survives a crash.
+    pub durability: Durability,
+    /// The log's folder: `Some` exactly when `durability` is not `None`.
+    pub log_dir: Option<PathBuf>,
+    /// How often `Durability::Batch` syncs the log.
+    pub log_sync_interval: Duration,
 }
 
 /// The SQS door's settings.

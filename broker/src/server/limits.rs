@@ -65,6 +65,13 @@ pub const AUTH_TOKEN_BYTES_WARN_BELOW: usize = 16;
 pub const SNAPSHOT_KEEP_DEFAULT: u32 = 3;
 /// Upper bound for `--snapshot-keep`.
 pub const SNAPSHOT_KEEP_MAX: u32 = 1_000;
+/// Default for `--log-sync-interval` (Redis's `appendfsync everysec` is
+/// ten times longer).
+pub const LOG_SYNC_INTERVAL_DEFAULT: Duration = Duration::from_millis(100);
+/// Lower bound for `--log-sync-interval`.
+pub const LOG_SYNC_INTERVAL_MIN: Duration = Duration::from_millis(1);
+/// Upper bound for `--log-sync-interval`.
+pub const LOG_SYNC_INTERVAL_MAX: Duration = Duration::from_secs(10);
 /// Lower bound for `--frame-bytes-max`.
 pub const FRAME_BYTES_MAX_MIN: u32 = 4 * KIB as u32;
 /// Lower bound for `--hello-frame-bytes-max`: room for the largest auth

@@ -65,6 +65,7 @@ pub mod metrics;
 
 pub mod clock;
 mod convert;
+mod durable;
 pub mod limits;
 mod metrics_session;
 mod outbox;
@@ -202,6 +203,25 @@ pub enum StartError {
         flag: &'static str,
         /// The address.
         addr: SocketAddr,
+    },
+    /// The write-ahead log could not be opened or replayed: corrupt before
+    /// its end, unreadable, or written by another shard count. Every file is
+    /// left as it was.
+    #[error("write-ahead log {}: {why}; the files were left untouched", path.display())]
+    Log {
+        /// The file or folder.
+        path: std::path::PathBuf,
+        /// What is wrong, with its byte offset where there is one.
+        why: String,
+    },
+    /// Another broker holds the lock on `--log-dir`.
+    #[error("write-ahead log folder {}: {source}", path.display())]
+    LogLocked {
+        /// The folder.
+        path: std::path::PathBuf,
+        /// Who holds it, or why it could not be locked.
+        #[source]
+        source: path_lock::LockError,
     },
     /// The metrics endpoint could not be bound.
     #[error("cannot serve metrics on {addr}: {source}")]
@@ -348,6 +368,8 @@ pub struct ServerHandle {
     /// The lock on `--snapshot`'s path: released when the handle drops,
     /// after the shutdown's save.
     _snapshot_lock: Option<path_lock::PathLock>,
+    /// `--log-dir`, where the shutdown writes its checkpoint.
+    checkpointing: Option<durable::Checkpointing>,
 }
 
 impl fmt::Debug for ServerHandle {
@@ -473,6 +495,23 @@ impl ServerHandle {
             };
             if let Err(e) = saved {
                 tracing::error!(error = %e, "snapshot not written");
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(c) = self.checkpointing.as_mut() {
+            let path = c.next();
+            let saved = if let Err(source) = c.lock.check() {
+                Err(ServerError::SnapshotLockLost { path, source })
+            } else if first_error.is_none() && engines.len() == shards {
+                save_snapshot(&path, &mut engines, &self.shared.clock).map(|()| c.advance())
+            } else {
+                Err(ServerError::SnapshotSkipped { path })
+            };
+            if let Err(e) = saved {
+                tracing::error!(
+                    error = %e,
+                    "no checkpoint written: the next start replays the log instead"
+                );
                 first_error.get_or_insert(e);
             }
         }

@@ -17,6 +17,13 @@ pub(super) struct Loaded {
     took_ns: u64,
 }
 
+impl Loaded {
+    /// Messages loaded.
+    pub(super) fn messages(&self) -> u64 {
+        self.load.messages()
+    }
+}
+
 /// Loads `opened` (the file at `path`) into `engines`, one thread per
 /// shard.
 pub(super) fn load_snapshot(

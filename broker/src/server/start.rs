@@ -4,6 +4,8 @@
 //! that can fail is done before the loaded snapshot is moved aside, so a
 //! start that fails leaves the file where it was.
 
+use super::durable::DurableStart;
+use super::shard_loop::ShardLog;
 use super::snapshot_at_start::{Loaded, SnapshotAtStart, load_snapshot, move_aside, prune_loaded};
 use std::io::Read;
 use std::net::SocketAddr;
@@ -12,7 +14,7 @@ use std::sync::OnceLock;
 use sluice_protocol::{ErrorCode, Reply};
 
 use super::clock::{self, Clock};
-use super::config::{ClockChoice, CpuPlacement, IoChoice};
+use super::config::{ClockChoice, CpuPlacement, Durability, IoChoice};
 use super::limits::{
     self, DESCRIPTORS_BASE, DESCRIPTORS_PER_SHARD, REFUSED_CONNECTIONS_MAX, SHARD_RING_CAPACITY,
 };
@@ -71,11 +73,12 @@ impl Server {
         warn_about(&config);
         check_ports_free(&config)?;
         let snap = SnapshotAtStart::open(&mut config)?;
+        let durable = DurableStart::open(&mut config)?;
         let shards = config.shards.max(1);
         let placement = placement(&config.cpus, shards)?;
         check_open_files(&config);
         let engine_clock = engine_clock(&config);
-        let mut engines = Engines::build(&config, shards, &snap, &engine_clock)?;
+        let mut engines = Engines::build(&config, shards, &snap, durable.as_ref(), &engine_clock)?;
         let spawned = spawn_shards(&config, shards, &placement)?;
         // Every listener is bound: only now is the loaded file moved aside
         // (a start that fails before this leaves it where it was).
@@ -118,6 +121,7 @@ impl Server {
         let Spawned {
             threads, starts, ..
         } = spawned;
+        let mut logs = engines.logs.into_iter();
         for ((mut engine, lease), start) in engines.shards.into_iter().zip(lease).zip(&starts) {
             let doorbell = engine.doorbell().clone();
             engine.set_lease_observer(Box::new(lease));
@@ -127,6 +131,7 @@ impl Server {
                 engine,
                 doorbell,
                 shared: shared.clone(),
+                log: logs.next(),
             });
         }
         drop(starts);
@@ -138,9 +143,10 @@ impl Server {
             cpus = %describe_placement(&placement),
             backend = %backend,
             snapshot = %shared.config.snapshot.as_ref().map_or_else(
-                || "none: a restart loses every queue and message".to_owned(),
+                || "none".to_owned(),
                 |p| format!("{} (written on a graceful shutdown; a crash loses what is held)", p.display())
             ),
+            durability = %describe_durability(&shared.config),
             "sluice is serving (everything is in memory)"
         );
         Ok(ServerHandle {
@@ -149,7 +155,30 @@ impl Server {
             shared,
             threads,
             _snapshot_lock: snap.lock,
+            checkpointing: durable.map(DurableStart::into_checkpointing),
         })
+    }
+}
+
+/// The start's log line on what survives a crash.
+fn describe_durability(config: &Config) -> String {
+    let dir = config
+        .log_dir
+        .as_ref()
+        .map_or(String::new(), |d| d.display().to_string());
+    match config.durability {
+        Durability::None if config.snapshot.is_some() => {
+            "none: a crash loses what is held".to_owned()
+        }
+        Durability::None => "none: a restart loses every queue and message".to_owned(),
+        Durability::Batch => format!(
+            "batch: logged to {dir}, synced every {:?} (a crash loses at most what was \
+             acknowledged within it)",
+            config.log_sync_interval
+        ),
+        Durability::Always => {
+            format!("always: logged to {dir}, each change synced before it is answered")
+        }
     }
 }
 
@@ -215,6 +244,8 @@ struct Engines {
     shards: Vec<Shard>,
     late: Vec<Arc<OnceLock<Arc<Waker>>>>,
     loaded: Option<Loaded>,
+    /// The shards' write-ahead logs, under `--durability batch|always`.
+    logs: Vec<ShardLog>,
     /// The wall-clock time of the start (the loaded file's new name).
     wall: u64,
 }
@@ -224,6 +255,7 @@ impl Engines {
         config: &Config,
         shards: u16,
         snap: &SnapshotAtStart,
+        durable: Option<&DurableStart>,
         engine_clock: &Clock,
     ) -> Result<Engines, StartError> {
         let start_time = engine_clock.engine_time(clock::now_ns(), clock::wall_ms());
@@ -236,8 +268,9 @@ impl Engines {
             queues_max: config.queues_max as usize,
             frame_bytes_max: config.frame_bytes_max,
         };
-        let registry = Arc::new(match (&snap.opened, &snap.path) {
-            (Some(o), Some(path)) => {
+        let registry = Arc::new(match (durable, &snap.opened, &snap.path) {
+            (Some(d), _, _) => d.registry(registry_config)?,
+            (None, Some(o), Some(path)) => {
                 o.registry(registry_config)
                     .map_err(|source| StartError::Snapshot {
                         path: path.clone(),
@@ -266,11 +299,16 @@ impl Engines {
             }
             _ => None,
         };
+        let logs = match durable {
+            Some(d) => d.load_shards(&mut engines, config, now, wall)?,
+            None => Vec::new(),
+        };
         Ok(Engines {
             registry,
             shards: engines,
             late,
             loaded,
+            logs,
             wall,
         })
     }

@@ -13,6 +13,7 @@
 //! checkpoint and the start-up replay come next; until then no flag turns
 //! the log on.
 
+pub mod dir;
 pub mod file;
 pub mod frame;
 pub mod fuzz_harness;

@@ -69,6 +69,7 @@ mod server_snapshot_files;
 mod server_sqs_bad_input;
 #[cfg(not(sluice_loom))]
 mod server_sqs_clients;
+mod server_wal;
 
 // The files of deploy/ against a real server and the real configuration.
 #[cfg(not(sluice_loom))]

@@ -58,7 +58,7 @@ fn start(snapshot: &Path) -> Process {
 
 /// One connection on each shard (the kernel spreads connections over the
 /// shards' listeners by a hash, so a few tries find both).
-fn clients_on_both_shards(addr: std::net::SocketAddr) -> [Client; 2] {
+pub(crate) fn clients_on_both_shards(addr: std::net::SocketAddr) -> [Client; 2] {
     let mut found: [Option<Client>; 2] = [None, None];
     for _ in 0..64 {
         let mut c = Client::connect(addr);
@@ -160,7 +160,7 @@ fn note(known: &mut HashMap<u128, Known>, m: &sluice_protocol::ReceivedMessage) 
     k.delivery = m.delivery();
 }
 
-fn wait_exit(p: &mut std::process::Child) -> ExitStatus {
+pub(crate) fn wait_exit(p: &mut std::process::Child) -> ExitStatus {
     let deadline = Instant::now() + PATIENCE;
     loop {
         if let Some(status) = p.try_wait().expect("wait for the server") {

@@ -106,7 +106,9 @@ use super::stored_message::{Ext, Lease, MessageState, StoredMessage, Table};
 use super::wheel::{TimerId, TimerWheel, timer_bytes};
 use crate::sync::Arc;
 
-pub use self::snapshot::{LOG_DEDUP, LOG_GONE, LOG_PUT, LoadClock, LogGone, LogPut, ShardLoad};
+pub use self::snapshot::{
+    LOG_DEDUP, LOG_GONE, LOG_PUT, LoadClock, LogGone, LogPut, ShardLoad, whole_records_within,
+};
 pub use self::view::MessageView;
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -246,6 +248,9 @@ pub struct Shard {
     /// Write-ahead log records not yet taken, when the log is on
     /// (`snapshot/log.rs`).
     wal: Option<Vec<u8>>,
+    /// Whether messages to other shards wait for this shard's records to
+    /// be synced (`--durability always`: a reply must not outrun them).
+    hold_for_sync: bool,
     rng: Rng,
     memory: ShardMemory,
     next_seq: u64,
@@ -342,6 +347,7 @@ impl Shard {
             dedup: DedupTable::default(),
             key_hashes: Vec::new(),
             wal: None,
+            hold_for_sync: false,
             rng: Rng::new(config.seed),
             memory: ShardMemory::default(),
             next_seq: 0,
@@ -549,7 +555,11 @@ impl Shard {
     /// in the overflow it moved into rings.
     fn end(&mut self) -> usize {
         self.flush_touched();
-        self.flush_overflow()
+        if self.holding() {
+            0
+        } else {
+            self.flush_overflow()
+        }
     }
 
     #[inline(always)]
@@ -600,7 +610,7 @@ impl Shard {
     fn send_to(&mut self, dest: u16, msg: ShardMsg) {
         self.sent_count += 1;
         let d = usize::from(dest);
-        if !self.overflow[d].is_empty() {
+        if !self.overflow[d].is_empty() || self.holding() {
             self.overflow[d].push_back(msg);
             return;
         }

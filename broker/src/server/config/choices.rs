@@ -51,6 +51,28 @@ impl fmt::Display for ClockChoice {
     }
 }
 
+/// What survives a crash (`--durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Durability {
+    /// Nothing: everything is in memory.
+    #[default]
+    None,
+    /// The write-ahead log, synced every `--log-sync-interval`.
+    Batch,
+    /// The write-ahead log, synced before a change is answered.
+    Always,
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Durability::None => "none",
+            Durability::Batch => "batch",
+            Durability::Always => "always",
+        })
+    }
+}
+
 /// Where the shard threads run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CpuPlacement {
@@ -194,6 +216,11 @@ pub(super) fn parse_size(s: &str) -> Result<u64, String> {
 
 pub(super) fn parse_time(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
+}
+
+pub(super) fn parse_durability(s: &str) -> Result<Durability, String> {
+    Durability::from_str(s.trim(), true)
+        .map_err(|_| format!("`{s}` is not a durability: use none, batch or always"))
 }
 
 pub(super) fn parse_clock(s: &str) -> Result<ClockChoice, String> {

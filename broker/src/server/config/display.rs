@@ -147,6 +147,23 @@ impl fmt::Display for Config {
                 "# snapshot: none, a restart loses every queue and message"
             )?,
         }
-        writeln!(f, "snapshot_keep = {}", self.snapshot_keep)
+        writeln!(f, "snapshot_keep = {}", self.snapshot_keep)?;
+        self.fmt_durability(f)
+    }
+}
+
+impl Config {
+    /// `--durability`, `--log-dir` and `--log-sync-interval`.
+    fn fmt_durability(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "durability = {}", quoted(&self.durability.to_string()))?;
+        match &self.log_dir {
+            Some(dir) => writeln!(f, "log_dir = {}", quoted(&dir.to_string_lossy()))?,
+            None => writeln!(f, "# log_dir: none, no write-ahead log")?,
+        }
+        writeln!(
+            f,
+            "log_sync_interval = {}",
+            quoted(&format_duration(self.log_sync_interval))
+        )
     }
 }

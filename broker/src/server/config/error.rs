@@ -11,6 +11,10 @@ use crate::server::tls::TlsError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// `--durability` and `--log-dir` disagree, or `--snapshot` is given
+    /// with a log.
+    #[error("{0}")]
+    Durability(&'static str),
     /// The config file could not be read.
     #[error("cannot read config file {}: {source}", path.display())]
     ReadConfigFile {

@@ -16,9 +16,9 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
 use super::{
-    CONFIG_FILE_BYTES_MAX, ClockChoice, ConfigError, CpuPlacement, IoChoice, MetricsAddr, Settings,
-    format_bytes, parse_clock, parse_count, parse_cpus, parse_io, parse_listen, parse_metrics_addr,
-    parse_size, parse_time,
+    CONFIG_FILE_BYTES_MAX, ClockChoice, ConfigError, CpuPlacement, Durability, IoChoice,
+    MetricsAddr, Settings, format_bytes, parse_clock, parse_count, parse_cpus, parse_durability,
+    parse_io, parse_listen, parse_metrics_addr, parse_size, parse_time,
 };
 
 /// Where something is in the file, 1-based, the column in characters.
@@ -191,6 +191,10 @@ pub(super) fn io<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IoChoice>, D:
 
 pub(super) fn clock<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ClockChoice>, D::Error> {
     text(d, parse_clock)
+}
+
+pub(super) fn durability<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Durability>, D::Error> {
+    text(d, parse_durability)
 }
 
 pub(super) fn metrics_addr<'de, D: Deserializer<'de>>(

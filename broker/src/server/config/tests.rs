@@ -1241,3 +1241,45 @@ fn sqs_credentials_are_read_checked_and_open_the_door_off_loopback() {
     let e = err(&["--sqs-credentials", "/nonexistent/sluice-credentials"]);
     assert!(matches!(e, ConfigError::SqsCredentials { .. }), "{e}");
 }
+
+#[test]
+fn durability_needs_its_folder_and_the_folder_needs_a_durability() {
+    let c = ok(&[]);
+    assert_eq!(c.durability, Durability::None);
+    assert_eq!(c.log_dir, None);
+    assert_eq!(c.log_sync_interval, Duration::from_millis(100));
+    let c = ok(&[
+        "--durability",
+        "always",
+        "--log-dir",
+        "/var/lib/sluice/log",
+        "--log-sync-interval",
+        "20ms",
+    ]);
+    assert_eq!(c.durability, Durability::Always);
+    assert_eq!(c.log_dir.as_deref(), Some(Path::new("/var/lib/sluice/log")));
+    assert_eq!(c.log_sync_interval, Duration::from_millis(20));
+    assert!(c.to_string().contains("durability = \"always\"\n"));
+    let e = err(&["--durability", "batch"]).to_string();
+    assert!(e.contains("--log-dir PATH"), "{e}");
+    let e = err(&["--log-dir", "/tmp/x"]).to_string();
+    assert!(e.contains("--durability batch or always"), "{e}");
+    let e = err(&[
+        "--durability",
+        "batch",
+        "--log-dir",
+        "/tmp/x",
+        "--snapshot",
+        "/tmp/s",
+    ])
+    .to_string();
+    assert!(e.contains("--snapshot is for --durability none"), "{e}");
+    let e = raw(&["--durability", "sometimes"], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("none, batch or always"), "{e}");
+    for bad in ["0s", "11s", "500us"] {
+        let e = err(&["--log-sync-interval", bad]).to_string();
+        assert!(e.contains("log-sync-interval"), "{bad}: {e}");
+    }
+}

@@ -2,24 +2,26 @@
 //! the relations between settings, checked once.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use sluice_protocol::limits as wire;
 use sluice_protocol::units::{format_bytes, format_duration};
 
 use super::{
-    AuthToken, Config, ConfigError, CpuPlacement, Host, IoChoice, MemoryMaxOrigin, MetricsAddr,
-    RawArgs, Settings, SqsSettings,
+    AuthToken, Config, ConfigError, CpuPlacement, Durability, Host, IoChoice, MemoryMaxOrigin,
+    MetricsAddr, RawArgs, Settings, SqsSettings,
 };
 use crate::server::limits::{
     CONNECTIONS_BEFORE_HELLO_MAX_DEFAULT, CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT,
     FRAME_BYTES_MAX_MIN, FRAME_TIMEOUT_DEFAULT, HELLO_FRAME_BYTES_MAX_MIN, HELLO_TIMEOUT_DEFAULT,
-    IDLE_SPIN_DEFAULT, IDLE_SPIN_MAX, LISTEN_DEFAULT, LOG_DEFAULT, MEMORY_MAX_FALLBACK,
-    MEMORY_MAX_LIMIT, MEMORY_MAX_MIN, METRICS_ADDR_DEFAULT, MIB, QUEUES_MAX_DEFAULT,
-    QUEUES_MAX_LIMIT, REQUESTS_IN_FLIGHT_MAX_DEFAULT, REQUESTS_IN_FLIGHT_MAX_LIMIT,
-    SERVER_SHARDS_MAX, SHUTDOWN_TIMEOUT_DEFAULT, SHUTDOWN_TIMEOUT_MAX, SNAPSHOT_KEEP_DEFAULT,
-    SNAPSHOT_KEEP_MAX, SQS_LISTEN_DEFAULT, TIMEOUT_MAX, TIMEOUT_MIN, UNSENT_BYTES_MAX_DEFAULT,
-    UNSENT_BYTES_MAX_LIMIT, UNSENT_BYTES_TOTAL_MAX_DEFAULT, UNSENT_BYTES_TOTAL_MAX_LIMIT,
+    IDLE_SPIN_DEFAULT, IDLE_SPIN_MAX, LISTEN_DEFAULT, LOG_DEFAULT, LOG_SYNC_INTERVAL_DEFAULT,
+    LOG_SYNC_INTERVAL_MAX, LOG_SYNC_INTERVAL_MIN, MEMORY_MAX_FALLBACK, MEMORY_MAX_LIMIT,
+    MEMORY_MAX_MIN, METRICS_ADDR_DEFAULT, MIB, QUEUES_MAX_DEFAULT, QUEUES_MAX_LIMIT,
+    REQUESTS_IN_FLIGHT_MAX_DEFAULT, REQUESTS_IN_FLIGHT_MAX_LIMIT, SERVER_SHARDS_MAX,
+    SHUTDOWN_TIMEOUT_DEFAULT, SHUTDOWN_TIMEOUT_MAX, SNAPSHOT_KEEP_DEFAULT, SNAPSHOT_KEEP_MAX,
+    SQS_LISTEN_DEFAULT, TIMEOUT_MAX, TIMEOUT_MIN, UNSENT_BYTES_MAX_DEFAULT, UNSENT_BYTES_MAX_LIMIT,
+    UNSENT_BYTES_TOTAL_MAX_DEFAULT, UNSENT_BYTES_TOTAL_MAX_LIMIT,
 };
 use crate::server::tls::TlsSettings;
 
@@ -107,6 +109,8 @@ impl Config {
             SNAPSHOT_KEEP_MAX,
         )?;
 
+        let (durability, log_dir, log_sync_interval) = durability(&s)?;
+
         let log_filter = s.log.clone().unwrap_or_else(|| LOG_DEFAULT.to_owned());
         check_log_filter(&log_filter)?;
 
@@ -143,7 +147,38 @@ impl Config {
             idle_spin,
             snapshot: s.snapshot,
             snapshot_keep,
+            durability,
+            log_dir,
+            log_sync_interval,
         })
+    }
+}
+
+/// `--durability`, `--log-dir` (given exactly when the durability is not
+/// none, and not with `--snapshot`) and `--log-sync-interval`.
+fn durability(s: &Settings) -> Result<(Durability, Option<PathBuf>, Duration), ConfigError> {
+    let durability = s.durability.unwrap_or_default();
+    let interval = in_range(
+        "log-sync-interval",
+        s.log_sync_interval.unwrap_or(LOG_SYNC_INTERVAL_DEFAULT),
+        LOG_SYNC_INTERVAL_MIN,
+        LOG_SYNC_INTERVAL_MAX,
+        format_duration,
+    )?;
+    match (durability, &s.log_dir) {
+        (Durability::None, None) => Ok((durability, None, interval)),
+        (Durability::None, Some(_)) => Err(ConfigError::Durability(
+            "--log-dir is the folder of --durability batch or always: give one of them, \
+             or leave --log-dir out",
+        )),
+        (_, None) => Err(ConfigError::Durability(
+            "--durability batch and always write their log to --log-dir PATH: give one",
+        )),
+        (_, Some(_)) if s.snapshot.is_some() => Err(ConfigError::Durability(
+            "--snapshot is for --durability none: with a log, the checkpoint a graceful \
+             shutdown writes is kept in --log-dir",
+        )),
+        (_, Some(dir)) => Ok((durability, Some(dir.clone()), interval)),
     }
 }
 

@@ -53,6 +53,7 @@ impl State {
     }
 
     pub(super) fn finish(&mut self, io: &mut Connections) {
+        self.close_log();
         for slot in &mut self.conns {
             if let Some(c) = slot.take() {
                 io.close_now(c.id);

@@ -87,6 +87,7 @@ mod accept;
 mod commands;
 mod drain;
 mod engine_link;
+mod log;
 mod metrics;
 mod moves;
 mod setup;
@@ -95,6 +96,7 @@ use accept::auth_outcome;
 pub(crate) use accept::sqs_unavailable;
 use commands::carry_out;
 use engine_link::EngineLink;
+pub use log::ShardLog;
 use metrics::MetricsDoor;
 use moves::Mover;
 
@@ -116,6 +118,8 @@ pub struct ShardStart {
     pub doorbell: Arc<Doorbell>,
     /// Everything shared.
     pub shared: Arc<ServerState>,
+    /// Its write-ahead log, under `--durability batch|always`.
+    pub log: Option<ShardLog>,
 }
 
 /// Runs shard `index` until shutdown completes, and hands its engine back
@@ -288,6 +292,8 @@ struct State {
     events: u32,
     /// Plaintext a TLS read decrypted, lent to the transports in turn.
     plaintext: Vec<u8>,
+    /// The write-ahead log, under `--durability batch|always`.
+    log: Option<ShardLog>,
 }
 
 impl State {
@@ -346,6 +352,9 @@ impl State {
         if let Some(w) = self.move_wait() {
             wait = wait.min(w);
         }
+        if let Some(w) = self.log.as_ref().and_then(|l| l.wait(now)) {
+            wait = wait.min(w);
+        }
         let scraping = self.metrics.as_ref().is_some_and(|m| !m.scrapes.is_empty());
         if !self.paused.is_empty() || !self.clock_waiters.is_empty() || scraping {
             wait = wait.min(PAUSED_RECHECK);
@@ -381,6 +390,7 @@ impl State {
             engine_time,
             unsent_over,
             drain_deadline_ns,
+            log,
             ..
         } = self;
         let Some(conn) = conns
@@ -409,7 +419,9 @@ impl State {
         f(&mut conn.session, &cx, &mut link);
         // A session that asks the server something is answered at once, and
         // what it does then is carried out in turn.
-        while let Some(question) = carry_out(conn, io, id, paused) {
+        while let Some(question) =
+            carry_out(conn, io, id, paused, log.as_mut().and_then(ShardLog::hold))
+        {
             let answer = match question {
                 Question::ServerStats => Answer::ServerStats(shared.server_stats()),
                 Question::AdvanceClock { by_ms } => {
@@ -578,6 +590,7 @@ impl State {
         self.unsent_over = self.shared.unsent_bytes() > self.unsent_total_max;
         self.resume_paused(io);
         self.flush(io);
+        self.commit_log(io);
         self.stats()
             .unsent_bytes
             .set(io.unsent_bytes_total() as u64);

@@ -83,6 +83,7 @@ impl State {
         State {
             index,
             engine: start.engine,
+            log: start.log,
             doorbell: start.doorbell,
             shared: start.shared,
             config,

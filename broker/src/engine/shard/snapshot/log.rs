@@ -86,6 +86,33 @@ fn record_length<R: SectionRead>(r: &mut R, at: u64) -> Result<u64, R::Error> {
     Ok(len)
 }
 
+/// The length of the longest run of whole records at the start of
+/// `records` (as a shard writes them) that fits in `max` bytes, or the
+/// first record's when even that one does not: where a writer may cut
+/// records into commits of at most `max` bytes.
+#[must_use]
+pub fn whole_records_within(records: &[u8], max: usize) -> usize {
+    let mut at = 0;
+    while at < records.len() {
+        let len_at = |i: usize| {
+            records
+                .get(i..i + 4)
+                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        };
+        let len = match records[at] {
+            LOG_PUT | LOG_DEDUP => 5 + len_at(at + 1),
+            // LOG_GONE: slot, generation, why.
+            _ => 10,
+        };
+        let end = (at + len).min(records.len());
+        if end > max && at > 0 {
+            break;
+        }
+        at = end;
+    }
+    at
+}
+
 /// What a replay keeps from record to record.
 struct Replay {
     /// Slots a put may name: fewer than the records left could fill.
@@ -148,6 +175,30 @@ impl Shard {
     /// receive count as it was then.
     pub fn set_logging(&mut self, on: bool) {
         self.wal = on.then(Vec::new);
+    }
+
+    /// Makes messages to other shards wait, while records not yet taken
+    /// are there, until [`Shard::log_synced`] (`--durability always`: a
+    /// result another shard answers with must not reach its client before
+    /// the records behind it are on disk).
+    pub fn set_hold_for_sync(&mut self, on: bool) {
+        self.hold_for_sync = on;
+    }
+
+    /// Whether messages to other shards wait for a sync now.
+    #[inline]
+    pub(in crate::engine::shard) fn holding(&self) -> bool {
+        self.hold_for_sync && self.wal.as_ref().is_some_and(|w| !w.is_empty())
+    }
+
+    /// The records taken are on disk: the messages to other shards that
+    /// waited for them go. Returns how many went.
+    pub fn log_synced(&mut self) -> usize {
+        if self.holding() {
+            0
+        } else {
+            self.flush_overflow()
+        }
     }
 
     /// Moves the records written since the last take (in the order the
@@ -230,37 +281,63 @@ impl Shard {
         r: &mut R,
         clock: LoadClock,
     ) -> Result<ShardLoad, R::Error> {
-        self.begin(clock.now_ns, clock.wall_ms);
-        let result = self.replay_inner(r, clock);
-        self.messages.rebuild_free();
-        self.end();
-        result
+        self.replay_commits(&mut [(r, clock)])
     }
 
-    fn replay_inner<R: SectionRead>(
+    /// [`Shard::replay_log`] of several commits in order, each read from
+    /// its reader and written at its clock's `saved_wall_ms`: one replay,
+    /// so that a slot one commit frees is not put again at the generation
+    /// it had in a later one.
+    ///
+    /// # Errors
+    /// As [`Shard::replay_log`].
+    pub fn replay_commits<R: SectionRead>(
         &mut self,
-        r: &mut R,
-        clock: LoadClock,
+        commits: &mut [(&mut R, LoadClock)],
     ) -> Result<ShardLoad, R::Error> {
+        let Some(&(_, first)) = commits.first() else {
+            return Ok(ShardLoad::default());
+        };
+        self.begin(first.now_ns, first.wall_ms);
         let mut load = ShardLoad::default();
         // No slot past those a put of each record could add (a record is
         // at least a message record's 43 bytes), nor past what the memory
         // budget could hold.
         let budget = self.registry.memory().limit() / Slab::<StoredMessage>::slot_bytes() as u64;
-        let slots = (self.messages.slots() as u64 + r.remaining() / 43 + 1).min(budget);
-        let slots = u32::try_from(slots).unwrap_or(u32::MAX);
+        let remaining: u64 = commits.iter().map(|(r, _)| r.remaining()).sum();
+        let slots = (self.messages.slots() as u64 + remaining / 43 + 1).min(budget);
         let mut replay = Replay {
-            slots,
+            slots: u32::try_from(slots).unwrap_or(u32::MAX),
             hole_generation: self.messages.generation_max().wrapping_add(1),
-            clock,
+            clock: first,
             freed: HashMap::new(),
         };
+        let mut result = Ok(());
+        for (r, clock) in commits.iter_mut() {
+            replay.clock = *clock;
+            result = self.replay_inner(*r, &mut replay, &mut load);
+            if result.is_err() {
+                break;
+            }
+        }
+        self.messages.rebuild_free();
+        self.end();
+        result.map(|()| load)
+    }
+
+    fn replay_inner<R: SectionRead>(
+        &mut self,
+        r: &mut R,
+        replay: &mut Replay,
+        load: &mut ShardLoad,
+    ) -> Result<(), R::Error> {
+        let clock = replay.clock;
         while r.remaining() > 0 {
             let at = r.offset();
             match r.u8("record kind")? {
-                LOG_PUT => self.replay_put(r, at, &replay, &mut load)?,
-                LOG_GONE => self.replay_gone(r, at, &mut replay)?,
-                LOG_DEDUP => self.replay_dedup(r, at, clock, &mut load)?,
+                LOG_PUT => self.replay_put(r, at, replay, load)?,
+                LOG_GONE => self.replay_gone(r, at, replay)?,
+                LOG_DEDUP => self.replay_dedup(r, at, clock, load)?,
                 kind => {
                     return Err(invalid(
                         at,
@@ -270,7 +347,7 @@ impl Shard {
                 }
             }
         }
-        Ok(load)
+        Ok(())
     }
 
     fn replay_put<R: SectionRead>(

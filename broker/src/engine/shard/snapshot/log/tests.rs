@@ -217,3 +217,36 @@ fn a_bad_log_is_refused_with_its_offset_never_a_panic() {
     assert!(e.contains("no message at slot 0"), "{e}");
     assert_eq!(LOG_PUT, log[0]);
 }
+
+#[test]
+fn records_are_cut_into_commits_between_records_only() {
+    let mut a = cluster();
+    send(&mut a, "work", &["w0", "w1", "w2"], None);
+    let log = log_of(&a, 3);
+    // Three puts, then three gones of 10 bytes each.
+    let put = (log.len() - 30) / 3;
+    let cut = |max| super::whole_records_within(&log, max);
+    assert_eq!(cut(log.len()), log.len());
+    assert_eq!(cut(usize::MAX), log.len());
+    assert_eq!(cut(put), put);
+    assert_eq!(cut(2 * put + 1), 2 * put);
+    assert_eq!(cut(3 * put + 19), 3 * put + 10);
+    // A first record larger than the limit is taken whole.
+    assert_eq!(cut(1), put);
+    assert_eq!(super::whole_records_within(&log[3 * put..], 5), 10);
+    assert_eq!(super::whole_records_within(&[], 5), 0);
+    // Commits cut so replay one by one to what the whole log does.
+    let mut b = cluster();
+    let mut at = 0;
+    let mut readers = Vec::new();
+    while at < log.len() {
+        let n = super::whole_records_within(&log[at..], put + 10);
+        readers.push(SliceRead::new(&log[at..at + n], at as u64));
+        at += n;
+    }
+    assert_eq!(readers.len(), 4);
+    let mut commits: Vec<_> = readers.iter_mut().map(|r| (r, clock(&a))).collect();
+    b.shard_mut(0).replay_commits(&mut commits).unwrap();
+    b.check_invariants().unwrap();
+    assert!(receive(&mut b, "work", 10).is_empty());
+}

@@ -1,0 +1,225 @@
+//! `--durability batch|always` at start and at a graceful shutdown.
+//!
+//! At start: the log folder locked (`log.lock`: two brokers on one folder
+//! would write over each other's logs) and opened at its newest
+//! generation; that generation's checkpoint loaded, if it has one; the
+//! registry's log replayed onto the checkpoint's registry, then each
+//! shard's log onto its shard; the registry's journal and each shard's log
+//! handed out for the broker to write on. A torn end (a crash during a
+//! commit's write: never acknowledged under `always`) is cut and reported;
+//! anything else wrong stops the start, naming the file and the byte, with
+//! every file left as it was.
+//!
+//! At a graceful shutdown, once every shard has stopped: the next
+//! generation's checkpoint written, then the old generation's files
+//! removed (`crate::wal::dir`).
+
+use std::path::{Path, PathBuf};
+
+use super::shard_loop::ShardLog;
+use super::snapshot_at_start::{Loaded, load_snapshot, shards_for_snapshot};
+use super::{Config, StartError, path_lock};
+use crate::engine::section::SliceRead;
+use crate::engine::shard::LoadClock;
+use crate::engine::{Registry, RegistryConfig, Shard};
+use crate::server::config::Durability;
+use crate::snapshot;
+use crate::wal::dir::LogDir;
+use crate::wal::file::{LogFile, Recovered};
+use crate::wal::registry::{RegistryLog, replay};
+
+/// The log folder as a start found it.
+pub(super) struct DurableStart {
+    lock: path_lock::PathLock,
+    dir: LogDir,
+    checkpoint: Option<snapshot::Opened>,
+}
+
+/// What a graceful shutdown needs: the folder and its lock.
+#[derive(Debug)]
+pub(super) struct Checkpointing {
+    pub(super) lock: path_lock::PathLock,
+    pub(super) dir: LogDir,
+}
+
+fn failed(path: &Path, why: impl std::fmt::Display) -> StartError {
+    StartError::Log {
+        path: path.to_owned(),
+        why: why.to_string(),
+    }
+}
+
+impl DurableStart {
+    /// Locks and opens `--log-dir` and its checkpoint, when there is a log;
+    /// sets `config.shards` to the checkpoint's when `--shards` was not
+    /// given.
+    pub(super) fn open(config: &mut Config) -> Result<Option<DurableStart>, StartError> {
+        let Some(path) = config.log_dir.clone() else {
+            return Ok(None);
+        };
+        std::fs::create_dir_all(&path).map_err(|e| failed(&path, e))?;
+        let lock = path_lock::lock(&path.join("log")).map_err(|source| StartError::LogLocked {
+            path: path.clone(),
+            source,
+        })?;
+        let dir = LogDir::open(&path).map_err(|e| failed(&path, e))?;
+        let checkpoint = match dir.checkpoint() {
+            Some(file) => {
+                let error = |source| StartError::Snapshot {
+                    path: file.clone(),
+                    source,
+                };
+                let opened = snapshot::open(snapshot::Source::File(&file)).map_err(error)?;
+                config.shards = shards_for_snapshot(config, opened.header.shards);
+                opened
+                    .check_fit(
+                        config.shards,
+                        config.memory_max_bytes,
+                        config.queues_max as usize,
+                    )
+                    .map_err(error)?;
+                Some(opened)
+            }
+            None => None,
+        };
+        if let Some(extra) = dir
+            .shard_logs_from(config.shards)
+            .map_err(|e| failed(&path, e))?
+            .first()
+        {
+            return Err(failed(
+                extra,
+                format!(
+                    "a log of a shard this start does not have ({} shards): start with the \
+                     --shards that wrote it",
+                    config.shards
+                ),
+            ));
+        }
+        Ok(Some(DurableStart {
+            lock,
+            dir,
+            checkpoint,
+        }))
+    }
+
+    /// The registry: the checkpoint's (or a new one), with the registry
+    /// log's changes replayed, recording every later change in that log.
+    pub(super) fn registry(&self, config: RegistryConfig) -> Result<Registry, StartError> {
+        let mut state = match &self.checkpoint {
+            Some(o) => o.registry.clone(),
+            None => Registry::new(config.clone()).saved_state(),
+        };
+        let path = self.dir.registry_log();
+        let (log, recovered) = RegistryLog::open(&path).map_err(|e| failed(&path, e))?;
+        report_torn(&path, &recovered);
+        replay(&recovered.commits(), &mut state).map_err(|e| failed(&path, e))?;
+        let registry = Registry::restored(config, state).map_err(|why| failed(&path, why))?;
+        registry.set_journal(Box::new(log));
+        Ok(registry)
+    }
+
+    /// Loads the checkpoint into `engines` (fresh shards on
+    /// [`DurableStart::registry`]), replays each shard's log onto its
+    /// shard, and turns the shards' records on: the logs to write them to.
+    pub(super) fn load_shards(
+        &self,
+        engines: &mut [Shard],
+        config: &Config,
+        now: u64,
+        wall: u64,
+    ) -> Result<Vec<ShardLog>, StartError> {
+        let started = super::clock::now_ns();
+        let loaded: Option<Loaded> = match (&self.checkpoint, self.dir.checkpoint()) {
+            (Some(opened), Some(path)) => Some(load_snapshot(&path, opened, engines, now, wall)?),
+            _ => None,
+        };
+        let always = config.durability == Durability::Always;
+        let mut logs = Vec::with_capacity(engines.len());
+        let (mut commits, mut bytes) = (0usize, 0u64);
+        for (i, engine) in engines.iter_mut().enumerate() {
+            // At most SHARDS_MAX shards.
+            let path = self.dir.shard_log(i as u16);
+            let (file, recovered) = LogFile::open(&path, 1).map_err(|e| failed(&path, e))?;
+            report_torn(&path, &recovered);
+            let found = recovered.commits();
+            commits += found.len();
+            bytes += found.iter().map(|c| c.records.len() as u64).sum::<u64>();
+            let mut readers: Vec<SliceRead<'_>> = found
+                .iter()
+                .map(|c| SliceRead::new(c.records, c.records_at))
+                .collect();
+            let mut replayed: Vec<(&mut SliceRead<'_>, LoadClock)> = readers
+                .iter_mut()
+                .zip(&found)
+                .map(|(r, c)| {
+                    let clock = LoadClock {
+                        now_ns: now,
+                        wall_ms: wall,
+                        saved_wall_ms: c.wall_ms,
+                    };
+                    (r, clock)
+                })
+                .collect();
+            engine
+                .replay_commits(&mut replayed)
+                .map_err(|e| failed(&path, e))?;
+            engine.set_logging(true);
+            engine.set_hold_for_sync(always);
+            logs.push(ShardLog::new(file, always, config.log_sync_interval));
+        }
+        let took = super::clock::now_ns().saturating_sub(started);
+        tracing::info!(
+            folder = %self.dir.path().display(),
+            generation = self.dir.generation(),
+            checkpoint = %self.dir.checkpoint().map_or("none".into(), |p| p.display().to_string()),
+            checkpoint_messages = loaded.as_ref().map_or(0, |l| l.messages()),
+            log_commits = commits,
+            log_bytes = bytes,
+            seconds = %format_args!("{:.3}", took as f64 / 1e9),
+            durability = %config.durability,
+            "write-ahead log replayed (leased messages are visible again)"
+        );
+        Ok(logs)
+    }
+
+    /// What the shutdown's checkpoint needs.
+    pub(super) fn into_checkpointing(self) -> Checkpointing {
+        Checkpointing {
+            lock: self.lock,
+            dir: self.dir,
+        }
+    }
+}
+
+/// Says that a log's end was cut, and why.
+fn report_torn(path: &Path, recovered: &Recovered) {
+    if let Some((at, why)) = recovered.torn {
+        tracing::warn!(
+            file = %path.display(),
+            byte = at,
+            why,
+            "the log's last commit was cut short by a crash ({why} at byte {at}) and was \
+             cut off: it was never acknowledged under --durability always"
+        );
+    }
+}
+
+impl Checkpointing {
+    /// Where the checkpoint goes.
+    pub(super) fn next(&self) -> PathBuf {
+        self.dir.next_checkpoint()
+    }
+
+    /// The checkpoint is written: the old generation goes.
+    pub(super) fn advance(&mut self) {
+        if let Err(e) = self.dir.advance() {
+            tracing::warn!(
+                error = %e,
+                folder = %self.dir.path().display(),
+                "the checkpoint is written, but an old log could not be removed: the next \
+                 start removes it"
+            );
+        }
+    }
+}

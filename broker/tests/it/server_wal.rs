@@ -1,0 +1,304 @@
+//! The write-ahead log over real processes: `sluice-server --durability
+//! always|batch --log-dir PATH` killed with SIGKILL keeps every
+//! acknowledged send and delete and every queue change; a graceful stop
+//! writes a checkpoint that the next log follows; a torn end is cut and
+//! reported; a byte flipped inside the log stops the start with exit 2,
+//! naming the byte, the files left as they were.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_broker::server::config::IoChoice;
+use sluice_protocol::{
+    AttributeUpdate, ErrorCode, MessageGroupId, Millis, QueueAttributesRequest, QueueKind, Reply,
+    Request, SendEntry,
+};
+
+use crate::server_process::{BIN, Process, start_args};
+use crate::server_snapshot::{clients_on_both_shards, scratch, wait_exit};
+use crate::server_util::{Client, name};
+
+fn start(dir: &Path, durability: &str, shards: &str) -> Process {
+    let args = start_args(
+        IoChoice::Epoll,
+        &[
+            "--shards",
+            shards,
+            "--durability",
+            durability,
+            "--log-dir",
+            dir.to_str().expect("a UTF-8 path"),
+            "--log-sync-interval",
+            "5ms",
+        ],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Process::spawn(r#"exec "$@""#, &args)
+}
+
+/// Every message of `queue`, received and deleted (a FIFO group's next
+/// message comes once the one before is deleted): body to receive count.
+fn drain(c: &mut Client, queue: &str) -> BTreeMap<Vec<u8>, u32> {
+    let mut all = BTreeMap::new();
+    loop {
+        let got = c.receive(queue, 100, Some(60_000), 0);
+        if got.is_empty() {
+            return all;
+        }
+        let receipts: Vec<_> = got.iter().map(|m| m.receipt).collect();
+        assert!(c.delete(queue, &receipts).iter().all(Result::is_ok));
+        for m in got {
+            assert!(
+                all.insert(m.body.to_vec(), m.receive_count).is_none(),
+                "{queue}: {:?} twice",
+                m.body
+            );
+        }
+    }
+}
+
+fn bodies(prefix: &str, range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
+    range
+        .map(|i| format!("{prefix}-{i}").into_bytes())
+        .collect()
+}
+
+/// Sends `bodies` in batches of 50; every one acknowledged.
+fn send_all(c: &mut Client, queue: &str, bodies: &[Vec<u8>], fifo: bool) {
+    for (n, chunk) in bodies.chunks(50).enumerate() {
+        let entries: Vec<SendEntry> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let e = SendEntry::new(Bytes::copy_from_slice(b));
+                if fifo {
+                    e.group(MessageGroupId::new(&format!("g{}", (n + i) % 7)).unwrap())
+                } else {
+                    e
+                }
+            })
+            .collect();
+        let results = c.send_entries(queue, &entries);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+}
+
+/// Receives up to `n` messages of `queue` and deletes them: their bodies.
+fn delete_some(c: &mut Client, queue: &str, n: usize) -> Vec<Vec<u8>> {
+    let mut gone = Vec::new();
+    while gone.len() < n {
+        let max = u16::try_from((n - gone.len()).min(100)).unwrap();
+        let got = c.receive(queue, max, Some(60_000), 0);
+        assert!(!got.is_empty(), "{queue}: nothing left to delete");
+        let receipts: Vec<_> = got.iter().map(|m| m.receipt).collect();
+        assert!(c.delete(queue, &receipts).iter().all(Result::is_ok));
+        gone.extend(got.into_iter().map(|m| m.body.to_vec()));
+    }
+    gone
+}
+
+#[test]
+fn always_keeps_every_acknowledged_change_through_a_kill_9() {
+    let dir = scratch("wal-always");
+    let mut server = start(&dir, "always", "2");
+    let [mut c0, mut c1] = clients_on_both_shards(server.listen_addr());
+    c0.create("work", AttributeUpdate::default());
+    c1.create(
+        "orders.fifo",
+        AttributeUpdate {
+            kind: Some(QueueKind::Fifo),
+            content_based_dedup: Some(true),
+            ..AttributeUpdate::default()
+        },
+    );
+    c0.create("gone", AttributeUpdate::default());
+    // Sends from both shards: one of them forwards to the other, whose
+    // sync its reply waits for.
+    let work = bodies("w", 0..600);
+    send_all(&mut c0, "work", &work[..300], false);
+    send_all(&mut c1, "work", &work[300..], false);
+    let orders = bodies("o", 0..200);
+    send_all(&mut c1, "orders.fifo", &orders, true);
+    send_all(&mut c0, "gone", &bodies("x", 0..20), false);
+    let longer = c0.call(Request::SetQueue(QueueAttributesRequest {
+        queue: name("work"),
+        attributes: AttributeUpdate {
+            visibility_timeout: Some(Millis::new(45_000)),
+            ..AttributeUpdate::default()
+        },
+    }));
+    assert!(matches!(longer, Reply::SetQueue), "{longer:?}");
+    let deleted = delete_some(&mut c1, "work", 250);
+    let deleted_orders = delete_some(&mut c0, "orders.fifo", 40);
+    // Leased, not deleted: back after the crash.
+    assert_eq!(c0.receive("work", 30, Some(60_000), 0).len(), 30);
+    let dropped = c1.call(Request::DeleteQueue {
+        queue: name("gone"),
+    });
+    assert!(matches!(dropped, Reply::DeleteQueue), "{dropped:?}");
+    server.kill9();
+
+    let mut server = start(&dir, "always", "2");
+    let line = server.wait_for("write-ahead log replayed");
+    assert!(line.contains("log_commits="), "{line}");
+    let [mut c0, _c1] = clients_on_both_shards(server.listen_addr());
+    let left = drain(&mut c0, "work");
+    let expect: Vec<Vec<u8>> = work
+        .iter()
+        .filter(|b| !deleted.contains(b))
+        .cloned()
+        .collect();
+    assert_eq!(left.keys().cloned().collect::<Vec<_>>(), {
+        let mut e = expect.clone();
+        e.sort();
+        e
+    });
+    let left_orders = drain(&mut c0, "orders.fifo");
+    assert_eq!(left_orders.len(), 160);
+    assert!(deleted_orders.iter().all(|b| !left_orders.contains_key(b)));
+    let info = |c: &mut Client, q: &str| c.call(Request::GetQueue { queue: name(q) });
+    assert!(
+        matches!(info(&mut c0, "gone"), Reply::Error(e) if e.code == ErrorCode::QueueNotFound),
+        "the deleted queue stays deleted"
+    );
+    match info(&mut c0, "work") {
+        Reply::GetQueue(i) => assert_eq!(i.attributes.visibility_timeout, Millis::new(45_000)),
+        other => panic!("{other:?}"),
+    }
+    server.kill9();
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_graceful_stop_writes_a_checkpoint_that_the_next_log_follows() {
+    let dir = scratch("wal-checkpoint");
+    let mut server = start(&dir, "batch", "1");
+    let mut c = Client::connect(server.listen_addr());
+    c.hello(b"").unwrap();
+    c.create("work", AttributeUpdate::default());
+    let first = bodies("a", 0..300);
+    send_all(&mut c, "work", &first, false);
+    let deleted = delete_some(&mut c, "work", 100);
+    drop(c);
+    server.stop();
+    assert_eq!(
+        names_in(&dir),
+        ["checkpoint-1.snapshot", "log.lock"],
+        "the checkpoint replaces generation 0's logs"
+    );
+
+    let mut server = start(&dir, "batch", "1");
+    let line = server.wait_for("write-ahead log replayed");
+    assert!(line.contains("checkpoint_messages=200"), "{line}");
+    let mut c = Client::connect(server.listen_addr());
+    c.hello(b"").unwrap();
+    let second = bodies("b", 0..200);
+    send_all(&mut c, "work", &second, false);
+    let deleted_second = delete_some(&mut c, "work", 150);
+    // Past the 5ms sync interval: everything acknowledged is on disk.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(c);
+    server.kill9();
+
+    let mut server = start(&dir, "batch", "1");
+    let mut c = Client::connect(server.listen_addr());
+    c.hello(b"").unwrap();
+    let left = drain(&mut c, "work");
+    let mut expect: Vec<Vec<u8>> = first
+        .iter()
+        .chain(&second)
+        .filter(|b| !deleted.contains(b) && !deleted_second.contains(b))
+        .cloned()
+        .collect();
+    expect.sort();
+    assert_eq!(left.into_keys().collect::<Vec<_>>(), expect);
+    server.kill9();
+}
+
+/// Starts on `dir` expecting a refusal: exit 2, `expect` and a byte offset
+/// in the error, every file as it was.
+fn refused(dir: &Path, expect: &str) {
+    let before: Vec<(String, Vec<u8>)> = names_in(dir)
+        .into_iter()
+        .map(|n| {
+            let bytes = std::fs::read(dir.join(&n)).unwrap();
+            (n, bytes)
+        })
+        .collect();
+    let args = start_args(
+        IoChoice::Epoll,
+        &[
+            "--shards",
+            "1",
+            "--durability",
+            "always",
+            "--log-dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    let mut child = Command::new(BIN)
+        .args(&args)
+        .env_remove("SLUICE_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start sluice-server");
+    let status = wait_exit(&mut child);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains(expect), "expected `{expect}` in:\n{err}");
+    assert!(err.contains("byte"), "no offset in:\n{err}");
+    for (n, bytes) in before {
+        if n != "log.lock" {
+            assert_eq!(std::fs::read(dir.join(&n)).unwrap(), bytes, "{n} changed");
+        }
+    }
+}
+
+#[test]
+fn a_torn_end_is_cut_and_reported_and_a_flipped_byte_stops_the_start() {
+    let dir = scratch("wal-torn");
+    let mut server = start(&dir, "always", "1");
+    let mut c = Client::connect(server.listen_addr());
+    c.hello(b"").unwrap();
+    c.create("work", AttributeUpdate::default());
+    let sent = bodies("t", 0..250);
+    send_all(&mut c, "work", &sent, false);
+    drop(c);
+    server.kill9();
+    let log = dir.join("shard-0-0.log");
+    let whole = std::fs::read(&log).unwrap();
+
+    // A commit cut short by the crash: half a frame after the last.
+    let mut torn = whole.clone();
+    torn.extend_from_slice(&whole[16..40]);
+    std::fs::write(&log, &torn).unwrap();
+    let mut server = start(&dir, "always", "1");
+    let line = server.wait_for("cut short by a crash");
+    assert!(line.contains(&format!("byte={}", whole.len())), "{line}");
+    let mut c = Client::connect(server.listen_addr());
+    c.hello(b"").unwrap();
+    assert_eq!(c.stats("work").visible, 250);
+    drop(c);
+    server.kill9();
+    assert_eq!(std::fs::read(&log).unwrap(), whole, "the torn end was cut");
+
+    // A byte flipped in the first of the five commits: corruption.
+    let mut flipped = whole.clone();
+    flipped[100] ^= 0x40;
+    std::fs::write(&log, &flipped).unwrap();
+    refused(&dir, "shard-0-0.log");
+}
