@@ -103,27 +103,26 @@ impl DurableStart {
         }))
     }
 
-    /// The registry: the checkpoint's (or a new one), with the registry
-    /// log's changes replayed, recording every later change in that log.
+    /// The registry the checkpoint holds, or a new one.
     pub(super) fn registry(&self, config: RegistryConfig) -> Result<Registry, StartError> {
-        let mut state = match &self.checkpoint {
-            Some(o) => o.registry.clone(),
-            None => Registry::new(config.clone()).saved_state(),
-        };
-        let path = self.dir.registry_log();
-        let (log, recovered) = RegistryLog::open(&path).map_err(|e| failed(&path, e))?;
-        report_torn(&path, &recovered);
-        replay(&recovered.commits(), &mut state).map_err(|e| failed(&path, e))?;
-        let registry = Registry::restored(config, state).map_err(|why| failed(&path, why))?;
-        registry.set_journal(Box::new(log));
-        Ok(registry)
+        match (&self.checkpoint, self.dir.checkpoint()) {
+            (Some(o), Some(path)) => o
+                .registry(config)
+                .map_err(|source| StartError::Snapshot { path, source }),
+            _ => Ok(Registry::new(config)),
+        }
     }
 
-    /// Loads the checkpoint into `engines` (fresh shards on
-    /// [`DurableStart::registry`]), replays each shard's log onto its
-    /// shard, and turns the shards' records on: the logs to write them to.
+    /// Loads the checkpoint into `engines` (fresh shards on `registry`,
+    /// from [`DurableStart::registry`]), then makes the queue changes of
+    /// the registry's log (a queue deleted since the checkpoint takes its
+    /// messages with it), then replays each shard's log onto its shard (a
+    /// put, removal or receive of a message whose queue is gone since is
+    /// skipped); turns the registry's journal and the shards' records on:
+    /// the logs to write them to.
     pub(super) fn load_shards(
         &self,
+        registry: &Registry,
         engines: &mut [Shard],
         config: &Config,
         now: u64,
@@ -134,6 +133,10 @@ impl DurableStart {
             (Some(opened), Some(path)) => Some(load_snapshot(&path, opened, engines, now, wall)?),
             _ => None,
         };
+        let path = self.dir.registry_log();
+        let (journal, recovered) = RegistryLog::open(&path).map_err(|e| failed(&path, e))?;
+        report_torn(&path, &recovered);
+        replay(&recovered.commits(), registry).map_err(|e| failed(&path, e))?;
         let always = config.durability == Durability::Always;
         let mut logs = Vec::with_capacity(engines.len());
         let (mut commits, mut bytes) = (0usize, 0u64);
@@ -168,6 +171,7 @@ impl DurableStart {
             engine.set_hold_for_sync(always);
             logs.push(ShardLog::new(file, always, config.log_sync_interval));
         }
+        registry.set_journal(Box::new(journal));
         let took = super::clock::now_ns().saturating_sub(started);
         tracing::info!(
             folder = %self.dir.path().display(),

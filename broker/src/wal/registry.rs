@@ -24,7 +24,8 @@ use bytes::{Bytes, BytesMut};
 use sluice_protocol::{QueueAttributes, QueueName, QueueTimes, Reader};
 
 use super::file::{Commit, LogFile, OpenError, Recovered};
-use crate::engine::registry::{QueueChange, RegistryJournal, RestoredRegistry};
+use crate::engine::Registry;
+use crate::engine::registry::{QueueChange, RegistryJournal};
 
 /// A record's kind: the queue as created or changed.
 const KIND_PUT: u8 = 1;
@@ -114,15 +115,14 @@ pub struct ReplayError {
     pub why: String,
 }
 
-/// Applies the records of `commits` in order onto `state` (the registry
-/// the checkpoint holds): a put replaces or adds its queue, a delete
-/// removes the queue of that name and incarnation; the next incarnation
-/// moves past every one seen. What the result holds is checked as a
-/// snapshot's registry is, by `Registry::restored`.
+/// Makes the changes the records of `commits` hold, in order, on
+/// `registry` (the checkpoint's, or a new one), before its journal is set
+/// (`Registry::apply_logged`).
 ///
 /// # Errors
-/// A record cut short or not a record, with its offset.
-pub fn replay(commits: &[Commit<'_>], state: &mut RestoredRegistry) -> Result<(), ReplayError> {
+/// A record cut short, not a record, or a change that cannot have been
+/// made, with its offset.
+pub fn replay(commits: &[Commit<'_>], registry: &Registry) -> Result<(), ReplayError> {
     for c in commits {
         let mut r = Cursor {
             bytes: c.records,
@@ -130,14 +130,14 @@ pub fn replay(commits: &[Commit<'_>], state: &mut RestoredRegistry) -> Result<()
             base: c.records_at,
         };
         while r.at < r.bytes.len() {
-            apply(&mut r, state)?;
+            apply(&mut r, registry)?;
         }
     }
     Ok(())
 }
 
-/// Reads one record from `r` and applies it onto `state`.
-fn apply(r: &mut Cursor<'_>, state: &mut RestoredRegistry) -> Result<(), ReplayError> {
+/// Reads one record from `r` and makes its change on `registry`.
+fn apply(r: &mut Cursor<'_>, registry: &Registry) -> Result<(), ReplayError> {
     let kind_at = r.offset();
     let kind = r.u8("record kind")?;
     let incarnation = r.u32("incarnation")?;
@@ -147,34 +147,37 @@ fn apply(r: &mut Cursor<'_>, state: &mut RestoredRegistry) -> Result<(), ReplayE
         .ok()
         .and_then(|s| QueueName::new(s).ok())
         .ok_or_else(|| r.error(name_at, "not a valid queue name ([A-Za-z0-9_.-]{1,80})"))?;
-    if incarnation == 0 {
-        return Err(r.error(name_at - 4, "incarnation 0 is no queue's"));
-    }
-    match kind {
+    let change = match kind {
         KIND_PUT => {
             let at = r.offset();
             let len = r.u32("attributes length")? as usize;
             let block = Bytes::copy_from_slice(r.take(len, "queue attributes")?);
             let mut reader = Reader::new(block);
-            let attrs = QueueAttributes::decode(&mut reader)
+            let attributes = QueueAttributes::decode(&mut reader)
                 .and_then(|a| reader.finish().map(|()| a))
                 .map_err(|e| r.error(at + 4, &e.to_string()))?;
             let times = QueueTimes {
                 created_ms: r.u64("created_ms")?,
                 modified_ms: r.u64("modified_ms")?,
             };
-            state.queues.retain(|(n, ..)| *n != name);
-            state.queues.push((name, attrs, incarnation, times));
-            state.next_incarnation = state.next_incarnation.max(incarnation.saturating_add(1));
+            return registry
+                .apply_logged(QueueChange::Put {
+                    name: &name,
+                    attributes: &attributes,
+                    incarnation,
+                    times,
+                })
+                .map_err(|why| r.error(kind_at, &why));
         }
-        KIND_DELETED => {
-            state
-                .queues
-                .retain(|(n, _, inc, _)| !(*n == name && *inc == incarnation));
-        }
+        KIND_DELETED => QueueChange::Deleted {
+            name: &name,
+            incarnation,
+        },
         other => return Err(r.error(kind_at, &format!("unknown record kind {other}"))),
-    }
-    Ok(())
+    };
+    registry
+        .apply_logged(change)
+        .map_err(|why| r.error(kind_at, &why))
 }
 
 /// A commit's records being read, with the file offset they start at.
@@ -227,7 +230,8 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Registry, RegistryConfig};
+    use crate::engine::RegistryConfig;
+    use crate::engine::registry::RestoredRegistry;
     use sluice_protocol::{AttributeUpdate, Millis, RedrivePolicy, Setting};
 
     fn q(name: &'static str) -> QueueName {
@@ -247,11 +251,11 @@ mod tests {
         (r, path)
     }
 
-    fn replayed(path: &Path) -> RestoredRegistry {
+    fn replayed(path: &Path) -> Registry {
         let (_, rec) = RegistryLog::open(path).unwrap();
-        let mut state = Registry::new(RegistryConfig::default()).saved_state();
-        replay(&rec.commits(), &mut state).unwrap();
-        state
+        let r = Registry::new(RegistryConfig::default());
+        replay(&rec.commits(), &r).unwrap();
+        r
     }
 
     fn names(s: &RestoredRegistry) -> Vec<(String, u32)> {
@@ -291,11 +295,10 @@ mod tests {
         assert!(r.delete(&q("dlq")).is_err());
         assert!(r.set(&q("missing"), &longer, 10).is_err());
 
-        let state = replayed(&path);
-        let saved = r.saved_state();
+        let again = replayed(&path);
+        let (state, saved) = (again.saved_state(), r.saved_state());
         assert_eq!(names(&state), names(&saved));
         assert_eq!(state.next_incarnation, saved.next_incarnation);
-        let again = Registry::restored(RegistryConfig::default(), state).unwrap();
         for name in ["dlq", "work", "gone"] {
             let (a, b) = (again.get(name).unwrap(), r.get(name).unwrap());
             assert_eq!(a.attributes, b.attributes, "{name}");
@@ -366,7 +369,6 @@ mod tests {
             &mut records,
         )
         .unwrap();
-        let base = Registry::new(RegistryConfig::default()).saved_state();
         let run = |bytes: &[u8]| {
             let c = Commit {
                 seq: 1,
@@ -375,12 +377,16 @@ mod tests {
                 records: bytes,
                 records_at: 36,
             };
-            let mut state = base.clone();
-            replay(&[c], &mut state).map(|()| state)
+            let r = Registry::new(RegistryConfig::default());
+            replay(&[c], &r).map(|()| r.saved_state())
         };
         let whole = run(&records).unwrap();
         assert!(whole.queues.is_empty());
         assert_eq!(whole.next_incarnation, 4);
+        // The put alone: the queue, as incarnation 3.
+        let put_len = records.len() - (1 + 4 + 1 + name.len());
+        let put = run(&records[..put_len]).unwrap();
+        assert_eq!(names(&put), [("orders".to_owned(), 3)]);
         for cut in 1..records.len() {
             if let Err(e) = run(&records[..cut]) {
                 assert!(e.offset >= 36 && e.offset <= 36 + cut as u64, "{e}");
@@ -391,9 +397,8 @@ mod tests {
                 let mut b = records.clone();
                 b[at] ^= flip;
                 if let Ok(state) = run(&b) {
-                    // What replays must be a registry that loads or is refused
-                    // with a reason, never a panic.
-                    let _ = Registry::restored(RegistryConfig::default(), state);
+                    // What replays is a registry that saves and loads again.
+                    Registry::restored(RegistryConfig::default(), state).unwrap();
                 }
             }
         }

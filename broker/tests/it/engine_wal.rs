@@ -173,10 +173,48 @@ fn a_replay_brings_leased_messages_back_visible() {
         .replay_log(&mut SliceRead::new(&log, 0), clock)
         .unwrap();
     check(&mut b);
-    // Leases are not logged: the three still leased come back as they
-    // were sent, visible and never received, with the six never leased.
+    // A receive logs the counters it moved, not the lease: the three still
+    // leased come back visible, received once before (this receive is
+    // their second), with the six never received.
     let again = receive(&mut b, 0, "dlq", 20);
     assert_eq!(again.len(), 9);
-    assert!(again.iter().all(|m| m.receive_count == 1));
+    let mut twice: Vec<_> = again
+        .iter()
+        .filter(|m| m.receive_count == 2)
+        .map(|m| m.id)
+        .collect();
+    twice.sort_unstable();
+    let mut leased: Vec<_> = got[1..].iter().map(|m| m.id).collect();
+    leased.sort_unstable();
+    assert_eq!(twice, leased);
+    assert_eq!(again.iter().filter(|m| m.receive_count == 1).count(), 6);
     assert!(again.iter().all(|m| m.id != got[0].id), "the deleted one");
+}
+
+#[test]
+fn receive_counts_survive_a_replay_and_a_dead_letter_move_follows_them() {
+    let mut a = cluster(1);
+    queues(&mut a);
+    a.shard_mut(0).set_logging(true);
+    // "work" sends its messages to "dlq" once received once.
+    send(&mut a, 0, "work", "poison");
+    assert_eq!(receive_vis(&mut a, 0, "work", 1, Some(60_000)).len(), 1);
+    let mut log = Vec::new();
+    a.shard_mut(0).take_log(&mut log);
+    let mut b = cluster(1);
+    queues(&mut b);
+    let clock = LoadClock {
+        now_ns: b.now_ns(),
+        wall_ms: b.wall_ms(),
+        saved_wall_ms: a.wall_ms(),
+    };
+    b.shard_mut(0)
+        .replay_log(&mut SliceRead::new(&log, 0), clock)
+        .unwrap();
+    check(&mut b);
+    // Its receive counted before the crash: the next one moves it.
+    assert!(receive(&mut b, 0, "work", 10).is_empty());
+    let dead = receive(&mut b, 0, "dlq", 10);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].receive_count, 2);
 }

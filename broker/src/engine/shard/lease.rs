@@ -203,6 +203,9 @@ impl Shard {
         let (lease, first_received_delta_ms, cost) =
             self.write_lease(key, m, lease, delivery, receive_count);
         batch.charge += cost;
+        if self.wal.is_some() {
+            self.logged_lease(key, delivery, receive_count, first_received_delta_ms);
+        }
         if m.in_age_fifo() {
             if batch.group == NONE {
                 batch.group = self.groups.open();

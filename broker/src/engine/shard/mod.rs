@@ -107,7 +107,8 @@ use super::wheel::{TimerId, TimerWheel, timer_bytes};
 use crate::sync::Arc;
 
 pub use self::snapshot::{
-    LOG_DEDUP, LOG_GONE, LOG_PUT, LoadClock, LogGone, LogPut, ShardLoad, whole_records_within,
+    LOG_DEDUP, LOG_GONE, LOG_LEASE, LOG_PUT, LoadClock, LogGone, LogPut, ShardLoad,
+    whole_records_within,
 };
 pub use self::view::MessageView;
 

@@ -11,6 +11,7 @@
 //! | 1, put | `u32` length of what follows; `u8` why: 0 sent, 1 moved in; `u32` queue incarnation; the message as the snapshot's message record has it (`snapshot.rs`: slot, generation, sequence number, times, state, side entry, lease, data, group) |
 //! | 2, gone | `u32` slot, `u32` generation; `u8` why: 0 deleted, 1 dropped (its retention ended), 2 purged, 3 dead-lettered, 4 redriven (the last two: a put of it in its new queue follows) |
 //! | 3, dedup key | `u32` length of what follows; the key's entry as the snapshot has it (`u8` key length, `u32` queue incarnation, the key, `u128` message id, `u64` ms of its window left) |
+//! | 4, lease | `u32` slot, `u32` generation; `u64` delivery, `u32` receive count, `u32` ms from its send to its first receive: the counters a receive moved |
 //!
 //! A send that records a dedup key writes its put, then its key's record,
 //! so that a producer's retry after a crash is still a duplicate.
@@ -25,7 +26,16 @@
 //! wall-clock time of each frame's commit ([`LoadClock::saved_wall_ms`]).
 //!
 //! A put of a queue that no longer exists (deleted after the record was
-//! written) is skipped whole: its length says how far.
+//! written) is skipped whole: its length says how far. A gone or lease of
+//! a message that is not there is skipped too: its queue is gone since
+//! (its put skipped, or the checkpoint's partition dropped as the replay
+//! caught up with the registry's log).
+//!
+//! A receive writes its lease record, not the lease: a replay brings a
+//! leased message back visible (in the ready FIFO, as a lease that ended),
+//! with the receive count, delivery and first receive the receive left, so
+//! that a message a crash interrupts still reaches its dead-letter queue
+//! after as many receives as without the crash.
 
 use std::collections::HashMap;
 
@@ -35,7 +45,7 @@ use super::{LoadClock, ShardLoad, invalid};
 use crate::engine::section::{Counter, Out, SectionRead, SliceRead};
 use crate::engine::shard::{NS_PER_MS, Removal, Shard};
 use crate::engine::slab::{Slab, SlotKey};
-use crate::engine::stored_message::StoredMessage;
+use crate::engine::stored_message::{MessageState, NONE, StoredMessage};
 
 /// A message stored, or its record changed.
 pub const LOG_PUT: u8 = 1;
@@ -43,6 +53,10 @@ pub const LOG_PUT: u8 = 1;
 pub const LOG_GONE: u8 = 2;
 /// A dedup key recorded.
 pub const LOG_DEDUP: u8 = 3;
+/// A message received: its counters.
+pub const LOG_LEASE: u8 = 4;
+/// Bytes of a lease record.
+const LEASE_RECORD_BYTES: usize = 25;
 
 /// Why a message is put: the counter a replay adds it to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +115,7 @@ pub fn whole_records_within(records: &[u8], max: usize) -> usize {
         };
         let len = match records[at] {
             LOG_PUT | LOG_DEDUP => 5 + len_at(at + 1),
+            LOG_LEASE => LEASE_RECORD_BYTES,
             // LOG_GONE: slot, generation, why.
             _ => 10,
         };
@@ -169,10 +184,44 @@ impl Shard {
         });
     }
 
+    /// Appends the lease record of the message at `key`, just received
+    /// for the `delivery`-th time, the `receive_count`-th counted.
+    pub fn log_lease(
+        out: &mut impl Out,
+        key: SlotKey,
+        delivery: u64,
+        receive_count: u32,
+        first_received_delta_ms: u32,
+    ) {
+        out.u8(LOG_LEASE);
+        out.u32(key.slot);
+        out.u32(key.generation);
+        out.u64(delivery);
+        out.u32(receive_count);
+        out.u32(first_received_delta_ms);
+    }
+
+    /// [`Shard::log_lease`] into the shard's own records, when the log is
+    /// on.
+    #[cold]
+    #[inline(never)]
+    pub(in crate::engine::shard) fn logged_lease(
+        &mut self,
+        key: SlotKey,
+        delivery: u64,
+        receive_count: u32,
+        first_received_delta_ms: u32,
+    ) {
+        if let Some(w) = self.wal.as_mut() {
+            Self::log_lease(w, key, delivery, receive_count, first_received_delta_ms);
+        }
+    }
+
     /// Turns this shard's write-ahead log records on or off (records not
-    /// yet taken are dropped when off). Leases are not logged (yet): a
-    /// replay brings a leased message back as it was put, visible, its
-    /// receive count as it was then.
+    /// yet taken are dropped when off). A lease is logged as the counters
+    /// it moved (a lease record), not as the lease: a replay brings a
+    /// leased message back visible, its receive count as the last receive
+    /// left it.
     pub fn set_logging(&mut self, on: bool) {
         self.wal = on.then(Vec::new);
     }
@@ -274,7 +323,7 @@ impl Shard {
     /// # Errors
     /// The first record that cannot be applied, with its byte offset: a
     /// field out of range, a put of a slot with another message in it, a
-    /// gone of a message that is not there, a record cut short. The shard
+    /// record cut short. The shard
     /// is then half replayed and must be dropped.
     pub fn replay_log<R: SectionRead>(
         &mut self,
@@ -336,8 +385,9 @@ impl Shard {
             let at = r.offset();
             match r.u8("record kind")? {
                 LOG_PUT => self.replay_put(r, at, replay, load)?,
-                LOG_GONE => self.replay_gone(r, at, replay)?,
+                LOG_GONE => self.replay_gone(r, replay)?,
                 LOG_DEDUP => self.replay_dedup(r, at, clock, load)?,
+                LOG_LEASE => self.replay_lease(r)?,
                 kind => {
                     return Err(invalid(
                         at,
@@ -439,10 +489,36 @@ impl Shard {
         Ok(())
     }
 
+    /// A lease record: the message's counters as its receive left them,
+    /// in place (it stays as it was put: visible).
+    fn replay_lease<R: SectionRead>(&mut self, r: &mut R) -> Result<(), R::Error> {
+        let key = SlotKey {
+            slot: r.u32("slot")?,
+            generation: r.u32("generation")?,
+        };
+        let delivery = r.u64("delivery")?;
+        let receive_count = r.u32("receive count")?;
+        let first_received_delta_ms = r.u32("first received")?;
+        let Some(m) = self.messages.get(key).copied() else {
+            // Its queue is gone since.
+            return Ok(());
+        };
+        let e = self.ensure_ext(key);
+        let e = self.exts.get_mut(e);
+        e.delivery = e.delivery.max(delivery);
+        e.receive_count = receive_count;
+        e.first_received_delta_ms = first_received_delta_ms;
+        // Received before, visible again: it is taken from the ready FIFO,
+        // as a message whose lease ended is (and as the loader puts one).
+        if m.state == MessageState::Visible && m.ext == NONE {
+            self.push_ready(m.partition(), key);
+        }
+        Ok(())
+    }
+
     fn replay_gone<R: SectionRead>(
         &mut self,
         r: &mut R,
-        at: u64,
         replay: &mut Replay,
     ) -> Result<(), R::Error> {
         let key = SlotKey {
@@ -451,15 +527,13 @@ impl Shard {
         };
         let why_at = r.offset();
         let why = r.u8("why")?;
+        if why > 4 {
+            return Err(invalid(why_at, "why", format!("{why} is not a reason")));
+        }
         let Some(m) = self.messages.get(key).copied() else {
-            return Err(invalid(
-                at,
-                "slot",
-                format!(
-                    "no message at slot {} generation {} to remove",
-                    key.slot, key.generation
-                ),
-            ));
+            // Its queue is gone since (its put skipped, or its partition
+            // dropped as the replay caught up with the registry).
+            return Ok(());
         };
         let p = m.partition();
         replay.freed.insert(key.slot, key.generation);
