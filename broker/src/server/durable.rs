@@ -141,6 +141,7 @@ impl DurableStart {
         let mut logs = Vec::with_capacity(engines.len());
         let (mut commits, mut bytes) = (0usize, 0u64);
         for (i, engine) in engines.iter_mut().enumerate() {
+            let replay_started = super::clock::now_ns();
             // At most SHARDS_MAX shards.
             let path = self.dir.shard_log(i as u16);
             let (file, recovered) = LogFile::open(&path, 1).map_err(|e| failed(&path, e))?;
@@ -169,7 +170,13 @@ impl DurableStart {
                 .map_err(|e| failed(&path, e))?;
             engine.set_logging(true);
             engine.set_hold_for_sync(always);
-            logs.push(ShardLog::new(file, always, config.log_sync_interval));
+            let replay_ns = super::clock::now_ns().saturating_sub(replay_started);
+            logs.push(ShardLog::new(
+                file,
+                always,
+                config.log_sync_interval,
+                replay_ns,
+            ));
         }
         registry.set_journal(Box::new(journal));
         let took = super::clock::now_ns().saturating_sub(started);

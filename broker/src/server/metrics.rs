@@ -28,6 +28,7 @@
 
 mod exposition;
 mod histogram;
+pub mod log_metrics;
 mod process;
 pub(super) mod telemetry;
 

@@ -195,6 +195,35 @@ pub struct LoopStats {
     pub ring_sent: OwnedCounter,
 }
 
+/// A shard's write-ahead log, as the metrics see it (one writer, the
+/// shard; `metrics/log_metrics.rs` renders it).
+#[derive(Debug, Default)]
+pub struct LogStats {
+    /// Bytes appended.
+    pub bytes: OwnedCounter,
+    /// Commits appended.
+    pub commits: OwnedCounter,
+    /// Syncs done.
+    pub syncs: OwnedCounter,
+    /// Syncs by duration bucket ([`request_bucket_of`]).
+    pub sync_buckets: [OwnedCounter; REQUEST_BUCKETS],
+    /// Nanoseconds all syncs took.
+    pub sync_ns: OwnedCounter,
+    /// Writes or syncs that failed.
+    pub failures: OwnedCounter,
+    /// Nanoseconds the start's replay of this shard's log took.
+    pub replay_ns: OwnedCounter,
+}
+
+impl LogStats {
+    /// Records one sync that took `nanos`.
+    pub fn synced(&self, nanos: u64) {
+        self.syncs.add(1);
+        self.sync_buckets[request_bucket_of(nanos)].add(1);
+        self.sync_ns.add(nanos);
+    }
+}
+
 /// One shard's counters and published state.
 #[derive(Debug)]
 pub struct ShardStats {
@@ -230,6 +259,8 @@ pub struct ShardStats {
     pub durations: RequestDurations,
     /// The shard's event loop.
     pub event_loop: LoopStats,
+    /// The shard's write-ahead log.
+    pub log: LogStats,
     /// The scrape generation last published (see [`ServerState::begin_scrape`]).
     pub published_generation: AtomicU64,
     /// This shard's per-queue counters, replaced wholesale.
@@ -257,6 +288,7 @@ impl ShardStats {
             errors: std::array::from_fn(|_| OwnedCounter::default()),
             durations: RequestDurations::default(),
             event_loop: LoopStats::default(),
+            log: LogStats::default(),
             published_generation: AtomicU64::new(0),
             queues: Mutex::new(Vec::new()),
         }

@@ -1,17 +1,19 @@
 //! The write-ahead log beside the in-memory engine (`--durability`): its
 //! on-disk form, read and written here; the engine knows no files.
 //!
-//! Built so far: the frames one group commit appends, and the scan that
-//! reads a log back at start-up, cuts a torn end and refuses corruption
-//! ([`frame`]); a shard's log file, opened by reading it back and then
-//! appended to and synced ([`mod@file`]); the records inside a frame, which
-//! the engine writes as it serves and replays as it does its snapshot
-//! section (`Shard::set_logging`, `Shard::take_log`, `Shard::replay_log`):
-//! messages as they arrive and leave, and the dedup keys their sends
-//! record; not yet their leases.
-//! The shard loop's commits (and replies held until their sync), the
-//! checkpoint and the start-up replay come next; until then no flag turns
-//! the log on.
+//! - [`frame`]: the frames one group commit appends, and the scan that
+//!   reads a log back at start-up, cuts a torn end and refuses corruption;
+//! - [`mod@file`]: a log file, opened by reading it back and then appended
+//!   to and synced;
+//! - [`dir`]: the log folder by generation (checkpoint, registry log,
+//!   shard logs), and which files a start keeps;
+//! - [`registry`]: queue changes, recorded before the registry makes them
+//!   and replayed at start.
+//!
+//! The records inside a shard's commits are the engine's
+//! (`Shard::set_logging`, `Shard::take_log`, `Shard::replay_commits`); the
+//! shard loop commits them (`server/shard_loop/log.rs`), the server's
+//! start replays them (`server/durable.rs`).
 
 pub mod dir;
 pub mod file;

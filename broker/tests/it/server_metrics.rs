@@ -168,7 +168,7 @@ fn a_fifo_queues_locked_groups_are_a_gauge(io: IoChoice) {
     until(2.0);
 }
 
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+pub(crate) fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect to metrics");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(

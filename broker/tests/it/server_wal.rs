@@ -387,3 +387,47 @@ fn a_queue_deleted_after_the_checkpoint_goes_with_its_messages() {
     assert!(kept_gone.iter().all(|b| !kept.contains_key(b)));
     server.kill9();
 }
+
+crate::both_backends!(the_log_is_written_synced_and_measured);
+
+fn the_log_is_written_synced_and_measured(io: IoChoice) {
+    let dir = scratch(&format!("wal-metrics-{io}"));
+    let Some(server) = crate::server_util::start(
+        io,
+        &[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--durability",
+            "always",
+            "--log-dir",
+            dir.to_str().unwrap(),
+        ],
+    ) else {
+        return;
+    };
+    let mut c = server.client();
+    c.create("work", AttributeUpdate::default());
+    send_all(&mut c, "work", &bodies("m", 0..120), false);
+    delete_some(&mut c, "work", 30);
+    let addr = server.handle().metrics_addr().expect("metrics on");
+    let (status, body) = crate::server_metrics::http_get(addr, "/metrics");
+    assert_eq!(status, 200);
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    // Three sends of 50, 50 and 20 and at least one receive and delete:
+    // each a turn of its own, committed and synced.
+    assert!(value("sluice_log_commits_total{") >= 5.0, "{body}");
+    assert!(value("sluice_log_syncs_total{") >= 5.0, "{body}");
+    // A put record is at least 43 bytes.
+    assert!(value("sluice_log_bytes_total{") > 120.0 * 43.0, "{body}");
+    assert!(value("sluice_log_sync_seconds_count") >= 5.0, "{body}");
+    assert_eq!(value("sluice_log_failures_total{"), 0.0, "{body}");
+    assert!(
+        body.contains("sluice_log_replay_seconds{shard=\"0\"}"),
+        "{body}"
+    );
+}

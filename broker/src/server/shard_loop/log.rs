@@ -26,6 +26,7 @@ use crate::engine::shard::whole_records_within;
 use crate::io::{ConnId, Connections};
 use crate::server::clock;
 use crate::server::session::Command;
+use crate::server::shared::LogStats;
 use crate::wal::file::{COMMIT_RECORDS_MAX, LogFile};
 
 /// A shard's log as its loop holds it.
@@ -46,12 +47,15 @@ pub struct ShardLog {
     held: Vec<(ConnId, Command)>,
     /// A write or sync failed: nothing more is written, nothing held goes.
     failed: bool,
+    /// How long the start's replay of this log took (for the metrics).
+    pub(super) replay_ns: u64,
 }
 
 impl ShardLog {
-    /// A shard's log over `file`.
-    pub fn new(file: LogFile, always: bool, interval: Duration) -> ShardLog {
+    /// A shard's log over `file`, whose replay at start took `replay_ns`.
+    pub fn new(file: LogFile, always: bool, interval: Duration, replay_ns: u64) -> ShardLog {
         ShardLog {
+            replay_ns,
             file,
             always,
             interval_ns: clock::nanos(interval),
@@ -83,11 +87,14 @@ impl ShardLog {
 
     /// Appends `records` as commits of at most the largest a frame holds,
     /// cut between records.
-    fn append(&mut self, wall_ms: u64) -> std::io::Result<()> {
+    fn append(&mut self, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
         let mut at = 0;
         while at < self.records.len() {
             let n = whole_records_within(&self.records[at..], COMMIT_RECORDS_MAX);
+            let before = self.file.len();
             self.file.append(wall_ms, &self.records[at..at + n])?;
+            stats.bytes.add(self.file.len() - before);
+            stats.commits.add(1);
             at += n;
             self.unsynced = true;
         }
@@ -99,17 +106,25 @@ impl ShardLog {
     ///
     /// # Errors
     /// The write or sync failed, now or before.
-    fn commit(&mut self, now_ns: u64, wall_ms: u64) -> Result<(), std::io::Error> {
+    fn commit(&mut self, now_ns: u64, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
         if self.failed {
             return Err(std::io::Error::other("the log failed earlier"));
         }
-        self.append(wall_ms)?;
+        self.append(wall_ms, stats)?;
         let due = self.always || now_ns >= self.synced_ns.saturating_add(self.interval_ns);
         if self.unsynced && due {
-            self.file.sync()?;
-            self.unsynced = false;
+            self.sync(stats)?;
             self.synced_ns = now_ns;
         }
+        Ok(())
+    }
+
+    /// Syncs what was appended, timed.
+    fn sync(&mut self, stats: &LogStats) -> std::io::Result<()> {
+        let started = clock::now_ns();
+        self.file.sync()?;
+        stats.synced(clock::now_ns().saturating_sub(started));
+        self.unsynced = false;
         Ok(())
     }
 }
@@ -117,11 +132,12 @@ impl ShardLog {
 impl State {
     /// The loop ends: what is appended and not yet synced is synced.
     pub(super) fn close_log(&mut self) {
+        let stats = &self.shared.shards[usize::from(self.index)].stats.log;
         if let Some(log) = self.log.as_mut().filter(|l| l.unsynced && !l.failed) {
-            if let Err(e) = log.file.sync() {
+            if let Err(e) = log.sync(stats) {
+                stats.failures.add(1);
                 tracing::error!(shard = self.index, error = %e, "the write-ahead log's last sync failed");
             }
-            log.unsynced = false;
         }
     }
 
@@ -132,10 +148,12 @@ impl State {
             return;
         };
         self.engine.take_log(&mut log.records);
-        let result = log.commit(clock::now_ns(), self.engine_time.wall_ms);
+        let stats = &self.shared.shards[usize::from(self.index)].stats.log;
+        let result = log.commit(clock::now_ns(), self.engine_time.wall_ms, stats);
         if let Err(e) = result {
             if !log.failed {
                 log.failed = true;
+                stats.failures.add(1);
                 tracing::error!(
                     shard = self.index,
                     error = %e,

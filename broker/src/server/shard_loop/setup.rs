@@ -78,6 +78,13 @@ impl State {
             let listener = metrics_listener(sqs.is_some());
             MetricsDoor::new(listener, config, start.shared.shards.len())
         });
+        if let Some(log) = &start.log {
+            start.shared.shards[usize::from(index)]
+                .stats
+                .log
+                .replay_ns
+                .set(log.replay_ns);
+        }
         let now = clock::now_ns();
         let engine_time = start.shared.clock.engine_time(now, clock::wall_ms());
         State {
