@@ -24,7 +24,8 @@ const EXIT_SETUP: u8 = 3;
 /// Fault suite for sluice: starts the release `sluice-server`, does faults
 /// to it over real sockets (consumers killed holding leases, connection
 /// churn, clients that never read, partial frames, 10,000 idle
-/// connections, memory pressure, SIGTERM under load) and counts every
+/// connections, memory pressure, SIGTERM under load, the broker killed and
+/// started again on its write-ahead log) and counts every
 /// message: nothing lost, duplicates counted, the accounting identity
 /// intact, descriptors back, memory bounded. Prints a table per fault and
 /// exits non-zero on any violation, naming it.

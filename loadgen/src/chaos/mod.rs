@@ -166,6 +166,8 @@ pub struct Harness {
     violations: Vec<String>,
 }
 
+/// A killed server's port is free again within this.
+const RESTART_PATIENCE: Duration = Duration::from_secs(15);
 /// Descriptors settle back within this after the clients close.
 const FDS_SETTLE: Duration = Duration::from_secs(10);
 /// Leases left by crashed consumers run out within this (the scenarios use
@@ -200,6 +202,37 @@ impl Harness {
             facts: Vec::new(),
             violations: Vec::new(),
         })
+    }
+
+    /// Kills the server with SIGKILL and starts it again with the same
+    /// flags on the same address (its clients reconnect there), plus
+    /// `flags`. The descriptor check is off from then: the server that
+    /// ends the fault was not there before it.
+    ///
+    /// # Errors
+    /// The server did not start again, or the control client could not
+    /// connect.
+    pub fn crash_and_restart(&mut self, ctx: &Ctx, flags: &[&str]) -> Result<(), ChaosError> {
+        self.server.kill();
+        // The control connection learns its server is gone, and closes
+        // (the killed server's end of it would hold the port meanwhile).
+        let _ = self.control.queue_info("-");
+        let mut spec = ctx.spec.clone();
+        spec.extra.push(format!("--listen={}", self.addr));
+        // The killed server's connections may hold its port a moment,
+        // until their clients see the close.
+        let deadline = Instant::now() + RESTART_PATIENCE;
+        self.server = loop {
+            match ServerProcess::start(&spec, flags) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        };
+        self.control = workload::client(&self.addr)?;
+        self.fds_before = None;
+        "(not checked: the server was restarted)".clone_into(&mut self.fd_kinds_before);
+        Ok(())
     }
 
     /// Records a scenario-specific figure.

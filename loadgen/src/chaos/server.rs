@@ -225,6 +225,13 @@ impl ServerProcess {
         }
     }
 
+    /// Kills the server with SIGKILL (no drain, no shutdown) and waits for
+    /// it to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Stops the server with SIGTERM and waits for it (killing it after
     /// `limit`): its exit status, `None` when it had to be killed.
     pub fn stop(mut self, limit: Duration) -> Option<ExitStatus> {

@@ -6,6 +6,7 @@
 use super::{Fault, MIB};
 
 mod churn;
+mod crash;
 mod idle;
 mod kill;
 mod memory;
@@ -31,6 +32,7 @@ pub const ALL: &[Fault] = &[
     idle::FAULT,
     memory::FAULT,
     sigterm::FAULT,
+    crash::FAULT,
 ];
 
 /// The `--memory-max` flag value for [`MEMORY_MAX_BYTES`].
