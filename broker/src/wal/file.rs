@@ -286,6 +286,15 @@ impl LogFile {
         Ok(seq)
     }
 
+    /// Another handle on the file, for a thread that syncs it
+    /// (`fdatasync` through any handle makes the file's data durable).
+    ///
+    /// # Errors
+    /// The handle could not be made.
+    pub fn sync_handle(&self) -> io::Result<File> {
+        self.file.try_clone()
+    }
+
     /// Makes every commit appended so far durable (`fdatasync`).
     ///
     /// # Errors

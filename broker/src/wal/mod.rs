@@ -8,7 +8,8 @@
 //! - [`dir`]: the log folder by generation (checkpoint, registry log,
 //!   shard logs), and which files a start keeps;
 //! - [`registry`]: queue changes, recorded before the registry makes them
-//!   and replayed at start.
+//!   and replayed at start;
+//! - [`syncer`]: a shard's thread for its log's syncs under `always`.
 //!
 //! The records inside a shard's commits are the engine's
 //! (`Shard::set_logging`, `Shard::take_log`, `Shard::replay_commits`); the
@@ -22,3 +23,4 @@ pub mod fuzz_harness;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fuzz_replay;
 pub mod registry;
+pub mod syncer;

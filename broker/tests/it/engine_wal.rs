@@ -4,10 +4,14 @@
 //! every way a message arrives or leaves writes its record.
 
 use crate::engine_util::*;
+use bytes::Bytes;
 use sluice_broker::engine::section::SliceRead;
 use sluice_broker::engine::shard::LoadClock;
 use sluice_broker::engine::{Cluster, Op, OpResult};
-use sluice_protocol::{AttributeUpdate, MessageGroupId, Millis, QueueKind, RedrivePolicy, Setting};
+use sluice_protocol::{
+    AttributeUpdate, MessageGroupId, Millis, QueueKind, QueueName, RedrivePolicy, SendEntry,
+    SendRequest, Setting,
+};
 
 const SHARDS: u16 = 2;
 
@@ -217,4 +221,44 @@ fn receive_counts_survive_a_replay_and_a_dead_letter_move_follows_them() {
     let dead = receive(&mut b, 0, "dlq", 10);
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].receive_count, 2);
+}
+
+#[test]
+fn a_result_another_shard_computed_waits_for_its_sync() {
+    let mut c = cluster(2);
+    queues(&mut c);
+    for s in 0..2 {
+        c.shard_mut(s).set_logging(true);
+        c.shard_mut(s).set_hold_for_sync(true);
+    }
+    // A FIFO queue's messages live on its home shard: a send on the other
+    // is forwarded there, and its result comes back over a ring.
+    let send = |body: &str| {
+        let e = SendEntry::new(Bytes::copy_from_slice(body.as_bytes()))
+            .group(MessageGroupId::new("g").unwrap())
+            .dedup_key(Bytes::copy_from_slice(body.as_bytes()));
+        Op::Send(SendRequest::new(QueueName::new("fifo").unwrap(), &[e]).unwrap())
+    };
+    let tickets = [c.submit(0, send("a")), c.submit(1, send("b"))];
+    let done: Vec<bool> = tickets.iter().map(|&t| c.take(t).is_some()).collect();
+    let (home, away) = match done[..] {
+        [true, false] => (0, 1),
+        [false, true] => (1, 0),
+        _ => panic!("one send is local and answered, the other waits: {done:?}"),
+    };
+    // The home shard's records not yet taken, then taken and not synced:
+    // the forwarded result waits.
+    c.settle();
+    assert!(c.take(tickets[away]).is_none());
+    let mut log = Vec::new();
+    c.shard_mut(home).take_log(&mut log);
+    c.settle();
+    assert!(c.take(tickets[away]).is_none());
+    // Synced short of its records: still waits; synced past them: it goes.
+    assert_eq!(c.shard_mut(home).log_synced(1), 0);
+    c.settle();
+    assert!(c.take(tickets[away]).is_none());
+    assert_eq!(c.shard_mut(home).log_synced(log.len() as u64), 1);
+    c.settle();
+    assert!(matches!(c.take(tickets[away]), Some(OpResult::Sent(r)) if r[0].is_ok()));
 }

@@ -106,6 +106,7 @@ use super::stored_message::{Ext, Lease, MessageState, StoredMessage, Table};
 use super::wheel::{TimerId, TimerWheel, timer_bytes};
 use crate::sync::Arc;
 
+use self::snapshot::SyncHold;
 pub use self::snapshot::{
     LOG_DEDUP, LOG_GONE, LOG_LEASE, LOG_PUT, LoadClock, LogGone, LogPut, ShardLoad,
     whole_records_within,
@@ -249,9 +250,9 @@ pub struct Shard {
     /// Write-ahead log records not yet taken, when the log is on
     /// (`snapshot/log.rs`).
     wal: Option<Vec<u8>>,
-    /// Whether messages to other shards wait for this shard's records to
-    /// be synced (`--durability always`: a reply must not outrun them).
-    hold_for_sync: bool,
+    /// Messages to other shards that wait for this shard's records to be
+    /// synced (`--durability always`: a result must not outrun them).
+    sync_hold: Option<Box<SyncHold>>,
     rng: Rng,
     memory: ShardMemory,
     next_seq: u64,
@@ -348,7 +349,7 @@ impl Shard {
             dedup: DedupTable::default(),
             key_hashes: Vec::new(),
             wal: None,
-            hold_for_sync: false,
+            sync_hold: None,
             rng: Rng::new(config.seed),
             memory: ShardMemory::default(),
             next_seq: 0,
@@ -556,11 +557,7 @@ impl Shard {
     /// in the overflow it moved into rings.
     fn end(&mut self) -> usize {
         self.flush_touched();
-        if self.holding() {
-            0
-        } else {
-            self.flush_overflow()
-        }
+        self.flush_overflow()
     }
 
     #[inline(always)]
@@ -610,8 +607,11 @@ impl Shard {
 
     fn send_to(&mut self, dest: u16, msg: ShardMsg) {
         self.sent_count += 1;
+        let Some(msg) = self.hold_for_sync(dest, msg) else {
+            return;
+        };
         let d = usize::from(dest);
-        if !self.overflow[d].is_empty() || self.holding() {
+        if !self.overflow[d].is_empty() {
             self.overflow[d].push_back(msg);
             return;
         }

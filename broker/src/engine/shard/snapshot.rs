@@ -29,7 +29,9 @@ use crate::engine::stored_message::{MessageState, StoredMessage};
 mod load;
 mod log;
 
-pub use log::{LOG_DEDUP, LOG_GONE, LOG_LEASE, LOG_PUT, LogGone, LogPut, whole_records_within};
+pub use log::{
+    LOG_DEDUP, LOG_GONE, LOG_LEASE, LOG_PUT, LogGone, LogPut, SyncHold, whole_records_within,
+};
 
 const STATE_MASK: u8 = 0b11;
 const FLAG_IN_AGE_FIFO: u8 = 1 << 2;

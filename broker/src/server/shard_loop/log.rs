@@ -1,50 +1,62 @@
 //! The shard's write-ahead log in its loop (`--durability batch|always`).
 //!
-//! The records a turn's requests wrote are committed at the turn's end as
-//! one frame (a group commit: one write, and under `always` one sync, for
-//! every request the turn served).
-//! - `always`: every reply, close and refusal a session issues during the
-//!   turn is held, and handed to the io layer only after the sync; the
-//!   engine holds its messages to other shards the same way
-//!   (`Shard::set_hold_for_sync`), so a result another shard answers does
-//!   not outrun the records behind it either.
-//! - `batch`: replies go out at once; the log is synced every
-//!   `--log-sync-interval` (the loop wakes for it), so a crash loses at
-//!   most what was acknowledged within it.
+//! At each turn's end the shard takes the records its requests wrote.
+//! - `always`: every reply, close and refusal a session issues is held,
+//!   marked with how far into the log the records before it reach, and
+//!   handed to the io layer once a sync covers that far; the engine holds
+//!   its messages to other shards the same way (`Shard::set_hold_for_sync`,
+//!   `Shard::log_synced`), so a result another shard answers does not
+//!   outrun the records behind it either. The syncs run on the shard's
+//!   syncer thread (`crate::wal::syncer`), one at a time: while one runs,
+//!   the shard goes on serving and gathers the records of every turn into
+//!   the next commit, written (one frame, or more past the frame limit)
+//!   once the sync is done and synced in turn. So a commit's frames are
+//!   written only after the previous commit's sync, as the log's scan at
+//!   start expects, and the slower the disk, the larger the group.
+//! - `batch`: each turn's records are written at its end, replies go out at
+//!   once, and the loop syncs every `--log-sync-interval` (it wakes for it).
 //!
-//! A write or sync that fails stops the broker: the replies that waited
-//! for it are dropped and their connections closed (their clients retry,
-//! as at-least-once lets them), and the server shuts down, writing its
-//! checkpoint if the disk lets it. Nothing acknowledged is then missing
-//! from the log but what `batch` allows.
+//! A write or sync that fails stops the broker: the replies that waited for
+//! it are dropped and their connections closed (their clients retry, as
+//! at-least-once lets them), and the server shuts down, writing its
+//! checkpoint if the disk lets it.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::State;
 use super::commands::apply;
 use crate::engine::shard::whole_records_within;
-use crate::io::{ConnId, Connections};
+use crate::io::{ConnId, Connections, Waker};
 use crate::server::clock;
 use crate::server::session::Command;
 use crate::server::shared::LogStats;
+use crate::sync::Arc;
 use crate::wal::file::{COMMIT_RECORDS_MAX, LogFile};
+use crate::wal::syncer::Syncer;
 
 /// A shard's log as its loop holds it.
 #[derive(Debug)]
 pub struct ShardLog {
     file: LogFile,
-    /// `--durability always`: replies wait for the turn's sync.
+    /// `--durability always`.
     always: bool,
     /// `--log-sync-interval`, ns.
     interval_ns: u64,
-    /// The records the engine wrote, taken at the turn's end.
+    /// Records taken and not yet written.
     records: Vec<u8>,
-    /// Whether commits were appended since the last sync.
-    unsynced: bool,
-    /// When the log was last synced.
+    /// Record bytes taken from the engine, written, and known synced.
+    taken: u64,
+    written: u64,
+    synced: u64,
+    /// When the log was last synced (`batch`).
     synced_ns: u64,
-    /// Commands held until the turn's sync, in the order issued.
-    held: Vec<(ConnId, Command)>,
+    /// `always`: the thread that syncs, once the loop has started it.
+    syncer: Option<Syncer>,
+    /// `always`: this turn's commands, then all that wait for a sync, in
+    /// order, each with the record bytes it waits for.
+    staged: Vec<(ConnId, Command)>,
+    held: VecDeque<(u64, ConnId, Command)>,
     /// A write or sync failed: nothing more is written, nothing held goes.
     failed: bool,
     /// How long the start's replay of this log took (for the metrics).
@@ -55,28 +67,53 @@ impl ShardLog {
     /// A shard's log over `file`, whose replay at start took `replay_ns`.
     pub fn new(file: LogFile, always: bool, interval: Duration, replay_ns: u64) -> ShardLog {
         ShardLog {
-            replay_ns,
             file,
             always,
             interval_ns: clock::nanos(interval),
             records: Vec::new(),
-            unsynced: false,
+            taken: 0,
+            written: 0,
+            synced: 0,
             synced_ns: clock::now_ns(),
-            held: Vec::new(),
+            syncer: None,
+            staged: Vec::new(),
+            held: VecDeque::new(),
             failed: false,
+            replay_ns,
         }
+    }
+
+    /// Starts the syncer thread of shard `index` (`always`), which wakes
+    /// the loop through `waker` when a sync is done.
+    ///
+    /// # Errors
+    /// The log's file could not be shared with it, or the thread started.
+    pub fn start_syncer(&mut self, index: u16, waker: Arc<Waker>) -> std::io::Result<()> {
+        if !self.always {
+            return Ok(());
+        }
+        let file = self.file.sync_handle()?;
+        let syncer = Syncer::start(
+            format!("sluice-sync-{index}"),
+            move || file.sync_data(),
+            move || waker.wake(),
+            clock::now_ns,
+        )?;
+        self.syncer = Some(syncer);
+        Ok(())
     }
 
     /// Where a session's replies and closes wait for the sync: under
     /// `always`.
     pub fn hold(&mut self) -> Option<&mut Vec<(ConnId, Command)>> {
-        self.always.then_some(&mut self.held)
+        self.always.then_some(&mut self.staged)
     }
 
-    /// How long the loop may sleep before the log needs it: the time left
-    /// of the sync interval while commits wait for a sync.
+    /// How long the loop may sleep before the log needs it (`batch`: the
+    /// time left of the sync interval while commits wait for a sync;
+    /// `always` is woken by its syncer).
     pub fn wait(&self, now_ns: u64) -> Option<Duration> {
-        (self.unsynced && !self.failed).then(|| {
+        (!self.always && self.written > self.synced && !self.failed).then(|| {
             Duration::from_nanos(
                 self.synced_ns
                     .saturating_add(self.interval_ns)
@@ -85,9 +122,9 @@ impl ShardLog {
         })
     }
 
-    /// Appends `records` as commits of at most the largest a frame holds,
-    /// cut between records.
-    fn append(&mut self, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
+    /// Writes the records taken as commits of at most the largest a frame
+    /// holds, cut between records.
+    fn write(&mut self, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
         let mut at = 0;
         while at < self.records.len() {
             let n = whole_records_within(&self.records[at..], COMMIT_RECORDS_MAX);
@@ -96,60 +133,110 @@ impl ShardLog {
             stats.bytes.add(self.file.len() - before);
             stats.commits.add(1);
             at += n;
-            self.unsynced = true;
         }
+        self.written += self.records.len() as u64;
         self.records.clear();
         Ok(())
     }
 
-    /// Commits the turn's records and syncs as the mode asks.
-    ///
-    /// # Errors
-    /// The write or sync failed, now or before.
-    fn commit(&mut self, now_ns: u64, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
-        if self.failed {
-            return Err(std::io::Error::other("the log failed earlier"));
-        }
-        self.append(wall_ms, stats)?;
-        let due = self.always || now_ns >= self.synced_ns.saturating_add(self.interval_ns);
-        if self.unsynced && due {
-            self.sync(stats)?;
+    /// `batch` at a turn's end: the records written, and synced when the
+    /// interval is up.
+    fn commit_batch(&mut self, now_ns: u64, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
+        self.write(wall_ms, stats)?;
+        let due = now_ns >= self.synced_ns.saturating_add(self.interval_ns);
+        if self.written > self.synced && due {
+            self.sync_here(stats)?;
             self.synced_ns = now_ns;
         }
         Ok(())
     }
 
-    /// Syncs what was appended, timed.
-    fn sync(&mut self, stats: &LogStats) -> std::io::Result<()> {
+    /// `always` at a turn's end: the sync under way answered, if it is; the
+    /// turn's commands marked; the records gathered written and a sync of
+    /// them asked for, if none runs.
+    fn commit_always(&mut self, wall_ms: u64, stats: &LogStats) -> Result<(), String> {
+        let Some(syncer) = self.syncer.as_mut() else {
+            return Err("the log's syncer did not start".into());
+        };
+        if let Some(answer) = syncer.poll() {
+            let (bytes, nanos) = answer?;
+            self.synced = self.synced.max(bytes);
+            stats.synced(nanos);
+        }
+        let until = self.taken;
+        self.held
+            .extend(self.staged.drain(..).map(|(id, c)| (until, id, c)));
+        if self.written < self.taken && !self.syncer.as_ref().is_some_and(Syncer::busy) {
+            self.write(wall_ms, stats).map_err(|e| e.to_string())?;
+            if let Some(s) = self.syncer.as_mut() {
+                s.request(self.written);
+            }
+        }
+        Ok(())
+    }
+
+    /// Syncs what was written, on the loop's thread, timed.
+    fn sync_here(&mut self, stats: &LogStats) -> std::io::Result<()> {
         let started = clock::now_ns();
         self.file.sync()?;
         stats.synced(clock::now_ns().saturating_sub(started));
-        self.unsynced = false;
+        self.synced = self.written;
+        Ok(())
+    }
+
+    /// The loop ends: the sync under way finished, what was gathered
+    /// written and synced here.
+    fn close(&mut self, wall_ms: u64, stats: &LogStats) -> Result<(), String> {
+        if let Some(mut s) = self.syncer.take() {
+            while s.busy() {
+                match s.poll() {
+                    Some(answer) => {
+                        answer?;
+                    }
+                    None => std::thread::sleep(Duration::from_micros(100)),
+                }
+            }
+        }
+        self.write(wall_ms, stats).map_err(|e| e.to_string())?;
+        if self.written > self.synced {
+            self.sync_here(stats).map_err(|e| e.to_string())?;
+        }
         Ok(())
     }
 }
 
 impl State {
-    /// The loop ends: what is appended and not yet synced is synced.
+    /// The loop ends: everything taken is written and synced.
     pub(super) fn close_log(&mut self) {
         let stats = &self.shared.shards[usize::from(self.index)].stats.log;
-        if let Some(log) = self.log.as_mut().filter(|l| l.unsynced && !l.failed) {
-            if let Err(e) = log.sync(stats) {
-                stats.failures.add(1);
-                tracing::error!(shard = self.index, error = %e, "the write-ahead log's last sync failed");
-            }
+        let Some(log) = self.log.as_mut().filter(|l| !l.failed) else {
+            return;
+        };
+        self.engine.take_log(&mut log.records);
+        if let Err(e) = log.close(self.engine_time.wall_ms, stats) {
+            stats.failures.add(1);
+            tracing::error!(shard = self.index, error = %e, "the write-ahead log's last commit failed");
         }
     }
 
-    /// The turn's end: its records committed (and synced as the mode
-    /// asks), then what waited for them let go.
+    /// The turn's end: its records taken and committed as the mode asks,
+    /// then what waited for a sync that is done let go.
     pub(super) fn commit_log(&mut self, io: &mut Connections) {
         let Some(log) = self.log.as_mut() else {
             return;
         };
-        self.engine.take_log(&mut log.records);
         let stats = &self.shared.shards[usize::from(self.index)].stats.log;
-        let result = log.commit(clock::now_ns(), self.engine_time.wall_ms, stats);
+        let before = log.records.len();
+        self.engine.take_log(&mut log.records);
+        log.taken += (log.records.len() - before) as u64;
+        let result = if log.failed {
+            Err("the log failed earlier".to_owned())
+        } else if log.always {
+            log.commit_always(self.engine_time.wall_ms, stats)
+        } else {
+            log.commit_batch(clock::now_ns(), self.engine_time.wall_ms, stats)
+                .map_err(|e| e.to_string())
+        };
         if let Err(e) = result {
             if !log.failed {
                 log.failed = true;
@@ -162,7 +249,10 @@ impl State {
                 );
                 self.shared.begin_shutdown();
             }
-            for (id, _) in log.held.drain(..) {
+            for (id, _) in log.staged.drain(..) {
+                io.close_now(id);
+            }
+            for (_, id, _) in log.held.drain(..) {
                 io.close_now(id);
             }
             return;
@@ -170,9 +260,15 @@ impl State {
         if !log.always {
             return;
         }
-        self.engine.log_synced();
-        let held = core::mem::take(&mut log.held);
-        for (id, command) in held {
+        self.engine.log_synced(log.synced);
+        while log
+            .held
+            .front()
+            .is_some_and(|(until, _, _)| *until <= log.synced)
+        {
+            let Some((_, id, command)) = log.held.pop_front() else {
+                break;
+            };
             let Some(conn) = self
                 .conns
                 .get_mut(id.index() as usize)

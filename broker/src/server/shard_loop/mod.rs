@@ -128,6 +128,9 @@ pub struct ShardStart {
 pub fn run(index: u16, mut driver: Box<dyn Driver>, start: ShardStart) -> io::Result<Shard> {
     let _guard = StopOnPanic(start.shared.clone());
     let mut st = State::new(index, start);
+    if let Some(log) = st.log.as_mut() {
+        log.start_syncer(index, driver.waker())?;
+    }
     // When the last wait ended: from then to the next turn the shard works.
     let mut wait_ended_ns: Option<u64> = None;
     loop {

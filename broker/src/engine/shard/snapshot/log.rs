@@ -37,11 +37,12 @@
 //! that a message a crash interrupts still reaches its dead-letter queue
 //! after as many receives as without the crash.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use sluice_protocol::MessageId;
 
 use super::{LoadClock, ShardLoad, invalid};
+use crate::engine::mesh::shard_msg::ShardMsg;
 use crate::engine::section::{Counter, Out, SectionRead, SliceRead};
 use crate::engine::shard::{NS_PER_MS, Removal, Shard};
 use crate::engine::slab::{Slab, SlotKey};
@@ -126,6 +127,17 @@ pub fn whole_records_within(records: &[u8], max: usize) -> usize {
         at = end;
     }
     at
+}
+
+/// The messages to other shards that wait for a sync, by destination,
+/// each with the byte of the log its records end at.
+#[derive(Debug)]
+pub struct SyncHold {
+    /// Record bytes taken so far.
+    taken: u64,
+    /// Record bytes the server's syncs reach.
+    synced: u64,
+    held: Vec<VecDeque<(u64, ShardMsg)>>,
 }
 
 /// What a replay keeps from record to record.
@@ -226,34 +238,77 @@ impl Shard {
         self.wal = on.then(Vec::new);
     }
 
-    /// Makes messages to other shards wait, while records not yet taken
-    /// are there, until [`Shard::log_synced`] (`--durability always`: a
-    /// result another shard answers with must not reach its client before
-    /// the records behind it are on disk).
+    /// Makes messages to other shards wait until the records written
+    /// before them are synced (`--durability always`: a result another
+    /// shard answers with must not reach its client first): the server
+    /// says how far its syncs reach with [`Shard::log_synced`].
     pub fn set_hold_for_sync(&mut self, on: bool) {
-        self.hold_for_sync = on;
+        self.sync_hold = on.then(|| {
+            Box::new(SyncHold {
+                taken: 0,
+                synced: 0,
+                held: (0..self.shards).map(|_| VecDeque::new()).collect(),
+            })
+        });
     }
 
-    /// Whether messages to other shards wait for a sync now.
+    /// `msg` to `dest`, unless it must wait for a sync (then it is kept,
+    /// after whatever already waits for `dest`, and `None` returned).
     #[inline]
-    pub(in crate::engine::shard) fn holding(&self) -> bool {
-        self.hold_for_sync && self.wal.as_ref().is_some_and(|w| !w.is_empty())
+    pub(in crate::engine::shard) fn hold_for_sync(
+        &mut self,
+        dest: u16,
+        msg: ShardMsg,
+    ) -> Option<ShardMsg> {
+        let Some(h) = self.sync_hold.as_mut() else {
+            return Some(msg);
+        };
+        // The records written so far end at this byte of the log.
+        let until = h.taken + self.wal.as_ref().map_or(0, |w| w.len() as u64);
+        let queue = &mut h.held[usize::from(dest)];
+        if until <= h.synced && queue.is_empty() {
+            return Some(msg);
+        }
+        queue.push_back((until, msg));
+        None
     }
 
-    /// The records taken are on disk: the messages to other shards that
-    /// waited for them go. Returns how many went.
-    pub fn log_synced(&mut self) -> usize {
-        if self.holding() {
-            0
-        } else {
-            self.flush_overflow()
+    /// The server's syncs reach `bytes` of the records taken: the messages
+    /// to other shards that waited for them go. Returns how many went.
+    pub fn log_synced(&mut self, bytes: u64) -> usize {
+        let Some(mut h) = self.sync_hold.take() else {
+            return 0;
+        };
+        h.synced = h.synced.max(bytes);
+        let mut went = 0;
+        for d in 0..h.held.len() {
+            while h.held[d]
+                .front()
+                .is_some_and(|(until, _)| *until <= h.synced)
+            {
+                if let Some((_, msg)) = h.held[d].pop_front() {
+                    // Behind anything still waiting for room.
+                    if !self.overflow[d].is_empty() {
+                        self.overflow[d].push_back(msg);
+                    } else if let Err(msg) = self.links.push(d, msg) {
+                        self.overflow[d].push_back(msg);
+                    }
+                    went += 1;
+                }
+            }
         }
+        self.sync_hold = Some(h);
+        self.links.flush();
+        went
     }
 
     /// Moves the records written since the last take (in the order the
     /// shard wrote them) to the end of `into`.
     pub fn take_log(&mut self, into: &mut Vec<u8>) {
         if let Some(w) = self.wal.as_mut() {
+            if let Some(h) = self.sync_hold.as_mut() {
+                h.taken += w.len() as u64;
+            }
             into.append(w);
         }
     }
