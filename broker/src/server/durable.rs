@@ -138,44 +138,39 @@ impl DurableStart {
         report_torn(&path, &recovered);
         replay(&recovered.commits(), registry).map_err(|e| failed(&path, e))?;
         let always = config.durability == Durability::Always;
-        let mut logs = Vec::with_capacity(engines.len());
-        let (mut commits, mut bytes) = (0usize, 0u64);
-        for (i, engine) in engines.iter_mut().enumerate() {
-            let replay_started = super::clock::now_ns();
-            // At most SHARDS_MAX shards.
-            let path = self.dir.shard_log(i as u16);
-            let (file, recovered) = LogFile::open(&path, 1).map_err(|e| failed(&path, e))?;
-            report_torn(&path, &recovered);
-            let found = recovered.commits();
-            commits += found.len();
-            bytes += found.iter().map(|c| c.records.len() as u64).sum::<u64>();
-            let mut readers: Vec<SliceRead<'_>> = found
-                .iter()
-                .map(|c| SliceRead::new(c.records, c.records_at))
-                .collect();
-            let mut replayed: Vec<(&mut SliceRead<'_>, LoadClock)> = readers
+        // One thread per shard, all at once, as a snapshot's load.
+        let replayed: Vec<Result<Replayed, StartError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = engines
                 .iter_mut()
-                .zip(&found)
-                .map(|(r, c)| {
-                    let clock = LoadClock {
-                        now_ns: now,
-                        wall_ms: wall,
-                        saved_wall_ms: c.wall_ms,
-                    };
-                    (r, clock)
+                .enumerate()
+                .map(|(i, engine)| {
+                    // At most SHARDS_MAX shards.
+                    let path = self.dir.shard_log(i as u16);
+                    scope.spawn(move || replay_shard(engine, &path, now, wall))
                 })
                 .collect();
-            engine
-                .replay_commits(&mut replayed)
-                .map_err(|e| failed(&path, e))?;
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(failed(self.dir.path(), "a shard's replay panicked"))
+                    })
+                })
+                .collect()
+        });
+        let mut logs = Vec::with_capacity(engines.len());
+        let (mut commits, mut bytes) = (0usize, 0u64);
+        for (r, engine) in replayed.into_iter().zip(engines.iter_mut()) {
+            let r = r?;
+            commits += r.commits;
+            bytes += r.bytes;
             engine.set_logging(true);
             engine.set_hold_for_sync(always);
-            let replay_ns = super::clock::now_ns().saturating_sub(replay_started);
             logs.push(ShardLog::new(
-                file,
+                r.file,
                 always,
                 config.log_sync_interval,
-                replay_ns,
+                r.took_ns,
             ));
         }
         registry.set_journal(Box::new(journal));
@@ -201,6 +196,53 @@ impl DurableStart {
             dir: self.dir,
         }
     }
+}
+
+/// One shard's log, replayed.
+struct Replayed {
+    file: LogFile,
+    commits: usize,
+    bytes: u64,
+    took_ns: u64,
+}
+
+/// Opens the log at `path` (a torn end cut and reported) and replays its
+/// commits onto `engine`, each at its own wall-clock time.
+fn replay_shard(
+    engine: &mut Shard,
+    path: &Path,
+    now: u64,
+    wall: u64,
+) -> Result<Replayed, StartError> {
+    let started = super::clock::now_ns();
+    let (file, recovered) = LogFile::open(path, 1).map_err(|e| failed(path, e))?;
+    report_torn(path, &recovered);
+    let found = recovered.commits();
+    let mut readers: Vec<SliceRead<'_>> = found
+        .iter()
+        .map(|c| SliceRead::new(c.records, c.records_at))
+        .collect();
+    let mut replayed: Vec<(&mut SliceRead<'_>, LoadClock)> = readers
+        .iter_mut()
+        .zip(&found)
+        .map(|(r, c)| {
+            let clock = LoadClock {
+                now_ns: now,
+                wall_ms: wall,
+                saved_wall_ms: c.wall_ms,
+            };
+            (r, clock)
+        })
+        .collect();
+    engine
+        .replay_commits(&mut replayed)
+        .map_err(|e| failed(path, e))?;
+    Ok(Replayed {
+        file,
+        commits: found.len(),
+        bytes: found.iter().map(|c| c.records.len() as u64).sum(),
+        took_ns: super::clock::now_ns().saturating_sub(started),
+    })
 }
 
 /// Says that a log's end was cut, and why.
