@@ -125,12 +125,27 @@ fn main() {
         uncache(p);
     }
     let replay = Instant::now();
-    let mut fresh = shards(SHARDS, &queue);
+    let replayed = replay_all(&paths, &queue);
+    let replay_s = replay.elapsed().as_secs_f64();
+    assert_eq!(replayed, held);
+    println!(
+        "replay (open, check every frame, replay), from the disk: {replayed} messages, \
+         {mb:.0} MB in {replay_s:.2} s = {:.0} MB/s, {:.2} of the plain read",
+        mb / replay_s,
+        read_s / replay_s
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Opens each log and replays it onto a fresh shard, a thread per shard,
+/// as the server's start does: the messages replayed.
+fn replay_all(paths: &[PathBuf], queue: &QueueName) -> u64 {
+    let mut fresh = shards(SHARDS, queue);
     // One thread per shard, as the server's start.
-    let replayed: u64 = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let handles: Vec<_> = fresh
             .iter_mut()
-            .zip(&paths)
+            .zip(paths)
             .map(|(shard, p)| {
                 scope.spawn(move || {
                     let (_file, recovered) = LogFile::open(p, 1).expect("open a log for replay");
@@ -158,15 +173,5 @@ fn main() {
             .into_iter()
             .map(|h| h.join().expect("a replay"))
             .sum()
-    });
-    let replay_s = replay.elapsed().as_secs_f64();
-    assert_eq!(replayed, held);
-    println!(
-        "replay (open, check every frame, replay), from the disk: {replayed} messages, \
-         {mb:.0} MB in {replay_s:.2} s = {:.0} MB/s, {:.2} of the plain read",
-        mb / replay_s,
-        read_s / replay_s
-    );
-    drop(fresh);
-    let _ = std::fs::remove_dir_all(&dir);
+    })
 }

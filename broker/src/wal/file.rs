@@ -6,7 +6,7 @@
 //! | 0..4 | magic, `SWLH` |
 //! | 4..8 | format version, `u32` LE (1) |
 //! | 8..16 | the first frame's sequence number, `u64` LE |
-//! | 16.. | frames; each payload is the commit's wall-clock Unix ms (`u64` LE), then its records |
+//! | 16.. | frames; each payload is the commit's wall-clock Unix ms (`u64` LE), the highest sequence number synced when it was written (`u64` LE; 0: none), then its records |
 //!
 //! Opening a file reads it back first ([`LogFile::open`]): its commits in
 //! order, a torn end cut off (and reported), corruption refused with its
@@ -25,14 +25,16 @@ use super::frame::{self, Corrupt, End, FRAME_PAYLOAD_MAX, encode_frame};
 /// A log file's first four bytes.
 pub const FILE_MAGIC: [u8; 4] = *b"SWLH";
 
-/// The version of the format this build writes and reads.
-pub const FILE_VERSION: u32 = 1;
+/// The version of the format this build writes and reads (2: a commit
+/// says how far the log was synced when it was written).
+pub const FILE_VERSION: u32 = 2;
 
 /// Bytes of a log file's head.
 pub const FILE_HEAD_BYTES: usize = 16;
 
-/// Bytes of a commit's payload before its records: its wall-clock time.
-const COMMIT_HEAD_BYTES: usize = 8;
+/// Bytes of a commit's payload before its records: its wall-clock time
+/// and how far the log was synced.
+const COMMIT_HEAD_BYTES: usize = 16;
 
 /// The largest records one commit holds.
 pub const COMMIT_RECORDS_MAX: usize = FRAME_PAYLOAD_MAX - COMMIT_HEAD_BYTES;
@@ -139,6 +141,8 @@ pub struct LogFile {
     /// Where the next frame goes.
     end: u64,
     next_seq: u64,
+    /// The highest sequence number known synced (0: none).
+    synced_seq: u64,
     /// The frame being written.
     buf: Vec<u8>,
 }
@@ -186,15 +190,20 @@ impl LogFile {
             why,
         })?;
         let body = &bytes[FILE_HEAD_BYTES..];
-        let scan = frame::scan(body, FILE_HEAD_BYTES as u64, first).map_err(|source| {
-            OpenError::Corrupt {
+        let synced_of = |payload: &[u8]| {
+            payload
+                .get(8..16)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        };
+        let scan = frame::scan_synced(body, FILE_HEAD_BYTES as u64, first, &synced_of).map_err(
+            |source| OpenError::Corrupt {
                 path: name.clone(),
                 source,
-            }
-        })?;
+            },
+        )?;
         let mut spans = Vec::with_capacity(scan.frames.len());
         for f in &scan.frames {
-            let Some((time, records)) = f.payload.split_first_chunk::<COMMIT_HEAD_BYTES>() else {
+            let Some((head, records)) = f.payload.split_first_chunk::<COMMIT_HEAD_BYTES>() else {
                 return Err(OpenError::Commit {
                     path: name,
                     offset: f.offset,
@@ -205,7 +214,7 @@ impl LogFile {
             spans.push(Span {
                 seq: f.seq,
                 offset: f.offset,
-                wall_ms: u64::from_le_bytes(*time),
+                wall_ms: u64::from_le_bytes(head[..8].try_into().unwrap_or_default()),
                 records_at,
                 records_end: records_at + records.len(),
             });
@@ -220,9 +229,11 @@ impl LogFile {
         };
         if rec.torn.is_some() {
             file.set_len(end).map_err(io)?;
-            file.sync_data().map_err(io)?;
             bytes.truncate(end as usize);
         }
+        // What was read back may be a crashed writer's, still in the page
+        // cache: durable from here, so that later commits may say so.
+        file.sync_data().map_err(io)?;
         file.seek(SeekFrom::Start(end)).map_err(io)?;
         rec.bytes = bytes;
         rec.spans = spans;
@@ -230,6 +241,8 @@ impl LogFile {
             file,
             end,
             next_seq,
+            // What was read back is on disk (the torn end's cut synced).
+            synced_seq: next_seq.saturating_sub(1),
             buf: Vec::new(),
         };
         Ok((log, rec))
@@ -270,6 +283,7 @@ impl LogFile {
         );
         let mut payload = Vec::with_capacity(COMMIT_HEAD_BYTES + records.len());
         payload.extend_from_slice(&wall_ms.to_le_bytes());
+        payload.extend_from_slice(&self.synced_seq.to_le_bytes());
         payload.extend_from_slice(records);
         self.buf.clear();
         encode_frame(self.next_seq, &payload, &mut self.buf);
@@ -301,7 +315,21 @@ impl LogFile {
     /// The sync failed: what was appended since the last sync may not be
     /// on disk.
     pub fn sync(&mut self) -> io::Result<()> {
-        self.file.sync_data()
+        self.file.sync_data()?;
+        self.mark_synced(self.next_seq.saturating_sub(1));
+        Ok(())
+    }
+
+    /// Commits up to `seq` are durable (a sync through another handle, as
+    /// a syncer thread's, covered them): later commits say so.
+    pub fn mark_synced(&mut self, seq: u64) {
+        self.synced_seq = self.synced_seq.max(seq);
+    }
+
+    /// The sequence number of the last commit appended (0: none yet).
+    #[must_use]
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq.saturating_sub(1)
     }
 }
 

@@ -169,6 +169,24 @@ fn read_at(bytes: &[u8], base: u64, at: usize, seq: u64) -> Read<'_> {
 /// sequence after the last good one, found by its magic anywhere past the
 /// bad one's start).
 pub fn scan(bytes: &[u8], base: u64, first_seq: u64) -> Result<Scan<'_>, Corrupt> {
+    scan_synced(bytes, base, first_seq, &|_| Some(u64::MAX))
+}
+
+/// [`scan`] for a writer that may write frames before the earlier ones
+/// are synced (`batch`): `synced_of` reads from a frame's payload the
+/// highest sequence number that was synced when the frame was written. A
+/// bad frame is corruption only when a good frame after it says it was
+/// synced by then; otherwise it is a torn end (a crash of the machine kept
+/// some later frames and lost it), and the scan ends before it.
+///
+/// # Errors
+/// [`Corrupt`] as above.
+pub fn scan_synced<'a>(
+    bytes: &'a [u8],
+    base: u64,
+    first_seq: u64,
+    synced_of: &dyn Fn(&[u8]) -> Option<u64>,
+) -> Result<Scan<'a>, Corrupt> {
     let mut frames = Vec::new();
     let mut at = 0;
     let mut seq = first_seq;
@@ -181,7 +199,7 @@ pub fn scan(bytes: &[u8], base: u64, first_seq: u64) -> Result<Scan<'_>, Corrupt
             }
             Read::Bad(why) => {
                 let offset = base + at as u64;
-                return match good_after(bytes, base, at, seq) {
+                return match good_after(bytes, base, at, seq, synced_of) {
                     Some(next_good) => Err(Corrupt {
                         offset,
                         why,
@@ -201,16 +219,24 @@ pub fn scan(bytes: &[u8], base: u64, first_seq: u64) -> Result<Scan<'_>, Corrupt
     })
 }
 
-/// Where the first good frame after the bad one at `bad` starts, if any:
-/// one whose sequence number is `seq` (the bad frame's) or later. Only
-/// read at start-up, and past the first good frame's magic the search
-/// ends.
-fn good_after(bytes: &[u8], base: u64, bad: usize, seq: u64) -> Option<u64> {
+/// Where the first good frame after the bad one at `bad` starts that
+/// says the bad one was synced when it was written, if any: one whose
+/// sequence number is `seq` (the bad frame's) or later, and whose
+/// `synced_of` is at least `seq`. Only read at start-up.
+fn good_after(
+    bytes: &[u8],
+    base: u64,
+    bad: usize,
+    seq: u64,
+    synced_of: &dyn Fn(&[u8]) -> Option<u64>,
+) -> Option<u64> {
     let mut from = bad + 1;
     while let Some(found) = find_magic(bytes, from) {
         if let Some(later) = frame_seq_at(bytes, found).filter(|&s| s >= seq) {
             if let Read::Good(f) = read_at(bytes, base, found, later) {
-                return Some(f.offset);
+                if synced_of(f.payload).is_some_and(|synced| synced >= seq) {
+                    return Some(f.offset);
+                }
             }
         }
         from = found + 1;

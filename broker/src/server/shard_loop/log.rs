@@ -51,8 +51,10 @@ pub struct ShardLog {
     synced: u64,
     /// When the log was last synced (`batch`).
     synced_ns: u64,
-    /// `always`: the thread that syncs, once the loop has started it.
+    /// `always`: the thread that syncs, once the loop has started it, and
+    /// the last commit the sync under way covers.
     syncer: Option<Syncer>,
+    sync_seq: u64,
     /// `always`: this turn's commands, then all that wait for a sync, in
     /// order, each with the record bytes it waits for.
     staged: Vec<(ConnId, Command)>,
@@ -76,6 +78,7 @@ impl ShardLog {
             synced: 0,
             synced_ns: clock::now_ns(),
             syncer: None,
+            sync_seq: 0,
             staged: Vec::new(),
             held: VecDeque::new(),
             failed: false,
@@ -161,6 +164,7 @@ impl ShardLog {
         if let Some(answer) = syncer.poll() {
             let (bytes, nanos) = answer?;
             self.synced = self.synced.max(bytes);
+            self.file.mark_synced(self.sync_seq);
             stats.synced(nanos);
         }
         let until = self.taken;
@@ -168,6 +172,7 @@ impl ShardLog {
             .extend(self.staged.drain(..).map(|(id, c)| (until, id, c)));
         if self.written < self.taken && !self.syncer.as_ref().is_some_and(Syncer::busy) {
             self.write(wall_ms, stats).map_err(|e| e.to_string())?;
+            self.sync_seq = self.file.last_seq();
             if let Some(s) = self.syncer.as_mut() {
                 s.request(self.written);
             }
@@ -192,6 +197,7 @@ impl ShardLog {
                 match s.poll() {
                     Some(answer) => {
                         answer?;
+                        self.file.mark_synced(self.sync_seq);
                     }
                     None => std::thread::sleep(Duration::from_micros(100)),
                 }
