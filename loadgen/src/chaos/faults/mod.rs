@@ -33,6 +33,7 @@ pub const ALL: &[Fault] = &[
     memory::FAULT,
     sigterm::FAULT,
     crash::FAULT,
+    crash::FAULT_BATCH,
 ];
 
 /// The `--memory-max` flag value for [`MEMORY_MAX_BYTES`].
