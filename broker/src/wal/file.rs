@@ -17,10 +17,10 @@
 //! left for when a log can be larger than the memory a start can spare.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, IoSlice, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use super::frame::{self, Corrupt, End, FRAME_PAYLOAD_MAX, encode_frame};
+use super::frame::{self, Corrupt, End, FRAME_PAYLOAD_MAX, frame_head};
 
 /// A log file's first four bytes.
 pub const FILE_MAGIC: [u8; 4] = *b"SWLH";
@@ -143,8 +143,6 @@ pub struct LogFile {
     next_seq: u64,
     /// The highest sequence number known synced (0: none).
     synced_seq: u64,
-    /// The frame being written.
-    buf: Vec<u8>,
 }
 
 impl LogFile {
@@ -243,7 +241,6 @@ impl LogFile {
             next_seq,
             // What was read back is on disk (the torn end's cut synced).
             synced_seq: next_seq.saturating_sub(1),
-            buf: Vec::new(),
         };
         Ok((log, rec))
     }
@@ -281,20 +278,19 @@ impl LogFile {
             records.len() <= COMMIT_RECORDS_MAX,
             "a commit past the limit"
         );
-        let mut payload = Vec::with_capacity(COMMIT_HEAD_BYTES + records.len());
-        payload.extend_from_slice(&wall_ms.to_le_bytes());
-        payload.extend_from_slice(&self.synced_seq.to_le_bytes());
-        payload.extend_from_slice(records);
-        self.buf.clear();
-        encode_frame(self.next_seq, &payload, &mut self.buf);
-        if let Err(e) = self.file.write_all(&self.buf) {
+        let mut commit = [0u8; COMMIT_HEAD_BYTES];
+        commit[..8].copy_from_slice(&wall_ms.to_le_bytes());
+        commit[8..].copy_from_slice(&self.synced_seq.to_le_bytes());
+        let head = frame_head(self.next_seq, &[&commit, records]);
+        // The records go out as they are, beside the two heads: no copy.
+        if let Err(e) = write_parts(&mut self.file, &[&head, &commit, records]) {
             // Whatever part went is cut, so the next frame follows the
             // last whole one.
             let _ = self.file.set_len(self.end);
             let _ = self.file.seek(SeekFrom::Start(self.end));
             return Err(e);
         }
-        self.end += self.buf.len() as u64;
+        self.end += (head.len() + commit.len() + records.len()) as u64;
         let seq = self.next_seq;
         self.next_seq += 1;
         Ok(seq)
@@ -331,6 +327,36 @@ impl LogFile {
     pub fn last_seq(&self) -> u64 {
         self.next_seq.saturating_sub(1)
     }
+}
+
+/// Writes `parts` one after the other at the file's position, with as few
+/// calls as the kernel allows (`writev`).
+fn write_parts(file: &mut File, parts: &[&[u8]]) -> io::Result<()> {
+    let mut skip = 0usize;
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    while skip < total {
+        let mut left = skip;
+        let slices: Vec<IoSlice<'_>> = parts
+            .iter()
+            .filter_map(|p| {
+                if left >= p.len() {
+                    left -= p.len();
+                    None
+                } else {
+                    let s = IoSlice::new(&p[left..]);
+                    left = 0;
+                    Some(s)
+                }
+            })
+            .collect();
+        match file.write_vectored(&slices) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => skip += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Syncs the folder that holds `path` (`.` for a bare file name), so that

@@ -54,6 +54,35 @@ pub fn encode_frame(seq: u64, payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(payload);
 }
 
+/// The head of a frame, sequence number `seq`, whose payload is `parts`
+/// one after the other (written after it as they are: no copy).
+///
+/// # Panics
+/// When the parts are longer than [`FRAME_PAYLOAD_MAX`] together.
+#[must_use]
+pub fn frame_head(seq: u64, parts: &[&[u8]]) -> [u8; FRAME_HEAD_BYTES] {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    assert!(
+        total <= FRAME_PAYLOAD_MAX,
+        "a frame's payload past the limit"
+    );
+    // At most FRAME_PAYLOAD_MAX, which fits a u32.
+    let len = (total as u32).to_le_bytes();
+    let seq = seq.to_le_bytes();
+    let mut c = Crc32c::new();
+    c.update(&len);
+    c.update(&seq);
+    for p in parts {
+        c.update(p);
+    }
+    let mut head = [0u8; FRAME_HEAD_BYTES];
+    head[..4].copy_from_slice(&FRAME_MAGIC);
+    head[4..8].copy_from_slice(&len);
+    head[8..16].copy_from_slice(&seq);
+    head[16..].copy_from_slice(&c.value().to_le_bytes());
+    head
+}
+
 fn checksum(len: [u8; 4], seq: [u8; 8], payload: &[u8]) -> u32 {
     let mut c = Crc32c::new();
     c.update(&len);

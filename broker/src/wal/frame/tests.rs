@@ -160,3 +160,19 @@ fn any_bytes_scan_without_panicking() {
         }
     }
 }
+
+#[test]
+fn a_head_over_parts_is_the_head_of_their_concatenation() {
+    for parts in [
+        &[&b""[..]][..],
+        &[&b"commit-head-16by"[..], b"records"],
+        &[b"a", b"", b"bc", b"defghij"],
+    ] {
+        let whole: Vec<u8> = parts.concat();
+        let mut framed = Vec::new();
+        encode_frame(42, &whole, &mut framed);
+        let head = frame_head(42, parts);
+        assert_eq!(&framed[..FRAME_HEAD_BYTES], &head[..]);
+        assert_eq!(&framed[FRAME_HEAD_BYTES..], &whole[..]);
+    }
+}

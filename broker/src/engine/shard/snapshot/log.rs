@@ -309,7 +309,13 @@ impl Shard {
             if let Some(h) = self.sync_hold.as_mut() {
                 h.taken += w.len() as u64;
             }
-            into.append(w);
+            if into.is_empty() {
+                // The two buffers trade places: no copy, and each keeps
+                // its room for the next turn.
+                core::mem::swap(into, w);
+            } else {
+                into.append(w);
+            }
         }
     }
 
