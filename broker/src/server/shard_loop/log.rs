@@ -130,7 +130,14 @@ impl ShardLog {
     fn write(&mut self, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
         let mut at = 0;
         while at < self.records.len() {
-            let n = whole_records_within(&self.records[at..], COMMIT_RECORDS_MAX);
+            let rest = &self.records[at..];
+            // Cut between records only past the limit (rare): no walk
+            // over them otherwise.
+            let n = if rest.len() <= COMMIT_RECORDS_MAX {
+                rest.len()
+            } else {
+                whole_records_within(rest, COMMIT_RECORDS_MAX)
+            };
             let before = self.file.len();
             self.file.append(wall_ms, &self.records[at..at + n])?;
             stats.bytes.add(self.file.len() - before);

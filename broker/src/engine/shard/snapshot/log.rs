@@ -43,7 +43,7 @@ use sluice_protocol::MessageId;
 
 use super::{LoadClock, ShardLoad, invalid};
 use crate::engine::mesh::shard_msg::ShardMsg;
-use crate::engine::section::{Counter, Out, SectionRead, SliceRead};
+use crate::engine::section::{Out, SectionRead, SliceRead};
 use crate::engine::shard::{NS_PER_MS, Removal, Shard};
 use crate::engine::slab::{Slab, SlotKey};
 use crate::engine::stored_message::{MessageState, NONE, StoredMessage};
@@ -154,7 +154,7 @@ struct Replay {
 impl Shard {
     /// Appends the put record of the message at `key` to `out`, put for
     /// `why`: nothing when no message is there.
-    pub fn log_put(&self, out: &mut impl Out, key: SlotKey, why: LogPut) {
+    pub fn log_put(&self, out: &mut Vec<u8>, key: SlotKey, why: LogPut) {
         let Some(m) = self.messages.get(key).copied() else {
             return;
         };
@@ -167,18 +167,21 @@ impl Shard {
         };
         let now_ns = self.now_ns;
         let now_ms = now_ns / NS_PER_MS;
-        let mut len = Counter::default();
-        self.write_message(&mut len, key, &m, now_ns, now_ms);
         out.u8(LOG_PUT);
-        // A message record is at most a frame and its fixed fields (well
-        // within u32).
-        out.u32((5 + len.0) as u32);
+        // The length, once the record is written (one pass over the
+        // message, not a counting one first).
+        let len_at = out.len();
+        out.u32(0);
         out.u8(match why {
             LogPut::Sent => 0,
             LogPut::MovedIn => 1,
         });
         out.u32(part.incarnation);
         self.write_message(out, key, &m, now_ns, now_ms);
+        // A message record is at most a frame and its fixed fields (well
+        // within u32).
+        let len = (out.len() - len_at - 4) as u32;
+        out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
     }
 
     /// Appends the gone record of the message at `key`, which leaves for
