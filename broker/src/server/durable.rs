@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 
 use super::shard_loop::ShardLog;
-use super::snapshot_at_start::{Loaded, load_snapshot, shards_for_snapshot};
+use super::snapshot_at_start::{Loaded, load_snapshot, open_fitting};
 use super::{Config, StartError, path_lock};
 use crate::engine::section::SliceRead;
 use crate::engine::shard::LoadClock;
@@ -64,22 +64,7 @@ impl DurableStart {
         })?;
         let dir = LogDir::open(&path).map_err(|e| failed(&path, e))?;
         let checkpoint = match dir.checkpoint() {
-            Some(file) => {
-                let error = |source| StartError::Snapshot {
-                    path: file.clone(),
-                    source,
-                };
-                let opened = snapshot::open(snapshot::Source::File(&file)).map_err(error)?;
-                config.shards = shards_for_snapshot(config, opened.header.shards);
-                opened
-                    .check_fit(
-                        config.shards,
-                        config.memory_max_bytes,
-                        config.queues_max as usize,
-                    )
-                    .map_err(error)?;
-                Some(opened)
-            }
+            Some(file) => Some(open_fitting(&file, config)?),
             None => None,
         };
         if let Some(extra) = dir

@@ -29,6 +29,7 @@
 mod exposition;
 mod histogram;
 pub mod log_metrics;
+mod per_shard;
 mod process;
 pub(super) mod telemetry;
 

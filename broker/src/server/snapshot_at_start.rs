@@ -126,25 +126,36 @@ impl SnapshotAtStart {
                 opened: None,
             });
         }
-        let snapshot_error = |source| StartError::Snapshot {
-            path: path.clone(),
-            source,
-        };
-        let opened = snapshot::open(snapshot::Source::File(&path)).map_err(snapshot_error)?;
-        config.shards = shards_for_snapshot(config, opened.header.shards);
-        opened
-            .check_fit(
-                config.shards,
-                config.memory_max_bytes,
-                config.queues_max as usize,
-            )
-            .map_err(snapshot_error)?;
+        let opened = open_fitting(&path, config)?;
         Ok(SnapshotAtStart {
             lock: Some(lock),
             path: Some(path),
             opened: Some(opened),
         })
     }
+}
+
+/// Opens the snapshot at `path` and checks that it fits this start (sets
+/// `config.shards` to its count when `--shards` was not given): `--snapshot`'s
+/// file, or a log folder's checkpoint.
+pub(super) fn open_fitting(
+    path: &std::path::Path,
+    config: &mut Config,
+) -> Result<snapshot::Opened, StartError> {
+    let error = |source| StartError::Snapshot {
+        path: path.to_owned(),
+        source,
+    };
+    let opened = snapshot::open(snapshot::Source::File(path)).map_err(error)?;
+    config.shards = shards_for_snapshot(config, opened.header.shards);
+    opened
+        .check_fit(
+            config.shards,
+            config.memory_max_bytes,
+            config.queues_max as usize,
+        )
+        .map_err(error)?;
+    Ok(opened)
 }
 
 /// The shard count to start with when a snapshot of `file_shards` shards

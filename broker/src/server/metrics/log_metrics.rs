@@ -50,13 +50,7 @@ pub(super) fn render_log(shared: &ServerState, w: &mut PromWriter<'_>) {
             |s| s.log.failures.get(),
         ),
     ];
-    let names: Vec<String> = (0..shared.shards.len()).map(|i| i.to_string()).collect();
-    for (name, help, kind, get) in per_shard {
-        let mut f = w.family(name, help, kind);
-        for (s, shard) in shared.shards.iter().zip(&names) {
-            f.sample_u64(&[("shard", shard)], get(&s.stats));
-        }
-    }
+    let names = super::per_shard::render_per_shard(shared, w, &per_shard);
     {
         let mut f = w.family(
             "sluice_log_replay_seconds",

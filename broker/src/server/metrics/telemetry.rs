@@ -525,13 +525,7 @@ fn render_shards(shared: &ServerState, w: &mut PromWriter<'_>) {
             |s| s.connections.get(),
         ),
     ];
-    let names: Vec<String> = (0..shared.shards.len()).map(|i| i.to_string()).collect();
-    for (name, help, kind, get) in per_shard {
-        let mut f = w.family(name, help, kind);
-        for (s, shard) in shared.shards.iter().zip(&names) {
-            f.sample_u64(&[("shard", shard)], get(&s.stats));
-        }
-    }
+    let names = super::per_shard::render_per_shard(shared, w, &per_shard);
     let mut f = w.family(
         "sluice_shard_busy_seconds_total",
         "Time each shard's loop spent outside its wait (serving), seconds; its rate is the \
