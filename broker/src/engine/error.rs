@@ -199,6 +199,9 @@ pub enum EntryError {
     /// A per-message delay on a FIFO queue (its delay is the queue's).
     #[error("delay_ms: a FIFO queue's messages take the queue's delay, not their own")]
     DelayOnFifo,
+    /// The owner's write-ahead log cannot be written: nothing changed.
+    #[error("the owning shard's write-ahead log cannot be written; nothing changed, retry later")]
+    LogFailing,
 }
 
 impl EntryError {
@@ -213,7 +216,9 @@ impl EntryError {
             | EntryError::DelayOnFifo => ErrorCode::InvalidArgument,
             EntryError::MessageTooLarge => ErrorCode::MessageTooLarge,
             EntryError::QueueFull => ErrorCode::QueueFull,
-            EntryError::MemoryFull | EntryError::SlotsFull => ErrorCode::Busy,
+            EntryError::MemoryFull | EntryError::SlotsFull | EntryError::LogFailing => {
+                ErrorCode::Busy
+            }
             EntryError::QueueDeleted => ErrorCode::QueueNotFound,
             EntryError::InvalidReceipt => ErrorCode::InvalidReceipt,
             EntryError::StaleReceipt => ErrorCode::StaleReceipt,

@@ -9,8 +9,8 @@ use sluice_broker::engine::section::SliceRead;
 use sluice_broker::engine::shard::LoadClock;
 use sluice_broker::engine::{Cluster, Op, OpResult};
 use sluice_protocol::{
-    AttributeUpdate, MessageGroupId, Millis, QueueKind, QueueName, RedrivePolicy, SendEntry,
-    SendRequest, Setting,
+    AttributeUpdate, DeleteRequest, ErrorCode, MessageGroupId, Millis, QueueKind, QueueName,
+    RedrivePolicy, SendEntry, SendRequest, Setting,
 };
 
 const SHARDS: u16 = 2;
@@ -261,4 +261,93 @@ fn a_result_another_shard_computed_waits_for_its_sync() {
     assert_eq!(c.shard_mut(home).log_synced(log.len() as u64), 1);
     c.settle();
     assert!(matches!(c.take(tickets[away]), Some(OpResult::Sent(r)) if r[0].is_ok()));
+}
+
+/// A FIFO entry of group `g0` with dedup key `key`.
+fn fifo_entry(body: &str, key: &str) -> SendEntry {
+    let mut e = entry(body);
+    e.group = Some(MessageGroupId::new("g0").unwrap());
+    e.dedup_key = Some(Bytes::from(key.to_owned()));
+    e
+}
+
+fn refused(r: OpResult) -> String {
+    match r {
+        OpResult::Error(e) => {
+            assert_eq!(e.code(), ErrorCode::Busy, "{e}");
+            e.to_string()
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+/// A shard whose log the server cannot write refuses what needs a record
+/// (sends, deletes, purges and redrives arriving there, and the send and
+/// delete entries other shards forward to it) with `Busy`, changing
+/// nothing, and goes on serving receives and visibility changes; once the
+/// log can be written again, it takes them all again.
+#[test]
+fn a_shard_whose_log_fails_refuses_changes_and_serves_receives() {
+    let mut c = cluster(SHARDS);
+    queues(&mut c);
+    for s in 0..usize::from(SHARDS) {
+        c.shard_mut(s).set_logging(true);
+    }
+    // A FIFO queue's messages live on its home shard: the one to fail.
+    let first = send_entries(&mut c, 0, "fifo", vec![fifo_entry("f0", "k0")]);
+    let h = ((first[0].as_ref().unwrap().id.0 >> 48) & 0xffff) as usize;
+    let other = 1 - h;
+    for i in 0..4 {
+        send(&mut c, h, "work", &format!("w{i}"));
+    }
+    send(&mut c, h, "dlq", "d0");
+    let before = contents(&c);
+    c.shard_mut(h)
+        .set_log_failing(Some("No space left on device (os error 28)"));
+    for op in [
+        send_op("work", &[entry("x")]),
+        Op::PurgeQueue { queue: qn("work") },
+        Op::Redrive {
+            queue: qn("dlq"),
+            max_messages: 1,
+            to: Some(qn("work")),
+        },
+    ] {
+        let why = refused(call(&mut c, h, op));
+        assert!(why.contains("os error 28"), "{why}");
+    }
+    let forwarded = send_entries(&mut c, other, "fifo", vec![fifo_entry("f1", "k1")]);
+    assert_eq!(
+        forwarded[0].as_ref().err().map(|e| e.code()),
+        Some(ErrorCode::Busy)
+    );
+    assert_eq!(contents(&c), before);
+    // Receives and visibility changes go on.
+    let got = receive(&mut c, h, "work", 2);
+    assert_eq!(got.len(), 2);
+    assert_eq!(change_vis(&mut c, h, "work", got[0].receipt, 5_000), Ok(()));
+    let delete_op = |r| {
+        Op::Delete(DeleteRequest {
+            queue: qn("work"),
+            receipts: vec![r],
+        })
+    };
+    refused(call(&mut c, h, delete_op(got[0].receipt)));
+    assert_eq!(
+        delete_one(&mut c, other, "work", got[1].receipt),
+        Err(ErrorCode::Busy)
+    );
+    assert_eq!(contents(&c), before);
+    // The disk is back.
+    c.shard_mut(h).set_log_failing(None);
+    assert_eq!(delete_one(&mut c, other, "work", got[1].receipt), Ok(()));
+    match call(&mut c, h, delete_op(got[0].receipt)) {
+        OpResult::Deleted(r) => assert_eq!(r.len(), 1, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+    send(&mut c, h, "work", "w4");
+    let again = send_entries(&mut c, other, "fifo", vec![fifo_entry("f1", "k1")]);
+    assert!(again[0].is_ok(), "{again:?}");
+    // Two deleted, two sent.
+    assert_eq!(contents(&c).len(), before.len());
 }

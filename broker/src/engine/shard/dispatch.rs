@@ -39,6 +39,14 @@ impl Shard {
         }
     }
     pub(super) fn handle(&mut self, ticket: u64, op: Op) {
+        if matches!(
+            op,
+            Op::Send(_) | Op::Delete(_) | Op::PurgeQueue { .. } | Op::Redrive { .. }
+        ) && let Some(e) = self.log_refusal()
+        {
+            self.finish_ticket(ticket, e.into());
+            return;
+        }
         match op {
             Op::CreateQueue(r) => {
                 let result = match self.registry.create(&r.queue, &r.attributes, self.wall_ms) {

@@ -70,13 +70,16 @@ impl Shard {
         entries: &[ForwardEntry],
     ) {
         let p = self.by_incarnation.get(&incarnation).copied();
+        let refused = action == ReceiptAction::Delete && self.log_failing.is_some();
         let results = entries
             .iter()
             .map(|e| {
-                (
-                    e.index,
-                    self.apply_receipt(p, &e.receipt, action, e.timeout_ms),
-                )
+                let result = if refused {
+                    Err(EntryError::LogFailing)
+                } else {
+                    self.apply_receipt(p, &e.receipt, action, e.timeout_ms)
+                };
+                (e.index, result)
             })
             .collect();
         self.send_to(from, ShardMsg::ForwardReply { req, results });
@@ -124,6 +127,10 @@ impl Shard {
         entries: &[(u16, SendEntry)],
     ) {
         let results = match self.by_incarnation.get(&incarnation).copied() {
+            _ if self.log_failing.is_some() => entries
+                .iter()
+                .map(|(i, _)| (*i, Err(EntryError::LogFailing)))
+                .collect(),
             Some(p) => entries
                 .iter()
                 .map(|(i, e)| (*i, self.send_entry(p, e.as_view(), Depth::Reserve, None)))

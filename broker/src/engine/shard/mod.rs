@@ -247,12 +247,12 @@ pub struct Shard {
     /// The hashes of a batch's dedup keys, computed ahead (`send.rs`);
     /// reused from batch to batch.
     key_hashes: Vec<Option<u32>>,
-    /// Write-ahead log records not yet taken, when the log is on
-    /// (`snapshot/log.rs`).
+    /// Write-ahead log records not yet taken, when on (`snapshot/log.rs`).
     wal: Option<Vec<u8>>,
-    /// Messages to other shards that wait for this shard's records to be
-    /// synced (`--durability always`: a result must not outrun them).
+    /// Messages to other shards that wait for this shard's records' sync.
     sync_hold: Option<Box<SyncHold>>,
+    /// Why the server cannot write this shard's log, while it cannot.
+    log_failing: Option<Box<str>>,
     rng: Rng,
     memory: ShardMemory,
     next_seq: u64,
@@ -350,6 +350,7 @@ impl Shard {
             key_hashes: Vec::new(),
             wal: None,
             sync_hold: None,
+            log_failing: None,
             rng: Rng::new(config.seed),
             memory: ShardMemory::default(),
             next_seq: 0,

@@ -42,6 +42,7 @@ use std::collections::{HashMap, VecDeque};
 use sluice_protocol::MessageId;
 
 use super::{LoadClock, ShardLoad, invalid};
+use crate::engine::error::EngineError;
 use crate::engine::mesh::shard_msg::ShardMsg;
 use crate::engine::section::{Out, SectionRead, SliceRead};
 use crate::engine::shard::{NS_PER_MS, Removal, Shard};
@@ -255,6 +256,25 @@ impl Shard {
         });
     }
 
+    /// The server cannot write this shard's log (`why`), or can again
+    /// (`None`). While it cannot, the sends, deletes, purges and redrives
+    /// that arrive here, and the send and delete entries other shards
+    /// forward here, are refused with `Busy` and change nothing; receives
+    /// and visibility changes, which no replay needs to be safe, go on, and
+    /// their records wait in memory for the disk.
+    pub fn set_log_failing(&mut self, why: Option<&str>) {
+        self.log_failing = why.map(Box::from);
+    }
+
+    /// The refusal of a state-changing request while the log fails.
+    #[inline]
+    pub(in crate::engine::shard) fn log_refusal(&self) -> Option<EngineError> {
+        let why = self.log_failing.as_deref()?;
+        Some(EngineError::LogFailed(format!(
+            "this shard's log cannot be written ({why}); retry later"
+        )))
+    }
+
     /// `msg` to `dest`, unless it must wait for a sync (then it is kept,
     /// after whatever already waits for `dest`, and `None` returned).
     #[inline]
@@ -269,7 +289,10 @@ impl Shard {
         // The records written so far end at this byte of the log.
         let until = h.taken + self.wal.as_ref().map_or(0, |w| w.len() as u64);
         let queue = &mut h.held[usize::from(dest)];
-        if until <= h.synced && queue.is_empty() {
+        // While the log fails nothing claims a sync: what is already held
+        // waits for the disk, what comes after need not wait behind it
+        // (messages of different requests, whose order no one keeps).
+        if self.log_failing.is_some() || (until <= h.synced && queue.is_empty()) {
             return Some(msg);
         }
         queue.push_back((until, msg));
