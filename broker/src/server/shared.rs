@@ -211,6 +211,8 @@ pub struct LogStats {
     pub sync_ns: OwnedCounter,
     /// Writes or syncs that failed.
     pub failures: OwnedCounter,
+    /// 1 while a write failed and no retry has written its records yet.
+    pub failing: OwnedCounter,
     /// Nanoseconds the start's replay of this shard's log took.
     pub replay_ns: OwnedCounter,
 }

@@ -70,6 +70,8 @@ mod server_sqs_bad_input;
 #[cfg(not(sluice_loom))]
 mod server_sqs_clients;
 mod server_wal;
+#[cfg(not(sluice_loom))]
+mod server_wal_disk;
 
 // The files of deploy/ against a real server and the real configuration.
 #[cfg(not(sluice_loom))]

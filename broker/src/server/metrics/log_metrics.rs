@@ -9,7 +9,8 @@
 //! | `sluice_log_commits_total` | `shard` | commits appended (one per turn that wrote records) |
 //! | `sluice_log_syncs_total` | `shard` | `fdatasync`s of the shard's log |
 //! | `sluice_log_sync_seconds` | | histogram: one sync's duration, every shard's |
-//! | `sluice_log_failures_total` | `shard` | writes or syncs that failed (the broker then stops) |
+//! | `sluice_log_failures_total` | `shard` | writes or syncs that failed (a write is retried, a failed sync stops the broker) |
+//! | `sluice_log_failing` | `shard` | 1 while a write failed and no retry has written it: changes are refused with `Busy` |
 //! | `sluice_log_replay_seconds` | `shard` | how long the start took to replay the shard's log |
 
 use super::exposition::{MetricType, PromWriter};
@@ -22,7 +23,7 @@ pub(super) fn render_log(shared: &ServerState, w: &mut PromWriter<'_>) {
         return;
     }
     type Get = fn(&ShardStats) -> u64;
-    let per_shard: [(&str, &str, MetricType, Get); 4] = [
+    let per_shard: [(&str, &str, MetricType, Get); 5] = [
         (
             "sluice_log_bytes_total",
             "Bytes appended to each shard's write-ahead log.",
@@ -44,10 +45,17 @@ pub(super) fn render_log(shared: &ServerState, w: &mut PromWriter<'_>) {
         ),
         (
             "sluice_log_failures_total",
-            "Writes or syncs of each shard's write-ahead log that failed (the broker then \
-             stops).",
+            "Writes or syncs of each shard's write-ahead log that failed (a failed write is \
+             retried, a failed sync stops the broker).",
             MetricType::Counter,
             |s| s.log.failures.get(),
+        ),
+        (
+            "sluice_log_failing",
+            "1 while a write of the shard's write-ahead log failed and no retry has written \
+             it yet: sends, deletes, purges and redrives are refused with Busy meanwhile.",
+            MetricType::Gauge,
+            |s| s.log.failing.get(),
         ),
     ];
     let names = super::per_shard::render_per_shard(shared, w, &per_shard);

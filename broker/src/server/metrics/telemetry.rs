@@ -38,7 +38,7 @@
 //! | `sluice_shard_loop_turns_total`, `sluice_shard_loop_turns_with_events_total`, `sluice_shard_busy_seconds_total` | `shard` | each shard's event loop |
 //! | `sluice_shard_ring_received_total`, `sluice_shard_ring_sent_total` | `shard` | messages between shards |
 //! | `sluice_shard_connections` | `shard` | open connections per shard |
-//! | `sluice_log_bytes_total`, `sluice_log_commits_total`, `sluice_log_syncs_total`, `sluice_log_failures_total`, `sluice_log_replay_seconds`; `sluice_log_sync_seconds` (histogram) | `shard` | the write-ahead log, with `--durability batch\|always` only (`log_metrics.rs`) |
+//! | `sluice_log_bytes_total`, `sluice_log_commits_total`, `sluice_log_syncs_total`, `sluice_log_failures_total`, `sluice_log_failing`, `sluice_log_replay_seconds`; `sluice_log_sync_seconds` (histogram) | `shard` | the write-ahead log, with `--durability batch\|always` only (`log_metrics.rs`) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | | from `/proc/self` |
 
 use crate::sync::Ordering::Relaxed;

@@ -16,16 +16,28 @@
 //! - `batch`: each turn's records are written at its end, replies go out at
 //!   once, and the loop syncs every `--log-sync-interval` (it wakes for it).
 //!
-//! A write or sync that fails stops the broker: the replies that waited for
-//! it are dropped and their connections closed (their clients retry, as
-//! at-least-once lets them), and the server shuts down, writing its
-//! checkpoint if the disk lets it.
+//! A write that fails (a full disk, a quota) keeps its records, and the
+//! shard's engine refuses what would need a record with `Busy`, saying why
+//! (`Shard::set_log_failing`), until a retry (every 50 ms at first, then
+//! backing off to every second) writes them: receives and visibility
+//! changes go on meanwhile, their replies not held (a crash then can bring
+//! receive counts back low by those receives, as under `batch`), and
+//! whatever waited for the failed records goes once they are synced. A
+//! connection's replies keep their order: one with a reply held waits
+//! behind it.
+//!
+//! A sync that fails stops the broker, as databases do: after a failed
+//! `fdatasync` the kernel may have dropped the pages it could not write and
+//! marked them clean, so no later sync can say what is on disk. The
+//! replies that waited for it are dropped and their connections closed
+//! (their clients retry, as at-least-once lets them), and the server shuts
+//! down, writing its checkpoint if the disk lets it.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::State;
 use super::commands::apply;
+use super::{Conn, State};
 use crate::engine::shard::whole_records_within;
 use crate::io::{ConnId, Connections, Waker};
 use crate::server::clock;
@@ -59,11 +71,28 @@ pub struct ShardLog {
     /// order, each with the record bytes it waits for.
     staged: Vec<(ConnId, Command)>,
     held: VecDeque<(u64, ConnId, Command)>,
-    /// A write or sync failed: nothing more is written, nothing held goes.
+    /// A write failed, and no retry has written its records yet.
+    failing: Option<Failing>,
+    /// A sync failed: nothing more is written, nothing held goes.
     failed: bool,
     /// How long the start's replay of this log took (for the metrics).
     pub(super) replay_ns: u64,
 }
+
+/// A write that failed, while no retry has written its records.
+#[derive(Debug)]
+struct Failing {
+    /// The error, as the refusals say it.
+    why: String,
+    /// When to try again, and how long the wait after that is.
+    retry_ns: u64,
+    backoff_ns: u64,
+}
+
+/// The first wait before writing again after a failed write, and the
+/// longest the wait grows to.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 impl ShardLog {
     /// A shard's log over `file`, whose replay at start took `replay_ns`.
@@ -81,6 +110,7 @@ impl ShardLog {
             sync_seq: 0,
             staged: Vec::new(),
             held: VecDeque::new(),
+            failing: None,
             failed: false,
             replay_ns,
         }
@@ -116,7 +146,13 @@ impl ShardLog {
     /// time left of the sync interval while commits wait for a sync;
     /// `always` is woken by its syncer).
     pub fn wait(&self, now_ns: u64) -> Option<Duration> {
-        (!self.always && self.written > self.synced && !self.failed).then(|| {
+        if self.failed {
+            return None;
+        }
+        if let Some(f) = &self.failing {
+            return Some(Duration::from_nanos(f.retry_ns.saturating_sub(now_ns)));
+        }
+        (!self.always && self.written > self.synced).then(|| {
             Duration::from_nanos(
                 self.synced_ns
                     .saturating_add(self.interval_ns)
@@ -125,11 +161,48 @@ impl ShardLog {
         })
     }
 
+    /// Why the log cannot be written, while it cannot.
+    pub fn failing(&self) -> Option<&str> {
+        self.failing.as_ref().map(|f| f.why.as_str())
+    }
+
+    /// Whether a write may be tried now: always when none failed, else
+    /// once the retry's time has come.
+    fn may_write(&self, now_ns: u64) -> bool {
+        self.failing.as_ref().is_none_or(|f| now_ns >= f.retry_ns)
+    }
+
+    /// Writes the records taken, keeping those a failed write did not
+    /// take, and notes the failure (retried later) or the recovery.
+    fn write_or_fail(&mut self, now_ns: u64, wall_ms: u64, stats: &LogStats) {
+        match self.write(wall_ms, stats) {
+            Ok(()) => self.failing = None,
+            Err(e) => {
+                stats.failures.add(1);
+                let backoff_ns = self
+                    .failing
+                    .as_ref()
+                    .map_or(clock::nanos(RETRY_FIRST), |f| {
+                        (f.backoff_ns * 2).min(clock::nanos(RETRY_MAX))
+                    });
+                self.failing = Some(Failing {
+                    why: e.to_string(),
+                    retry_ns: now_ns.saturating_add(backoff_ns),
+                    backoff_ns,
+                });
+            }
+        }
+    }
+
     /// Writes the records taken as commits of at most the largest a frame
-    /// holds, cut between records.
+    /// holds, cut between records; a failed write keeps the records it did
+    /// not take.
     fn write(&mut self, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
         let mut at = 0;
-        while at < self.records.len() {
+        let result = loop {
+            if at >= self.records.len() {
+                break Ok(());
+            }
             let rest = &self.records[at..];
             // Cut between records only past the limit (rare): no walk
             // over them otherwise.
@@ -139,20 +212,24 @@ impl ShardLog {
                 whole_records_within(rest, COMMIT_RECORDS_MAX)
             };
             let before = self.file.len();
-            self.file.append(wall_ms, &self.records[at..at + n])?;
+            if let Err(e) = self.file.append(wall_ms, &self.records[at..at + n]) {
+                break Err(e);
+            }
             stats.bytes.add(self.file.len() - before);
             stats.commits.add(1);
             at += n;
-        }
-        self.written += self.records.len() as u64;
-        self.records.clear();
-        Ok(())
+        };
+        self.written += at as u64;
+        self.records.drain(..at);
+        result
     }
 
     /// `batch` at a turn's end: the records written, and synced when the
     /// interval is up.
     fn commit_batch(&mut self, now_ns: u64, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
-        self.write(wall_ms, stats)?;
+        if self.may_write(now_ns) {
+            self.write_or_fail(now_ns, wall_ms, stats);
+        }
         let due = now_ns >= self.synced_ns.saturating_add(self.interval_ns);
         if self.written > self.synced && due {
             self.sync_here(stats)?;
@@ -162,9 +239,10 @@ impl ShardLog {
     }
 
     /// `always` at a turn's end: the sync under way answered, if it is; the
-    /// turn's commands marked; the records gathered written and a sync of
-    /// them asked for, if none runs.
-    fn commit_always(&mut self, wall_ms: u64, stats: &LogStats) -> Result<(), String> {
+    /// turn's commands marked (unless the log was failing through the turn:
+    /// those are left staged, as they need no sync); the records gathered
+    /// written and a sync of them asked for, if none runs.
+    fn commit_always(&mut self, now_ns: u64, wall_ms: u64, stats: &LogStats) -> Result<(), String> {
         let Some(syncer) = self.syncer.as_mut() else {
             return Err("the log's syncer did not start".into());
         };
@@ -175,13 +253,19 @@ impl ShardLog {
             stats.synced(nanos);
         }
         let until = self.taken;
-        self.held
-            .extend(self.staged.drain(..).map(|(id, c)| (until, id, c)));
-        if self.written < self.taken && !self.syncer.as_ref().is_some_and(Syncer::busy) {
-            self.write(wall_ms, stats).map_err(|e| e.to_string())?;
-            self.sync_seq = self.file.last_seq();
-            if let Some(s) = self.syncer.as_mut() {
-                s.request(self.written);
+        if self.failing.is_none() {
+            self.held
+                .extend(self.staged.drain(..).map(|(id, c)| (until, id, c)));
+        }
+        let idle = !self.syncer.as_ref().is_some_and(Syncer::busy);
+        if self.written < self.taken && idle && self.may_write(now_ns) {
+            let before = self.written;
+            self.write_or_fail(now_ns, wall_ms, stats);
+            if self.written > before {
+                self.sync_seq = self.file.last_seq();
+                if let Some(s) = self.syncer.as_mut() {
+                    s.request(self.written);
+                }
             }
         }
         Ok(())
@@ -233,7 +317,8 @@ impl State {
     }
 
     /// The turn's end: its records taken and committed as the mode asks,
-    /// then what waited for a sync that is done let go.
+    /// then what waited for a sync that is done let go, and what needs none
+    /// while the log fails.
     pub(super) fn commit_log(&mut self, io: &mut Connections) {
         let Some(log) = self.log.as_mut() else {
             return;
@@ -242,10 +327,11 @@ impl State {
         let before = log.records.len();
         self.engine.take_log(&mut log.records);
         log.taken += (log.records.len() - before) as u64;
+        let was_failing = log.failing.is_some();
         let result = if log.failed {
             Err("the log failed earlier".to_owned())
         } else if log.always {
-            log.commit_always(self.engine_time.wall_ms, stats)
+            log.commit_always(clock::now_ns(), self.engine_time.wall_ms, stats)
         } else {
             log.commit_batch(clock::now_ns(), self.engine_time.wall_ms, stats)
                 .map_err(|e| e.to_string())
@@ -257,8 +343,8 @@ impl State {
                 tracing::error!(
                     shard = self.index,
                     error = %e,
-                    "the write-ahead log could not be written or synced: closing the \
-                     connections whose replies waited for it and stopping the broker"
+                    "the write-ahead log could not be synced: closing the connections \
+                     whose replies waited for it and stopping the broker"
                 );
                 self.shared.begin_shutdown();
             }
@@ -269,6 +355,24 @@ impl State {
                 io.close_now(id);
             }
             return;
+        }
+        match (was_failing, log.failing()) {
+            (false, Some(why)) => {
+                tracing::error!(
+                    shard = self.index,
+                    error = why,
+                    "the write-ahead log cannot be written: sends, deletes, purges and \
+                     redrives are refused with Busy until a retry writes it"
+                );
+                self.engine.set_log_failing(Some(why));
+                stats.failing.set(1);
+            }
+            (true, None) => {
+                tracing::info!(shard = self.index, "the write-ahead log is written again");
+                self.engine.set_log_failing(None);
+                stats.failing.set(0);
+            }
+            _ => {}
         }
         if !log.always {
             return;
@@ -282,23 +386,45 @@ impl State {
             let Some((_, id, command)) = log.held.pop_front() else {
                 break;
             };
-            let Some(conn) = self
-                .conns
-                .get_mut(id.index() as usize)
-                .and_then(Option::as_mut)
-                .filter(|c| c.id == id)
-            else {
-                continue;
-            };
-            // A question is never held.
-            let _ = apply(
-                &mut conn.transport,
-                &mut conn.ending,
-                io,
-                id,
-                command,
-                &mut self.paused,
-            );
+            deliver(&mut self.conns, &mut self.paused, io, id, command);
+        }
+        // What a turn of a failing log staged needs no sync (nothing it
+        // answers was taken): it goes, unless a reply of its connection is
+        // held, behind which it waits to keep the connection's order.
+        if !log.staged.is_empty() {
+            for (id, command) in std::mem::take(&mut log.staged) {
+                if log.held.iter().any(|(_, h, _)| *h == id) {
+                    log.held.push_back((log.taken, id, command));
+                } else {
+                    deliver(&mut self.conns, &mut self.paused, io, id, command);
+                }
+            }
         }
     }
+}
+
+/// Hands `command` of connection `id` to the io layer, if it is still open.
+fn deliver(
+    conns: &mut [Option<Conn>],
+    paused: &mut Vec<ConnId>,
+    io: &mut Connections,
+    id: ConnId,
+    command: Command,
+) {
+    let Some(conn) = conns
+        .get_mut(id.index() as usize)
+        .and_then(Option::as_mut)
+        .filter(|c| c.id == id)
+    else {
+        return;
+    };
+    // A question is never held.
+    let _ = apply(
+        &mut conn.transport,
+        &mut conn.ending,
+        io,
+        id,
+        command,
+        paused,
+    );
 }
