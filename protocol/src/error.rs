@@ -24,7 +24,8 @@ pub enum ErrorCode {
     BatchTooLarge = 0x0005,
     /// The queue holds its max depth already. Does not close.
     QueueFull = 0x0006,
-    /// The broker's memory budget is spent; retry later. Does not close.
+    /// The broker's memory budget is spent, or its write-ahead log cannot
+    /// be written (a full disk); retry later. Does not close.
     Busy = 0x0007,
     /// The receipt names an older delivery of a message that still exists; the
     /// message is untouched. Does not close.

@@ -188,10 +188,12 @@ impl SqsError {
             ErrorCode::QueueFull => {
                 SqsError::new("OverLimit", "The queue holds its maximum depth.")
             }
-            ErrorCode::Busy => SqsError::new(
+            ErrorCode::Busy if detail.is_empty() => SqsError::new(
                 "RequestThrottled",
-                "The broker's memory budget is spent; retry later.",
+                "The broker cannot take this now (its memory budget is spent, or its \
+                 write-ahead log cannot be written); retry later.",
             ),
+            ErrorCode::Busy => SqsError::new("RequestThrottled", detail.to_owned()),
             ErrorCode::InvalidReceipt => SqsError::new(
                 "ReceiptHandleIsInvalid",
                 "The input receipt handle is invalid.",
@@ -205,5 +207,26 @@ impl SqsError {
             ),
             other => SqsError::new("InternalError", format!("engine: {other}: {detail}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Busy` is SQS's throttling, and says why when the engine did: a
+    /// spent memory budget and a full disk read differently.
+    #[test]
+    fn busy_is_throttling_with_its_reason() {
+        let disk = WireError {
+            code: ErrorCode::Busy,
+            message: "this shard's log cannot be written (No space left on device)".into(),
+        };
+        let e = SqsError::from_engine(&disk, false);
+        assert_eq!(e.name, "RequestThrottled");
+        assert!(e.message.contains("No space left on device"), "{e:?}");
+        let entry = SqsError::from_code(ErrorCode::Busy, "", false);
+        assert_eq!(entry.name, "RequestThrottled");
+        assert!(entry.message.contains("retry later"), "{entry:?}");
     }
 }
