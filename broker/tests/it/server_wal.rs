@@ -22,6 +22,10 @@ use crate::server_snapshot::{clients_on_both_shards, scratch, wait_exit};
 use crate::server_util::{Client, name};
 
 fn start(dir: &Path, durability: &str, shards: &str) -> Process {
+    start_synced_every(dir, durability, shards, "5ms")
+}
+
+fn start_synced_every(dir: &Path, durability: &str, shards: &str, interval: &str) -> Process {
     let args = start_args(
         IoChoice::Epoll,
         &[
@@ -32,7 +36,7 @@ fn start(dir: &Path, durability: &str, shards: &str) -> Process {
             "--log-dir",
             dir.to_str().expect("a UTF-8 path"),
             "--log-sync-interval",
-            "5ms",
+            interval,
         ],
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -301,6 +305,43 @@ fn a_torn_end_is_cut_and_reported_and_a_flipped_byte_stops_the_start() {
     flipped[100] ^= 0x40;
     std::fs::write(&log, &flipped).unwrap();
     refused(&dir, "shard-0-0.log");
+}
+
+/// Under `batch` a kill takes at most what was acknowledged within the
+/// last sync interval: sends acknowledged more than an interval before it
+/// are all there after it, those within it may be gone (counted here).
+#[test]
+fn batch_loses_at_most_the_last_interval_to_a_kill_9() {
+    let dir = scratch("wal-batch-window");
+    let mut server = start_synced_every(&dir, "batch", "1", "500ms");
+    let mut c = Client::connect(server.listen_addr());
+    c.hello(b"").unwrap();
+    c.create("work", AttributeUpdate::default());
+    let old = bodies("old", 0..300);
+    send_all(&mut c, "work", &old, false);
+    // Two intervals: the loop has written and synced them.
+    std::thread::sleep(Duration::from_millis(1_000));
+    let recent = bodies("recent", 0..300);
+    send_all(&mut c, "work", &recent, false);
+    drop(c);
+    server.kill9();
+
+    let mut server = start_synced_every(&dir, "batch", "1", "500ms");
+    let mut c = Client::connect(server.listen_addr());
+    c.hello(b"").unwrap();
+    let left = drain(&mut c, "work");
+    assert!(
+        old.iter().all(|b| left.contains_key(b)),
+        "a send older than the interval lost"
+    );
+    let kept = recent.iter().filter(|b| left.contains_key(*b)).count();
+    eprintln!(
+        "batch: of {} sends acknowledged within the interval before the kill, {} lost",
+        recent.len(),
+        recent.len() - kept
+    );
+    assert_eq!(left.len(), old.len() + kept, "only this test's messages");
+    server.kill9();
 }
 
 #[test]

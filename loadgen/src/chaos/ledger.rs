@@ -23,10 +23,20 @@
 //!   acknowledged deletes of one message, a body that is not ours, and any
 //!   difference between the broker's counters and the tool's.
 //!
+//! A broker that may lose what it acknowledged shortly before a crash
+//! (`--durability batch`, within its sync interval) is held to that window
+//! ([`Ledger::allow_loss_before_kills`], [`Ledger::killed`]): a send
+//! acknowledged within the window before a kill and gone at the end is
+//! counted **lost within the window**, not lost; a delete acknowledged
+//! there may be undone (the message back, delivered and deleted again, or
+//! held at the end: **undone deletes**); the broker's counters may fall
+//! short of the tool's by those. Anything older is held to the rules above.
+//!
 //! Ground rules: one mutex over a vector indexed by sequence number; every
-//! caller updates a whole batch under one lock. Eight bytes per message.
+//! caller updates a whole batch under one lock. Sixteen bytes per message.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sluice_client::{Error, QueueStats};
@@ -51,6 +61,10 @@ struct Entry {
     deliveries: u16,
     /// Delivery number of the acknowledged delete (0: none).
     deleted_delivery: u32,
+    /// When the send and the delete were acknowledged, ms since the
+    /// ledger's start.
+    acked_ms: u32,
+    deleted_ms: u32,
 }
 
 /// How a send ended, from the tool's side.
@@ -90,6 +104,7 @@ pub fn delete_outcome_unknown(err: &Error) -> bool {
 pub struct Ledger {
     run_tag: u32,
     body_bytes: usize,
+    started: Instant,
     inner: Mutex<Inner>,
 }
 
@@ -99,9 +114,33 @@ struct Inner {
     deliveries: u64,
     violations: Vec<String>,
     violation_count: u64,
+    /// How long before a kill the broker may lose what it acknowledged.
+    loss_window_ms: Option<u32>,
+    /// The kills: when each began and when the broker was surely gone, ms.
+    kills: Vec<(u32, u32)>,
+    /// Second deletes of a message whose first delete a kill undid.
+    deletes_again: u64,
 }
 
 impl Inner {
+    /// Whether what was acknowledged at `at_ms` may have been lost by a
+    /// kill: within the loss window before one (or during it).
+    fn may_be_lost(&self, at_ms: u32) -> bool {
+        self.loss_window_ms.is_some_and(|w| {
+            self.kills
+                .iter()
+                .any(|&(began, gone)| at_ms.saturating_add(w) >= began && at_ms <= gone)
+        })
+    }
+
+    /// How long before the first kill after it `at_ms` is, ms.
+    fn before_kill(&self, at_ms: u32) -> u32 {
+        self.kills
+            .iter()
+            .find(|&&(_, gone)| at_ms <= gone)
+            .map_or(0, |&(began, _)| began.saturating_sub(at_ms))
+    }
+
     fn violation(&mut self, what: String) {
         self.violation_count += 1;
         if self.violations.len() < VIOLATIONS_KEPT {
@@ -134,6 +173,16 @@ pub struct Reconciled {
     pub held: u64,
     /// Enqueued, not deleted, not held.
     pub lost: u64,
+    /// Of the rest enqueued and neither deleted nor held: acknowledged
+    /// within the loss window before a kill (or never acknowledged), which
+    /// the broker's durability lets a kill take.
+    pub lost_in_window: u64,
+    /// Deletes acknowledged within the loss window before a kill whose
+    /// message came back (held at the end, or deleted again).
+    pub undone_deletes: u64,
+    /// How long before its kill the oldest of those lost within the window
+    /// was acknowledged, ms.
+    pub oldest_loss_ms: u32,
     /// Every violation, the first few word for word.
     pub violations: Vec<String>,
     /// How many violations there were in all.
@@ -182,8 +231,29 @@ impl Ledger {
         Ledger {
             run_tag: rand::random(),
             body_bytes: body_bytes.max(HEADER_BYTES),
+            started: Instant::now(),
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    fn now_ms(&self) -> u32 {
+        u32::try_from(self.started.elapsed().as_millis()).unwrap_or(u32::MAX)
+    }
+
+    /// The broker may lose what it acknowledged within `window` before a
+    /// kill (`--durability batch`: its sync interval, and the scheduling
+    /// around it): such losses are counted, not violations.
+    pub fn allow_loss_before_kills(&self, window: Duration) {
+        let ms = u32::try_from(window.as_millis()).unwrap_or(u32::MAX);
+        lock(&self.inner).loss_window_ms = Some(ms);
+    }
+
+    /// The broker was killed: the kill began at `began`, and it is gone now.
+    pub fn killed(&self, began: Instant) {
+        let began_ms = u32::try_from(began.saturating_duration_since(self.started).as_millis())
+            .unwrap_or(u32::MAX);
+        let gone = self.now_ms();
+        lock(&self.inner).kills.push((began_ms, gone));
     }
 
     /// Reserves `n` sequence numbers for sends about to be made; returns
@@ -225,6 +295,7 @@ impl Ledger {
 
     /// How the sends of `first..first + fates.len()` ended.
     pub fn sent(&self, first: u64, fates: &[SendFate]) {
+        let now = self.now_ms();
         let mut inner = lock(&self.inner);
         for (i, fate) in fates.iter().enumerate() {
             let Some(e) = usize::try_from(first + i as u64)
@@ -233,6 +304,9 @@ impl Ledger {
             else {
                 continue;
             };
+            if *fate == SendFate::Acked {
+                e.acked_ms = now;
+            }
             e.state |= match fate {
                 SendFate::Acked => ACKED,
                 SendFate::Refused => REFUSED,
@@ -283,7 +357,10 @@ impl Ledger {
             if e.state & REFUSED != 0 {
                 inner.violation(format!("delivery of message {seq}, whose send was refused"));
             }
-            if e.deleted_delivery != 0 && delivery > u64::from(e.deleted_delivery) {
+            if e.deleted_delivery != 0
+                && delivery > u64::from(e.deleted_delivery)
+                && !inner.may_be_lost(e.deleted_ms)
+            {
                 inner.violation(format!(
                     "message {seq} delivered (delivery {delivery}) after an acknowledged \
                      delete of delivery {}",
@@ -309,23 +386,32 @@ impl Ledger {
 
     /// Deletes acknowledged: `(seq, delivery number of the receipt)`.
     pub fn deleted(&self, deletes: impl IntoIterator<Item = (u64, u64)>) {
+        let now = self.now_ms();
         let mut inner = lock(&self.inner);
         for (seq, delivery) in deletes {
             let i = usize::try_from(seq).unwrap_or(usize::MAX);
-            let Some(e) = inner.entries.get_mut(i) else {
+            let Some(e) = inner.entries.get(i).copied() else {
                 inner.violation(format!("delete acknowledged for message {seq}, never sent"));
                 continue;
             };
             if e.state & DELETED != 0 {
-                let first = e.deleted_delivery;
-                inner.violation(format!(
-                    "two acknowledged deletes of message {seq} (deliveries {first} and \
-                     {delivery})"
-                ));
-                continue;
+                if inner.may_be_lost(e.deleted_ms) {
+                    // A kill undid the first: this one counts.
+                    inner.deletes_again += 1;
+                } else {
+                    let first = e.deleted_delivery;
+                    inner.violation(format!(
+                        "two acknowledged deletes of message {seq} (deliveries {first} and \
+                         {delivery})"
+                    ));
+                    continue;
+                }
             }
-            e.state |= DELETED;
-            e.deleted_delivery = u32::try_from(delivery).unwrap_or(u32::MAX).max(1);
+            if let Some(e) = inner.entries.get_mut(i) {
+                e.state |= DELETED;
+                e.deleted_delivery = u32::try_from(delivery).unwrap_or(u32::MAX).max(1);
+                e.deleted_ms = now;
+            }
         }
     }
 
@@ -391,8 +477,13 @@ impl Ledger {
         let mut inner = lock(&self.inner);
         let mut r = Reconciled {
             deliveries: inner.deliveries,
+            undone_deletes: inner.deletes_again,
             ..Reconciled::default()
         };
+        // What the broker's counters may lack: sends and deletes a kill may
+        // have taken.
+        let (mut sends_at_risk, mut deletes_at_risk) = (0u64, 0u64);
+        let window = inner.loss_window_ms.is_some();
         for e in &inner.entries {
             let seen = e.deliveries > 0;
             r.duplicates += u64::from(e.deliveries.saturating_sub(1));
@@ -407,13 +498,28 @@ impl Ledger {
                 }
             }
             let enqueued = e.state & ACKED != 0 || (e.state & UNKNOWN != 0 && seen);
-            if e.state & DELETED != 0 {
+            let send_at_risk = window
+                && ((e.state & ACKED != 0 && inner.may_be_lost(e.acked_ms))
+                    || (e.state & UNKNOWN != 0 && seen));
+            sends_at_risk += u64::from(send_at_risk);
+            let delete_at_risk = e.state & DELETED != 0 && inner.may_be_lost(e.deleted_ms);
+            deletes_at_risk +=
+                u64::from(delete_at_risk || (window && e.state & DELETE_UNKNOWN != 0));
+            if e.state & DELETED != 0 && e.state & HELD != 0 && delete_at_risk {
+                r.held += 1;
+                r.undone_deletes += 1;
+            } else if e.state & DELETED != 0 {
                 r.deleted += 1;
             } else if e.state & HELD != 0 {
                 r.held += 1;
             } else if enqueued && drained {
                 if e.state & DELETE_UNKNOWN != 0 {
                     r.deleted_unacknowledged += 1;
+                } else if send_at_risk {
+                    r.lost_in_window += 1;
+                    if e.state & ACKED != 0 {
+                        r.oldest_loss_ms = r.oldest_loss_ms.max(inner.before_kill(e.acked_ms));
+                    }
                 } else {
                     r.lost += 1;
                 }
@@ -427,20 +533,21 @@ impl Ledger {
         }
         if let Some(b) = broker {
             let tool_sent = r.sent + r.unknown_enqueued;
-            if b.sent != tool_sent {
+            if b.sent > tool_sent || b.sent + sends_at_risk < tool_sent {
                 inner.violation(format!(
                     "the broker counts {} sends, the tool {} acknowledged + {} shown \
-                     enqueued by a delivery",
-                    b.sent, r.sent, r.unknown_enqueued
+                     enqueued by a delivery ({} of them within a kill's loss window)",
+                    b.sent, r.sent, r.unknown_enqueued, sends_at_risk
                 ));
             }
             if drained {
                 let tool_deleted = r.deleted + r.deleted_unacknowledged;
-                if b.deleted != tool_deleted {
+                if b.deleted > tool_deleted || b.deleted + deletes_at_risk < tool_deleted {
                     inner.violation(format!(
                         "the broker counts {} deletes, the tool {} acknowledged + {} \
-                         unacknowledged whose message is gone",
-                        b.deleted, r.deleted, r.deleted_unacknowledged
+                         unacknowledged whose message is gone ({} within a kill's loss \
+                         window)",
+                        b.deleted, r.deleted, r.deleted_unacknowledged, deletes_at_risk
                     ));
                 }
                 if b.held != r.held {
@@ -464,153 +571,5 @@ impl Ledger {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seqs(l: &Ledger, n: usize) -> (u64, Vec<Vec<u8>>) {
-        let (first, bodies) = l.issue(n);
-        assert_eq!(bodies.len(), n);
-        for (i, b) in bodies.iter().enumerate() {
-            assert_eq!(l.seq_of(b), Some(first + i as u64));
-        }
-        (first, bodies)
-    }
-
-    #[test]
-    fn a_clean_run_reconciles() {
-        let l = Ledger::new(64);
-        let (first, bodies) = seqs(&l, 4);
-        l.sent(first, &[SendFate::Acked; 4]);
-        // 0 and 1 delivered and deleted; 1 delivered twice first; 2 held; 3
-        // held after a delete with a lost reply (so the delete did not
-        // happen).
-        assert_eq!(l.delivered([(&bodies[0][..], 1), (&bodies[1][..], 1)]), 0);
-        assert_eq!(l.delivered([(&bodies[1][..], 2)]), 1);
-        l.deleted([(0, 1), (1, 2)]);
-        l.delivered([(&bodies[3][..], 1)]);
-        l.delete_unknown([3]);
-        l.delivered([(&bodies[2][..], 1), (&bodies[3][..], 2)]);
-        l.held([2, 3]);
-        let broker = BrokerTotals {
-            sent: 4,
-            deleted: 2,
-            held: 2,
-            dropped_or_purged: 0,
-        };
-        let r = l.reconcile(Some(broker), true);
-        assert_eq!(r.violations, Vec::<String>::new());
-        assert_eq!((r.sent, r.deleted, r.held, r.lost), (4, 2, 2, 0));
-        assert_eq!((r.deliveries, r.duplicates), (6, 2));
-    }
-
-    #[test]
-    fn a_lost_message_is_caught() {
-        let l = Ledger::new(32);
-        let (first, bodies) = seqs(&l, 2);
-        l.sent(first, &[SendFate::Acked, SendFate::Acked]);
-        l.delivered([(&bodies[0][..], 1)]);
-        l.deleted([(0, 1)]);
-        let r = l.reconcile(
-            Some(BrokerTotals {
-                sent: 2,
-                deleted: 1,
-                held: 0,
-                dropped_or_purged: 0,
-            }),
-            true,
-        );
-        assert_eq!(r.lost, 1);
-        assert_eq!(r.violation_count, 1, "{:?}", r.violations);
-        assert!(r.violations[0].contains("lost"));
-    }
-
-    #[test]
-    fn an_unacknowledged_delete_must_match_the_broker() {
-        let l = Ledger::new(32);
-        let (first, bodies) = seqs(&l, 1);
-        l.sent(first, &[SendFate::Acked]);
-        l.delivered([(&bodies[0][..], 1)]);
-        l.delete_unknown([0]);
-        // Gone at the end: the delete happened, and the broker must say so.
-        let ok = BrokerTotals {
-            sent: 1,
-            deleted: 1,
-            ..BrokerTotals::default()
-        };
-        assert_eq!(l.reconcile(Some(ok), true).violation_count, 0);
-        let l2 = Ledger::new(32);
-        let (first, bodies) = seqs(&l2, 1);
-        l2.sent(first, &[SendFate::Acked]);
-        l2.delivered([(&bodies[0][..], 1)]);
-        l2.delete_unknown([0]);
-        let r = l2.reconcile(
-            Some(BrokerTotals {
-                sent: 1,
-                ..BrokerTotals::default()
-            }),
-            true,
-        );
-        assert_eq!(r.violation_count, 1);
-        assert!(r.violations[0].contains("deletes"), "{:?}", r.violations);
-    }
-
-    #[test]
-    fn unknown_sends_count_when_a_delivery_shows_them() {
-        let l = Ledger::new(32);
-        let (first, bodies) = seqs(&l, 3);
-        l.sent(
-            first,
-            &[SendFate::Unknown, SendFate::Unknown, SendFate::Refused],
-        );
-        l.delivered([(&bodies[0][..], 1)]);
-        l.held([0]);
-        let r = l.reconcile(
-            Some(BrokerTotals {
-                sent: 1,
-                held: 1,
-                ..BrokerTotals::default()
-            }),
-            true,
-        );
-        assert_eq!(r.violations, Vec::<String>::new());
-        assert_eq!((r.unknown_sends, r.unknown_enqueued, r.refused), (2, 1, 1));
-        // The broker counting the second one too means it was enqueued and
-        // then vanished.
-        let r = l.reconcile(
-            Some(BrokerTotals {
-                sent: 2,
-                held: 1,
-                ..BrokerTotals::default()
-            }),
-            true,
-        );
-        assert_eq!(r.violation_count, 1);
-    }
-
-    #[test]
-    fn impossible_deliveries_are_violations() {
-        let l = Ledger::new(32);
-        let (first, bodies) = seqs(&l, 2);
-        l.sent(first, &[SendFate::Acked, SendFate::Refused]);
-        l.delivered([(&bodies[0][..], 1)]);
-        l.deleted([(0, 1)]);
-        l.delivered([(&bodies[0][..], 2)]); // after the delete
-        l.delivered([(&bodies[1][..], 1)]); // refused, yet delivered
-        l.delivered([(&b"not ours at all, but long enough to parse"[..], 1)]);
-        let other = Ledger::new(32);
-        let (_, foreign) = other.issue(1);
-        l.delivered([(&foreign[0][..], 1)]);
-        l.deleted([(0, 2)]); // a second acknowledged delete
-        let r = l.reconcile(None, false);
-        assert_eq!(r.violation_count, 5, "{:?}", r.violations);
-    }
-
-    #[test]
-    fn without_a_drain_nothing_is_called_lost() {
-        let l = Ledger::new(32);
-        let (first, _) = seqs(&l, 3);
-        l.sent(first, &[SendFate::Acked; 3]);
-        let r = l.reconcile(None, false);
-        assert_eq!((r.sent, r.lost, r.violation_count), (3, 0, 0));
-    }
-}
+#[path = "ledger_tests.rs"]
+mod tests;

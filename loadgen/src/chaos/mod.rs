@@ -206,14 +206,22 @@ impl Harness {
 
     /// Kills the server with SIGKILL and starts it again with the same
     /// flags on the same address (its clients reconnect there), plus
-    /// `flags`. The descriptor check is off from then: the server that
-    /// ends the fault was not there before it.
+    /// `flags`, telling `ledger` when the kill began and that the server is
+    /// gone. The descriptor check is off from then: the server that ends
+    /// the fault was not there before it.
     ///
     /// # Errors
     /// The server did not start again, or the control client could not
     /// connect.
-    pub fn crash_and_restart(&mut self, ctx: &Ctx, flags: &[&str]) -> Result<(), ChaosError> {
+    pub fn crash_and_restart(
+        &mut self,
+        ctx: &Ctx,
+        flags: &[&str],
+        ledger: &Ledger,
+    ) -> Result<(), ChaosError> {
+        let began = Instant::now();
         self.server.kill();
+        ledger.killed(began);
         // The control connection learns its server is gone, and closes
         // (the killed server's end of it would hold the port meanwhile).
         let _ = self.control.queue_info("-");

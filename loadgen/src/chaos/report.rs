@@ -35,7 +35,7 @@ pub fn fault_table(r: &FaultReport) -> String {
         r.name, r.seconds, r.description
     );
     let _ = writeln!(s, "   server: sluice-server {}", r.server_args.join(" "));
-    let rows: [(&str, String); 14] = [
+    let rows: [(&str, String); 17] = [
         ("messages sent (acknowledged)", m.sent.to_string()),
         ("sends refused (definite error)", m.refused.to_string()),
         (
@@ -56,6 +56,18 @@ pub fn fault_table(r: &FaultReport) -> String {
             } else {
                 "not checked: no drain after the server stopped".to_owned()
             },
+        ),
+        (
+            "lost within a kill's loss window (allowed: --durability batch)",
+            m.lost_in_window.to_string(),
+        ),
+        (
+            "deletes a kill undid (within its loss window)",
+            m.undone_deletes.to_string(),
+        ),
+        (
+            "oldest loss within a window, ms before its kill",
+            m.oldest_loss_ms.to_string(),
         ),
         ("identity mismatches", r.identity_mismatches.to_string()),
         ("server fds before", opt(r.fds_before)),
