@@ -396,8 +396,10 @@ pub struct Settings {
     #[serde(deserialize_with = "file::path")]
     pub log_dir: Option<PathBuf>,
 
-    /// How often --durability batch syncs the log, 1ms..=10s: a crash
-    /// loses at most what was acknowledged within it [default: 100ms].
+    /// How often --durability batch writes and syncs the log (sooner once
+    /// 256 KiB of records wait), 1ms..=10s: a crash, of the process or of
+    /// the machine, loses at most what was acknowledged within it
+    /// [default: 100ms].
     #[arg(long, env = "SLUICE_LOG_SYNC_INTERVAL", value_name = "DURATION", value_parser = parse_time)]
     #[serde(deserialize_with = "file::duration")]
     pub log_sync_interval: Option<Duration>,
