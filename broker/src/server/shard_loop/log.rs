@@ -150,14 +150,16 @@ impl ShardLog {
     /// How long the loop may sleep before the log needs it (`batch`: the
     /// time left of the sync interval while commits wait for a sync;
     /// `always` is woken by its syncer).
-    pub fn wait(&self, now_ns: u64) -> Option<Duration> {
+    /// `pending`: bytes of records the engine holds, not yet taken.
+    pub fn wait(&self, now_ns: u64, pending: usize) -> Option<Duration> {
         if self.failed {
             return None;
         }
         if let Some(f) = &self.failing {
             return Some(Duration::from_nanos(f.retry_ns.saturating_sub(now_ns)));
         }
-        (!self.always && (self.written > self.synced || !self.records.is_empty())).then(|| {
+        let unwritten = !self.records.is_empty() || pending > 0;
+        (!self.always && (self.written > self.synced || unwritten)).then(|| {
             Duration::from_nanos(
                 self.synced_ns
                     .saturating_add(self.interval_ns)
@@ -231,8 +233,24 @@ impl ShardLog {
 
     /// `batch` at a turn's end: the records written, and synced when the
     /// interval is up.
+    /// Whether the records the engine holds (`pending` bytes) are to be
+    /// taken now: always under `always`; under `batch` once they are to be
+    /// written (the sync is due, or enough gathered), so that until then
+    /// they stay in the engine's buffer, which the take then swaps for
+    /// this one without a copy.
+    fn take_now(&self, now_ns: u64, pending: usize) -> bool {
+        self.always
+            || (pending > 0
+                && (self.due(now_ns) || self.records.len() + pending >= BATCH_WRITE_BYTES))
+    }
+
+    /// `batch`: whether the interval since the last sync is up.
+    fn due(&self, now_ns: u64) -> bool {
+        now_ns >= self.synced_ns.saturating_add(self.interval_ns)
+    }
+
     fn commit_batch(&mut self, now_ns: u64, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
-        let due = now_ns >= self.synced_ns.saturating_add(self.interval_ns);
+        let due = self.due(now_ns);
         let full = self.records.len() >= BATCH_WRITE_BYTES;
         if (due || full) && !self.records.is_empty() && self.may_write(now_ns) {
             self.write_or_fail(now_ns, wall_ms, stats);
@@ -331,7 +349,9 @@ impl State {
         };
         let stats = &self.shared.shards[usize::from(self.index)].stats.log;
         let before = log.records.len();
-        self.engine.take_log(&mut log.records);
+        if log.take_now(clock::now_ns(), self.engine.log_len()) {
+            self.engine.take_log(&mut log.records);
+        }
         log.taken += (log.records.len() - before) as u64;
         let was_failing = log.failing.is_some();
         let result = if log.failed {

@@ -355,7 +355,8 @@ impl State {
         if let Some(w) = self.move_wait() {
             wait = wait.min(w);
         }
-        if let Some(w) = self.log.as_ref().and_then(|l| l.wait(now)) {
+        let pending = self.engine.log_len();
+        if let Some(w) = self.log.as_ref().and_then(|l| l.wait(now, pending)) {
             wait = wait.min(w);
         }
         let scraping = self.metrics.as_ref().is_some_and(|m| !m.scrapes.is_empty());

@@ -328,6 +328,12 @@ impl Shard {
         went
     }
 
+    /// How many bytes of records the shard wrote since the last take.
+    #[must_use]
+    pub fn log_len(&self) -> usize {
+        self.wal.as_ref().map_or(0, Vec::len)
+    }
+
     /// Moves the records written since the last take (in the order the
     /// shard wrote them) to the end of `into`.
     pub fn take_log(&mut self, into: &mut Vec<u8>) {
