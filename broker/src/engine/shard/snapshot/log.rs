@@ -168,16 +168,18 @@ impl Shard {
         };
         let now_ns = self.now_ns;
         let now_ms = now_ns / NS_PER_MS;
-        out.u8(LOG_PUT);
-        // The length, once the record is written (one pass over the
-        // message, not a counting one first).
-        let len_at = out.len();
-        out.u32(0);
-        out.u8(match why {
+        // The head in one piece: kind, the length (patched in once the
+        // record is written: one pass over the message, not a counting one
+        // first), why, the queue's incarnation.
+        let mut head = [0u8; 10];
+        head[0] = LOG_PUT;
+        head[5] = match why {
             LogPut::Sent => 0,
             LogPut::MovedIn => 1,
-        });
-        out.u32(part.incarnation);
+        };
+        head[6..].copy_from_slice(&part.incarnation.to_le_bytes());
+        let len_at = out.len() + 1;
+        out.put(&head);
         self.write_message(out, key, &m, now_ns, now_ms);
         // A message record is at most a frame and its fixed fields (well
         // within u32).
@@ -188,16 +190,19 @@ impl Shard {
     /// Appends the gone record of the message at `key`, which leaves for
     /// `why`.
     pub fn log_gone(out: &mut impl Out, key: SlotKey, why: LogGone) {
-        out.u8(LOG_GONE);
-        out.u32(key.slot);
-        out.u32(key.generation);
-        out.u8(match why {
+        // Gathered on the stack, handed over in one piece.
+        let mut r = [0u8; 10];
+        r[0] = LOG_GONE;
+        r[1..5].copy_from_slice(&key.slot.to_le_bytes());
+        r[5..9].copy_from_slice(&key.generation.to_le_bytes());
+        r[9] = match why {
             LogGone::Deleted => 0,
             LogGone::Dropped => 1,
             LogGone::Purged => 2,
             LogGone::DeadLettered => 3,
             LogGone::Redriven => 4,
-        });
+        };
+        out.put(&r);
     }
 
     /// Appends the lease record of the message at `key`, just received
@@ -209,12 +214,15 @@ impl Shard {
         receive_count: u32,
         first_received_delta_ms: u32,
     ) {
-        out.u8(LOG_LEASE);
-        out.u32(key.slot);
-        out.u32(key.generation);
-        out.u64(delivery);
-        out.u32(receive_count);
-        out.u32(first_received_delta_ms);
+        // Gathered on the stack, handed over in one piece.
+        let mut r = [0u8; 25];
+        r[0] = LOG_LEASE;
+        r[1..5].copy_from_slice(&key.slot.to_le_bytes());
+        r[5..9].copy_from_slice(&key.generation.to_le_bytes());
+        r[9..17].copy_from_slice(&delivery.to_le_bytes());
+        r[17..21].copy_from_slice(&receive_count.to_le_bytes());
+        r[21..].copy_from_slice(&first_received_delta_ms.to_le_bytes());
+        out.put(&r);
     }
 
     /// [`Shard::log_lease`] into the shard's own records, when the log is
