@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -18,7 +19,8 @@ use bytes::Bytes;
 use sluice_broker::server::config::IoChoice;
 use sluice_protocol::{AttributeUpdate, ErrorCode, Reply, Request, SendEntry, SendRequest};
 
-use crate::server_process::{Process, start_args};
+use crate::server_metrics::http_get;
+use crate::server_process::{Process, field, start_args};
 use crate::server_snapshot::scratch;
 use crate::server_util::{Client, name};
 
@@ -98,7 +100,11 @@ impl Tmpfs {
                 log.to_str().expect("a UTF-8 path"),
             ],
         );
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // Metrics on, on a port of their own.
+        if let Some(i) = args.iter().position(|a| *a == "--metrics-addr") {
+            args[i + 1] = "127.0.0.1:0";
+        }
         let script = format!(r#"exec nsenter --target {} --mount "$@""#, self.holder.id());
         Process::spawn(&script, &args)
     }
@@ -109,6 +115,20 @@ impl Drop for Tmpfs {
         let _ = self.holder.kill();
         let _ = self.holder.wait();
     }
+}
+
+/// The value of the metric line starting `name` (labels included).
+fn metric(server: &mut Process, name: &str) -> f64 {
+    let serving = server.wait_for("sluice is serving");
+    let addr: SocketAddr = field(&serving, "metrics=")
+        .parse()
+        .unwrap_or_else(|e| panic!("metrics address in `{serving}`: {e}"));
+    let (status, body) = http_get(addr, "/metrics");
+    assert_eq!(status, 200);
+    body.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{body}"))
 }
 
 fn client(server: &mut Process) -> Client {
@@ -189,6 +209,8 @@ fn full_disk(durability: &str) {
     });
     let reply = b.call(delete);
     assert!(busy_for_the_disk(&reply), "{reply:?}");
+    assert_eq!(metric(&mut server, "sluice_log_failing{"), 1.0);
+    assert!(metric(&mut server, "sluice_log_failures_total{") >= 1.0);
 
     // Room again: the retry writes the records, a's send is answered, and
     // changes are taken again.
@@ -198,6 +220,7 @@ fn full_disk(durability: &str) {
         "the waiting send is answered"
     );
     server.wait_for("the write-ahead log is written again");
+    assert_eq!(metric(&mut server, "sluice_log_failing{"), 0.0);
     assert!(b.delete("work", &receipts).iter().all(Result::is_ok));
     let deleted: Vec<Vec<u8>> = got.iter().take(10).map(|m| m.body.to_vec()).collect();
     let (after, bodies) = send_request("work", "after", 5);

@@ -383,20 +383,21 @@ impl State {
             return;
         }
         match (was_failing, log.failing()) {
+            // The state first, then the line that says so.
             (false, Some(why)) => {
+                self.engine.set_log_failing(Some(why));
+                stats.failing.set(1);
                 tracing::error!(
                     shard = self.index,
                     error = why,
                     "the write-ahead log cannot be written: sends, deletes, purges and \
                      redrives are refused with Busy until a retry writes it"
                 );
-                self.engine.set_log_failing(Some(why));
-                stats.failing.set(1);
             }
             (true, None) => {
-                tracing::info!(shard = self.index, "the write-ahead log is written again");
                 self.engine.set_log_failing(None);
                 stats.failing.set(0);
+                tracing::info!(shard = self.index, "the write-ahead log is written again");
             }
             _ => {}
         }
