@@ -91,6 +91,13 @@ impl Process {
         }
     }
 
+    /// A client connected to the server, past its HELLO.
+    pub(crate) fn client(&mut self) -> Client {
+        let mut c = Client::connect(self.listen_addr());
+        c.hello(b"").expect("HELLO");
+        c
+    }
+
     /// The client address from the "serving" line.
     pub(crate) fn listen_addr(&mut self) -> SocketAddr {
         let line = self.wait_for("sluice is serving");

@@ -188,8 +188,7 @@ fn names_in(dir: &Path) -> Vec<String> {
 fn a_graceful_stop_writes_a_checkpoint_that_the_next_log_follows() {
     let dir = scratch("wal-checkpoint");
     let mut server = start(&dir, "batch", "1");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     c.create("work", AttributeUpdate::default());
     let first = bodies("a", 0..300);
     send_all(&mut c, "work", &first, false);
@@ -205,8 +204,7 @@ fn a_graceful_stop_writes_a_checkpoint_that_the_next_log_follows() {
     let mut server = start(&dir, "batch", "1");
     let line = server.wait_for("write-ahead log replayed");
     assert!(line.contains("checkpoint_messages=200"), "{line}");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     let second = bodies("b", 0..200);
     send_all(&mut c, "work", &second, false);
     let deleted_second = delete_some(&mut c, "work", 150);
@@ -216,8 +214,7 @@ fn a_graceful_stop_writes_a_checkpoint_that_the_next_log_follows() {
     server.kill9();
 
     let mut server = start(&dir, "batch", "1");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     let left = drain(&mut c, "work");
     let mut expect: Vec<Vec<u8>> = first
         .iter()
@@ -276,8 +273,7 @@ fn refused(dir: &Path, expect: &str) {
 fn a_torn_end_is_cut_and_reported_and_a_flipped_byte_stops_the_start() {
     let dir = scratch("wal-torn");
     let mut server = start(&dir, "always", "1");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     c.create("work", AttributeUpdate::default());
     let sent = bodies("t", 0..250);
     send_all(&mut c, "work", &sent, false);
@@ -293,8 +289,7 @@ fn a_torn_end_is_cut_and_reported_and_a_flipped_byte_stops_the_start() {
     let mut server = start(&dir, "always", "1");
     let line = server.wait_for("cut short by a crash");
     assert!(line.contains(&format!("byte={}", whole.len())), "{line}");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     assert_eq!(c.stats("work").visible, 250);
     drop(c);
     server.kill9();
@@ -314,8 +309,7 @@ fn a_torn_end_is_cut_and_reported_and_a_flipped_byte_stops_the_start() {
 fn batch_loses_at_most_the_last_interval_to_a_kill_9() {
     let dir = scratch("wal-batch-window");
     let mut server = start_synced_every(&dir, "batch", "1", "500ms");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     c.create("work", AttributeUpdate::default());
     let old = bodies("old", 0..300);
     send_all(&mut c, "work", &old, false);
@@ -327,8 +321,7 @@ fn batch_loses_at_most_the_last_interval_to_a_kill_9() {
     server.kill9();
 
     let mut server = start_synced_every(&dir, "batch", "1", "500ms");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     let left = drain(&mut c, "work");
     assert!(
         old.iter().all(|b| left.contains_key(b)),
@@ -348,8 +341,7 @@ fn batch_loses_at_most_the_last_interval_to_a_kill_9() {
 fn a_log_replayed_and_written_on_survives_a_second_crash() {
     let dir = scratch("wal-twice");
     let mut server = start(&dir, "always", "1");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     c.create("work", AttributeUpdate::default());
     let first = bodies("a", 0..400);
     send_all(&mut c, "work", &first, false);
@@ -360,8 +352,7 @@ fn a_log_replayed_and_written_on_survives_a_second_crash() {
     // The second run reuses the slots the first one freed, and adds
     // new ones; its records follow the first run's in the same log.
     let mut server = start(&dir, "always", "1");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     let second = bodies("b", 0..500);
     send_all(&mut c, "work", &second, false);
     deleted.extend(delete_some(&mut c, "work", 350));
@@ -369,8 +360,7 @@ fn a_log_replayed_and_written_on_survives_a_second_crash() {
     server.kill9();
 
     let mut server = start(&dir, "always", "1");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     let left = drain(&mut c, "work");
     let mut expect: Vec<Vec<u8>> = first
         .iter()
@@ -387,8 +377,7 @@ fn a_log_replayed_and_written_on_survives_a_second_crash() {
 fn a_queue_deleted_after_the_checkpoint_goes_with_its_messages() {
     let dir = scratch("wal-deleted");
     let mut server = start(&dir, "always", "1");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     for q in ["old", "kept"] {
         c.create(q, AttributeUpdate::default());
         send_all(&mut c, q, &bodies(q, 0..100), false);
@@ -399,8 +388,7 @@ fn a_queue_deleted_after_the_checkpoint_goes_with_its_messages() {
     // After the checkpoint: some of old's messages deleted and received,
     // then old deleted, made again, and sent to; a new queue used.
     let mut server = start(&dir, "always", "1");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     delete_some(&mut c, "old", 10);
     assert_eq!(c.receive("old", 5, Some(60_000), 0).len(), 5);
     let dropped = c.call(Request::DeleteQueue { queue: name("old") });
@@ -414,8 +402,7 @@ fn a_queue_deleted_after_the_checkpoint_goes_with_its_messages() {
     server.kill9();
 
     let mut server = start(&dir, "always", "1");
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").unwrap();
+    let mut c = server.client();
     let old = drain(&mut c, "old");
     assert_eq!(old.into_keys().collect::<Vec<_>>(), {
         let mut b = bodies("again", 0..7);

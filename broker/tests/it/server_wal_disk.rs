@@ -22,7 +22,7 @@ use sluice_protocol::{AttributeUpdate, ErrorCode, Reply, Request, SendEntry, Sen
 use crate::server_metrics::http_get;
 use crate::server_process::{Process, field, start_args};
 use crate::server_snapshot::scratch;
-use crate::server_util::{Client, name};
+use crate::server_util::name;
 
 /// A tmpfs of `size` at `dir`, mounted in a mount namespace that a
 /// sleeping process keeps alive: servers join it with `nsenter`, the test
@@ -131,12 +131,6 @@ fn metric(server: &mut Process, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in:\n{body}"))
 }
 
-fn client(server: &mut Process) -> Client {
-    let mut c = Client::connect(server.listen_addr());
-    c.hello(b"").expect("HELLO");
-    c
-}
-
 /// A SEND of `bodies` to `queue`, 1 KiB each (a log write needs room).
 fn send_request(queue: &str, prefix: &str, n: usize) -> (Request, Vec<Vec<u8>>) {
     let bodies: Vec<Vec<u8>> = (0..n)
@@ -183,8 +177,8 @@ fn full_disk(durability: &str) {
         return;
     };
     let mut server = fs.start(durability);
-    let mut a = client(&mut server);
-    let mut b = client(&mut server);
+    let mut a = server.client();
+    let mut b = server.client();
     a.create("work", AttributeUpdate::default());
     let (first, mut kept) = send_request("work", "before", 20);
     assert!(all_sent(&a.call(first)));
@@ -235,7 +229,7 @@ fn full_disk(durability: &str) {
     }
     server.kill9();
     let mut server = fs.start(durability);
-    let mut c = client(&mut server);
+    let mut c = server.client();
     let mut left = BTreeMap::new();
     loop {
         let got = c.receive("work", 100, Some(60_000), 0);
