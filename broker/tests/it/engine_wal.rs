@@ -322,9 +322,14 @@ fn a_shard_whose_log_fails_refuses_changes_and_serves_receives() {
         Some(ErrorCode::Busy)
     );
     assert_eq!(contents(&c), before);
-    // Receives and visibility changes go on.
+    // Receives and visibility changes go on, receives without records.
+    let mut waiting = Vec::new();
+    c.shard_mut(h).take_log(&mut waiting);
+    waiting.clear();
     let got = receive(&mut c, h, "work", 2);
     assert_eq!(got.len(), 2);
+    c.shard_mut(h).take_log(&mut waiting);
+    assert!(waiting.is_empty(), "{} bytes of records", waiting.len());
     assert_eq!(change_vis(&mut c, h, "work", got[0].receipt, 5_000), Ok(()));
     let delete_op = |r| {
         Op::Delete(DeleteRequest {

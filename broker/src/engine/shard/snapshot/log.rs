@@ -236,7 +236,11 @@ impl Shard {
         receive_count: u32,
         first_received_delta_ms: u32,
     ) {
-        if let Some(w) = self.wal.as_mut() {
+        // While the log cannot be written a receive records nothing: its
+        // lease record is what a replay needs least (a receive count one
+        // low), and an outage of receives must not grow the records
+        // waiting in memory without bound.
+        if let Some(w) = self.wal.as_mut().filter(|_| self.log_failing.is_none()) {
             Self::log_lease(w, key, delivery, receive_count, first_received_delta_ms);
         }
     }
@@ -268,8 +272,9 @@ impl Shard {
     /// (`None`). While it cannot, the sends, deletes, purges and redrives
     /// that arrive here, and the send and delete entries other shards
     /// forward here, are refused with `Busy` and change nothing; receives
-    /// and visibility changes, which no replay needs to be safe, go on, and
-    /// their records wait in memory for the disk.
+    /// and visibility changes, which no replay needs to be safe, go on,
+    /// receives without their lease records (a crash can then bring their
+    /// receive counts back one low each).
     pub fn set_log_failing(&mut self, why: Option<&str>) {
         self.log_failing = why.map(Box::from);
     }
