@@ -263,6 +263,50 @@ fn a_result_another_shard_computed_waits_for_its_sync() {
     assert!(matches!(c.take(tickets[away]), Some(OpResult::Sent(r)) if r[0].is_ok()));
 }
 
+/// While a shard's log fails, what it sends other shards no longer waits
+/// for a sync (it claims none: the entries forwarded to it are refused),
+/// and what waited before still waits for its records.
+#[test]
+fn a_failing_log_holds_nothing_new_and_keeps_what_waited() {
+    let mut c = cluster(2);
+    queues(&mut c);
+    for s in 0..2 {
+        c.shard_mut(s).set_logging(true);
+        c.shard_mut(s).set_hold_for_sync(true);
+    }
+    let send = |body: &str| {
+        let e = SendEntry::new(Bytes::copy_from_slice(body.as_bytes()))
+            .group(MessageGroupId::new("g").unwrap())
+            .dedup_key(Bytes::copy_from_slice(body.as_bytes()));
+        Op::Send(SendRequest::new(QueueName::new("fifo").unwrap(), &[e]).unwrap())
+    };
+    let tickets = [c.submit(0, send("a")), c.submit(1, send("b"))];
+    let away = usize::from(c.take(tickets[0]).is_some());
+    let home = 1 - away;
+    c.settle();
+    assert!(
+        c.take(tickets[away]).is_none(),
+        "the forwarded result waits"
+    );
+    c.shard_mut(home)
+        .set_log_failing(Some("No space left on device"));
+    let refused = c.submit(away, send("c"));
+    c.settle();
+    match c.take(refused) {
+        Some(OpResult::Sent(r)) => {
+            assert_eq!(r[0].as_ref().err().map(|e| e.code()), Some(ErrorCode::Busy));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(c.take(tickets[away]).is_none(), "what waited still waits");
+    c.shard_mut(home).set_log_failing(None);
+    let mut log = Vec::new();
+    c.shard_mut(home).take_log(&mut log);
+    assert_eq!(c.shard_mut(home).log_synced(log.len() as u64), 1);
+    c.settle();
+    assert!(matches!(c.take(tickets[away]), Some(OpResult::Sent(r)) if r[0].is_ok()));
+}
+
 /// A FIFO entry of group `g0` with dedup key `key`.
 fn fifo_entry(body: &str, key: &str) -> SendEntry {
     let mut e = entry(body);
