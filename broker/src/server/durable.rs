@@ -10,6 +10,13 @@
 //! anything else wrong stops the start, naming the file and the byte, with
 //! every file left as it was.
 //!
+//! A start whose replay found anything (a crash came before it) then
+//! writes what it rebuilt as the next generation's checkpoint and removes
+//! the old generation's files, as a graceful shutdown does: a broker that
+//! crashes again and again neither grows its log nor replays all of it at
+//! every start. When the checkpoint cannot be written (a full disk), the
+//! start goes on writing the logs it replayed.
+//!
 //! At a graceful shutdown, once every shard has stopped: the next
 //! generation's checkpoint written, then the old generation's files
 //! removed (`crate::wal::dir`).
@@ -106,7 +113,7 @@ impl DurableStart {
     /// skipped); turns the registry's journal and the shards' records on:
     /// the logs to write them to.
     pub(super) fn load_shards(
-        &self,
+        &mut self,
         registry: &Registry,
         engines: &mut [Shard],
         config: &Config,
@@ -119,8 +126,9 @@ impl DurableStart {
             _ => None,
         };
         let path = self.dir.registry_log();
-        let (journal, recovered) = RegistryLog::open(&path).map_err(|e| failed(&path, e))?;
+        let (mut journal, recovered) = RegistryLog::open(&path).map_err(|e| failed(&path, e))?;
         report_torn(&path, &recovered);
+        let registry_commits = recovered.commits().len();
         replay(&recovered.commits(), registry).map_err(|e| failed(&path, e))?;
         let always = config.durability == Durability::Always;
         // One thread per shard, all at once, as a snapshot's load.
@@ -143,22 +151,9 @@ impl DurableStart {
                 })
                 .collect()
         });
-        let mut logs = Vec::with_capacity(engines.len());
-        let (mut commits, mut bytes) = (0usize, 0u64);
-        for (r, engine) in replayed.into_iter().zip(engines.iter_mut()) {
-            let r = r?;
-            commits += r.commits;
-            bytes += r.bytes;
-            engine.set_logging(true);
-            engine.set_hold_for_sync(always);
-            logs.push(ShardLog::new(
-                r.file,
-                always,
-                config.log_sync_interval,
-                r.took_ns,
-            ));
-        }
-        registry.set_journal(Box::new(journal));
+        let replayed = replayed.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let commits: usize = replayed.iter().map(|r| r.commits).sum();
+        let bytes: u64 = replayed.iter().map(|r| r.bytes).sum();
         let took = super::clock::now_ns().saturating_sub(started);
         tracing::info!(
             folder = %self.dir.path().display(),
@@ -171,7 +166,77 @@ impl DurableStart {
             durability = %config.durability,
             "write-ahead log replayed (leased messages are visible again)"
         );
+        let mut files: Vec<LogFile> = Vec::with_capacity(replayed.len());
+        let took_ns: Vec<u64> = replayed.iter().map(|r| r.took_ns).collect();
+        files.extend(replayed.into_iter().map(|r| r.file));
+        if registry_commits + commits > 0 && self.checkpoint_replayed(registry, engines, now) {
+            // The next generation's logs, empty.
+            let path = self.dir.registry_log();
+            journal = RegistryLog::open(&path).map_err(|e| failed(&path, e))?.0;
+            for (i, file) in files.iter_mut().enumerate() {
+                // At most SHARDS_MAX shards.
+                let path = self.dir.shard_log(i as u16);
+                *file = LogFile::open(&path, 1).map_err(|e| failed(&path, e))?.0;
+            }
+        }
+        let mut logs = Vec::with_capacity(engines.len());
+        for ((file, took_ns), engine) in files.into_iter().zip(took_ns).zip(engines.iter_mut()) {
+            engine.set_logging(true);
+            engine.set_hold_for_sync(always);
+            logs.push(ShardLog::new(
+                file,
+                always,
+                config.log_sync_interval,
+                took_ns,
+            ));
+        }
+        registry.set_journal(Box::new(journal));
         Ok(logs)
+    }
+
+    /// After a replay: what it rebuilt written as the next generation's
+    /// checkpoint, and the old generation's files removed. `false` when the
+    /// checkpoint could not be written (the start then goes on with the
+    /// logs it replayed).
+    fn checkpoint_replayed(
+        &mut self,
+        registry: &Registry,
+        engines: &mut [Shard],
+        now: u64,
+    ) -> bool {
+        let started = super::clock::now_ns();
+        let wall = super::clock::wall_ms();
+        // The shards catch up with the registry's replayed changes (a queue
+        // deleted since takes its messages with it) before they are saved.
+        let mut done = Vec::new();
+        for e in engines.iter_mut() {
+            e.poll(now, wall);
+            e.drain_completions(&mut done);
+        }
+        let path = self.dir.next_checkpoint();
+        if let Err(e) = snapshot::save(&path, registry, engines, now, wall) {
+            tracing::warn!(
+                error = %e,
+                checkpoint = %path.display(),
+                "the replayed state could not be written as a checkpoint: the start goes on \
+                 writing the logs it replayed"
+            );
+            return false;
+        }
+        if let Err(e) = self.dir.advance() {
+            tracing::warn!(
+                error = %e,
+                folder = %self.dir.path().display(),
+                "the checkpoint is written, but an old log could not be removed: the next \
+                 start removes it"
+            );
+        }
+        tracing::info!(
+            checkpoint = %path.display(),
+            seconds = %format_args!("{:.3}", super::clock::now_ns().saturating_sub(started) as f64 / 1e9),
+            "the replayed state is the new checkpoint; the logs before it are removed"
+        );
+        true
     }
 
     /// What the shutdown's checkpoint needs.

@@ -73,12 +73,12 @@ impl Server {
         warn_about(&config);
         check_ports_free(&config)?;
         let snap = SnapshotAtStart::open(&mut config)?;
-        let durable = DurableStart::open(&mut config)?;
+        let mut durable = DurableStart::open(&mut config)?;
         let shards = config.shards.max(1);
         let placement = placement(&config.cpus, shards)?;
         check_open_files(&config);
         let engine_clock = engine_clock(&config);
-        let mut engines = Engines::build(&config, shards, &snap, durable.as_ref(), &engine_clock)?;
+        let mut engines = Engines::build(&config, shards, &snap, durable.as_mut(), &engine_clock)?;
         let spawned = spawn_shards(&config, shards, &placement)?;
         // Every listener is bound: only now is the loaded file moved aside
         // (a start that fails before this leaves it where it was).
@@ -255,7 +255,7 @@ impl Engines {
         config: &Config,
         shards: u16,
         snap: &SnapshotAtStart,
-        durable: Option<&DurableStart>,
+        durable: Option<&mut DurableStart>,
         engine_clock: &Clock,
     ) -> Result<Engines, StartError> {
         let start_time = engine_clock.engine_time(clock::now_ns(), clock::wall_ms());
@@ -268,7 +268,7 @@ impl Engines {
             queues_max: config.queues_max as usize,
             frame_bytes_max: config.frame_bytes_max,
         };
-        let registry = Arc::new(match (durable, &snap.opened, &snap.path) {
+        let registry = Arc::new(match (durable.as_deref(), &snap.opened, &snap.path) {
             (Some(d), _, _) => d.registry(registry_config)?,
             (None, Some(o), Some(path)) => {
                 o.registry(registry_config)

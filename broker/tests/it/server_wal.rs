@@ -289,17 +289,26 @@ fn a_torn_end_is_cut_and_reported_and_a_flipped_byte_stops_the_start() {
     let mut server = start(&dir, "always", "1");
     let line = server.wait_for("cut short by a crash");
     assert!(line.contains(&format!("byte={}", whole.len())), "{line}");
+    // What the replay rebuilt is the next generation's checkpoint.
+    server.wait_for("the replayed state is the new checkpoint");
     let mut c = server.client();
     assert_eq!(c.stats("work").visible, 250);
+    send_all(&mut c, "work", &bodies("u", 0..100), false);
     drop(c);
     server.kill9();
-    assert_eq!(std::fs::read(&log).unwrap(), whole, "the torn end was cut");
+    assert!(
+        !log.exists(),
+        "the replayed log is removed once checkpointed"
+    );
+    assert!(dir.join("checkpoint-1.snapshot").exists());
 
-    // A byte flipped in the first of the five commits: corruption.
-    let mut flipped = whole.clone();
+    // A byte flipped in the first of the next log's two commits:
+    // corruption.
+    let log = dir.join("shard-0-1.log");
+    let mut flipped = std::fs::read(&log).unwrap();
     flipped[100] ^= 0x40;
     std::fs::write(&log, &flipped).unwrap();
-    refused(&dir, "shard-0-0.log");
+    refused(&dir, "shard-0-1.log");
 }
 
 /// Under `batch` a kill takes at most what was acknowledged within the
