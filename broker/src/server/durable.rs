@@ -169,7 +169,8 @@ impl DurableStart {
         let mut files: Vec<LogFile> = Vec::with_capacity(replayed.len());
         let took_ns: Vec<u64> = replayed.iter().map(|r| r.took_ns).collect();
         files.extend(replayed.into_iter().map(|r| r.file));
-        if registry_commits + commits > 0 && self.checkpoint_replayed(registry, engines, now) {
+        if registry_commits + commits > 0 && self.checkpoint_replayed(registry, engines, now, wall)
+        {
             // The next generation's logs, empty.
             let path = self.dir.registry_log();
             journal = RegistryLog::open(&path).map_err(|e| failed(&path, e))?.0;
@@ -203,9 +204,9 @@ impl DurableStart {
         registry: &Registry,
         engines: &mut [Shard],
         now: u64,
+        wall: u64,
     ) -> bool {
         let started = super::clock::now_ns();
-        let wall = super::clock::wall_ms();
         // The shards catch up with the registry's replayed changes (a queue
         // deleted since takes its messages with it) before they are saved.
         let mut done = Vec::new();
@@ -214,7 +215,9 @@ impl DurableStart {
             e.drain_completions(&mut done);
         }
         let path = self.dir.next_checkpoint();
-        if let Err(e) = snapshot::save(&path, registry, engines, now, wall) {
+        // The header's wall-clock time is the real one, from which the next
+        // start counts the time stopped (as a shutdown's checkpoint's).
+        if let Err(e) = snapshot::save(&path, registry, engines, now, super::clock::wall_ms()) {
             tracing::warn!(
                 error = %e,
                 checkpoint = %path.display(),
