@@ -4,7 +4,9 @@
 //! meanwhile sends and deletes are refused with `Busy`, saying why, and
 //! receives are served; once the ballast goes, the retry writes the
 //! records, the waiting send is answered, changes are taken again, and a
-//! SIGKILL then loses nothing acknowledged.
+//! SIGKILL then loses nothing acknowledged. And a start after a crash on
+//! a full disk replays its logs whole and goes on with them when the
+//! checkpoint that would cut them cannot be written.
 //!
 //! Mounting needs root (CI runs as root): elsewhere the test skips, saying
 //! so.
@@ -245,5 +247,36 @@ fn full_disk(durability: &str) {
         }
     }
     assert_eq!(left.into_keys().collect::<Vec<_>>(), kept);
+    server.kill9();
+}
+
+/// A start after a crash, on a full disk: the replay is whole, the
+/// checkpoint that would cut the log cannot be written, and the broker goes
+/// on with the logs it replayed; the next start, with room again, writes
+/// its checkpoint.
+#[test]
+fn a_start_on_a_full_disk_keeps_the_logs_it_replayed() {
+    let dir = scratch("wal-full-start");
+    let Some(fs) = Tmpfs::mount(&dir, "8m") else {
+        return;
+    };
+    let mut server = fs.start("always");
+    let mut c = server.client();
+    c.create("work", AttributeUpdate::default());
+    let (sent, _) = send_request("work", "kept", 200);
+    assert!(all_sent(&c.call(sent)));
+    drop(c);
+    server.kill9();
+
+    fs.fill();
+    let mut server = fs.start("always");
+    server.wait_for("could not be written as a checkpoint");
+    assert_eq!(server.client().stats("work").visible, 200);
+    server.kill9();
+
+    fs.free();
+    let mut server = fs.start("always");
+    server.wait_for("the replayed state is the new checkpoint");
+    assert_eq!(server.client().stats("work").visible, 200);
     server.kill9();
 }
