@@ -393,9 +393,13 @@ fn out_of_descriptors_on_a_tls_port_refuses_with_a_tls_alert(io: IoChoice) {
         .collect();
     p.wait_for("cannot accept connections: out of file descriptors");
     // Each ends its side: a held one closes with nothing to say (no
-    // handshake began), a shed one has its alert waiting.
+    // handshake began), a shed one has its alert waiting. The last ones
+    // first: they are the ones still waiting to be accepted, which the
+    // server, out of descriptors, sheds; a held one closed first would
+    // free a descriptor, and the next would be taken instead of shed (a
+    // loaded machine, slow to get to the shedding, failed this test so).
     let mut alerts = 0;
-    for mut s in conns {
+    for mut s in conns.into_iter().rev() {
         let _ = s.shutdown(std::net::Shutdown::Write);
         let mut got = Vec::new();
         let _ = std::io::Read::read_to_end(&mut s, &mut got);
