@@ -9,8 +9,8 @@ use sluice_broker::engine::section::SliceRead;
 use sluice_broker::engine::shard::LoadClock;
 use sluice_broker::engine::{Cluster, Op, OpResult};
 use sluice_protocol::{
-    AttributeUpdate, DeleteRequest, ErrorCode, MessageGroupId, Millis, QueueKind, QueueName,
-    RedrivePolicy, SendEntry, SendRequest, Setting,
+    AttributeUpdate, DeleteRequest, ErrorCode, MessageGroupId, Millis, QueueKind, RedrivePolicy,
+    SendEntry, Setting,
 };
 
 const SHARDS: u16 = 2;
@@ -223,29 +223,36 @@ fn receive_counts_survive_a_replay_and_a_dead_letter_move_follows_them() {
     assert_eq!(dead[0].receive_count, 2);
 }
 
-#[test]
-fn a_result_another_shard_computed_waits_for_its_sync() {
+/// A SEND of one FIFO entry, its body its dedup key.
+fn fifo_send(body: &str) -> Op {
+    send_op("fifo", &[fifo_entry(body, body)])
+}
+
+/// Two shards that log and hold their messages to each other for syncs,
+/// and a FIFO send on each: a FIFO queue's messages live on its home
+/// shard, so one send is local and answered, the other forwarded there,
+/// its result coming back over a ring. The cluster, the tickets, the home
+/// shard and the other.
+fn a_send_forwarded_home() -> (Cluster, [u64; 2], usize, usize) {
     let mut c = cluster(2);
     queues(&mut c);
     for s in 0..2 {
         c.shard_mut(s).set_logging(true);
         c.shard_mut(s).set_hold_for_sync(true);
     }
-    // A FIFO queue's messages live on its home shard: a send on the other
-    // is forwarded there, and its result comes back over a ring.
-    let send = |body: &str| {
-        let e = SendEntry::new(Bytes::copy_from_slice(body.as_bytes()))
-            .group(MessageGroupId::new("g").unwrap())
-            .dedup_key(Bytes::copy_from_slice(body.as_bytes()));
-        Op::Send(SendRequest::new(QueueName::new("fifo").unwrap(), &[e]).unwrap())
-    };
-    let tickets = [c.submit(0, send("a")), c.submit(1, send("b"))];
+    let tickets = [c.submit(0, fifo_send("a")), c.submit(1, fifo_send("b"))];
     let done: Vec<bool> = tickets.iter().map(|&t| c.take(t).is_some()).collect();
     let (home, away) = match done[..] {
         [true, false] => (0, 1),
         [false, true] => (1, 0),
         _ => panic!("one send is local and answered, the other waits: {done:?}"),
     };
+    (c, tickets, home, away)
+}
+
+#[test]
+fn a_result_another_shard_computed_waits_for_its_sync() {
+    let (mut c, tickets, home, away) = a_send_forwarded_home();
     // The home shard's records not yet taken, then taken and not synced:
     // the forwarded result waits.
     c.settle();
@@ -268,21 +275,7 @@ fn a_result_another_shard_computed_waits_for_its_sync() {
 /// and what waited before still waits for its records.
 #[test]
 fn a_failing_log_holds_nothing_new_and_keeps_what_waited() {
-    let mut c = cluster(2);
-    queues(&mut c);
-    for s in 0..2 {
-        c.shard_mut(s).set_logging(true);
-        c.shard_mut(s).set_hold_for_sync(true);
-    }
-    let send = |body: &str| {
-        let e = SendEntry::new(Bytes::copy_from_slice(body.as_bytes()))
-            .group(MessageGroupId::new("g").unwrap())
-            .dedup_key(Bytes::copy_from_slice(body.as_bytes()));
-        Op::Send(SendRequest::new(QueueName::new("fifo").unwrap(), &[e]).unwrap())
-    };
-    let tickets = [c.submit(0, send("a")), c.submit(1, send("b"))];
-    let away = usize::from(c.take(tickets[0]).is_some());
-    let home = 1 - away;
+    let (mut c, tickets, home, away) = a_send_forwarded_home();
     c.settle();
     assert!(
         c.take(tickets[away]).is_none(),
@@ -290,7 +283,7 @@ fn a_failing_log_holds_nothing_new_and_keeps_what_waited() {
     );
     c.shard_mut(home)
         .set_log_failing(Some("No space left on device"));
-    let refused = c.submit(away, send("c"));
+    let refused = c.submit(away, fifo_send("c"));
     c.settle();
     match c.take(refused) {
         Some(OpResult::Sent(r)) => {
