@@ -23,6 +23,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::clock::Clock;
 use super::shard_loop::ShardLog;
 use super::snapshot_at_start::{Loaded, load_snapshot, open_fitting};
 use super::{Config, StartError, path_lock};
@@ -110,13 +111,16 @@ impl DurableStart {
     /// the registry's log (a queue deleted since the checkpoint takes its
     /// messages with it), then replays each shard's log onto its shard (a
     /// put, removal or receive of a message whose queue is gone since is
-    /// skipped); turns the registry's journal and the shards' records on:
-    /// the logs to write them to.
+    /// skipped); when it replayed anything, writes the next checkpoint
+    /// ([`DurableStart::checkpoint_replayed`]); turns the registry's
+    /// journal and the shards' records on: the logs to write them to.
+    /// `now` and `wall` are `engine_clock`'s at start.
     pub(super) fn load_shards(
         &mut self,
         registry: &Registry,
         engines: &mut [Shard],
         config: &Config,
+        engine_clock: &Clock,
         now: u64,
         wall: u64,
     ) -> Result<Vec<ShardLog>, StartError> {
@@ -151,7 +155,7 @@ impl DurableStart {
                 })
                 .collect()
         });
-        let replayed = replayed.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let mut replayed = replayed.into_iter().collect::<Result<Vec<_>, _>>()?;
         let commits: usize = replayed.iter().map(|r| r.commits).sum();
         let bytes: u64 = replayed.iter().map(|r| r.bytes).sum();
         let took = super::clock::now_ns().saturating_sub(started);
@@ -166,29 +170,25 @@ impl DurableStart {
             durability = %config.durability,
             "write-ahead log replayed (leased messages are visible again)"
         );
-        let mut files: Vec<LogFile> = Vec::with_capacity(replayed.len());
-        let took_ns: Vec<u64> = replayed.iter().map(|r| r.took_ns).collect();
-        files.extend(replayed.into_iter().map(|r| r.file));
-        if registry_commits + commits > 0 && self.checkpoint_replayed(registry, engines, now, wall)
-        {
+        if registry_commits + commits > 0 && self.checkpoint_replayed(engines, engine_clock) {
             // The next generation's logs, empty.
             let path = self.dir.registry_log();
             journal = RegistryLog::open(&path).map_err(|e| failed(&path, e))?.0;
-            for (i, file) in files.iter_mut().enumerate() {
+            for (i, r) in replayed.iter_mut().enumerate() {
                 // At most SHARDS_MAX shards.
                 let path = self.dir.shard_log(i as u16);
-                *file = LogFile::open(&path, 1).map_err(|e| failed(&path, e))?.0;
+                r.file = LogFile::open(&path, 1).map_err(|e| failed(&path, e))?.0;
             }
         }
         let mut logs = Vec::with_capacity(engines.len());
-        for ((file, took_ns), engine) in files.into_iter().zip(took_ns).zip(engines.iter_mut()) {
+        for (r, engine) in replayed.into_iter().zip(engines.iter_mut()) {
             engine.set_logging(true);
             engine.set_hold_for_sync(always);
             logs.push(ShardLog::new(
-                file,
+                r.file,
                 always,
                 config.log_sync_interval,
-                took_ns,
+                r.took_ns,
             ));
         }
         registry.set_journal(Box::new(journal));
@@ -196,47 +196,24 @@ impl DurableStart {
     }
 
     /// After a replay: what it rebuilt written as the next generation's
-    /// checkpoint, and the old generation's files removed. `false` when the
-    /// checkpoint could not be written (the start then goes on with the
-    /// logs it replayed).
-    fn checkpoint_replayed(
-        &mut self,
-        registry: &Registry,
-        engines: &mut [Shard],
-        now: u64,
-        wall: u64,
-    ) -> bool {
-        let started = super::clock::now_ns();
-        // The shards catch up with the registry's replayed changes (a queue
-        // deleted since takes its messages with it) before they are saved.
-        let mut done = Vec::new();
-        for e in engines.iter_mut() {
-            e.poll(now, wall);
-            e.drain_completions(&mut done);
-        }
+    /// checkpoint, as a shutdown writes its own (the shards first catch up
+    /// with the registry's replayed changes: a queue deleted since takes
+    /// its messages with it), and the old generation's files removed.
+    /// `false` when the checkpoint could not be written (the start then
+    /// goes on with the logs it replayed).
+    fn checkpoint_replayed(&mut self, engines: &mut [Shard], engine_clock: &Clock) -> bool {
         let path = self.dir.next_checkpoint();
-        // The header's wall-clock time is the real one, from which the next
-        // start counts the time stopped (as a shutdown's checkpoint's).
-        if let Err(e) = snapshot::save(&path, registry, engines, now, super::clock::wall_ms()) {
+        if let Err(e) = super::save_snapshot(&path, engines, engine_clock) {
             tracing::warn!(
                 error = %e,
-                checkpoint = %path.display(),
                 "the replayed state could not be written as a checkpoint: the start goes on \
                  writing the logs it replayed"
             );
             return false;
         }
-        if let Err(e) = self.dir.advance() {
-            tracing::warn!(
-                error = %e,
-                folder = %self.dir.path().display(),
-                "the checkpoint is written, but an old log could not be removed: the next \
-                 start removes it"
-            );
-        }
+        advance(&mut self.dir);
         tracing::info!(
             checkpoint = %path.display(),
-            seconds = %format_args!("{:.3}", super::clock::now_ns().saturating_sub(started) as f64 / 1e9),
             "the replayed state is the new checkpoint; the logs before it are removed"
         );
         true
@@ -319,13 +296,20 @@ impl Checkpointing {
 
     /// The checkpoint is written: the old generation goes.
     pub(super) fn advance(&mut self) {
-        if let Err(e) = self.dir.advance() {
-            tracing::warn!(
-                error = %e,
-                folder = %self.dir.path().display(),
-                "the checkpoint is written, but an old log could not be removed: the next \
-                 start removes it"
-            );
-        }
+        advance(&mut self.dir);
+    }
+}
+
+/// The next generation's checkpoint is written: the folder moves on to it,
+/// and the old generation's files go (one that cannot be removed is said,
+/// and the next start removes it).
+fn advance(dir: &mut LogDir) {
+    if let Err(e) = dir.advance() {
+        tracing::warn!(
+            error = %e,
+            folder = %dir.path().display(),
+            "the checkpoint is written, but an old log could not be removed: the next start \
+             removes it"
+        );
     }
 }

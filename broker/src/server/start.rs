@@ -300,7 +300,7 @@ impl Engines {
             _ => None,
         };
         let logs = match durable {
-            Some(d) => d.load_shards(&registry, &mut engines, config, now, wall)?,
+            Some(d) => d.load_shards(&registry, &mut engines, config, engine_clock, now, wall)?,
             None => Vec::new(),
         };
         Ok(Engines {
