@@ -1,6 +1,6 @@
 //! The shard's write-ahead log in its loop (`--durability batch|always`).
 //!
-//! At each turn's end the shard takes the records its requests wrote.
+//! At each turn's end the shard commits the records its requests wrote.
 //! - `always`: every reply, close and refusal a session issues is held,
 //!   marked with how far into the log the records before it reach, and
 //!   handed to the io layer once a sync covers that far; the engine holds
@@ -13,8 +13,10 @@
 //!   once the sync is done and synced in turn. So a commit's frames are
 //!   written only after the previous commit's sync, as the log's scan at
 //!   start expects, and the slower the disk, the larger the group.
-//! - `batch`: each turn's records are written at its end, replies go out at
-//!   once, and the loop syncs every `--log-sync-interval` (it wakes for it).
+//! - `batch`: replies go out at once; the records stay in the engine's
+//!   buffer until the sync is due (every `--log-sync-interval`, the loop
+//!   wakes for it) or 256 KiB gather, then are taken without a copy,
+//!   written and synced.
 //!
 //! A write that fails (a full disk, a quota) keeps its records, and the
 //! shard's engine refuses what would need a record with `Busy`, saying why
@@ -37,7 +39,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::commands::apply;
-use super::{Conn, State};
+use super::{Conn, State, live_conn};
 use crate::engine::shard::whole_records_within;
 use crate::io::{ConnId, Connections, Waker};
 use crate::server::clock;
@@ -147,10 +149,10 @@ impl ShardLog {
         self.always.then_some(&mut self.staged)
     }
 
-    /// How long the loop may sleep before the log needs it (`batch`: the
-    /// time left of the sync interval while commits wait for a sync;
-    /// `always` is woken by its syncer).
-    /// `pending`: bytes of records the engine holds, not yet taken.
+    /// How long the loop may sleep before the log needs it: after a failed
+    /// write, until its retry; under `batch`, the time left of the sync
+    /// interval while records (`pending`: bytes the engine holds, not yet
+    /// taken) or commits wait for it; `always` is woken by its syncer.
     pub fn wait(&self, now_ns: u64, pending: usize) -> Option<Duration> {
         if self.failed {
             return None;
@@ -231,8 +233,6 @@ impl ShardLog {
         result
     }
 
-    /// `batch` at a turn's end: the records written, and synced when the
-    /// interval is up.
     /// Whether the records the engine holds (`pending` bytes) are to be
     /// taken now: always under `always`; under `batch` once they are to be
     /// written (the sync is due, or enough gathered), so that until then
@@ -249,6 +249,9 @@ impl ShardLog {
         now_ns >= self.synced_ns.saturating_add(self.interval_ns)
     }
 
+    /// `batch` at a turn's end: the records taken written once the
+    /// interval is up or enough gathered, and synced when the interval is
+    /// up.
     fn commit_batch(&mut self, now_ns: u64, wall_ms: u64, stats: &LogStats) -> std::io::Result<()> {
         let due = self.due(now_ns);
         let full = self.records.len() >= BATCH_WRITE_BYTES;
@@ -348,8 +351,9 @@ impl State {
             return;
         };
         let stats = &self.shared.shards[usize::from(self.index)].stats.log;
+        let now = clock::now_ns();
         let before = log.records.len();
-        if log.take_now(clock::now_ns(), self.engine.log_len()) {
+        if log.take_now(now, self.engine.log_len()) {
             self.engine.take_log(&mut log.records);
         }
         log.taken += (log.records.len() - before) as u64;
@@ -357,9 +361,9 @@ impl State {
         let result = if log.failed {
             Err("the log failed earlier".to_owned())
         } else if log.always {
-            log.commit_always(clock::now_ns(), self.engine_time.wall_ms, stats)
+            log.commit_always(now, self.engine_time.wall_ms, stats)
         } else {
-            log.commit_batch(clock::now_ns(), self.engine_time.wall_ms, stats)
+            log.commit_batch(now, self.engine_time.wall_ms, stats)
                 .map_err(|e| e.to_string())
         };
         if let Err(e) = result {
@@ -438,11 +442,7 @@ fn deliver(
     id: ConnId,
     command: Command,
 ) {
-    let Some(conn) = conns
-        .get_mut(id.index() as usize)
-        .and_then(Option::as_mut)
-        .filter(|c| c.id == id)
-    else {
+    let Some(conn) = live_conn(conns, id) else {
         return;
     };
     // A question is never held.

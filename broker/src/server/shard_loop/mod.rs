@@ -205,6 +205,14 @@ struct Conn {
     dirty: bool,
 }
 
+/// Connection `id`, if it is still the one open in its slot.
+fn live_conn(conns: &mut [Option<Conn>], id: ConnId) -> Option<&mut Conn> {
+    conns
+        .get_mut(id.index() as usize)
+        .and_then(Option::as_mut)
+        .filter(|c| c.id == id)
+}
+
 /// Which of the server's connection places a connection holds: given back
 /// when it closes (or sooner, when it is evicted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -397,11 +405,7 @@ impl State {
             log,
             ..
         } = self;
-        let Some(conn) = conns
-            .get_mut(id.index() as usize)
-            .and_then(Option::as_mut)
-            .filter(|c| c.id == id)
-        else {
+        let Some(conn) = live_conn(conns, id) else {
             return false;
         };
         let cx = SessionContext {
