@@ -45,9 +45,9 @@ pub(super) const FAULT_BATCH: Fault = Fault {
 };
 
 /// How long before a kill `batch` may lose what it acknowledged: the
-/// interval (the server's default, 100 ms), and as much again for the turn that writes late and for the
-/// scheduling of a loaded two-core machine (the report gives the oldest
-/// loss it saw).
+/// interval (the server's default, 100 ms), and as much again for the turn
+/// that writes late and for the scheduling of a loaded two-core machine
+/// (the report gives the oldest loss it saw).
 const BATCH_LOSS_WINDOW: Duration = Duration::from_millis(200);
 
 fn run_always(ctx: &Ctx) -> Result<FaultReport, ChaosError> {
@@ -103,9 +103,10 @@ fn run(ctx: &Ctx, fault: &Fault, durability: &str) -> Result<FaultReport, ChaosE
             .redrive(RedrivePolicy::new(DLQ, 3)),
     )?;
     // The sends spread over the kills (about 0.7 s apart): every kill
-    // lands on producers at work, not on a queue already filled.
+    // lands on producers at work, not on a queue already filled. The load
+    // phase starts here.
     let pace = messages_max as f64 / (f64::from(kills) * 0.7);
-    let began = Instant::now();
+    let load_began = Instant::now();
     let ledger = Arc::new(Ledger::new(100));
     if durability == "batch" {
         ledger.allow_loss_before_kills(BATCH_LOSS_WINDOW);
@@ -120,7 +121,7 @@ fn run(ctx: &Ctx, fault: &Fault, durability: &str) -> Result<FaultReport, ChaosE
             &format!("chaos-producer-{i}"),
             move || {
                 work(&s, || {
-                    let due = (began.elapsed().as_secs_f64() * pace) as u64;
+                    let due = (load_began.elapsed().as_secs_f64() * pace) as u64;
                     if l.issued() >= messages_max.min(due) {
                         std::thread::sleep(Duration::from_millis(20));
                         return true;
@@ -146,7 +147,6 @@ fn run(ctx: &Ctx, fault: &Fault, durability: &str) -> Result<FaultReport, ChaosE
     }
 
     let mut rng = StdRng::seed_from_u64(SEED);
-    let start = Instant::now();
     let restarts = Mutex::new(Vec::new());
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(rng.random_range(200..1_200)));
@@ -160,7 +160,7 @@ fn run(ctx: &Ctx, fault: &Fault, durability: &str) -> Result<FaultReport, ChaosE
     }
     // Load after the last start too, then the consumers catch up.
     std::thread::sleep(Duration::from_millis(500));
-    let load_secs = start.elapsed().as_secs_f64();
+    let load_secs = load_began.elapsed().as_secs_f64();
     stop.store(true, Relaxed);
     for w in workers {
         let _ = w.join();
